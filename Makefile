@@ -1,0 +1,34 @@
+# rangecast: the targets people expect. `make run` and `make test` need only Go
+# (and, for the Postgres tests, the server named by TEST_DATABASE_URL).
+GO ?= go
+PKGS := ./...
+
+.PHONY: build test test-race lint run bench chaos fmt-check
+
+build:
+	$(GO) build $(PKGS)
+
+# The whole suite. Postgres tests skip without a server unless
+# RANGECAST_REQUIRE_PG=1 (CI), where a skip is a failure.
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -count=1 -timeout 15m $(PKGS)
+
+test-race:
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+lint: fmt-check lint-proto
+	$(GO) vet $(PKGS)
+
+# A real broadcast in one process: embedded NATS, capture SMTP, coordinator,
+# workers, with progress and a summary checked against what was received.
+run:
+	$(GO) run ./cmd/rangecast demo
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
+
+include mk/generate.mk

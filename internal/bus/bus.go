@@ -1,0 +1,262 @@
+// Package bus names every JetStream stream, consumer, KV bucket and subject
+// rangecast uses, defines the messages that travel on them, and creates them
+// idempotently at start.
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const (
+	// PageStream holds page jobs. Work-queue retention: a job is removed once
+	// a worker acks it, and one durable consumer is shared by all workers.
+	PageStream   = "RANGECAST_PAGES"
+	PageSubjects = "rangecast.pages.>"
+	PageConsumer = "pageworkers"
+
+	// ReportStream carries page reports from workers to the coordinator.
+	ReportStream   = "RANGECAST_REPORTS"
+	ReportSubjects = "rangecast.reports.>"
+	ReportConsumer = "coordinator"
+
+	// BroadcastBucket holds, per broadcast, the range records (the cursors)
+	// and the broadcast state that workers watch. It is a hint: Postgres is
+	// the truth.
+	BroadcastBucket = "rangecast_broadcasts"
+
+	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id. A page
+	// dispatched twice within it is stored once.
+	DuplicateWindow = 2 * time.Minute
+)
+
+// Options tunes what Setup creates.
+type Options struct {
+	// PageAckWait is how long a worker may hold a page without a progress
+	// heartbeat before JetStream hands it to another worker.
+	PageAckWait time.Duration
+	// Replicas for streams and buckets (1 for dev, 3 in a cluster).
+	Replicas int
+	// Memory keeps streams in memory (tests only).
+	Memory bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.PageAckWait == 0 {
+		o.PageAckWait = 60 * time.Second
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	return o
+}
+
+// Bus is the set of JetStream handles the coordinator and workers share.
+type Bus struct {
+	JS         jetstream.JetStream
+	PageStream jetstream.Stream
+	Pages      jetstream.Consumer
+	Reports    jetstream.Consumer
+	Broadcasts jetstream.KeyValue
+}
+
+// Setup creates (or updates) every stream, consumer and bucket.
+func Setup(ctx context.Context, js jetstream.JetStream, o Options) (*Bus, error) {
+	o = o.withDefaults()
+	storage := jetstream.FileStorage
+	if o.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	pageStream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       PageStream,
+		Subjects:   []string{PageSubjects},
+		Retention:  jetstream.WorkQueuePolicy,
+		Storage:    storage,
+		Replicas:   o.Replicas,
+		Duplicates: DuplicateWindow,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: page stream: %w", err)
+	}
+	pages, err := js.CreateOrUpdateConsumer(ctx, PageStream, jetstream.ConsumerConfig{
+		Durable:       PageConsumer,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       o.PageAckWait,
+		MaxAckPending: 10000,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: page consumer: %w", err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:      ReportStream,
+		Subjects:  []string{ReportSubjects},
+		Retention: jetstream.WorkQueuePolicy,
+		Storage:   storage,
+		Replicas:  o.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("bus: report stream: %w", err)
+	}
+	reports, err := js.CreateOrUpdateConsumer(ctx, ReportStream, jetstream.ConsumerConfig{
+		Durable:       ReportConsumer,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 10000,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: report consumer: %w", err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:   BroadcastBucket,
+		History:  1,
+		Storage:  jetstream.StorageType(storage),
+		Replicas: o.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: broadcast bucket: %w", err)
+	}
+	return &Bus{JS: js, PageStream: pageStream, Pages: pages, Reports: reports, Broadcasts: kv}, nil
+}
+
+// PageSubject is where jobs for one range of a broadcast are published; one
+// subject per range lets the coordinator ask whether that range's job is
+// still queued.
+func PageSubject(broadcast string, rangeIndex int) string {
+	return "rangecast.pages." + broadcast + "." + strconv.Itoa(rangeIndex)
+}
+
+// ReportSubject is where reports for one broadcast are published.
+func ReportSubject(broadcast string) string { return "rangecast.reports." + broadcast }
+
+// StateKey is the KV key of a broadcast's state record.
+func StateKey(broadcast string) string { return broadcast + ".state" }
+
+// StateKeys matches every broadcast's state record (for workers' watch).
+const StateKeys = "*.state"
+
+// RangeKey is the KV key of one range record.
+func RangeKey(broadcast string, index int) string {
+	return broadcast + ".range." + strconv.Itoa(index)
+}
+
+// RangeKeys matches every range record of a broadcast.
+func RangeKeys(broadcast string) string { return broadcast + ".range.*" }
+
+// PublishPage queues a page job under its dedupe id. If JetStream reports a
+// duplicate but the range has no job queued any more (the earlier copy was
+// already run and acked), the job is published again under a fresh id:
+// otherwise a re-dispatch within DuplicateWindow would be silently lost.
+func (b *Bus) PublishPage(ctx context.Context, job PageJob, now time.Time) error {
+	subject := PageSubject(job.Broadcast, job.Range)
+	ack, err := b.JS.Publish(ctx, subject, Encode(job), jetstream.WithMsgID(job.MsgID()))
+	if err != nil {
+		return fmt.Errorf("publish page: %w", err)
+	}
+	if !ack.Duplicate {
+		return nil
+	}
+	queued, err := b.PageStream.GetLastMsgForSubject(ctx, subject)
+	if err == nil {
+		var q PageJob
+		if Decode(queued.Data, &q) == nil && q.From == job.From {
+			return nil // the same page is still waiting for a worker
+		}
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("publish page: look up queued job: %w", err)
+	}
+	_, err = b.JS.Publish(ctx, subject, Encode(job), jetstream.WithMsgID(job.MsgID()+":"+strconv.FormatInt(now.UnixNano(), 36)))
+	if err != nil {
+		return fmt.Errorf("publish page: %w", err)
+	}
+	return nil
+}
+
+// PageJob asks a worker to walk up to Limit eligible contacts of one range
+// with From <= id <= Until. It carries no identity of its own: any worker can
+// run it, and running it twice sends nothing twice.
+type PageJob struct {
+	Broadcast string `json:"broadcast"`
+	Range     int    `json:"range"`
+	From      string `json:"from"`
+	Until     string `json:"until"`
+	Limit     int    `json:"limit"`
+}
+
+// MsgID is the JetStream dedupe id: the same page dispatched twice within
+// DuplicateWindow is stored once.
+func (j PageJob) MsgID() string {
+	return j.Broadcast + ":" + strconv.Itoa(j.Range) + ":" + j.From
+}
+
+// ErrorClass says why a page stopped early.
+type ErrorClass string
+
+const (
+	ClassNone      ErrorClass = ""
+	ClassTransient ErrorClass = "transient"
+	ClassQuota     ErrorClass = "quota"
+	ClassChannel   ErrorClass = "channel"
+	ClassPaused    ErrorClass = "paused"
+	ClassCancelled ErrorClass = "cancelled"
+)
+
+// Report tells the coordinator how far a page got. Next is the first id not
+// yet walked: every id below it has a committed outcome (or belongs to
+// another attempt's claim).
+type Report struct {
+	Broadcast string     `json:"broadcast"`
+	Range     int        `json:"range"`
+	From      string     `json:"from"`
+	Next      string     `json:"next"`
+	Done      bool       `json:"done"`
+	Limit     int        `json:"limit"`
+	Claimed   int        `json:"claimed"`
+	Sent      int        `json:"sent"`
+	Failed    int        `json:"failed"`
+	Class     ErrorClass `json:"class,omitempty"`
+	Error     string     `json:"error,omitempty"`
+}
+
+// RangeRecord is the coordinator's cursor for one range, stored in KV.
+type RangeRecord struct {
+	Index int    `json:"index"`
+	Start string `json:"start"`
+	End   string `json:"end"`
+	// Next is the first id not yet walked; it only moves forward.
+	Next       string `json:"next"`
+	Done       bool   `json:"done"`
+	Dispatched int64  `json:"dispatched"`
+	Sent       int64  `json:"sent"`
+	Failed     int64  `json:"failed"`
+	// Fruitless counts consecutive reports that made no progress because of
+	// a transient error.
+	Fruitless int `json:"fruitless,omitempty"`
+}
+
+// StateRecord mirrors a broadcast's state for workers to watch.
+type StateRecord struct {
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Encode marshals a bus message.
+func Encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("bus: encode %T: %v", v, err)) // only plain structs travel on the bus
+	}
+	return b
+}
+
+// Decode unmarshals a bus message.
+func Decode(data []byte, v any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("bus: decode %T: %w", v, err)
+	}
+	return nil
+}

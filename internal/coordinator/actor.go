@@ -1,0 +1,364 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// actor owns one broadcast's dispatch loop. Everything it keeps in memory
+// (outstanding pages, backoffs) can be lost: a new actor re-derives work from
+// the range records, and a page dispatched twice sends nothing twice.
+type actor struct {
+	c  *Coordinator
+	id ulid.ULID
+
+	reports chan reportReq
+	kicks   chan store.Broadcast
+
+	// Owned by the run goroutine.
+	b           store.Broadcast
+	recs        []bus.RangeRecord
+	revs        []uint64
+	outstanding map[int]page
+	notBefore   map[int]time.Time
+	lastErr     map[int]string
+	dispatched  map[int]int64 // pages dispatched since the record was last written
+	throttle    *governor.Bucket
+
+	mu         sync.Mutex
+	waitingFor string
+}
+
+type page struct {
+	from  string
+	limit int
+	at    time.Time
+}
+
+type reportReq struct {
+	rep  bus.Report
+	done chan error
+}
+
+func newActor(ctx context.Context, c *Coordinator, b store.Broadcast) (*actor, error) {
+	recs, revs, err := c.rangeRecords(ctx, b)
+	if err != nil {
+		return nil, fmt.Errorf("broadcast %s: %w", b.ID, err)
+	}
+	a := &actor{
+		c: c, id: b.ID, b: b, recs: recs, revs: revs,
+		reports:     make(chan reportReq),
+		kicks:       make(chan store.Broadcast, 1),
+		outstanding: map[int]page{},
+		notBefore:   map[int]time.Time{},
+		lastErr:     map[int]string{},
+		dispatched:  map[int]int64{},
+	}
+	if b.ThrottlePerHour > 0 {
+		a.throttle = governor.NewBucket(b.ThrottlePerHour, c.cfg.PageLimit, c.cfg.Clock.Now())
+	}
+	return a, nil
+}
+
+// report hands a report to the actor and waits until it is applied.
+func (a *actor) report(ctx context.Context, rep bus.Report) error {
+	req := reportReq{rep: rep, done: make(chan error, 1)}
+	select {
+	case a.reports <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		return errors.New("actor busy")
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// notify passes a new broadcast state to the actor, replacing any unread one.
+func (a *actor) notify(b store.Broadcast) {
+	for {
+		select {
+		case a.kicks <- b:
+			return
+		default:
+			select {
+			case <-a.kicks:
+			default:
+			}
+		}
+	}
+}
+
+func (a *actor) setWaiting(s string) {
+	a.mu.Lock()
+	a.waitingFor = s
+	a.mu.Unlock()
+}
+
+func (a *actor) waiting() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.waitingFor
+}
+
+func (a *actor) log() interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+	Error(string, ...any)
+} {
+	return a.c.cfg.Log.With("broadcast", a.id.String())
+}
+
+func (a *actor) run(ctx context.Context) {
+	clk := a.c.cfg.Clock
+	a.dispatch(ctx)
+	for {
+		tick := a.c.cfg.Tick
+		if a.b.State == store.StatePaused {
+			tick = a.c.cfg.PausedTick
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case req := <-a.reports:
+			req.done <- a.apply(ctx, req.rep)
+		case b := <-a.kicks:
+			a.b.State, a.b.Reason = b.State, b.Reason
+		case <-clk.After(tick):
+		}
+		if a.b.State.Finished() {
+			return
+		}
+		if a.finish(ctx) {
+			return
+		}
+		a.dispatch(ctx)
+	}
+}
+
+// apply moves a range's cursor by compare-and-set. A report that does not
+// move the cursor forward (a page walked twice, a late duplicate) changes
+// nothing.
+func (a *actor) apply(ctx context.Context, rep bus.Report) error {
+	i := rep.Range
+	if i < 0 || i >= len(a.recs) {
+		a.log().Warn("report for an unknown range ignored", "range", i)
+		return nil
+	}
+	now := a.c.cfg.Clock.Now()
+	if o, ok := a.outstanding[i]; ok && o.from == rep.From {
+		delete(a.outstanding, i)
+		if a.throttle != nil {
+			a.throttle.Return(o.limit - rep.Claimed)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		rec := a.recs[i]
+		advanced := !rec.Done && (rep.Done || after(rep.Next, rec.Next))
+		if !advanced {
+			if rep.Class == bus.ClassTransient || rep.Class == bus.ClassQuota {
+				return a.fruitless(ctx, i, rep, now)
+			}
+			if rep.Class == bus.ClassChannel {
+				return a.halt(ctx, rep)
+			}
+			return nil
+		}
+		rec.Next = maxID(rec.Next, rep.Next)
+		rec.Done = rep.Done
+		rec.Sent += int64(rep.Sent)
+		rec.Failed += int64(rep.Failed)
+		rec.Dispatched += a.dispatched[i]
+		rec.Fruitless = 0
+		err := a.write(ctx, i, rec)
+		if errors.Is(err, jetstream.ErrKeyExists) && attempt < 5 {
+			// Someone else wrote the record (a previous leader): re-read and
+			// re-decide against what is there now.
+			if err := a.reload(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		a.dispatched[i] = 0
+		break
+	}
+	switch rep.Class {
+	case bus.ClassTransient, bus.ClassQuota:
+		a.notBefore[i] = now.Add(a.c.backoff(1))
+		a.lastErr[i] = rep.Error
+	case bus.ClassChannel:
+		return a.halt(ctx, rep)
+	}
+	return nil
+}
+
+// write stores a range record by compare-and-set on the revision read.
+func (a *actor) write(ctx context.Context, i int, rec bus.RangeRecord) error {
+	key := bus.RangeKey(a.id.String(), i)
+	var rev uint64
+	var err error
+	if a.revs[i] == 0 {
+		rev, err = a.c.cfg.Bus.Broadcasts.Create(ctx, key, bus.Encode(rec))
+	} else {
+		rev, err = a.c.cfg.Bus.Broadcasts.Update(ctx, key, bus.Encode(rec), a.revs[i])
+	}
+	a.c.kvWrites.add(1)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence") {
+			return fmt.Errorf("range %d: %w", i, jetstream.ErrKeyExists)
+		}
+		return fmt.Errorf("write range %d: %w", i, err)
+	}
+	a.recs[i], a.revs[i] = rec, rev
+	return nil
+}
+
+func (a *actor) reload(ctx context.Context) error {
+	recs, revs, err := a.c.rangeRecords(ctx, a.b)
+	if err != nil {
+		return err
+	}
+	a.recs, a.revs = recs, revs
+	return nil
+}
+
+// fruitless handles a range that made no progress because of a transient
+// error: back off, and after MaxFruitless in a row fail the broadcast with
+// the reason rather than retry forever.
+func (a *actor) fruitless(ctx context.Context, i int, rep bus.Report, now time.Time) error {
+	rec := a.recs[i]
+	rec.Fruitless++
+	if err := a.write(ctx, i, rec); err != nil {
+		return err
+	}
+	if rec.Fruitless >= a.c.cfg.MaxFruitless {
+		reason := fmt.Sprintf("range %d made no progress in %d attempts; last error: %s", i, rec.Fruitless, rep.Error)
+		return a.transition(ctx, []store.State{store.StateRunning}, store.StateFailed, reason)
+	}
+	a.notBefore[i] = now.Add(a.c.backoff(rec.Fruitless))
+	a.lastErr[i] = rep.Error
+	return nil
+}
+
+// halt pauses the broadcast on a channel-wide error: a human must look.
+func (a *actor) halt(ctx context.Context, rep bus.Report) error {
+	return a.transition(ctx, []store.State{store.StateRunning}, store.StatePaused, "sending halted: "+rep.Error)
+}
+
+func (a *actor) transition(ctx context.Context, from []store.State, to store.State, reason string) error {
+	b, err := a.c.cfg.Store.SetState(ctx, a.id, from, to, reason, a.c.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) {
+		a.b.State, a.b.Reason = b.State, b.Reason
+		return nil // someone else moved it first; their state stands
+	}
+	if err != nil {
+		return err
+	}
+	a.b.State, a.b.Reason = b.State, b.Reason
+	a.log().Info("broadcast state changed", "state", b.State, "reason", reason)
+	return a.c.putState(ctx, b)
+}
+
+// finish completes the broadcast once every range is done and no claim is
+// without an outcome.
+func (a *actor) finish(ctx context.Context) bool {
+	if a.b.State != store.StateRunning {
+		return false
+	}
+	for _, r := range a.recs {
+		if !r.Done {
+			return false
+		}
+	}
+	pending, err := a.c.cfg.Store.Pending(ctx, a.id)
+	if err != nil {
+		a.log().Warn("cannot check pending claims", "err", err)
+		return false
+	}
+	if pending > 0 {
+		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages in flight or in doubt", pending))
+		return false
+	}
+	if err := a.transition(ctx, []store.State{store.StateRunning}, store.StateCompleted, ""); err != nil {
+		a.log().Warn("cannot complete broadcast", "err", err)
+		return false
+	}
+	a.setWaiting("")
+	return a.b.State.Finished()
+}
+
+// dispatch publishes the next page of every range that has none outstanding,
+// as far as the throttle grants.
+func (a *actor) dispatch(ctx context.Context) {
+	if a.b.State != store.StateRunning {
+		if a.b.State == store.StatePaused {
+			a.setWaiting("paused: " + a.b.Reason)
+		}
+		return
+	}
+	now := a.c.cfg.Clock.Now()
+	waiting, unfinished := "", false
+	for i, rec := range a.recs {
+		if rec.Done {
+			continue
+		}
+		unfinished = true
+		if o, ok := a.outstanding[i]; ok && now.Sub(o.at) < a.c.cfg.Redispatch {
+			continue
+		}
+		if now.Before(a.notBefore[i]) {
+			waiting = fmt.Sprintf("range %d retries at %s after: %s", i, a.notBefore[i].UTC().Format(time.TimeOnly), a.lastErr[i])
+			continue
+		}
+		limit := a.c.cfg.PageLimit
+		if a.throttle != nil {
+			limit = a.throttle.Take(now, limit)
+			if limit == 0 {
+				waiting = fmt.Sprintf("throttle of %d/hour; next page in %s", a.b.ThrottlePerHour, a.throttle.Wait(now).Round(time.Second))
+				break
+			}
+		}
+		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit}
+		if err := a.c.cfg.Bus.PublishPage(ctx, job, now); err != nil {
+			a.log().Warn("dispatch failed; retried on the next tick", "range", i, "err", err)
+			if a.throttle != nil {
+				a.throttle.Return(limit)
+			}
+			break
+		}
+		a.outstanding[i] = page{from: rec.Next, limit: limit, at: now}
+		a.dispatched[i]++
+	}
+	if unfinished {
+		a.setWaiting(waiting)
+	}
+}
+
+// after reports whether ULID string x sorts after y. ULID strings sort like
+// the ids they encode.
+func after(x, y string) bool { return x > y }
+
+func maxID(x, y string) string {
+	if after(x, y) {
+		return x
+	}
+	return y
+}

@@ -1,0 +1,279 @@
+package coordinator_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/ranges"
+	"github.com/rangecast/rangecast/internal/store"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// TestBroadcastEndToEnd: 20,000 contacts, a segment, three workers; pause
+// midway; resume; every eligible contact receives exactly one message and
+// nobody else does.
+func TestBroadcastEndToEnd(t *testing.T) {
+	t.Parallel()
+	const workers, conc = 3, 16
+	var pauseOnce sync.Once
+	pauseAt := make(chan struct{})
+	s := newStack(t, stackOptions{workers: workers, concurrency: conc, sinkOpts: []capture.Option{}})
+	a := s.seed(20000)
+	want := a.eligible(true)
+	id := s.create("newsletter", 0)
+
+	var received atomic.Int64
+	s.sink.OnMessage(func(capture.Message) {
+		if received.Add(1) == int64(len(want)/3) {
+			pauseOnce.Do(func() { close(pauseAt) })
+		}
+	})
+	started := time.Now()
+	if _, err := s.client.StartBroadcast(context.Background(), &pb.StartBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	<-pauseAt
+	if _, err := s.client.PauseBroadcast(context.Background(), &pb.PauseBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	atPause := s.sink.Count()
+	pauseReturned := time.Now()
+	quiet := s.waitQuiet(time.Second)
+	if after := quiet - atPause; after > workers*conc {
+		t.Fatalf("%d messages arrived after pause returned; at most one in-flight window per worker (%d) may", after, workers*conc)
+	}
+	b := s.status(id)
+	if b.GetState() != pb.BroadcastState_BROADCAST_STATE_PAUSED || b.GetProgress().GetSent() >= int64(len(want)) {
+		t.Fatalf("after pause: state %s, sent %d of %d", b.GetState(), b.GetProgress().GetSent(), len(want))
+	}
+	t.Logf("paused with %d of %d sent; %d arrived after pause returned", quiet, len(want), quiet-atPause)
+
+	if _, err := s.client.ResumeBroadcast(context.Background(), &pb.ResumeBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	pausedFor := time.Since(pauseReturned)
+	b = s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 3*time.Minute)
+	elapsed := time.Since(started) - pausedFor
+	s.exactlyOnce(want)
+	p := b.GetProgress()
+	if p.GetRangesTotal() != ranges.Count || p.GetRangesDone() != ranges.Count {
+		t.Errorf("ranges: %d/%d done, want %d/%d", p.GetRangesDone(), p.GetRangesTotal(), ranges.Count, ranges.Count)
+	}
+	if p.GetSent() != int64(len(want)) || p.GetFailed() != 0 || p.GetInDoubt() != 0 {
+		t.Errorf("status: sent %d failed %d in doubt %d, want sent %d", p.GetSent(), p.GetFailed(), p.GetInDoubt(), len(want))
+	}
+	if b.GetSnapshotTotal() != int64(len(want)) {
+		t.Errorf("snapshot total %d, want %d", b.GetSnapshotTotal(), len(want))
+	}
+	var kvSent int64
+	for _, r := range p.GetRanges() {
+		kvSent += r.GetSent()
+		if r.GetPosition() != 1 {
+			t.Errorf("range %d position %v, want 1 when done", r.GetIndex(), r.GetPosition())
+		}
+	}
+	if kvSent != int64(len(want)) {
+		t.Errorf("sum of range records' sent = %d, want %d", kvSent, len(want))
+	}
+	writes := s.coord.KVWrites()
+	t.Logf("sent %d in %s (excluding the pause): %.0f msg/s; coordinator KV writes: %d (%.1f per 1,000 messages); pages dispatched: %d",
+		len(want), elapsed.Round(time.Millisecond), float64(len(want))/elapsed.Seconds(), writes,
+		float64(writes)*1000/float64(len(want)), p.GetPagesDispatched())
+}
+
+// TestRewalkedPagesSendNothing sets every cursor back to its range's start
+// (a stale or lost KV write) and restarts the coordinator: pages walked again
+// find their claims and send nothing twice.
+func TestRewalkedPagesSendNothing(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 2, concurrency: 8, pageLimit: 50})
+	a := s.seed(3000)
+	want := a.eligible(false)
+	id := s.create("", 0)
+	var pauseOnce sync.Once
+	pauseAt := make(chan struct{})
+	s.sink.OnMessage(func(capture.Message) {
+		if s.sink.Count() >= len(want)/2 {
+			pauseOnce.Do(func() { close(pauseAt) })
+		}
+	})
+	ctx := context.Background()
+	if _, err := s.client.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	<-pauseAt
+	if _, err := s.client.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	before := s.waitQuiet(500 * time.Millisecond)
+	s.stopCoord()
+
+	// Move every cursor back to the start of its range.
+	kv := s.bus.Broadcasts
+	for i := range ranges.Count {
+		e, err := kv.Get(ctx, bus.RangeKey(id, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec bus.RangeRecord
+		if err := bus.Decode(e.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Next, rec.Done = rec.Start, false
+		if _, err := kv.Put(ctx, bus.RangeKey(id, i), bus.Encode(rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.startCoordinator()
+	if _, err := s.client.ResumeBroadcast(ctx, &pb.ResumeBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 2*time.Minute)
+	s.exactlyOnce(want)
+	t.Logf("%d sent before the rewind, %d after; every eligible contact once", before, s.sink.Count()-before)
+}
+
+// TestLowerCursorReportIgnored feeds reports straight to the coordinator (no
+// workers): a report behind the cursor, or repeating it, changes nothing.
+func TestLowerCursorReportIgnored(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 0, concurrency: 4})
+	s.seed(1000)
+	id := s.create("", 0)
+	ctx := context.Background()
+	if _, err := s.client.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	r0 := s.status(id).GetProgress().GetRanges()[0]
+	start, end := ulid.MustParseStrict(r0.GetStart()), ulid.MustParseStrict(r0.GetEnd())
+	mid := midpoint(start, end)
+	low := midpoint(start, mid)
+
+	send := func(next ulid.ULID, sent int) {
+		t.Helper()
+		rep := bus.Report{Broadcast: id, Range: 0, From: r0.GetStart(), Next: next.String(), Sent: sent, Claimed: sent}
+		if _, err := s.bus.JS.Publish(ctx, bus.ReportSubject(id), bus.Encode(rep)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record := func() bus.RangeRecord {
+		t.Helper()
+		e, err := s.bus.Broadcasts.Get(ctx, bus.RangeKey(id, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec bus.RangeRecord
+		if err := bus.Decode(e.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	waitFor := func(cond func(bus.RangeRecord) bool) bus.RangeRecord {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			rec := record()
+			if cond(rec) || time.Now().After(deadline) {
+				return rec
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	send(mid, 7)
+	rec := waitFor(func(r bus.RangeRecord) bool { return r.Next == mid.String() })
+	if rec.Next != mid.String() || rec.Sent != 7 {
+		t.Fatalf("advance not applied: next %s sent %d, want %s and 7", rec.Next, rec.Sent, mid)
+	}
+	send(low, 5) // behind the cursor: ignored
+	send(mid, 7) // a duplicate: ignored
+	// A marker report that does advance proves the two above were consumed.
+	marker, _ := ranges.Next(mid)
+	send(marker, 1)
+	rec = waitFor(func(r bus.RangeRecord) bool { return r.Next == marker.String() })
+	if rec.Next != marker.String() || rec.Sent != 8 {
+		t.Fatalf("after a lower and a repeated report: next %s sent %d, want %s and 8 (the lower and repeated ones ignored)", rec.Next, rec.Sent, marker)
+	}
+}
+
+func midpoint(a, b ulid.ULID) ulid.ULID {
+	// Average of two 128-bit big-endian numbers, byte by byte with carry.
+	var out ulid.ULID
+	carry := 0
+	for i := 15; i >= 0; i-- {
+		s := int(a[i]) + int(b[i]) + carry
+		out[i], carry = byte(s), s>>8
+	}
+	// Shift right by one across the 129-bit sum.
+	for i := 0; i < 16; i++ {
+		next := carry
+		carry = int(out[i] & 1)
+		out[i] = out[i]>>1 | byte(next<<7)
+	}
+	return out
+}
+
+// TestUnsubscribeMidBroadcast: contacts unsubscribed after the broadcast
+// started, before their page ran, receive nothing.
+func TestUnsubscribeMidBroadcast(t *testing.T) {
+	t.Parallel()
+	const pageLimit = 20
+	var once sync.Once
+	var victims []store.Contact
+	var s *stack
+	s = newStack(t, stackOptions{workers: 2, concurrency: 4, pageLimit: pageLimit, sinkOpts: []capture.Option{
+		// The first RCPT of the broadcast blocks every sender until the
+		// unsubscribes are committed: no page has finished yet, so no page
+		// after the first of any range has been read.
+		capture.WithRcptHook(func(string) *smtp.SMTPError {
+			once.Do(func() {
+				for _, c := range victims {
+					if err := s.store.Unsubscribe(context.Background(), c.Email, time.Now()); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			return nil
+		}),
+	}})
+	a := s.seed(2000)
+	want := a.eligible(false)
+	id := s.create("", 0)
+
+	// Victims: in each range, the eligible contacts past its first page.
+	var ids []store.Contact
+	for _, c := range a.contacts {
+		if want[c.Email] {
+			ids = append(ids, c)
+		}
+	}
+	rs, err := ranges.Split(ids[0].ID, ids[len(ids)-1].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]int{}
+	for _, c := range ids {
+		r := ranges.Find(rs, c.ID)
+		seen[r]++
+		if seen[r] > pageLimit && seen[r]%3 == 0 {
+			victims = append(victims, c)
+			delete(want, c.Email)
+		}
+	}
+	if len(victims) < 20 {
+		t.Fatalf("only %d victims; the test needs ranges longer than a page", len(victims))
+	}
+	if _, err := s.client.StartBroadcast(context.Background(), &pb.StartBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 2*time.Minute)
+	s.exactlyOnce(want)
+	t.Logf("%d contacts unsubscribed mid-broadcast received nothing", len(victims))
+}

@@ -1,0 +1,24 @@
+package coordinator
+
+import (
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// NewGRPCServer registers the broadcast and audience services, gRPC health
+// and reflection (so grpcurl works without the .proto files).
+func NewGRPCServer(c *Coordinator, opts ...grpc.ServerOption) *grpc.Server {
+	s := grpc.NewServer(opts...)
+	pb.RegisterBroadcastServiceServer(s, NewBroadcastAPI(c))
+	pb.RegisterAudienceServiceServer(s, NewAudienceAPI(c))
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(pb.BroadcastService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s, hs)
+	reflection.Register(s)
+	return s
+}

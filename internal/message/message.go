@@ -1,0 +1,358 @@
+// Package message turns a broadcast's template and one contact into the exact
+// bytes handed to a transport. It owns everything that must be decided once per
+// broadcast (is this template valid?) and everything that must be identical
+// every time the same (broadcast, contact) pair is rendered (Message-ID, MIME
+// boundary), so a retried or reconciled send is recognisably the same message.
+//
+// Templates see one value with the fields .ID, .Email, .Name and .Attributes.
+// A field chain such as {{.Attributes.plan}} declares a required attribute:
+// rendering fails for a contact that lacks it, rather than sending "<no value>"
+// to a person. Optional attributes are read with index, which yields nothing
+// when the key is absent: {{with index .Attributes "plan"}}…{{end}}.
+package message
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	htmltemplate "html/template"
+	"mime"
+	"mime/multipart"
+	"mime/quotedprintable"
+	"net/mail"
+	"net/textproto"
+	"net/url"
+	"strings"
+	texttemplate "text/template"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Template is a broadcast's content, validated at create time.
+// Subject and Text are text/template sources, HTML is an html/template source.
+type Template struct {
+	FromName    string
+	FromAddress string
+	Subject     string
+	HTML        string
+	Text        string
+}
+
+// Contact is the recipient-side data a template can refer to.
+type Contact struct {
+	ID         ulid.ULID
+	Email      string
+	Name       string
+	Attributes map[string]any
+}
+
+// Params are the per-message inputs to Render. Date is passed in rather than
+// read from the clock so rendering is a pure function of its inputs.
+type Params struct {
+	BroadcastID ulid.ULID
+	Contact     Contact
+	Date        time.Time
+	// UnsubscribeURL is the one-click unsubscribe link for this contact.
+	// Empty means a placeholder on the sending domain is used.
+	UnsubscribeURL string
+}
+
+// Rendered is one message ready for a transport.
+type Rendered struct {
+	MessageID string // without angle brackets
+	From      string // envelope sender (MAIL FROM)
+	To        string // envelope recipient (RCPT TO)
+	Bytes     []byte // RFC 5322 message, CRLF line endings
+}
+
+// Compiled is a validated Template. It is safe for concurrent use: page
+// workers render many contacts from one Compiled in parallel.
+type Compiled struct {
+	tmpl    Template
+	from    string // bare addr-spec
+	domain  string // lowercased domain of from
+	subject *texttemplate.Template
+	html    *htmltemplate.Template
+	text    *texttemplate.Template // nil when Template.Text is empty
+}
+
+// templateData is what templates see. Field names are part of the template
+// language users write, so they must not change.
+type templateData struct {
+	ID         ulid.ULID
+	Email      string
+	Name       string
+	Attributes map[string]any
+}
+
+// Template names double as the Field of a ValidationError.
+const (
+	fieldFromName    = "from_name"
+	fieldFromAddress = "from_address"
+	fieldSubject     = "subject"
+	fieldHTML        = "html"
+	fieldText        = "text"
+)
+
+// Compile parses and validates t. Everything that can be wrong with a template
+// independently of the contact is reported here, at create time, rather than
+// halfway through a broadcast. Errors are *ValidationError.
+func Compile(t Template) (*Compiled, error) {
+	if err := ValidateHeaderValue(fieldFromName, t.FromName); err != nil {
+		return nil, err
+	}
+	from, domain, err := parseFromAddress(t.FromAddress)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(t.Subject) == "" {
+		return nil, &ValidationError{Field: fieldSubject, Reason: "is empty; every broadcast needs a subject line"}
+	}
+	// A literal newline in the subject source would end up in the header even
+	// before any contact data is substituted.
+	if err := ValidateHeaderValue(fieldSubject, t.Subject); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(t.HTML) == "" {
+		return nil, &ValidationError{Field: fieldHTML, Reason: "is empty; the HTML body is required (the plain-text part can be derived from it)"}
+	}
+
+	c := &Compiled{tmpl: t, from: from, domain: domain}
+
+	if c.subject, err = texttemplate.New(fieldSubject).Option("missingkey=error").Parse(t.Subject); err != nil {
+		return nil, templateError(fieldSubject, err)
+	}
+	if c.html, err = htmltemplate.New(fieldHTML).Option("missingkey=error").Parse(t.HTML); err != nil {
+		return nil, templateError(fieldHTML, err)
+	}
+	if t.Text != "" {
+		if c.text, err = texttemplate.New(fieldText).Option("missingkey=error").Parse(t.Text); err != nil {
+			return nil, templateError(fieldText, err)
+		}
+	}
+
+	// Static check first: it sees every branch, while the sample render below
+	// only executes the branches the sample takes.
+	attrs := map[string]any{}
+	for _, tr := range c.trees() {
+		if err := checkFields(tr.field, tr.name, tr.tree, attrs); err != nil {
+			return nil, err
+		}
+	}
+
+	// Render once against a sample contact, so execution-time mistakes
+	// (wrong argument types, fields on strings) surface now. Required
+	// attributes get placeholder values; see the package comment.
+	sample := templateData{Email: "sample@example.com", Name: "Sample", Attributes: attrs}
+	if _, err := c.execSubject(sample); err != nil {
+		return nil, err
+	}
+	if _, _, err := c.execBodies(sample); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// SendingDomain is the lowercased domain of the from address. It names the
+// Message-ID domain and the placeholder unsubscribe host.
+func (c *Compiled) SendingDomain() string { return c.domain }
+
+// MessageID returns the deterministic id "<broadcast>.<contact>@<sending-domain>"
+// without angle brackets. The reconciler relies on it being derivable from the
+// ledger row alone, so it must not depend on anything else.
+func MessageID(broadcast, contact ulid.ULID, sendingDomain string) string {
+	return broadcast.String() + "." + contact.String() + "@" + strings.ToLower(sendingDomain)
+}
+
+// Render builds the full message for one contact.
+func (c *Compiled) Render(p Params) (Rendered, error) {
+	if p.Date.IsZero() {
+		return Rendered{}, errors.New("message: render: Params.Date is zero; pass the send time explicitly")
+	}
+	to, err := contactAddress(p.Contact)
+	if err != nil {
+		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
+	}
+	unsub := p.UnsubscribeURL
+	if unsub == "" {
+		unsub = "https://" + c.domain + "/u/" + p.BroadcastID.String() + "/" + p.Contact.ID.String()
+	} else if err := validateUnsubscribeURL(unsub); err != nil {
+		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
+	}
+
+	data := templateData{ID: p.Contact.ID, Email: p.Contact.Email, Name: p.Contact.Name, Attributes: p.Contact.Attributes}
+	subject, err := c.execSubject(data)
+	if err != nil {
+		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
+	}
+	text, html, err := c.execBodies(data)
+	if err != nil {
+		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
+	}
+
+	id := MessageID(p.BroadcastID, p.Contact.ID, c.domain)
+	fromHdr := (&mail.Address{Name: c.tmpl.FromName, Address: c.from}).String()
+	toHdr := (&mail.Address{Name: p.Contact.Name, Address: to}).String()
+
+	var buf bytes.Buffer
+	buf.Grow(len(html) + len(text) + 1024)
+	hw := headerWriter{buf: &buf}
+	hw.write("From", fromHdr)
+	hw.write("To", toHdr)
+	hw.write("Subject", encodeSubject(subject))
+	hw.write("Date", p.Date.Format(time.RFC1123Z))
+	hw.write("Message-ID", "<"+id+">")
+	hw.write("MIME-Version", "1.0")
+	hw.write("List-Unsubscribe", "<"+unsub+">")
+	hw.write("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
+
+	// The boundary is derived from the message identity so re-rendering gives
+	// identical bytes. It starts with "=_", which quoted-printable output can
+	// never contain ('=' is always escaped as =3D, soft breaks are "=\r\n"),
+	// so no body can collide with it.
+	boundary := "=_rc." + p.BroadcastID.String() + "." + p.Contact.ID.String()
+	hw.write("Content-Type", mime.FormatMediaType("multipart/alternative", map[string]string{"boundary": boundary}))
+	if hw.err != nil {
+		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, hw.err)
+	}
+	buf.WriteString("\r\n")
+
+	mw := multipart.NewWriter(&buf)
+	if err := mw.SetBoundary(boundary); err != nil {
+		return Rendered{}, fmt.Errorf("message: render: boundary: %w", err)
+	}
+	if err := writeQPPart(mw, "text/plain; charset=utf-8", text); err != nil {
+		return Rendered{}, fmt.Errorf("message: render text part: %w", err)
+	}
+	if err := writeQPPart(mw, "text/html; charset=utf-8", html); err != nil {
+		return Rendered{}, fmt.Errorf("message: render html part: %w", err)
+	}
+	if err := mw.Close(); err != nil {
+		return Rendered{}, fmt.Errorf("message: render: close multipart: %w", err)
+	}
+
+	return Rendered{MessageID: id, From: c.from, To: to, Bytes: buf.Bytes()}, nil
+}
+
+func (c *Compiled) execSubject(d templateData) (string, error) {
+	var sb strings.Builder
+	if err := c.subject.Execute(&sb, d); err != nil {
+		return "", templateError(fieldSubject, err)
+	}
+	s := sb.String()
+	// Contact data can smuggle a newline into the subject; that would let a
+	// contact record inject headers, so it fails this contact.
+	if err := ValidateHeaderValue(fieldSubject, s); err != nil {
+		return "", &ValidationError{Field: fieldSubject, Reason: "rendered subject contains a line break or NUL (check the contact data used in it)"}
+	}
+	if strings.TrimSpace(s) == "" {
+		return "", &ValidationError{Field: fieldSubject, Reason: "renders to an empty subject line"}
+	}
+	return s, nil
+}
+
+// execBodies returns the plain-text and HTML bodies. Without a Text template
+// the plain part is derived from the rendered HTML, so it carries the same
+// personalisation.
+func (c *Compiled) execBodies(d templateData) (text, html string, err error) {
+	var hb strings.Builder
+	if err := c.html.Execute(&hb, d); err != nil {
+		return "", "", templateError(fieldHTML, err)
+	}
+	html = hb.String()
+	if c.text == nil {
+		return htmlToText(html), html, nil
+	}
+	var tb strings.Builder
+	if err := c.text.Execute(&tb, d); err != nil {
+		return "", "", templateError(fieldText, err)
+	}
+	return tb.String(), html, nil
+}
+
+func writeQPPart(mw *multipart.Writer, contentType, body string) error {
+	h := textproto.MIMEHeader{}
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Transfer-Encoding", "quoted-printable")
+	pw, err := mw.CreatePart(h)
+	if err != nil {
+		return err
+	}
+	// Binary=false: the writer turns bare \n into CRLF, as SMTP requires.
+	qp := quotedprintable.NewWriter(pw)
+	if _, err := qp.Write([]byte(body)); err != nil {
+		return err
+	}
+	return qp.Close()
+}
+
+// parseFromAddress accepts exactly one bare addr-spec with a host-name domain.
+func parseFromAddress(s string) (addr, domain string, err error) {
+	if err := ValidateHeaderValue(fieldFromAddress, s); err != nil {
+		return "", "", err
+	}
+	if strings.TrimSpace(s) == "" {
+		return "", "", &ValidationError{Field: fieldFromAddress, Reason: "is empty; give the sending address, e.g. news@example.com"}
+	}
+	a, perr := mail.ParseAddress(s)
+	if perr != nil {
+		return "", "", &ValidationError{Field: fieldFromAddress, Reason: fmt.Sprintf("%q is not a valid email address (%v)", s, perr)}
+	}
+	if a.Name != "" || a.Address != strings.TrimSpace(s) {
+		return "", "", &ValidationError{Field: fieldFromAddress, Reason: fmt.Sprintf("%q must be a bare address like news@example.com; put the display name in from_name", s)}
+	}
+	at := strings.LastIndexByte(a.Address, '@')
+	domain = strings.ToLower(a.Address[at+1:])
+	if !isHostname(domain) {
+		return "", "", &ValidationError{Field: fieldFromAddress, Reason: fmt.Sprintf("domain %q is not a host name; the sending domain names Message-IDs and unsubscribe links", domain)}
+	}
+	return a.Address, domain, nil
+}
+
+func isHostname(d string) bool {
+	if d == "" || len(d) > 253 || d[0] == '.' || d[len(d)-1] == '.' || d[0] == '-' {
+		return false
+	}
+	for _, label := range strings.Split(d, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// contactAddress checks that the contact's email is a usable recipient: it
+// becomes both the To header and the RCPT TO argument.
+func contactAddress(c Contact) (string, error) {
+	if err := ValidateHeaderValue("contact name", c.Name); err != nil {
+		return "", err
+	}
+	if err := ValidateHeaderValue("contact email", c.Email); err != nil {
+		return "", err
+	}
+	if c.Email == "" {
+		return "", &ValidationError{Field: "contact email", Reason: "is empty"}
+	}
+	a, err := mail.ParseAddress(c.Email)
+	if err != nil || a.Name != "" || a.Address != strings.TrimSpace(c.Email) {
+		return "", &ValidationError{Field: "contact email", Reason: fmt.Sprintf("%q is not a bare email address", c.Email)}
+	}
+	return a.Address, nil
+}
+
+func validateUnsubscribeURL(s string) error {
+	if strings.ContainsAny(s, "\r\n\x00<> \t") {
+		return &ValidationError{Field: "unsubscribe_url", Reason: "contains whitespace, a line break or angle brackets"}
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return &ValidationError{Field: "unsubscribe_url", Reason: fmt.Sprintf("%q is not an absolute http(s) URL", s)}
+	}
+	return nil
+}

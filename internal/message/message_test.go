@@ -1,0 +1,457 @@
+package message
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"mime/quotedprintable"
+	"net/mail"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+var (
+	testBroadcast = ulid.MustParse("01J9ZQ7Y3M8B5N4K2H1G0F9E8D")
+	testContact   = ulid.MustParse("01J9ZQ8A6C5D4E3F2G1H0J9K8M")
+	testDate      = time.Date(2025, 3, 14, 15, 9, 26, 0, time.FixedZone("CET", 3600))
+)
+
+func baseTemplate() Template {
+	return Template{
+		FromName:    "Rangecast News",
+		FromAddress: "news@Example.com",
+		Subject:     "Hello {{.Name}}",
+		HTML:        `<p>Hi {{.Name}},</p><p>Your plan: {{.Attributes.plan}}. <a href="https://example.com/go?a=1&amp;b=2">Open</a></p>`,
+		Text:        "Hi {{.Name}},\nYour plan: {{.Attributes.plan}}.\n",
+	}
+}
+
+func baseParams() Params {
+	return Params{
+		BroadcastID: testBroadcast,
+		Contact: Contact{
+			ID:         testContact,
+			Email:      "ada@example.org",
+			Name:       "Ada Lovelace",
+			Attributes: map[string]any{"plan": "pro"},
+		},
+		Date:           testDate,
+		UnsubscribeURL: "https://example.com/unsub?t=abc",
+	}
+}
+
+func mustCompile(t *testing.T, tmpl Template) *Compiled {
+	t.Helper()
+	c, err := Compile(tmpl)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	return c
+}
+
+func mustRender(t *testing.T, c *Compiled, p Params) Rendered {
+	t.Helper()
+	r, err := c.Render(p)
+	if err != nil {
+		t.Fatalf("Render: %v", err)
+	}
+	return r
+}
+
+// parts returns the decoded bodies of a multipart/alternative message keyed
+// by media type, checking that each part is declared quoted-printable UTF-8.
+func parts(t *testing.T, raw []byte) (*mail.Message, map[string]string) {
+	t.Helper()
+	msg, err := mail.ReadMessage(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("ReadMessage: %v", err)
+	}
+	mt, params, err := mime.ParseMediaType(msg.Header.Get("Content-Type"))
+	if err != nil || mt != "multipart/alternative" {
+		t.Fatalf("Content-Type = %q (%v), want multipart/alternative", msg.Header.Get("Content-Type"), err)
+	}
+	mr := multipart.NewReader(msg.Body, params["boundary"])
+	out := map[string]string{}
+	var order []string
+	for {
+		p, err := mr.NextRawPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("NextRawPart: %v", err)
+		}
+		pt, pp, err := mime.ParseMediaType(p.Header.Get("Content-Type"))
+		if err != nil {
+			t.Fatalf("part Content-Type: %v", err)
+		}
+		if pp["charset"] != "utf-8" {
+			t.Errorf("%s charset = %q, want utf-8", pt, pp["charset"])
+		}
+		if cte := p.Header.Get("Content-Transfer-Encoding"); cte != "quoted-printable" {
+			t.Errorf("%s Content-Transfer-Encoding = %q", pt, cte)
+		}
+		b, err := io.ReadAll(quotedprintable.NewReader(p))
+		if err != nil {
+			t.Fatalf("decode %s: %v", pt, err)
+		}
+		out[pt] = string(b)
+		order = append(order, pt)
+	}
+	// RFC 2046 §5.1.4: alternatives in increasing order of preference.
+	if strings.Join(order, ",") != "text/plain,text/html" {
+		t.Errorf("part order = %v, want text/plain then text/html", order)
+	}
+	return msg, out
+}
+
+func TestRenderRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := mustCompile(t, baseTemplate())
+	r := mustRender(t, c, baseParams())
+
+	if bytes.Contains(bytes.ReplaceAll(r.Bytes, []byte("\r\n"), nil), []byte("\n")) ||
+		bytes.Contains(bytes.ReplaceAll(r.Bytes, []byte("\r\n"), nil), []byte("\r")) {
+		t.Fatal("message contains a bare LF or CR; all line endings must be CRLF")
+	}
+	for _, line := range strings.Split(string(r.Bytes), "\r\n") {
+		if len(line) > 998 {
+			t.Fatalf("line longer than 998: %q", line[:80])
+		}
+	}
+
+	msg, body := parts(t, r.Bytes)
+	h := msg.Header
+	wantID := testBroadcast.String() + "." + testContact.String() + "@example.com"
+	checks := map[string]string{
+		"From":                  `"Rangecast News" <news@Example.com>`,
+		"To":                    `"Ada Lovelace" <ada@example.org>`,
+		"Subject":               "Hello Ada Lovelace",
+		"Date":                  "Fri, 14 Mar 2025 15:09:26 +0100",
+		"Message-Id":            "<" + wantID + ">",
+		"Mime-Version":          "1.0",
+		"List-Unsubscribe":      "<https://example.com/unsub?t=abc>",
+		"List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+	}
+	for k, want := range checks {
+		if got := h.Get(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	if d, err := h.Date(); err != nil || !d.Equal(testDate) {
+		t.Errorf("Date parses to %v (%v), want %v", d, err, testDate)
+	}
+	if r.MessageID != wantID || r.From != "news@Example.com" || r.To != "ada@example.org" {
+		t.Errorf("Rendered = {%q %q %q}", r.MessageID, r.From, r.To)
+	}
+	if want := "Hi Ada Lovelace,\r\nYour plan: pro.\r\n"; body["text/plain"] != want {
+		t.Errorf("text part = %q, want %q", body["text/plain"], want)
+	}
+	if want := `<p>Hi Ada Lovelace,</p><p>Your plan: pro. <a href="https://example.com/go?a=1&amp;b=2">Open</a></p>`; body["text/html"] != want {
+		t.Errorf("html part = %q, want %q", body["text/html"], want)
+	}
+}
+
+func TestRenderIsDeterministic(t *testing.T) {
+	t.Parallel()
+	c := mustCompile(t, baseTemplate())
+	a := mustRender(t, c, baseParams())
+	b := mustRender(t, c, baseParams())
+	if !bytes.Equal(a.Bytes, b.Bytes) {
+		t.Fatal("rendering the same (broadcast, contact) twice gave different bytes")
+	}
+	if got, want := MessageID(testBroadcast, testContact, "Example.COM"), "01J9ZQ7Y3M8B5N4K2H1G0F9E8D.01J9ZQ8A6C5D4E3F2G1H0J9K8M@example.com"; got != want {
+		t.Errorf("MessageID = %q, want %q", got, want)
+	}
+	if a.MessageID != MessageID(testBroadcast, testContact, c.SendingDomain()) {
+		t.Errorf("Rendered.MessageID %q disagrees with MessageID()", a.MessageID)
+	}
+	other := baseParams()
+	other.Contact.ID = ulid.MustParse("01J9ZQ8A6C5D4E3F2G1H0J9K8N")
+	if mustRender(t, c, other).MessageID == a.MessageID {
+		t.Error("different contacts share a Message-ID")
+	}
+}
+
+func TestSendingDomainLowercased(t *testing.T) {
+	t.Parallel()
+	if got := mustCompile(t, baseTemplate()).SendingDomain(); got != "example.com" {
+		t.Errorf("SendingDomain = %q", got)
+	}
+}
+
+func TestPlaceholderUnsubscribe(t *testing.T) {
+	t.Parallel()
+	c := mustCompile(t, baseTemplate())
+	p := baseParams()
+	p.UnsubscribeURL = ""
+	msg, _ := parts(t, mustRender(t, c, p).Bytes)
+	want := "<https://example.com/u/" + testBroadcast.String() + "/" + testContact.String() + ">"
+	if got := msg.Header.Get("List-Unsubscribe"); got != want {
+		t.Errorf("List-Unsubscribe = %q, want %q", got, want)
+	}
+	if got := msg.Header.Get("List-Unsubscribe-Post"); got != "List-Unsubscribe=One-Click" {
+		t.Errorf("List-Unsubscribe-Post = %q", got)
+	}
+}
+
+func TestBadUnsubscribeURLRejected(t *testing.T) {
+	t.Parallel()
+	c := mustCompile(t, baseTemplate())
+	for _, u := range []string{"https://x/\r\nBcc: a@b", "javascript:alert(1)", "/relative", "https://x/<y>"} {
+		p := baseParams()
+		p.UnsubscribeURL = u
+		if _, err := c.Render(p); err == nil {
+			t.Errorf("UnsubscribeURL %q accepted", u)
+		}
+	}
+}
+
+func TestNonASCIIHeadersEncoded(t *testing.T) {
+	t.Parallel()
+	tmpl := baseTemplate()
+	tmpl.FromName = "Ünïcode Néws"
+	tmpl.Subject = "Grüße, {{.Name}} — 🎉 " + strings.Repeat("ein langer Betreff ", 8)
+	c := mustCompile(t, tmpl)
+	p := baseParams()
+	p.Contact.Name = "Zoë"
+	r := mustRender(t, c, p)
+
+	head := string(r.Bytes[:bytes.Index(r.Bytes, []byte("\r\n\r\n"))])
+	for _, line := range strings.Split(head, "\r\n") {
+		for _, b := range []byte(line) {
+			if b >= 0x80 {
+				t.Fatalf("raw 8-bit byte in header line %q", line)
+			}
+		}
+		// Encoded words are at most 75 characters and are never split, so
+		// a line holds at most a header name plus one of them.
+		if len(line) > len("Message-ID: ")+75 {
+			t.Errorf("header line not folded (%d chars): %q", len(line), line)
+		}
+	}
+	if !strings.Contains(head, "\r\n =?utf-8?q?") {
+		t.Errorf("long Subject was not folded between encoded words:\n%s", head)
+	}
+	msg, _ := parts(t, r.Bytes)
+	dec := new(mime.WordDecoder)
+	subj, err := dec.DecodeHeader(msg.Header.Get("Subject"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "Grüße, Zoë — 🎉 " + strings.Repeat("ein langer Betreff ", 8); subj != want {
+		t.Errorf("decoded Subject = %q, want %q", subj, want)
+	}
+	if !strings.Contains(msg.Header.Get("Subject"), "=?utf-8?q?") {
+		t.Errorf("Subject not RFC 2047 Q-encoded: %q", msg.Header.Get("Subject"))
+	}
+	from, err := msg.Header.AddressList("From")
+	if err != nil || len(from) != 1 || from[0].Name != "Ünïcode Néws" || from[0].Address != "news@Example.com" {
+		t.Errorf("From = %v (%v)", from, err)
+	}
+	to, err := msg.Header.AddressList("To")
+	if err != nil || len(to) != 1 || to[0].Name != "Zoë" {
+		t.Errorf("To = %v (%v)", to, err)
+	}
+}
+
+func TestHTMLIsEscapedAndTextFallback(t *testing.T) {
+	t.Parallel()
+	tmpl := baseTemplate()
+	tmpl.Text = ""
+	tmpl.HTML = `<html><head><title>T</title><style>p{color:red}</style></head><body>
+<h1>Hi {{.Name}}</h1><!-- hidden -->
+<p>Line one<br>line&nbsp;two &amp; more</p>
+<ul><li>first</li><li>second</li></ul>
+<p><a href="https://example.com/cta">Read it</a></p>
+<script>alert("x")</script></body></html>`
+	c := mustCompile(t, tmpl)
+	p := baseParams()
+	p.Contact.Name = `<b>Bobby</b> & "Tables"`
+	_, body := parts(t, mustRender(t, c, p).Bytes)
+
+	if strings.Contains(body["text/html"], "<b>Bobby</b>") {
+		t.Errorf("contact name not HTML-escaped in HTML part: %q", body["text/html"])
+	}
+	want := "Hi <b>Bobby</b> & \"Tables\"\r\n\r\nLine one\r\nline two & more\r\n\r\n- first\r\n- second\r\n\r\nRead it (https://example.com/cta)\r\n"
+	got := body["text/plain"]
+	for _, bad := range []string{"hidden", "alert", "color:red"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("text fallback contains %q: %q", bad, got)
+		}
+	}
+	if got != want {
+		t.Errorf("text fallback =\n%q\nwant\n%q", got, want)
+	}
+}
+
+func TestDotLinesSurviveInBody(t *testing.T) {
+	t.Parallel()
+	tmpl := baseTemplate()
+	tmpl.Text = "before\n.\n.hidden\nafter\n"
+	c := mustCompile(t, tmpl)
+	_, body := parts(t, mustRender(t, c, baseParams()).Bytes)
+	if body["text/plain"] != "before\r\n.\r\n.hidden\r\nafter\r\n" {
+		t.Errorf("text part = %q", body["text/plain"])
+	}
+}
+
+func TestCompileRejects(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name      string
+		mod       func(*Template)
+		field     string
+		reasonHas string
+	}{
+		{"CRLF in subject", func(tp *Template) { tp.Subject = "Hi\r\nBcc: evil@example.net" }, "subject", "line break"},
+		{"LF in subject", func(tp *Template) { tp.Subject = "Hi\nthere" }, "subject", "line break"},
+		{"NUL in subject", func(tp *Template) { tp.Subject = "Hi\x00" }, "subject", "NUL"},
+		{"CRLF in from name", func(tp *Template) { tp.FromName = "News\r\nBcc: evil@example.net" }, "from_name", "line break"},
+		{"empty subject", func(tp *Template) { tp.Subject = "  " }, "subject", "empty"},
+		{"empty html", func(tp *Template) { tp.HTML = "" }, "html", "empty"},
+		{"from missing at", func(tp *Template) { tp.FromAddress = "news.example.com" }, "from_address", "not a valid email"},
+		{"from with name", func(tp *Template) { tp.FromAddress = "News <news@example.com>" }, "from_address", "bare address"},
+		{"from two addresses", func(tp *Template) { tp.FromAddress = "a@example.com, b@example.com" }, "from_address", ""},
+		{"from empty", func(tp *Template) { tp.FromAddress = "" }, "from_address", "empty"},
+		{"from no domain", func(tp *Template) { tp.FromAddress = "news@" }, "from_address", ""},
+		{"from ip literal", func(tp *Template) { tp.FromAddress = "news@[192.0.2.1]" }, "from_address", ""},
+		{"from CRLF", func(tp *Template) { tp.FromAddress = "news@example.com\r\nBcc: x@y" }, "from_address", "line break"},
+		{"unknown field in subject", func(tp *Template) { tp.Subject = "Hi {{.Nmae}}" }, "subject", "unknown field .Nmae"},
+		{"unknown field in html", func(tp *Template) { tp.HTML = "<p>{{.Emial}}</p>" }, "html", "unknown field .Emial"},
+		{"unknown field in text", func(tp *Template) { tp.Text = "{{.Attrs.x}}" }, "text", "unknown field .Attrs"},
+		{"unknown field in untaken branch", func(tp *Template) {
+			tp.HTML = `{{if eq .Name "nobody"}}{{.Nmae}}{{else}}hi{{end}}`
+		}, "html", "unknown field .Nmae"},
+		{"unknown field via $", func(tp *Template) { tp.HTML = `{{range .Attributes}}{{$.Nmae}}{{end}}x` }, "html", "unknown field .Nmae"},
+		{"field on text", func(tp *Template) { tp.Subject = "{{.Name.First}}" }, "subject", "has no field .First"},
+		{"undefined function", func(tp *Template) { tp.Subject = "{{shout .Name}}" }, "subject", "not defined"},
+		{"syntax error", func(tp *Template) { tp.HTML = "<p>{{if .Name}}</p>" }, "html", ""},
+		{"execution error", func(tp *Template) { tp.Subject = `{{printf "%d" (len 3)}}` }, "subject", ""},
+		{"subject renders empty", func(tp *Template) { tp.Subject = `{{if false}}x{{end}}` }, "subject", "empty"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tmpl := baseTemplate()
+			tc.mod(&tmpl)
+			_, err := Compile(tmpl)
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("Compile error = %v (%T), want *ValidationError", err, err)
+			}
+			if ve.Field != tc.field {
+				t.Errorf("Field = %q, want %q (reason %q)", ve.Field, tc.field, ve.Reason)
+			}
+			if !strings.Contains(ve.Reason, tc.reasonHas) {
+				t.Errorf("Reason = %q, want it to mention %q", ve.Reason, tc.reasonHas)
+			}
+		})
+	}
+}
+
+func TestCompileAcceptsAttributes(t *testing.T) {
+	t.Parallel()
+	tmpl := baseTemplate()
+	tmpl.Subject = `{{.Attributes.company.name}} news{{with index .Attributes "city"}} from {{.}}{{end}}`
+	tmpl.HTML = `{{with .Attributes}}{{.plan}}{{end}}{{if .Attributes.vip}}VIP{{end}} {{.ID}} {{.Email}}`
+	c := mustCompile(t, tmpl)
+
+	p := baseParams()
+	p.Contact.Attributes = map[string]any{"company": map[string]any{"name": "Acme"}, "plan": "pro", "vip": true}
+	msg, body := parts(t, mustRender(t, c, p).Bytes)
+	if got := msg.Header.Get("Subject"); got != "Acme news" {
+		t.Errorf("Subject = %q", got)
+	}
+	if want := "proVIP " + testContact.String() + " ada@example.org"; body["text/html"] != want {
+		t.Errorf("html = %q, want %q", body["text/html"], want)
+	}
+
+	p.Contact.Attributes["city"] = "Oslo"
+	msg, _ = parts(t, mustRender(t, c, p).Bytes)
+	if got := msg.Header.Get("Subject"); got != "Acme news from Oslo" {
+		t.Errorf("Subject = %q", got)
+	}
+}
+
+func TestRenderMissingRequiredAttribute(t *testing.T) {
+	t.Parallel()
+	c := mustCompile(t, baseTemplate())
+	p := baseParams()
+	p.Contact.Attributes = nil
+	_, err := c.Render(p)
+	var ve *ValidationError
+	if !errors.As(err, &ve) || !strings.Contains(ve.Reason, `no attribute "plan"`) || !strings.Contains(ve.Reason, "index .Attributes") {
+		t.Fatalf("Render error = %v, want a ValidationError naming the missing attribute", err)
+	}
+}
+
+func TestRenderedSubjectInjectionRejected(t *testing.T) {
+	t.Parallel()
+	tmpl := baseTemplate()
+	tmpl.Subject = "News for {{.Attributes.plan}}"
+	c := mustCompile(t, tmpl)
+	p := baseParams()
+	p.Contact.Attributes = map[string]any{"plan": "pro\r\nBcc: everyone@example.net"}
+	_, err := c.Render(p)
+	var ve *ValidationError
+	if !errors.As(err, &ve) || ve.Field != "subject" {
+		t.Fatalf("Render error = %v, want subject ValidationError", err)
+	}
+}
+
+func TestRenderRejectsBadContact(t *testing.T) {
+	t.Parallel()
+	c := mustCompile(t, baseTemplate())
+	for name, mod := range map[string]func(*Params){
+		"name with CRLF":  func(p *Params) { p.Contact.Name = "Ada\r\nBcc: x@y" },
+		"email with LF":   func(p *Params) { p.Contact.Email = "ada@example.org\nBcc: x@y" },
+		"email empty":     func(p *Params) { p.Contact.Email = "" },
+		"email with name": func(p *Params) { p.Contact.Email = "Ada <ada@example.org>" },
+		"email invalid":   func(p *Params) { p.Contact.Email = "not an address" },
+		"zero date":       func(p *Params) { p.Date = time.Time{} },
+	} {
+		p := baseParams()
+		mod(&p)
+		if _, err := c.Render(p); err == nil {
+			t.Errorf("%s: Render succeeded", name)
+		}
+	}
+}
+
+func TestValidateHeaderValue(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"a\rb", "a\nb", "a\x00b"} {
+		if err := ValidateHeaderValue("x", v); err == nil {
+			t.Errorf("%q accepted", v)
+		}
+	}
+	if err := ValidateHeaderValue("x", "ordinary value\twith tab, ünïcode"); err != nil {
+		t.Errorf("ordinary value rejected: %v", err)
+	}
+}
+
+func TestConcurrentRender(t *testing.T) {
+	t.Parallel()
+	c := mustCompile(t, baseTemplate())
+	want := mustRender(t, c, baseParams()).Bytes
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				r, err := c.Render(baseParams())
+				if err != nil || !bytes.Equal(r.Bytes, want) {
+					t.Errorf("concurrent render differs: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

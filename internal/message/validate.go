@@ -1,0 +1,196 @@
+package message
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"text/template/parse"
+)
+
+// ValidationError says which input is wrong and what to do about it. Reason
+// is written for the person who typed the template, not for a log parser.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return "invalid " + e.Field + ": " + e.Reason
+}
+
+// ValidateHeaderValue returns an error if v contains CR, LF or NUL. Any of
+// them in a header value lets the value start a new header (or end the
+// header block), so every package that puts user data into a header checks
+// with this one function.
+func ValidateHeaderValue(field, v string) error {
+	if i := strings.IndexAny(v, "\r\n\x00"); i >= 0 {
+		what := "a line break (CR or LF)"
+		if v[i] == 0 {
+			what = "a NUL byte"
+		}
+		return &ValidationError{Field: field, Reason: fmt.Sprintf("contains %s at byte %d; header values must be a single line", what, i)}
+	}
+	return nil
+}
+
+var (
+	reUnknownField = regexp.MustCompile(`can't evaluate field (\w+) in type [\w.]*templateData`)
+	reMissingKey   = regexp.MustCompile(`map has no entry for key "([^"]*)"`)
+)
+
+// templateError turns a text/template or html/template error into a
+// ValidationError whose reason names the template and the fix.
+func templateError(field string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "template: ")
+	if m := reUnknownField.FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("%s: unknown field .%s; available fields are %s", location(msg), m[1], availableFields)
+	} else if m := reMissingKey.FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("%s: the contact has no attribute %q; use {{index .Attributes %q}} if it is optional", location(msg), m[1], m[1])
+	}
+	return &ValidationError{Field: field, Reason: msg}
+}
+
+// location extracts "name:line:col" from a template error message.
+func location(msg string) string {
+	if i := strings.Index(msg, ": "); i > 0 {
+		return msg[:i]
+	}
+	return msg
+}
+
+const availableFields = ".Name, .Email, .ID and .Attributes.<key>"
+
+type namedTree struct {
+	field string // ValidationError field
+	name  string // template name; equals field for the top-level template
+	tree  *parse.Tree
+}
+
+func (c *Compiled) trees() []namedTree {
+	var out []namedTree
+	for _, t := range c.subject.Templates() {
+		out = append(out, namedTree{fieldSubject, t.Name(), t.Tree})
+	}
+	for _, t := range c.html.Templates() {
+		out = append(out, namedTree{fieldHTML, t.Name(), t.Tree})
+	}
+	if c.text != nil {
+		for _, t := range c.text.Templates() {
+			out = append(out, namedTree{fieldText, t.Name(), t.Tree})
+		}
+	}
+	return out
+}
+
+// checkFields walks a parse tree and rejects field references that cannot
+// exist on the contact, in every branch, not only the ones a sample render
+// happens to execute. It also records every .Attributes.<key> chain in attrs
+// (as placeholder values) so the sample render can run templates that use
+// required attributes.
+//
+// Only references whose dot is known to be the contact are checked: the
+// top level of the main template, if/else bodies, the else branch of
+// with/range, and $.X anywhere in the main template. Inside with/range
+// bodies and {{define}}d templates the dot is something else.
+func checkFields(field, name string, tree *parse.Tree, attrs map[string]any) error {
+	if tree == nil || tree.Root == nil {
+		return nil
+	}
+	w := &fieldWalker{field: field, tree: tree, attrs: attrs, main: name == field}
+	w.node(tree.Root, w.main)
+	return w.err
+}
+
+type fieldWalker struct {
+	field string
+	tree  *parse.Tree
+	attrs map[string]any
+	main  bool
+	err   error
+}
+
+func (w *fieldWalker) node(n parse.Node, dotIsContact bool) {
+	if w.err != nil || n == nil {
+		return
+	}
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return
+		}
+		for _, c := range n.Nodes {
+			w.node(c, dotIsContact)
+		}
+	case *parse.ActionNode:
+		w.node(n.Pipe, dotIsContact)
+	case *parse.IfNode:
+		w.branch(&n.BranchNode, dotIsContact, dotIsContact)
+	case *parse.WithNode:
+		w.branch(&n.BranchNode, false, dotIsContact)
+	case *parse.RangeNode:
+		w.branch(&n.BranchNode, false, dotIsContact)
+	case *parse.TemplateNode:
+		w.node(n.Pipe, dotIsContact)
+	case *parse.PipeNode:
+		if n == nil {
+			return
+		}
+		for _, c := range n.Cmds {
+			w.node(c, dotIsContact)
+		}
+	case *parse.CommandNode:
+		for _, a := range n.Args {
+			w.node(a, dotIsContact)
+		}
+	case *parse.ChainNode:
+		w.node(n.Node, dotIsContact)
+	case *parse.FieldNode:
+		if dotIsContact {
+			w.check(n, n.Ident)
+		}
+	case *parse.VariableNode:
+		if w.main && len(n.Ident) > 1 && n.Ident[0] == "$" {
+			w.check(n, n.Ident[1:])
+		}
+	}
+}
+
+func (w *fieldWalker) branch(b *parse.BranchNode, bodyDot, elseDot bool) {
+	w.node(b.Pipe, elseDot)
+	w.node(b.List, bodyDot)
+	w.node(b.ElseList, elseDot)
+}
+
+func (w *fieldWalker) check(n parse.Node, ident []string) {
+	loc, _ := w.tree.ErrorContext(n)
+	switch ident[0] {
+	case "ID":
+	case "Name", "Email":
+		if len(ident) > 1 {
+			w.err = &ValidationError{Field: w.field, Reason: fmt.Sprintf("%s: .%s is text and has no field .%s", loc, ident[0], ident[1])}
+		}
+	case "Attributes":
+		addSampleAttr(w.attrs, ident[1:])
+	default:
+		w.err = &ValidationError{Field: w.field, Reason: fmt.Sprintf("%s: unknown field .%s; available fields are %s", loc, ident[0], availableFields)}
+	}
+}
+
+// addSampleAttr makes path resolvable in m: intermediate keys become maps,
+// the last one a placeholder string.
+func addSampleAttr(m map[string]any, path []string) {
+	for i, k := range path {
+		if i == len(path)-1 {
+			if _, ok := m[k]; !ok {
+				m[k] = "sample " + k
+			}
+			return
+		}
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+}

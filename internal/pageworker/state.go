@@ -1,0 +1,84 @@
+package pageworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// stateCache mirrors every broadcast's state from KV through a watch, so a
+// pause reaches a worker between two windows without a round trip per window.
+type stateCache struct {
+	kv jetstream.KeyValue
+
+	mu     sync.RWMutex
+	states map[string]store.State
+}
+
+func newStateCache(kv jetstream.KeyValue) *stateCache {
+	return &stateCache{kv: kv, states: map[string]store.State{}}
+}
+
+func (s *stateCache) start(ctx context.Context) error {
+	w, err := s.kv.Watch(ctx, bus.StateKeys)
+	if err != nil {
+		return fmt.Errorf("watch broadcast states: %w", err)
+	}
+	go func() {
+		defer w.Stop() //nolint:errcheck
+		for e := range w.Updates() {
+			if e == nil {
+				continue // end of the initial values
+			}
+			id := e.Key()[:len(e.Key())-len(".state")]
+			if e.Operation() != jetstream.KeyValuePut {
+				s.set(id, "")
+				continue
+			}
+			var rec bus.StateRecord
+			if bus.Decode(e.Value(), &rec) == nil {
+				s.set(id, store.State(rec.State))
+			}
+		}
+	}()
+	return nil
+}
+
+func (s *stateCache) set(id string, st store.State) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st == "" {
+		delete(s.states, id)
+		return
+	}
+	s.states[id] = st
+}
+
+// get returns the cached state, falling back to a KV read for a broadcast
+// the watch has not delivered yet.
+func (s *stateCache) get(ctx context.Context, id string) (store.State, error) {
+	s.mu.RLock()
+	st, ok := s.states[id]
+	s.mu.RUnlock()
+	if ok {
+		return st, nil
+	}
+	e, err := s.kv.Get(ctx, bus.StateKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return store.StateCancelled, nil // no such broadcast: nothing to send
+	}
+	if err != nil {
+		return "", err
+	}
+	var rec bus.StateRecord
+	if err := bus.Decode(e.Value(), &rec); err != nil {
+		return "", err
+	}
+	return store.State(rec.State), nil
+}

@@ -1,0 +1,464 @@
+// Package postgres is the Postgres implementation of store.Store (pgx/v5).
+// pgx appears nowhere else in rangecast.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// Store implements store.Store on a pgx pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to url and applies migrations. search_path in the url (or
+// options=-c search_path=...) selects the schema.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse database url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Store{pool: pool}, nil
+}
+
+func (s *Store) Close() { s.pool.Close() }
+
+// mapErr is the one place driver errors become store errors.
+func mapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return fmt.Errorf("%s: %w: %s", op, store.ErrConflict, pgErr.Detail)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func uid(id ulid.ULID) [16]byte { return [16]byte(id) }
+
+func uids(ids []ulid.ULID) [][16]byte {
+	out := make([][16]byte, len(ids))
+	for i, id := range ids {
+		out[i] = [16]byte(id)
+	}
+	return out
+}
+
+func nullUID(id ulid.ULID) pgtype.UUID {
+	return pgtype.UUID{Bytes: [16]byte(id), Valid: id != (ulid.ULID{})}
+}
+
+func nullTime(t time.Time) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
+}
+
+const upsertContacts = `
+INSERT INTO contacts AS c (id, email, name, attributes, subscribed, do_not_contact, created_at, updated_at)
+SELECT u.id, u.email, u.name, u.attributes, u.subscribed, u.dnc, $7, $7
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bool[], $6::bool[])
+     AS u(id, email, name, attributes, subscribed, dnc)
+ON CONFLICT (lower(email)) DO UPDATE SET
+    name = EXCLUDED.name,
+    attributes = c.attributes || EXCLUDED.attributes,
+    -- An import may unsubscribe or flag a contact, never undo an unsubscribe.
+    subscribed = c.subscribed AND EXCLUDED.subscribed,
+    do_not_contact = c.do_not_contact OR EXCLUDED.do_not_contact,
+    updated_at = EXCLUDED.updated_at
+RETURNING id, lower(email)`
+
+func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	ids := make([][16]byte, len(cs))
+	emails := make([]string, len(cs))
+	names := make([]string, len(cs))
+	attrs := make([]map[string]any, len(cs))
+	subscribed := make([]bool, len(cs))
+	dnc := make([]bool, len(cs))
+	for i, c := range cs {
+		ids[i], emails[i], names[i], subscribed[i], dnc[i] = uid(c.ID), c.Email, c.Name, c.Subscribed, c.DoNotContact
+		attrs[i] = c.Attributes
+		if attrs[i] == nil {
+			attrs[i] = map[string]any{}
+		}
+	}
+	rows, err := s.pool.Query(ctx, upsertContacts, ids, emails, names, attrs, subscribed, dnc, now)
+	if err != nil {
+		return nil, mapErr("upsert contacts", err)
+	}
+	byEmail := make(map[string]ulid.ULID, len(cs))
+	var id [16]byte
+	var email string
+	_, err = pgx.ForEachRow(rows, []any{&id, &email}, func() error {
+		byEmail[email] = ulid.ULID(id)
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr("upsert contacts", err)
+	}
+	out := make([]ulid.ULID, len(cs))
+	for i, c := range cs {
+		out[i] = byEmail[strings.ToLower(c.Email)]
+	}
+	return out, nil
+}
+
+func (s *Store) Unsubscribe(ctx context.Context, email string, now time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE contacts SET subscribed = false, updated_at = $2 WHERE lower(email) = lower($1)`, email, now)
+	if err != nil {
+		return mapErr("unsubscribe", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("unsubscribe %s: %w", email, store.ErrNotFound)
+	}
+	return nil
+}
+
+func (s *Store) EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, `
+INSERT INTO segments (name, created_at) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name
+RETURNING id`, name, now).Scan(&id)
+	return id, mapErr("ensure segment", err)
+}
+
+func (s *Store) SegmentID(ctx context.Context, name string) (int64, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, `SELECT id FROM segments WHERE name = $1`, name).Scan(&id)
+	return id, mapErr("segment "+name, err)
+}
+
+func (s *Store) AddSegmentMembers(ctx context.Context, segment int64, contacts []ulid.ULID) error {
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO segment_members (segment_id, contact_id)
+SELECT $1, u.id FROM unnest($2::uuid[]) AS u(id)
+ON CONFLICT DO NOTHING`, segment, uids(contacts))
+	return mapErr("add segment members", err)
+}
+
+const broadcastColumns = `b.id, b.name, coalesce(b.request_id, ''), b.from_name, b.from_address, b.subject, b.html, b.text_body,
+coalesce(b.segment_id, 0), coalesce(s.name, ''), b.throttle_per_hour, b.state, b.reason, b.snapshot_total, b.min_id, b.max_id,
+b.created_at, b.started_at, b.finished_at`
+
+const broadcastFrom = ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
+
+func scanBroadcast(row pgx.Row) (store.Broadcast, error) {
+	var b store.Broadcast
+	var id [16]byte
+	var minID, maxID pgtype.UUID
+	var started, finished pgtype.Timestamptz
+	var state string
+	err := row.Scan(&id, &b.Name, &b.RequestID, &b.Content.FromName, &b.Content.FromAddress, &b.Content.Subject,
+		&b.Content.HTML, &b.Content.Text, &b.SegmentID, &b.Segment, &b.ThrottlePerHour, &state, &b.Reason,
+		&b.SnapshotTotal, &minID, &maxID, &b.CreatedAt, &started, &finished)
+	if err != nil {
+		return b, err
+	}
+	b.ID = ulid.ULID(id)
+	b.State = store.State(state)
+	if minID.Valid {
+		b.MinID = ulid.ULID(minID.Bytes)
+	}
+	if maxID.Valid {
+		b.MaxID = ulid.ULID(maxID.Bytes)
+	}
+	b.StartedAt, b.FinishedAt = started.Time, finished.Time
+	return b, nil
+}
+
+func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast) (store.Broadcast, bool, error) {
+	var requestID *string
+	if b.RequestID != "" {
+		requestID = &b.RequestID
+	}
+	var segment *int64
+	if b.SegmentID != 0 {
+		segment = &b.SegmentID
+	}
+	tag, err := s.pool.Exec(ctx, `
+INSERT INTO broadcasts (id, name, request_id, from_name, from_address, subject, html, text_body, segment_id,
+                        throttle_per_hour, state, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'draft', $11, $11)
+ON CONFLICT (request_id) DO NOTHING`,
+		uid(b.ID), b.Name, requestID, b.Content.FromName, b.Content.FromAddress, b.Content.Subject, b.Content.HTML,
+		b.Content.Text, segment, b.ThrottlePerHour, b.CreatedAt)
+	if err != nil {
+		return store.Broadcast{}, false, mapErr("create broadcast", err)
+	}
+	if tag.RowsAffected() == 1 {
+		out, err := s.GetBroadcast(ctx, b.ID)
+		return out, true, err
+	}
+	out, err := scanBroadcast(s.pool.QueryRow(ctx, `SELECT `+broadcastColumns+broadcastFrom+`WHERE b.request_id = $1`, b.RequestID))
+	return out, false, mapErr("create broadcast", err)
+}
+
+func (s *Store) GetBroadcast(ctx context.Context, id ulid.ULID) (store.Broadcast, error) {
+	b, err := scanBroadcast(s.pool.QueryRow(ctx, `SELECT `+broadcastColumns+broadcastFrom+`WHERE b.id = $1`, uid(id)))
+	return b, mapErr("broadcast "+id.String(), err)
+}
+
+func (s *Store) ListBroadcasts(ctx context.Context) ([]store.Broadcast, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+broadcastColumns+broadcastFrom+`ORDER BY b.created_at DESC, b.id DESC`)
+	if err != nil {
+		return nil, mapErr("list broadcasts", err)
+	}
+	defer rows.Close()
+	var out []store.Broadcast
+	for rows.Next() {
+		b, err := scanBroadcast(rows)
+		if err != nil {
+			return nil, mapErr("list broadcasts", err)
+		}
+		out = append(out, b)
+	}
+	return out, mapErr("list broadcasts", rows.Err())
+}
+
+// gate is the suppression gate, the one definition of who may receive a
+// broadcast, shared by the accept-time snapshot and every page. segmentParam
+// is the placeholder of the segment id, or "" for every contact.
+func gate(segmentParam string) string {
+	g := `c.subscribed AND NOT c.do_not_contact AND NOT c.suppressed AND c.email <> ''`
+	if segmentParam != "" {
+		g += ` AND EXISTS (SELECT 1 FROM segment_members m WHERE m.segment_id = ` + segmentParam + ` AND m.contact_id = c.id)`
+	}
+	return g
+}
+
+// segmentParam returns placeholder p when the broadcast has a segment.
+func segmentParam(segment int64, p string) string {
+	if segment == 0 {
+		return ""
+	}
+	return p
+}
+
+// snapshotQuery reads count and id bounds of the eligible audience; the
+// bounds come from the primary key (ORDER BY id LIMIT 1), as Postgres has no
+// min(uuid).
+func snapshotQuery(segment int64) string {
+	g := gate(segmentParam(segment, "$1"))
+	return `SELECT (SELECT count(*) FROM contacts c WHERE ` + g + `),
+       (SELECT c.id FROM contacts c WHERE ` + g + ` ORDER BY c.id LIMIT 1),
+       (SELECT c.id FROM contacts c WHERE ` + g + ` ORDER BY c.id DESC LIMIT 1)`
+}
+
+func pageQuery(segment int64) string {
+	return `SELECT c.id, c.email, c.name, c.attributes FROM contacts c
+WHERE c.id >= $1 AND c.id <= $2 AND ` + gate(segmentParam(segment, "$4")) + `
+ORDER BY c.id LIMIT $3`
+}
+
+func (s *Store) AcceptBroadcast(ctx context.Context, id ulid.ULID, now time.Time) (store.Broadcast, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return store.Broadcast{}, mapErr("accept broadcast", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var state string
+	var segment int64
+	err = tx.QueryRow(ctx, `SELECT state, coalesce(segment_id, 0) FROM broadcasts WHERE id = $1 FOR UPDATE`, uid(id)).Scan(&state, &segment)
+	if err != nil {
+		return store.Broadcast{}, mapErr("accept broadcast "+id.String(), err)
+	}
+	if store.State(state) != store.StateDraft {
+		return store.Broadcast{}, fmt.Errorf("accept broadcast %s: it is %s, only a draft can be started: %w", id, state, store.ErrConflict)
+	}
+	var count int64
+	var minID, maxID pgtype.UUID
+	q := snapshotQuery(segment)
+	if segment != 0 {
+		err = tx.QueryRow(ctx, q, segment).Scan(&count, &minID, &maxID)
+	} else {
+		err = tx.QueryRow(ctx, q).Scan(&count, &minID, &maxID)
+	}
+	if err != nil {
+		return store.Broadcast{}, mapErr("accept broadcast: snapshot audience", err)
+	}
+	_, err = tx.Exec(ctx, `
+UPDATE broadcasts SET state = 'running', reason = '', snapshot_total = $2, min_id = $3, max_id = $4,
+       started_at = $5, updated_at = $5
+WHERE id = $1`, uid(id), count, minID, maxID, now)
+	if err != nil {
+		return store.Broadcast{}, mapErr("accept broadcast", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return store.Broadcast{}, mapErr("accept broadcast", err)
+	}
+	// The ledger of this broadcast is about to grow from nothing; fresh
+	// planner statistics keep the per-row statements on the primary key.
+	if _, err := s.pool.Exec(ctx, `ANALYZE broadcast_sends`); err != nil {
+		return store.Broadcast{}, mapErr("accept broadcast: analyze", err)
+	}
+	return s.GetBroadcast(ctx, id)
+}
+
+func (s *Store) SetState(ctx context.Context, id ulid.ULID, from []store.State, to store.State, reason string, now time.Time) (store.Broadcast, error) {
+	froms := make([]string, len(from))
+	for i, f := range from {
+		froms[i] = string(f)
+	}
+	tag, err := s.pool.Exec(ctx, `
+UPDATE broadcasts SET state = $2, reason = $3, updated_at = $4,
+       finished_at = CASE WHEN $2 IN ('completed', 'cancelled', 'failed') THEN $4 ELSE finished_at END
+WHERE id = $1 AND state = ANY($5::text[])`, uid(id), string(to), reason, now, froms)
+	if err != nil {
+		return store.Broadcast{}, mapErr("set broadcast state", err)
+	}
+	b, err := s.GetBroadcast(ctx, id)
+	if err != nil {
+		return b, err
+	}
+	if tag.RowsAffected() == 0 {
+		return b, fmt.Errorf("broadcast %s is %s, cannot become %s: %w", id, b.State, to, store.ErrConflict)
+	}
+	return b, nil
+}
+
+func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until ulid.ULID, limit int) ([]store.Contact, error) {
+	args := []any{uid(from), uid(until), limit}
+	if b.SegmentID != 0 {
+		args = append(args, b.SegmentID)
+	}
+	rows, err := s.pool.Query(ctx, pageQuery(b.SegmentID), args...)
+	if err != nil {
+		return nil, mapErr("eligible page", err)
+	}
+	out := make([]store.Contact, 0, limit)
+	var c store.Contact
+	var id [16]byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &c.Email, &c.Name, &c.Attributes}, func() error {
+		c.ID, c.Subscribed = ulid.ULID(id), true
+		out = append(out, c)
+		c.Attributes = nil
+		return nil
+	})
+	return out, mapErr("eligible page", err)
+}
+
+const claimQuery = `
+INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at)
+SELECT $1, u.id, u.email, 'claimed', u.message_id, $5, $5
+FROM unnest($2::uuid[], $3::text[], $4::text[]) AS u(id, email, message_id)
+ON CONFLICT DO NOTHING
+RETURNING contact_id`
+
+func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	ids := make([][16]byte, len(claims))
+	emails := make([]string, len(claims))
+	mids := make([]string, len(claims))
+	for i, c := range claims {
+		ids[i], emails[i], mids[i] = uid(c.ContactID), c.Email, c.MessageID
+	}
+	rows, err := s.pool.Query(ctx, claimQuery, uid(broadcast), ids, emails, mids, now)
+	if err != nil {
+		return nil, mapErr("claim", err)
+	}
+	var out []ulid.ULID
+	var id [16]byte
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		out = append(out, ulid.ULID(id))
+		return nil
+	})
+	return out, mapErr("claim", err)
+}
+
+// recordOutcome touches one row by primary key. Outcomes are sent as a
+// pipelined batch of these rather than one UPDATE … FROM unnest: the latter's
+// plan depends on planner statistics and degrades to a scan of the whole
+// broadcast on a fresh table; a primary-key update never does.
+const recordOutcome = `
+UPDATE broadcast_sends SET status = $3, error = $4, updated_at = $5
+WHERE broadcast_id = $1 AND contact_id = $2 AND status = 'claimed'`
+
+func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcomes []store.Outcome, now time.Time) error {
+	if len(outcomes) == 0 {
+		return nil
+	}
+	batch := &pgx.Batch{}
+	for _, o := range outcomes {
+		batch.Queue(recordOutcome, uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, now)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return mapErr("record outcomes", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return mapErr("record outcomes", err)
+	}
+	return mapErr("record outcomes", tx.Commit(ctx))
+}
+
+func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, contacts []ulid.ULID) error {
+	if len(contacts) == 0 {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `
+DELETE FROM broadcast_sends
+WHERE broadcast_id = $1 AND contact_id = ANY($2::uuid[]) AND status = 'claimed'`, uid(broadcast), uids(contacts))
+	return mapErr("release claims", err)
+}
+
+func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, error) {
+	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM broadcast_sends WHERE broadcast_id = $1 GROUP BY status`, uid(broadcast))
+	if err != nil {
+		return store.Counts{}, mapErr("count sends", err)
+	}
+	var c store.Counts
+	var status string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
+		switch store.SendStatus(status) {
+		case store.SendClaimed:
+			c.Claimed = n
+		case store.SendSent:
+			c.Sent = n
+		case store.SendFailed:
+			c.Failed = n
+		case store.SendDeferred:
+			c.Deferred = n
+		}
+		return nil
+	})
+	return c, mapErr("count sends", err)
+}
+
+func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'claimed'`, uid(broadcast)).Scan(&n)
+	return n, mapErr("count pending", err)
+}

@@ -1,0 +1,163 @@
+// Package store is rangecast's source of truth: contacts, segments,
+// broadcasts and the per-recipient ledger (broadcast_sends). Implementations
+// live in store/postgres (and store/sqlite); the rest of the system sees only
+// this interface, so SQL and driver errors stay behind it.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+var (
+	// ErrNotFound: the row asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the row exists in a form that contradicts the request
+	// (a different draft under the same request id, a state that does not
+	// allow the transition).
+	ErrConflict = errors.New("conflict")
+)
+
+// State is a broadcast's lifecycle state.
+type State string
+
+const (
+	StateDraft     State = "draft"
+	StateRunning   State = "running"
+	StatePaused    State = "paused"
+	StateCompleted State = "completed"
+	StateCancelled State = "cancelled"
+	StateFailed    State = "failed"
+)
+
+// Finished reports whether no more mail will ever be sent for s.
+func (s State) Finished() bool {
+	return s == StateCompleted || s == StateCancelled || s == StateFailed
+}
+
+// SendStatus is a ledger row's status. "claimed" means the row was inserted
+// and no outcome is recorded yet: in flight, or in doubt after a crash.
+type SendStatus string
+
+const (
+	SendClaimed  SendStatus = "claimed"
+	SendSent     SendStatus = "sent"
+	SendFailed   SendStatus = "failed"
+	SendDeferred SendStatus = "deferred"
+)
+
+// Contact is one recipient.
+type Contact struct {
+	ID           ulid.ULID
+	Email        string
+	Name         string
+	Attributes   map[string]any
+	Subscribed   bool
+	DoNotContact bool
+	Suppressed   bool
+}
+
+// Content is what a broadcast sends; validated by message.Compile before it is stored.
+type Content struct {
+	FromName    string
+	FromAddress string
+	Subject     string
+	HTML        string
+	Text        string
+}
+
+// Broadcast is one send to an audience.
+type Broadcast struct {
+	ID              ulid.ULID
+	Name            string
+	RequestID       string // client idempotency key; "" when none
+	Content         Content
+	SegmentID       int64 // 0: every eligible contact
+	Segment         string
+	ThrottlePerHour int64 // 0: no broadcast throttle
+	State           State
+	Reason          string
+	// SnapshotTotal, MinID and MaxID are read once when the broadcast is
+	// accepted. The total is for display only; MinID/MaxID bound the ranges.
+	SnapshotTotal int64
+	MinID, MaxID  ulid.ULID
+	CreatedAt     time.Time
+	StartedAt     time.Time
+	FinishedAt    time.Time
+}
+
+// Audience is the result of the accept-time snapshot of the eligible audience.
+type Audience struct {
+	Count        int64
+	MinID, MaxID ulid.ULID
+}
+
+// Claim is a ledger row to insert before a message may be sent.
+type Claim struct {
+	ContactID ulid.ULID
+	Email     string
+	MessageID string
+}
+
+// Outcome records what happened to one claimed message.
+type Outcome struct {
+	ContactID ulid.ULID
+	Status    SendStatus
+	Error     string // the server's reply for failures
+}
+
+// Counts sums a broadcast's ledger by status.
+type Counts struct {
+	Claimed, Sent, Failed, Deferred int64
+}
+
+// Store is everything rangecast keeps in its database.
+type Store interface {
+	// UpsertContacts inserts or updates contacts by case-insensitive email:
+	// name and flags are replaced, attributes merged. An existing contact keeps
+	// its id. Returns the ids in input order.
+	UpsertContacts(ctx context.Context, cs []Contact, now time.Time) ([]ulid.ULID, error)
+	// Unsubscribe marks the contact with this email unsubscribed.
+	Unsubscribe(ctx context.Context, email string, now time.Time) error
+	// EnsureSegment returns the id of the named segment, creating it.
+	EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error)
+	// SegmentID returns the id of the named segment, or ErrNotFound.
+	SegmentID(ctx context.Context, name string) (int64, error)
+	AddSegmentMembers(ctx context.Context, segment int64, contacts []ulid.ULID) error
+
+	// CreateBroadcast stores a draft. When b.RequestID names an existing
+	// broadcast, that one is returned with created=false.
+	CreateBroadcast(ctx context.Context, b Broadcast) (out Broadcast, created bool, err error)
+	GetBroadcast(ctx context.Context, id ulid.ULID) (Broadcast, error)
+	ListBroadcasts(ctx context.Context) ([]Broadcast, error)
+	// AcceptBroadcast snapshots the eligible audience (count and id bounds,
+	// one indexed query) and moves a draft to running. ErrConflict if the
+	// broadcast is not a draft.
+	AcceptBroadcast(ctx context.Context, id ulid.ULID, now time.Time) (Broadcast, error)
+	// SetState moves a broadcast to `to` if its state is one of `from`;
+	// ErrConflict otherwise.
+	SetState(ctx context.Context, id ulid.ULID, from []State, to State, reason string, now time.Time) (Broadcast, error)
+
+	// EligiblePage returns up to limit contacts that pass the suppression gate
+	// for broadcast b (subscribed, not do-not-contact, not suppressed, has an
+	// address, in the segment) with from <= id <= until, in id order. It is
+	// the same gate that AcceptBroadcast counts.
+	EligiblePage(ctx context.Context, b Broadcast, from, until ulid.ULID, limit int) ([]Contact, error)
+	// Claim inserts ledger rows (status claimed) and returns the contact ids
+	// this call inserted; rows that already existed are not returned and must
+	// not be sent.
+	Claim(ctx context.Context, broadcast ulid.ULID, claims []Claim, now time.Time) ([]ulid.ULID, error)
+	// RecordOutcomes writes outcomes for rows still claimed, in one batch.
+	RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcomes []Outcome, now time.Time) error
+	// Release deletes claims that are still claimed (not sent), so a later
+	// page can claim them again.
+	Release(ctx context.Context, broadcast ulid.ULID, contacts []ulid.ULID) error
+	// Counts sums the broadcast's ledger by status.
+	Counts(ctx context.Context, broadcast ulid.ULID) (Counts, error)
+	// Pending counts claims with no outcome (in flight or in doubt).
+	Pending(ctx context.Context, broadcast ulid.ULID) (int64, error)
+	Close()
+}

@@ -1,0 +1,135 @@
+// Package testenv builds the real parts tests run against: a Postgres schema
+// of their own, an embedded JetStream server of their own.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rangecast/rangecast/internal/store/postgres"
+)
+
+// DefaultDatabaseURL is the server tests use when TEST_DATABASE_URL is unset.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// DatabaseURL returns a connection string for a fresh schema of the test's
+// own, dropped when the test ends. Without a reachable Postgres the test is
+// skipped, unless RANGECAST_REQUIRE_PG=1 (as in CI), where it fails.
+func DatabaseURL(t testing.TB) string {
+	t.Helper()
+	base := os.Getenv("TEST_DATABASE_URL")
+	if base == "" {
+		base = DefaultDatabaseURL
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		if os.Getenv("RANGECAST_REQUIRE_PG") == "1" {
+			t.Fatalf("Postgres is required (RANGECAST_REQUIRE_PG=1) but %s is unreachable: %v", redact(base), err)
+		}
+		t.Skipf("skipping: no Postgres at %s (set TEST_DATABASE_URL): %v", redact(base), err)
+	}
+	defer conn.Close(ctx)
+	schema := "t_" + randomHex(8)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("TEST_DATABASE_URL: %v", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Postgres opens a migrated store on a fresh schema.
+func Postgres(t testing.TB) *postgres.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := postgres.Open(ctx, DatabaseURL(t))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// NATS starts an embedded JetStream server for the test and returns a
+// connection to it (in-process, no port).
+func NATS(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv := NATSServer(t, t.TempDir())
+	nc, err := nats.Connect("", nats.InProcessServer(srv))
+	if err != nil {
+		t.Fatalf("connect to embedded nats: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// NATSServer starts an embedded JetStream server storing under dir.
+func NATSServer(t testing.TB, dir string) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "rangecast-test",
+		JetStream:  true,
+		StoreDir:   dir,
+		DontListen: true,
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		t.Fatalf("nats server: %v", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded nats server did not start")
+	}
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	return srv
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) //nolint:errcheck
+	return hex.EncodeToString(b)
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable url)"
+	}
+	return u.Redacted()
+}

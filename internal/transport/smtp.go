@@ -1,0 +1,483 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emersion/go-sasl"
+	"github.com/emersion/go-smtp"
+
+	"github.com/rangecast/rangecast/internal/message"
+)
+
+const (
+	defaultPool    = 16
+	maxPool        = 1024
+	defaultTimeout = 30 * time.Second
+)
+
+type tlsMode int
+
+const (
+	tlsOpportunistic tlsMode = iota // smtp:// — STARTTLS when the server offers it
+	tlsStartTLS                     // smtp://…?tls=starttls — STARTTLS or fail
+	tlsNone                         // smtp://…?tls=none — never
+	tlsImplicit                     // smtps://
+)
+
+// What an opportunistic transport has learned about the server. Once a
+// server has offered STARTTLS, later connections require it, so a
+// man-in-the-middle stripping the capability makes sends fail instead of
+// silently going out in plaintext.
+const (
+	startTLSUnknown int32 = iota
+	startTLSOffered
+	startTLSAbsent
+)
+
+// SMTP is a Transport that keeps a pool of authenticated connections to one
+// server. Concurrent Send calls are safe; each uses its own connection.
+type SMTP struct {
+	addr     string // host:port
+	host     string
+	redacted string // the URL without the password, for messages
+	mode     tlsMode
+	tlsConf  *tls.Config
+	user     string
+	pass     string
+	hasAuth  bool
+	helo     string
+	timeout  time.Duration
+	dialer   net.Dialer
+
+	startTLS atomic.Int32
+
+	mu     sync.Mutex // guards closed and sends on idle
+	closed bool
+	idle   chan *conn
+}
+
+// conn is one pooled connection. nc is the raw network connection under the
+// client, kept so a cancelled context can close it from another goroutine.
+type conn struct {
+	nc net.Conn
+	c  *smtp.Client
+}
+
+var _ Transport = (*SMTP)(nil)
+
+// NewSMTP parses an SMTP URL and returns a transport for it. No connection is
+// made until the first Send.
+//
+//	smtp://[user:pass@]host:port   STARTTLS if the server offers it
+//	smtps://[user:pass@]host:port  implicit TLS
+//
+// Query parameters:
+//
+//	tls=none|starttls       never use STARTTLS / require it (smtp:// only)
+//	insecure_skip_verify=1  accept any server certificate (tests only)
+//	pool=N                  idle connections kept for reuse (default 16)
+//	timeout=30s             bound on one Send, including connecting
+//	helo=name               name sent in EHLO (default "localhost")
+//
+// Credentials are only sent over TLS, unless the server is on a loopback
+// address or tls=none was asked for explicitly.
+func NewSMTP(rawURL string) (*SMTP, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Error repeats the whole URL, password included; keep only
+		// the reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("transport: invalid SMTP URL: %v", err)
+	}
+	s := &SMTP{redacted: u.Redacted(), helo: "localhost", timeout: defaultTimeout}
+	bad := func(format string, args ...any) (*SMTP, error) {
+		return nil, fmt.Errorf("transport: invalid SMTP URL %s: %s", s.redacted, fmt.Sprintf(format, args...))
+	}
+	switch u.Scheme {
+	case "smtp":
+		s.mode = tlsOpportunistic
+	case "smtps":
+		s.mode = tlsImplicit
+	default:
+		return bad("scheme %q is not supported; use smtp:// (STARTTLS) or smtps:// (implicit TLS)", u.Scheme)
+	}
+	if u.Opaque != "" {
+		return bad("expected %s://host:port", u.Scheme)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return bad("unexpected path %q; an SMTP URL has only host, port and parameters", u.Path)
+	}
+	s.host = u.Hostname()
+	port := u.Port()
+	if s.host == "" {
+		return bad("missing host")
+	}
+	if port == "" {
+		return bad("missing port; write it explicitly, e.g. :587 for submission with STARTTLS or :465 for smtps")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return bad("port %q is not a number between 1 and 65535", port)
+	}
+	s.addr = net.JoinHostPort(s.host, port)
+	if u.User != nil {
+		s.user = u.User.Username()
+		s.pass, _ = u.User.Password()
+		s.hasAuth = true
+		if s.user == "" {
+			return bad("empty user name before '@'")
+		}
+	}
+
+	pool := defaultPool
+	insecure := false
+	q := u.Query()
+	for key, vals := range q {
+		if len(vals) != 1 {
+			return bad("parameter %q given %d times", key, len(vals))
+		}
+		v := vals[0]
+		switch key {
+		case "tls":
+			switch v {
+			case "none":
+				s.mode = tlsNone
+			case "starttls":
+				s.mode = tlsStartTLS
+			default:
+				return bad("tls=%q: use tls=none or tls=starttls (or smtps:// for implicit TLS)", v)
+			}
+			if u.Scheme == "smtps" {
+				return bad("tls=%s contradicts smtps:// (which is always implicit TLS)", v)
+			}
+		case "insecure_skip_verify":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return bad("insecure_skip_verify=%q: use 1 or 0", v)
+			}
+			insecure = b
+		case "pool":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxPool {
+				return bad("pool=%q: must be a whole number from 1 to %d", v, maxPool)
+			}
+			pool = n
+		case "timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return bad("timeout=%q: must be a positive duration such as 30s", v)
+			}
+			s.timeout = d
+		case "helo":
+			if v == "" || strings.ContainsAny(v, " \t\r\n") {
+				return bad("helo=%q: must be a host name", v)
+			}
+			s.helo = v
+		default:
+			return bad("unknown parameter %q (known: tls, insecure_skip_verify, pool, timeout, helo)", key)
+		}
+	}
+	s.tlsConf = &tls.Config{ServerName: s.host, InsecureSkipVerify: insecure, MinVersion: tls.VersionTLS12}
+	s.idle = make(chan *conn, pool)
+	return s, nil
+}
+
+// String returns the URL with the password redacted.
+func (s *SMTP) String() string { return s.redacted }
+
+// Send delivers m: MAIL FROM m.From, RCPT TO m.To, DATA m.Bytes. The whole
+// attempt, connecting included, is bounded by the URL's timeout and by ctx.
+func (s *SMTP) Send(ctx context.Context, m message.Rendered) error {
+	if m.From == "" || m.To == "" {
+		return fmt.Errorf("transport: send %s: envelope sender and recipient are required", m.MessageID)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+
+	for attempt := 0; ; attempt++ {
+		if s.isClosed() {
+			return ErrClosed
+		}
+		pc, reused := s.takeIdle()
+		if pc == nil {
+			nc, err := s.dial(ctx)
+			if err != nil {
+				return stageError(ctx, StageConnect, err)
+			}
+			pc = &conn{nc: nc}
+		}
+
+		// Blocking reads and writes inside go-smtp only know their own
+		// per-command timeouts; closing the socket is the one way to make
+		// them return as soon as ctx ends.
+		stop := context.AfterFunc(ctx, func() { pc.nc.Close() })
+		err := s.use(ctx, pc, m)
+		var se *SendError
+		isSendErr := errors.As(err, &se)
+		// After a reply that leaves the connection usable, RSET while still
+		// guarded by ctx so the transaction state is clean for the next
+		// message. A successful DATA already ends the transaction.
+		reuse := err == nil || (isSendErr && reusableAfter(se) && pc.c.Reset() == nil)
+		if !stop() {
+			reuse = false // ctx closed the socket under us
+		}
+
+		if reuse {
+			s.put(pc)
+		} else {
+			pc.nc.Close()
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, errRedial):
+			continue
+		}
+		// A pooled connection the server has since dropped (idle timeout,
+		// restart) fails on the first command. Nothing was sent, so one
+		// retry on a fresh connection is safe and keeps a stale pool from
+		// looking like a server outage.
+		if isSendErr && reused && attempt == 0 && se.Stage == StageMail && (se.Code == 0 || se.Code == 421) && ctx.Err() == nil {
+			continue
+		}
+		return err
+	}
+}
+
+// errRedial asks Send to dial again: the probe connection found that the
+// server offers STARTTLS, and go-smtp can only start TLS on a fresh client.
+var errRedial = errors.New("transport: redial for STARTTLS")
+
+// use runs the handshake on a new connection, then one mail transaction.
+func (s *SMTP) use(ctx context.Context, pc *conn, m message.Rendered) error {
+	if pc.c == nil {
+		c, err := s.handshake(pc.nc)
+		if err != nil {
+			pc.nc.Close()
+			if errors.Is(err, errRedial) {
+				return err
+			}
+			var se *SendError
+			if errors.As(err, &se) {
+				return withContext(ctx, se)
+			}
+			return stageError(ctx, StageConnect, err)
+		}
+		pc.c = c
+	}
+	return s.transact(ctx, pc.c, m)
+}
+
+func (s *SMTP) dial(ctx context.Context) (net.Conn, error) {
+	if s.mode == tlsImplicit {
+		d := tls.Dialer{NetDialer: &s.dialer, Config: s.tlsConf}
+		return d.DialContext(ctx, "tcp", s.addr)
+	}
+	return s.dialer.DialContext(ctx, "tcp", s.addr)
+}
+
+// handshake reads the greeting, says EHLO, negotiates TLS and authenticates.
+func (s *SMTP) handshake(nc net.Conn) (*smtp.Client, error) {
+	var c *smtp.Client
+	useStartTLS := s.mode == tlsStartTLS || (s.mode == tlsOpportunistic && s.startTLS.Load() == startTLSOffered)
+	if useStartTLS {
+		var err error
+		if c, err = smtp.NewClientStartTLS(nc, s.tlsConf); err != nil {
+			se := stageError(context.Background(), StageConnect, err)
+			if se.Code == 0 {
+				se.Err = fmt.Errorf("STARTTLS with %s: %w", s.addr, err)
+			}
+			return nil, se
+		}
+	} else {
+		c = smtp.NewClient(nc)
+	}
+	c.CommandTimeout = s.timeout
+	c.SubmissionTimeout = s.timeout
+	if err := c.Hello(s.helo); err != nil {
+		c.Close()
+		return nil, stageError(context.Background(), StageConnect, err)
+	}
+
+	if s.mode == tlsOpportunistic && s.startTLS.Load() == startTLSUnknown {
+		if ok, _ := c.Extension("STARTTLS"); ok {
+			s.startTLS.Store(startTLSOffered)
+			c.Close()
+			return nil, errRedial
+		}
+		s.startTLS.Store(startTLSAbsent)
+	}
+
+	if s.hasAuth {
+		if _, isTLS := c.TLSConnectionState(); !isTLS && s.mode != tlsNone && !isLoopback(s.host) {
+			c.Close()
+			return nil, &SendError{Stage: StageAuth, Err: fmt.Errorf("refusing to send credentials to %s without TLS: the server did not offer STARTTLS (use smtps://, or tls=none to accept plaintext)", s.addr)}
+		}
+		if ok, _ := c.Extension("AUTH"); !ok {
+			c.Close()
+			return nil, &SendError{Stage: StageAuth, Err: fmt.Errorf("the URL has credentials but %s does not offer AUTH", s.addr)}
+		}
+		if err := c.Auth(sasl.NewPlainClient("", s.user, s.pass)); err != nil {
+			c.Close()
+			return nil, stageError(context.Background(), StageAuth, err)
+		}
+	}
+	return c, nil
+}
+
+// transact runs MAIL, RCPT, DATA on an established connection.
+func (s *SMTP) transact(ctx context.Context, c *smtp.Client, m message.Rendered) error {
+	opts := &smtp.MailOptions{Size: int64(len(m.Bytes))}
+	if !isASCII(m.From) || !isASCII(m.To) {
+		opts.UTF8 = true
+	}
+	if err := c.Mail(m.From, opts); err != nil {
+		return stageError(ctx, StageMail, err)
+	}
+	if err := c.Rcpt(m.To, nil); err != nil {
+		return stageError(ctx, StageRcpt, err)
+	}
+	w, err := c.Data()
+	if err != nil {
+		return stageError(ctx, StageData, err)
+	}
+	// The writer dot-stuffs lines that start with '.'.
+	if _, err := w.Write(m.Bytes); err != nil {
+		return stageError(ctx, StageData, err)
+	}
+	if err := w.Close(); err != nil {
+		se := stageError(ctx, StageData, err)
+		// Close writes the final ".\r\n" and reads the reply. Without a
+		// reply we cannot know whether the server queued the message.
+		se.MaybeDelivered = se.Code == 0
+		return se
+	}
+	return nil
+}
+
+// reusableAfter reports whether a connection is still in a known state after
+// err: the server answered a transaction command with a reply that does not
+// announce the end of the connection.
+func reusableAfter(se *SendError) bool {
+	switch se.Stage {
+	case StageMail, StageRcpt, StageData:
+		return se.Code != 0 && se.Code != 421
+	}
+	return false
+}
+
+func (s *SMTP) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+func (s *SMTP) takeIdle() (*conn, bool) {
+	select {
+	case pc := <-s.idle:
+		return pc, true
+	default:
+		return nil, false
+	}
+}
+
+// put returns a healthy connection to the pool, or closes it when the pool
+// is full or the transport is closed.
+func (s *SMTP) put(pc *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		select {
+		case s.idle <- pc:
+			return
+		default:
+		}
+	}
+	pc.c.Close()
+}
+
+// Close says QUIT on idle connections and closes them. Connections in use by
+// a concurrent Send are closed when that Send finishes.
+func (s *SMTP) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	for {
+		select {
+		case pc := <-s.idle:
+			pc.c.CommandTimeout = min(s.timeout, 5*time.Second)
+			if err := pc.c.Quit(); err != nil {
+				pc.c.Close()
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// stageError converts an error from go-smtp into a SendError, keeping the
+// server's reply when there was one.
+func stageError(ctx context.Context, stage string, err error) *SendError {
+	se := &SendError{Stage: stage}
+	var reply *smtp.SMTPError
+	if errors.As(err, &reply) {
+		se.Code = reply.Code
+		se.Text = reply.Message
+		se.Enhanced = enhancedString(reply.EnhancedCode)
+		return se
+	}
+	se.Err = err
+	return withContext(ctx, se)
+}
+
+// withContext records that a reply-less failure was caused by ctx ending:
+// the socket was closed under the exchange, and "use of closed network
+// connection" alone would hide that it was a timeout.
+func withContext(ctx context.Context, se *SendError) *SendError {
+	if ctxErr := ctx.Err(); ctxErr != nil && se.Code == 0 && se.Err != nil && !errors.Is(se.Err, ctxErr) {
+		se.Err = fmt.Errorf("%w: %w", ctxErr, se.Err)
+	}
+	return se
+}
+
+// enhancedString formats an enhanced status code as "5.1.1", or "" when the
+// reply had none.
+func enhancedString(ec smtp.EnhancedCode) string {
+	if ec == smtp.EnhancedCodeNotSet || ec == smtp.NoEnhancedCode {
+		return ""
+	}
+	return fmt.Sprintf("%d.%d.%d", ec[0], ec[1], ec[2])
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,478 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+
+	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/message"
+)
+
+func startCapture(t *testing.T, opts ...capture.Option) *capture.Server {
+	t.Helper()
+	s, err := capture.Start("127.0.0.1:0", opts...)
+	if err != nil {
+		t.Fatalf("capture.Start: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newSMTP(t *testing.T, rawURL string) *SMTP {
+	t.Helper()
+	tr, err := NewSMTP(rawURL)
+	if err != nil {
+		t.Fatalf("NewSMTP(%q): %v", rawURL, err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+func msg(i int, to string) message.Rendered {
+	id := fmt.Sprintf("m%d@example.com", i)
+	body := fmt.Sprintf("From: news@example.com\r\nTo: %s\r\nSubject: n%d\r\nMessage-ID: <%s>\r\n\r\nhello %d\r\n", to, i, id, i)
+	return message.Rendered{MessageID: id, From: "news@example.com", To: to, Bytes: []byte(body)}
+}
+
+func reject(code int, enh smtp.EnhancedCode, text string) *smtp.SMTPError {
+	return &smtp.SMTPError{Code: code, EnhancedCode: enh, Message: text}
+}
+
+func TestConcurrentSendsOverPool(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t)
+	tr := newSMTP(t, srv.URL()+"&pool=16")
+
+	const total, workers = 200, 16
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range jobs {
+				if err := tr.Send(t.Context(), msg(i, fmt.Sprintf("user%03d@example.org", i))); err != nil {
+					t.Errorf("send %d: %v", i, err)
+				}
+			}
+		})
+	}
+	for i := range total {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+
+	if n := srv.Count(); n != total {
+		t.Fatalf("captured %d, want %d", n, total)
+	}
+	byRcpt := srv.CountByRecipient()
+	if len(byRcpt) != total {
+		t.Errorf("%d distinct recipients, want %d", len(byRcpt), total)
+	}
+	for rcpt, n := range byRcpt {
+		if n != 1 {
+			t.Errorf("%s received %d copies", rcpt, n)
+		}
+	}
+	if c := srv.Connections(); c > 16 {
+		t.Errorf("%d connections for a pool of 16", c)
+	}
+	t.Logf("200 messages over %d connections", srv.Connections())
+}
+
+func TestRecipientRejectedConnectionReused(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t, capture.WithRcptHook(func(to string) *smtp.SMTPError {
+		if strings.HasPrefix(to, "gone@") {
+			return reject(550, smtp.EnhancedCode{5, 1, 1}, "no such user here")
+		}
+		return nil
+	}))
+	tr := newSMTP(t, srv.URL())
+	ctx := t.Context()
+
+	if err := tr.Send(ctx, msg(1, "ok1@example.org")); err != nil {
+		t.Fatal(err)
+	}
+	err := tr.Send(ctx, msg(2, "gone@example.org"))
+	var se *SendError
+	if !errors.As(err, &se) {
+		t.Fatalf("err = %v (%T), want *SendError", err, err)
+	}
+	if se.Code != 550 || se.Enhanced != "5.1.1" || se.Stage != StageRcpt || se.Text != "no such user here" || se.Err != nil {
+		t.Errorf("SendError = %+v", *se)
+	}
+	if c := Classify(err); c != Recipient {
+		t.Errorf("Classify = %v, want Recipient", c)
+	}
+	if err := tr.Send(ctx, msg(3, "ok2@example.org")); err != nil {
+		t.Fatal(err)
+	}
+	if c := srv.Connections(); c != 1 {
+		t.Errorf("Connections = %d, want 1 (the connection must survive a recipient rejection)", c)
+	}
+	if srv.Count() != 2 {
+		t.Errorf("Count = %d, want 2", srv.Count())
+	}
+}
+
+func TestServerRepliesClassified(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		opts   []capture.Option
+		url    func(string) string
+		stage  string
+		code   int
+		enh    string
+		class  Class
+		reused bool // the connection stays usable afterwards
+	}{
+		{
+			name:  "451 at rcpt is transient",
+			opts:  []capture.Option{capture.WithRcptHook(func(string) *smtp.SMTPError { return reject(451, smtp.EnhancedCode{4, 3, 0}, "try later") })},
+			stage: StageRcpt, code: 451, enh: "4.3.0", class: Transient, reused: true,
+		},
+		{
+			name: "421 rate limited is quota",
+			opts: []capture.Option{capture.WithRcptHook(func(string) *smtp.SMTPError {
+				return reject(421, smtp.EnhancedCode{4, 7, 0}, "rate limited, slow down")
+			})},
+			stage: StageRcpt, code: 421, enh: "4.7.0", class: Quota,
+		},
+		{
+			name:  "535 auth failure is channel",
+			opts:  []capture.Option{capture.WithAuth("user", "right")},
+			url:   func(u string) string { return strings.Replace(u, "smtp://", "smtp://user:wrong@", 1) },
+			stage: StageAuth, code: 535, enh: "5.7.8", class: Channel,
+		},
+		{
+			name:  "530 no credentials is channel",
+			opts:  []capture.Option{capture.WithAuth("user", "right")},
+			stage: StageMail, code: 530, enh: "5.7.0", class: Channel, reused: true,
+		},
+		{
+			name: "sender rejected is channel",
+			opts: []capture.Option{capture.WithMailHook(func(string) *smtp.SMTPError {
+				return reject(553, smtp.EnhancedCode{5, 1, 8}, "sender domain not allowed")
+			})},
+			stage: StageMail, code: 553, enh: "5.1.8", class: Channel, reused: true,
+		},
+		{
+			name: "554 at end of data is channel",
+			opts: []capture.Option{capture.WithDataHook(func(capture.Message) *smtp.SMTPError {
+				return reject(554, smtp.EnhancedCode{5, 6, 0}, "content rejected")
+			})},
+			stage: StageData, code: 554, enh: "5.6.0", class: Channel, reused: true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := startCapture(t, tc.opts...)
+			u := srv.URL()
+			if tc.url != nil {
+				u = tc.url(u)
+			}
+			tr := newSMTP(t, u)
+			err := tr.Send(t.Context(), msg(1, "someone@example.org"))
+			var se *SendError
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v, want *SendError", err)
+			}
+			if se.Stage != tc.stage || se.Code != tc.code || se.Enhanced != tc.enh {
+				t.Errorf("SendError = %+v, want stage %s code %d enhanced %s", *se, tc.stage, tc.code, tc.enh)
+			}
+			if got := Classify(err); got != tc.class {
+				t.Errorf("Classify = %v, want %v", got, tc.class)
+			}
+			_ = tr.Send(t.Context(), msg(2, "someone@example.org"))
+			wantConns := 2
+			if tc.reused {
+				wantConns = 1
+			}
+			if got := srv.Connections(); got != wantConns {
+				t.Errorf("Connections after two sends = %d, want %d", got, wantConns)
+			}
+		})
+	}
+}
+
+func TestServerGoneIsTransient(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t)
+	url := srv.URL()
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tr := newSMTP(t, url)
+	err := tr.Send(t.Context(), msg(1, "a@example.org"))
+	var se *SendError
+	if !errors.As(err, &se) || se.Stage != StageConnect || se.Code != 0 || se.Err == nil {
+		t.Fatalf("err = %#v, want a connect-stage SendError without reply", err)
+	}
+	if c := Classify(err); c != Transient {
+		t.Errorf("Classify(%v) = %v, want Transient", err, c)
+	}
+}
+
+func TestServerClosesPooledConnection(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t)
+	tr := newSMTP(t, srv.URL())
+	if err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+		t.Fatal(err)
+	}
+	// Close the server; every pooled connection is now dead.
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := tr.Send(t.Context(), msg(2, "b@example.org"))
+	if c := Classify(err); c != Transient {
+		t.Errorf("Classify(%v) = %v, want Transient", err, c)
+	}
+}
+
+func TestStalePooledConnectionRetried(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t)
+	tr := newSMTP(t, srv.URL())
+	if err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+		t.Fatal(err)
+	}
+	// Simulate the server having dropped the idle connection.
+	pc := <-tr.idle
+	pc.nc.Close()
+	tr.idle <- pc
+
+	if err := tr.Send(t.Context(), msg(2, "b@example.org")); err != nil {
+		t.Fatalf("send over a stale pooled connection was not retried: %v", err)
+	}
+	if srv.Count() != 2 || srv.Connections() != 2 {
+		t.Errorf("Count %d, Connections %d; want 2 and 2", srv.Count(), srv.Connections())
+	}
+}
+
+func TestContextTimeoutIsTransient(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t, capture.WithLatency(time.Minute))
+	tr := newSMTP(t, srv.URL())
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+
+	begin := time.Now()
+	err := tr.Send(ctx, msg(1, "a@example.org"))
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Errorf("Send took %v; the context deadline was not respected", took)
+	}
+	var se *SendError
+	if !errors.As(err, &se) {
+		t.Fatalf("err = %v, want *SendError", err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err %v does not wrap context.DeadlineExceeded", err)
+	}
+	if se.Stage != StageData || !se.MaybeDelivered {
+		t.Errorf("SendError = %+v; want stage data with MaybeDelivered (the final dot was sent)", *se)
+	}
+	if c := Classify(err); c != Transient {
+		t.Errorf("Classify = %v, want Transient", c)
+	}
+	// The interrupted connection must not be reused.
+	if len(tr.idle) != 0 {
+		t.Error("connection closed by the deadline went back to the pool")
+	}
+}
+
+func TestURLTimeoutBoundsSend(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t, capture.WithLatency(time.Minute))
+	tr := newSMTP(t, srv.URL()+"&timeout=150ms")
+	err := tr.Send(context.Background(), msg(1, "a@example.org"))
+	if !errors.Is(err, context.DeadlineExceeded) || Classify(err) != Transient {
+		t.Fatalf("err = %v (%v), want a transient deadline error", err, Classify(err))
+	}
+}
+
+func TestDotStuffing(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t)
+	tr := newSMTP(t, srv.URL())
+	body := "Subject: dots\r\nMessage-ID: <dots@example.com>\r\n\r\n.\r\n.leading dot\r\n..two\r\nend\r\n.\r\n"
+	m := message.Rendered{MessageID: "dots@example.com", From: "news@example.com", To: "a@example.org", Bytes: []byte(body)}
+	if err := tr.Send(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	got := srv.Messages()
+	if len(got) != 1 || string(got[0].Raw) != body {
+		t.Fatalf("captured %+v, want raw %q", got, body)
+	}
+}
+
+func TestRenderedMessageEndToEnd(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t)
+	tr := newSMTP(t, srv.URL())
+	c, err := message.Compile(message.Template{
+		FromName: "News", FromAddress: "news@example.com",
+		Subject: "Hi {{.Name}}", HTML: "<p>Hello {{.Name}}</p>\n<p>.</p>\n",
+		Text: "Hello {{.Name}}\n.\n.starts with a dot\n",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p message.Params
+	p.Contact = message.Contact{Email: "ada@example.org", Name: "Ada"}
+	p.Date = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	r, err := c.Render(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Send(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	got := srv.Messages()
+	if len(got) != 1 || string(got[0].Raw) != string(r.Bytes) || got[0].MessageID != r.MessageID || got[0].Subject != "Hi Ada" {
+		t.Fatalf("captured %+v", got)
+	}
+}
+
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	t.Run("opportunistic STARTTLS with auth", func(t *testing.T) {
+		t.Parallel()
+		srv := startCapture(t, capture.WithStartTLS(), capture.WithAuth("u", "p"))
+		// Plain smtp:// without tls=: STARTTLS is used because it is offered.
+		u := "smtp://u:p@" + srv.Addr() + "?insecure_skip_verify=1"
+		tr := newSMTP(t, u)
+		for i := range 3 {
+			if err := tr.Send(t.Context(), msg(i, "a@example.org")); err != nil {
+				t.Fatalf("send %d: %v", i, err)
+			}
+		}
+		// One probe connection discovers STARTTLS, one TLS connection is reused.
+		if srv.Count() != 3 || srv.Connections() != 2 {
+			t.Errorf("Count %d, Connections %d; want 3 and 2", srv.Count(), srv.Connections())
+		}
+		if tr.startTLS.Load() != startTLSOffered {
+			t.Error("transport did not remember that the server offers STARTTLS")
+		}
+	})
+	t.Run("required STARTTLS", func(t *testing.T) {
+		t.Parallel()
+		srv := startCapture(t, capture.WithStartTLS())
+		tr := newSMTP(t, srv.URL())
+		if err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("required STARTTLS not offered", func(t *testing.T) {
+		t.Parallel()
+		srv := startCapture(t)
+		tr := newSMTP(t, "smtp://"+srv.Addr()+"?tls=starttls")
+		err := tr.Send(t.Context(), msg(1, "a@example.org"))
+		var se *SendError
+		if !errors.As(err, &se) || se.Stage != StageConnect || Classify(err) != Channel {
+			t.Fatalf("err = %v (%v), want a channel error at connect", err, Classify(err))
+		}
+	})
+	t.Run("implicit TLS", func(t *testing.T) {
+		t.Parallel()
+		srv := startCapture(t, capture.WithImplicitTLS())
+		tr := newSMTP(t, srv.URL())
+		if err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("certificate verified by default", func(t *testing.T) {
+		t.Parallel()
+		srv := startCapture(t, capture.WithImplicitTLS())
+		tr := newSMTP(t, "smtps://"+srv.Addr())
+		err := tr.Send(t.Context(), msg(1, "a@example.org"))
+		if err == nil || Classify(err) != Channel {
+			t.Fatalf("err = %v (%v), want a channel error for an untrusted certificate", err, Classify(err))
+		}
+	})
+}
+
+func TestSendAfterClose(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t)
+	tr := newSMTP(t, srv.URL())
+	if err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Send(t.Context(), msg(2, "a@example.org")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send after Close = %v, want ErrClosed", err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestNewSMTP(t *testing.T) {
+	t.Parallel()
+	good := []struct {
+		url     string
+		mode    tlsMode
+		pool    int
+		timeout time.Duration
+		user    string
+	}{
+		{"smtp://127.0.0.1:2525", tlsOpportunistic, 16, 30 * time.Second, ""},
+		{"smtp://u%40x:p%3Aw@mail.example.com:587?pool=4&timeout=5s", tlsOpportunistic, 4, 5 * time.Second, "u@x"},
+		{"smtp://127.0.0.1:25?tls=none", tlsNone, 16, 30 * time.Second, ""},
+		{"smtp://mail.example.com:587?tls=starttls&insecure_skip_verify=1&helo=sender.example.com", tlsStartTLS, 16, 30 * time.Second, ""},
+		{"smtps://[::1]:465/", tlsImplicit, 16, 30 * time.Second, ""},
+	}
+	for _, g := range good {
+		tr, err := NewSMTP(g.url)
+		if err != nil {
+			t.Errorf("NewSMTP(%q): %v", g.url, err)
+			continue
+		}
+		if tr.mode != g.mode || cap(tr.idle) != g.pool || tr.timeout != g.timeout || tr.user != g.user {
+			t.Errorf("NewSMTP(%q) = mode %v pool %d timeout %v user %q", g.url, tr.mode, cap(tr.idle), tr.timeout, tr.user)
+		}
+	}
+
+	bad := []struct{ url, says string }{
+		{"http://mail.example.com:25", "scheme"},
+		{"smtp://mail.example.com", "missing port"},
+		{"smtp://:25", "missing host"},
+		{"smtp://mail.example.com:99999", "port"},
+		{"smtp://mail.example.com:25/path", "path"},
+		{"smtp://mail.example.com:25?tls=yes", "tls="},
+		{"smtps://mail.example.com:465?tls=none", "contradicts"},
+		{"smtp://mail.example.com:25?pool=0", "pool="},
+		{"smtp://mail.example.com:25?pool=x", "pool="},
+		{"smtp://mail.example.com:25?timeout=-1s", "timeout="},
+		{"smtp://mail.example.com:25?timout=1s", "unknown parameter"},
+		{"smtp://mail.example.com:25?insecure_skip_verify=maybe", "insecure_skip_verify"},
+		{"smtp://user:s3cret@mail.example.com:25?bogus=1", "unknown parameter"},
+		{"smtp://user:s3cret@mail.example.com:bad", "port"},
+		{"mail.example.com:25", "scheme"},
+	}
+	for _, b := range bad {
+		_, err := NewSMTP(b.url)
+		if err == nil {
+			t.Errorf("NewSMTP(%q) succeeded", b.url)
+			continue
+		}
+		if !strings.Contains(err.Error(), b.says) {
+			t.Errorf("NewSMTP(%q) = %q, want it to mention %q", b.url, err, b.says)
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("NewSMTP(%q) error leaks the password: %q", b.url, err)
+		}
+	}
+}
