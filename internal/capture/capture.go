@@ -147,6 +147,11 @@ func Start(addr string, opts ...Option) (*Server, error) {
 	if cfg.startTLS && cfg.implicit {
 		return nil, errors.New("capture: WithStartTLS and WithImplicitTLS are exclusive")
 	}
+	if cfg.dir != "" {
+		if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("capture: %w", err)
+		}
+	}
 
 	s := &Server{cfg: cfg, done: make(chan struct{}), serve: make(chan error, 1)}
 	srv := smtp.NewServer(smtp.BackendFunc(s.newSession))

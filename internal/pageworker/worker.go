@@ -154,7 +154,11 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		// sends nothing.
 		log.Warn("page ack failed", "err", err)
 	}
-	log.Debug("page done", "sent", rep.Sent, "failed", rep.Failed, "done", rep.Done, "class", rep.Class)
+	if rep.Class != bus.ClassNone {
+		log.Warn("page stopped early", "sent", rep.Sent, "failed", rep.Failed, "class", rep.Class, "err", rep.Error)
+		return
+	}
+	log.Debug("page done", "sent", rep.Sent, "failed", rep.Failed, "done", rep.Done)
 }
 
 func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
@@ -319,7 +323,13 @@ func (w *Worker) sendWindow(ctx context.Context, l *loaded, window []store.Conta
 			res.failed++
 			continue
 		}
-		release = append(release, c.ID)
+		// A connection lost after the final dot may have delivered the
+		// message: keep the claim (in doubt, for the reconciler) rather than
+		// release it and risk a second copy.
+		var se *transport.SendError
+		if !errors.As(err, &se) || !se.MaybeDelivered {
+			release = append(release, c.ID)
+		}
 		if res.stopAt < 0 {
 			res.stopAt, res.class, res.err = i, busClass(class), err.Error()
 		}

@@ -1,0 +1,249 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+func broadcastsCommand(c *client) *cobra.Command {
+	cmd := &cobra.Command{Use: "broadcasts", Aliases: []string{"broadcast", "b"}, Short: "Create, start, pause and watch broadcasts"}
+	cmd.AddCommand(createCommand(c), listCommand(c), statusCommand(c), watchCommand(c))
+	type action struct {
+		use, short string
+		call       func(context.Context, pb.BroadcastServiceClient, string) (*pb.Broadcast, error)
+	}
+	for _, a := range []action{
+		{"start", "Accept a draft: snapshot the audience and start sending", func(ctx context.Context, bc pb.BroadcastServiceClient, id string) (*pb.Broadcast, error) {
+			r, err := bc.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: id})
+			return r.GetBroadcast(), err
+		}},
+		{"pause", "Stop sending within one in-flight window; resume later", func(ctx context.Context, bc pb.BroadcastServiceClient, id string) (*pb.Broadcast, error) {
+			r, err := bc.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: id})
+			return r.GetBroadcast(), err
+		}},
+		{"resume", "Continue a paused broadcast where it stopped", func(ctx context.Context, bc pb.BroadcastServiceClient, id string) (*pb.Broadcast, error) {
+			r, err := bc.ResumeBroadcast(ctx, &pb.ResumeBroadcastRequest{Id: id})
+			return r.GetBroadcast(), err
+		}},
+		{"cancel", "Stop a broadcast for good", func(ctx context.Context, bc pb.BroadcastServiceClient, id string) (*pb.Broadcast, error) {
+			r, err := bc.CancelBroadcast(ctx, &pb.CancelBroadcastRequest{Id: id})
+			return r.GetBroadcast(), err
+		}},
+	} {
+		cmd.AddCommand(&cobra.Command{
+			Use: a.use + " ID", Short: a.short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				bc, err := c.broadcasts()
+				if err != nil {
+					return err
+				}
+				b, err := a.call(cmd.Context(), bc, args[0])
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", b.GetId(), stateWord(b.GetState()))
+				return nil
+			},
+		})
+	}
+	return cmd
+}
+
+func createCommand(c *client) *cobra.Command {
+	var name, from, fromName, subject, htmlFile, textFile, segment, requestID string
+	var throttle int64
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create a draft broadcast (prints its id)",
+		Example: `  rangecast broadcasts create --name "November news" --from news@example.com \
+    --subject "Hello {{.Name}}" --html news.html --segment newsletter --throttle 50000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			html, err := os.ReadFile(htmlFile)
+			if err != nil {
+				return fmt.Errorf("--html: %w", err)
+			}
+			var text []byte
+			if textFile != "" {
+				if text, err = os.ReadFile(textFile); err != nil {
+					return fmt.Errorf("--text: %w", err)
+				}
+			}
+			bc, err := c.broadcasts()
+			if err != nil {
+				return err
+			}
+			resp, err := bc.CreateBroadcast(cmd.Context(), &pb.CreateBroadcastRequest{
+				Name: name, Segment: segment, ThrottlePerHour: throttle, RequestId: requestID,
+				Content: &pb.BroadcastContent{FromName: fromName, FromAddress: from, Subject: subject, Html: string(html), Text: string(text)},
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), resp.GetBroadcast().GetId())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&name, "name", "", "name shown in lists (required)")
+	f.StringVar(&from, "from", "", "From address, e.g. news@example.com (required)")
+	f.StringVar(&fromName, "from-name", "", "From display name")
+	f.StringVar(&subject, "subject", "", "subject, a Go template over the contact: {{.Name}}, {{.Email}}, {{.Attributes.key}} (required)")
+	f.StringVar(&htmlFile, "html", "", "file with the HTML body template (required)")
+	f.StringVar(&textFile, "text", "", "file with the plain-text body template (default: derived from the HTML)")
+	f.StringVar(&segment, "segment", "", "send only to this segment's members")
+	f.Int64Var(&throttle, "throttle", 0, "at most this many messages per hour (0: no throttle)")
+	f.StringVar(&requestID, "request-id", "", "idempotency key: repeating the command with it returns the same draft")
+	for _, req := range []string{"name", "from", "subject", "html"} {
+		cmd.MarkFlagRequired(req) //nolint:errcheck
+	}
+	return cmd
+}
+
+func listCommand(c *client) *cobra.Command {
+	return &cobra.Command{
+		Use: "list", Short: "List broadcasts, newest first", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bc, err := c.broadcasts()
+			if err != nil {
+				return err
+			}
+			resp, err := bc.ListBroadcasts(cmd.Context(), &pb.ListBroadcastsRequest{})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "%-26s  %-10s  %10s  %s\n", "ID", "STATE", "AUDIENCE", "NAME")
+			for _, b := range resp.GetBroadcasts() {
+				fmt.Fprintf(w, "%-26s  %-10s  %10d  %s\n", b.GetId(), stateWord(b.GetState()), b.GetSnapshotTotal(), b.GetName())
+			}
+			return nil
+		},
+	}
+}
+
+func statusCommand(c *client) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use: "status ID", Short: "Show a broadcast's state and progress", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bc, err := c.broadcasts()
+			if err != nil {
+				return err
+			}
+			resp, err := bc.GetBroadcast(cmd.Context(), &pb.GetBroadcastRequest{Id: args[0]})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				out, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(resp.GetBroadcast())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), string(out))
+				return nil
+			}
+			printStatus(cmd.OutOrStdout(), resp.GetBroadcast())
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the full status as JSON")
+	return cmd
+}
+
+func watchCommand(c *client) *cobra.Command {
+	return &cobra.Command{
+		Use: "watch ID", Short: "Follow a broadcast's progress until it finishes", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bc, err := c.broadcasts()
+			if err != nil {
+				return err
+			}
+			stream, err := bc.WatchBroadcast(cmd.Context(), &pb.WatchBroadcastRequest{Id: args[0]})
+			if err != nil {
+				return err
+			}
+			var last *pb.Broadcast
+			for {
+				resp, err := stream.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					return err
+				}
+				last = resp.GetBroadcast()
+				fmt.Fprintln(cmd.OutOrStdout(), progressLine(last))
+			}
+			if last != nil {
+				printStatus(cmd.OutOrStdout(), last)
+			}
+			return nil
+		},
+	}
+}
+
+func stateWord(s pb.BroadcastState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "BROADCAST_STATE_"))
+}
+
+// progressLine is one line of progress, for logs and non-terminals.
+func progressLine(b *pb.Broadcast) string {
+	p := b.GetProgress()
+	line := fmt.Sprintf("%s  %-9s ranges %2d/%-2d  sent %d  failed %d  deferred %d  in flight/doubt %d",
+		time.Now().Format(time.TimeOnly), stateWord(b.GetState()), p.GetRangesDone(), p.GetRangesTotal(),
+		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt())
+	if w := p.GetWaitingFor(); w != "" {
+		line += "  (" + w + ")"
+	}
+	return line
+}
+
+func printStatus(w io.Writer, b *pb.Broadcast) {
+	p := b.GetProgress()
+	fmt.Fprintf(w, "broadcast  %s  %q\n", b.GetId(), b.GetName())
+	fmt.Fprintf(w, "state      %s", stateWord(b.GetState()))
+	if b.GetReason() != "" {
+		fmt.Fprintf(w, " (%s)", b.GetReason())
+	}
+	fmt.Fprintln(w)
+	if b.GetSegment() != "" {
+		fmt.Fprintf(w, "segment    %s\n", b.GetSegment())
+	}
+	if b.GetState() == pb.BroadcastState_BROADCAST_STATE_DRAFT {
+		return
+	}
+	fmt.Fprintf(w, "audience   %d eligible at start (a snapshot, for display)\n", b.GetSnapshotTotal())
+	fmt.Fprintf(w, "ranges     %d of %d done\n", p.GetRangesDone(), p.GetRangesTotal())
+	fmt.Fprintf(w, "sent %d  failed %d  deferred %d  in flight or in doubt %d  pages %d\n",
+		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetPagesDispatched())
+	if p.GetWaitingFor() != "" {
+		fmt.Fprintf(w, "waiting    %s\n", p.GetWaitingFor())
+	}
+	var cells strings.Builder
+	for _, r := range p.GetRanges() {
+		cells.WriteString(cell(r))
+	}
+	if cells.Len() > 0 {
+		fmt.Fprintf(w, "cursors    %s\n", cells.String())
+	}
+}
+
+// cell draws one range's cursor position as a single block character.
+func cell(r *pb.RangeProgress) string {
+	if r.GetDone() {
+		return "█"
+	}
+	blocks := []string{" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇"}
+	return blocks[min(int(r.GetPosition()*float64(len(blocks))), len(blocks)-1)]
+}

@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// importChunk is how many rows travel in one stream message.
+const importChunk = 500
+
+// maxShownErrors bounds the rejected rows printed; the count is always shown.
+const maxShownErrors = 50
+
+func contactsCommand(c *client) *cobra.Command {
+	cmd := &cobra.Command{Use: "contacts", Short: "Import and manage contacts"}
+	var segments []string
+	imp := &cobra.Command{
+		Use:   "import FILE.csv",
+		Short: "Import contacts from CSV (header: email,name, then attribute columns; - reads stdin)",
+		Long: `Import contacts from a CSV file with a header row. The first two columns are
+email and name; every further column becomes an attribute usable in templates
+as {{.Attributes.column}}. Contacts are matched by email, case-insensitively:
+an existing contact keeps its id, its name is replaced and attributes merged.
+An import never re-subscribes someone who unsubscribed.
+
+Rows that cannot be imported are reported with their line numbers; every other
+row is imported. The file is streamed, so millions of rows work.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var in io.Reader = cmd.InOrStdin()
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				in = f
+			}
+			ac, err := c.audience()
+			if err != nil {
+				return err
+			}
+			stream, err := ac.ImportContacts(cmd.Context())
+			if err != nil {
+				return err
+			}
+			res, err := readCSV(in, segments, func(rows []*pb.ContactRow) error {
+				return stream.Send(&pb.ImportContactsRequest{Rows: rows})
+			})
+			if err != nil {
+				stream.CloseSend() //nolint:errcheck
+				return err
+			}
+			resp, err := stream.CloseAndRecv()
+			if err != nil {
+				return err
+			}
+			for _, e := range resp.GetErrors() {
+				res.rejected = append(res.rejected, fmt.Sprintf("line %d: %s: %s", res.lines[e.GetRow()-1], e.GetEmail(), e.GetError()))
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "imported %d contacts; %d rows rejected\n", resp.GetImported(), len(res.rejected))
+			for i, r := range res.rejected {
+				if i == maxShownErrors {
+					fmt.Fprintf(out, "  … and %d more\n", len(res.rejected)-maxShownErrors)
+					break
+				}
+				fmt.Fprintln(out, "  "+r)
+			}
+			return nil
+		},
+	}
+	imp.Flags().StringSliceVar(&segments, "segment", nil, "also add every imported contact to this segment (repeatable)")
+	cmd.AddCommand(imp)
+	return cmd
+}
+
+type csvResult struct {
+	lines    []int // file line of each row sent, so server row numbers map back
+	rejected []string
+}
+
+// readCSV streams rows to send in chunks. Rows the CSV reader itself cannot
+// make sense of are rejected here with their line; all others go to the
+// server, which reports its own rejections by row number.
+func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error) (*csvResult, error) {
+	r := csv.NewReader(in)
+	r.FieldsPerRecord = -1
+	r.ReuseRecord = true
+	header, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("read CSV header: %w", err)
+	}
+	header = append([]string(nil), header...)
+	if len(header) < 1 || !strings.EqualFold(strings.TrimSpace(strings.TrimPrefix(header[0], "\ufeff")), "email") {
+		return nil, errors.New("the CSV header must start with email (then name, then attribute columns)")
+	}
+	res := &csvResult{}
+	var chunk []*pb.ContactRow
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		line, _ := r.FieldPos(0)
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				res.rejected = append(res.rejected, fmt.Sprintf("line %d: %v", pe.StartLine, pe.Err))
+				continue
+			}
+			return nil, err
+		}
+		if len(rec) != len(header) {
+			res.rejected = append(res.rejected, fmt.Sprintf("line %d: %d columns, the header has %d", line, len(rec), len(header)))
+			continue
+		}
+		row := &pb.ContactRow{Email: strings.TrimSpace(rec[0]), Segments: segments}
+		if len(rec) > 1 {
+			row.Name = strings.TrimSpace(rec[1])
+		}
+		if len(rec) > 2 {
+			row.Attributes = make(map[string]string, len(rec)-2)
+			for i := 2; i < len(rec); i++ {
+				row.Attributes[header[i]] = rec[i]
+			}
+		}
+		res.lines = append(res.lines, line)
+		chunk = append(chunk, row)
+		if len(chunk) == importChunk {
+			if err := send(chunk); err != nil {
+				return nil, err
+			}
+			chunk = nil
+		}
+	}
+	if len(chunk) > 0 {
+		if err := send(chunk); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,31 @@
+package cli
+
+import (
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// describe turns a gRPC error into a sentence for a terminal.
+func describe(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return "cannot reach the coordinator (is it running? check --addr / RANGECAST_ADDR): " + st.Message()
+	case codes.InvalidArgument:
+		return "invalid request: " + st.Message()
+	case codes.NotFound:
+		return "not found: " + st.Message()
+	case codes.FailedPrecondition:
+		return "not possible now: " + st.Message()
+	case codes.AlreadyExists:
+		return "already exists: " + st.Message()
+	}
+	return st.Code().String() + ": " + st.Message()
+}
+
+var errUsage = errors.New("usage")

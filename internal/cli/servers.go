@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rangecast/rangecast/internal/demo"
+	"github.com/rangecast/rangecast/internal/server"
+	"github.com/rangecast/rangecast/internal/store/postgres"
+)
+
+// Coordinator is the `coordinator` server command.
+func Coordinator() *cobra.Command {
+	var o server.CoordinatorOptions
+	var level string
+	cmd := &cobra.Command{
+		Use:   "coordinator",
+		Short: "Serve the rangecast API and coordinate broadcasts' ranges",
+		Long: `The coordinator serves gRPC (BroadcastService, AudienceService, health,
+reflection), keeps one cursor per range of every running broadcast in NATS
+JetStream KV, dispatches page jobs and applies workers' reports.
+Every flag can be set by the environment variable named in its help.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Log = logger(level)
+			return server.RunCoordinator(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.DatabaseURL, "database-url", env("RANGECAST_DATABASE_URL", ""), "Postgres URL (env RANGECAST_DATABASE_URL)")
+	f.StringVar(&o.NATSURL, "nats-url", env("RANGECAST_NATS_URL", server.DefaultNATSURL), "NATS server with JetStream, 2.12.3 or newer (env RANGECAST_NATS_URL)")
+	f.StringVar(&o.GRPCAddr, "grpc-addr", env("RANGECAST_GRPC_ADDR", server.DefaultGRPCAddr), "gRPC listen address (env RANGECAST_GRPC_ADDR)")
+	f.StringVar(&o.HTTPAddr, "http-addr", env("RANGECAST_HTTP_ADDR", server.DefaultHTTPAddr), "public HTTP listen address: unsubscribe, webhooks (env RANGECAST_HTTP_ADDR)")
+	f.StringVar(&o.MetricsAddr, "metrics-addr", env("RANGECAST_METRICS_ADDR", server.DefaultMetricsAddr), "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
+	f.StringVar(&level, "log-level", env("RANGECAST_LOG_LEVEL", "info"), "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
+	return cmd
+}
+
+// PageWorker is the `pageworker` server command.
+func PageWorker() *cobra.Command {
+	var o server.WorkerOptions
+	var level string
+	cmd := &cobra.Command{
+		Use:   "pageworker",
+		Short: "Run page jobs: claim, send, record, report",
+		Long: `A page worker pulls page jobs from NATS JetStream, reads the page's eligible
+contacts, claims them in the ledger, sends through SMTP and reports back.
+Workers are stateless: run as many as you like. On SIGTERM a worker stops
+fetching, lets in-flight sends finish, records them, reports and exits.
+Every flag can be set by the environment variable named in its help.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Log = logger(level)
+			return server.RunWorker(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.DatabaseURL, "database-url", env("RANGECAST_DATABASE_URL", ""), "Postgres URL (env RANGECAST_DATABASE_URL)")
+	f.StringVar(&o.NATSURL, "nats-url", env("RANGECAST_NATS_URL", server.DefaultNATSURL), "NATS server with JetStream (env RANGECAST_NATS_URL)")
+	f.StringVar(&o.SMTPURL, "smtp-url", env("RANGECAST_SMTP_URL", ""), "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS), ?tls=none (env RANGECAST_SMTP_URL)")
+	f.IntVar(&o.Concurrency, "concurrency", envInt("RANGECAST_CONCURRENCY", 16), "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
+	f.StringVar(&o.MetricsAddr, "metrics-addr", env("RANGECAST_METRICS_ADDR", server.DefaultMetricsAddr), "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
+	f.StringVar(&level, "log-level", env("RANGECAST_LOG_LEVEL", "info"), "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
+	return cmd
+}
+
+// stackFlags are shared by dev and demo.
+type stackFlags struct {
+	o        server.StackOptions
+	postgres string
+	level    string
+}
+
+func (s *stackFlags) register(cmd *cobra.Command, level string) {
+	f := cmd.Flags()
+	f.StringVar(&s.o.Dir, "dir", ".rangecast", "folder for the embedded JetStream store and captured mail")
+	f.StringVar(&s.postgres, "postgres", env("RANGECAST_DATABASE_URL", DefaultDatabaseURL), "Postgres URL (env RANGECAST_DATABASE_URL); rangecast keeps to a schema of its own")
+	f.StringVar(&s.o.SMTPURL, "smtp-url", "", "send through this SMTP server instead of capturing mail in-process")
+	f.IntVar(&s.o.Workers, "workers", 2, "page workers to run")
+	f.IntVar(&s.o.Concurrency, "concurrency", 16, "each worker's in-flight window")
+	f.StringVar(&s.level, "log-level", level, "debug, info, warn or error")
+}
+
+func devCommand() *cobra.Command {
+	var s stackFlags
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole system in one process: NATS, coordinator, workers, capture SMTP",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			url, err := postgres.WithSchema(ctx, s.postgres, "rangecast_dev")
+			if err != nil {
+				return err
+			}
+			s.o.DatabaseURL, s.o.Log = url, logger(s.level)
+			st, err := server.StartStack(ctx, s.o)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "rangecast dev is running (Ctrl-C stops it; state is kept in %s and schema rangecast_dev)\n", s.o.Dir)
+			fmt.Fprintf(out, "  gRPC     %s   (rangecast --addr %s broadcasts list)\n", st.GRPCAddr, st.GRPCAddr)
+			fmt.Fprintf(out, "  HTTP     %s\n", s.o.HTTPAddr)
+			fmt.Fprintf(out, "  metrics  http://%s/metrics\n", s.o.MetricsAddr)
+			if st.Capture != nil {
+				fmt.Fprintf(out, "  mail     captured by %s, written to %s/mail\n", st.Capture.Addr(), s.o.Dir)
+			}
+			<-ctx.Done()
+			fmt.Fprintln(out, "stopping: letting in-flight sends finish…")
+			return st.Stop()
+		},
+	}
+	s.register(cmd, "info")
+	cmd.Flags().StringVar(&s.o.GRPCAddr, "grpc-addr", server.DefaultGRPCAddr, "gRPC listen address")
+	cmd.Flags().StringVar(&s.o.HTTPAddr, "http-addr", server.DefaultHTTPAddr, "public HTTP listen address")
+	cmd.Flags().StringVar(&s.o.MetricsAddr, "metrics-addr", server.DefaultMetricsAddr, "metrics listen address")
+	return cmd
+}
+
+func demoCommand() *cobra.Command {
+	var s stackFlags
+	var o demo.Options
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Send a real broadcast to generated contacts in one process and check the result",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s.o.Log = logger(s.level)
+			s.o.GRPCAddr = "127.0.0.1:0"
+			o.Stack, o.DatabaseURL = s.o, s.postgres
+			if s.o.Dir == ".rangecast" {
+				dir, err := os.MkdirTemp("", "rangecast-demo-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				o.Stack.Dir = dir
+			}
+			return demo.Run(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	s.register(cmd, "warn")
+	cmd.Flags().IntVar(&o.Contacts, "contacts", 10000, "contacts to generate (5% unsubscribed, 2% do-not-contact)")
+	cmd.Flags().BoolVar(&o.Keep, "keep", false, "keep the demo's Postgres schema afterwards")
+	return cmd
+}

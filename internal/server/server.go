@@ -1,0 +1,220 @@
+// Package server runs rangecast's processes: it turns configuration into a
+// store, a bus, listeners, and a coordinator or page worker, and stops them
+// in order.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/clock"
+	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/pageworker"
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/store/postgres"
+	"github.com/rangecast/rangecast/internal/transport"
+)
+
+// Defaults shared by flags and documentation.
+const (
+	DefaultGRPCAddr    = "127.0.0.1:7070"
+	DefaultHTTPAddr    = "127.0.0.1:8080"
+	DefaultMetricsAddr = "127.0.0.1:9090"
+	DefaultNATSURL     = "nats://127.0.0.1:4222"
+)
+
+// OpenStore opens the store named by url (postgres:// or postgresql://).
+func OpenStore(ctx context.Context, url string) (store.Store, error) {
+	if url == "" {
+		return nil, errors.New("no database: set RANGECAST_DATABASE_URL or --database-url (postgres://user@host:5432/db)")
+	}
+	return postgres.Open(ctx, url)
+}
+
+// ConnectBus connects to NATS and creates the streams and buckets.
+func ConnectBus(ctx context.Context, url string, opts ...nats.Option) (*nats.Conn, *bus.Bus, error) {
+	opts = append([]nats.Option{nats.Name("rangecast"), nats.MaxReconnects(-1)}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	b, err := bus.Setup(ctx, js, bus.Options{})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, b, nil
+}
+
+// ops serves /metrics, /healthz (the process is up) and /readyz (it can do
+// its work: NATS connected and the component started).
+type ops struct {
+	nc    *nats.Conn
+	ready atomic.Bool
+}
+
+func (o *ops) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !o.ready.Load() || o.nc == nil || !o.nc.IsConnected() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+// listenHTTP serves h on addr until ctx ends. It returns the bound address.
+func listenHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (string, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "addr", addr, "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown) //nolint:errcheck
+	}()
+	return lis.Addr().String(), nil
+}
+
+// CoordinatorOptions configures a coordinator process.
+type CoordinatorOptions struct {
+	DatabaseURL, NATSURL            string
+	GRPCAddr, HTTPAddr, MetricsAddr string
+	Log                             *slog.Logger
+}
+
+// RunCoordinator serves the coordinator until ctx ends.
+func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
+	st, err := OpenStore(ctx, o.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	nc, b, err := ConnectBus(ctx, o.NATSURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	lis, err := net.Listen("tcp", o.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.GRPCAddr, err)
+	}
+	return serveCoordinator(ctx, st, nc, b, lis, o)
+}
+
+func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, lis net.Listener, o CoordinatorOptions) error {
+	health := &ops{nc: nc}
+	if o.MetricsAddr != "" {
+		addr, err := listenHTTP(ctx, o.MetricsAddr, health.handler(), o.Log)
+		if err != nil {
+			return err
+		}
+		o.Log.Info("metrics listening", "addr", addr)
+	}
+	if o.HTTPAddr != "" {
+		// The public endpoints (unsubscribe, webhooks) arrive with their
+		// issue; the listener and its health check are here already.
+		addr, err := listenHTTP(ctx, o.HTTPAddr, health.handler(), o.Log)
+		if err != nil {
+			return err
+		}
+		o.Log.Info("public http listening", "addr", addr)
+	}
+	c := coordinator.New(coordinator.Config{Store: st, Bus: b, Clock: clock.Real{}, Log: o.Log})
+	srv := coordinator.NewGRPCServer(c)
+	go srv.Serve(lis) //nolint:errcheck
+	o.Log.Info("grpc listening", "addr", lis.Addr().String())
+	health.ready.Store(true)
+	err := c.Run(ctx)
+	srv.GracefulStop()
+	return err
+}
+
+// WorkerOptions configures a page worker process.
+type WorkerOptions struct {
+	DatabaseURL, NATSURL, SMTPURL, MetricsAddr string
+	Concurrency                                int
+	Log                                        *slog.Logger
+}
+
+// RunWorker runs a page worker until ctx ends, then drains: the page in
+// progress finishes its in-flight sends, records and reports before return.
+func RunWorker(ctx context.Context, o WorkerOptions) error {
+	st, err := OpenStore(ctx, o.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	nc, b, err := ConnectBus(ctx, o.NATSURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return runWorker(ctx, st, nc, b, o)
+}
+
+func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o WorkerOptions) error {
+	if o.SMTPURL == "" {
+		return errors.New("no SMTP server: set RANGECAST_SMTP_URL or --smtp-url (smtp://user:pass@host:587)")
+	}
+	tr, err := transport.NewSMTP(withPool(o.SMTPURL, o.Concurrency))
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	health := &ops{nc: nc}
+	if o.MetricsAddr != "" {
+		addr, err := listenHTTP(ctx, o.MetricsAddr, health.handler(), o.Log)
+		if err != nil {
+			return err
+		}
+		o.Log.Info("metrics listening", "addr", addr)
+	}
+	w := pageworker.New(pageworker.Config{Store: st, Bus: b, Transport: tr, Clock: clock.Real{}, Log: o.Log, Concurrency: o.Concurrency})
+	health.ready.Store(true)
+	o.Log.Info("page worker running", "concurrency", o.Concurrency, "smtp", tr.String())
+	return w.Run(ctx)
+}
+
+// withPool sizes the SMTP connection pool to the in-flight window unless the
+// URL says otherwise.
+func withPool(raw string, concurrency int) string {
+	u, err := url.Parse(raw)
+	if err != nil || concurrency <= 0 || u.Query().Has("pool") {
+		return raw // a bad URL is reported by transport.NewSMTP
+	}
+	q := u.Query()
+	q.Set("pool", strconv.Itoa(concurrency))
+	u.RawQuery = q.Encode()
+	return u.String()
+}

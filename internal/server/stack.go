@@ -1,0 +1,153 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// StackOptions configures the whole system in one process.
+type StackOptions struct {
+	// Dir holds the embedded JetStream store and captured mail.
+	Dir         string
+	DatabaseURL string
+	// SMTPURL sends through a real server; empty captures every message
+	// in-process instead.
+	SMTPURL                         string
+	Workers, Concurrency            int
+	GRPCAddr, HTTPAddr, MetricsAddr string
+	Log                             *slog.Logger
+}
+
+// Stack is a running in-process rangecast: embedded NATS, store, capture
+// SMTP server, coordinator and page workers.
+type Stack struct {
+	GRPCAddr string
+	Capture  *capture.Server // nil when sending through SMTPURL
+	Store    store.Store
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errMu  sync.Mutex
+	err    error
+	nats   *natsserver.Server
+	nc     *nats.Conn
+}
+
+// StartStack starts everything and returns once the gRPC API is listening.
+func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Workers <= 0 {
+		o.Workers = 2
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("stack dir: %w", err)
+	}
+	s := &Stack{}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Stop() //nolint:errcheck
+		}
+	}()
+	ns, err := natsserver.NewServer(&natsserver.Options{
+		ServerName: "rangecast-dev",
+		JetStream:  true,
+		StoreDir:   o.Dir + "/jetstream",
+		DontListen: true,
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	ns.Start()
+	s.nats = ns
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return nil, errors.New("embedded nats did not start within 10s")
+	}
+	if s.Store, err = OpenStore(ctx, o.DatabaseURL); err != nil {
+		return nil, err
+	}
+	nc, b, err := ConnectBus(ctx, "", nats.InProcessServer(ns))
+	if err != nil {
+		return nil, err
+	}
+	s.nc = nc
+	smtpURL := o.SMTPURL
+	if smtpURL == "" {
+		if s.Capture, err = capture.Start("127.0.0.1:0", capture.WithDir(o.Dir+"/mail")); err != nil {
+			return nil, err
+		}
+		smtpURL = s.Capture.URL()
+	}
+	lis, err := net.Listen("tcp", o.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", o.GRPCAddr, err)
+	}
+	s.GRPCAddr = lis.Addr().String()
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.run(func() error {
+		return serveCoordinator(runCtx, s.Store, nc, b, lis, CoordinatorOptions{HTTPAddr: o.HTTPAddr, MetricsAddr: o.MetricsAddr, Log: o.Log})
+	})
+	for i := range o.Workers {
+		log := o.Log.With("worker", i)
+		s.run(func() error {
+			return runWorker(runCtx, s.Store, nc, b, WorkerOptions{SMTPURL: smtpURL, Concurrency: o.Concurrency, Log: log})
+		})
+	}
+	ok = true
+	return s, nil
+}
+
+func (s *Stack) run(f func() error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := f(); err != nil {
+			s.errMu.Lock()
+			s.err = errors.Join(s.err, err)
+			s.errMu.Unlock()
+			s.cancel()
+		}
+	}()
+}
+
+// Stop drains the workers, stops the coordinator and closes everything.
+func (s *Stack) Stop() error {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.Capture != nil {
+		s.Capture.Close()
+	}
+	if s.Store != nil {
+		s.Store.Close()
+	}
+	if s.nats != nil {
+		s.nats.Shutdown()
+		s.nats.WaitForShutdown()
+	}
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
