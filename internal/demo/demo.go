@@ -210,7 +210,7 @@ func summarize(out io.Writer, b *pb.Broadcast, want map[string]bool, contacts in
 	fmt.Fprintf(out, "  contacts              %d\n", contacts)
 	fmt.Fprintf(out, "  skipped (ineligible)  %d\n", contacts-int(b.GetSnapshotTotal()))
 	fmt.Fprintf(out, "  sent (ledger)         %d\n", p.GetSent())
-	fmt.Fprintf(out, "  received (SMTP)     %d messages to %d recipients\n", total, len(received))
+	fmt.Fprintf(out, "  received (SMTP)       %d messages to %d recipients\n", total, len(received))
 	fmt.Fprintf(out, "  failed                %d\n", p.GetFailed())
 	fmt.Fprintf(out, "  duplicates            %d\n", duplicates)
 	fmt.Fprintf(out, "  missing               %d\n", missing)

@@ -109,6 +109,17 @@ type Outcome struct {
 	Error     string // the server's reply for failures
 }
 
+// Send is one ledger row.
+type Send struct {
+	BroadcastID, ContactID ulid.ULID
+	Email                  string
+	Status                 SendStatus
+	Attempt                int
+	MessageID              string
+	Error                  string
+	ClaimedAt, UpdatedAt   time.Time
+}
+
 // Counts sums a broadcast's ledger by status.
 type Counts struct {
 	Claimed, Sent, Failed, Deferred int64
@@ -155,6 +166,8 @@ type Store interface {
 	// Release deletes claims that are still claimed (not sent), so a later
 	// page can claim them again.
 	Release(ctx context.Context, broadcast ulid.ULID, contacts []ulid.ULID) error
+	// GetSend returns one ledger row, or ErrNotFound.
+	GetSend(ctx context.Context, broadcast, contact ulid.ULID) (Send, error)
 	// Counts sums the broadcast's ledger by status.
 	Counts(ctx context.Context, broadcast ulid.ULID) (Counts, error)
 	// Pending counts claims with no outcome (in flight or in doubt).

@@ -74,14 +74,6 @@ func uids(ids []ulid.ULID) [][16]byte {
 	return out
 }
 
-func nullUID(id ulid.ULID) pgtype.UUID {
-	return pgtype.UUID{Bytes: [16]byte(id), Valid: id != (ulid.ULID{})}
-}
-
-func nullTime(t time.Time) pgtype.Timestamptz {
-	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
-}
-
 const upsertContacts = `
 INSERT INTO contacts AS c (id, email, name, attributes, subscribed, do_not_contact, created_at, updated_at)
 SELECT u.id, u.email, u.name, u.attributes, u.subscribed, u.dnc, $7, $7
@@ -461,4 +453,15 @@ func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (int64, error)
 	var n int64
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'claimed'`, uid(broadcast)).Scan(&n)
 	return n, mapErr("count pending", err)
+}
+
+func (s *Store) GetSend(ctx context.Context, broadcast, contact ulid.ULID) (store.Send, error) {
+	out := store.Send{BroadcastID: broadcast, ContactID: contact}
+	var status string
+	err := s.pool.QueryRow(ctx, `
+SELECT email, status, attempt, message_id, error, claimed_at, updated_at
+FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2`, uid(broadcast), uid(contact)).
+		Scan(&out.Email, &status, &out.Attempt, &out.MessageID, &out.Error, &out.ClaimedAt, &out.UpdatedAt)
+	out.Status = store.SendStatus(status)
+	return out, mapErr("ledger row", err)
 }
