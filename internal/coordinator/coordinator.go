@@ -105,6 +105,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.ctx = ctx
 	c.mu.Unlock()
 	bs, err := c.cfg.Store.ListBroadcasts(ctx)
+	if ctx.Err() != nil {
+		return nil // stopped before it started
+	}
 	if err != nil {
 		return fmt.Errorf("coordinator: load broadcasts: %w", err)
 	}

@@ -36,6 +36,24 @@ func TestBroadcastEndToEnd(t *testing.T) {
 			pauseOnce.Do(func() { close(pauseAt) })
 		}
 	})
+	// Small claim batches: claims without an outcome never exceed the
+	// in-flight windows of all workers.
+	bid := ulid.MustParseStrict(id)
+	sampling, sampled := make(chan struct{}), make(chan int64)
+	go func() {
+		var worst int64
+		defer func() { sampled <- worst }()
+		for {
+			select {
+			case <-sampling:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if n, err := s.store.Pending(context.Background(), bid); err == nil {
+				worst = max(worst, n)
+			}
+		}
+	}()
 	started := time.Now()
 	if _, err := s.client.StartBroadcast(context.Background(), &pb.StartBroadcastRequest{Id: id}); err != nil {
 		t.Fatal(err)
@@ -55,6 +73,7 @@ func TestBroadcastEndToEnd(t *testing.T) {
 		t.Fatalf("after pause: state %s, sent %d of %d", b.GetState(), b.GetProgress().GetSent(), len(want))
 	}
 	t.Logf("paused with %d of %d sent; %d arrived after pause returned", quiet, len(want), quiet-atPause)
+	cursorsNotAhead(t, s, bid, a, b)
 
 	if _, err := s.client.ResumeBroadcast(context.Background(), &pb.ResumeBroadcastRequest{Id: id}); err != nil {
 		t.Fatal(err)
@@ -62,6 +81,12 @@ func TestBroadcastEndToEnd(t *testing.T) {
 	pausedFor := time.Since(pauseReturned)
 	b = s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 3*time.Minute)
 	elapsed := time.Since(started) - pausedFor
+	close(sampling)
+	if worst := <-sampled; worst > workers*conc {
+		t.Errorf("up to %d claims were without an outcome at once; the in-flight windows allow %d", worst, workers*conc)
+	} else {
+		t.Logf("at most %d claims without an outcome at any sample (limit %d)", worst, workers*conc)
+	}
 	s.exactlyOnce(want)
 	p := b.GetProgress()
 	if p.GetRangesTotal() != ranges.Count || p.GetRangesDone() != ranges.Count {
@@ -276,4 +301,27 @@ func TestUnsubscribeMidBroadcast(t *testing.T) {
 	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 2*time.Minute)
 	s.exactlyOnce(want)
 	t.Logf("%d contacts unsubscribed mid-broadcast received nothing", len(victims))
+}
+
+// cursorsNotAhead checks, with sending stopped, that every eligible contact
+// below each range's cursor has a committed outcome.
+func cursorsNotAhead(t *testing.T, s *stack, bid ulid.ULID, a audience, b *pb.Broadcast) {
+	t.Helper()
+	want := a.eligible(true)
+	checked := 0
+	for _, r := range b.GetProgress().GetRanges() {
+		start, next := ulid.MustParseStrict(r.GetStart()), ulid.MustParseStrict(r.GetNext())
+		end := ulid.MustParseStrict(r.GetEnd())
+		for _, c := range a.contacts {
+			if !want[c.Email] || c.ID.Compare(start) < 0 || c.ID.Compare(end) > 0 || (!r.GetDone() && c.ID.Compare(next) >= 0) {
+				continue
+			}
+			row, err := s.store.GetSend(context.Background(), bid, c.ID)
+			if err != nil || row.Status != store.SendSent {
+				t.Fatalf("range %d's cursor %s passed %s, which has no committed outcome (row %+v, err %v)", r.GetIndex(), r.GetNext(), c.ID, row, err)
+			}
+			checked++
+		}
+	}
+	t.Logf("every one of %d contacts behind the cursors has a committed outcome", checked)
 }

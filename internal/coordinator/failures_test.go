@@ -1,0 +1,236 @@
+package coordinator_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/store"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// withFastRetries restarts the coordinator with short backoffs so tests of
+// transient failures run in seconds.
+func (s *stack) withFastRetries(maxFruitless int) {
+	s.stopCoord()
+	s.coordCfg.Backoff, s.coordCfg.MaxBackoff, s.coordCfg.MaxFruitless = 20*time.Millisecond, 100*time.Millisecond, maxFruitless
+	s.coordCfg.Tick = 50 * time.Millisecond
+	s.startCoordinator()
+}
+
+func (s *stack) start(id string) {
+	s.t.Helper()
+	if _, err := s.client.StartBroadcast(context.Background(), &pb.StartBroadcastRequest{Id: id}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func reply(code int, enhanced smtp.EnhancedCode, text string) *smtp.SMTPError {
+	return &smtp.SMTPError{Code: code, EnhancedCode: enhanced, Message: text}
+}
+
+// TestRecipientRejectionSkipsOnlyThatAddress: a 550 5.1.1 fails that row
+// with the server's reply and the broadcast carries on to completion.
+func TestRecipientRejectionSkipsOnlyThatAddress(t *testing.T) {
+	t.Parallel()
+	bad := func(to string) bool { return strings.HasSuffix(to, "3@example.org") }
+	s := newStack(t, stackOptions{workers: 2, concurrency: 8, sinkOpts: []capture.Option{
+		capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if bad(to) {
+				return reply(550, smtp.EnhancedCode{5, 1, 1}, "The email account that you tried to reach does not exist.")
+			}
+			return nil
+		}),
+	}})
+	a := s.seed(1500)
+	want := a.eligible(false)
+	rejected := 0
+	for e := range want {
+		if bad(e) {
+			delete(want, e)
+			rejected++
+		}
+	}
+	id := s.create("", 0)
+	s.start(id)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(want)
+	if got := b.GetProgress().GetFailed(); got != int64(rejected) {
+		t.Fatalf("failed = %d, want %d", got, rejected)
+	}
+	for _, c := range a.contacts {
+		if !bad(c.Email) || !c.Subscribed || c.DoNotContact {
+			continue
+		}
+		row, err := s.store.GetSend(context.Background(), ulid.MustParseStrict(id), c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Status != store.SendFailed || !strings.Contains(row.Error, "550") || !strings.Contains(row.Error, "does not exist") {
+			t.Fatalf("rejected recipient's row: status %s error %q; want failed with the server's reply", row.Status, row.Error)
+		}
+		break
+	}
+}
+
+// TestTransientErrorsRetryAndSendOnce: 451s release the claims and the range
+// retries with backoff; every contact still receives exactly one message.
+func TestTransientErrorsRetryAndSendOnce(t *testing.T) {
+	t.Parallel()
+	var rcpts atomic.Int64
+	s := newStack(t, stackOptions{workers: 2, concurrency: 8, pageLimit: 50, sinkOpts: []capture.Option{
+		capture.WithRcptHook(func(string) *smtp.SMTPError {
+			if n := rcpts.Add(1); n%7 == 0 && n < 2000 {
+				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary local problem, please try again")
+			}
+			return nil
+		}),
+	}})
+	s.withFastRetries(50)
+	a := s.seed(1500)
+	id := s.create("", 0)
+	s.start(id)
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(a.eligible(false))
+	if n, err := s.store.Pending(context.Background(), ulid.MustParseStrict(id)); err != nil || n != 0 {
+		t.Fatalf("pending claims after completion: %d, %v", n, err)
+	}
+}
+
+// TestTransientForeverFailsTheBroadcast: a server that only ever says 451
+// ends the broadcast failed, with the reason, instead of running forever.
+func TestTransientForeverFailsTheBroadcast(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 1, concurrency: 4, sinkOpts: []capture.Option{
+		capture.WithRcptHook(func(string) *smtp.SMTPError {
+			return reply(451, smtp.EnhancedCode{4, 4, 1}, "Connection timed out downstream")
+		}),
+	}})
+	s.withFastRetries(3)
+	s.seed(100)
+	id := s.create("", 0)
+	s.start(id)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_FAILED, time.Minute)
+	if !strings.Contains(b.GetReason(), "451") || !strings.Contains(b.GetReason(), "no progress") {
+		t.Fatalf("reason %q should say the range made no progress and show the 451", b.GetReason())
+	}
+	if s.sink.Count() != 0 {
+		t.Fatalf("%d messages accepted by a server that rejects everything", s.sink.Count())
+	}
+	if p := b.GetProgress(); p.GetInDoubt() != 0 || p.GetSent() != 0 {
+		t.Fatalf("after failing: in doubt %d, sent %d; want 0 and 0 (claims released)", p.GetInDoubt(), p.GetSent())
+	}
+}
+
+// TestChannelErrorPausesWithReason: an authentication failure is not one
+// address's fault; the broadcast pauses with the error shown, and a human's
+// resume after the fix completes it with nobody sent twice.
+func TestChannelErrorPausesWithReason(t *testing.T) {
+	t.Parallel()
+	var broken atomic.Bool
+	broken.Store(true)
+	var mu sync.Mutex
+	s := newStack(t, stackOptions{workers: 2, concurrency: 8, sinkOpts: []capture.Option{
+		capture.WithMailHook(func(string) *smtp.SMTPError {
+			mu.Lock()
+			defer mu.Unlock()
+			if broken.Load() {
+				return reply(535, smtp.EnhancedCode{5, 7, 8}, "Username and Password not accepted")
+			}
+			return nil
+		}),
+	}})
+	a := s.seed(800)
+	id := s.create("", 0)
+	s.start(id)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_PAUSED, 30*time.Second)
+	if !strings.Contains(b.GetReason(), "535") {
+		t.Fatalf("paused reason %q should show the server's 535", b.GetReason())
+	}
+	s.waitQuiet(300 * time.Millisecond)
+	if s.sink.Count() != 0 {
+		t.Fatalf("%d messages accepted while auth was failing", s.sink.Count())
+	}
+	broken.Store(false)
+	if _, err := s.client.ResumeBroadcast(context.Background(), &pb.ResumeBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(a.eligible(false))
+}
+
+// TestWorkerDrainsOnStop: a worker asked to stop mid-page lets its in-flight
+// sends finish and records them; nothing is left in doubt, and another
+// worker completes the broadcast without a second copy.
+func TestWorkerDrainsOnStop(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 1, concurrency: 8, pageLimit: 100, sinkOpts: []capture.Option{
+		capture.WithLatency(20 * time.Millisecond),
+	}})
+	a := s.seed(1000)
+	id := s.create("", 0)
+	s.start(id)
+	for s.sink.Count() < 100 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.workers[0]() // cancel and wait for the drain
+	bid := ulid.MustParseStrict(id)
+	if n, err := s.store.Pending(context.Background(), bid); err != nil || n != 0 {
+		t.Fatalf("after a drained stop, %d claims have no outcome (err %v); want 0", n, err)
+	}
+	counts, err := s.store.Counts(context.Background(), bid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(counts.Sent) != s.sink.Count() {
+		t.Fatalf("ledger says %d sent, the server received %d", counts.Sent, s.sink.Count())
+	}
+	s.startWorker()
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(a.eligible(false))
+}
+
+// TestClaimBeforeSend: when a message reaches the SMTP server, its ledger row
+// is already committed.
+func TestClaimBeforeSend(t *testing.T) {
+	t.Parallel()
+	var s *stack
+	var checked, unclaimed atomic.Int64
+	var bid atomic.Value
+	s = newStack(t, stackOptions{workers: 2, concurrency: 8, sinkOpts: []capture.Option{
+		capture.WithDataHook(func(m capture.Message) *smtp.SMTPError {
+			// Message-ID is <broadcast.contact@domain>.
+			ids := strings.SplitN(strings.SplitN(m.MessageID, "@", 2)[0], ".", 2)
+			if len(ids) != 2 {
+				unclaimed.Add(1)
+				return nil
+			}
+			b, c := ulid.MustParseStrict(ids[0]), ulid.MustParseStrict(ids[1])
+			if b.String() != bid.Load() {
+				unclaimed.Add(1)
+			}
+			row, err := s.store.GetSend(context.Background(), b, c)
+			if err != nil || row.Status != store.SendClaimed || row.MessageID != m.MessageID {
+				unclaimed.Add(1)
+			}
+			checked.Add(1)
+			return nil
+		}),
+	}})
+	a := s.seed(600)
+	id := s.create("", 0)
+	bid.Store(id)
+	s.start(id)
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(a.eligible(false))
+	if unclaimed.Load() != 0 || checked.Load() != int64(len(a.eligible(false))) {
+		t.Fatalf("%d of %d messages arrived without a committed claim carrying their Message-ID", unclaimed.Load(), checked.Load())
+	}
+}
