@@ -78,7 +78,7 @@ func (a *actor) report(ctx context.Context, rep bus.Report) error {
 	case a.reports <- req:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(30 * time.Second):
+	case <-a.c.cfg.Clock.After(30 * time.Second):
 		return errors.New("actor busy")
 	}
 	select {
@@ -171,6 +171,7 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 		rec := a.recs[i]
 		advanced := !rec.Done && (rep.Done || after(rep.Next, rec.Next))
 		if !advanced {
+			reportsApplied.WithLabelValues("ignored").Inc()
 			if rep.Class == bus.ClassTransient || rep.Class == bus.ClassQuota {
 				return a.fruitless(ctx, i, rep, now)
 			}
@@ -198,6 +199,7 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 			return err
 		}
 		a.dispatched[i] = 0
+		reportsApplied.WithLabelValues("advanced").Inc()
 		break
 	}
 	switch rep.Class {
@@ -273,6 +275,7 @@ func (a *actor) transition(ctx context.Context, from []store.State, to store.Sta
 		return err
 	}
 	a.b.State, a.b.Reason = b.State, b.Reason
+	broadcastTransitions.WithLabelValues(string(to)).Inc()
 	a.log().Info("broadcast state changed", "state", b.State, "reason", reason)
 	return a.c.putState(ctx, b)
 }
@@ -344,6 +347,7 @@ func (a *actor) dispatch(ctx context.Context) {
 			}
 			break
 		}
+		pagesDispatched.Inc()
 		a.outstanding[i] = page{from: rec.Next, limit: limit, at: now}
 		a.dispatched[i]++
 	}

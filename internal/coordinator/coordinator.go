@@ -197,8 +197,10 @@ func (c *Coordinator) actorFor(ctx context.Context, b store.Broadcast) (*actor, 
 	}
 	c.actors[b.ID] = a
 	c.wg.Add(1)
+	activeBroadcasts.Inc()
 	go func() {
 		defer c.wg.Done()
+		defer activeBroadcasts.Dec()
 		a.run(c.ctx)
 		c.mu.Lock()
 		delete(c.actors, b.ID)
@@ -305,5 +307,5 @@ type counter struct {
 	n  int64
 }
 
-func (c *counter) add(n int64) { c.mu.Lock(); c.n += n; c.mu.Unlock() }
+func (c *counter) add(n int64) { c.mu.Lock(); c.n += n; c.mu.Unlock(); kvWrites.Add(float64(n)) }
 func (c *counter) load() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.n }

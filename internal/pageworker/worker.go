@@ -129,15 +129,20 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	switch {
 	case state == store.StatePaused:
+		pagesRun.WithLabelValues("parked").Inc()
 		msg.NakWithDelay(w.cfg.ParkDelay) //nolint:errcheck
 		return
 	case state != store.StateRunning:
+		pagesRun.WithLabelValues("dropped").Inc()
 		log.Info("page dropped", "state", state)
 		msg.Ack() //nolint:errcheck
 		return
 	}
+	began := w.cfg.Clock.Now()
 	rep, err := w.runPage(ctx, pageCtx, msg, job)
+	pageSeconds.Observe(w.cfg.Clock.Now().Sub(began).Seconds())
 	if err != nil {
+		pagesRun.WithLabelValues("failed").Inc()
 		// Nothing was reported: the coordinator's cursor did not move, and
 		// JetStream offers the page again (to this or another worker).
 		log.Error("page failed", "err", err)
@@ -153,6 +158,14 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		// The report is out; running the page again finds its claims and
 		// sends nothing.
 		log.Warn("page ack failed", "err", err)
+	}
+	switch {
+	case rep.Class != bus.ClassNone:
+		pagesRun.WithLabelValues("stopped").Inc()
+	case rep.Done:
+		pagesRun.WithLabelValues("done").Inc()
+	default:
+		pagesRun.WithLabelValues("walked").Inc()
 	}
 	if rep.Class != bus.ClassNone {
 		log.Warn("page stopped early", "sent", rep.Sent, "failed", rep.Failed, "class", rep.Class, "err", rep.Error)
@@ -329,6 +342,9 @@ func (w *Worker) sendWindow(ctx context.Context, l *loaded, window []store.Conta
 		var se *transport.SendError
 		if !errors.As(err, &se) || !se.MaybeDelivered {
 			release = append(release, c.ID)
+			messages.WithLabelValues("released").Inc()
+		} else {
+			messages.WithLabelValues("in_doubt").Inc()
 		}
 		if res.stopAt < 0 {
 			res.stopAt, res.class, res.err = i, busClass(class), err.Error()
@@ -337,6 +353,8 @@ func (w *Worker) sendWindow(ctx context.Context, l *loaded, window []store.Conta
 	if err := w.cfg.Store.RecordOutcomes(ctx, l.b.ID, outcomes, w.cfg.Clock.Now()); err != nil {
 		return res, err
 	}
+	messages.WithLabelValues("sent").Add(float64(res.sent))
+	messages.WithLabelValues("failed").Add(float64(res.failed))
 	if err := w.cfg.Store.Release(ctx, l.b.ID, release); err != nil {
 		return res, err
 	}

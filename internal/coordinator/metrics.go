@@ -1,0 +1,31 @@
+package coordinator
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// The coordinator's metrics. Its write rate is meant to follow pages, not
+// messages: compare kvWrites with the workers' message counters.
+var (
+	pagesDispatched = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rangecast_coordinator_pages_dispatched_total",
+		Help: "Page jobs published to the page stream.",
+	})
+	reportsApplied = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rangecast_coordinator_reports_total",
+		Help: "Page reports received, by result: advanced (the cursor moved) or ignored (behind the cursor, a duplicate).",
+	}, []string{"result"})
+	kvWrites = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rangecast_coordinator_kv_writes_total",
+		Help: "Writes to the broadcast KV bucket (cursor CAS, range creation, state).",
+	})
+	activeBroadcasts = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "rangecast_coordinator_active_broadcasts",
+		Help: "Running or paused broadcasts with an actor on this coordinator.",
+	})
+	broadcastTransitions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rangecast_coordinator_broadcast_transitions_total",
+		Help: "Broadcast state changes made by the coordinator itself (completed, paused on a channel error, failed).",
+	}, []string{"state"})
+)

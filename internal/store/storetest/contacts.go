@@ -1,0 +1,162 @@
+package storetest
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+var contactCases = []testCase{
+	{"CaseInsensitiveEmailKeepsID", testUpsertCaseInsensitive},
+	{"IDsInInputOrder", testUpsertInputOrder},
+	{"Flags", testUpsertFlags},
+	{"Empty", testUpsertEmpty},
+	{"Segments", testSegments},
+}
+
+// An existing contact is found by case-insensitive email and keeps its id;
+// the name is replaced and the attributes merged key by key.
+func testUpsertCaseInsensitive(f *fixture) {
+	first := f.contact("Alice@X.org")
+	first.Name = "Alice"
+	first.Attributes = map[string]any{"city": "Lyon", "plan": "free"}
+	id := f.upsert([]store.Contact{first}, at(0))[0]
+	if id != first.ID {
+		f.t.Fatalf("new contact: got id %s, want the given id %s", id, first.ID)
+	}
+
+	again := f.contact("alice@x.org")
+	again.Name = "Alice Liddell"
+	again.Attributes = map[string]any{"plan": "pro", "lang": "fr"}
+	got := f.upsert([]store.Contact{again}, at(1))[0]
+	if got != first.ID {
+		f.t.Fatalf("alice@x.org after Alice@X.org: got id %s, want the existing id %s", got, first.ID)
+	}
+
+	all := f.eligible()
+	if len(all) != 1 {
+		f.t.Fatalf("after two upserts of one address: %d contacts, want 1: %v", len(all), all)
+	}
+	c, ok := all[first.ID]
+	if !ok {
+		f.t.Fatalf("contact %s missing; have %v", first.ID, all)
+	}
+	if !strings.EqualFold(c.Email, "alice@x.org") {
+		f.t.Errorf("email = %q, want alice@x.org in some case", c.Email)
+	}
+	if c.Name != "Alice Liddell" {
+		f.t.Errorf("name = %q, want the imported %q (replaced)", c.Name, "Alice Liddell")
+	}
+	want := map[string]any{"city": "Lyon", "plan": "pro", "lang": "fr"}
+	if !maps.EqualFunc(c.Attributes, want, func(a, b any) bool { return a == b }) {
+		f.t.Errorf("attributes = %v, want merged %v", c.Attributes, want)
+	}
+}
+
+// Ids come back in input order, existing and new mixed.
+func testUpsertInputOrder(f *fixture) {
+	a, b, c := f.contact("a@example.org"), f.contact("b@example.org"), f.contact("c@example.org")
+	if got := f.upsert([]store.Contact{a, b, c}, at(0)); !slices.Equal(got, []ulid.ULID{a.ID, b.ID, c.ID}) {
+		f.t.Fatalf("first import: ids %v, want %v", got, []ulid.ULID{a.ID, b.ID, c.ID})
+	}
+	d, e := f.contact("d@example.org"), f.contact("e@example.org")
+	batch := []store.Contact{f.contact("C@EXAMPLE.ORG"), d, f.contact("A@example.org"), e, f.contact("b@Example.org")}
+	want := []ulid.ULID{c.ID, d.ID, a.ID, e.ID, b.ID}
+	if got := f.upsert(batch, at(1)); !slices.Equal(got, want) {
+		f.t.Fatalf("mixed import: ids %v, want %v", got, want)
+	}
+	if n := len(f.eligible()); n != 5 {
+		f.t.Fatalf("%d contacts after importing 5 addresses, want 5", n)
+	}
+}
+
+// An import may unsubscribe or flag a contact, never undo an unsubscribe, a
+// do-not-contact flag or a suppression.
+func testUpsertFlags(f *fixture) {
+	type flags struct{ sub, dnc, supp bool }
+	cases := []struct {
+		name          string
+		first, second flags
+		unsubscribe   bool // Unsubscribe between the imports
+		want          flags
+	}{
+		{"subscribed stays subscribed", flags{sub: true}, flags{sub: true}, false, flags{sub: true}},
+		{"import unsubscribes", flags{sub: true}, flags{}, false, flags{}},
+		{"import cannot resubscribe", flags{}, flags{sub: true}, false, flags{}},
+		{"import cannot undo Unsubscribe", flags{sub: true}, flags{sub: true}, true, flags{}},
+		{"do-not-contact turns on", flags{sub: true}, flags{sub: true, dnc: true}, false, flags{sub: true, dnc: true}},
+		{"do-not-contact never turns off", flags{sub: true, dnc: true}, flags{sub: true}, false, flags{sub: true, dnc: true}},
+		{"suppression turns on", flags{sub: true}, flags{sub: true, supp: true}, false, flags{sub: true, supp: true}},
+		{"suppression never turns off", flags{sub: true, supp: true}, flags{sub: true}, false, flags{sub: true, supp: true}},
+	}
+	first := make([]store.Contact, len(cases))
+	second := make([]store.Contact, len(cases))
+	for i, tc := range cases {
+		email := fmt.Sprintf("flags%d@example.org", i)
+		first[i] = store.Contact{ID: f.ids.next(), Email: email, Subscribed: tc.first.sub, DoNotContact: tc.first.dnc, Suppressed: tc.first.supp}
+		second[i] = store.Contact{ID: f.ids.next(), Email: strings.ToUpper(email), Subscribed: tc.second.sub, DoNotContact: tc.second.dnc, Suppressed: tc.second.supp}
+	}
+	ids := f.upsert(first, at(0))
+	for i, tc := range cases {
+		if tc.unsubscribe {
+			f.must(f.s.Unsubscribe(f.ctx, first[i].Email, at(1)), "Unsubscribe(%s)", first[i].Email)
+		}
+	}
+	again := f.upsert(second, at(2))
+	if !slices.Equal(again, ids) {
+		f.t.Fatalf("reimport: ids %v, want the existing %v", again, ids)
+	}
+	// The flags are observable only through the gate: a contact is eligible
+	// iff subscribed and neither flagged nor suppressed.
+	eligible := f.eligible()
+	for i, tc := range cases {
+		want := tc.want.sub && !tc.want.dnc && !tc.want.supp
+		if _, got := eligible[ids[i]]; got != want {
+			f.t.Errorf("%s: eligible = %v, want %v (flags %+v)", tc.name, got, want, tc.want)
+		}
+	}
+}
+
+func testUpsertEmpty(f *fixture) {
+	ids, err := f.s.UpsertContacts(f.ctx, nil, at(0))
+	f.must(err, "UpsertContacts(nil)")
+	if len(ids) != 0 {
+		f.t.Fatalf("UpsertContacts(nil) = %v, want no ids", ids)
+	}
+}
+
+// EnsureSegment is idempotent by name; SegmentID finds it; membership is
+// idempotent.
+func testSegments(f *fixture) {
+	id, err := f.s.EnsureSegment(f.ctx, "vip", at(0))
+	f.must(err, "EnsureSegment(vip)")
+	again, err := f.s.EnsureSegment(f.ctx, "vip", at(1))
+	f.must(err, "EnsureSegment(vip) again")
+	if again != id {
+		f.t.Fatalf("EnsureSegment(vip) twice: ids %d then %d", id, again)
+	}
+	other, err := f.s.EnsureSegment(f.ctx, "other", at(0))
+	f.must(err, "EnsureSegment(other)")
+	if other == id {
+		f.t.Fatalf("two segments share id %d", id)
+	}
+	got, err := f.s.SegmentID(f.ctx, "vip")
+	f.must(err, "SegmentID(vip)")
+	if got != id {
+		f.t.Fatalf("SegmentID(vip) = %d, want %d", got, id)
+	}
+	_, err = f.s.SegmentID(f.ctx, "nope")
+	f.wantErr(err, store.ErrNotFound, "SegmentID(nope)")
+
+	ids := f.subscribers("seg", 3)
+	f.must(f.s.AddSegmentMembers(f.ctx, id, ids[:2]), "AddSegmentMembers")
+	f.must(f.s.AddSegmentMembers(f.ctx, id, ids[:2]), "AddSegmentMembers again")
+	b := f.draft("vip only", id)
+	got2 := f.walk(b, 10)
+	f.sameSet("segment members", got2, ids[:2])
+}
