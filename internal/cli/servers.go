@@ -99,7 +99,7 @@ func devCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s.o.DatabaseURL, s.o.Log = url, logger(s.level)
+			s.o.DatabaseURL, s.o.Log, s.o.MailFiles = url, logger(s.level), true
 			st, err := server.StartStack(ctx, s.o)
 			if err != nil {
 				return err

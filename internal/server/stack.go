@@ -24,7 +24,9 @@ type StackOptions struct {
 	DatabaseURL string
 	// SMTPURL sends through a real server; empty captures every message
 	// in-process instead.
-	SMTPURL                         string
+	SMTPURL string
+	// MailFiles also writes each captured message to Dir/mail as .eml.
+	MailFiles                       bool
 	Workers, Concurrency            int
 	GRPCAddr, HTTPAddr, MetricsAddr string
 	Log                             *slog.Logger
@@ -89,7 +91,11 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	s.nc = nc
 	smtpURL := o.SMTPURL
 	if smtpURL == "" {
-		if s.Capture, err = capture.Start("127.0.0.1:0", capture.WithDir(o.Dir+"/mail")); err != nil {
+		var opts []capture.Option
+		if o.MailFiles {
+			opts = append(opts, capture.WithDir(o.Dir+"/mail"))
+		}
+		if s.Capture, err = capture.Start("127.0.0.1:0", opts...); err != nil {
 			return nil, err
 		}
 		smtpURL = s.Capture.URL()
