@@ -163,9 +163,7 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 	now := a.c.cfg.Clock.Now()
 	if o, ok := a.outstanding[i]; ok && o.from == rep.From {
 		delete(a.outstanding, i)
-		if a.throttle != nil {
-			a.throttle.Return(o.limit - rep.Claimed)
-		}
+		a.giveBack(o.limit - rep.Claimed)
 	}
 	for attempt := 0; ; attempt++ {
 		rec := a.recs[i]
@@ -339,12 +337,20 @@ func (a *actor) dispatch(ctx context.Context) {
 				break
 			}
 		}
+		if p := a.c.cfg.Pacer; p != nil {
+			granted, why := p.Grant(now, a.domain(), limit)
+			if a.throttle != nil {
+				a.throttle.Return(limit - granted)
+			}
+			if limit = granted; limit == 0 {
+				waiting = why
+				break
+			}
+		}
 		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit}
 		if err := a.c.cfg.Bus.PublishPage(ctx, job, now); err != nil {
 			a.log().Warn("dispatch failed; retried on the next tick", "range", i, "err", err)
-			if a.throttle != nil {
-				a.throttle.Return(limit)
-			}
+			a.giveBack(limit)
 			break
 		}
 		pagesDispatched.Inc()
@@ -354,6 +360,25 @@ func (a *actor) dispatch(ctx context.Context) {
 	if unfinished {
 		a.setWaiting(waiting)
 	}
+}
+
+// giveBack returns n unused grants to the throttle and the pacer.
+func (a *actor) giveBack(n int) {
+	if n <= 0 {
+		return
+	}
+	if a.throttle != nil {
+		a.throttle.Return(n)
+	}
+	if p := a.c.cfg.Pacer; p != nil {
+		p.Return(a.domain(), n)
+	}
+}
+
+// domain is the sending domain the governor paces this broadcast under.
+func (a *actor) domain() string {
+	addr := a.b.Content.FromAddress
+	return strings.ToLower(addr[strings.LastIndexByte(addr, '@')+1:])
 }
 
 // after reports whether ULID string x sorts after y. ULID strings sort like

@@ -39,6 +39,9 @@ type Config struct {
 	// Backoff is the first wait after a transient error; it doubles per
 	// fruitless attempt, with jitter, up to MaxBackoff.
 	Backoff, MaxBackoff time.Duration
+	// Pacer, when set, is asked before every page too (the per-domain
+	// governor plugs in here); nil grants everything.
+	Pacer Pacer
 	// MaxFruitless is how many resumptions of a range in a row may make no
 	// progress before the broadcast is failed.
 	MaxFruitless int
@@ -73,6 +76,15 @@ func (c Config) withDefaults() Config {
 		c.Log = slog.Default()
 	}
 	return c
+}
+
+// Pacer grants sending capacity per sending domain. Both the broadcast's own
+// throttle and the pacer must grant before a page goes out; a page shrinks to
+// what was granted, and what a page did not use is returned.
+type Pacer interface {
+	// Grant returns up to n messages for domain, or 0 and what it waits for.
+	Grant(now time.Time, domain string, n int) (granted int, waiting string)
+	Return(domain string, n int)
 }
 
 // Coordinator runs one actor per unfinished broadcast and feeds them reports.
