@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -25,5 +26,57 @@ func TestThrottleLimitsPages(t *testing.T) {
 	b := s.status(id)
 	if w := b.GetProgress().GetWaitingFor(); !strings.Contains(w, "throttle of 36/hour") {
 		t.Fatalf("waiting_for = %q; want it to name the throttle", w)
+	}
+}
+
+// budgetPacer grants from a fixed budget, like a governor at its daily ceiling.
+type budgetPacer struct {
+	mu      sync.Mutex
+	budget  int
+	domains map[string]bool
+}
+
+func (p *budgetPacer) Grant(_ time.Time, domain string, n int) (int, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.domains[domain] = true
+	g := min(n, p.budget)
+	p.budget -= g
+	if g == 0 {
+		return 0, "daily ceiling of 25 for " + domain + " reached; resumes 00:00 UTC"
+	}
+	return g, ""
+}
+
+func (p *budgetPacer) Return(_ string, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.budget += n
+}
+
+// TestPacerGatesDispatch: the governor hook is asked before every page, the
+// page shrinks to its grant, unused grants come back, and its reason shows.
+func TestPacerGatesDispatch(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 10})
+	pacer := &budgetPacer{budget: 25, domains: map[string]bool{}}
+	s.stopCoord()
+	s.coordCfg.Pacer = pacer
+	s.startCoordinator()
+	s.seed(300)
+	id := s.create("", 0)
+	s.start(id)
+	deadline := time.Now().Add(20 * time.Second)
+	for s.sink.Count() < 25 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := s.waitQuiet(time.Second); got != 25 {
+		t.Fatalf("%d messages sent; the pacer granted 25", got)
+	}
+	if !pacer.domains["rangecast.test"] {
+		t.Fatalf("pacer asked for domains %v; want the From address's domain rangecast.test", pacer.domains)
+	}
+	if w := s.status(id).GetProgress().GetWaitingFor(); !strings.Contains(w, "daily ceiling of 25") {
+		t.Fatalf("waiting_for = %q; want the pacer's reason", w)
 	}
 }
