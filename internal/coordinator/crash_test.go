@@ -1,0 +1,126 @@
+package coordinator_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/message"
+	"github.com/rangecast/rangecast/internal/pageworker"
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/transport"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// freezingTransport sends normally until `after` messages have gone, then
+// blocks every send forever: a worker frozen or killed mid-page, with claims
+// taken and messages possibly on the wire.
+type freezingTransport struct {
+	transport.Transport
+	after  int64
+	sent   atomic.Int64
+	frozen chan struct{}
+}
+
+func (f *freezingTransport) Send(ctx context.Context, m message.Rendered) error {
+	if f.sent.Add(1) > f.after {
+		<-f.frozen
+		return context.Canceled
+	}
+	return f.Transport.Send(ctx, m)
+}
+
+// TestWorkerDiesMidPage: a worker stops dead mid-page (no outcome recorded,
+// no report, no ack). JetStream hands the page to another worker once the
+// ack wait lapses; it skips the dead worker's claims, sends everyone else,
+// and nobody receives two messages. The dead worker's claims stay in doubt,
+// at most one in-flight window, and the broadcast does not claim to be
+// complete while they do.
+func TestWorkerDiesMidPage(t *testing.T) {
+	t.Parallel()
+	const conc = 8
+	s := newStack(t, stackOptions{workers: 0, concurrency: conc, pageLimit: 100})
+	// A short ack wait so the dead worker's page is offered again quickly.
+	if _, err := bus.Setup(context.Background(), s.bus.JS, bus.Options{Memory: true, PageAckWait: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	smtp, err := transport.NewSMTP(s.sink.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	frozen := make(chan struct{})
+	t.Cleanup(func() { close(frozen); smtp.Close() })
+	dying := &freezingTransport{Transport: smtp, after: 30, frozen: frozen}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w := pageworker.New(pageworker.Config{Store: s.store, Bus: s.bus, Transport: dying, Log: testLogger(t), Concurrency: conc, FetchWait: 200 * time.Millisecond})
+	go w.Run(ctx) //nolint:errcheck // never returns: it is frozen
+
+	a := s.seed(1200)
+	want := a.eligible(false)
+	id := s.create("", 0)
+	s.start(id)
+	for dying.sent.Load() <= dying.after {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.startWorker() // a healthy worker takes over
+
+	deadline := time.Now().Add(time.Minute)
+	var b *pb.Broadcast
+	for {
+		b = s.status(id)
+		if b.GetProgress().GetRangesDone() == b.GetProgress().GetRangesTotal() || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p := b.GetProgress()
+	if p.GetRangesDone() != p.GetRangesTotal() {
+		t.Fatalf("only %d of %d ranges done after the takeover", p.GetRangesDone(), p.GetRangesTotal())
+	}
+	s.waitQuiet(300 * time.Millisecond)
+	inDoubt := p.GetInDoubt()
+	if inDoubt < 1 || inDoubt > conc {
+		t.Fatalf("in doubt = %d; the dead worker held one window of at most %d claims", inDoubt, conc)
+	}
+	got := s.sink.CountByRecipient()
+	for email, n := range got {
+		if n > 1 {
+			t.Fatalf("%s received %d messages", email, n)
+		}
+		if !want[email] {
+			t.Fatalf("%s is not eligible but received a message", email)
+		}
+	}
+	// Nobody is silently skipped: every eligible contact either received one
+	// message or holds one of the dead worker's in-doubt claims (which may or
+	// may not have reached the server before it died).
+	bid := ulid.MustParseStrict(id)
+	missing := 0
+	for _, c := range a.contacts {
+		if !want[c.Email] || got[c.Email] == 1 {
+			continue
+		}
+		missing++
+		row, err := s.store.GetSend(context.Background(), bid, c.ID)
+		if err != nil || row.Status != store.SendClaimed {
+			t.Fatalf("%s received nothing and has no in-doubt claim (row %+v, err %v)", c.Email, row, err)
+		}
+	}
+	if missing > int(inDoubt) {
+		t.Fatalf("%d eligible contacts received nothing; only %d claims are in doubt", missing, inDoubt)
+	}
+	if b.GetState() != pb.BroadcastState_BROADCAST_STATE_RUNNING || !strings.Contains(p.GetWaitingFor(), "in doubt") {
+		t.Fatalf("state %s, waiting for %q; want running and waiting on the in-doubt claims", b.GetState(), p.GetWaitingFor())
+	}
+	pending, err := s.store.Pending(context.Background(), bid)
+	if err != nil || pending != inDoubt {
+		t.Fatalf("store says %d pending (err %v), status says %d in doubt", pending, err, inDoubt)
+	}
+	t.Logf("worker died after %d sends; %d claims in doubt; %d of %d eligible received exactly one message", dying.after, inDoubt, len(got), len(want))
+}
