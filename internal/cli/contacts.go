@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -64,7 +67,7 @@ row is imported. The file is streamed, so millions of rows work.`,
 				return err
 			}
 			for _, e := range resp.GetErrors() {
-				res.rejected = append(res.rejected, fmt.Sprintf("line %d: %s: %s", res.lines[e.GetRow()-1], e.GetEmail(), e.GetError()))
+				res.rejected = append(res.rejected, fmt.Sprintf("line %d: %s: %s", res.line(e.GetRow()), e.GetEmail(), res.serverError(e.GetError())))
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "imported %d contacts; %d rows rejected\n", resp.GetImported(), len(res.rejected))
@@ -88,6 +91,38 @@ type csvResult struct {
 	rejected []string
 }
 
+// line is the file line of the server's row number (counted from 1 over
+// the rows sent), or the row number itself if it is out of range.
+func (res *csvResult) line(row int64) int64 {
+	if row < 1 || row > int64(len(res.lines)) {
+		return row
+	}
+	return int64(res.lines[row-1])
+}
+
+// duplicateRow matches the server's rejection of a repeated email, which
+// names the first row by its row number in the stream.
+var duplicateRow = regexp.MustCompile(`^duplicate of row (\d+)$`)
+
+// serverError rewrites row numbers in a server rejection as file lines.
+func (res *csvResult) serverError(msg string) string {
+	if m := duplicateRow.FindStringSubmatch(msg); m != nil {
+		if row, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+			return fmt.Sprintf("duplicate of line %d", res.line(row))
+		}
+	}
+	return msg
+}
+
+func allValidUTF8(fields []string) bool {
+	for _, f := range fields {
+		if !utf8.ValidString(f) {
+			return false
+		}
+	}
+	return true
+}
+
 // readCSV streams rows to send in chunks. Rows the CSV reader itself cannot
 // make sense of are rejected here with their line; all others go to the
 // server, which reports its own rejections by row number.
@@ -100,6 +135,9 @@ func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error)
 		return nil, fmt.Errorf("read CSV header: %w", err)
 	}
 	header = append([]string(nil), header...)
+	if !allValidUTF8(header) {
+		return nil, errors.New("the CSV header is not valid UTF-8; save the file as UTF-8")
+	}
 	if len(header) < 1 || !strings.EqualFold(strings.TrimSpace(strings.TrimPrefix(header[0], "\ufeff")), "email") {
 		return nil, errors.New("the CSV header must start with email (then name, then attribute columns)")
 	}
@@ -110,7 +148,6 @@ func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error)
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := r.FieldPos(0)
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
@@ -118,6 +155,14 @@ func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error)
 				continue
 			}
 			return nil, err
+		}
+		// Only after a successful read: after a parse error in the first
+		// field there is no field position, and FieldPos panics.
+		line, _ := r.FieldPos(0)
+		if !allValidUTF8(rec) {
+			// gRPC cannot carry it: one such row would fail the whole stream.
+			res.rejected = append(res.rejected, fmt.Sprintf("line %d: not valid UTF-8 (save the file as UTF-8)", line))
+			continue
 		}
 		if len(rec) != len(header) {
 			res.rejected = append(res.rejected, fmt.Sprintf("line %d: %d columns, the header has %d", line, len(rec), len(header)))

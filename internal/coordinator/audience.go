@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/mail"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 	"google.golang.org/grpc/codes"
@@ -123,8 +124,8 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 				reject("duplicate of row %d", first)
 				continue
 			}
-			if len(r.GetName()) > maxNameLen {
-				reject("name is %d characters; at most %d are allowed", len(r.GetName()), maxNameLen)
+			if n := utf8.RuneCountInString(r.GetName()); n > maxNameLen {
+				reject("name is %d characters; at most %d are allowed", n, maxNameLen)
 				continue
 			}
 			if err := message.ValidateHeaderValue("name", r.GetName()); err != nil {

@@ -33,6 +33,7 @@ type stack struct {
 	bus    *bus.Bus
 	sink   *capture.Server
 	client pb.BroadcastServiceClient
+	conn   *grpc.ClientConn // the client's connection, for the other services
 	coord  *coordinator.Coordinator
 
 	coordCfg   coordinator.Config
@@ -106,7 +107,7 @@ func (s *stack) startCoordinator() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.coord, s.client = c, pb.NewBroadcastServiceClient(conn)
+	s.coord, s.client, s.conn = c, pb.NewBroadcastServiceClient(conn), conn
 	var once sync.Once
 	s.stopCoord = func() {
 		once.Do(func() {

@@ -1,0 +1,378 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// collect runs readCSV over src and returns every row sent. Each chunk must
+// be a message gRPC can marshal, as the real stream requires.
+func collect(t *testing.T, src string, segments ...string) (*csvResult, []*pb.ContactRow, []int, error) {
+	t.Helper()
+	var rows []*pb.ContactRow
+	var chunks []int
+	res, err := readCSV(strings.NewReader(src), segments, func(chunk []*pb.ContactRow) error {
+		if _, err := proto.Marshal(&pb.ImportContactsRequest{Rows: chunk}); err != nil {
+			t.Errorf("chunk of %d rows cannot be sent: %v", len(chunk), err)
+		}
+		chunks = append(chunks, len(chunk))
+		rows = append(rows, chunk...)
+		return nil
+	})
+	return res, rows, chunks, err
+}
+
+func TestReadCSV(t *testing.T) {
+	src := "\ufeffemail,name,plan,city\n" + // 1: header with the BOM Excel writes
+		"ann@example.org,Ann,pro,Oslo\n" + // 2
+		"bob@example.org,\"Bob \"\"B\"\" Jones\",free,Rome\n" + // 3: quoted quotes are fine
+		"\"bad\"x@example.org,Bad,pro,Oslo\n" + // 4: text after a closing quote
+		"ca\"t@example.org,Cat,pro,Oslo\n" + // 5: bare quote in the email column
+		"dan@example.org,Dan\n" + // 6: 2 columns
+		"eve@example.org,Eve,\"two\n" + // 7: a quoted field over two lines…
+		"lines\",Paris\n" + // 8
+		" fay@example.org , Fay ,pro,Bergen\n" + // 9: spaces around email and name
+		"gus@example.org,Gus \"G\",pro,Lima\n" + // 10: bare quote in the name column
+		"\n" + // 11: empty, skipped
+		"hal@example.org,Hal,free,Lima,extra\n" + // 12: 5 columns
+		"ida@example.org,Ida,free,Quito" // 13: no final newline
+	res, rows, _, err := collect(t, src, "newsletter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var emails []string
+	for _, r := range rows {
+		emails = append(emails, r.GetEmail())
+	}
+	wantEmails := []string{"ann@example.org", "bob@example.org", "eve@example.org", "fay@example.org", "ida@example.org"}
+	if !slices.Equal(emails, wantEmails) {
+		t.Fatalf("rows sent: %v, want %v", emails, wantEmails)
+	}
+	if want := []int{2, 3, 7, 9, 13}; !slices.Equal(res.lines, want) {
+		t.Errorf("lines of rows sent: %v, want %v", res.lines, want)
+	}
+	if r := rows[0]; r.GetName() != "Ann" || len(r.GetAttributes()) != 2 || r.GetAttributes()["plan"] != "pro" || r.GetAttributes()["city"] != "Oslo" {
+		t.Errorf("row for line 2: %v", r)
+	}
+	if got := rows[1].GetName(); got != `Bob "B" Jones` {
+		t.Errorf("quoted name: %q", got)
+	}
+	if got := rows[2].GetAttributes()["plan"]; got != "two\nlines" {
+		t.Errorf("multi-line field: %q", got)
+	}
+	if r := rows[3]; r.GetEmail() != "fay@example.org" || r.GetName() != "Fay" {
+		t.Errorf("spaces not trimmed: email %q name %q", r.GetEmail(), r.GetName())
+	}
+	for _, r := range rows {
+		if !slices.Equal(r.GetSegments(), []string{"newsletter"}) {
+			t.Errorf("row %s: segments %v, want [newsletter]", r.GetEmail(), r.GetSegments())
+		}
+	}
+	wantRejected := []string{
+		"line 4: " + `extraneous or missing " in quoted-field`,
+		"line 5: " + `bare " in non-quoted-field`,
+		"line 6: 2 columns, the header has 4",
+		"line 10: " + `bare " in non-quoted-field`,
+		"line 12: 5 columns, the header has 4",
+	}
+	if !slices.Equal(res.rejected, wantRejected) {
+		t.Errorf("rejected:\n  %s\nwant:\n  %s", strings.Join(res.rejected, "\n  "), strings.Join(wantRejected, "\n  "))
+	}
+}
+
+func TestReadCSVHeader(t *testing.T) {
+	for _, src := range []string{"email\nann@example.org\n", " Email ,name\nann@example.org,Ann\n", "EMAIL,Name,plan\r\nann@example.org,Ann,pro\r\n", "\ufeffemail\n"} {
+		if _, _, _, err := collect(t, src); err != nil {
+			t.Errorf("header of %q: %v", src, err)
+		}
+	}
+	for src, want := range map[string]string{
+		"name,email\nAnn,ann@example.org\n": "header must start with email",
+		"ann@example.org,Ann\n":             "header must start with email",
+		"":                                  "read CSV header",
+		"\"email,name\n":                    "read CSV header",
+	} {
+		_, rows, _, err := collect(t, src)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("header of %q: error %v, want one mentioning %q", src, err, want)
+		}
+		if len(rows) != 0 {
+			t.Errorf("header of %q: %d rows sent despite the error", src, len(rows))
+		}
+	}
+}
+
+// TestReadCSVChunks: rows travel in chunks, and line numbers stay right
+// across chunk boundaries.
+func TestReadCSVChunks(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("email,name\n")
+	const n = 2*importChunk + 7
+	for i := range n {
+		fmt.Fprintf(&b, "user%d@example.org,User %d\n", i, i)
+		if i == importChunk+3 {
+			b.WriteString("broken,\"x\n") // unterminated quote: swallows the rest
+		}
+	}
+	res, rows, chunks, err := collect(t, b.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != importChunk+4 {
+		t.Fatalf("%d rows sent, want %d (up to the unterminated quote)", len(rows), importChunk+4)
+	}
+	if !slices.Equal(chunks, []int{importChunk, 4}) {
+		t.Errorf("chunks %v", chunks)
+	}
+	for i, line := range res.lines {
+		if line != i+2 {
+			t.Fatalf("row %d has line %d, want %d", i, line, i+2)
+		}
+	}
+	if len(res.rejected) != 1 || !strings.HasPrefix(res.rejected[0], fmt.Sprintf("line %d: ", importChunk+6)) {
+		t.Errorf("rejected: %v, want the unterminated quote on line %d", res.rejected, importChunk+6)
+	}
+}
+
+// TestReadCSVInvalidUTF8: a file in another encoding is rejected row by row,
+// with line numbers, rather than failing the whole stream when the row
+// cannot be marshalled.
+func TestReadCSVInvalidUTF8(t *testing.T) {
+	src := "email,name,city\n" +
+		"ann@example.org,Ann,Oslo\n" +
+		"jose@example.org,Jos\xe9,Le\xf3n\n" + // Latin-1
+		"bob@example.org,Bob,Rome\n"
+	res, rows, _, err := collect(t, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || !slices.Equal(res.lines, []int{2, 4}) {
+		t.Errorf("rows sent from lines %v, want 2 and 4", res.lines)
+	}
+	if len(res.rejected) != 1 || !strings.HasPrefix(res.rejected[0], "line 3: ") || !strings.Contains(res.rejected[0], "UTF-8") {
+		t.Errorf("rejected: %v, want line 3 named as not UTF-8", res.rejected)
+	}
+	_, _, _, err = collect(t, "email,n\xe4me,city\nann@example.org,Ann,Oslo\n")
+	if err == nil || !strings.Contains(err.Error(), "UTF-8") {
+		t.Errorf("header with invalid UTF-8: %v, want an error naming UTF-8", err)
+	}
+}
+
+// testServer starts the coordinator's gRPC server on a fresh Postgres schema
+// and JetStream. Import and create need no running coordinator loop, so Run
+// is not started.
+func testServer(t *testing.T) (string, store.Store) {
+	t.Helper()
+	st := testenv.Postgres(t)
+	_, js := testenv.NATS(t)
+	b, err := bus.Setup(context.Background(), js, bus.Options{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := coordinator.New(coordinator.Config{Store: st, Bus: b, Log: slog.New(slog.DiscardHandler)})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := coordinator.NewGRPCServer(c)
+	go srv.Serve(lis) //nolint:errcheck
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String(), st
+}
+
+// rangecast runs the real command line with args and returns what it
+// printed.
+func rangecast(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	cmd := Rangecast()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetIn(strings.NewReader(stdin))
+	cmd.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// eligible returns the stored contacts that pass the gate, by email.
+func eligible(t *testing.T, st store.Store, segment int64) map[string]store.Contact {
+	t.Helper()
+	var last ulid.ULID
+	for i := range last {
+		last[i] = 0xff
+	}
+	cs, err := st.EligiblePage(context.Background(), store.Broadcast{SegmentID: segment}, ulid.ULID{}, last, 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]store.Contact{}
+	for _, c := range cs {
+		out[c.Email] = c
+	}
+	return out
+}
+
+func TestContactsImportCommand(t *testing.T) {
+	t.Parallel()
+	addr, st := testServer(t)
+	file := writeFile(t, "contacts.csv", ""+
+		"email,name,plan\n"+ // 1
+		"ann@example.org,Ann,pro\n"+ // 2
+		"bob@example.org,Bob,free\n"+ // 3
+		"not-an-email,Nobody,free\n"+ // 4: rejected by the server
+		"\"bad\"x@example.org,X,pro\n"+ // 5: rejected by the CSV reader
+		"cat@example.org,Cat\n"+ // 6: too few columns
+		"ANN@example.org,Ann again,pro\n"+ // 7: duplicate of line 2
+		"dan@example.org,\"Dan\n"+ // 8: a line break in the name…
+		"Two\",pro\n"+ // 9
+		"eve@example.org,Eve,pro\n"+ // 10
+		"jose@example.org,Jos\xe9,pro\n") // 11: Latin-1, not UTF-8
+	out, err := rangecast(t, "", "--addr", addr, "contacts", "import", "--segment", "newsletter", file)
+	if err != nil {
+		t.Fatalf("import: %v\n%s", err, out)
+	}
+	want := "imported 3 contacts; 6 rows rejected\n" +
+		"  line 5: " + `extraneous or missing " in quoted-field` + "\n" +
+		"  line 6: 2 columns, the header has 3\n" +
+		"  line 11: not valid UTF-8 (save the file as UTF-8)\n" +
+		"  line 4: not-an-email: \"not-an-email\" is not a valid email address\n" +
+		"  line 7: ANN@example.org: duplicate of line 2\n" +
+		"  line 8: dan@example.org: invalid name: contains a line break (CR or LF) at byte 3; header values must be a single line\n"
+	if out != want {
+		t.Errorf("output:\n%s\nwant:\n%s", out, want)
+	}
+	seg, err := st.SegmentID(context.Background(), "newsletter")
+	if err != nil {
+		t.Fatalf("--segment newsletter: %v", err)
+	}
+	cs := eligible(t, st, seg)
+	if len(cs) != 3 || cs["ann@example.org"].Name != "Ann" || cs["ann@example.org"].Attributes["plan"] != "pro" ||
+		cs["bob@example.org"].Name != "Bob" || cs["eve@example.org"].Name != "Eve" {
+		t.Errorf("stored in segment newsletter: %v", cs)
+	}
+
+	// A draft to the imported segment, from the command line.
+	html := writeFile(t, "news.html", "<p>Hi {{.Name}}, you are on {{.Attributes.plan}}.</p>")
+	out, err = rangecast(t, "", "--addr", addr, "broadcasts", "create", "--name", "News", "--from", "news@example.com",
+		"--subject", "Hello {{.Name}}", "--html", html, "--segment", "newsletter")
+	if err != nil {
+		t.Fatalf("create: %v\n%s", err, out)
+	}
+	if _, err := ulid.ParseStrict(strings.TrimSpace(out)); err != nil {
+		t.Errorf("create printed %q, want the new broadcast's id", out)
+	}
+}
+
+// TestContactsImportCommandLargeFile: line numbers stay right past the first
+// chunk, the list of rejections is bounded, the count is not, and "-" reads
+// stdin.
+func TestContactsImportCommandLargeFile(t *testing.T) {
+	t.Parallel()
+	addr, st := testServer(t)
+	var b strings.Builder
+	b.WriteString("email,name\n")
+	line, bad := 1, map[int]bool{}
+	for i := range 1200 {
+		line++
+		if i >= 1000 && i < 1060 {
+			fmt.Fprintf(&b, "user%d-at-example.org,User %d\n", i, i)
+			bad[line] = true
+			continue
+		}
+		fmt.Fprintf(&b, "user%d@example.org,User %d\n", i, i)
+	}
+	out, err := rangecast(t, b.String(), "--addr", addr, "contacts", "import", "-")
+	if err != nil {
+		t.Fatalf("import: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if lines[0] != "imported 1140 contacts; 60 rows rejected" {
+		t.Errorf("summary %q", lines[0])
+	}
+	if len(lines) != 1+maxShownErrors+1 || lines[len(lines)-1] != "  … and 10 more" {
+		t.Errorf("%d lines of output, last %q; want %d rejections shown and \"… and 10 more\"", len(lines), lines[len(lines)-1], maxShownErrors)
+	}
+	for i, l := range lines[1 : 1+maxShownErrors] {
+		// Rows 1000.. are on lines 1002..
+		want := fmt.Sprintf("  line %d: user%d-at-example.org: ", 1002+i, 1000+i)
+		if !strings.HasPrefix(l, want) {
+			t.Errorf("output line %q, want it to start with %q", l, want)
+		}
+	}
+	if n := len(eligible(t, st, 0)); n != 1140 {
+		t.Errorf("%d contacts stored, want 1140", n)
+	}
+}
+
+func TestContactsImportCommandErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// No server is needed: these fail before anything is sent. The address
+	// is one nobody listens on.
+	addr := "127.0.0.1:1"
+	if _, err := rangecast(t, "", "--addr", addr, "contacts", "import", filepath.Join(dir, "missing.csv")); err == nil || !strings.Contains(err.Error(), "missing.csv") {
+		t.Errorf("missing file: %v", err)
+	}
+	if _, err := rangecast(t, "", "--addr", addr, "contacts", "import"); err == nil {
+		t.Error("import without a file succeeded")
+	}
+	// Unreachable coordinator: an error, not a hang.
+	file := writeFile(t, "c.csv", "email,name\nann@example.org,Ann\n")
+	if _, err := rangecast(t, "", "--addr", addr, "contacts", "import", file); err == nil {
+		t.Error("import with no coordinator succeeded")
+	}
+	addr2, _ := testServer(t)
+	bad := writeFile(t, "bad.csv", "name,email\nAnn,ann@example.org\n")
+	if _, err := rangecast(t, "", "--addr", addr2, "contacts", "import", bad); err == nil || !strings.Contains(err.Error(), "must start with email") {
+		t.Errorf("header not starting with email: %v", err)
+	}
+}
+
+func TestBroadcastsCreateCommandErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	base := []string{"--addr", "127.0.0.1:1", "broadcasts", "create", "--name", "News", "--from", "news@example.com", "--subject", "Hi"}
+	missing := filepath.Join(dir, "missing.html")
+	_, err := rangecast(t, "", append(base, "--html", missing)...)
+	if err == nil || !strings.Contains(err.Error(), "--html") || !strings.Contains(err.Error(), missing) {
+		t.Errorf("missing --html file: %v, want an error naming --html and the file", err)
+	}
+	html := writeFile(t, "news.html", "<p>Hi</p>")
+	_, err = rangecast(t, "", append(base, "--html", html, "--text", filepath.Join(dir, "missing.txt"))...)
+	if err == nil || !strings.Contains(err.Error(), "--text") {
+		t.Errorf("missing --text file: %v, want an error naming --text", err)
+	}
+	_, err = rangecast(t, "", base...)
+	if err == nil || !strings.Contains(err.Error(), `"html"`) {
+		t.Errorf("no --html flag: %v, want cobra's required-flag error naming html", err)
+	}
+}
