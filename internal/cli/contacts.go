@@ -135,6 +135,9 @@ func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error)
 		return nil, fmt.Errorf("read CSV header: %w", err)
 	}
 	header = append([]string(nil), header...)
+	for i := range header {
+		header[i] = strings.TrimSpace(header[i])
+	}
 	if !allValidUTF8(header) {
 		return nil, errors.New("the CSV header is not valid UTF-8; save the file as UTF-8")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -139,7 +140,7 @@ func (api *BroadcastAPI) StartBroadcast(ctx context.Context, req *pb.StartBroadc
 }
 
 func (api *BroadcastAPI) PauseBroadcast(ctx context.Context, req *pb.PauseBroadcastRequest) (*pb.PauseBroadcastResponse, error) {
-	b, err := api.c.transition(ctx, req.GetId(), []store.State{store.StateRunning}, store.StatePaused, "paused by operator")
+	b, err := api.c.transition(ctx, req.GetId(), "paused", []store.State{store.StateRunning}, store.StatePaused, "paused by operator")
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func (api *BroadcastAPI) PauseBroadcast(ctx context.Context, req *pb.PauseBroadc
 }
 
 func (api *BroadcastAPI) ResumeBroadcast(ctx context.Context, req *pb.ResumeBroadcastRequest) (*pb.ResumeBroadcastResponse, error) {
-	b, err := api.c.transition(ctx, req.GetId(), []store.State{store.StatePaused}, store.StateRunning, "")
+	b, err := api.c.transition(ctx, req.GetId(), "resumed", []store.State{store.StatePaused}, store.StateRunning, "")
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +156,7 @@ func (api *BroadcastAPI) ResumeBroadcast(ctx context.Context, req *pb.ResumeBroa
 }
 
 func (api *BroadcastAPI) CancelBroadcast(ctx context.Context, req *pb.CancelBroadcastRequest) (*pb.CancelBroadcastResponse, error) {
-	b, err := api.c.transition(ctx, req.GetId(), []store.State{store.StateDraft, store.StateRunning, store.StatePaused}, store.StateCancelled, "cancelled by operator")
+	b, err := api.c.transition(ctx, req.GetId(), "cancelled", []store.State{store.StateDraft, store.StateRunning, store.StatePaused}, store.StateCancelled, "cancelled by operator")
 	if err != nil {
 		return nil, err
 	}
@@ -235,12 +236,19 @@ func (c *Coordinator) Start(ctx context.Context, rawID string) (*pb.Broadcast, e
 	return c.Status(ctx, id)
 }
 
-func (c *Coordinator) transition(ctx context.Context, rawID string, from []store.State, to store.State, reason string) (*pb.Broadcast, error) {
+func (c *Coordinator) transition(ctx context.Context, rawID, verb string, from []store.State, to store.State, reason string) (*pb.Broadcast, error) {
 	id, err := parseID(rawID)
 	if err != nil {
 		return nil, err
 	}
 	b, err := c.cfg.Store.SetState(ctx, id, from, to, reason, c.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) {
+		names := make([]string, len(from))
+		for i, f := range from {
+			names[i] = string(f)
+		}
+		return nil, status.Errorf(codes.FailedPrecondition, "broadcast %s is %s; only a %s broadcast can be %s", id, b.State, strings.Join(names, " or "), verb)
+	}
 	if err != nil {
 		return nil, storeError(err)
 	}

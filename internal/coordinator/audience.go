@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/mail"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -130,6 +131,10 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 			}
 			if err := message.ValidateHeaderValue("name", r.GetName()); err != nil {
 				reject("%v", err)
+				continue
+			}
+			if slices.ContainsFunc(r.GetSegments(), func(s string) bool { return strings.TrimSpace(s) == "" }) {
+				reject("a segment name is empty")
 				continue
 			}
 			seen[strings.ToLower(email)] = row
