@@ -128,8 +128,10 @@ type Counts struct {
 // Store is everything rangecast keeps in its database.
 type Store interface {
 	// UpsertContacts inserts or updates contacts by case-insensitive email:
-	// name and flags are replaced, attributes merged. An existing contact keeps
-	// its id. Returns the ids in input order.
+	// the name is replaced and attributes merged; do-not-contact and
+	// suppressed only ever turn on, and an unsubscribe is never undone. An
+	// existing contact keeps its id. Returns the ids in input order. Emails
+	// must be unique within one call.
 	UpsertContacts(ctx context.Context, cs []Contact, now time.Time) ([]ulid.ULID, error)
 	// Unsubscribe marks the contact with this email unsubscribed.
 	Unsubscribe(ctx context.Context, email string, now time.Time) error

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
 			for _, c := range g.cases {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
@@ -291,5 +292,3 @@ func sorted(ids []ulid.ULID) []ulid.ULID {
 	slices.SortFunc(out, func(a, b ulid.ULID) int { return a.Compare(b) })
 	return out
 }
-
-func sameTime(a, b time.Time) bool { return a.Equal(b) }

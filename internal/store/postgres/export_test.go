@@ -1,0 +1,15 @@
+package postgres
+
+import "github.com/jackc/pgx/v5/pgxpool"
+
+// Test-only access for package postgres_test: the tests there need testenv,
+// which imports this package, so they cannot live in package postgres.
+
+// RecordOutcomeSQL is the statement RecordOutcomes sends once per outcome.
+const RecordOutcomeSQL = recordOutcome
+
+// ReleaseSQL is the statement Release sends.
+const ReleaseSQL = releaseClaims
+
+// Pool returns the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }

@@ -1,0 +1,230 @@
+package postgres_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/store/postgres"
+	"github.com/rangecast/rangecast/internal/testenv"
+)
+
+var t0 = time.Date(2031, time.March, 14, 9, 26, 53, 0, time.UTC)
+
+const grownRows = 100_000
+
+// TestOutcomeWriteUsesPrimaryKey pins the planner fact in DESIGN.md: on a
+// broadcast_sends table that has grown to 100k rows of one broadcast with no
+// ANALYZE since, the outcome write (and Release) must still be a primary-key
+// lookup, not a scan of the broadcast (through the partial index
+// broadcast_sends_pending, which matches the "still claimed" guard). Both the custom plan (the first executions of a
+// prepared statement) and the generic plan (what a cached statement may
+// switch to) are checked.
+func TestOutcomeWriteUsesPrimaryKey(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		accept bool // AcceptBroadcast analyzes the still empty table
+	}{
+		{"analyzed while empty", true},
+		{"never analyzed", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testenv.Postgres(t)
+			ctx := t.Context()
+			pool := s.Pool()
+			// Autovacuum must not analyze the table behind the test's back.
+			if _, err := pool.Exec(ctx, `ALTER TABLE broadcast_sends SET (autovacuum_enabled = false)`); err != nil {
+				t.Fatal(err)
+			}
+			b, _, err := s.CreateBroadcast(ctx, store.Broadcast{
+				ID: ulid.MustNew(ulid.Timestamp(t0), nil), Name: "grown", CreatedAt: t0,
+				Content: store.Content{FromAddress: "news@example.org", Subject: "s", HTML: "h"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.accept {
+				if b, err = s.AcceptBroadcast(ctx, b.ID, t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			// Grow the ledger in one statement: 100k claims of one broadcast,
+			// contact ids ascending like ULIDs.
+			start := time.Now()
+			_, err = pool.Exec(ctx, `
+INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at)
+SELECT $1, lpad(to_hex(g), 32, '0')::uuid, 'c' || g || '@example.org', 'claimed', '<' || g || '@example.org>', $2, $2
+FROM generate_series(1, $3::int) AS g`, b.ID[:], t0, grownRows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("seeded %d ledger rows in %v", grownRows, time.Since(start).Round(time.Millisecond))
+
+			// The precondition: the planner has no statistics for the grown table.
+			var stats int
+			var reltuples float64
+			err = pool.QueryRow(ctx, `
+SELECT (SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'broadcast_sends'),
+       (SELECT reltuples FROM pg_class WHERE oid = 'broadcast_sends'::regclass)`).Scan(&stats, &reltuples)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stats != 0 || reltuples >= grownRows {
+				t.Fatalf("broadcast_sends has statistics (%d column stats, reltuples %v): the test needs a table without", stats, reltuples)
+			}
+			t.Logf("no column statistics, pg_class.reltuples = %v", reltuples)
+
+			// Contact ids 0x…2a and 0x…2b are among the seeded rows.
+			bid := uuidText(b.ID)
+			statements := []struct {
+				name, params, sql, args string
+			}{
+				{"outcome UPDATE", "uuid, uuid, text, text, timestamptz", postgres.RecordOutcomeSQL,
+					fmt.Sprintf(`'%s', '%032x', 'sent', '', '%s'`, bid, 0x2a, t0.Format(time.RFC3339))},
+				{"release DELETE", "uuid, uuid[]", postgres.ReleaseSQL,
+					fmt.Sprintf(`'%s', ARRAY['%032x', '%032x']::uuid[]`, bid, 0x2a, 0x2b)},
+			}
+			for _, st := range statements {
+				for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+					plan := explain(t, s, mode, st.params, st.sql, st.args)
+					checkPrimaryKeyPlan(t, st.name+", "+mode, plan)
+				}
+			}
+
+			// And the write itself, for the log: one window of 16 outcomes.
+			var outcomes []store.Outcome
+			for i := range 16 {
+				id := ulid.ULID{}
+				id[14], id[15] = byte((5000+i)>>8), byte(5000+i)
+				outcomes = append(outcomes, store.Outcome{ContactID: id, Status: store.SendSent})
+			}
+			start = time.Now()
+			if err := s.RecordOutcomes(ctx, b.ID, outcomes, t0.Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("RecordOutcomes of 16 on %d rows: %v", grownRows, time.Since(start).Round(time.Microsecond))
+			c, err := s.Counts(ctx, b.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Sent != 16 || c.Claimed != grownRows-16 {
+				t.Fatalf("Counts after one window = %+v, want 16 sent", c)
+			}
+		})
+	}
+}
+
+// explain returns the JSON plan of sql (a statement with parameters of the
+// given types) for the literal arguments args, planned under
+// plan_cache_mode = mode, without running it.
+func explain(t *testing.T, s *postgres.Store, mode, params, sql, args string) planNode {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// A session-level prepared statement, so the generic plan can be forced
+	// (PG 15 has no EXPLAIN (GENERIC_PLAN)). Discarded on the way out (by
+	// name: pgx keeps its own prepared statements on this connection), as
+	// the connection goes back to the store's pool.
+	defer conn.Exec(ctx, `DEALLOCATE explained; RESET plan_cache_mode`) //nolint:errcheck
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = `+mode); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `PREPARE explained (`+params+`) AS `+sql); err != nil {
+		t.Fatal(err)
+	}
+	var raw string
+	if err := conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE explained(`+args+`)`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var out []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(raw), &out); err != nil || len(out) != 1 {
+		t.Fatalf("EXPLAIN output %s: %v", raw, err)
+	}
+	t.Logf("%s: %s", mode, out[0].Plan)
+	return out[0].Plan
+}
+
+func uuidText(id ulid.ULID) string { return fmt.Sprintf("%x", id[:]) }
+
+// planNode is the part of EXPLAIN (FORMAT JSON) the test reads.
+type planNode struct {
+	NodeType  string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	IndexName string     `json:"Index Name"`
+	IndexCond string     `json:"Index Cond"`
+	Filter    string     `json:"Filter"`
+	Plans     []planNode `json:"Plans"`
+}
+
+func (p planNode) String() string {
+	var b strings.Builder
+	var walk func(p planNode, depth int)
+	walk = func(p planNode, depth int) {
+		fmt.Fprintf(&b, "%s%s", strings.Repeat("  ", depth), p.NodeType)
+		if p.IndexName != "" {
+			fmt.Fprintf(&b, " using %s", p.IndexName)
+		}
+		if p.Relation != "" {
+			fmt.Fprintf(&b, " on %s", p.Relation)
+		}
+		if p.IndexCond != "" {
+			fmt.Fprintf(&b, " [%s]", p.IndexCond)
+		}
+		if p.Filter != "" {
+			fmt.Fprintf(&b, " filter [%s]", p.Filter)
+		}
+		for _, c := range p.Plans {
+			b.WriteString("; ")
+			walk(c, depth+1)
+		}
+	}
+	walk(p, 0)
+	return b.String()
+}
+
+// checkPrimaryKeyPlan fails unless broadcast_sends is found only through its
+// primary key (an Index Scan, or a Bitmap Index Scan under a Bitmap Heap
+// Scan) with both key columns in the index condition: no Seq Scan, no other
+// index, and no primary-key scan on broadcast_id alone, which would walk the
+// whole broadcast.
+func checkPrimaryKeyPlan(t *testing.T, what string, root planNode) {
+	t.Helper()
+	var pkey int
+	var walk func(p planNode)
+	walk = func(p planNode) {
+		switch p.NodeType {
+		case "ModifyTable", "Bitmap Heap Scan":
+			// The write itself, and the heap fetch of a bitmap scan.
+		case "Index Scan", "Bitmap Index Scan":
+			if p.IndexName != "broadcast_sends_pkey" {
+				t.Errorf("%s: %s using %s, want broadcast_sends_pkey; plan %s", what, p.NodeType, p.IndexName, root)
+			} else if !strings.Contains(p.IndexCond, "broadcast_id") || !strings.Contains(p.IndexCond, "contact_id") {
+				t.Errorf("%s: primary-key scan with index condition %q, want both broadcast_id and contact_id; plan %s",
+					what, p.IndexCond, root)
+			} else {
+				pkey++
+			}
+		default:
+			t.Errorf("%s: unexpected %s in plan %s", what, p.NodeType, root)
+		}
+		for _, c := range p.Plans {
+			walk(c)
+		}
+	}
+	walk(root)
+	if pkey != 1 {
+		t.Errorf("%s: %d primary-key scans, want 1; plan %s", what, pkey, root)
+	}
+}

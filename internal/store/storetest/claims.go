@@ -1,0 +1,259 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+var claimCases = []testCase{
+	{"OnlyInsertedRows", testClaimOnlyInserted},
+	{"Concurrent", testClaimConcurrent},
+	{"PerBroadcast", testClaimPerBroadcast},
+}
+
+var outcomeCases = []testCase{
+	{"OnlyClaimedRows", testOutcomesOnlyClaimed},
+	{"ReleaseOnlyClaimed", testReleaseOnlyClaimed},
+}
+
+// Claim returns only the rows this call inserted; a second claim of the same
+// contacts gets none; the ledger row keeps the address and Message-ID.
+func testClaimOnlyInserted(f *fixture) {
+	ids := f.subscribers("c", 4)
+	b := f.running("claims", 0)
+
+	f.sameSet("first claim", f.claim(b, ids[:2], at(2)), ids[:2])
+	f.sameSet("overlapping claim", f.claim(b, ids[1:3], at(3)), ids[2:3])
+	f.sameSet("claim of claimed rows", f.claim(b, ids[:3], at(4)), nil)
+	f.sameSet("claim of the rest", f.claim(b, ids, at(5)), ids[3:])
+	f.sameSet("empty claim", f.claim(b, nil, at(6)), nil)
+
+	for i, id := range ids {
+		s, err := f.s.GetSend(f.ctx, b.ID, id)
+		f.must(err, "GetSend(%s)", id)
+		claimedAt := []int{2, 2, 3, 5}[i]
+		want := store.Send{
+			BroadcastID: b.ID, ContactID: id, Email: "c-" + id.String() + "@example.org",
+			Status: store.SendClaimed, Attempt: 1, MessageID: messageID(b.ID, id),
+		}
+		got := s
+		got.ClaimedAt, got.UpdatedAt = want.ClaimedAt, want.UpdatedAt
+		if got != want || !s.ClaimedAt.Equal(at(claimedAt)) || !s.UpdatedAt.Equal(at(claimedAt)) {
+			f.t.Errorf("GetSend(%d) = %+v, want %+v claimed and updated at %v", i, s, want, at(claimedAt))
+		}
+	}
+	_, err := f.s.GetSend(f.ctx, b.ID, f.ids.next())
+	f.wantErr(err, store.ErrNotFound, "GetSend of an unclaimed contact")
+	if c := f.counts(b); c != (store.Counts{Claimed: 4}) {
+		f.t.Errorf("Counts = %+v, want 4 claimed", c)
+	}
+	if n := f.pending(b); n != 4 {
+		f.t.Errorf("Pending = %d, want 4", n)
+	}
+}
+
+// Eight workers claiming the same 500 contacts at once, each in windows of
+// 16 taken from its own shuffle of them (so windows overlap in every order):
+// every contact is claimed by exactly one worker, and no claim fails.
+func testClaimConcurrent(f *fixture) {
+	const workers, contacts, window = 8, 500, 16
+	ids := f.subscribers("race", contacts)
+	b := f.running("race", 0)
+	claims := f.claims(b, ids)
+
+	got := make([][]ulid.ULID, workers)
+	errs := make([]error, workers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		order := slices.Clone(claims)
+		rnd := &splitmix{state: uint64(w)}
+		for i := len(order) - 1; i > 0; i-- {
+			j := int(rnd.Uint64() % uint64(i+1))
+			order[i], order[j] = order[j], order[i]
+		}
+		wg.Go(func() {
+			<-start
+			for lo := 0; lo < contacts; lo += window {
+				mine, err := f.s.Claim(f.ctx, b.ID, order[lo:min(lo+window, contacts)], at(2))
+				if err != nil {
+					errs[w] = fmt.Errorf("worker %d window %d: %w", w, lo/window, err)
+					return
+				}
+				got[w] = append(got[w], mine...)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		f.must(err, "concurrent Claim")
+	}
+
+	owner := map[ulid.ULID]int{}
+	for w, mine := range got {
+		for _, id := range mine {
+			if prev, dup := owner[id]; dup {
+				f.t.Fatalf("contact %s claimed by workers %d and %d", id, prev, w)
+			}
+			owner[id] = w
+		}
+	}
+	for _, id := range ids {
+		if _, ok := owner[id]; !ok {
+			f.t.Errorf("contact %s claimed by no worker", id)
+		}
+	}
+	if len(owner) != contacts {
+		f.t.Errorf("%d contacts claimed, want %d", len(owner), contacts)
+	}
+	f.t.Logf("claims per worker: %v", func() []int {
+		n := make([]int, workers)
+		for w := range got {
+			n[w] = len(got[w])
+		}
+		return n
+	}())
+	if c := f.counts(b); c != (store.Counts{Claimed: contacts}) {
+		f.t.Errorf("Counts = %+v, want %d claimed", c, contacts)
+	}
+	// Spot-check that the winner's row carries its Message-ID and address.
+	for _, id := range []ulid.ULID{ids[0], ids[contacts/2], ids[contacts-1]} {
+		s, err := f.s.GetSend(f.ctx, b.ID, id)
+		f.must(err, "GetSend")
+		if s.MessageID != messageID(b.ID, id) || s.Email != "c-"+id.String()+"@example.org" || s.Status != store.SendClaimed {
+			f.t.Errorf("GetSend(%s) = %+v", id, s)
+		}
+	}
+}
+
+// The ledger is per broadcast: a contact claimed (and sent) in one broadcast
+// is claimed afresh in another, and outcomes stay in their broadcast.
+func testClaimPerBroadcast(f *fixture) {
+	ids := f.subscribers("pb", 3)
+	a := f.running("a", 0)
+	b := f.running("b", 0)
+	f.sameSet("claim in a", f.claim(a, ids, at(2)), ids)
+	f.must(f.s.RecordOutcomes(f.ctx, a.ID, []store.Outcome{{ContactID: ids[0], Status: store.SendSent}}, at(3)), "RecordOutcomes(a)")
+	f.sameSet("claim in b", f.claim(b, ids, at(4)), ids)
+	f.must(f.s.Release(f.ctx, b.ID, ids[1:2]), "Release(b)")
+	if c := f.counts(a); c != (store.Counts{Claimed: 2, Sent: 1}) {
+		f.t.Errorf("Counts(a) = %+v, want 2 claimed 1 sent", c)
+	}
+	if c := f.counts(b); c != (store.Counts{Claimed: 2}) {
+		f.t.Errorf("Counts(b) = %+v, want 2 claimed", c)
+	}
+	if s, err := f.s.GetSend(f.ctx, a.ID, ids[1]); err != nil || s.Status != store.SendClaimed {
+		f.t.Errorf("a's row for a contact released in b: %+v, %v", s, err)
+	}
+}
+
+// RecordOutcomes writes only rows still claimed: an outcome never overwrites
+// another, and an outcome for an unclaimed contact creates nothing.
+func testOutcomesOnlyClaimed(f *fixture) {
+	ids := f.subscribers("o", 5)
+	b := f.running("outcomes", 0)
+	f.claim(b, ids, at(2))
+
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{
+		{ContactID: ids[0], Status: store.SendSent},
+		{ContactID: ids[1], Status: store.SendFailed, Error: "550 5.1.1 no such user"},
+		{ContactID: ids[2], Status: store.SendDeferred},
+	}, at(3)), "RecordOutcomes")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, nil, at(3)), "RecordOutcomes(nil)")
+	if c := f.counts(b); c != (store.Counts{Claimed: 2, Sent: 1, Failed: 1, Deferred: 1}) {
+		f.t.Errorf("Counts = %+v, want 2 claimed, 1 sent, 1 failed, 1 deferred", c)
+	}
+	if n := f.pending(b); n != 2 {
+		f.t.Errorf("Pending = %d, want 2", n)
+	}
+
+	// A second outcome for rows that already have one changes nothing; the
+	// claimed rows in the same batch are written; an unclaimed contact
+	// gets no row.
+	stranger := f.ids.next()
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{
+		{ContactID: ids[0], Status: store.SendFailed, Error: "late failure"},
+		{ContactID: ids[1], Status: store.SendSent},
+		{ContactID: ids[2], Status: store.SendSent},
+		{ContactID: ids[3], Status: store.SendSent},
+		{ContactID: stranger, Status: store.SendSent},
+	}, at(4)), "second RecordOutcomes")
+
+	want := []struct {
+		status  store.SendStatus
+		err     string
+		updated int
+	}{
+		{store.SendSent, "", 3},
+		{store.SendFailed, "550 5.1.1 no such user", 3},
+		{store.SendDeferred, "", 3},
+		{store.SendSent, "", 4},
+		{store.SendClaimed, "", 2},
+	}
+	for i, w := range want {
+		s, err := f.s.GetSend(f.ctx, b.ID, ids[i])
+		f.must(err, "GetSend(%d)", i)
+		if s.Status != w.status || s.Error != w.err || !s.UpdatedAt.Equal(at(w.updated)) || !s.ClaimedAt.Equal(at(2)) ||
+			s.MessageID != messageID(b.ID, ids[i]) {
+			f.t.Errorf("row %d = %+v, want status %s, error %q, updated %v, claimed %v", i, s, w.status, w.err, at(w.updated), at(2))
+		}
+	}
+	_, err := f.s.GetSend(f.ctx, b.ID, stranger)
+	f.wantErr(err, store.ErrNotFound, "GetSend of a contact that only got an outcome")
+	if c := f.counts(b); c != (store.Counts{Claimed: 1, Sent: 2, Failed: 1, Deferred: 1}) {
+		f.t.Errorf("Counts = %+v, want 1 claimed, 2 sent, 1 failed, 1 deferred", c)
+	}
+	if n := f.pending(b); n != 1 {
+		f.t.Errorf("Pending = %d, want 1", n)
+	}
+}
+
+// Release deletes only rows still claimed; a released contact can be claimed
+// again, a sent one never.
+func testReleaseOnlyClaimed(f *fixture) {
+	ids := f.subscribers("r", 4)
+	b := f.running("release", 0)
+	f.claim(b, ids, at(2))
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{
+		{ContactID: ids[0], Status: store.SendSent},
+		{ContactID: ids[1], Status: store.SendFailed, Error: "550 rejected"},
+	}, at(3)), "RecordOutcomes")
+
+	f.must(f.s.Release(f.ctx, b.ID, ids[:3]), "Release")
+	f.must(f.s.Release(f.ctx, b.ID, nil), "Release(nil)")
+	for i, want := range []store.SendStatus{store.SendSent, store.SendFailed} {
+		s, err := f.s.GetSend(f.ctx, b.ID, ids[i])
+		f.must(err, "GetSend(%d) after Release", i)
+		if s.Status != want {
+			f.t.Errorf("row %d after Release: %s, want %s", i, s.Status, want)
+		}
+	}
+	_, err := f.s.GetSend(f.ctx, b.ID, ids[2])
+	f.wantErr(err, store.ErrNotFound, "GetSend of a released claim")
+	if c := f.counts(b); c != (store.Counts{Claimed: 1, Sent: 1, Failed: 1}) {
+		f.t.Errorf("Counts after Release = %+v, want 1 claimed (not released), 1 sent, 1 failed", c)
+	}
+	if n := f.pending(b); n != 1 {
+		f.t.Errorf("Pending after Release = %d, want 1", n)
+	}
+
+	// A later page claims the released contact again, and only it.
+	f.sameSet("claim after Release", f.claim(b, ids[:3], at(5)), ids[2:3])
+	s, err := f.s.GetSend(f.ctx, b.ID, ids[2])
+	f.must(err, "GetSend after reclaim")
+	if s.Status != store.SendClaimed || !s.ClaimedAt.Equal(at(5)) {
+		f.t.Errorf("reclaimed row = %+v, want claimed at %v", s, at(5))
+	}
+	if c := f.counts(b); c != (store.Counts{Claimed: 2, Sent: 1, Failed: 1}) {
+		f.t.Errorf("Counts after reclaim = %+v, want 2 claimed, 1 sent, 1 failed", c)
+	}
+	if n := f.pending(b); n != 2 {
+		f.t.Errorf("Pending after reclaim = %d, want 2", n)
+	}
+}
