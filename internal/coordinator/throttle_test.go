@@ -73,8 +73,11 @@ func TestPacerGatesDispatch(t *testing.T) {
 	if got := s.waitQuiet(time.Second); got != 25 {
 		t.Fatalf("%d messages sent; the pacer granted 25", got)
 	}
-	if !pacer.domains["rangecast.test"] {
-		t.Fatalf("pacer asked for domains %v; want the From address's domain rangecast.test", pacer.domains)
+	pacer.mu.Lock()
+	asked := pacer.domains["rangecast.test"]
+	pacer.mu.Unlock()
+	if !asked {
+		t.Fatal("the pacer was not asked for the From address's domain, rangecast.test")
 	}
 	if w := s.status(id).GetProgress().GetWaitingFor(); !strings.Contains(w, "daily ceiling of 25") {
 		t.Fatalf("waiting_for = %q; want the pacer's reason", w)
