@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"math/big"
 	"mime"
@@ -22,6 +23,8 @@ import (
 	"net/mail"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,6 +136,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	messages []Message
+	byID     map[string]int // Message-ID → copies received
 	hooks    []func(Message)
 	closed   bool
 }
@@ -153,7 +157,19 @@ func Start(addr string, opts ...Option) (*Server, error) {
 		}
 	}
 
-	s := &Server{cfg: cfg, done: make(chan struct{}), serve: make(chan error, 1)}
+	s := &Server{cfg: cfg, done: make(chan struct{}), serve: make(chan error, 1), byID: map[string]int{}}
+	if cfg.dir != "" {
+		// A restarted capture server (rangecast dev after Ctrl-C or a
+		// crash) carries on from what it already holds.
+		kept, err := ReadDir(cfg.dir)
+		if err != nil {
+			return nil, fmt.Errorf("capture: %w", err)
+		}
+		for _, m := range kept {
+			s.byID[m.MessageID]++
+		}
+		s.messages = kept
+	}
 	srv := smtp.NewServer(smtp.BackendFunc(s.newSession))
 	srv.Domain = "localhost"
 	srv.AllowInsecureAuth = true
@@ -280,19 +296,96 @@ func (s *Server) accept(m Message) (Message, error) {
 	s.mu.Lock()
 	m.Seq = len(s.messages) + 1
 	if s.cfg.dir != "" {
-		name := fmt.Sprintf("%d-%s.eml", m.Seq, fileSafe(m.MessageID))
-		if err := os.WriteFile(filepath.Join(s.cfg.dir, name), m.Raw, 0o644); err != nil {
+		// Written under a temporary name and renamed, so a process killed
+		// mid-write leaves no half message that looks delivered.
+		name := filepath.Join(s.cfg.dir, fmt.Sprintf("%06d-%s.eml", m.Seq, fileSafe(m.MessageID)))
+		if err := os.WriteFile(name+".tmp", m.Raw, 0o644); err != nil {
+			s.mu.Unlock()
+			return Message{}, err
+		}
+		if err := os.Rename(name+".tmp", name); err != nil {
 			s.mu.Unlock()
 			return Message{}, err
 		}
 	}
 	s.messages = append(s.messages, m)
+	s.byID[m.MessageID]++
 	hooks := append([]func(Message){}, s.hooks...)
 	s.mu.Unlock()
 	for _, h := range hooks {
 		h(m)
 	}
 	return m, nil
+}
+
+// Accepted reports whether a message with this Message-ID (no angle
+// brackets) was accepted: the answer a reconciler needs for a claim whose
+// outcome was lost.
+func (s *Server) Accepted(messageID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byID[messageID] > 0
+}
+
+// ReadDir loads the messages a capture server wrote to dir, in order. The
+// envelope is not stored; recipients are taken from the To header.
+func ReadDir(dir string) ([]Message, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Message
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".eml") {
+			continue
+		}
+		seq, err := strconv.Atoi(strings.SplitN(name, "-", 2)[0])
+		if err != nil {
+			continue // not one of ours
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		m := parse(raw)
+		m.Seq = seq
+		if info, err := e.Info(); err == nil {
+			m.Received = info.ModTime()
+		}
+		if pm, err := mail.ReadMessage(bytes.NewReader(raw)); err == nil {
+			if to, err := pm.Header.AddressList("To"); err == nil {
+				for _, a := range to {
+					m.To = append(m.To, a.Address)
+				}
+			}
+			if from, err := pm.Header.AddressList("From"); err == nil && len(from) > 0 {
+				m.From = from[0].Address
+			}
+		}
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	return out, nil
+}
+
+// parse reads Message-ID and the decoded Subject from a raw message. A
+// capture server stores what it is given: an unparsable header only leaves
+// them empty.
+func parse(raw []byte) Message {
+	m := Message{Raw: raw}
+	if pm, err := mail.ReadMessage(bytes.NewReader(raw)); err == nil {
+		m.MessageID = strings.Trim(strings.TrimSpace(pm.Header.Get("Message-ID")), "<>")
+		subj := pm.Header.Get("Subject")
+		if dec, err := new(mime.WordDecoder).DecodeHeader(subj); err == nil {
+			subj = dec
+		}
+		m.Subject = subj
+	}
+	return m
 }
 
 func fileSafe(id string) string {
@@ -395,22 +488,8 @@ func (ss *session) Data(r io.Reader) error {
 			return errShuttingDown
 		}
 	}
-	m := Message{
-		From:     ss.from,
-		To:       append([]string(nil), ss.to...),
-		Received: s.cfg.now(),
-		Raw:      raw,
-	}
-	// A capture server stores what it is given: an unparsable header only
-	// leaves MessageID and Subject empty.
-	if pm, err := mail.ReadMessage(bytes.NewReader(raw)); err == nil {
-		m.MessageID = strings.Trim(strings.TrimSpace(pm.Header.Get("Message-ID")), "<>")
-		subj := pm.Header.Get("Subject")
-		if dec, err := new(mime.WordDecoder).DecodeHeader(subj); err == nil {
-			subj = dec
-		}
-		m.Subject = subj
-	}
+	m := parse(raw)
+	m.From, m.To, m.Received = ss.from, append([]string(nil), ss.to...), s.cfg.now()
 	if h := s.cfg.dataHook; h != nil {
 		if e := h(m); e != nil {
 			return e

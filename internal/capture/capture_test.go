@@ -83,7 +83,7 @@ func TestCapturesMessage(t *testing.T) {
 	if s.Connections() != 1 {
 		t.Errorf("Connections = %d, want 1", s.Connections())
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "1-id1@example.com.eml"))
+	b, err := os.ReadFile(filepath.Join(dir, "000001-id1@example.com.eml"))
 	if err != nil || string(b) != sample {
 		t.Errorf("eml file: %v %q", err, b)
 	}
@@ -243,5 +243,48 @@ func TestURL(t *testing.T) {
 	}
 	if _, err := Start("127.0.0.1:0", WithStartTLS(), WithImplicitTLS()); err == nil {
 		t.Error("conflicting TLS options accepted")
+	}
+}
+
+// TestRestartKeepsMessages: a capture server started again on the same
+// folder carries on from what it holds (rangecast dev after a restart).
+func TestRestartKeepsMessages(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := Start("127.0.0.1:0", WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := smtp.Dial(first.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := send(c, "a@example.com", []string{"b@example.org"}, sample); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	first.Close()
+	if err := os.WriteFile(filepath.Join(dir, "000002-half.eml.tmp"), []byte("From: x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	second := start(t, WithDir(dir))
+	if second.Count() != 1 || !second.Accepted("id1@example.com") || second.Accepted("other@example.com") {
+		t.Fatalf("after restart: count %d, accepted(id1) %v; want the one message kept", second.Count(), second.Accepted("id1@example.com"))
+	}
+	if got := second.CountByRecipient(); got["b@example.org"] != 1 {
+		t.Fatalf("recipients after restart: %v", got)
+	}
+	c2 := dial(t, second)
+	other := strings.Replace(sample, "id1@", "id2@", 1)
+	if err := send(c2, "a@example.com", []string{"b@example.org"}, other); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 2 || msgs[1].Seq != 2 || msgs[1].MessageID != "id2@example.com" || msgs[1].To[0] != "b@example.org" {
+		t.Fatalf("ReadDir = %+v; want two messages numbered on from the first", msgs)
 	}
 }
