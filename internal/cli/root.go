@@ -48,7 +48,7 @@ func Rangecast() *cobra.Command {
 	}
 	c := &client{}
 	root.PersistentFlags().StringVar(&c.addr, "addr", env("RANGECAST_ADDR", server.DefaultGRPCAddr), "coordinator gRPC address (env RANGECAST_ADDR)")
-	root.AddCommand(broadcastsCommand(c), contactsCommand(c), devCommand(), demoCommand())
+	root.AddCommand(broadcastsCommand(c), contactsCommand(c), mailCommand(), devCommand(), demoCommand())
 	return root
 }
 
