@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -111,7 +110,8 @@ func createCommand(c *client) *cobra.Command {
 }
 
 func listCommand(c *client) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use: "list", Short: "List broadcasts, newest first", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bc, err := c.broadcasts()
@@ -123,6 +123,14 @@ func listCommand(c *client) *cobra.Command {
 				return err
 			}
 			w := cmd.OutOrStdout()
+			if asJSON {
+				out, err := protojson.MarshalOptions{Multiline: true}.Marshal(resp)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(w, string(out))
+				return nil
+			}
 			fmt.Fprintf(w, "%-26s  %-10s  %10s  %s\n", "ID", "STATE", "AUDIENCE", "NAME")
 			for _, b := range resp.GetBroadcasts() {
 				fmt.Fprintf(w, "%-26s  %-10s  %10d  %s\n", b.GetId(), stateWord(b.GetState()), b.GetSnapshotTotal(), b.GetName())
@@ -130,6 +138,8 @@ func listCommand(c *client) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }
 
 func statusCommand(c *client) *cobra.Command {
@@ -162,8 +172,15 @@ func statusCommand(c *client) *cobra.Command {
 }
 
 func watchCommand(c *client) *cobra.Command {
-	return &cobra.Command{
-		Use: "watch ID", Short: "Follow a broadcast's progress until it finishes", Args: cobra.ExactArgs(1),
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "watch ID",
+		Short: "Follow a broadcast's progress until it finishes",
+		Long: `Follow a broadcast live: each range's cursor as a bar, ranges done, sent, failed,
+deferred and in doubt, messages per second, and what sending waits for. On a
+terminal this is a live view (q leaves it; the broadcast carries on); otherwise,
+one line per update. --json prints each status as a JSON object per line.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bc, err := c.broadcasts()
 			if err != nil {
@@ -173,24 +190,26 @@ func watchCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var last *pb.Broadcast
-			for {
-				resp, err := stream.Recv()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					return err
-				}
-				last = resp.GetBroadcast()
-				fmt.Fprintln(cmd.OutOrStdout(), progressLine(last))
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return watchJSON(out, stream)
 			}
+			if f, ok := out.(*os.File); ok && isTerminal(f) {
+				last, err := watchLive(stream, f)
+				if last != nil {
+					printStatus(out, last)
+				}
+				return err
+			}
+			last, err := watchPlain(out, stream)
 			if last != nil {
-				printStatus(cmd.OutOrStdout(), last)
+				printStatus(out, last)
 			}
-			return nil
+			return err
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print each status as one JSON object per line")
+	return cmd
 }
 
 func stateWord(s pb.BroadcastState) string {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -40,9 +39,7 @@ func mailCommand() *cobra.Command {
 				for _, m := range msgs {
 					rows = append(rows, row{m.Seq, m.MessageID, m.To, m.Subject, m.Received})
 				}
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
+				return printJSON(out, rows)
 			}
 			if len(msgs) == 0 {
 				fmt.Fprintf(out, "no mail captured in %s\n", filepath.Join(dir, "mail"))

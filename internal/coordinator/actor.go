@@ -34,6 +34,7 @@ type actor struct {
 	notBefore   map[int]time.Time
 	lastErr     map[int]string
 	dispatched  map[int]int64 // pages dispatched since the record was last written
+	round       int
 	throttle    *governor.Bucket
 
 	mu         sync.Mutex
@@ -317,7 +318,12 @@ func (a *actor) dispatch(ctx context.Context) {
 	}
 	now := a.c.cfg.Clock.Now()
 	waiting, unfinished := "", false
-	for i, rec := range a.recs {
+	// Start each round one range further on, so a throttle that grants only
+	// a few pages at a time spreads them over all ranges.
+	a.round++
+	for k := range a.recs {
+		i := (k + a.round) % len(a.recs)
+		rec := a.recs[i]
 		if rec.Done {
 			continue
 		}
@@ -333,7 +339,7 @@ func (a *actor) dispatch(ctx context.Context) {
 		if a.throttle != nil {
 			limit = a.throttle.Take(now, limit)
 			if limit == 0 {
-				waiting = fmt.Sprintf("throttle of %d/hour; next page in %s", a.b.ThrottlePerHour, a.throttle.Wait(now).Round(time.Second))
+				waiting = fmt.Sprintf("throttle of %d/hour; next page in %s", a.b.ThrottlePerHour, max(a.throttle.Wait(now).Round(time.Second), time.Second))
 				break
 			}
 		}

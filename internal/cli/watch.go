@@ -1,0 +1,215 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/mattn/go-isatty"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// rate turns successive statuses into messages per second.
+type rate struct {
+	sent int64
+	at   time.Time
+	per  float64
+}
+
+func (r *rate) update(b *pb.Broadcast, now time.Time) float64 {
+	sent := b.GetProgress().GetSent() + b.GetProgress().GetFailed()
+	if !r.at.IsZero() && now.After(r.at) {
+		r.per = float64(sent-r.sent) / now.Sub(r.at).Seconds()
+	}
+	r.sent, r.at = sent, now
+	return r.per
+}
+
+// statusStream yields statuses until the watch ends.
+type statusStream interface {
+	Recv() (*pb.WatchBroadcastResponse, error)
+}
+
+// watchPlain prints one line per status: for logs, pipes and CI.
+func watchPlain(out io.Writer, stream statusStream) (*pb.Broadcast, error) {
+	var r rate
+	var last *pb.Broadcast
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return last, nil
+		}
+		if err != nil {
+			return last, err
+		}
+		last = resp.GetBroadcast()
+		fmt.Fprintf(out, "%s  %.0f msg/s\n", progressLine(last), r.update(last, time.Now()))
+	}
+}
+
+// watchJSON prints each status as one JSON object per line.
+func watchJSON(out io.Writer, stream statusStream) error {
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		line, err := protojson.Marshal(resp.GetBroadcast())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(out, string(line))
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
+}
+
+// The live view, a Bubble Tea program fed by the watch stream.
+type (
+	statusMsg struct {
+		b  *pb.Broadcast
+		at time.Time
+	}
+	streamDone struct{ err error }
+)
+
+type watchModel struct {
+	b     *pb.Broadcast
+	rate  rate
+	per   float64
+	err   error
+	width int
+}
+
+var (
+	titleStyle = lipgloss.NewStyle().Bold(true)
+	doneStyle  = lipgloss.NewStyle().Foreground(lipgloss.Color("2"))
+	liveStyle  = lipgloss.NewStyle().Foreground(lipgloss.Color("3"))
+	dimStyle   = lipgloss.NewStyle().Faint(true)
+	warnStyle  = lipgloss.NewStyle().Foreground(lipgloss.Color("1"))
+)
+
+func (m watchModel) Init() tea.Cmd { return nil }
+
+func (m watchModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.KeyMsg:
+		if s := msg.String(); s == "q" || s == "ctrl+c" || s == "esc" {
+			return m, tea.Quit
+		}
+	case tea.WindowSizeMsg:
+		m.width = msg.Width
+	case statusMsg:
+		m.b = msg.b
+		m.per = m.rate.update(msg.b, msg.at)
+	case streamDone:
+		m.err = msg.err
+		return m, tea.Quit
+	}
+	return m, nil
+}
+
+func (m watchModel) View() string {
+	if m.b == nil {
+		return "waiting for the first status…\n"
+	}
+	return renderWatch(m.b, m.per, m.err) + dimStyle.Render("q quits the view; the broadcast carries on") + "\n"
+}
+
+// renderWatch draws a broadcast: a bar per range (its cursor's position),
+// the sums, the rate, and what it is waiting for.
+func renderWatch(b *pb.Broadcast, per float64, err error) string {
+	p := b.GetProgress()
+	var s strings.Builder
+	fmt.Fprintf(&s, "%s  %s  %s\n", titleStyle.Render(b.GetName()), dimStyle.Render(b.GetId()), stateWord(b.GetState()))
+	if b.GetReason() != "" {
+		s.WriteString(warnStyle.Render(b.GetReason()) + "\n")
+	}
+	fmt.Fprintf(&s, "ranges %d/%d done   audience %d (snapshot)   %.0f msg/s\n\n", p.GetRangesDone(), p.GetRangesTotal(), b.GetSnapshotTotal(), per)
+	const cols, barWidth = 4, 12
+	ranges := p.GetRanges()
+	rows := (len(ranges) + cols - 1) / cols
+	for row := range rows {
+		for col := range cols {
+			i := col*rows + row
+			if i >= len(ranges) {
+				continue
+			}
+			s.WriteString(rangeBar(ranges[i], barWidth) + "  ")
+		}
+		s.WriteString("\n")
+	}
+	fmt.Fprintf(&s, "\nsent %d   failed %d   deferred %d   in flight or in doubt %d   pages %d\n",
+		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetPagesDispatched())
+	if w := p.GetWaitingFor(); w != "" {
+		s.WriteString("waiting for: " + liveStyle.Render(w) + "\n")
+	}
+	if err != nil {
+		s.WriteString(warnStyle.Render("watch ended: "+describe(err)) + "\n")
+	}
+	return s.String()
+}
+
+func rangeBar(r *pb.RangeProgress, width int) string {
+	filled := int(r.GetPosition() * float64(width))
+	if r.GetDone() {
+		filled = width
+	}
+	bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
+	label := fmt.Sprintf("%2d ", r.GetIndex())
+	switch {
+	case r.GetDone():
+		bar = doneStyle.Render(bar)
+	case filled > 0:
+		bar = liveStyle.Render(bar)
+	default:
+		bar = dimStyle.Render(bar)
+	}
+	return dimStyle.Render(label) + bar + fmt.Sprintf(" %3.0f%%", 100*min(r.GetPosition(), 1))
+}
+
+// watchLive runs the terminal view until the broadcast finishes or the user
+// quits.
+func watchLive(stream statusStream, out *os.File) (*pb.Broadcast, error) {
+	prog := tea.NewProgram(watchModel{}, tea.WithOutput(out))
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				prog.Send(streamDone{err: err})
+				return
+			}
+			prog.Send(statusMsg{b: resp.GetBroadcast(), at: time.Now()})
+		}
+	}()
+	final, err := prog.Run()
+	if err != nil {
+		return nil, err
+	}
+	m := final.(watchModel)
+	return m.b, m.err
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+type fakeStream struct{ statuses []*pb.Broadcast }
+
+func (f *fakeStream) Recv() (*pb.WatchBroadcastResponse, error) {
+	if len(f.statuses) == 0 {
+		return nil, io.EOF
+	}
+	b := f.statuses[0]
+	f.statuses = f.statuses[1:]
+	return &pb.WatchBroadcastResponse{Broadcast: b}, nil
+}
+
+func sampleStatus(state pb.BroadcastState, sent int64) *pb.Broadcast {
+	p := &pb.Progress{RangesTotal: 32, Sent: sent, InDoubt: 16, WaitingFor: "throttle of 3600/hour; next page in 4s"}
+	for i := range 32 {
+		r := &pb.RangeProgress{Index: int32(i), Position: float64(i%4) / 4}
+		if i < 5 {
+			r.Done, r.Position = true, 1
+			p.RangesDone++
+		}
+		p.Ranges = append(p.Ranges, r)
+	}
+	return &pb.Broadcast{Id: "01J00000000000000000000000", Name: "November news", State: state, SnapshotTotal: 9300, Progress: p}
+}
+
+func TestRenderWatch(t *testing.T) {
+	t.Parallel()
+	view := renderWatch(sampleStatus(pb.BroadcastState_BROADCAST_STATE_RUNNING, 4000), 1234, nil)
+	for _, want := range []string{"November news", "running", "ranges 5/32 done", "1234 msg/s", "31 ", "100%", " 50%",
+		"sent 4000", "in flight or in doubt 16", "waiting for: throttle of 3600/hour"} {
+		if !strings.Contains(view, want) {
+			t.Errorf("view lacks %q:\n%s", want, view)
+		}
+	}
+	if rows := strings.Count(view, "%  "); rows < 24 {
+		t.Errorf("expected 32 range bars in 4 columns, found %d separators:\n%s", rows, view)
+	}
+}
+
+func TestWatchPlainAndJSON(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	last, err := watchPlain(&out, &fakeStream{statuses: []*pb.Broadcast{
+		sampleStatus(pb.BroadcastState_BROADCAST_STATE_RUNNING, 10),
+		sampleStatus(pb.BroadcastState_BROADCAST_STATE_COMPLETED, 9300),
+	}})
+	if err != nil || last.GetState() != pb.BroadcastState_BROADCAST_STATE_COMPLETED {
+		t.Fatalf("watchPlain: %v, last %v", err, last.GetState())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], "completed") || !strings.Contains(lines[1], "sent 9300") || strings.Contains(out.String(), "\x1b[") {
+		t.Fatalf("plain watch output (no escape codes, one line per status):\n%s", out.String())
+	}
+	out.Reset()
+	if err := watchJSON(&out, &fakeStream{statuses: []*pb.Broadcast{sampleStatus(pb.BroadcastState_BROADCAST_STATE_RUNNING, 10)}}); err != nil {
+		t.Fatal(err)
+	}
+	var decoded map[string]any
+	if err := json.Unmarshal(out.Bytes(), &decoded); err != nil || decoded["name"] != "November news" {
+		t.Fatalf("--json line %q: %v", out.String(), err)
+	}
+}
