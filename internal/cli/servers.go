@@ -31,12 +31,9 @@ Every flag can be set by the environment variable named in its help.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.DatabaseURL, "database-url", env("RANGECAST_DATABASE_URL", ""), "Postgres URL (env RANGECAST_DATABASE_URL)")
-	f.StringVar(&o.NATSURL, "nats-url", env("RANGECAST_NATS_URL", server.DefaultNATSURL), "NATS server with JetStream, 2.12.3 or newer (env RANGECAST_NATS_URL)")
+	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level)
 	f.StringVar(&o.GRPCAddr, "grpc-addr", env("RANGECAST_GRPC_ADDR", server.DefaultGRPCAddr), "gRPC listen address (env RANGECAST_GRPC_ADDR)")
 	f.StringVar(&o.HTTPAddr, "http-addr", env("RANGECAST_HTTP_ADDR", server.DefaultHTTPAddr), "public HTTP listen address: unsubscribe, webhooks (env RANGECAST_HTTP_ADDR)")
-	f.StringVar(&o.MetricsAddr, "metrics-addr", env("RANGECAST_METRICS_ADDR", server.DefaultMetricsAddr), "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
-	f.StringVar(&level, "log-level", env("RANGECAST_LOG_LEVEL", "info"), "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
 	return cmd
 }
 
@@ -61,13 +58,19 @@ Every flag can be set by the environment variable named in its help.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.DatabaseURL, "database-url", env("RANGECAST_DATABASE_URL", ""), "Postgres URL (env RANGECAST_DATABASE_URL)")
-	f.StringVar(&o.NATSURL, "nats-url", env("RANGECAST_NATS_URL", server.DefaultNATSURL), "NATS server with JetStream (env RANGECAST_NATS_URL)")
+	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level)
 	f.StringVar(&o.SMTPURL, "smtp-url", env("RANGECAST_SMTP_URL", ""), "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS), ?tls=none (env RANGECAST_SMTP_URL)")
 	f.IntVar(&o.Concurrency, "concurrency", envInt("RANGECAST_CONCURRENCY", 16), "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
-	f.StringVar(&o.MetricsAddr, "metrics-addr", env("RANGECAST_METRICS_ADDR", server.DefaultMetricsAddr), "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
-	f.StringVar(&level, "log-level", env("RANGECAST_LOG_LEVEL", "info"), "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
 	return cmd
+}
+
+// serverFlags are the flags every server process has.
+func serverFlags(cmd *cobra.Command, databaseURL, natsURL, metricsAddr, level *string) {
+	f := cmd.Flags()
+	f.StringVar(databaseURL, "database-url", env("RANGECAST_DATABASE_URL", ""), "Postgres URL (env RANGECAST_DATABASE_URL)")
+	f.StringVar(natsURL, "nats-url", env("RANGECAST_NATS_URL", server.DefaultNATSURL), "NATS server with JetStream, 2.12.3 or newer (env RANGECAST_NATS_URL)")
+	f.StringVar(metricsAddr, "metrics-addr", env("RANGECAST_METRICS_ADDR", server.DefaultMetricsAddr), "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
+	f.StringVar(level, "log-level", env("RANGECAST_LOG_LEVEL", "info"), "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
 }
 
 // stackFlags are shared by dev and demo.

@@ -113,18 +113,28 @@ type CoordinatorOptions struct {
 	Log                             *slog.Logger
 }
 
+// connect opens the store and the bus a server process needs and returns a
+// function that closes both.
+func connect(ctx context.Context, databaseURL, natsURL string) (store.Store, *nats.Conn, *bus.Bus, func(), error) {
+	st, err := OpenStore(ctx, databaseURL)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	nc, b, err := ConnectBus(ctx, natsURL)
+	if err != nil {
+		st.Close()
+		return nil, nil, nil, nil, err
+	}
+	return st, nc, b, func() { nc.Close(); st.Close() }, nil
+}
+
 // RunCoordinator serves the coordinator until ctx ends.
 func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
-	st, err := OpenStore(ctx, o.DatabaseURL)
+	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	nc, b, err := ConnectBus(ctx, o.NATSURL)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
+	defer closeAll()
 	lis, err := net.Listen("tcp", o.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.GRPCAddr, err)
@@ -170,16 +180,11 @@ type WorkerOptions struct {
 // RunWorker runs a page worker until ctx ends, then drains: the page in
 // progress finishes its in-flight sends, records and reports before return.
 func RunWorker(ctx context.Context, o WorkerOptions) error {
-	st, err := OpenStore(ctx, o.DatabaseURL)
+	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	nc, b, err := ConnectBus(ctx, o.NATSURL)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
+	defer closeAll()
 	return runWorker(ctx, st, nc, b, o)
 }
 
