@@ -163,7 +163,7 @@ func (b *Bus) PublishPage(ctx context.Context, job PageJob, now time.Time) error
 	queued, err := b.PageStream.GetLastMsgForSubject(ctx, subject)
 	if err == nil {
 		var q PageJob
-		if Decode(queued.Data, &q) == nil && q.From == job.From {
+		if Decode(queued.Data, &q) == nil && q.From == job.From && q.Epoch == job.Epoch {
 			return nil // the same page is still waiting for a worker
 		}
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -185,12 +185,20 @@ type PageJob struct {
 	From      string `json:"from"`
 	Until     string `json:"until"`
 	Limit     int    `json:"limit"`
+	// Epoch is the range record's epoch when the job was made; a report
+	// from an older epoch (before the reconciler moved the cursor back) is
+	// ignored.
+	Epoch int `json:"epoch,omitempty"`
 }
 
 // MsgID is the JetStream dedupe id: the same page dispatched twice within
 // DuplicateWindow is stored once.
 func (j PageJob) MsgID() string {
-	return j.Broadcast + ":" + strconv.Itoa(j.Range) + ":" + j.From
+	id := j.Broadcast + ":" + strconv.Itoa(j.Range) + ":" + j.From
+	if j.Epoch > 0 {
+		id += ":e" + strconv.Itoa(j.Epoch)
+	}
+	return id
 }
 
 // ErrorClass says why a page stopped early.
@@ -211,6 +219,7 @@ const (
 type Report struct {
 	Broadcast string     `json:"broadcast"`
 	Range     int        `json:"range"`
+	Epoch     int        `json:"epoch,omitempty"`
 	From      string     `json:"from"`
 	Next      string     `json:"next"`
 	Done      bool       `json:"done"`
@@ -233,6 +242,10 @@ type RangeRecord struct {
 	Dispatched int64  `json:"dispatched"`
 	Sent       int64  `json:"sent"`
 	Failed     int64  `json:"failed"`
+	// Epoch grows each time the reconciler moves the cursor back to re-walk
+	// a released in-doubt claim; reports of pages from an older epoch must
+	// not move the cursor past it.
+	Epoch int `json:"epoch,omitempty"`
 	// Fruitless counts consecutive reports that made no progress because of
 	// a transient error.
 	Fruitless int `json:"fruitless,omitempty"`

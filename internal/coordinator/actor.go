@@ -36,6 +36,8 @@ type actor struct {
 	dispatched  map[int]int64 // pages dispatched since the record was last written
 	round       int
 	throttle    *governor.Bucket
+	// nextReconcile is when in-doubt claims are next looked for.
+	nextReconcile time.Time
 
 	mu         sync.Mutex
 	waitingFor string
@@ -145,6 +147,7 @@ func (a *actor) run(ctx context.Context) {
 		if a.b.State.Finished() {
 			return
 		}
+		a.reconcile(ctx)
 		if a.finish(ctx) {
 			return
 		}
@@ -162,6 +165,12 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 		return nil
 	}
 	now := a.c.cfg.Clock.Now()
+	if rep.Epoch != a.recs[i].Epoch {
+		// The page was dispatched before the reconciler moved this range
+		// back; its claims are committed, and the re-walk skips them.
+		reportsApplied.WithLabelValues("ignored").Inc()
+		return nil
+	}
 	if o, ok := a.outstanding[i]; ok && o.from == rep.From {
 		delete(a.outstanding, i)
 		a.giveBack(o.limit - rep.Claimed)
@@ -353,7 +362,7 @@ func (a *actor) dispatch(ctx context.Context) {
 				break
 			}
 		}
-		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit}
+		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch}
 		if err := a.c.cfg.Bus.PublishPage(ctx, job, now); err != nil {
 			a.log().Warn("dispatch failed; retried on the next tick", "range", i, "err", err)
 			a.giveBack(limit)

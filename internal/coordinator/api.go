@@ -292,7 +292,7 @@ func (c *Coordinator) Status(ctx context.Context, id ulid.ULID) (*pb.Broadcast, 
 		}
 		// The ledger is the truth; the KV sums can lag behind it by the
 		// pages in flight.
-		p.Sent, p.Failed, p.Deferred, p.InDoubt = counts.Sent, counts.Failed, counts.Deferred, counts.Claimed
+		p.Sent, p.Failed, p.Deferred, p.InDoubt, p.Unknown = counts.Sent, counts.Failed, counts.Deferred, counts.Claimed, counts.Unknown
 	}
 	c.mu.Lock()
 	a := c.actors[id]

@@ -42,6 +42,13 @@ type Config struct {
 	// Pacer, when set, is asked before every page too (the per-domain
 	// governor plugs in here); nil grants everything.
 	Pacer Pacer
+	// Lookup, when the transport can answer it, settles in-doubt claims;
+	// without it InDoubtPolicy decides.
+	Lookup        Lookup
+	InDoubtPolicy InDoubtPolicy
+	// InDoubtAfter is the lease: a claim older than this with no outcome
+	// is in doubt. Longer than any page can take.
+	InDoubtAfter time.Duration
 	// MaxFruitless is how many resumptions of a range in a row may make no
 	// progress before the broadcast is failed.
 	MaxFruitless int
@@ -65,6 +72,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = 10 * time.Minute
+	}
+	if c.InDoubtAfter == 0 {
+		c.InDoubtAfter = 5 * time.Minute
+	}
+	if c.InDoubtPolicy == "" {
+		c.InDoubtPolicy = InDoubtSkip
 	}
 	if c.MaxFruitless == 0 {
 		c.MaxFruitless = 8

@@ -10,6 +10,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/store"
@@ -43,32 +44,8 @@ func (f *freezingTransport) Send(ctx context.Context, m message.Rendered) error 
 // complete while they do.
 func TestWorkerDiesMidPage(t *testing.T) {
 	t.Parallel()
-	const conc = 8
-	s := newStack(t, stackOptions{workers: 0, concurrency: conc, pageLimit: 100})
-	// A short ack wait so the dead worker's page is offered again quickly.
-	if _, err := bus.Setup(context.Background(), s.bus.JS, bus.Options{Memory: true, PageAckWait: 2 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	smtp, err := transport.NewSMTP(s.sink.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	frozen := make(chan struct{})
-	t.Cleanup(func() { close(frozen); smtp.Close() })
-	dying := &freezingTransport{Transport: smtp, after: 30, frozen: frozen}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w := pageworker.New(pageworker.Config{Store: s.store, Bus: s.bus, Transport: dying, Log: testLogger(t), Concurrency: conc, FetchWait: 200 * time.Millisecond})
-	go w.Run(ctx) //nolint:errcheck // never returns: it is frozen
-
-	a := s.seed(1200)
+	s, a, id := killWorkerMidPage(t, nil)
 	want := a.eligible(false)
-	id := s.create("", 0)
-	s.start(id)
-	for dying.sent.Load() <= dying.after {
-		time.Sleep(5 * time.Millisecond)
-	}
-	s.startWorker() // a healthy worker takes over
 
 	deadline := time.Now().Add(time.Minute)
 	var b *pb.Broadcast
@@ -85,8 +62,8 @@ func TestWorkerDiesMidPage(t *testing.T) {
 	}
 	s.waitQuiet(300 * time.Millisecond)
 	inDoubt := p.GetInDoubt()
-	if inDoubt < 1 || inDoubt > conc {
-		t.Fatalf("in doubt = %d; the dead worker held one window of at most %d claims", inDoubt, conc)
+	if inDoubt < 1 || inDoubt > deadConc {
+		t.Fatalf("in doubt = %d; the dead worker held one window of at most %d claims", inDoubt, deadConc)
 	}
 	got := s.sink.CountByRecipient()
 	for email, n := range got {
@@ -122,5 +99,97 @@ func TestWorkerDiesMidPage(t *testing.T) {
 	if err != nil || pending != inDoubt {
 		t.Fatalf("store says %d pending (err %v), status says %d in doubt", pending, err, inDoubt)
 	}
-	t.Logf("worker died after %d sends; %d claims in doubt; %d of %d eligible received exactly one message", dying.after, inDoubt, len(got), len(want))
+	t.Logf("%d claims in doubt; %d of %d eligible received exactly one message", inDoubt, len(got), len(want))
+}
+
+// deadConc is the dying worker's in-flight window.
+const deadConc = 8
+
+// killWorkerMidPage runs a broadcast whose first worker freezes after 30
+// sends (claims taken, outcomes never written, page never acked or
+// reported), then starts a healthy worker. tune adjusts the coordinator
+// before anything starts.
+func killWorkerMidPage(t *testing.T, tune func(*coordinator.Config)) (*stack, audience, string) {
+	t.Helper()
+	s := newStack(t, stackOptions{workers: 0, concurrency: deadConc, pageLimit: 100})
+	if tune != nil {
+		s.stopCoord()
+		tune(&s.coordCfg)
+		s.startCoordinator()
+	}
+	// A short ack wait so the dead worker's page is offered again quickly.
+	if _, err := bus.Setup(context.Background(), s.bus.JS, bus.Options{Memory: true, PageAckWait: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	smtp, err := transport.NewSMTP(s.sink.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	frozen := make(chan struct{})
+	t.Cleanup(func() { close(frozen); smtp.Close() })
+	dying := &freezingTransport{Transport: smtp, after: 30, frozen: frozen}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w := pageworker.New(pageworker.Config{Store: s.store, Bus: s.bus, Transport: dying, Log: testLogger(t), Concurrency: deadConc, FetchWait: 200 * time.Millisecond})
+	go w.Run(ctx) //nolint:errcheck // never returns: it is frozen
+
+	a := s.seed(1200)
+	id := s.create("", 0)
+	s.start(id)
+	for dying.sent.Load() <= dying.after {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.startWorker() // a healthy worker takes over
+	return s, a, id
+}
+
+// TestReconcilerResolvesInDoubtWithLookup: with a transport that can say
+// whether a Message-ID was accepted, the reconciler settles the dead
+// worker's claims: accepted ones are recorded sent, the rest are walked and
+// sent again. Every eligible contact receives exactly one message and the
+// broadcast completes.
+func TestReconcilerResolvesInDoubtWithLookup(t *testing.T) {
+	t.Parallel()
+	var sink atomic.Pointer[stack]
+	s, a, id := killWorkerMidPage(t, func(c *coordinator.Config) {
+		c.InDoubtAfter, c.Tick = 2*time.Second, 200*time.Millisecond
+		c.Lookup = func(_ context.Context, messageID string) (bool, error) {
+			return sink.Load().sink.Accepted(messageID), nil
+		}
+	})
+	sink.Store(s)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(a.eligible(false))
+	if p := b.GetProgress(); p.GetInDoubt() != 0 || p.GetUnknown() != 0 || p.GetSent() != int64(len(a.eligible(false))) {
+		t.Fatalf("after reconciling: sent %d, in doubt %d, unknown %d; want all sent", p.GetSent(), p.GetInDoubt(), p.GetUnknown())
+	}
+}
+
+// TestReconcilerSkipPolicyMarksUnknown: without Lookup, the default policy
+// never risks a second copy: in-doubt claims become unknown (counted and
+// shown), nobody receives two messages, and the broadcast completes.
+func TestReconcilerSkipPolicyMarksUnknown(t *testing.T) {
+	t.Parallel()
+	s, a, id := killWorkerMidPage(t, func(c *coordinator.Config) {
+		c.InDoubtAfter, c.Tick = 2*time.Second, 200*time.Millisecond
+	})
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	p := b.GetProgress()
+	if p.GetUnknown() < 1 || p.GetUnknown() > deadConc || p.GetInDoubt() != 0 {
+		t.Fatalf("unknown %d, in doubt %d; want the dead worker's window (1..%d) marked unknown", p.GetUnknown(), p.GetInDoubt(), deadConc)
+	}
+	got := s.sink.CountByRecipient()
+	missing := 0
+	for email := range a.eligible(false) {
+		switch got[email] {
+		case 0:
+			missing++
+		case 1:
+		default:
+			t.Fatalf("%s received %d messages", email, got[email])
+		}
+	}
+	if missing > int(p.GetUnknown()) || p.GetSent()+p.GetUnknown() != int64(len(a.eligible(false))) {
+		t.Fatalf("missing %d, sent %d, unknown %d of %d eligible", missing, p.GetSent(), p.GetUnknown(), len(a.eligible(false)))
+	}
 }

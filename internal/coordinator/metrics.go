@@ -24,6 +24,10 @@ var (
 		Name: "rangecast_coordinator_active_broadcasts",
 		Help: "Running or paused broadcasts with an actor on this coordinator.",
 	})
+	inDoubtSettled = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rangecast_coordinator_in_doubt_settled_total",
+		Help: "In-doubt claims settled by the reconciler: sent (the transport confirmed acceptance), unknown (no way to tell; not resent by policy) or released (walked and sent again).",
+	}, []string{"result"})
 	broadcastTransitions = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_broadcast_transitions_total",
 		Help: "Broadcast state changes made by the coordinator itself (completed, paused on a channel error, failed).",

@@ -200,7 +200,7 @@ func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
 // runPage walks one page window by window. It returns the report to publish,
 // or an error when the page could not be walked at all.
 func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bus.PageJob) (bus.Report, error) {
-	rep := bus.Report{Broadcast: job.Broadcast, Range: job.Range, From: job.From, Next: job.From, Limit: job.Limit}
+	rep := bus.Report{Broadcast: job.Broadcast, Range: job.Range, Epoch: job.Epoch, From: job.From, Next: job.From, Limit: job.Limit}
 	id, err := ulid.ParseStrict(job.Broadcast)
 	if err != nil {
 		return rep, fmt.Errorf("page job: broadcast id: %w", err)

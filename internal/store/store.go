@@ -47,6 +47,9 @@ const (
 	SendSent     SendStatus = "sent"
 	SendFailed   SendStatus = "failed"
 	SendDeferred SendStatus = "deferred"
+	// SendUnknown: the claim was in doubt and could not be resolved; by
+	// policy it was not sent again. Counted and shown, never resent.
+	SendUnknown SendStatus = "unknown"
 )
 
 // Contact is one recipient.
@@ -122,7 +125,7 @@ type Send struct {
 
 // Counts sums a broadcast's ledger by status.
 type Counts struct {
-	Claimed, Sent, Failed, Deferred int64
+	Claimed, Sent, Failed, Deferred, Unknown int64
 }
 
 // Store is everything rangecast keeps in its database.
@@ -172,6 +175,9 @@ type Store interface {
 	GetSend(ctx context.Context, broadcast, contact ulid.ULID) (Send, error)
 	// Counts sums the broadcast's ledger by status.
 	Counts(ctx context.Context, broadcast ulid.ULID) (Counts, error)
+	// InDoubt returns up to limit claims still without an outcome that were
+	// made before claimedBefore, in contact id order.
+	InDoubt(ctx context.Context, broadcast ulid.ULID, claimedBefore time.Time, limit int) ([]Send, error)
 	// Pending counts claims with no outcome (in flight or in doubt).
 	Pending(ctx context.Context, broadcast ulid.ULID) (int64, error)
 	Close()

@@ -467,6 +467,8 @@ func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, 
 			c.Failed = n
 		case store.SendDeferred:
 			c.Deferred = n
+		case store.SendUnknown:
+			c.Unknown = n
 		}
 		return nil
 	})
@@ -488,4 +490,25 @@ FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2`, uid(broadcast
 		Scan(&out.Email, &status, &out.Attempt, &out.MessageID, &out.Error, &out.ClaimedAt, &out.UpdatedAt)
 	out.Status = store.SendStatus(status)
 	return out, mapErr("ledger row", err)
+}
+
+func (s *Store) InDoubt(ctx context.Context, broadcast ulid.ULID, claimedBefore time.Time, limit int) ([]store.Send, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT contact_id, email, status, attempt, message_id, error, claimed_at, updated_at
+FROM broadcast_sends
+WHERE broadcast_id = $1 AND status = 'claimed' AND claimed_at < $2
+ORDER BY contact_id LIMIT $3`, uid(broadcast), claimedBefore, limit)
+	if err != nil {
+		return nil, mapErr("in-doubt claims", err)
+	}
+	var out []store.Send
+	var id [16]byte
+	var status string
+	r := store.Send{BroadcastID: broadcast}
+	_, err = pgx.ForEachRow(rows, []any{&id, &r.Email, &status, &r.Attempt, &r.MessageID, &r.Error, &r.ClaimedAt, &r.UpdatedAt}, func() error {
+		r.ContactID, r.Status = ulid.ULID(id), store.SendStatus(status)
+		out = append(out, r)
+		return nil
+	})
+	return out, mapErr("in-doubt claims", err)
 }

@@ -1040,7 +1040,10 @@ type Progress struct {
 	InDoubt int64            `protobuf:"varint,7,opt,name=in_doubt,json=inDoubt,proto3" json:"in_doubt,omitempty"`
 	Ranges  []*RangeProgress `protobuf:"bytes,8,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	// waiting_for says in words what is holding sends back, if anything.
-	WaitingFor    string `protobuf:"bytes,9,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	WaitingFor string `protobuf:"bytes,9,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	// unknown counts in-doubt claims that could not be resolved and, by the
+	// in-doubt policy, were not sent again: possibly never delivered.
+	Unknown       int64 `protobuf:"varint,10,opt,name=unknown,proto3" json:"unknown,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1136,6 +1139,13 @@ func (x *Progress) GetWaitingFor() string {
 		return x.WaitingFor
 	}
 	return ""
+}
+
+func (x *Progress) GetUnknown() int64 {
+	if x != nil {
+		return x.Unknown
+	}
+	return 0
 }
 
 type RangeProgress struct {
@@ -1627,7 +1637,7 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
 	"\vfinished_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x122\n" +
-	"\bprogress\x18\f \x01(\v2\x16.rangecast.v1.ProgressR\bprogress\"\xb2\x02\n" +
+	"\bprogress\x18\f \x01(\v2\x16.rangecast.v1.ProgressR\bprogress\"\xcc\x02\n" +
 	"\bProgress\x12!\n" +
 	"\franges_total\x18\x01 \x01(\x05R\vrangesTotal\x12\x1f\n" +
 	"\vranges_done\x18\x02 \x01(\x05R\n" +
@@ -1639,7 +1649,9 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\bin_doubt\x18\a \x01(\x03R\ainDoubt\x123\n" +
 	"\x06ranges\x18\b \x03(\v2\x1b.rangecast.v1.RangeProgressR\x06ranges\x12\x1f\n" +
 	"\vwaiting_for\x18\t \x01(\tR\n" +
-	"waitingFor\"\xbd\x01\n" +
+	"waitingFor\x12\x18\n" +
+	"\aunknown\x18\n" +
+	" \x01(\x03R\aunknown\"\xbd\x01\n" +
 	"\rRangeProgress\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\tR\x05start\x12\x10\n" +
