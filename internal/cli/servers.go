@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -34,6 +35,8 @@ Every flag can be set by the environment variable named in its help.`,
 	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level)
 	f.StringVar(&o.GRPCAddr, "grpc-addr", env("RANGECAST_GRPC_ADDR", server.DefaultGRPCAddr), "gRPC listen address (env RANGECAST_GRPC_ADDR)")
 	f.StringVar(&o.HTTPAddr, "http-addr", env("RANGECAST_HTTP_ADDR", server.DefaultHTTPAddr), "public HTTP listen address: unsubscribe, webhooks (env RANGECAST_HTTP_ADDR)")
+	f.DurationVar(&o.InDoubtAfter, "in-doubt-after", envDuration("RANGECAST_IN_DOUBT_AFTER", 5*time.Minute), "a claim with no outcome this old is in doubt; longer than any page takes (env RANGECAST_IN_DOUBT_AFTER)")
+	f.StringVar(&o.InDoubtPolicy, "in-doubt-policy", env("RANGECAST_IN_DOUBT_POLICY", "skip"), "what to do with in-doubt claims the transport cannot look up: skip (mark unknown, never risk a second copy) or resend (env RANGECAST_IN_DOUBT_POLICY)")
 	return cmd
 }
 
@@ -87,6 +90,7 @@ func (s *stackFlags) register(cmd *cobra.Command, level string) {
 	f.StringVar(&s.o.SMTPURL, "smtp-url", "", "send through this SMTP server instead of capturing mail in-process")
 	f.IntVar(&s.o.Workers, "workers", 2, "page workers to run")
 	f.IntVar(&s.o.Concurrency, "concurrency", 16, "each worker's in-flight window")
+	f.DurationVar(&s.o.InDoubtAfter, "in-doubt-after", time.Minute, "a claim with no outcome this old is in doubt and is settled against the capture server")
 	f.StringVar(&s.level, "log-level", level, "debug, info, warn or error")
 }
 

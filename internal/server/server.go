@@ -110,7 +110,12 @@ func listenHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logg
 type CoordinatorOptions struct {
 	DatabaseURL, NATSURL            string
 	GRPCAddr, HTTPAddr, MetricsAddr string
-	Log                             *slog.Logger
+	// InDoubtAfter and InDoubtPolicy configure the reconciler; Lookup is
+	// set when the transport can say whether a message was accepted.
+	InDoubtAfter  time.Duration
+	InDoubtPolicy string
+	Lookup        coordinator.Lookup
+	Log           *slog.Logger
 }
 
 // connect opens the store and the bus a server process needs and returns a
@@ -130,6 +135,11 @@ func connect(ctx context.Context, databaseURL, natsURL string) (store.Store, *na
 
 // RunCoordinator serves the coordinator until ctx ends.
 func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
+	switch coordinator.InDoubtPolicy(o.InDoubtPolicy) {
+	case "", coordinator.InDoubtSkip, coordinator.InDoubtResend:
+	default:
+		return fmt.Errorf("in-doubt policy %q: use skip or resend", o.InDoubtPolicy)
+	}
 	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL)
 	if err != nil {
 		return err
@@ -160,7 +170,10 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 		}
 		o.Log.Info("public http listening", "addr", addr)
 	}
-	c := coordinator.New(coordinator.Config{Store: st, Bus: b, Clock: clock.Real{}, Log: o.Log})
+	c := coordinator.New(coordinator.Config{
+		Store: st, Bus: b, Clock: clock.Real{}, Log: o.Log,
+		InDoubtAfter: o.InDoubtAfter, InDoubtPolicy: coordinator.InDoubtPolicy(o.InDoubtPolicy), Lookup: o.Lookup,
+	})
 	srv := coordinator.NewGRPCServer(c)
 	go srv.Serve(lis) //nolint:errcheck
 	o.Log.Info("grpc listening", "addr", lis.Addr().String())

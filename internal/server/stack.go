@@ -26,8 +26,10 @@ type StackOptions struct {
 	// in-process instead.
 	SMTPURL string
 	// MailFiles also writes each captured message to Dir/mail as .eml.
-	MailFiles                       bool
-	Workers, Concurrency            int
+	MailFiles            bool
+	Workers, Concurrency int
+	// InDoubtAfter is the reconciler's lease (default 1 minute in dev).
+	InDoubtAfter                    time.Duration
 	GRPCAddr, HTTPAddr, MetricsAddr string
 	Log                             *slog.Logger
 }
@@ -109,7 +111,16 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	s.run(func() error {
-		return serveCoordinator(runCtx, s.Store, nc, b, lis, CoordinatorOptions{HTTPAddr: o.HTTPAddr, MetricsAddr: o.MetricsAddr, Log: o.Log})
+		co := CoordinatorOptions{HTTPAddr: o.HTTPAddr, MetricsAddr: o.MetricsAddr, Log: o.Log, InDoubtAfter: o.InDoubtAfter}
+		if co.InDoubtAfter == 0 {
+			co.InDoubtAfter = time.Minute
+		}
+		if s.Capture != nil {
+			// The capture server can say whether it holds a message, so no
+			// in-doubt claim is ever left unresolved in dev.
+			co.Lookup = func(_ context.Context, messageID string) (bool, error) { return s.Capture.Accepted(messageID), nil }
+		}
+		return serveCoordinator(runCtx, s.Store, nc, b, lis, co)
 	})
 	for i := range o.Workers {
 		log := o.Log.With("worker", i)
