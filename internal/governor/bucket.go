@@ -1,6 +1,7 @@
-// Package governor paces sending: token buckets for instantaneous rate (and,
-// in time, learned daily ceilings and per-provider breakers). Pure logic on
-// times passed in by the caller.
+// Package governor paces sending: token buckets for instantaneous rate, and
+// per sending domain (Domain) a learned daily ceiling, holds and circuit
+// breakers per receiving provider, and an SMTP server's hourly limit. Pure
+// logic on times passed in by the caller: nothing here reads a clock.
 package governor
 
 import (
@@ -46,6 +47,12 @@ func (b *Bucket) Return(n int) {
 	if n > 0 {
 		b.tokens = math.Min(b.burst, b.tokens+float64(n))
 	}
+}
+
+// Available is how many tokens the bucket holds at now, fractions included.
+func (b *Bucket) Available(now time.Time) float64 {
+	b.refill(now)
+	return b.tokens
 }
 
 // Wait is how long until at least one token is available.

@@ -1,0 +1,212 @@
+package governor
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/clock"
+)
+
+// TestBreaker walks a breaker through scripts on a fake clock: closed → 5
+// failures in 5 minutes → open 30 s → half-open → one probe → closed, or
+// re-opened.
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	const (
+		fail = "fail" // RecordTransient
+		ok   = "ok"   // RecordSuccess
+		ask  = "ask"  // ProviderOpen: want open, and until want
+	)
+	type step struct {
+		after    time.Duration // advance the clock by this first
+		op       string
+		provider string // "" means gmail.com
+		open     bool
+		until    time.Duration // from the start; 0 means no retry time
+	}
+	fails := func(n int, every time.Duration) []step {
+		s := make([]step, n)
+		for i := range s {
+			s[i] = step{op: fail}
+			if i > 0 {
+				s[i].after = every
+			}
+		}
+		return s
+	}
+	script := func(parts ...[]step) []step {
+		var all []step
+		for _, p := range parts {
+			all = append(all, p...)
+		}
+		return all
+	}
+	m := time.Minute
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"four failures stay closed", script(
+			fails(4, m),
+			[]step{{op: ask, open: false}},
+		)},
+		{"five failures over more than 5 minutes stay closed", script(
+			fails(4, 100*time.Second),                                      // 0, 1:40, 3:20, 5:00
+			[]step{{after: time.Second, op: fail}, {op: ask, open: false}}, // 5:01: the first has left the window
+		)},
+		{"exactly 5 minutes apart is within the window", script(
+			fails(5, 75*time.Second), // 0 … 5:00
+			[]step{{op: ask, open: true, until: 5*m + 30*time.Second}},
+		)},
+		{"five in 5 minutes open for 30 s, one probe, success closes", script(
+			fails(5, m), // trips at 4:00
+			[]step{
+				{op: ask, open: true, until: 4*m + 30*time.Second},
+				{after: 29 * time.Second, op: ask, open: true, until: 4*m + 30*time.Second},
+				{after: time.Second, op: ask, open: false},                                  // 4:30 the probe
+				{op: ask, open: true, until: 5 * m},                                         // only one
+				{after: 10 * time.Second, op: ask, open: true, until: 5*m + 10*time.Second}, // still waiting for it
+				{op: ok},
+				{op: ask, open: false},
+				{op: ask, open: false},
+			},
+		)},
+		{"probe failure re-opens for 30 s, then probes again", script(
+			fails(5, m),
+			[]step{
+				{after: 30 * time.Second, op: ask, open: false}, // 4:30 the probe
+				{after: time.Second, op: fail},                  // 4:31 it failed
+				{op: ask, open: true, until: 5*m + time.Second},
+				{after: 30 * time.Second, op: ask, open: false}, // 5:01 the next probe
+				{op: ask, open: true, until: 5*m + 31*time.Second},
+				{op: ok},
+				{op: ask, open: false},
+			},
+		)},
+		{"closed again on a clean counter", script(
+			fails(5, time.Second),
+			[]step{{after: 30 * time.Second, op: ask}, {op: ok}},
+			fails(4, time.Second),
+			[]step{{op: ask, open: false}, {op: fail}, {op: ask, open: true, until: 37*time.Second + 30*time.Second}},
+		)},
+		{"failures while open are stragglers and do not extend it", script(
+			fails(5, 0),
+			[]step{
+				{after: 10 * time.Second, op: fail},
+				{after: 19 * time.Second, op: fail},
+				{op: ask, open: true, until: 30 * time.Second},
+				{after: time.Second, op: ask, open: false},
+			},
+		)},
+		{"a success while open does not close it", script(
+			fails(5, 0),
+			[]step{{after: 10 * time.Second, op: ok}, {op: ask, open: true, until: 30 * time.Second}},
+		)},
+		{"a success does not reset a closed breaker's count", script(
+			fails(3, time.Second),
+			[]step{{op: ok}},
+			fails(2, time.Second),
+			[]step{{op: ask, open: true, until: 3*time.Second + 30*time.Second}},
+		)},
+		{"a lost probe is replaced after the lease", script(
+			fails(5, 0),
+			[]step{
+				{after: 30 * time.Second, op: ask, open: false},
+				{after: ProbeLease - time.Second, op: ask, open: true, until: 30*time.Second + ProbeLease},
+				{after: time.Second, op: ask, open: false},
+				{op: ask, open: true, until: 60*time.Second + ProbeLease},
+			},
+		)},
+		{"a provider's domains share one breaker", []step{
+			{op: fail, provider: "outlook.com"},
+			{op: fail, provider: "hotmail.co.uk"},
+			{op: fail, provider: "live.fr"},
+			{op: fail, provider: "msn.com"},
+			{op: ask, provider: "outlook.de", open: false},
+			{op: fail, provider: "microsoft"},
+			{op: ask, provider: "hotmail.com", open: true, until: 30 * time.Second},
+			{op: ask, provider: "gmail.com", open: false},
+		}},
+		{"other domains are their own provider", []step{
+			{op: fail, provider: "a.example"}, {op: fail, provider: "a.example"}, {op: fail, provider: "a.example"},
+			{op: fail, provider: "b.example"}, {op: fail, provider: "b.example"},
+			{op: ask, provider: "a.example", open: false},
+			{op: ask, provider: "b.example", open: false},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			start := dayAt(0, "10:00:00")
+			fk := clock.NewFake(start)
+			d := NewDomain("example.com", Limits{}, nil, fk.Now())
+			for i, s := range tt.steps {
+				fk.Advance(s.after)
+				p := s.provider
+				if p == "" {
+					p = "gmail.com"
+				}
+				switch s.op {
+				case fail:
+					d.RecordTransient(fk.Now(), p)
+				case ok:
+					d.RecordSuccess(fk.Now(), p)
+				case ask:
+					open, until := d.ProviderOpen(fk.Now(), p)
+					var want time.Time
+					if s.until != 0 {
+						want = start.Add(s.until)
+					}
+					if s.open != open || (s.open && !until.Equal(want)) {
+						t.Fatalf("step %d at +%v: ProviderOpen(%s) = %v until %v; want %v until %v",
+							i, fk.Now().Sub(start), p, open, until, s.open, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestHoldSparesTheProbe: while a provider is held after a quota rejection,
+// asking about it does not spend its breaker's probe.
+func TestHoldSparesTheProbe(t *testing.T) {
+	t.Parallel()
+	t0 := dayAt(0, "10:00:00")
+	d := NewDomain("example.com", Limits{}, nil, t0)
+	for range BreakerFailures {
+		d.RecordTransient(t0, "yahoo.com")
+	}
+	d.RecordQuotaRejection(t0.Add(10*time.Second), "yahoo.com")
+	if open, until := d.ProviderOpen(t0.Add(20*time.Second), "yahoo.com"); !open || !until.Equal(t0.Add(10*time.Second+QuotaHold)) {
+		t.Fatalf("held and open: open %v until %v; want the later, the hold", open, until)
+	}
+	if open, _ := d.ProviderOpen(t0.Add(time.Minute), "yahoo.com"); !open {
+		t.Fatal("half-open but held: let an attempt through")
+	}
+	at := t0.Add(10*time.Second + QuotaHold)
+	if open, _ := d.ProviderOpen(at, "yahoo.com"); open {
+		t.Fatal("hold over, half-open: the probe should go")
+	}
+	if open, _ := d.ProviderOpen(at, "yahoo.com"); !open {
+		t.Fatal("two probes")
+	}
+}
+
+// TestBreakerStateStaysSmall: closed breakers with nothing recent and
+// expired holds are dropped.
+func TestBreakerStateStaysSmall(t *testing.T) {
+	t.Parallel()
+	t0 := dayAt(0, "10:00:00")
+	d := NewDomain("example.com", Limits{}, nil, t0)
+	for i := range 1000 {
+		d.RecordTransient(t0.Add(time.Duration(i)*time.Second), "d"+time.Duration(i).String()+".example")
+	}
+	if n := len(d.State().Breakers); n != 301 { // failures in [now-5m, now] at one a second
+		t.Fatalf("%d breakers kept; want the 301 with a failure in the last 5 minutes", n)
+	}
+	d.RecordQuotaRejection(t0, "gmail.com")
+	d.ProviderOpen(t0.Add(time.Hour), "gmail.com")
+	if st := d.State(); len(st.Breakers) != 0 || len(st.Holds) != 0 {
+		t.Fatalf("an hour later state keeps %d breakers, %d holds", len(st.Breakers), len(st.Holds))
+	}
+}

@@ -1,0 +1,527 @@
+package governor
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Daily ceiling and rate rules, per sending domain.
+const (
+	// DefaultCeiling is where a domain with no history starts: low enough
+	// that a new domain cannot burn its reputation in one broadcast, high
+	// enough for a small list to go out on day one.
+	DefaultCeiling = 5_000
+	// MinCeiling is the floor after a quota rejection, so one early
+	// rejection cannot stop a domain for good; it still sends a little and
+	// can earn its way back up.
+	MinCeiling = 100
+	// MaxCeiling caps the doubling: beyond it a sender should be configured
+	// by hand, not learned.
+	MaxCeiling = 5_000_000
+	// QuotaHold is how long a provider that rejected us for quota is left
+	// alone: retrying into a quota rejection is what gets a sender blocked.
+	QuotaHold = 5 * time.Minute
+	// DefaultRatePerSecond and DefaultBurst pace a domain whose Limits leave
+	// them unset: fast enough for a page a few times a second, smooth
+	// enough that providers do not see a spike.
+	DefaultRatePerSecond = 50
+	DefaultBurst         = 200
+)
+
+// Limits are a domain's configured limits (not state: they come from the
+// configuration each time a Domain is made).
+type Limits struct {
+	// RatePerSecond and Burst shape the domain's token bucket; zero or less
+	// means DefaultRatePerSecond and DefaultBurst.
+	RatePerSecond float64 `json:"rate_per_second,omitempty"`
+	Burst         int     `json:"burst,omitempty"`
+	// EmailsPerHour is the hourly limit of the SMTP server the domain sends
+	// through (set with the server's configuration); zero or less means none.
+	EmailsPerHour int `json:"emails_per_hour,omitempty"`
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.RatePerSecond <= 0 || math.IsNaN(l.RatePerSecond) || math.IsInf(l.RatePerSecond, 0) {
+		l.RatePerSecond = DefaultRatePerSecond
+	}
+	if l.Burst <= 0 {
+		l.Burst = DefaultBurst
+	}
+	if l.EmailsPerHour < 0 {
+		l.EmailsPerHour = 0
+	}
+	return l
+}
+
+// DomainState is what a sending domain's governor learns and must keep across
+// restarts (stored as JSON in KV, compare-and-set by the caller). Times are
+// UTC. What is in flight (grants not yet sent or returned) and the token
+// bucket are not in it: they belong to the running actor, like its
+// outstanding pages, and a new actor starts with none and a full bucket.
+type DomainState struct {
+	Domain string `json:"domain"`
+	// Ceiling is the learned daily ceiling.
+	Ceiling int `json:"ceiling"`
+	// Day is the UTC date (2006-01-02) that SentToday and RejectedToday
+	// belong to. A call with a later date first closes that day (the
+	// rollover), so a state stored days ago is judged correctly on load.
+	Day           string `json:"day,omitempty"`
+	SentToday     int    `json:"sent_today"`
+	RejectedToday bool   `json:"rejected_today,omitempty"`
+	// Holds are the providers held after a quota rejection, until when.
+	Holds map[string]time.Time `json:"holds,omitempty"`
+	// Breakers are the providers with recent transient failures or an open
+	// breaker; a closed breaker with nothing recent is dropped.
+	Breakers map[string]BreakerState `json:"breakers,omitempty"`
+	// Hourly counts sends for the hourly limit of the domain's SMTP server.
+	Hourly HourlyWindow `json:"hourly,omitzero"`
+}
+
+func (s DomainState) clone() DomainState {
+	s.Holds = maps.Clone(s.Holds)
+	if s.Breakers != nil {
+		b := make(map[string]BreakerState, len(s.Breakers))
+		for p, st := range s.Breakers {
+			b[p] = st.clone()
+		}
+		s.Breakers = b
+	}
+	s.Hourly = s.Hourly.clone()
+	return s
+}
+
+// Domain is the governor of one sending domain (the From address's domain):
+// its learned state, its token bucket and its grants in flight. It is safe
+// for concurrent use, though the design is one actor per domain calling it.
+// Every method taking now first applies the UTC day rollover if now is on a
+// later date than the state's day.
+type Domain struct {
+	mu       sync.Mutex
+	limits   Limits
+	st       DomainState
+	bucket   *Bucket
+	inFlight int
+}
+
+// NewDomain returns the governor of domain name with limits l. st is its
+// stored state, nil for a domain with no history (which starts at
+// DefaultCeiling); it is copied, not kept. The token bucket starts full.
+func NewDomain(name string, l Limits, st *DomainState, now time.Time) *Domain {
+	l = l.withDefaults()
+	now = now.UTC()
+	d := &Domain{
+		limits: l,
+		bucket: &Bucket{perSecond: l.RatePerSecond, burst: float64(l.Burst), tokens: float64(l.Burst), last: now},
+	}
+	if st != nil {
+		d.st = st.clone()
+	}
+	d.st.Domain = strings.ToLower(strings.TrimSpace(name))
+	switch {
+	case d.st.Ceiling <= 0:
+		d.st.Ceiling = DefaultCeiling
+	case d.st.Ceiling < MinCeiling:
+		d.st.Ceiling = MinCeiling
+	case d.st.Ceiling > MaxCeiling:
+		d.st.Ceiling = MaxCeiling
+	}
+	if _, err := time.Parse(time.DateOnly, d.st.Day); err != nil {
+		// No day (new domain) or one we cannot read: today is day one,
+		// and whatever it counted is kept as today's.
+		d.st.Day = ""
+	}
+	d.st.SentToday = max(d.st.SentToday, 0)
+	d.roll(now)
+	return d
+}
+
+// roll closes the state's day if now is on a later UTC date. Only the day
+// that was recorded can double the ceiling: the days a domain sat idle
+// between it and today ended with nothing sent, so they never do, and an idle
+// week doubles at most once. A now on an earlier date than the state's (a
+// clock stepping back) changes nothing.
+func (d *Domain) roll(now time.Time) {
+	today := now.UTC().Format(time.DateOnly)
+	switch {
+	case d.st.Day == "":
+		d.st.Day = today
+	case today > d.st.Day: // DateOnly strings order like the dates
+		// A clean day that used at least 90 % shows the providers took
+		// what we sent and the domain wants more: double, never more, so
+		// the reputation grows with the volume.
+		if !d.st.RejectedToday && d.st.SentToday*10 >= d.st.Ceiling*9 {
+			d.st.Ceiling = min(d.st.Ceiling*2, MaxCeiling)
+		}
+		d.st.Day, d.st.SentToday, d.st.RejectedToday = today, 0, false
+	}
+}
+
+// Grant hands out up to n messages, as many as the token bucket, the daily
+// ceiling and the hourly limit all allow; grants in flight count against the
+// ceiling and the hourly limit, so concurrent pages cannot overshoot them.
+// When it grants fewer than n, retryAt is when the binding limit frees up
+// (the next UTC midnight for the ceiling) and reason says so in words.
+//
+// Settle every grant: RecordSent for what went out, Return for the rest.
+func (d *Domain) Grant(now time.Time, n int) (granted int, retryAt time.Time, reason string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	if n <= 0 {
+		return 0, time.Time{}, ""
+	}
+	daily, hourly := d.left(now)
+	if g := min(n, daily, hourly); g > 0 {
+		granted = d.bucket.Take(now, g)
+	}
+	d.inFlight += granted
+	if granted == n {
+		return granted, time.Time{}, ""
+	}
+	retryAt, reason = d.why(now, granted, daily, hourly)
+	return granted, retryAt, reason
+}
+
+// left is what the daily ceiling and the hourly limit allow now.
+func (d *Domain) left(now time.Time) (daily, hourly int) {
+	daily = max(0, d.st.Ceiling-d.st.SentToday-d.inFlight)
+	hourly = math.MaxInt
+	if l := d.limits.EmailsPerHour; l > 0 {
+		hourly = max(0, l-d.st.Hourly.Count(now)-d.inFlight)
+	}
+	return daily, hourly
+}
+
+// why names the limit that stopped a grant at got (the one lasting longest
+// when several did) and when it frees up.
+func (d *Domain) why(now time.Time, got, daily, hourly int) (at time.Time, reason string) {
+	consider := func(t time.Time, r string) {
+		if reason == "" || t.After(at) {
+			at, reason = t, r
+		}
+	}
+	if daily <= got {
+		consider(nextMidnight(now), fmt.Sprintf("daily ceiling of %s for %s reached; resumes 00:00 UTC",
+			thousands(d.st.Ceiling), d.st.Domain))
+	}
+	if l := d.limits.EmailsPerHour; l > 0 && hourly <= got {
+		t := d.st.Hourly.freeAt(now, l, d.inFlight)
+		consider(t, fmt.Sprintf("hourly limit of %s for %s reached; resumes %s UTC",
+			thousands(l), d.st.Domain, clockTime(t)))
+	}
+	if reason == "" {
+		w := d.bucket.Wait(now)
+		consider(now.Add(w), fmt.Sprintf("rate of %s/s for %s used up; next page in %s",
+			strconv.FormatFloat(d.limits.RatePerSecond, 'f', -1, 64), d.st.Domain, roundUp(w)))
+	}
+	return at, reason
+}
+
+// Return gives back n granted messages that did not go out (a page that
+// stopped early, a dispatch that failed), to the bucket and the ceiling.
+func (d *Domain) Return(n int) {
+	if n <= 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.bucket.Return(n)
+	d.inFlight = max(0, d.inFlight-n)
+}
+
+// RecordSent counts n messages accepted by the SMTP server at now toward
+// today's total and the hourly window, and settles that many grants in
+// flight. Mail sent without a grant (transactional, the reconciler's sweep of
+// deferred rows) is recorded the same way: the provider counts it too.
+func (d *Domain) RecordSent(now time.Time, n int) {
+	if n <= 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	d.st.SentToday += n
+	d.st.Hourly.Record(now, n)
+	d.inFlight = max(0, d.inFlight-n)
+}
+
+// RecordQuotaRejection lowers the ceiling to max(MinCeiling, sent today / 2)
+// — the provider has just told us what it accepts, and half of it leaves
+// room for what other senders on the account use — never raising it, marks
+// the day as rejected (it will not double), and holds the provider for
+// QuotaHold. A hold is a wall-clock time: it outlasts midnight if it spans it.
+func (d *Domain) RecordQuotaRejection(now time.Time, provider string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	d.st.Ceiling = min(d.st.Ceiling, max(MinCeiling, d.st.SentToday/2))
+	d.st.RejectedToday = true
+	p := Provider(provider)
+	if d.st.Holds == nil {
+		d.st.Holds = map[string]time.Time{}
+	}
+	d.st.Holds[p] = maxTime(d.st.Holds[p], now.Add(QuotaHold))
+	d.tidy(now)
+}
+
+// ProviderOpen reports whether sends to provider (a provider name or a
+// recipient domain) must wait: it is held after a quota rejection, or its
+// breaker is open. retryAt is when to look again; page workers record the
+// provider's recipients deferred until then. In half-open it answers false
+// exactly once — that caller's next send is the probe — and true after that
+// until the probe's outcome is recorded (or ProbeLease passes).
+func (d *Domain) ProviderOpen(now time.Time, provider string) (open bool, retryAt time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	d.tidy(now)
+	p := Provider(provider)
+	b, hasBreaker := d.st.Breakers[p]
+	if hold, ok := d.st.Holds[p]; ok && now.Before(hold) {
+		// Held: no probe is spent; report whichever lasts longer.
+		if hasBreaker && b.phase(now) == PhaseOpen {
+			hold = maxTime(hold, b.OpenUntil)
+		}
+		return true, hold
+	}
+	if !hasBreaker {
+		return false, time.Time{}
+	}
+	ok, retryAt := b.allow(now)
+	d.st.Breakers[p] = b
+	return !ok, retryAt
+}
+
+// RecordTransient counts a transient failure (4xx, timeout, reset) of a send
+// to provider toward its breaker.
+func (d *Domain) RecordTransient(now time.Time, provider string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	p := Provider(provider)
+	b := d.st.Breakers[p]
+	b.failure(now)
+	if d.st.Breakers == nil {
+		d.st.Breakers = map[string]BreakerState{}
+	}
+	d.st.Breakers[p] = b
+	d.tidy(now)
+}
+
+// RecordSuccess records a send to provider that was accepted; it closes a
+// half-open breaker.
+func (d *Domain) RecordSuccess(now time.Time, provider string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	p := Provider(provider)
+	b, ok := d.st.Breakers[p]
+	if !ok {
+		return
+	}
+	b.success(now)
+	d.st.Breakers[p] = b
+	d.tidy(now)
+}
+
+// ResetRateLimit resets the hourly limit: sends before now stop counting
+// (they stay recorded). For an operator who knows the server's counter was
+// reset, or raised its limit by hand.
+func (d *Domain) ResetRateLimit(now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	d.st.Hourly.Reset(now)
+}
+
+// tidy drops expired holds and idle breakers, keeping the state small.
+func (d *Domain) tidy(now time.Time) {
+	for p, until := range d.st.Holds {
+		if !now.Before(until) {
+			delete(d.st.Holds, p)
+		}
+	}
+	for p, b := range d.st.Breakers {
+		if b.idle(now) {
+			delete(d.st.Breakers, p)
+		}
+	}
+	if len(d.st.Holds) == 0 {
+		d.st.Holds = nil
+	}
+	if len(d.st.Breakers) == 0 {
+		d.st.Breakers = nil
+	}
+}
+
+// State is a copy of the state to persist.
+func (d *Domain) State() DomainState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.st.clone()
+}
+
+// ProviderStatus is one receiving provider that is held, has a breaker that
+// is not closed, or has recent transient failures.
+type ProviderStatus struct {
+	Provider string `json:"provider"`
+	// Phase is "held", "open", "half-open" or "closed".
+	Phase string `json:"phase"`
+	// Failures are the transient failures in the breaker's window.
+	Failures int `json:"failures,omitempty"`
+	// Until is when a hold or an open breaker ends.
+	Until time.Time `json:"until,omitzero"`
+	// ProbeInFlight: half-open, and the probe has gone without an outcome.
+	ProbeInFlight bool `json:"probe_in_flight,omitempty"`
+}
+
+// Status is what GetDomain shows.
+type Status struct {
+	Domain        string  `json:"domain"`
+	Day           string  `json:"day"`
+	Ceiling       int     `json:"ceiling"`
+	SentToday     int     `json:"sent_today"`
+	InFlight      int     `json:"in_flight"`
+	RejectedToday bool    `json:"rejected_today"`
+	Tokens        float64 `json:"tokens"`
+	RatePerSecond float64 `json:"rate_per_second"`
+	Burst         int     `json:"burst"`
+	// EmailsPerHour is the hourly limit, 0 for none; HourlyCount what counts
+	// against it now; HourlySent what was sent in the last hour, including
+	// before ResetAt.
+	EmailsPerHour int              `json:"emails_per_hour,omitempty"`
+	HourlyCount   int              `json:"hourly_count"`
+	HourlySent    int              `json:"hourly_sent"`
+	ResetAt       time.Time        `json:"reset_at,omitzero"`
+	Providers     []ProviderStatus `json:"providers,omitempty"`
+	// Waiting says in words what the domain waits for, "" when it would
+	// grant now and no provider is held or open. ResumesAt is when the
+	// domain as a whole may send again, zero when it may now.
+	Waiting   string    `json:"waiting,omitempty"`
+	ResumesAt time.Time `json:"resumes_at,omitzero"`
+}
+
+// Status reports the domain at now without granting anything.
+func (d *Domain) Status(now time.Time) Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	d.tidy(now)
+	s := Status{
+		Domain:        d.st.Domain,
+		Day:           d.st.Day,
+		Ceiling:       d.st.Ceiling,
+		SentToday:     d.st.SentToday,
+		InFlight:      d.inFlight,
+		RejectedToday: d.st.RejectedToday,
+		Tokens:        d.bucket.Available(now),
+		RatePerSecond: d.limits.RatePerSecond,
+		Burst:         d.limits.Burst,
+		EmailsPerHour: d.limits.EmailsPerHour,
+		HourlyCount:   d.st.Hourly.Count(now),
+		HourlySent:    d.st.Hourly.Sent(now),
+		ResetAt:       d.st.Hourly.ResetAt,
+	}
+	var words []string
+	daily, hourly := d.left(now)
+	if min(daily, hourly, int(math.Floor(s.Tokens))) < 1 {
+		var why string
+		s.ResumesAt, why = d.why(now, 0, daily, hourly)
+		words = append(words, why)
+	}
+	for _, p := range slices.Sorted(maps.Keys(union(d.st.Holds, d.st.Breakers))) {
+		ps := ProviderStatus{Provider: p, Phase: PhaseClosed}
+		if b, ok := d.st.Breakers[p]; ok {
+			ps.Phase = b.phase(now)
+			ps.Failures = len(b.Failures)
+			if ps.Phase == PhaseOpen {
+				ps.Until = b.OpenUntil
+			}
+			ps.ProbeInFlight = ps.Phase == PhaseHalfOpen && !b.ProbeAt.IsZero() && now.Before(b.ProbeAt.Add(ProbeLease))
+		}
+		if hold, ok := d.st.Holds[p]; ok {
+			ps.Phase, ps.Until = PhaseHeld, maxTime(hold, ps.Until)
+		}
+		s.Providers = append(s.Providers, ps)
+		switch ps.Phase {
+		case PhaseHeld:
+			words = append(words, fmt.Sprintf("%s held until %s UTC after a quota rejection", p, clockTime(ps.Until)))
+		case PhaseOpen:
+			words = append(words, fmt.Sprintf("%s breaker open until %s UTC after %d transient failures", p, clockTime(ps.Until), BreakerFailures))
+		case PhaseHalfOpen:
+			if ps.ProbeInFlight {
+				words = append(words, p+" breaker half-open, waiting for its probe")
+			} else {
+				words = append(words, p+" breaker half-open, next send is the probe")
+			}
+		}
+	}
+	s.Waiting = strings.Join(words, "; ")
+	return s
+}
+
+func union(holds map[string]time.Time, breakers map[string]BreakerState) map[string]struct{} {
+	u := make(map[string]struct{}, len(holds)+len(breakers))
+	for p := range holds {
+		u[p] = struct{}{}
+	}
+	for p := range breakers {
+		u[p] = struct{}{}
+	}
+	return u
+}
+
+// nextMidnight is the start of the UTC day after now's.
+func nextMidnight(now time.Time) time.Time {
+	t := now.UTC()
+	return time.Date(t.Year(), t.Month(), t.Day()+1, 0, 0, 0, 0, time.UTC)
+}
+
+// clockTime is t's UTC time of day: "14:05", or "14:05:30" off the minute.
+func clockTime(t time.Time) string {
+	t = t.UTC()
+	if t.Second() == 0 && t.Nanosecond() == 0 {
+		return t.Format("15:04")
+	}
+	return t.Format("15:04:05")
+}
+
+// roundUp rounds a short wait up to the millisecond, so it never reads "0s".
+func roundUp(d time.Duration) time.Duration {
+	if r := d.Truncate(time.Millisecond); r < d {
+		return r + time.Millisecond
+	}
+	return d
+}
+
+// thousands formats n with comma separators: 5000 → "5,000".
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
