@@ -1,0 +1,780 @@
+// Package sqlite is the SQLite implementation of store.Store (modernc.org/sqlite, no cgo) for rangecast dev and small single-node installs.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// Store implements store.Store on one SQLite database file.
+//
+// SQLite lets one connection write at a time. The store keeps two pools on
+// the file: w, a single connection that every write goes through, whose
+// transactions begin IMMEDIATE (the write lock is taken up front, so a
+// transaction never has to upgrade a read lock and fail with SQLITE_BUSY), and
+// r, a few query_only connections for reads, which in WAL mode do not wait
+// for the writer. Writers in this process queue for w; a writer in another
+// process (a CLI beside `rangecast dev`) is waited for up to busy_timeout.
+type Store struct {
+	w, r *sql.DB
+}
+
+var _ store.Store = (*Store)(nil)
+
+// busyTimeout is how long a connection waits for another process's lock.
+const busyTimeout = 10 * time.Second
+
+// readers is the size of the read pool.
+const readers = 4
+
+// Open opens the database file at path, creating it if missing, and applies
+// migrations. path ":memory:" is a private in-memory database (one
+// connection, gone when the store is closed), for tests.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: empty database path")
+	}
+	memory := path == ":memory:"
+	pragmas := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)", busyTimeout.Milliseconds())
+	// synchronous=NORMAL in WAL mode: a commit is atomic and consistent
+	// but the last ones may be lost on power failure (not on a crash of
+	// the process); the file is never corrupted.
+	w, err := openPool(ctx, path, pragmas+"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate", 1)
+	if err != nil {
+		return nil, err
+	}
+	if !memory {
+		var mode string
+		if err := w.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		}
+		if !strings.EqualFold(mode, "wal") {
+			w.Close()
+			return nil, fmt.Errorf("sqlite: open %s: journal mode is %s, not wal (does the file system support shared memory?)", path, mode)
+		}
+	}
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, err
+	}
+	r := w // an in-memory database exists only on its one connection
+	if !memory {
+		if r, err = openPool(ctx, path, pragmas+"&_pragma=query_only(1)", readers); err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	return &Store{w: w, r: r}, nil
+}
+
+func openPool(ctx context.Context, path, params string, conns int) (*sql.DB, error) {
+	// A URI filename, so that the path is percent-encoded and a '?' or '#'
+	// in it is not taken for the query.
+	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + params
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// Close closes the store. The last connection to close checkpoints the WAL
+// into the database file.
+func (s *Store) Close() {
+	// Refresh the planner's statistics where they have drifted (cheap; what
+	// SQLite recommends before closing a connection).
+	s.w.Exec(`PRAGMA optimize`) //nolint:errcheck
+	if s.r != s.w {
+		s.r.Close()
+	}
+	s.w.Close()
+}
+
+// mapErr is the one place driver errors become store errors.
+func mapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return fmt.Errorf("%s: %w: %s", op, store.ErrConflict, se.Error())
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// write runs fn in one transaction on the write connection (BEGIN
+// IMMEDIATE) and commits it if fn returns nil. Errors from fn are mapped
+// here.
+func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return mapErr(op, err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback() //nolint:errcheck
+		return mapErr(op, err)
+	}
+	return mapErr(op, tx.Commit())
+}
+
+// querier is what *sql.DB and *sql.Tx have in common.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// id returns the BLOB form of a ULID.
+func id(u ulid.ULID) []byte { return u[:] }
+
+// fromBlob reads an id column; NULL is the zero ULID.
+func fromBlob(b []byte) (ulid.ULID, error) {
+	switch len(b) {
+	case 0:
+		return ulid.ULID{}, nil
+	case len(ulid.ULID{}):
+		return ulid.ULID(b), nil
+	}
+	return ulid.ULID{}, fmt.Errorf("id of %d bytes, want 16", len(b))
+}
+
+// nullBlob binds b, or NULL when b is empty.
+func nullBlob(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// ts is the stored form of a time: microseconds since the Unix epoch (the
+// precision of Postgres timestamptz; the zero time.Time fits).
+func ts(t time.Time) int64 { return t.UnixMicro() }
+
+func fromTS(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// nullTS reads a nullable time column; NULL is the zero time.
+func nullTS(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromTS(v.Int64)
+}
+
+// emailKey is the case-insensitive identity of an address, kept in
+// contacts.email_key under a unique index. Go lowercases all of Unicode;
+// SQLite's lower() folds ASCII only, which is why the key is computed here
+// and not by an index on lower(email).
+func emailKey(email string) string { return strings.ToLower(email) }
+
+const (
+	findContact = `SELECT id, attributes FROM contacts WHERE email_key = ?`
+	// An existing contact keeps its id and address. An import may
+	// unsubscribe, flag or suppress a contact, never undo an unsubscribe, a
+	// do-not-contact flag or a suppression.
+	updateContact = `
+UPDATE contacts SET
+    name = ?2,
+    attributes = ?3,
+    subscribed = subscribed AND ?4,
+    do_not_contact = do_not_contact OR ?5,
+    suppressed = suppressed OR ?6,
+    updated_at = ?7
+WHERE id = ?1`
+	insertContact = `
+INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)`
+)
+
+func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, len(cs))
+	attrs := make([]map[string]json.RawMessage, len(cs))
+	seen := make(map[string]int, len(cs))
+	for i, c := range cs {
+		keys[i] = emailKey(c.Email)
+		if j, dup := seen[keys[i]]; dup {
+			// Postgres refuses such a batch too (ON CONFLICT DO UPDATE
+			// cannot affect a row twice).
+			return nil, fmt.Errorf("upsert contacts: %q (row %d) and %q (row %d) are one address; emails must be unique within one call",
+				cs[j].Email, j, c.Email, i)
+		}
+		seen[keys[i]] = i
+		attrs[i] = make(map[string]json.RawMessage, len(c.Attributes))
+		for k, v := range c.Attributes {
+			raw, err := json.Marshal(v)
+			if err != nil {
+				return nil, fmt.Errorf("upsert contacts: %s: attribute %q: %w", c.Email, k, err)
+			}
+			attrs[i][k] = raw
+		}
+	}
+	out := make([]ulid.ULID, len(cs))
+	err := s.write(ctx, "upsert contacts", func(tx *sql.Tx) error {
+		find, err := tx.PrepareContext(ctx, findContact)
+		if err != nil {
+			return err
+		}
+		defer find.Close()
+		update, err := tx.PrepareContext(ctx, updateContact)
+		if err != nil {
+			return err
+		}
+		defer update.Close()
+		insert, err := tx.PrepareContext(ctx, insertContact)
+		if err != nil {
+			return err
+		}
+		defer insert.Close()
+		for i, c := range cs {
+			var existing []byte
+			var old string
+			err := find.QueryRowContext(ctx, keys[i]).Scan(&existing, &old)
+			if errors.Is(err, sql.ErrNoRows) {
+				a, err := json.Marshal(attrs[i])
+				if err != nil {
+					return err
+				}
+				if _, err := insert.ExecContext(ctx, id(c.ID), c.Email, keys[i], c.Name, string(a),
+					c.Subscribed, c.DoNotContact, c.Suppressed, ts(now)); err != nil {
+					return err
+				}
+				out[i] = c.ID
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if out[i], err = fromBlob(existing); err != nil {
+				return err
+			}
+			merged, err := mergeAttributes(old, attrs[i])
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.Email, err)
+			}
+			if _, err := update.ExecContext(ctx, existing, c.Name, merged, c.Subscribed, c.DoNotContact, c.Suppressed, ts(now)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// mergeAttributes is Postgres's jsonb `old || new` for two objects: new's
+// keys replace old's, one level deep; a null value is kept as null. (SQLite's
+// json_patch is RFC 7396: it merges nested objects and deletes keys whose
+// new value is null, so it is not used.) Values are carried as raw JSON, so
+// what was stored comes back byte for byte.
+func mergeAttributes(old string, add map[string]json.RawMessage) (string, error) {
+	merged := map[string]json.RawMessage{}
+	if err := json.Unmarshal([]byte(old), &merged); err != nil {
+		return "", fmt.Errorf("stored attributes: %w", err)
+	}
+	for k, v := range add {
+		merged[k] = v
+	}
+	b, err := json.Marshal(merged)
+	return string(b), err
+}
+
+func (s *Store) Unsubscribe(ctx context.Context, email string, now time.Time) error {
+	res, err := s.w.ExecContext(ctx, `UPDATE contacts SET subscribed = 0, updated_at = ? WHERE email_key = ?`, ts(now), emailKey(email))
+	if err != nil {
+		return mapErr("unsubscribe", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return mapErr("unsubscribe", err)
+	} else if n == 0 {
+		return fmt.Errorf("unsubscribe %s: %w", email, store.ErrNotFound)
+	}
+	return nil
+}
+
+func (s *Store) EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error) {
+	var segment int64
+	err := s.w.QueryRowContext(ctx, `
+INSERT INTO segments (name, created_at) VALUES (?, ?)
+ON CONFLICT (name) DO UPDATE SET name = excluded.name
+RETURNING id`, name, ts(now)).Scan(&segment)
+	return segment, mapErr("ensure segment", err)
+}
+
+func (s *Store) SegmentID(ctx context.Context, name string) (int64, error) {
+	var segment int64
+	err := s.r.QueryRowContext(ctx, `SELECT id FROM segments WHERE name = ?`, name).Scan(&segment)
+	return segment, mapErr("segment "+name, err)
+}
+
+func (s *Store) AddSegmentMembers(ctx context.Context, segment int64, contacts []ulid.ULID) error {
+	if len(contacts) == 0 {
+		return nil
+	}
+	return s.write(ctx, "add segment members", func(tx *sql.Tx) error {
+		add, err := tx.PrepareContext(ctx, `INSERT INTO segment_members (segment_id, contact_id) VALUES (?, ?) ON CONFLICT DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		defer add.Close()
+		for _, c := range contacts {
+			if _, err := add.ExecContext(ctx, segment, id(c)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+const broadcastColumns = `b.id, b.name, coalesce(b.request_id, ''), b.from_name, b.from_address, b.subject, b.html, b.text_body,
+coalesce(b.segment_id, 0), coalesce(s.name, ''), b.throttle_per_hour, b.state, b.reason, b.snapshot_total, b.min_id, b.max_id,
+b.created_at, b.started_at, b.finished_at`
+
+const selectBroadcast = `SELECT ` + broadcastColumns + ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
+
+func scanBroadcast(row interface{ Scan(...any) error }) (store.Broadcast, error) {
+	var b store.Broadcast
+	var bid, minID, maxID []byte
+	var created int64
+	var started, finished sql.NullInt64
+	var state string
+	err := row.Scan(&bid, &b.Name, &b.RequestID, &b.Content.FromName, &b.Content.FromAddress, &b.Content.Subject,
+		&b.Content.HTML, &b.Content.Text, &b.SegmentID, &b.Segment, &b.ThrottlePerHour, &state, &b.Reason,
+		&b.SnapshotTotal, &minID, &maxID, &created, &started, &finished)
+	if err != nil {
+		return b, err
+	}
+	if b.ID, err = fromBlob(bid); err != nil {
+		return b, err
+	}
+	if b.MinID, err = fromBlob(minID); err != nil {
+		return b, err
+	}
+	if b.MaxID, err = fromBlob(maxID); err != nil {
+		return b, err
+	}
+	b.State = store.State(state)
+	b.CreatedAt, b.StartedAt, b.FinishedAt = fromTS(created), nullTS(started), nullTS(finished)
+	return b, nil
+}
+
+func getBroadcast(ctx context.Context, q querier, bid ulid.ULID) (store.Broadcast, error) {
+	return scanBroadcast(q.QueryRowContext(ctx, selectBroadcast+`WHERE b.id = ?`, id(bid)))
+}
+
+func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast) (store.Broadcast, bool, error) {
+	var requestID, segment any
+	if b.RequestID != "" {
+		requestID = b.RequestID
+	}
+	if b.SegmentID != 0 {
+		segment = b.SegmentID
+	}
+	var out store.Broadcast
+	var created bool
+	err := s.write(ctx, "create broadcast", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+INSERT INTO broadcasts (id, name, request_id, from_name, from_address, subject, html, text_body, segment_id,
+                        throttle_per_hour, state, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'draft', ?11, ?11)
+ON CONFLICT (request_id) DO NOTHING`,
+			id(b.ID), b.Name, requestID, b.Content.FromName, b.Content.FromAddress, b.Content.Subject, b.Content.HTML,
+			b.Content.Text, segment, b.ThrottlePerHour, ts(b.CreatedAt))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if created = n == 1; created {
+			out, err = getBroadcast(ctx, tx, b.ID)
+		} else {
+			out, err = scanBroadcast(tx.QueryRowContext(ctx, selectBroadcast+`WHERE b.request_id = ?`, b.RequestID))
+		}
+		return err
+	})
+	if err != nil {
+		return store.Broadcast{}, false, err
+	}
+	return out, created, nil
+}
+
+func (s *Store) GetBroadcast(ctx context.Context, bid ulid.ULID) (store.Broadcast, error) {
+	b, err := getBroadcast(ctx, s.r, bid)
+	return b, mapErr("broadcast "+bid.String(), err)
+}
+
+func (s *Store) ListBroadcasts(ctx context.Context) ([]store.Broadcast, error) {
+	rows, err := s.r.QueryContext(ctx, selectBroadcast+`ORDER BY b.created_at DESC, b.id DESC`)
+	if err != nil {
+		return nil, mapErr("list broadcasts", err)
+	}
+	defer rows.Close()
+	var out []store.Broadcast
+	for rows.Next() {
+		b, err := scanBroadcast(rows)
+		if err != nil {
+			return nil, mapErr("list broadcasts", err)
+		}
+		out = append(out, b)
+	}
+	return out, mapErr("list broadcasts", rows.Err())
+}
+
+// gate is the suppression gate, the one definition of who may receive a
+// broadcast, shared by the accept-time snapshot and every page. With a
+// segment, the query binds it as :segment.
+func gate(segment int64) string {
+	g := `c.subscribed AND NOT c.do_not_contact AND NOT c.suppressed AND c.email <> ''`
+	if segment != 0 {
+		g += ` AND EXISTS (SELECT 1 FROM segment_members m WHERE m.segment_id = :segment AND m.contact_id = c.id)`
+	}
+	return g
+}
+
+// gateArgs binds :segment when the gate has one.
+func gateArgs(segment int64, args ...any) []any {
+	if segment != 0 {
+		args = append(args, sql.Named("segment", segment))
+	}
+	return args
+}
+
+// snapshotQuery reads count and id bounds of the eligible audience in one
+// pass; SQLite's min and max compare BLOBs with memcmp, which is ULID order.
+func snapshotQuery(segment int64) string {
+	return `SELECT count(*), min(c.id), max(c.id) FROM contacts c WHERE ` + gate(segment)
+}
+
+func pageQuery(segment int64) string {
+	return `SELECT c.id, c.email, c.name, c.attributes FROM contacts c
+WHERE c.id >= :from AND c.id <= :until AND ` + gate(segment) + `
+ORDER BY c.id LIMIT :limit`
+}
+
+func (s *Store) AcceptBroadcast(ctx context.Context, bid ulid.ULID, now time.Time) (store.Broadcast, error) {
+	var out store.Broadcast
+	err := s.write(ctx, "accept broadcast "+bid.String(), func(tx *sql.Tx) error {
+		var state string
+		var segment int64
+		err := tx.QueryRowContext(ctx, `SELECT state, coalesce(segment_id, 0) FROM broadcasts WHERE id = ?`, id(bid)).Scan(&state, &segment)
+		if err != nil {
+			return err
+		}
+		if store.State(state) != store.StateDraft {
+			return fmt.Errorf("it is %s, only a draft can be started: %w", state, store.ErrConflict)
+		}
+		var count int64
+		var minID, maxID []byte
+		if err := tx.QueryRowContext(ctx, snapshotQuery(segment), gateArgs(segment)...).Scan(&count, &minID, &maxID); err != nil {
+			return fmt.Errorf("snapshot audience: %w", err)
+		}
+		_, err = tx.ExecContext(ctx, `
+UPDATE broadcasts SET state = 'running', reason = '', snapshot_total = ?2, min_id = ?3, max_id = ?4,
+       started_at = ?5, updated_at = ?5
+WHERE id = ?1`, id(bid), count, nullBlob(minID), nullBlob(maxID), ts(now))
+		if err != nil {
+			return err
+		}
+		out, err = getBroadcast(ctx, tx, bid)
+		return err
+	})
+	if err != nil {
+		return store.Broadcast{}, err
+	}
+	return out, nil
+}
+
+func (s *Store) SetState(ctx context.Context, bid ulid.ULID, from []store.State, to store.State, reason string, now time.Time) (store.Broadcast, error) {
+	froms, err := json.Marshal(append([]store.State{}, from...))
+	if err != nil {
+		return store.Broadcast{}, err
+	}
+	var out store.Broadcast
+	var moved bool
+	err = s.write(ctx, "set broadcast state", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+UPDATE broadcasts SET state = ?2, reason = ?3, updated_at = ?4,
+       finished_at = CASE WHEN ?2 IN ('completed', 'cancelled', 'failed') THEN ?4 ELSE finished_at END
+WHERE id = ?1 AND state IN (SELECT value FROM json_each(?5))`, id(bid), string(to), reason, ts(now), string(froms))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		moved = n == 1
+		out, err = getBroadcast(ctx, tx, bid)
+		return err
+	})
+	if err != nil {
+		return out, err
+	}
+	if !moved {
+		return out, fmt.Errorf("broadcast %s is %s, cannot become %s: %w", bid, out.State, to, store.ErrConflict)
+	}
+	return out, nil
+}
+
+func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until ulid.ULID, limit int) ([]store.Contact, error) {
+	if limit < 0 {
+		// SQLite reads a negative LIMIT as none; Postgres refuses it.
+		return nil, fmt.Errorf("eligible page: negative limit %d", limit)
+	}
+	rows, err := s.r.QueryContext(ctx, pageQuery(b.SegmentID),
+		gateArgs(b.SegmentID, sql.Named("from", id(from)), sql.Named("until", id(until)), sql.Named("limit", limit))...)
+	if err != nil {
+		return nil, mapErr("eligible page", err)
+	}
+	defer rows.Close()
+	out := make([]store.Contact, 0, min(limit, 1024))
+	for rows.Next() {
+		var cid []byte
+		var attrs string
+		c := store.Contact{Subscribed: true}
+		if err := rows.Scan(&cid, &c.Email, &c.Name, &attrs); err != nil {
+			return nil, mapErr("eligible page", err)
+		}
+		if c.ID, err = fromBlob(cid); err != nil {
+			return nil, mapErr("eligible page", err)
+		}
+		if err := json.Unmarshal([]byte(attrs), &c.Attributes); err != nil {
+			return nil, mapErr("eligible page", fmt.Errorf("contact %s: attributes: %w", c.ID, err))
+		}
+		out = append(out, c)
+	}
+	return out, mapErr("eligible page", rows.Err())
+}
+
+// claimChunk bounds the rows of one claim INSERT (3 variables each, well
+// under SQLite's 32766).
+const claimChunk = 1000
+
+// claimQuery inserts n claims; ?1 is the broadcast, ?2 the time, then
+// contact id, address and Message-ID of each claim. Only the rows it
+// inserted are returned.
+func claimQuery(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "(?1, ?%d, ?%d, 'claimed', ?%d, ?2, ?2)", 3+3*i, 4+3*i, 5+3*i)
+	}
+	b.WriteString(` ON CONFLICT DO NOTHING RETURNING contact_id`)
+	return b.String()
+}
+
+func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	// In contact id order, like Postgres (where it avoids deadlocks): the
+	// same rows in the same order whatever order the caller had.
+	claims = slices.SortedFunc(slices.Values(claims), func(a, b store.Claim) int { return a.ContactID.Compare(b.ContactID) })
+	var out []ulid.ULID
+	err := s.write(ctx, "claim", func(tx *sql.Tx) error {
+		for chunk := range slices.Chunk(claims, claimChunk) {
+			args := make([]any, 0, 2+3*len(chunk))
+			args = append(args, id(broadcast), ts(now))
+			for _, c := range chunk {
+				args = append(args, id(c.ContactID), c.Email, c.MessageID)
+			}
+			rows, err := tx.QueryContext(ctx, claimQuery(len(chunk)), args...)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var cid []byte
+				if err := rows.Scan(&cid); err != nil {
+					rows.Close()
+					return err
+				}
+				u, err := fromBlob(cid)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				out = append(out, u)
+			}
+			if err := rows.Close(); err != nil {
+				return err
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Outcome writes and releases touch only rows still claimed: a row never
+// gets a second outcome, and a row with an outcome is never deleted. Both
+// find their row by the primary key, not the partial index on claimed rows
+// (TestOutcomeWritesUsePrimaryKey pins the plan, with and without ANALYZE).
+const (
+	recordOutcome = `
+UPDATE broadcast_sends SET status = ?3, error = ?4, updated_at = ?5
+WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'claimed'`
+	releaseClaim = `
+DELETE FROM broadcast_sends
+WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'claimed'`
+)
+
+func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcomes []store.Outcome, now time.Time) error {
+	if len(outcomes) == 0 {
+		return nil
+	}
+	return s.write(ctx, "record outcomes", func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, recordOutcome)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, o := range outcomes {
+			if _, err := stmt.ExecContext(ctx, id(broadcast), id(o.ContactID), string(o.Status), o.Error, ts(now)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, contacts []ulid.ULID) error {
+	if len(contacts) == 0 {
+		return nil
+	}
+	return s.write(ctx, "release claims", func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, releaseClaim)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, c := range contacts {
+			if _, err := stmt.ExecContext(ctx, id(broadcast), id(c)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT status, count(*) FROM broadcast_sends WHERE broadcast_id = ? GROUP BY status`, id(broadcast))
+	if err != nil {
+		return store.Counts{}, mapErr("count sends", err)
+	}
+	defer rows.Close()
+	var c store.Counts
+	for rows.Next() {
+		var status string
+		var n int64
+		if err := rows.Scan(&status, &n); err != nil {
+			return store.Counts{}, mapErr("count sends", err)
+		}
+		switch store.SendStatus(status) {
+		case store.SendClaimed:
+			c.Claimed = n
+		case store.SendSent:
+			c.Sent = n
+		case store.SendFailed:
+			c.Failed = n
+		case store.SendDeferred:
+			c.Deferred = n
+		case store.SendUnknown:
+			c.Unknown = n
+		}
+	}
+	return c, mapErr("count sends", rows.Err())
+}
+
+func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (int64, error) {
+	var n int64
+	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM broadcast_sends WHERE broadcast_id = ? AND status = 'claimed'`, id(broadcast)).Scan(&n)
+	return n, mapErr("count pending", err)
+}
+
+const sendColumns = `contact_id, email, status, attempt, message_id, error, claimed_at, updated_at`
+
+func scanSend(row interface{ Scan(...any) error }, broadcast ulid.ULID) (store.Send, error) {
+	out := store.Send{BroadcastID: broadcast}
+	var cid []byte
+	var status string
+	var claimed, updated int64
+	if err := row.Scan(&cid, &out.Email, &status, &out.Attempt, &out.MessageID, &out.Error, &claimed, &updated); err != nil {
+		return store.Send{}, err
+	}
+	var err error
+	if out.ContactID, err = fromBlob(cid); err != nil {
+		return store.Send{}, err
+	}
+	out.Status = store.SendStatus(status)
+	out.ClaimedAt, out.UpdatedAt = fromTS(claimed), fromTS(updated)
+	return out, nil
+}
+
+func (s *Store) GetSend(ctx context.Context, broadcast, contact ulid.ULID) (store.Send, error) {
+	out, err := scanSend(s.r.QueryRowContext(ctx, `SELECT `+sendColumns+`
+FROM broadcast_sends WHERE broadcast_id = ? AND contact_id = ?`, id(broadcast), id(contact)), broadcast)
+	return out, mapErr("ledger row", err)
+}
+
+func (s *Store) InDoubt(ctx context.Context, broadcast ulid.ULID, claimedBefore time.Time, limit int) ([]store.Send, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("in-doubt claims: negative limit %d", limit)
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sendColumns+`
+FROM broadcast_sends
+WHERE broadcast_id = ? AND status = 'claimed' AND claimed_at < ?
+ORDER BY contact_id LIMIT ?`, id(broadcast), ts(claimedBefore), limit)
+	if err != nil {
+		return nil, mapErr("in-doubt claims", err)
+	}
+	defer rows.Close()
+	var out []store.Send
+	for rows.Next() {
+		r, err := scanSend(rows, broadcast)
+		if err != nil {
+			return nil, mapErr("in-doubt claims", err)
+		}
+		out = append(out, r)
+	}
+	return out, mapErr("in-doubt claims", rows.Err())
+}
