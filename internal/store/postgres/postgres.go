@@ -354,7 +354,7 @@ func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until
 	if err != nil {
 		return nil, mapErr("eligible page", err)
 	}
-	out := make([]store.Contact, 0, limit)
+	out := make([]store.Contact, 0, min(limit, 1000))
 	var c store.Contact
 	var id [16]byte
 	_, err = pgx.ForEachRow(rows, []any{&id, &c.Email, &c.Name, &c.Attributes}, func() error {
