@@ -20,10 +20,6 @@ import (
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
-// DefaultDatabaseURL is the Postgres used by dev and demo when neither
-// --postgres nor RANGECAST_DATABASE_URL says otherwise.
-const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
 // env returns the environment variable's value, or def.
 func env(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok && v != "" {

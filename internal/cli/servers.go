@@ -70,7 +70,7 @@ Every flag can be set by the environment variable named in its help.`,
 // serverFlags are the flags every server process has.
 func serverFlags(cmd *cobra.Command, databaseURL, natsURL, metricsAddr, level *string) {
 	f := cmd.Flags()
-	f.StringVar(databaseURL, "database-url", env("RANGECAST_DATABASE_URL", ""), "Postgres URL (env RANGECAST_DATABASE_URL)")
+	f.StringVar(databaseURL, "database-url", env("RANGECAST_DATABASE_URL", ""), "postgres://… or, for a single machine, sqlite:PATH (env RANGECAST_DATABASE_URL)")
 	f.StringVar(natsURL, "nats-url", env("RANGECAST_NATS_URL", server.DefaultNATSURL), "NATS server with JetStream, 2.12.3 or newer (env RANGECAST_NATS_URL)")
 	f.StringVar(metricsAddr, "metrics-addr", env("RANGECAST_METRICS_ADDR", server.DefaultMetricsAddr), "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
 	f.StringVar(level, "log-level", env("RANGECAST_LOG_LEVEL", "info"), "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
@@ -86,7 +86,7 @@ type stackFlags struct {
 func (s *stackFlags) register(cmd *cobra.Command, level string) {
 	f := cmd.Flags()
 	f.StringVar(&s.o.Dir, "dir", ".rangecast", "folder for the embedded JetStream store and captured mail")
-	f.StringVar(&s.postgres, "postgres", env("RANGECAST_DATABASE_URL", DefaultDatabaseURL), "Postgres URL (env RANGECAST_DATABASE_URL); rangecast keeps to a schema of its own")
+	f.StringVar(&s.postgres, "postgres", "", "use this Postgres (postgres://…) instead of a SQLite file in --dir; rangecast keeps to a schema of its own")
 	f.StringVar(&s.o.SMTPURL, "smtp-url", "", "send through this SMTP server instead of capturing mail in-process")
 	f.IntVar(&s.o.Workers, "workers", 2, "page workers to run")
 	f.IntVar(&s.o.Concurrency, "concurrency", 16, "each worker's in-flight window")
@@ -102,17 +102,21 @@ func devCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			url, err := postgres.WithSchema(ctx, s.postgres, "rangecast_dev")
-			if err != nil {
-				return err
+			s.o.Log, s.o.MailFiles = logger(s.level), true
+			where := "SQLite in " + s.o.Dir
+			if s.postgres != "" {
+				url, err := postgres.WithSchema(ctx, s.postgres, "rangecast_dev")
+				if err != nil {
+					return err
+				}
+				s.o.DatabaseURL, where = url, "Postgres schema rangecast_dev"
 			}
-			s.o.DatabaseURL, s.o.Log, s.o.MailFiles = url, logger(s.level), true
 			st, err := server.StartStack(ctx, s.o)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "rangecast dev is running (Ctrl-C stops it; state is kept in %s and schema rangecast_dev)\n", s.o.Dir)
+			fmt.Fprintf(out, "rangecast dev is running (Ctrl-C stops it; state is kept in %s, data in %s)\n", s.o.Dir, where)
 			fmt.Fprintf(out, "  gRPC     %s   (rangecast --addr %s broadcasts list)\n", st.GRPCAddr, st.GRPCAddr)
 			fmt.Fprintf(out, "  HTTP     %s\n", s.o.HTTPAddr)
 			fmt.Fprintf(out, "  metrics  http://%s/metrics\n", s.o.MetricsAddr)
@@ -141,8 +145,8 @@ func demoCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s.o.Log = logger(s.level)
 			s.o.GRPCAddr = "127.0.0.1:0"
-			o.Stack, o.DatabaseURL = s.o, s.postgres
-			if s.o.Dir == ".rangecast" {
+			o.Stack, o.Postgres = s.o, s.postgres
+			if s.o.Dir == ".rangecast" && !o.Keep {
 				dir, err := os.MkdirTemp("", "rangecast-demo-")
 				if err != nil {
 					return err
@@ -155,6 +159,6 @@ func demoCommand() *cobra.Command {
 	}
 	s.register(cmd, "warn")
 	cmd.Flags().IntVar(&o.Contacts, "contacts", 10000, "contacts to generate (5% unsubscribed, 2% do-not-contact)")
-	cmd.Flags().BoolVar(&o.Keep, "keep", false, "keep the demo's Postgres schema afterwards")
+	cmd.Flags().BoolVar(&o.Keep, "keep", false, "keep the demo's data afterwards (the --dir folder, or the Postgres schema)")
 	return cmd
 }

@@ -22,10 +22,15 @@ import (
 // nobody else does.
 func TestBroadcastEndToEnd(t *testing.T) {
 	t.Parallel()
+	t.Run("Postgres", func(t *testing.T) { t.Parallel(); endToEnd(t, false) })
+	t.Run("SQLite", func(t *testing.T) { t.Parallel(); endToEnd(t, true) })
+}
+
+func endToEnd(t *testing.T, sqlite bool) {
 	const workers, conc = 3, 16
 	var pauseOnce sync.Once
 	pauseAt := make(chan struct{})
-	s := newStack(t, stackOptions{workers: workers, concurrency: conc, sinkOpts: []capture.Option{}})
+	s := newStack(t, stackOptions{sqlite: sqlite, workers: workers, concurrency: conc})
 	a := s.seed(20000)
 	want := a.eligible(true)
 	id := s.create("newsletter", 0)

@@ -43,6 +43,9 @@ type stack struct {
 }
 
 type stackOptions struct {
+	// sqlite runs the stack on SQLite; otherwise testenv.Store picks
+	// Postgres when one is reachable.
+	sqlite      bool
 	workers     int
 	concurrency int
 	pageLimit   int
@@ -59,7 +62,12 @@ func testLogger(t *testing.T) *slog.Logger {
 func newStack(t *testing.T, o stackOptions) *stack {
 	t.Helper()
 	ctx := context.Background()
-	st := testenv.Postgres(t)
+	var st store.Store
+	if o.sqlite {
+		st = testenv.SQLite(t)
+	} else {
+		st = testenv.Store(t)
+	}
 	_, js := testenv.NATS(t)
 	b, err := bus.Setup(ctx, js, bus.Options{Memory: true})
 	if err != nil {

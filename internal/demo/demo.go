@@ -23,10 +23,12 @@ import (
 
 // Options configures a demo run.
 type Options struct {
-	Stack       server.StackOptions
-	DatabaseURL string
-	Contacts    int
-	Keep        bool
+	Stack server.StackOptions
+	// Postgres, when set, replaces the SQLite file with a throwaway schema
+	// on this server.
+	Postgres string
+	Contacts int
+	Keep     bool
 }
 
 var cities = []string{"Lisbon", "Nairobi", "Osaka", "Quito", "Tallinn", "Perth", "Oslo", "Accra"}
@@ -43,16 +45,19 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if o.Contacts <= 0 {
 		return errors.New("--contacts must be positive")
 	}
-	schema := "rangecast_demo_" + randomHex(4)
-	url, err := postgres.WithSchema(ctx, o.DatabaseURL, schema)
-	if err != nil {
-		return fmt.Errorf("%w\n(the demo needs Postgres for now; point --postgres or RANGECAST_DATABASE_URL at one)", err)
+	where := "SQLite"
+	if o.Postgres != "" {
+		schema := "rangecast_demo_" + randomHex(4)
+		url, err := postgres.WithSchema(ctx, o.Postgres, schema)
+		if err != nil {
+			return err
+		}
+		if !o.Keep {
+			defer postgres.DropSchema(context.WithoutCancel(ctx), o.Postgres, schema) //nolint:errcheck
+		}
+		o.Stack.DatabaseURL, where = url, "Postgres schema "+schema
 	}
-	if !o.Keep {
-		defer postgres.DropSchema(context.WithoutCancel(ctx), o.DatabaseURL, schema) //nolint:errcheck
-	}
-	o.Stack.DatabaseURL = url
-	fmt.Fprintf(out, "starting rangecast in one process: embedded NATS JetStream, Postgres schema %s, capture SMTP, coordinator, %d page workers\n", schema, max(o.Stack.Workers, 1))
+	fmt.Fprintf(out, "starting rangecast in one process: embedded NATS JetStream, %s, capture SMTP, coordinator, %d page workers\n", where, max(o.Stack.Workers, 1))
 	st, err := server.StartStack(ctx, o.Stack)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/store/postgres"
+	"github.com/rangecast/rangecast/internal/store/sqlite"
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
@@ -36,12 +38,18 @@ const (
 	DefaultNATSURL     = "nats://127.0.0.1:4222"
 )
 
-// OpenStore opens the store named by url (postgres:// or postgresql://).
+// OpenStore opens the store named by url: postgres://… (or postgresql://)
+// for Postgres, sqlite:PATH (or sqlite://PATH) for a SQLite file.
 func OpenStore(ctx context.Context, url string) (store.Store, error) {
-	if url == "" {
-		return nil, errors.New("no database: set RANGECAST_DATABASE_URL or --database-url (postgres://user@host:5432/db)")
+	switch {
+	case url == "":
+		return nil, errors.New("no database: set RANGECAST_DATABASE_URL or --database-url (postgres://user@host:5432/db, or sqlite:/var/lib/rangecast/rangecast.db)")
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return postgres.Open(ctx, url)
+	case strings.HasPrefix(url, "sqlite:"):
+		return sqlite.Open(ctx, strings.TrimPrefix(strings.TrimPrefix(url, "sqlite:"), "//"))
 	}
-	return postgres.Open(ctx, url)
+	return nil, fmt.Errorf("database url %q: use postgres://… or sqlite:PATH", url)
 }
 
 // ConnectBus connects to NATS and creates the streams and buckets.

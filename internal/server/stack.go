@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 // StackOptions configures the whole system in one process.
 type StackOptions struct {
 	// Dir holds the embedded JetStream store and captured mail.
-	Dir         string
+	Dir string
+	// DatabaseURL is the store; empty means a SQLite file in Dir.
 	DatabaseURL string
 	// SMTPURL sends through a real server; empty captures every message
 	// in-process instead.
@@ -82,6 +84,9 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	s.nats = ns
 	if !ns.ReadyForConnections(10 * time.Second) {
 		return nil, errors.New("embedded nats did not start within 10s")
+	}
+	if o.DatabaseURL == "" {
+		o.DatabaseURL = "sqlite:" + filepath.Join(o.Dir, "rangecast.db")
 	}
 	if s.Store, err = OpenStore(ctx, o.DatabaseURL); err != nil {
 		return nil, err

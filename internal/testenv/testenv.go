@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/store/postgres"
+	"github.com/rangecast/rangecast/internal/store/sqlite"
 )
 
 // DefaultDatabaseURL is the server tests use when TEST_DATABASE_URL is unset.
@@ -76,6 +79,44 @@ func Postgres(t testing.TB) *postgres.Store {
 	}
 	t.Cleanup(s.Close)
 	return s
+}
+
+// SQLite opens a migrated SQLite store in the test's temporary folder.
+func SQLite(t testing.TB) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "rangecast.db"))
+	if err != nil {
+		t.Fatalf("open sqlite store: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Store is the store for tests of everything above the store: Postgres when
+// one is reachable (always in CI), else SQLite, so the suite still runs on a
+// machine with nothing but Go.
+func Store(t testing.TB) store.Store {
+	t.Helper()
+	if os.Getenv("RANGECAST_REQUIRE_PG") != "1" && !postgresReachable() {
+		t.Log("no Postgres reachable: running on SQLite")
+		return SQLite(t)
+	}
+	return Postgres(t)
+}
+
+func postgresReachable() bool {
+	base := os.Getenv("TEST_DATABASE_URL")
+	if base == "" {
+		base = DefaultDatabaseURL
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return false
+	}
+	conn.Close(ctx)
+	return true
 }
 
 // NATS starts an embedded JetStream server for the test and returns a

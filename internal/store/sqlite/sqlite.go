@@ -523,7 +523,7 @@ func (s *Store) SetState(ctx context.Context, bid ulid.ULID, from []store.State,
 	}
 	var out store.Broadcast
 	var moved bool
-	err = s.write(ctx, "set broadcast state", func(tx *sql.Tx) error {
+	err = s.write(ctx, "broadcast "+bid.String(), func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `
 UPDATE broadcasts SET state = ?2, reason = ?3, updated_at = ?4,
        finished_at = CASE WHEN ?2 IN ('completed', 'cancelled', 'failed') THEN ?4 ELSE finished_at END
