@@ -36,10 +36,16 @@ const (
 	DuplicateWindow = 2 * time.Minute
 )
 
+// PageHeartbeat is how often a worker tells JetStream it is still working on
+// a page (InProgress), whatever a slow SMTP server does.
+const PageHeartbeat = 5 * time.Second
+
 // Options tunes what Setup creates.
 type Options struct {
 	// PageAckWait is how long a worker may hold a page without a progress
-	// heartbeat before JetStream hands it to another worker.
+	// heartbeat before JetStream hands it to another worker: how soon the
+	// page of a dead worker is run again. Workers heartbeat every
+	// PageHeartbeat, well within it.
 	PageAckWait time.Duration
 	// Replicas for streams and buckets (1 for dev, 3 in a cluster).
 	Replicas int
@@ -49,7 +55,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.PageAckWait == 0 {
-		o.PageAckWait = 60 * time.Second
+		o.PageAckWait = 20 * time.Second
 	}
 	if o.Replicas == 0 {
 		o.Replicas = 1

@@ -139,7 +139,9 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	began := w.cfg.Clock.Now()
+	stopBeat := w.heartbeat(msg)
 	rep, err := w.runPage(ctx, pageCtx, msg, job)
+	stopBeat()
 	pageSeconds.Observe(w.cfg.Clock.Now().Sub(began).Seconds())
 	if err != nil {
 		pagesRun.WithLabelValues("failed").Inc()
@@ -172,6 +174,24 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	log.Debug("page done", "sent", rep.Sent, "failed", rep.Failed, "done", rep.Done)
+}
+
+// heartbeat keeps the page ours while it runs, however long one window's
+// sends take; a dead worker's page goes to another worker once the ack wait
+// passes without one.
+func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-w.cfg.Clock.After(bus.PageHeartbeat):
+				msg.InProgress() //nolint:errcheck // a lost heartbeat at worst lets the page run twice, which sends nothing twice
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
@@ -249,7 +269,6 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bu
 		rep.Claimed += res.claimed
 		rep.Sent += res.sent
 		rep.Failed += res.failed
-		msg.InProgress() //nolint:errcheck // keep the page ours while it runs
 		if res.stopAt >= 0 {
 			rep.Next = window[res.stopAt].ID.String()
 			rep.Class, rep.Error = res.class, res.err
