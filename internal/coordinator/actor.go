@@ -347,6 +347,12 @@ func (a *actor) dispatch(ctx context.Context) {
 		limit := a.c.cfg.PageLimit
 		if a.throttle != nil {
 			limit = a.throttle.Take(now, limit)
+			if limit < a.minPage() {
+				// Pages of a few messages each cost a KV write and a
+				// report apiece; wait for a worthwhile page instead.
+				a.throttle.Return(limit)
+				limit = 0
+			}
 			if limit == 0 {
 				waiting = fmt.Sprintf("throttle of %d/hour; next page in %s", a.b.ThrottlePerHour, max(a.throttle.Wait(now).Round(time.Second), time.Second))
 				break
@@ -375,6 +381,13 @@ func (a *actor) dispatch(ctx context.Context) {
 	if unfinished {
 		a.setWaiting(waiting)
 	}
+}
+
+// minPage is the smallest throttled page worth dispatching: what the
+// throttle refills in one tick, between 1 and a quarter of a full page.
+func (a *actor) minPage() int {
+	perTick := int(float64(a.b.ThrottlePerHour) / 3600 * a.c.cfg.Tick.Seconds())
+	return max(1, min(a.c.cfg.PageLimit/4, perTick))
 }
 
 // giveBack returns n unused grants to the throttle and the pacer.
