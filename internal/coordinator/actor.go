@@ -35,6 +35,9 @@ type actor struct {
 	lastErr     map[int]string
 	dispatched  map[int]int64 // pages dispatched since the record was last written
 	round       int
+	// throttleWait is how long until the throttle can grant a page, when
+	// the last dispatch round was held back by it.
+	throttleWait time.Duration
 	throttle    *governor.Bucket
 	// nextReconcile is when in-doubt claims are next looked for.
 	nextReconcile time.Time
@@ -134,6 +137,10 @@ func (a *actor) run(ctx context.Context) {
 		tick := a.c.cfg.Tick
 		if a.b.State == store.StatePaused {
 			tick = a.c.cfg.PausedTick
+		} else if a.throttleWait > 0 {
+			// Throttled with nothing outstanding to report back: wake when
+			// the next page's tokens are there rather than a tick later.
+			tick = min(tick, a.throttleWait)
 		}
 		select {
 		case <-ctx.Done():
@@ -327,6 +334,7 @@ func (a *actor) dispatch(ctx context.Context) {
 	}
 	now := a.c.cfg.Clock.Now()
 	waiting, unfinished := "", false
+	a.throttleWait = 0
 	// Start each round one range further on, so a throttle that grants only
 	// a few pages at a time spreads them over all ranges.
 	a.round++
@@ -354,7 +362,8 @@ func (a *actor) dispatch(ctx context.Context) {
 				limit = 0
 			}
 			if limit == 0 {
-				waiting = fmt.Sprintf("throttle of %d/hour; next page in %s", a.b.ThrottlePerHour, max(a.throttle.Wait(now).Round(time.Second), time.Second))
+				a.throttleWait = max(a.throttle.WaitFor(now, a.minPage()), 10*time.Millisecond)
+				waiting = fmt.Sprintf("throttle of %d/hour; next page in %s", a.b.ThrottlePerHour, max(a.throttleWait.Round(time.Second), time.Second))
 				break
 			}
 		}

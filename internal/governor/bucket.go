@@ -56,10 +56,15 @@ func (b *Bucket) Available(now time.Time) float64 {
 }
 
 // Wait is how long until at least one token is available.
-func (b *Bucket) Wait(now time.Time) time.Duration {
+func (b *Bucket) Wait(now time.Time) time.Duration { return b.WaitFor(now, 1) }
+
+// WaitFor is how long until at least n tokens are available (0 if they are,
+// or if the bucket never refills).
+func (b *Bucket) WaitFor(now time.Time, n int) time.Duration {
 	b.refill(now)
-	if b.tokens >= 1 || b.perSecond <= 0 {
+	need := math.Min(float64(n), b.burst) - b.tokens
+	if need <= 0 || b.perSecond <= 0 {
 		return 0
 	}
-	return time.Duration((1 - b.tokens) / b.perSecond * float64(time.Second))
+	return time.Duration(need / b.perSecond * float64(time.Second))
 }

@@ -32,3 +32,21 @@ func TestBucket(t *testing.T) {
 		t.Fatalf("refill capped at burst: granted %d, want 200", got)
 	}
 }
+
+func TestBucketWaitFor(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := NewBucket(3600, 100, t0) // one token a second
+	b.Take(t0, 100)
+	for _, tc := range []struct {
+		n    int
+		want time.Duration
+	}{{1, time.Second}, {50, 50 * time.Second}, {500, 100 * time.Second}} {
+		if got := b.WaitFor(t0, tc.n); got != tc.want {
+			t.Errorf("WaitFor(%d) = %v, want %v (capped at the burst)", tc.n, got, tc.want)
+		}
+	}
+	if got := b.WaitFor(t0.Add(time.Minute), 50); got != 0 {
+		t.Errorf("WaitFor once refilled = %v, want 0", got)
+	}
+}
