@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -450,7 +451,13 @@ func stageError(ctx context.Context, stage string, err error) *SendError {
 // the socket was closed under the exchange, and "use of closed network
 // connection" alone would hide that it was a timeout.
 func withContext(ctx context.Context, se *SendError) *SendError {
-	if ctxErr := ctx.Err(); ctxErr != nil && se.Code == 0 && se.Err != nil && !errors.Is(se.Err, ctxErr) {
+	ctxErr := ctx.Err()
+	if _, hasDeadline := ctx.Deadline(); ctxErr == nil && hasDeadline && errors.Is(se.Err, os.ErrDeadlineExceeded) {
+		// The connection's deadline is the context's; its timer can fire a
+		// moment before the context's own.
+		ctxErr = context.DeadlineExceeded
+	}
+	if ctxErr != nil && se.Code == 0 && se.Err != nil && !errors.Is(se.Err, ctxErr) {
 		se.Err = fmt.Errorf("%w: %w", ctxErr, se.Err)
 	}
 	return se
