@@ -31,6 +31,11 @@ const (
 	// the truth.
 	BroadcastBucket = "rangecast_broadcasts"
 
+	// LeaseBucket holds the coordinators' leader lease. Entries expire
+	// LeaseTTL after their last write, so a dead leader's lease lapses.
+	LeaseBucket = "rangecast_leader"
+	LeaseTTL    = 10 * time.Second
+
 	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id. A page
 	// dispatched twice within it is stored once.
 	DuplicateWindow = 2 * time.Minute
@@ -70,6 +75,7 @@ type Bus struct {
 	Pages      jetstream.Consumer
 	Reports    jetstream.Consumer
 	Broadcasts jetstream.KeyValue
+	Lease      jetstream.KeyValue
 }
 
 // Setup creates (or updates) every stream, consumer and bucket.
@@ -126,7 +132,17 @@ func Setup(ctx context.Context, js jetstream.JetStream, o Options) (*Bus, error)
 	if err != nil {
 		return nil, fmt.Errorf("bus: broadcast bucket: %w", err)
 	}
-	return &Bus{JS: js, PageStream: pageStream, Pages: pages, Reports: reports, Broadcasts: kv}, nil
+	lease, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:   LeaseBucket,
+		History:  1,
+		TTL:      LeaseTTL,
+		Storage:  jetstream.StorageType(storage),
+		Replicas: o.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: lease bucket: %w", err)
+	}
+	return &Bus{JS: js, PageStream: pageStream, Pages: pages, Reports: reports, Broadcasts: kv, Lease: lease}, nil
 }
 
 // PageSubject is where jobs for one range of a broadcast are published; one

@@ -38,7 +38,9 @@ type actor struct {
 	// throttleWait is how long until the throttle can grant a page, when
 	// the last dispatch round was held back by it.
 	throttleWait time.Duration
-	throttle    *governor.Bucket
+	throttle     *governor.Bucket
+	// reloaded is when the range records were last re-read from KV.
+	reloaded time.Time
 	// nextReconcile is when in-doubt claims are next looked for.
 	nextReconcile time.Time
 
@@ -150,6 +152,15 @@ func (a *actor) run(ctx context.Context) {
 		case b := <-a.kicks:
 			a.b.State, a.b.Reason = b.State, b.Reason
 		case <-clk.After(tick):
+			// KV is the record of the cursors; re-read it once a tick so an
+			// actor that missed writes (another coordinator's, during a
+			// split brain or a handover) catches up.
+			if now := clk.Now(); now.Sub(a.reloaded) >= a.c.cfg.Tick {
+				a.reloaded = now
+				if err := a.reload(ctx); err != nil {
+					a.log().Warn("cannot re-read range records", "err", err)
+				}
+			}
 		}
 		if a.b.State.Finished() {
 			return

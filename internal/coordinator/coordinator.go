@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"time"
 
@@ -49,6 +50,11 @@ type Config struct {
 	// InDoubtAfter is the lease: a claim older than this with no outcome
 	// is in doubt. Longer than any page can take.
 	InDoubtAfter time.Duration
+	// Name identifies this replica in the leader lease and logs.
+	Name string
+	// LeaseKey is the leader lease's key; replicas with the same key elect
+	// one leader among them.
+	LeaseKey string
 	// MaxFruitless is how many resumptions of a range in a row may make no
 	// progress before the broadcast is failed.
 	MaxFruitless int
@@ -72,6 +78,13 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = 10 * time.Minute
+	}
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.LeaseKey == "" {
+		c.LeaseKey = "coordinator"
 	}
 	if c.InDoubtAfter == 0 {
 		c.InDoubtAfter = 5 * time.Minute
@@ -104,10 +117,11 @@ type Pacer interface {
 type Coordinator struct {
 	cfg Config
 
-	mu     sync.Mutex
-	actors map[ulid.ULID]*actor
-	ctx    context.Context
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	actors  map[ulid.ULID]*actor
+	ctx     context.Context // the current term as leader; nil or done when following
+	leading bool
+	wg      sync.WaitGroup
 
 	// KVWrites counts writes to the broadcast bucket (cursor CAS, range
 	// creation, state), so tests and benchmarks can show they scale with
@@ -123,12 +137,37 @@ func New(cfg Config) *Coordinator {
 // KVWrites reports how many KV writes the coordinator has made.
 func (c *Coordinator) KVWrites() int64 { return c.kvWrites.load() }
 
-// Run resumes every running or paused broadcast and consumes reports until
-// ctx ends.
+// Run serves as a follower until this coordinator wins the leader lease,
+// then leads — resumes every running or paused broadcast and consumes
+// reports — until the lease is lost or ctx ends, and repeats.
 func (c *Coordinator) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		leading, stop, ok := c.lead(ctx)
+		if !ok {
+			break
+		}
+		err := c.runLeader(leading)
+		stop()
+		c.wg.Wait()
+		if err != nil && ctx.Err() == nil {
+			c.cfg.Log.Error("leading failed; stepping down", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-c.cfg.Clock.After(leaseRenew):
+			}
+		}
+	}
+	return nil
+}
+
+// runLeader is one term as leader.
+func (c *Coordinator) runLeader(ctx context.Context) error {
 	c.mu.Lock()
 	c.ctx = ctx
 	c.mu.Unlock()
+	if err := c.watchStates(ctx); err != nil {
+		return fmt.Errorf("coordinator: watch broadcast states: %w", err)
+	}
 	bs, err := c.cfg.Store.ListBroadcasts(ctx)
 	if ctx.Err() != nil {
 		return nil // stopped before it started
@@ -150,8 +189,21 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	<-ctx.Done()
 	cc.Drain()
 	<-cc.Closed()
-	c.wg.Wait()
 	return nil
+}
+
+// refresh passes a broadcast's state, as the store has it now, to its actor
+// (starting one for a broadcast that is running or paused).
+func (c *Coordinator) refresh(ctx context.Context, rawID string) error {
+	id, err := ulid.ParseStrict(rawID)
+	if err != nil {
+		return err
+	}
+	b, err := c.cfg.Store.GetBroadcast(ctx, id)
+	if err != nil {
+		return err
+	}
+	return c.kick(ctx, b)
 }
 
 func (c *Coordinator) onReport(ctx context.Context, msg jetstream.Msg) {
@@ -213,8 +265,8 @@ func (c *Coordinator) actorFor(ctx context.Context, b store.Broadcast) (*actor, 
 	if a := c.actors[b.ID]; a != nil {
 		return a, nil
 	}
-	if c.ctx == nil {
-		return nil, errors.New("coordinator is not running")
+	if c.ctx == nil || c.ctx.Err() != nil {
+		return nil, errFollower
 	}
 	a, err := newActor(ctx, c, b)
 	if err != nil {
@@ -234,8 +286,16 @@ func (c *Coordinator) actorFor(ctx context.Context, b store.Broadcast) (*actor, 
 	return a, nil
 }
 
-// kick tells a broadcast's actor its state changed.
+// errFollower: only the leader runs actors; a follower's change reaches the
+// leader through the state it writes to KV.
+var errFollower = errors.New("not the leading coordinator")
+
+// kick tells a broadcast's actor its state changed. On a follower it does
+// nothing: the leader follows the state through KV.
 func (c *Coordinator) kick(ctx context.Context, b store.Broadcast) error {
+	if !c.Leading() {
+		return nil
+	}
 	if b.State.Finished() {
 		c.mu.Lock()
 		a := c.actors[b.ID]
@@ -246,6 +306,9 @@ func (c *Coordinator) kick(ctx context.Context, b store.Broadcast) error {
 		return nil
 	}
 	a, err := c.actorFor(ctx, b)
+	if errors.Is(err, errFollower) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,10 @@ var (
 		Name: "rangecast_coordinator_kv_writes_total",
 		Help: "Writes to the broadcast KV bucket (cursor CAS, range creation, state).",
 	})
+	leaderGauge = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "rangecast_coordinator_leader",
+		Help: "1 while this coordinator holds the leader lease and runs the broadcasts' actors.",
+	})
 	activeBroadcasts = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "rangecast_coordinator_active_broadcasts",
 		Help: "Running or paused broadcasts with an actor on this coordinator.",

@@ -1,0 +1,155 @@
+package coordinator_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/coordinator"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// replica is one more coordinator on the stack's store and bus.
+type replica struct {
+	coord  *coordinator.Coordinator
+	client pb.BroadcastServiceClient
+	stop   func()
+}
+
+func (s *stack) addReplica(cfg coordinator.Config) *replica {
+	t := s.t
+	ctx, cancel := context.WithCancel(context.Background())
+	c := coordinator.New(cfg)
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }() //nolint:errcheck
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := coordinator.NewGRPCServer(c)
+	go srv.Serve(lis) //nolint:errcheck
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	r := &replica{coord: c, client: pb.NewBroadcastServiceClient(conn), stop: func() {
+		once.Do(func() { conn.Close(); srv.Stop(); cancel(); <-done })
+	}}
+	t.Cleanup(r.stop)
+	return r
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestOneLeaderAndFollowerWrites: of two coordinators one leads; pause and
+// resume sent to the follower reach the leader's actor through KV; when the
+// leader steps down the follower takes over and completes the broadcast,
+// nobody twice.
+func TestOneLeaderAndFollowerWrites(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 2, concurrency: 8, pageLimit: 50, sinkOpts: []capture.Option{capture.WithLatency(2 * time.Millisecond)}})
+	waitFor(t, "first coordinator leads", 10*time.Second, s.coord.Leading)
+	cfg := s.coordCfg
+	cfg.Name = "second"
+	follower := s.addReplica(cfg)
+	time.Sleep(500 * time.Millisecond)
+	if follower.coord.Leading() {
+		t.Fatal("two coordinators lead at once")
+	}
+	a := s.seed(3000)
+	id := s.create("", 0)
+	ctx := context.Background()
+	// Start through the follower: it writes the store and KV; the leader
+	// picks the broadcast up from the state it wrote.
+	if _, err := follower.client.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "sending starts", 20*time.Second, func() bool { return s.sink.Count() > 300 })
+	if _, err := follower.client.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	paused := s.waitQuiet(time.Second)
+	if paused >= len(a.eligible(false)) {
+		t.Fatal("the broadcast finished before the pause could be tested")
+	}
+	// The leader's actor knows: resuming through the follower carries on.
+	s.stopCoord() // the leader steps down
+	waitFor(t, "the follower takes over", 10*time.Second, follower.coord.Leading)
+	if _, err := follower.client.ResumeBroadcast(ctx, &pb.ResumeBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := follower.client.GetBroadcast(ctx, &pb.GetBroadcastRequest{Id: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetBroadcast().GetState() == pb.BroadcastState_BROADCAST_STATE_COMPLETED {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not completed after failover: %v", resp.GetBroadcast().GetState())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.exactlyOnce(a.eligible(false))
+	t.Logf("%d sent before the pause; the follower led the rest", paused)
+}
+
+// TestLapsedLeaseIsTaken: a leader that died without stepping down holds the
+// lease until its TTL lapses; then a coordinator takes over and completes the
+// broadcast.
+func TestLapsedLeaseIsTaken(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 2, concurrency: 8})
+	s.stopCoord()
+	// A dead leader's lease, never renewed.
+	if _, err := s.bus.Lease.Put(context.Background(), "coordinator", []byte("dead")); err != nil {
+		t.Fatal(err)
+	}
+	s.startCoordinator()
+	a := s.seed(500)
+	id := s.create("", 0)
+	s.start(id) // served by a follower: the API works on every replica
+	if s.coord.Leading() {
+		t.Fatal("took the lease of a live-looking leader")
+	}
+	began := time.Now()
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, bus.LeaseTTL+30*time.Second)
+	s.exactlyOnce(a.eligible(false))
+	t.Logf("took over and completed %s after the dead leader's last renewal (lease TTL %s)", time.Since(began).Round(100*time.Millisecond), bus.LeaseTTL)
+}
+
+// TestSplitBrainSendsNobodyTwice: two coordinators that both believe they
+// lead (separate leases, on purpose) dispatch the same pages; claims and
+// compare-and-set cursors keep every contact to one message.
+func TestSplitBrainSendsNobodyTwice(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 3, concurrency: 8, pageLimit: 50})
+	cfg := s.coordCfg
+	cfg.Name, cfg.LeaseKey = "rogue", "another-lease"
+	rogue := s.addReplica(cfg)
+	waitFor(t, "both lead", 10*time.Second, func() bool { return s.coord.Leading() && rogue.coord.Leading() })
+	a := s.seed(3000)
+	id := s.create("", 0)
+	s.start(id)
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(a.eligible(false))
+}
