@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -239,5 +240,79 @@ func TestClaimBeforeSend(t *testing.T) {
 	s.exactlyOnce(a.eligible(false))
 	if unclaimed.Load() != 0 || checked.Load() != int64(len(a.eligible(false))) {
 		t.Fatalf("%d of %d messages arrived without a committed claim carrying their Message-ID", unclaimed.Load(), checked.Load())
+	}
+}
+
+// TestErrorClassesEndToEnd scripts the SMTP server to answer one class of
+// reply for one in every 50 recipients and checks the broadcast's resulting
+// state and every ledger row.
+func TestErrorClassesEndToEnd(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name      string
+		reply     *smtp.SMTPError
+		state     pb.BroadcastState
+		rowStatus store.SendStatus // for the scripted recipients; "" = no row (released)
+	}{
+		{"250 accepted", nil, pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendSent},
+		{"550 5.1.1 unknown user", reply(550, smtp.EnhancedCode{5, 1, 1}, "5.1.1 <x>: Recipient address rejected: User unknown in virtual mailbox table"),
+			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed},
+		{"451 forever", reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary local problem - please try later"),
+			pb.BroadcastState_BROADCAST_STATE_FAILED, ""},
+		{"452 rate limit", reply(452, smtp.EnhancedCode{4, 5, 3}, "Error: too many recipients"),
+			pb.BroadcastState_BROADCAST_STATE_FAILED, ""},
+		{"454 SES throttling", reply(454, smtp.NoEnhancedCode, "Throttling failure: Maximum sending rate exceeded."),
+			pb.BroadcastState_BROADCAST_STATE_FAILED, ""},
+		{"535 auth", reply(535, smtp.EnhancedCode{5, 7, 8}, "Username and Password not accepted"),
+			pb.BroadcastState_BROADCAST_STATE_PAUSED, ""},
+		{"unknown 5xx", reply(554, smtp.EnhancedCode{5, 0, 0}, "Something nobody has seen before"),
+			pb.BroadcastState_BROADCAST_STATE_PAUSED, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			scripted := func(to string) bool { return strings.HasSuffix(to, "7@example.org") }
+			s := newStack(t, stackOptions{sqlite: true, workers: 1, concurrency: 4, sinkOpts: []capture.Option{
+				capture.WithRcptHook(func(to string) *smtp.SMTPError {
+					if scripted(to) {
+						return tc.reply
+					}
+					return nil
+				}),
+			}})
+			s.withFastRetries(3)
+			a := s.seed(300)
+			id := s.create("", 0)
+			s.start(id)
+			b := s.waitState(id, tc.state, time.Minute)
+			if tc.state != pb.BroadcastState_BROADCAST_STATE_COMPLETED && !strings.Contains(b.GetReason(), strconv.Itoa(tc.reply.Code)) {
+				t.Errorf("reason %q does not show the %d", b.GetReason(), tc.reply.Code)
+			}
+			s.waitQuiet(300 * time.Millisecond)
+			bid := ulid.MustParseStrict(id)
+			got := s.sink.CountByRecipient()
+			for _, c := range a.contacts {
+				if !c.Subscribed || c.DoNotContact {
+					continue
+				}
+				row, err := s.store.GetSend(context.Background(), bid, c.ID)
+				switch {
+				case got[c.Email] > 1:
+					t.Fatalf("%s received %d messages", c.Email, got[c.Email])
+				case got[c.Email] == 1:
+					if err != nil || row.Status != store.SendSent {
+						t.Fatalf("%s received its message but its row is %+v (%v)", c.Email, row, err)
+					}
+				case scripted(c.Email) && tc.rowStatus == store.SendFailed:
+					if err != nil || row.Status != store.SendFailed || !strings.Contains(row.Error, "550") {
+						t.Fatalf("%s was rejected; row %+v (%v), want failed with the reply", c.Email, row, err)
+					}
+				case err == nil:
+					// Not received and not a recipient failure: the claim
+					// must have been released, never left behind as sent.
+					t.Fatalf("%s received nothing but has a ledger row %+v", c.Email, row)
+				}
+			}
+		})
 	}
 }
