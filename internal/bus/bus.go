@@ -52,6 +52,11 @@ type Options struct {
 	// page of a dead worker is run again. Workers heartbeat every
 	// PageHeartbeat, well within it.
 	PageAckWait time.Duration
+	// PageMaxDeliver bounds how often one page job is handed out. A page
+	// that crashes or hangs its worker every time ends there, and the
+	// coordinator fails the broadcast with the reason (see
+	// MaxDeliveriesAdvisory) instead of looping.
+	PageMaxDeliver int
 	// Replicas for streams and buckets (1 for dev, 3 in a cluster).
 	Replicas int
 	// Memory keeps streams in memory (tests only).
@@ -64,6 +69,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Replicas == 0 {
 		o.Replicas = 1
+	}
+	if o.PageMaxDeliver == 0 {
+		o.PageMaxDeliver = 10
 	}
 	return o
 }
@@ -100,6 +108,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, o Options) (*Bus, error)
 		Durable:       PageConsumer,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       o.PageAckWait,
+		MaxDeliver:    o.PageMaxDeliver,
 		MaxAckPending: 10000,
 	})
 	if err != nil {
@@ -143,6 +152,16 @@ func Setup(ctx context.Context, js jetstream.JetStream, o Options) (*Bus, error)
 		return nil, fmt.Errorf("bus: lease bucket: %w", err)
 	}
 	return &Bus{JS: js, PageStream: pageStream, Pages: pages, Reports: reports, Broadcasts: kv, Lease: lease}, nil
+}
+
+// MaxDeliveriesAdvisory is where JetStream announces a page job that reached
+// PageMaxDeliver.
+const MaxDeliveriesAdvisory = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + PageStream + "." + PageConsumer
+
+// MaxDeliveries is the part of that advisory rangecast reads.
+type MaxDeliveries struct {
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries int    `json:"deliveries"`
 }
 
 // PageSubject is where jobs for one range of a broadcast are published; one

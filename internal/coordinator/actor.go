@@ -23,8 +23,9 @@ type actor struct {
 	c  *Coordinator
 	id ulid.ULID
 
-	reports chan reportReq
-	kicks   chan store.Broadcast
+	reports  chan reportReq
+	kicks    chan store.Broadcast
+	poisoned chan poisoned
 
 	// Owned by the run goroutine.
 	b           store.Broadcast
@@ -54,6 +55,11 @@ type page struct {
 	at    time.Time
 }
 
+type poisoned struct {
+	job        bus.PageJob
+	deliveries int
+}
+
 type reportReq struct {
 	rep  bus.Report
 	done chan error
@@ -68,6 +74,7 @@ func newActor(ctx context.Context, c *Coordinator, b store.Broadcast) (*actor, e
 		c: c, id: b.ID, b: b, recs: recs, revs: revs,
 		reports:     make(chan reportReq),
 		kicks:       make(chan store.Broadcast, 1),
+		poisoned:    make(chan poisoned, 8),
 		outstanding: map[int]page{},
 		notBefore:   map[int]time.Time{},
 		lastErr:     map[int]string{},
@@ -149,7 +156,16 @@ func (a *actor) run(ctx context.Context) {
 			return
 		case req := <-a.reports:
 			req.done <- a.apply(ctx, req.rep)
+		case p := <-a.poisoned:
+			if err := a.poison(ctx, p.job, p.deliveries); err != nil {
+				a.log().Error("cannot fail the broadcast of a poison page", "err", err)
+			}
 		case b := <-a.kicks:
+			if a.b.State == store.StatePaused && b.State == store.StateRunning {
+				// Workers dropped the pages of the paused broadcast: issue
+				// every range's page afresh from its cursor.
+				clear(a.outstanding)
+			}
 			a.b.State, a.b.Reason = b.State, b.Reason
 		case <-clk.After(tick):
 			// KV is the record of the cursors; re-read it once a tick so an
@@ -284,6 +300,13 @@ func (a *actor) fruitless(ctx context.Context, i int, rep bus.Report, now time.T
 	a.notBefore[i] = now.Add(a.c.backoff(rec.Fruitless))
 	a.lastErr[i] = rep.Error
 	return nil
+}
+
+// poison fails the broadcast when one of its pages reached the delivery
+// limit: it crashed or hung every worker that took it.
+func (a *actor) poison(ctx context.Context, job bus.PageJob, deliveries int) error {
+	reason := fmt.Sprintf("page of range %d from %s was handed out %d times and never finished (each worker crashed, hung or timed out on it)", job.Range, job.From, deliveries)
+	return a.transition(ctx, []store.State{store.StateRunning, store.StatePaused}, store.StateFailed, reason)
 }
 
 // halt pauses the broadcast on a channel-wide error: a human must look.

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
@@ -186,10 +187,46 @@ func (c *Coordinator) runLeader(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: consume reports: %w", err)
 	}
+	poison, err := c.cfg.Bus.JS.Conn().Subscribe(bus.MaxDeliveriesAdvisory, func(m *nats.Msg) { c.onPoison(ctx, m.Data) })
+	if err != nil {
+		return fmt.Errorf("coordinator: subscribe to delivery-limit advisories: %w", err)
+	}
+	defer poison.Unsubscribe() //nolint:errcheck
 	<-ctx.Done()
 	cc.Drain()
 	<-cc.Closed()
 	return nil
+}
+
+// onPoison handles a page job that reached its delivery limit: the job is
+// taken out of the stream and its broadcast fails with the reason.
+func (c *Coordinator) onPoison(ctx context.Context, data []byte) {
+	var adv bus.MaxDeliveries
+	if err := bus.Decode(data, &adv); err != nil {
+		c.cfg.Log.Error("malformed delivery-limit advisory", "err", err)
+		return
+	}
+	raw, err := c.cfg.Bus.PageStream.GetMsg(ctx, adv.StreamSeq)
+	if err != nil {
+		c.cfg.Log.Error("page at its delivery limit is gone", "seq", adv.StreamSeq, "err", err)
+		return
+	}
+	var job bus.PageJob
+	if err := bus.Decode(raw.Data, &job); err != nil {
+		c.cfg.Log.Error("malformed page job at its delivery limit", "err", err)
+		return
+	}
+	c.cfg.Log.Error("page reached its delivery limit", "broadcast", job.Broadcast, "range", job.Range, "from", job.From, "deliveries", adv.Deliveries)
+	if id, err := ulid.ParseStrict(job.Broadcast); err == nil {
+		a, err := c.actorByID(ctx, id)
+		if err == nil && a != nil {
+			select {
+			case a.poisoned <- poisoned{job: job, deliveries: adv.Deliveries}:
+			case <-ctx.Done():
+			}
+		}
+	}
+	c.cfg.Bus.PageStream.DeleteMsg(ctx, adv.StreamSeq) //nolint:errcheck
 }
 
 // refresh passes a broadcast's state, as the store has it now, to its actor

@@ -193,3 +193,64 @@ func TestReconcilerSkipPolicyMarksUnknown(t *testing.T) {
 		t.Fatalf("missing %d, sent %d, unknown %d of %d eligible", missing, p.GetSent(), p.GetUnknown(), len(a.eligible(false)))
 	}
 }
+
+// hangingStore makes reading one page hang its worker (longer than the
+// worker keeps a page alive), then fail: a page that kills whoever takes it.
+type hangingStore struct {
+	store.Store
+	poison ulid.ULID
+	hang   time.Duration
+}
+
+func (h *hangingStore) EligiblePage(ctx context.Context, b store.Broadcast, from, until ulid.ULID, limit int) ([]store.Contact, error) {
+	if from == h.poison {
+		time.Sleep(h.hang)
+		return nil, context.DeadlineExceeded
+	}
+	return h.Store.EligiblePage(ctx, b, from, until, limit)
+}
+
+// TestPoisonPageFailsTheBroadcast: a page that hangs every worker that takes
+// it is handed out PageMaxDeliver times, then the broadcast fails with the
+// reason instead of looping; the other ranges' mail went out once.
+func TestPoisonPageFailsTheBroadcast(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 0, concurrency: 4})
+	if _, err := bus.Setup(context.Background(), s.bus.JS, bus.Options{Memory: true, PageAckWait: time.Second, PageMaxDeliver: 3}); err != nil {
+		t.Fatal(err)
+	}
+	a := s.seed(400)
+	want := a.eligible(false)
+	var first ulid.ULID
+	for _, c := range a.contacts { // seeded in id order
+		if want[c.Email] {
+			first = c.ID
+			break
+		}
+	}
+	hanging := &hangingStore{Store: s.store, poison: first, hang: 2500 * time.Millisecond}
+	for range 3 {
+		tr, err := transport.NewSMTP(s.sink.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		w := pageworker.New(pageworker.Config{Store: hanging, Bus: s.bus, Transport: tr, Log: testLogger(t),
+			Concurrency: 4, FetchWait: 100 * time.Millisecond, MaxPageTime: 200 * time.Millisecond, ParkDelay: 100 * time.Millisecond})
+		done := make(chan struct{})
+		go func() { defer close(done); w.Run(ctx) }() //nolint:errcheck
+		t.Cleanup(func() { cancel(); <-done; tr.Close() })
+	}
+	id := s.create("", 0)
+	s.start(id)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_FAILED, time.Minute)
+	if !strings.Contains(b.GetReason(), "range 0") || !strings.Contains(b.GetReason(), "handed out 3 times") {
+		t.Fatalf("reason %q should name the poison page and its deliveries", b.GetReason())
+	}
+	for email, n := range s.sink.CountByRecipient() {
+		if n > 1 || !want[email] {
+			t.Fatalf("%s received %d messages", email, n)
+		}
+	}
+	t.Logf("failed: %s (%d messages sent for the other ranges)", b.GetReason(), s.sink.Count())
+}

@@ -35,11 +35,15 @@ type Config struct {
 	// claimed and unsent at once, so a kill -9 leaves at most this many in
 	// doubt.
 	Concurrency int
-	// ParkDelay is how long a page of a paused broadcast waits before
-	// JetStream offers it again.
+	// ParkDelay is how long a page that could not be run (state unknown,
+	// store unreachable) waits before JetStream offers it again.
 	ParkDelay time.Duration
 	// FetchWait bounds one pull, so a drain is noticed promptly.
 	FetchWait time.Duration
+	// MaxPageTime is how long a page is kept alive with heartbeats. A page
+	// stuck past it (a hung worker) is handed to another worker, and one
+	// that hangs every worker ends at the job's delivery limit.
+	MaxPageTime time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -51,6 +55,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FetchWait == 0 {
 		c.FetchWait = 2 * time.Second
+	}
+	if c.MaxPageTime == 0 {
+		c.MaxPageTime = 10 * time.Minute
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
@@ -129,8 +136,11 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	switch {
 	case state == store.StatePaused:
+		// Parked by dropping it: the coordinator re-issues every range's
+		// page from its cursor on resume. A NAK would count against the
+		// job's delivery limit, which is for pages that crash workers.
 		pagesRun.WithLabelValues("parked").Inc()
-		msg.NakWithDelay(w.cfg.ParkDelay) //nolint:errcheck
+		msg.Ack() //nolint:errcheck
 		return
 	case state != store.StateRunning:
 		pagesRun.WithLabelValues("dropped").Inc()
@@ -181,10 +191,14 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 // passes without one.
 func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 	done := make(chan struct{})
+	giveUp := w.cfg.Clock.After(w.cfg.MaxPageTime)
 	go func() {
 		for {
 			select {
 			case <-done:
+				return
+			case <-giveUp:
+				w.cfg.Log.Warn("page still running after the longest a page may take; letting JetStream hand it on", "max", w.cfg.MaxPageTime)
 				return
 			case <-w.cfg.Clock.After(bus.PageHeartbeat):
 				msg.InProgress() //nolint:errcheck // a lost heartbeat at worst lets the page run twice, which sends nothing twice
