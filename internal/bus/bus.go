@@ -204,7 +204,7 @@ func (b *Bus) PublishPage(ctx context.Context, job PageJob, now time.Time) error
 	queued, err := b.PageStream.GetLastMsgForSubject(ctx, subject)
 	if err == nil {
 		var q PageJob
-		if Decode(queued.Data, &q) == nil && q.From == job.From && q.Epoch == job.Epoch {
+		if Decode(queued.Data, &q) == nil && q.From == job.From && q.Epoch == job.Epoch && q.Issue == job.Issue {
 			return nil // the same page is still waiting for a worker
 		}
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -230,6 +230,10 @@ type PageJob struct {
 	// from an older epoch (before the reconciler moved the cursor back) is
 	// ignored.
 	Epoch int `json:"epoch,omitempty"`
+	// Issue counts deliberate re-issues of the same page (after a resume):
+	// a new issue is a new dedupe id, so it cannot be mistaken for a copy
+	// that a worker is dropping at that moment.
+	Issue int `json:"issue,omitempty"`
 }
 
 // MsgID is the JetStream dedupe id: the same page dispatched twice within
@@ -238,6 +242,9 @@ func (j PageJob) MsgID() string {
 	id := j.Broadcast + ":" + strconv.Itoa(j.Range) + ":" + j.From
 	if j.Epoch > 0 {
 		id += ":e" + strconv.Itoa(j.Epoch)
+	}
+	if j.Issue > 0 {
+		id += ":i" + strconv.Itoa(j.Issue)
 	}
 	return id
 }

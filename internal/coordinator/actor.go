@@ -36,6 +36,7 @@ type actor struct {
 	lastErr     map[int]string
 	dispatched  map[int]int64 // pages dispatched since the record was last written
 	round       int
+	issue       int
 	// throttleWait is how long until the throttle can grant a page, when
 	// the last dispatch round was held back by it.
 	throttleWait time.Duration
@@ -163,8 +164,10 @@ func (a *actor) run(ctx context.Context) {
 		case b := <-a.kicks:
 			if a.b.State == store.StatePaused && b.State == store.StateRunning {
 				// Workers dropped the pages of the paused broadcast: issue
-				// every range's page afresh from its cursor.
+				// every range's page afresh from its cursor, under a new
+				// dedupe id (a copy being dropped right now must not hide it).
 				clear(a.outstanding)
+				a.issue++
 			}
 			a.b.State, a.b.Reason = b.State, b.Reason
 		case <-clk.After(tick):
@@ -411,7 +414,7 @@ func (a *actor) dispatch(ctx context.Context) {
 				break
 			}
 		}
-		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch}
+		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue}
 		if err := a.c.cfg.Bus.PublishPage(ctx, job, now); err != nil {
 			a.log().Warn("dispatch failed; retried on the next tick", "range", i, "err", err)
 			a.giveBack(limit)

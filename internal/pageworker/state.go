@@ -69,6 +69,13 @@ func (s *stateCache) get(ctx context.Context, id string) (store.State, error) {
 	if ok {
 		return st, nil
 	}
+	return s.fresh(ctx, id)
+}
+
+// fresh reads the state from KV itself, past the watch. The coordinator
+// writes the state before it dispatches, so a page dispatched on resume
+// never meets the stale "paused" a lagging watch may still hold.
+func (s *stateCache) fresh(ctx context.Context, id string) (store.State, error) {
 	e, err := s.kv.Get(ctx, bus.StateKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return store.StateCancelled, nil // no such broadcast: nothing to send
@@ -80,5 +87,6 @@ func (s *stateCache) get(ctx context.Context, id string) (store.State, error) {
 	if err := bus.Decode(e.Value(), &rec); err != nil {
 		return "", err
 	}
+	s.set(id, store.State(rec.State))
 	return store.State(rec.State), nil
 }

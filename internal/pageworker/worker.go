@@ -129,6 +129,9 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	// the page runs on a context that is not cancelled with ctx.
 	pageCtx := context.WithoutCancel(ctx)
 	state, err := w.states.get(pageCtx, job.Broadcast)
+	if err == nil && state != store.StateRunning {
+		state, err = w.states.fresh(pageCtx, job.Broadcast)
+	}
 	if err != nil {
 		log.Warn("broadcast state unknown; page retried later", "err", err)
 		msg.NakWithDelay(w.cfg.ParkDelay) //nolint:errcheck
