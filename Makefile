@@ -32,3 +32,15 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
 
 include mk/generate.mk
+
+# Chaos: separate processes (nats-server built from the module, with a file
+# store; an fsyncing SMTP sink; 2 coordinators; 4 workers) on Postgres
+# (TEST_DATABASE_URL, a schema of its own), a 50,000-contact broadcast, and
+# faults while it runs. One line per check; non-zero on any breach.
+# chaos-short is the 5,000-contact form that `make test` also runs.
+.PHONY: chaos chaos-short
+chaos:
+	$(GO) run ./test/chaos
+
+chaos-short:
+	$(GO) test -count=1 -run '^TestChaosShort$$' -v ./test/chaos

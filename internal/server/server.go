@@ -52,9 +52,13 @@ func OpenStore(ctx context.Context, url string) (store.Store, error) {
 	return nil, fmt.Errorf("database url %q: use postgres://… or sqlite:PATH", url)
 }
 
-// ConnectBus connects to NATS and creates the streams and buckets.
+// ConnectBus connects to NATS and creates the streams and buckets. A NATS
+// that is down (restarting) is waited for rather than treated as fatal, so a
+// process started during an outage comes up when NATS does.
 func ConnectBus(ctx context.Context, url string, opts ...nats.Option) (*nats.Conn, *bus.Bus, error) {
-	opts = append([]nats.Option{nats.Name("rangecast"), nats.MaxReconnects(-1)}, opts...)
+	opts = append([]nats.Option{
+		nats.Name("rangecast"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second),
+	}, opts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
@@ -64,12 +68,23 @@ func ConnectBus(ctx context.Context, url string, opts ...nats.Option) (*nats.Con
 		nc.Close()
 		return nil, nil, err
 	}
-	b, err := bus.Setup(ctx, js, bus.Options{})
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
+	for attempt := 1; ; attempt++ {
+		setupCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		b, err := bus.Setup(setupCtx, js, bus.Options{})
+		cancel()
+		if err == nil {
+			return nc, b, nil
+		}
+		if ctx.Err() != nil {
+			nc.Close()
+			return nil, nil, fmt.Errorf("NATS at %s: %w", url, err)
+		}
+		slog.Warn("NATS not ready; retrying", "url", url, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
-	return nc, b, nil
 }
 
 // ops serves /metrics, /healthz (the process is up) and /readyz (it can do

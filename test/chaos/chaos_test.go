@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/testenv"
+)
+
+// lineWriter passes whole lines to t.Log.
+type lineWriter struct {
+	t   *testing.T
+	buf strings.Builder
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf.Write(p)
+	s := w.buf.String()
+	for {
+		i := strings.IndexByte(s, '\n')
+		if i < 0 {
+			break
+		}
+		w.t.Log(s[:i])
+		s = s[i+1:]
+	}
+	w.buf.Reset()
+	w.buf.WriteString(s)
+	return len(p), nil
+}
+
+// TestChaosShort is the short form of `make chaos`: 5,000 contacts, 30 s of
+// faults (worker kills every 2–5 s, two coordinator kills, a nats-server
+// restart, Postgres backends terminated, a pause and a resume), real
+// processes throughout. Every check must pass.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs nats-server, coordinators, workers and an SMTP sink as processes")
+	}
+	dbURL := testenv.DatabaseURL(t) // skips without Postgres unless RANGECAST_REQUIRE_PG=1
+	bin := filepath.Join(t.TempDir(), "bin")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := BuildBinaries(ctx, bin); err != nil {
+		t.Fatal(err)
+	}
+	cfg := ShortConfig()
+	cfg.DatabaseURL, cfg.BinDir, cfg.Dir = dbURL, bin, t.TempDir()
+	out := &lineWriter{t: t}
+	cfg.Out = out
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Print(out)
+	for _, c := range res.Checks {
+		if !c.OK {
+			t.Errorf("breach: %s", c)
+		}
+	}
+}

@@ -1,0 +1,67 @@
+// Command chaos runs rangecast as separate processes (nats-server with a
+// file store, an SMTP sink, coordinators, page workers, on Postgres) and
+// breaks them while a broadcast runs: kill -9 of workers every 1–3 s and of
+// the leading coordinator, a nats-server restart, Postgres backends
+// terminated, a pause and a resume. Then it checks, one line per check,
+// that nobody got two copies and nobody eligible was skipped unless counted
+// as in doubt, and exits non-zero on any breach.
+//
+//	go run ./test/chaos                      # 50,000 contacts (make chaos)
+//	go run ./test/chaos -contacts 5000 -duration 30s
+//
+// Postgres comes from TEST_DATABASE_URL (default
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable); the run keeps to
+// a schema of its own, dropped at the end.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	cfg := LongConfig()
+	short := flag.Bool("short", false, "the short form make test runs: 5,000 contacts, 30 s, fewer kills")
+	flag.IntVar(&cfg.Contacts, "contacts", cfg.Contacts, "contacts to import (5% unsubscribed, 2% do-not-contact)")
+	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "chaos phase; the broadcast is throttled to take about this long")
+	flag.Int64Var(&cfg.Throttle, "throttle", 0, "broadcast throttle per hour (0: pace the audience over -duration)")
+	flag.IntVar(&cfg.Workers, "workers", cfg.Workers, "page workers")
+	flag.IntVar(&cfg.Coordinators, "coordinators", cfg.Coordinators, "coordinators")
+	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "each worker's in-flight window")
+	flag.DurationVar(&cfg.WorkerKillMin, "worker-kill-min", cfg.WorkerKillMin, "shortest wait between worker kills")
+	flag.DurationVar(&cfg.WorkerKillMax, "worker-kill-max", cfg.WorkerKillMax, "longest wait between worker kills")
+	flag.IntVar(&cfg.CoordinatorKills, "coordinator-kills", cfg.CoordinatorKills, "kill -9 of the leading coordinator")
+	flag.IntVar(&cfg.NATSRestarts, "nats-restarts", cfg.NATSRestarts, "nats-server restarts")
+	flag.BoolVar(&cfg.NATSKill, "nats-kill", cfg.NATSKill, "restart nats-server with kill -9 rather than SIGTERM")
+	flag.IntVar(&cfg.PGTerminations, "pg-terminations", cfg.PGTerminations, "times every Postgres backend of the run is terminated")
+	flag.BoolVar(&cfg.PauseResume, "pause", cfg.PauseResume, "pause and resume the broadcast once")
+	flag.DurationVar(&cfg.SinkLatency, "sink-latency", cfg.SinkLatency, "the sink's delay before each 250, like a real relay")
+	flag.DurationVar(&cfg.InDoubtAfter, "in-doubt-after", cfg.InDoubtAfter, "coordinators' --in-doubt-after")
+	flag.DurationVar(&cfg.CompleteTimeout, "complete-timeout", cfg.CompleteTimeout, "how long to wait for completion after the chaos phase")
+	flag.StringVar(&cfg.Dir, "dir", "", "work folder (binaries, logs, JetStream store, sink log); default a temporary one")
+	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work folder and the Postgres schema")
+	flag.StringVar(&cfg.BinDir, "bin", "", "folder with prebuilt coordinator, pageworker, smtpsink and nats-server (default: build them)")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: from the clock)")
+	flag.Parse()
+	if *short {
+		s := ShortConfig()
+		s.Dir, s.Keep, s.BinDir, s.Seed = cfg.Dir, cfg.Keep, cfg.BinDir, cfg.Seed
+		cfg = s
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg.Out = os.Stdout
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(2)
+	}
+	res.Print(os.Stdout)
+	if !res.OK() {
+		os.Exit(1)
+	}
+}
