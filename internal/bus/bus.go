@@ -34,7 +34,7 @@ const (
 	// LeaseBucket holds the coordinators' leader lease. Entries expire
 	// LeaseTTL after their last write, so a dead leader's lease lapses.
 	LeaseBucket = "rangecast_leader"
-	LeaseTTL    = 10 * time.Second
+	LeaseTTL    = 6 * time.Second
 
 	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id. A page
 	// dispatched twice within it is stored once.

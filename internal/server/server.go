@@ -91,6 +91,7 @@ func ConnectBus(ctx context.Context, url string, opts ...nats.Option) (*nats.Con
 // its work: NATS connected and the component started).
 type ops struct {
 	nc    *nats.Conn
+	store store.Store
 	ready atomic.Bool
 }
 
@@ -98,14 +99,28 @@ func (o *ops) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !o.ready.Load() || o.nc == nil || !o.nc.IsConnected() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case !o.ready.Load():
+			http.Error(w, "not ready: starting", http.StatusServiceUnavailable)
+		case o.nc == nil || !o.nc.IsConnected():
+			http.Error(w, "not ready: NATS disconnected", http.StatusServiceUnavailable)
+		case o.pingStore(r.Context()) != nil:
+			http.Error(w, "not ready: database unreachable", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ready")
 		}
-		fmt.Fprintln(w, "ready")
 	})
 	return mux
+}
+
+func (o *ops) pingStore(ctx context.Context) error {
+	if o.store == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return o.store.Ping(ctx)
 }
 
 // listenHTTP serves h on addr until ctx ends. It returns the bound address.
@@ -176,7 +191,7 @@ func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
 }
 
 func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, lis net.Listener, o CoordinatorOptions) error {
-	health := &ops{nc: nc}
+	health := &ops{nc: nc, store: st}
 	if o.MetricsAddr != "" {
 		addr, err := listenHTTP(ctx, o.MetricsAddr, health.handler(), o.Log)
 		if err != nil {
@@ -233,7 +248,7 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 		return err
 	}
 	defer tr.Close()
-	health := &ops{nc: nc}
+	health := &ops{nc: nc, store: st}
 	if o.MetricsAddr != "" {
 		addr, err := listenHTTP(ctx, o.MetricsAddr, health.handler(), o.Log)
 		if err != nil {

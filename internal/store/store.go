@@ -180,5 +180,7 @@ type Store interface {
 	InDoubt(ctx context.Context, broadcast ulid.ULID, claimedBefore time.Time, limit int) ([]Send, error)
 	// Pending counts claims with no outcome (in flight or in doubt).
 	Pending(ctx context.Context, broadcast ulid.ULID) (int64, error)
+	// Ping checks the database answers (readiness).
+	Ping(ctx context.Context) error
 	Close()
 }

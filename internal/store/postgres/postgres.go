@@ -50,6 +50,8 @@ func Open(ctx context.Context, url string) (*Store, error) {
 
 func (s *Store) Close() { s.pool.Close() }
 
+func (s *Store) Ping(ctx context.Context) error { return mapErr("ping", s.pool.Ping(ctx)) }
+
 // mapErr is the one place driver errors become store errors.
 func mapErr(op string, err error) error {
 	if err == nil {

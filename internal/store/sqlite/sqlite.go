@@ -102,6 +102,8 @@ func openPool(ctx context.Context, path, params string, conns int) (*sql.DB, err
 
 // Close closes the store. The last connection to close checkpoints the WAL
 // into the database file.
+func (s *Store) Ping(ctx context.Context) error { return s.r.PingContext(ctx) }
+
 func (s *Store) Close() {
 	// Refresh the planner's statistics where they have drifted (cheap; what
 	// SQLite recommends before closing a connection).
