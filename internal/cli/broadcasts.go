@@ -59,7 +59,7 @@ func broadcastsCommand(c *client) *cobra.Command {
 }
 
 func createCommand(c *client) *cobra.Command {
-	var name, from, fromName, subject, htmlFile, textFile, segment, requestID string
+	var name, from, fromName, subject, htmlFile, textFile, segment, requestID, inDoubt string
 	var throttle int64
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -78,12 +78,17 @@ func createCommand(c *client) *cobra.Command {
 					return fmt.Errorf("--text: %w", err)
 				}
 			}
+			policy, ok := map[string]pb.InDoubtPolicy{"": pb.InDoubtPolicy_IN_DOUBT_POLICY_UNSPECIFIED,
+				"skip": pb.InDoubtPolicy_IN_DOUBT_POLICY_SKIP, "resend": pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND}[inDoubt]
+			if !ok {
+				return fmt.Errorf("--in-doubt-policy %q: use skip or resend", inDoubt)
+			}
 			bc, err := c.broadcasts()
 			if err != nil {
 				return err
 			}
 			resp, err := bc.CreateBroadcast(cmd.Context(), &pb.CreateBroadcastRequest{
-				Name: name, Segment: segment, ThrottlePerHour: throttle, RequestId: requestID,
+				Name: name, Segment: segment, ThrottlePerHour: throttle, RequestId: requestID, InDoubtPolicy: policy,
 				Content: &pb.BroadcastContent{FromName: fromName, FromAddress: from, Subject: subject, Html: string(html), Text: string(text)},
 			})
 			if err != nil {
@@ -103,6 +108,7 @@ func createCommand(c *client) *cobra.Command {
 	f.StringVar(&segment, "segment", "", "send only to this segment's members")
 	f.Int64Var(&throttle, "throttle", 0, "at most this many messages per hour (0: no throttle)")
 	f.StringVar(&requestID, "request-id", "", "idempotency key: repeating the command with it returns the same draft")
+	f.StringVar(&inDoubt, "in-doubt-policy", "", "messages whose outcome was lost with a crashed worker, where the SMTP server cannot be asked: skip (mark unknown, never a second copy) or resend (never a gap); default: the coordinator's")
 	for _, req := range []string{"name", "from", "subject", "html"} {
 		cmd.MarkFlagRequired(req) //nolint:errcheck
 	}

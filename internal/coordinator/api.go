@@ -115,17 +115,21 @@ func (api *BroadcastAPI) CreateBroadcast(ctx context.Context, req *pb.CreateBroa
 		}
 		segment = id
 	}
+	policy, ok := policyNames[req.GetInDoubtPolicy()]
+	if !ok {
+		return nil, invalid("in_doubt_policy %v is not one of skip or resend", req.GetInDoubtPolicy())
+	}
 	now := api.c.cfg.Clock.Now()
 	b := store.Broadcast{
 		ID: api.ids.make(now), Name: req.GetName(), RequestID: req.GetRequestId(), Content: content,
 		SegmentID: segment, Segment: req.GetSegment(), ThrottlePerHour: req.GetThrottlePerHour(),
-		State: store.StateDraft, CreatedAt: now,
+		InDoubtPolicy: policy, State: store.StateDraft, CreatedAt: now,
 	}
 	out, created, err := api.c.cfg.Store.CreateBroadcast(ctx, b)
 	if err != nil {
 		return nil, storeError(err)
 	}
-	if !created && (out.Name != b.Name || out.Content != b.Content || out.SegmentID != b.SegmentID || out.ThrottlePerHour != b.ThrottlePerHour) {
+	if !created && (out.Name != b.Name || out.Content != b.Content || out.SegmentID != b.SegmentID || out.ThrottlePerHour != b.ThrottlePerHour || out.InDoubtPolicy != b.InDoubtPolicy) {
 		return nil, status.Errorf(codes.AlreadyExists, "request_id %q was already used for broadcast %s with a different definition", b.RequestID, out.ID)
 	}
 	return &pb.CreateBroadcastResponse{Broadcast: toProto(out, nil)}, nil
@@ -336,6 +340,21 @@ var stateValues = map[store.State]pb.BroadcastState{
 	store.StateFailed:    pb.BroadcastState_BROADCAST_STATE_FAILED,
 }
 
+var policyNames = map[pb.InDoubtPolicy]string{
+	pb.InDoubtPolicy_IN_DOUBT_POLICY_UNSPECIFIED: "",
+	pb.InDoubtPolicy_IN_DOUBT_POLICY_SKIP:        string(InDoubtSkip),
+	pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND:      string(InDoubtResend),
+}
+
+func policyValue(name string) pb.InDoubtPolicy {
+	for v, n := range policyNames {
+		if n == name {
+			return v
+		}
+	}
+	return pb.InDoubtPolicy_IN_DOUBT_POLICY_UNSPECIFIED
+}
+
 func timestamp(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {
 		return nil
@@ -351,6 +370,6 @@ func toProto(b store.Broadcast, p *pb.Progress) *pb.Broadcast {
 		Content:         &pb.BroadcastContent{FromName: c.FromName, FromAddress: c.FromAddress, Subject: c.Subject, Html: c.HTML, Text: c.Text},
 		SnapshotTotal:   b.SnapshotTotal,
 		CreatedAt:       timestamp(b.CreatedAt), StartedAt: timestamp(b.StartedAt), FinishedAt: timestamp(b.FinishedAt),
-		Progress: p,
+		Progress: p, InDoubtPolicy: policyValue(b.InDoubtPolicy),
 	}
 }

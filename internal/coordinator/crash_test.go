@@ -254,3 +254,64 @@ func TestPoisonPageFailsTheBroadcast(t *testing.T) {
 	}
 	t.Logf("failed: %s (%d messages sent for the other ranges)", b.GetReason(), s.sink.Count())
 }
+
+// TestReconcilerResendPolicy: a broadcast that chose resend, on a transport
+// that cannot look up, gets no gaps: the dead worker's claims are sent again
+// (those that had reached the server arrive twice, at most one window).
+func TestReconcilerResendPolicy(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 0, concurrency: deadConc, pageLimit: 100})
+	s.stopCoord()
+	s.coordCfg.InDoubtAfter, s.coordCfg.Tick = 2*time.Second, 200*time.Millisecond
+	s.startCoordinator()
+	if _, err := bus.Setup(context.Background(), s.bus.JS, bus.Options{Memory: true, PageAckWait: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	smtp, err := transport.NewSMTP(s.sink.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	frozen := make(chan struct{})
+	t.Cleanup(func() { close(frozen); smtp.Close() })
+	dying := &freezingTransport{Transport: smtp, after: 30, frozen: frozen}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w := pageworker.New(pageworker.Config{Store: s.store, Bus: s.bus, Transport: dying, Log: testLogger(t), Concurrency: deadConc, FetchWait: 200 * time.Millisecond})
+	go w.Run(ctx) //nolint:errcheck // frozen for good
+
+	a := s.seed(1200)
+	resp, err := s.client.CreateBroadcast(context.Background(), &pb.CreateBroadcastRequest{
+		Name: "resend", InDoubtPolicy: pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND,
+		Content: &pb.BroadcastContent{FromAddress: "news@rangecast.test", Subject: "Hi", Html: "<p>Hi</p>"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetBroadcast().GetId()
+	if resp.GetBroadcast().GetInDoubtPolicy() != pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND {
+		t.Fatalf("policy not kept: %v", resp.GetBroadcast().GetInDoubtPolicy())
+	}
+	s.start(id)
+	for dying.sent.Load() <= dying.after {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.startWorker()
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	got := s.sink.CountByRecipient()
+	twice := 0
+	for email := range a.eligible(false) {
+		switch got[email] {
+		case 0:
+			t.Fatalf("%s never received its message under the resend policy", email)
+		case 2:
+			twice++
+		case 1:
+		default:
+			t.Fatalf("%s received %d messages", email, got[email])
+		}
+	}
+	if twice > deadConc || b.GetProgress().GetUnknown() != 0 {
+		t.Fatalf("%d received twice (at most the dead worker's window of %d may), unknown %d", twice, deadConc, b.GetProgress().GetUnknown())
+	}
+	t.Logf("resend: nobody missed; %d received a second copy (the dead worker's window had reached the server)", twice)
+}

@@ -27,6 +27,14 @@ const (
 	InDoubtResend InDoubtPolicy = "resend"
 )
 
+// policy is the broadcast's own in-doubt policy, else the coordinator's.
+func (a *actor) policy() InDoubtPolicy {
+	if a.b.InDoubtPolicy != "" {
+		return InDoubtPolicy(a.b.InDoubtPolicy)
+	}
+	return a.c.cfg.InDoubtPolicy
+}
+
 // reconcileBatch bounds the in-doubt claims settled in one round.
 const reconcileBatch = 500
 
@@ -63,7 +71,7 @@ func (a *actor) reconcile(ctx context.Context) {
 			} else {
 				release = append(release, d.ContactID)
 			}
-		case a.c.cfg.InDoubtPolicy == InDoubtResend:
+		case a.policy() == InDoubtResend:
 			release = append(release, d.ContactID)
 		default:
 			settled = append(settled, store.Outcome{ContactID: d.ContactID, Status: store.SendUnknown,

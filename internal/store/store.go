@@ -81,8 +81,11 @@ type Broadcast struct {
 	SegmentID       int64 // 0: every eligible contact
 	Segment         string
 	ThrottlePerHour int64 // 0: no broadcast throttle
-	State           State
-	Reason          string
+	// InDoubtPolicy is "skip", "resend", or "" for the coordinator's
+	// default: what becomes of in-doubt claims no transport can look up.
+	InDoubtPolicy string
+	State         State
+	Reason        string
 	// SnapshotTotal, MinID and MaxID are read once when the broadcast is
 	// accepted. The total is for display only; MinID/MaxID bound the ranges.
 	SnapshotTotal int64

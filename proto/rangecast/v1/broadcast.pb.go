@@ -83,6 +83,60 @@ func (BroadcastState) EnumDescriptor() ([]byte, []int) {
 	return file_rangecast_v1_broadcast_proto_rawDescGZIP(), []int{0}
 }
 
+// InDoubtPolicy decides claims whose outcome was lost with their worker when
+// the transport cannot say whether the message was accepted.
+type InDoubtPolicy int32
+
+const (
+	// The coordinator's default (skip, unless configured otherwise).
+	InDoubtPolicy_IN_DOUBT_POLICY_UNSPECIFIED InDoubtPolicy = 0
+	// Mark them unknown, count and show them; never risk a second copy.
+	InDoubtPolicy_IN_DOUBT_POLICY_SKIP InDoubtPolicy = 1
+	// Send them again; never risk a gap.
+	InDoubtPolicy_IN_DOUBT_POLICY_RESEND InDoubtPolicy = 2
+)
+
+// Enum value maps for InDoubtPolicy.
+var (
+	InDoubtPolicy_name = map[int32]string{
+		0: "IN_DOUBT_POLICY_UNSPECIFIED",
+		1: "IN_DOUBT_POLICY_SKIP",
+		2: "IN_DOUBT_POLICY_RESEND",
+	}
+	InDoubtPolicy_value = map[string]int32{
+		"IN_DOUBT_POLICY_UNSPECIFIED": 0,
+		"IN_DOUBT_POLICY_SKIP":        1,
+		"IN_DOUBT_POLICY_RESEND":      2,
+	}
+)
+
+func (x InDoubtPolicy) Enum() *InDoubtPolicy {
+	p := new(InDoubtPolicy)
+	*p = x
+	return p
+}
+
+func (x InDoubtPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InDoubtPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_rangecast_v1_broadcast_proto_enumTypes[1].Descriptor()
+}
+
+func (InDoubtPolicy) Type() protoreflect.EnumType {
+	return &file_rangecast_v1_broadcast_proto_enumTypes[1]
+}
+
+func (x InDoubtPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InDoubtPolicy.Descriptor instead.
+func (InDoubtPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_rangecast_v1_broadcast_proto_rawDescGZIP(), []int{1}
+}
+
 type BroadcastContent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FromName      string                 `protobuf:"bytes,1,opt,name=from_name,json=fromName,proto3" json:"from_name,omitempty"`
@@ -169,7 +223,8 @@ type CreateBroadcastRequest struct {
 	// throttle_per_hour caps messages per hour; 0 means no broadcast throttle.
 	ThrottlePerHour int64 `protobuf:"varint,4,opt,name=throttle_per_hour,json=throttlePerHour,proto3" json:"throttle_per_hour,omitempty"`
 	// request_id makes the call idempotent: the same id returns the same draft.
-	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId     string        `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	InDoubtPolicy InDoubtPolicy `protobuf:"varint,6,opt,name=in_doubt_policy,json=inDoubtPolicy,proto3,enum=rangecast.v1.InDoubtPolicy" json:"in_doubt_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -237,6 +292,13 @@ func (x *CreateBroadcastRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *CreateBroadcastRequest) GetInDoubtPolicy() InDoubtPolicy {
+	if x != nil {
+		return x.InDoubtPolicy
+	}
+	return InDoubtPolicy_IN_DOUBT_POLICY_UNSPECIFIED
 }
 
 type CreateBroadcastResponse struct {
@@ -909,6 +971,7 @@ type Broadcast struct {
 	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	Progress      *Progress              `protobuf:"bytes,12,opt,name=progress,proto3" json:"progress,omitempty"`
+	InDoubtPolicy InDoubtPolicy          `protobuf:"varint,13,opt,name=in_doubt_policy,json=inDoubtPolicy,proto3,enum=rangecast.v1.InDoubtPolicy" json:"in_doubt_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1025,6 +1088,13 @@ func (x *Broadcast) GetProgress() *Progress {
 		return x.Progress
 	}
 	return nil
+}
+
+func (x *Broadcast) GetInDoubtPolicy() InDoubtPolicy {
+	if x != nil {
+		return x.InDoubtPolicy
+	}
+	return InDoubtPolicy_IN_DOUBT_POLICY_UNSPECIFIED
 }
 
 type Progress struct {
@@ -1582,14 +1652,15 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\ffrom_address\x18\x02 \x01(\tR\vfromAddress\x12\x18\n" +
 	"\asubject\x18\x03 \x01(\tR\asubject\x12\x12\n" +
 	"\x04html\x18\x04 \x01(\tR\x04html\x12\x12\n" +
-	"\x04text\x18\x05 \x01(\tR\x04text\"\xcb\x01\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\"\x90\x02\n" +
 	"\x16CreateBroadcastRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\acontent\x18\x02 \x01(\v2\x1e.rangecast.v1.BroadcastContentR\acontent\x12\x18\n" +
 	"\asegment\x18\x03 \x01(\tR\asegment\x12*\n" +
 	"\x11throttle_per_hour\x18\x04 \x01(\x03R\x0fthrottlePerHour\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"P\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12C\n" +
+	"\x0fin_doubt_policy\x18\x06 \x01(\x0e2\x1b.rangecast.v1.InDoubtPolicyR\rinDoubtPolicy\"P\n" +
 	"\x17CreateBroadcastResponse\x125\n" +
 	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\"'\n" +
 	"\x15StartBroadcastRequest\x12\x0e\n" +
@@ -1620,7 +1691,7 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\x16ListBroadcastsResponse\x127\n" +
 	"\n" +
 	"broadcasts\x18\x01 \x03(\v2\x17.rangecast.v1.BroadcastR\n" +
-	"broadcasts\"\x89\x04\n" +
+	"broadcasts\"\xce\x04\n" +
 	"\tBroadcast\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x122\n" +
@@ -1637,7 +1708,8 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
 	"\vfinished_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x122\n" +
-	"\bprogress\x18\f \x01(\v2\x16.rangecast.v1.ProgressR\bprogress\"\xcc\x02\n" +
+	"\bprogress\x18\f \x01(\v2\x16.rangecast.v1.ProgressR\bprogress\x12C\n" +
+	"\x0fin_doubt_policy\x18\r \x01(\x0e2\x1b.rangecast.v1.InDoubtPolicyR\rinDoubtPolicy\"\xcc\x02\n" +
 	"\bProgress\x12!\n" +
 	"\franges_total\x18\x01 \x01(\x05R\vrangesTotal\x12\x1f\n" +
 	"\vranges_done\x18\x02 \x01(\x05R\n" +
@@ -1693,7 +1765,11 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\x16BROADCAST_STATE_PAUSED\x10\x03\x12\x1d\n" +
 	"\x19BROADCAST_STATE_COMPLETED\x10\x04\x12\x1d\n" +
 	"\x19BROADCAST_STATE_CANCELLED\x10\x05\x12\x1a\n" +
-	"\x16BROADCAST_STATE_FAILED\x10\x062\xff\x05\n" +
+	"\x16BROADCAST_STATE_FAILED\x10\x06*f\n" +
+	"\rInDoubtPolicy\x12\x1f\n" +
+	"\x1bIN_DOUBT_POLICY_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14IN_DOUBT_POLICY_SKIP\x10\x01\x12\x1a\n" +
+	"\x16IN_DOUBT_POLICY_RESEND\x10\x022\xff\x05\n" +
 	"\x10BroadcastService\x12^\n" +
 	"\x0fCreateBroadcast\x12$.rangecast.v1.CreateBroadcastRequest\x1a%.rangecast.v1.CreateBroadcastResponse\x12[\n" +
 	"\x0eStartBroadcast\x12#.rangecast.v1.StartBroadcastRequest\x1a$.rangecast.v1.StartBroadcastResponse\x12[\n" +
@@ -1719,84 +1795,87 @@ func file_rangecast_v1_broadcast_proto_rawDescGZIP() []byte {
 	return file_rangecast_v1_broadcast_proto_rawDescData
 }
 
-var file_rangecast_v1_broadcast_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_rangecast_v1_broadcast_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_rangecast_v1_broadcast_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_rangecast_v1_broadcast_proto_goTypes = []any{
 	(BroadcastState)(0),                // 0: rangecast.v1.BroadcastState
-	(*BroadcastContent)(nil),           // 1: rangecast.v1.BroadcastContent
-	(*CreateBroadcastRequest)(nil),     // 2: rangecast.v1.CreateBroadcastRequest
-	(*CreateBroadcastResponse)(nil),    // 3: rangecast.v1.CreateBroadcastResponse
-	(*StartBroadcastRequest)(nil),      // 4: rangecast.v1.StartBroadcastRequest
-	(*StartBroadcastResponse)(nil),     // 5: rangecast.v1.StartBroadcastResponse
-	(*PauseBroadcastRequest)(nil),      // 6: rangecast.v1.PauseBroadcastRequest
-	(*PauseBroadcastResponse)(nil),     // 7: rangecast.v1.PauseBroadcastResponse
-	(*ResumeBroadcastRequest)(nil),     // 8: rangecast.v1.ResumeBroadcastRequest
-	(*ResumeBroadcastResponse)(nil),    // 9: rangecast.v1.ResumeBroadcastResponse
-	(*CancelBroadcastRequest)(nil),     // 10: rangecast.v1.CancelBroadcastRequest
-	(*CancelBroadcastResponse)(nil),    // 11: rangecast.v1.CancelBroadcastResponse
-	(*GetBroadcastRequest)(nil),        // 12: rangecast.v1.GetBroadcastRequest
-	(*GetBroadcastResponse)(nil),       // 13: rangecast.v1.GetBroadcastResponse
-	(*WatchBroadcastRequest)(nil),      // 14: rangecast.v1.WatchBroadcastRequest
-	(*WatchBroadcastResponse)(nil),     // 15: rangecast.v1.WatchBroadcastResponse
-	(*ListBroadcastsRequest)(nil),      // 16: rangecast.v1.ListBroadcastsRequest
-	(*ListBroadcastsResponse)(nil),     // 17: rangecast.v1.ListBroadcastsResponse
-	(*Broadcast)(nil),                  // 18: rangecast.v1.Broadcast
-	(*Progress)(nil),                   // 19: rangecast.v1.Progress
-	(*RangeProgress)(nil),              // 20: rangecast.v1.RangeProgress
-	(*ImportContactsRequest)(nil),      // 21: rangecast.v1.ImportContactsRequest
-	(*ContactRow)(nil),                 // 22: rangecast.v1.ContactRow
-	(*ImportContactsResponse)(nil),     // 23: rangecast.v1.ImportContactsResponse
-	(*RowError)(nil),                   // 24: rangecast.v1.RowError
-	(*UnsubscribeContactRequest)(nil),  // 25: rangecast.v1.UnsubscribeContactRequest
-	(*UnsubscribeContactResponse)(nil), // 26: rangecast.v1.UnsubscribeContactResponse
-	nil,                                // 27: rangecast.v1.ContactRow.AttributesEntry
-	(*timestamppb.Timestamp)(nil),      // 28: google.protobuf.Timestamp
+	(InDoubtPolicy)(0),                 // 1: rangecast.v1.InDoubtPolicy
+	(*BroadcastContent)(nil),           // 2: rangecast.v1.BroadcastContent
+	(*CreateBroadcastRequest)(nil),     // 3: rangecast.v1.CreateBroadcastRequest
+	(*CreateBroadcastResponse)(nil),    // 4: rangecast.v1.CreateBroadcastResponse
+	(*StartBroadcastRequest)(nil),      // 5: rangecast.v1.StartBroadcastRequest
+	(*StartBroadcastResponse)(nil),     // 6: rangecast.v1.StartBroadcastResponse
+	(*PauseBroadcastRequest)(nil),      // 7: rangecast.v1.PauseBroadcastRequest
+	(*PauseBroadcastResponse)(nil),     // 8: rangecast.v1.PauseBroadcastResponse
+	(*ResumeBroadcastRequest)(nil),     // 9: rangecast.v1.ResumeBroadcastRequest
+	(*ResumeBroadcastResponse)(nil),    // 10: rangecast.v1.ResumeBroadcastResponse
+	(*CancelBroadcastRequest)(nil),     // 11: rangecast.v1.CancelBroadcastRequest
+	(*CancelBroadcastResponse)(nil),    // 12: rangecast.v1.CancelBroadcastResponse
+	(*GetBroadcastRequest)(nil),        // 13: rangecast.v1.GetBroadcastRequest
+	(*GetBroadcastResponse)(nil),       // 14: rangecast.v1.GetBroadcastResponse
+	(*WatchBroadcastRequest)(nil),      // 15: rangecast.v1.WatchBroadcastRequest
+	(*WatchBroadcastResponse)(nil),     // 16: rangecast.v1.WatchBroadcastResponse
+	(*ListBroadcastsRequest)(nil),      // 17: rangecast.v1.ListBroadcastsRequest
+	(*ListBroadcastsResponse)(nil),     // 18: rangecast.v1.ListBroadcastsResponse
+	(*Broadcast)(nil),                  // 19: rangecast.v1.Broadcast
+	(*Progress)(nil),                   // 20: rangecast.v1.Progress
+	(*RangeProgress)(nil),              // 21: rangecast.v1.RangeProgress
+	(*ImportContactsRequest)(nil),      // 22: rangecast.v1.ImportContactsRequest
+	(*ContactRow)(nil),                 // 23: rangecast.v1.ContactRow
+	(*ImportContactsResponse)(nil),     // 24: rangecast.v1.ImportContactsResponse
+	(*RowError)(nil),                   // 25: rangecast.v1.RowError
+	(*UnsubscribeContactRequest)(nil),  // 26: rangecast.v1.UnsubscribeContactRequest
+	(*UnsubscribeContactResponse)(nil), // 27: rangecast.v1.UnsubscribeContactResponse
+	nil,                                // 28: rangecast.v1.ContactRow.AttributesEntry
+	(*timestamppb.Timestamp)(nil),      // 29: google.protobuf.Timestamp
 }
 var file_rangecast_v1_broadcast_proto_depIdxs = []int32{
-	1,  // 0: rangecast.v1.CreateBroadcastRequest.content:type_name -> rangecast.v1.BroadcastContent
-	18, // 1: rangecast.v1.CreateBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
-	18, // 2: rangecast.v1.StartBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
-	18, // 3: rangecast.v1.PauseBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
-	18, // 4: rangecast.v1.ResumeBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
-	18, // 5: rangecast.v1.CancelBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
-	18, // 6: rangecast.v1.GetBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
-	18, // 7: rangecast.v1.WatchBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
-	18, // 8: rangecast.v1.ListBroadcastsResponse.broadcasts:type_name -> rangecast.v1.Broadcast
-	0,  // 9: rangecast.v1.Broadcast.state:type_name -> rangecast.v1.BroadcastState
-	1,  // 10: rangecast.v1.Broadcast.content:type_name -> rangecast.v1.BroadcastContent
-	28, // 11: rangecast.v1.Broadcast.created_at:type_name -> google.protobuf.Timestamp
-	28, // 12: rangecast.v1.Broadcast.started_at:type_name -> google.protobuf.Timestamp
-	28, // 13: rangecast.v1.Broadcast.finished_at:type_name -> google.protobuf.Timestamp
-	19, // 14: rangecast.v1.Broadcast.progress:type_name -> rangecast.v1.Progress
-	20, // 15: rangecast.v1.Progress.ranges:type_name -> rangecast.v1.RangeProgress
-	22, // 16: rangecast.v1.ImportContactsRequest.rows:type_name -> rangecast.v1.ContactRow
-	27, // 17: rangecast.v1.ContactRow.attributes:type_name -> rangecast.v1.ContactRow.AttributesEntry
-	24, // 18: rangecast.v1.ImportContactsResponse.errors:type_name -> rangecast.v1.RowError
-	2,  // 19: rangecast.v1.BroadcastService.CreateBroadcast:input_type -> rangecast.v1.CreateBroadcastRequest
-	4,  // 20: rangecast.v1.BroadcastService.StartBroadcast:input_type -> rangecast.v1.StartBroadcastRequest
-	6,  // 21: rangecast.v1.BroadcastService.PauseBroadcast:input_type -> rangecast.v1.PauseBroadcastRequest
-	8,  // 22: rangecast.v1.BroadcastService.ResumeBroadcast:input_type -> rangecast.v1.ResumeBroadcastRequest
-	10, // 23: rangecast.v1.BroadcastService.CancelBroadcast:input_type -> rangecast.v1.CancelBroadcastRequest
-	12, // 24: rangecast.v1.BroadcastService.GetBroadcast:input_type -> rangecast.v1.GetBroadcastRequest
-	14, // 25: rangecast.v1.BroadcastService.WatchBroadcast:input_type -> rangecast.v1.WatchBroadcastRequest
-	16, // 26: rangecast.v1.BroadcastService.ListBroadcasts:input_type -> rangecast.v1.ListBroadcastsRequest
-	21, // 27: rangecast.v1.AudienceService.ImportContacts:input_type -> rangecast.v1.ImportContactsRequest
-	25, // 28: rangecast.v1.AudienceService.UnsubscribeContact:input_type -> rangecast.v1.UnsubscribeContactRequest
-	3,  // 29: rangecast.v1.BroadcastService.CreateBroadcast:output_type -> rangecast.v1.CreateBroadcastResponse
-	5,  // 30: rangecast.v1.BroadcastService.StartBroadcast:output_type -> rangecast.v1.StartBroadcastResponse
-	7,  // 31: rangecast.v1.BroadcastService.PauseBroadcast:output_type -> rangecast.v1.PauseBroadcastResponse
-	9,  // 32: rangecast.v1.BroadcastService.ResumeBroadcast:output_type -> rangecast.v1.ResumeBroadcastResponse
-	11, // 33: rangecast.v1.BroadcastService.CancelBroadcast:output_type -> rangecast.v1.CancelBroadcastResponse
-	13, // 34: rangecast.v1.BroadcastService.GetBroadcast:output_type -> rangecast.v1.GetBroadcastResponse
-	15, // 35: rangecast.v1.BroadcastService.WatchBroadcast:output_type -> rangecast.v1.WatchBroadcastResponse
-	17, // 36: rangecast.v1.BroadcastService.ListBroadcasts:output_type -> rangecast.v1.ListBroadcastsResponse
-	23, // 37: rangecast.v1.AudienceService.ImportContacts:output_type -> rangecast.v1.ImportContactsResponse
-	26, // 38: rangecast.v1.AudienceService.UnsubscribeContact:output_type -> rangecast.v1.UnsubscribeContactResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	2,  // 0: rangecast.v1.CreateBroadcastRequest.content:type_name -> rangecast.v1.BroadcastContent
+	1,  // 1: rangecast.v1.CreateBroadcastRequest.in_doubt_policy:type_name -> rangecast.v1.InDoubtPolicy
+	19, // 2: rangecast.v1.CreateBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
+	19, // 3: rangecast.v1.StartBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
+	19, // 4: rangecast.v1.PauseBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
+	19, // 5: rangecast.v1.ResumeBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
+	19, // 6: rangecast.v1.CancelBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
+	19, // 7: rangecast.v1.GetBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
+	19, // 8: rangecast.v1.WatchBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
+	19, // 9: rangecast.v1.ListBroadcastsResponse.broadcasts:type_name -> rangecast.v1.Broadcast
+	0,  // 10: rangecast.v1.Broadcast.state:type_name -> rangecast.v1.BroadcastState
+	2,  // 11: rangecast.v1.Broadcast.content:type_name -> rangecast.v1.BroadcastContent
+	29, // 12: rangecast.v1.Broadcast.created_at:type_name -> google.protobuf.Timestamp
+	29, // 13: rangecast.v1.Broadcast.started_at:type_name -> google.protobuf.Timestamp
+	29, // 14: rangecast.v1.Broadcast.finished_at:type_name -> google.protobuf.Timestamp
+	20, // 15: rangecast.v1.Broadcast.progress:type_name -> rangecast.v1.Progress
+	1,  // 16: rangecast.v1.Broadcast.in_doubt_policy:type_name -> rangecast.v1.InDoubtPolicy
+	21, // 17: rangecast.v1.Progress.ranges:type_name -> rangecast.v1.RangeProgress
+	23, // 18: rangecast.v1.ImportContactsRequest.rows:type_name -> rangecast.v1.ContactRow
+	28, // 19: rangecast.v1.ContactRow.attributes:type_name -> rangecast.v1.ContactRow.AttributesEntry
+	25, // 20: rangecast.v1.ImportContactsResponse.errors:type_name -> rangecast.v1.RowError
+	3,  // 21: rangecast.v1.BroadcastService.CreateBroadcast:input_type -> rangecast.v1.CreateBroadcastRequest
+	5,  // 22: rangecast.v1.BroadcastService.StartBroadcast:input_type -> rangecast.v1.StartBroadcastRequest
+	7,  // 23: rangecast.v1.BroadcastService.PauseBroadcast:input_type -> rangecast.v1.PauseBroadcastRequest
+	9,  // 24: rangecast.v1.BroadcastService.ResumeBroadcast:input_type -> rangecast.v1.ResumeBroadcastRequest
+	11, // 25: rangecast.v1.BroadcastService.CancelBroadcast:input_type -> rangecast.v1.CancelBroadcastRequest
+	13, // 26: rangecast.v1.BroadcastService.GetBroadcast:input_type -> rangecast.v1.GetBroadcastRequest
+	15, // 27: rangecast.v1.BroadcastService.WatchBroadcast:input_type -> rangecast.v1.WatchBroadcastRequest
+	17, // 28: rangecast.v1.BroadcastService.ListBroadcasts:input_type -> rangecast.v1.ListBroadcastsRequest
+	22, // 29: rangecast.v1.AudienceService.ImportContacts:input_type -> rangecast.v1.ImportContactsRequest
+	26, // 30: rangecast.v1.AudienceService.UnsubscribeContact:input_type -> rangecast.v1.UnsubscribeContactRequest
+	4,  // 31: rangecast.v1.BroadcastService.CreateBroadcast:output_type -> rangecast.v1.CreateBroadcastResponse
+	6,  // 32: rangecast.v1.BroadcastService.StartBroadcast:output_type -> rangecast.v1.StartBroadcastResponse
+	8,  // 33: rangecast.v1.BroadcastService.PauseBroadcast:output_type -> rangecast.v1.PauseBroadcastResponse
+	10, // 34: rangecast.v1.BroadcastService.ResumeBroadcast:output_type -> rangecast.v1.ResumeBroadcastResponse
+	12, // 35: rangecast.v1.BroadcastService.CancelBroadcast:output_type -> rangecast.v1.CancelBroadcastResponse
+	14, // 36: rangecast.v1.BroadcastService.GetBroadcast:output_type -> rangecast.v1.GetBroadcastResponse
+	16, // 37: rangecast.v1.BroadcastService.WatchBroadcast:output_type -> rangecast.v1.WatchBroadcastResponse
+	18, // 38: rangecast.v1.BroadcastService.ListBroadcasts:output_type -> rangecast.v1.ListBroadcastsResponse
+	24, // 39: rangecast.v1.AudienceService.ImportContacts:output_type -> rangecast.v1.ImportContactsResponse
+	27, // 40: rangecast.v1.AudienceService.UnsubscribeContact:output_type -> rangecast.v1.UnsubscribeContactResponse
+	31, // [31:41] is the sub-list for method output_type
+	21, // [21:31] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_rangecast_v1_broadcast_proto_init() }
@@ -1809,7 +1888,7 @@ func file_rangecast_v1_broadcast_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rangecast_v1_broadcast_proto_rawDesc), len(file_rangecast_v1_broadcast_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
