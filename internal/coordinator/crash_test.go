@@ -110,6 +110,11 @@ const deadConc = 8
 // reported), then starts a healthy worker. tune adjusts the coordinator
 // before anything starts.
 func killWorkerMidPage(t *testing.T, tune func(*coordinator.Config)) (*stack, audience, string) {
+	return killWorkerMidPageOf(t, tune, func(s *stack) string { return s.create("", 0) })
+}
+
+// killWorkerMidPageOf is killWorkerMidPage for the broadcast create makes.
+func killWorkerMidPageOf(t *testing.T, tune func(*coordinator.Config), create func(*stack) string) (*stack, audience, string) {
 	t.Helper()
 	s := newStack(t, stackOptions{workers: 0, concurrency: deadConc, pageLimit: 100})
 	if tune != nil {
@@ -134,7 +139,7 @@ func killWorkerMidPage(t *testing.T, tune func(*coordinator.Config)) (*stack, au
 	go w.Run(ctx) //nolint:errcheck // never returns: it is frozen
 
 	a := s.seed(1200)
-	id := s.create("", 0)
+	id := create(s)
 	s.start(id)
 	for dying.sent.Load() <= dying.after {
 		time.Sleep(5 * time.Millisecond)
@@ -260,42 +265,21 @@ func TestPoisonPageFailsTheBroadcast(t *testing.T) {
 // (those that had reached the server arrive twice, at most one window).
 func TestReconcilerResendPolicy(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOptions{workers: 0, concurrency: deadConc, pageLimit: 100})
-	s.stopCoord()
-	s.coordCfg.InDoubtAfter, s.coordCfg.Tick = 2*time.Second, 200*time.Millisecond
-	s.startCoordinator()
-	if _, err := bus.Setup(context.Background(), s.bus.JS, bus.Options{Memory: true, PageAckWait: 2 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	smtp, err := transport.NewSMTP(s.sink.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	frozen := make(chan struct{})
-	t.Cleanup(func() { close(frozen); smtp.Close() })
-	dying := &freezingTransport{Transport: smtp, after: 30, frozen: frozen}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w := pageworker.New(pageworker.Config{Store: s.store, Bus: s.bus, Transport: dying, Log: testLogger(t), Concurrency: deadConc, FetchWait: 200 * time.Millisecond})
-	go w.Run(ctx) //nolint:errcheck // frozen for good
-
-	a := s.seed(1200)
-	resp, err := s.client.CreateBroadcast(context.Background(), &pb.CreateBroadcastRequest{
-		Name: "resend", InDoubtPolicy: pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND,
-		Content: &pb.BroadcastContent{FromAddress: "news@rangecast.test", Subject: "Hi", Html: "<p>Hi</p>"},
+	s, a, id := killWorkerMidPageOf(t, func(c *coordinator.Config) {
+		c.InDoubtAfter, c.Tick = 2*time.Second, 200*time.Millisecond
+	}, func(s *stack) string {
+		resp, err := s.client.CreateBroadcast(context.Background(), &pb.CreateBroadcastRequest{
+			Name: "resend", InDoubtPolicy: pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND,
+			Content: &pb.BroadcastContent{FromAddress: "news@rangecast.test", Subject: "Hi", Html: "<p>Hi</p>"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetBroadcast().GetInDoubtPolicy() != pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND {
+			t.Fatalf("policy not kept: %v", resp.GetBroadcast().GetInDoubtPolicy())
+		}
+		return resp.GetBroadcast().GetId()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := resp.GetBroadcast().GetId()
-	if resp.GetBroadcast().GetInDoubtPolicy() != pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND {
-		t.Fatalf("policy not kept: %v", resp.GetBroadcast().GetInDoubtPolicy())
-	}
-	s.start(id)
-	for dying.sent.Load() <= dying.after {
-		time.Sleep(5 * time.Millisecond)
-	}
-	s.startWorker()
 	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
 	got := s.sink.CountByRecipient()
 	twice := 0
