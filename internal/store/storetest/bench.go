@@ -128,4 +128,3 @@ func next(id ulid.ULID) ulid.ULID {
 	}
 	return id
 }
-
