@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -130,7 +133,7 @@ func listCommand(c *client) *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				out, err := protojson.MarshalOptions{Multiline: true}.Marshal(resp)
+				out, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(resp)
 				if err != nil {
 					return err
 				}
@@ -198,7 +201,7 @@ one line per update. --json prints each status as a JSON object per line.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				return watchJSON(out, stream)
+				return quietCancel(watchJSON(out, stream))
 			}
 			if f, ok := out.(*os.File); ok && isTerminal(f) {
 				last, err := watchLive(stream, f)
@@ -211,11 +214,19 @@ one line per update. --json prints each status as a JSON object per line.`,
 			if last != nil {
 				printStatus(out, last)
 			}
-			return err
+			return quietCancel(err)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print each status as one JSON object per line")
 	return cmd
+}
+
+// quietCancel treats Ctrl-C, the way to leave a watch, as a normal end.
+func quietCancel(err error) error {
+	if status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
 
 func stateWord(s pb.BroadcastState) string {

@@ -70,7 +70,8 @@ row is imported. The file is streamed, so millions of rows work.`,
 				res.rejected = append(res.rejected, fmt.Sprintf("line %d: %s: %s", res.line(e.GetRow()), e.GetEmail(), res.serverError(e.GetError())))
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "imported %d contacts; %d rows rejected\n", resp.GetImported(), len(res.rejected))
+			fmt.Fprintf(out, "imported %d %s; %d %s rejected\n", resp.GetImported(), plural(resp.GetImported(), "contact", "contacts"),
+				len(res.rejected), plural(int64(len(res.rejected)), "row", "rows"))
 			for i, r := range res.rejected {
 				if i == maxShownErrors {
 					fmt.Fprintf(out, "  … and %d more\n", len(res.rejected)-maxShownErrors)
@@ -132,6 +133,9 @@ func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error)
 	r.ReuseRecord = true
 	header, err := r.Read()
 	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("the CSV is empty: it needs a header row (email,name, then attribute columns) and then one contact per line")
+		}
 		return nil, fmt.Errorf("read CSV header: %w", err)
 	}
 	header = append([]string(nil), header...)
@@ -196,4 +200,11 @@ func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error)
 		}
 	}
 	return res, nil
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -107,7 +107,7 @@ func TestReadCSVHeader(t *testing.T) {
 	for src, want := range map[string]string{
 		"name,email\nAnn,ann@example.org\n": "header must start with email",
 		"ann@example.org,Ann\n":             "header must start with email",
-		"":                                  "read CSV header",
+		"":                                  "the CSV is empty",
 		"\"email,name\n":                    "read CSV header",
 	} {
 		_, rows, _, err := collect(t, src)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -42,7 +43,10 @@ func mailCommand() *cobra.Command {
 				return printJSON(out, rows)
 			}
 			if len(msgs) == 0 {
-				fmt.Fprintf(out, "no mail captured in %s\n", filepath.Join(dir, "mail"))
+				if _, err := os.Stat(dir); err != nil {
+					return fmt.Errorf("no %s folder here: run this where rangecast dev runs, or pass --dir", dir)
+				}
+				fmt.Fprintf(out, "no mail captured in %s yet\n", filepath.Join(dir, "mail"))
 				return nil
 			}
 			fmt.Fprintf(out, "%6s  %-19s  %-32s  %s\n", "ID", "RECEIVED", "TO", "SUBJECT")

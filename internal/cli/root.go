@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -74,6 +75,9 @@ type client struct {
 
 func (c *client) dial() (*grpc.ClientConn, error) {
 	if c.conn == nil {
+		if _, _, err := net.SplitHostPort(c.addr); err != nil {
+			return nil, fmt.Errorf("--addr %q: use host:port, e.g. 127.0.0.1:7070", c.addr)
+		}
 		conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return nil, fmt.Errorf("coordinator address %q: %w", c.addr, err)

@@ -32,7 +32,7 @@ Every flag can be set by the environment variable named in its help.`,
 		},
 	}
 	f := cmd.Flags()
-	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level)
+	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, server.DefaultMetricsAddr)
 	f.StringVar(&o.GRPCAddr, "grpc-addr", env("RANGECAST_GRPC_ADDR", server.DefaultGRPCAddr), "gRPC listen address (env RANGECAST_GRPC_ADDR)")
 	f.StringVar(&o.HTTPAddr, "http-addr", env("RANGECAST_HTTP_ADDR", server.DefaultHTTPAddr), "public HTTP listen address: unsubscribe, webhooks (env RANGECAST_HTTP_ADDR)")
 	f.DurationVar(&o.InDoubtAfter, "in-doubt-after", envDuration("RANGECAST_IN_DOUBT_AFTER", 5*time.Minute), "a claim with no outcome this old is in doubt; longer than any page takes (env RANGECAST_IN_DOUBT_AFTER)")
@@ -61,18 +61,18 @@ Every flag can be set by the environment variable named in its help.`,
 		},
 	}
 	f := cmd.Flags()
-	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level)
-	f.StringVar(&o.SMTPURL, "smtp-url", env("RANGECAST_SMTP_URL", ""), "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS), ?tls=none (env RANGECAST_SMTP_URL)")
+	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, server.DefaultWorkerMetricsAddr)
+	f.StringVar(&o.SMTPURL, "smtp-url", env("RANGECAST_SMTP_URL", ""), "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s (env RANGECAST_SMTP_URL)")
 	f.IntVar(&o.Concurrency, "concurrency", envInt("RANGECAST_CONCURRENCY", 16), "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
 	return cmd
 }
 
 // serverFlags are the flags every server process has.
-func serverFlags(cmd *cobra.Command, databaseURL, natsURL, metricsAddr, level *string) {
+func serverFlags(cmd *cobra.Command, databaseURL, natsURL, metricsAddr, level *string, defaultMetrics string) {
 	f := cmd.Flags()
 	f.StringVar(databaseURL, "database-url", env("RANGECAST_DATABASE_URL", ""), "postgres://… or, for a single machine, sqlite:PATH (env RANGECAST_DATABASE_URL)")
 	f.StringVar(natsURL, "nats-url", env("RANGECAST_NATS_URL", server.DefaultNATSURL), "NATS server with JetStream, 2.12.3 or newer (env RANGECAST_NATS_URL)")
-	f.StringVar(metricsAddr, "metrics-addr", env("RANGECAST_METRICS_ADDR", server.DefaultMetricsAddr), "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
+	f.StringVar(metricsAddr, "metrics-addr", env("RANGECAST_METRICS_ADDR", defaultMetrics), "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
 	f.StringVar(level, "log-level", env("RANGECAST_LOG_LEVEL", "info"), "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
 }
 
@@ -103,7 +103,7 @@ func devCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			s.o.Log, s.o.MailFiles = logger(s.level), true
-			where := "SQLite in " + s.o.Dir
+			where := "SQLite"
 			if s.postgres != "" {
 				url, err := postgres.WithSchema(ctx, s.postgres, "rangecast_dev")
 				if err != nil {
@@ -116,7 +116,7 @@ func devCommand() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "rangecast dev is running (Ctrl-C stops it; state is kept in %s, data in %s)\n", s.o.Dir, where)
+			fmt.Fprintf(out, "rangecast dev is running (Ctrl-C stops it; state is kept in %s; store: %s)\n", s.o.Dir, where)
 			fmt.Fprintf(out, "  gRPC     %s   (rangecast --addr %s broadcasts list)\n", st.GRPCAddr, st.GRPCAddr)
 			fmt.Fprintf(out, "  HTTP     %s\n", s.o.HTTPAddr)
 			fmt.Fprintf(out, "  metrics  http://%s/metrics\n", s.o.MetricsAddr)
@@ -125,7 +125,11 @@ func devCommand() *cobra.Command {
 			}
 			<-ctx.Done()
 			fmt.Fprintln(out, "stopping: letting in-flight sends finish…")
-			return st.Stop()
+			if err := st.Stop(); err != nil {
+				return err
+			}
+			fmt.Fprintln(out, "stopped")
+			return nil
 		},
 	}
 	s.register(cmd, "info")

@@ -65,7 +65,7 @@ func watchJSON(out io.Writer, stream statusStream) error {
 		if err != nil {
 			return err
 		}
-		line, err := protojson.Marshal(resp.GetBroadcast())
+		line, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(resp.GetBroadcast())
 		if err != nil {
 			return err
 		}

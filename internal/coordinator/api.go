@@ -58,11 +58,14 @@ func invalid(format string, args ...any) error {
 
 // storeError maps a store error to a gRPC status with a message a person can act on.
 func storeError(err error) error {
+	// The sentinel's own words ("not found", "conflict") are what the code
+	// says already; the message keeps only what a person can act on.
+	msg := strings.TrimSuffix(strings.TrimSuffix(err.Error(), ": "+store.ErrConflict.Error()), ": "+store.ErrNotFound.Error())
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, store.ErrConflict):
-		return status.Error(codes.FailedPrecondition, err.Error())
+		return status.Error(codes.FailedPrecondition, msg)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	default:
@@ -76,7 +79,7 @@ func parseID(id string) (ulid.ULID, error) {
 	}
 	u, err := ulid.ParseStrict(id)
 	if err != nil {
-		return ulid.ULID{}, invalid("id %q is not a broadcast id (a 26-character ULID): %v", id, err)
+		return ulid.ULID{}, invalid("id %q is not a broadcast id: ids are 26-character ULIDs such as 01J9Z3K8M2T4V6X8Y0A2B4C6D8 (see rangecast broadcasts list)", id)
 	}
 	return u, nil
 }

@@ -35,7 +35,10 @@ const (
 	DefaultGRPCAddr    = "127.0.0.1:7070"
 	DefaultHTTPAddr    = "127.0.0.1:8080"
 	DefaultMetricsAddr = "127.0.0.1:9090"
-	DefaultNATSURL     = "nats://127.0.0.1:4222"
+	// DefaultWorkerMetricsAddr differs so a coordinator and a worker can
+	// run side by side with defaults.
+	DefaultWorkerMetricsAddr = "127.0.0.1:9091"
+	DefaultNATSURL           = "nats://127.0.0.1:4222"
 )
 
 // OpenStore opens the store named by url: postgres://… (or postgresql://)

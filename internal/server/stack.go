@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -49,6 +50,22 @@ type Stack struct {
 	err    error
 	nats   *natsserver.Server
 	nc     *nats.Conn
+	lock   *os.File
+}
+
+// lockDir takes an exclusive lock on dir for as long as the process runs: a
+// second stack on the same folder would share its JetStream store and mail
+// numbering with the first.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s is in use by another rangecast dev (stop it, or use another --dir)", dir)
+	}
+	return f, nil
 }
 
 // StartStack starts everything and returns once the gRPC API is listening.
@@ -62,7 +79,11 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("stack dir: %w", err)
 	}
-	s := &Stack{}
+	lock, err := lockDir(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{lock: lock}
 	ok := false
 	defer func() {
 		if !ok {
@@ -168,6 +189,9 @@ func (s *Stack) Stop() error {
 	if s.nats != nil {
 		s.nats.Shutdown()
 		s.nats.WaitForShutdown()
+	}
+	if s.lock != nil {
+		s.lock.Close() // releases the lock
 	}
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
