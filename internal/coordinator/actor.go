@@ -352,12 +352,26 @@ func (a *actor) finish(ctx context.Context) bool {
 		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages in flight or in doubt", pending))
 		return false
 	}
-	if err := a.transition(ctx, []store.State{store.StateRunning}, store.StateCompleted, ""); err != nil {
+	if err := a.transition(ctx, []store.State{store.StateRunning}, store.StateCompleted, a.failureSummary(ctx)); err != nil {
 		a.log().Warn("cannot complete broadcast", "err", err)
 		return false
 	}
 	a.setWaiting("")
 	return a.b.State.Finished()
+}
+
+// failureSummary says, for a finished broadcast, how many messages failed
+// and shows one reply, so the failures are seen without digging.
+func (a *actor) failureSummary(ctx context.Context) string {
+	counts, err := a.c.cfg.Store.Counts(ctx, a.id)
+	if err != nil || counts.Failed == 0 {
+		return ""
+	}
+	sample, err := a.c.cfg.Store.Failures(ctx, a.id, 1)
+	if err != nil || len(sample) == 0 {
+		return fmt.Sprintf("%d messages failed", counts.Failed)
+	}
+	return fmt.Sprintf("%d messages failed, e.g. %s: %s", counts.Failed, sample[0].Email, sample[0].Error)
 }
 
 // dispatch publishes the next page of every range that has none outstanding,

@@ -66,6 +66,9 @@ func TestRecipientRejectionSkipsOnlyThatAddress(t *testing.T) {
 	if got := b.GetProgress().GetFailed(); got != int64(rejected) {
 		t.Fatalf("failed = %d, want %d", got, rejected)
 	}
+	if want := strconv.Itoa(rejected) + " messages failed, e.g. "; !strings.Contains(b.GetReason(), want) || !strings.Contains(b.GetReason(), "does not exist") {
+		t.Fatalf("completed reason %q should count the failures and show one reply", b.GetReason())
+	}
 	for _, c := range a.contacts {
 		if !bad(c.Email) || !c.Subscribed || c.DoNotContact {
 			continue

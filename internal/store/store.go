@@ -181,6 +181,9 @@ type Store interface {
 	// InDoubt returns up to limit claims still without an outcome that were
 	// made before claimedBefore, in contact id order.
 	InDoubt(ctx context.Context, broadcast ulid.ULID, claimedBefore time.Time, limit int) ([]Send, error)
+	// Failures returns up to limit failed rows, the latest first, with the
+	// server's reply: what a person needs to see why mail did not go out.
+	Failures(ctx context.Context, broadcast ulid.ULID, limit int) ([]Send, error)
 	// Pending counts claims with no outcome (in flight or in doubt).
 	Pending(ctx context.Context, broadcast ulid.ULID) (int64, error)
 	// Ping checks the database answers (readiness).

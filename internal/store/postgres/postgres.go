@@ -514,3 +514,24 @@ ORDER BY contact_id LIMIT $3`, uid(broadcast), claimedBefore, limit)
 	})
 	return out, mapErr("in-doubt claims", err)
 }
+
+func (s *Store) Failures(ctx context.Context, broadcast ulid.ULID, limit int) ([]store.Send, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT contact_id, email, status, attempt, message_id, error, claimed_at, updated_at
+FROM broadcast_sends
+WHERE broadcast_id = $1 AND status = 'failed'
+ORDER BY updated_at DESC, contact_id LIMIT $2`, uid(broadcast), limit)
+	if err != nil {
+		return nil, mapErr("failures", err)
+	}
+	var out []store.Send
+	var id [16]byte
+	var status string
+	r := store.Send{BroadcastID: broadcast}
+	_, err = pgx.ForEachRow(rows, []any{&id, &r.Email, &status, &r.Attempt, &r.MessageID, &r.Error, &r.ClaimedAt, &r.UpdatedAt}, func() error {
+		r.ContactID, r.Status = ulid.ULID(id), store.SendStatus(status)
+		out = append(out, r)
+		return nil
+	})
+	return out, mapErr("failures", err)
+}

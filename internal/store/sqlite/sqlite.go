@@ -780,3 +780,26 @@ ORDER BY contact_id LIMIT ?`, id(broadcast), ts(claimedBefore), limit)
 	}
 	return out, mapErr("in-doubt claims", rows.Err())
 }
+
+func (s *Store) Failures(ctx context.Context, broadcast ulid.ULID, limit int) ([]store.Send, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("failures: negative limit %d", limit)
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sendColumns+`
+FROM broadcast_sends
+WHERE broadcast_id = ? AND status = 'failed'
+ORDER BY updated_at DESC, contact_id LIMIT ?`, id(broadcast), limit)
+	if err != nil {
+		return nil, mapErr("failures", err)
+	}
+	defer rows.Close()
+	var out []store.Send
+	for rows.Next() {
+		r, err := scanSend(rows, broadcast)
+		if err != nil {
+			return nil, mapErr("failures", err)
+		}
+		out = append(out, r)
+	}
+	return out, mapErr("failures", rows.Err())
+}

@@ -9,6 +9,29 @@ import (
 var inDoubtCases = []testCase{
 	{"OlderThanLease", testInDoubtOlderThanLease},
 	{"UnknownIsCountedNotPending", testUnknownCounted},
+	{"FailuresLatestFirst", testFailuresLatestFirst},
+}
+
+// Failures lists failed rows with their replies, the latest first.
+func testFailuresLatestFirst(f *fixture) {
+	ids := f.subscribers("f", 4)
+	b := f.running("failures", 0)
+	f.claim(b, ids, at(2))
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{{ContactID: ids[0], Status: store.SendFailed, Error: "550 5.1.1 no such user"}}, at(3)), "RecordOutcomes")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{
+		{ContactID: ids[2], Status: store.SendFailed, Error: "550 5.1.10 recipient not found"},
+		{ContactID: ids[1], Status: store.SendSent},
+	}, at(4)), "RecordOutcomes")
+	got, err := f.s.Failures(f.ctx, b.ID, 10)
+	f.must(err, "Failures")
+	if len(got) != 2 || got[0].ContactID != ids[2] || got[0].Error != "550 5.1.10 recipient not found" || got[1].ContactID != ids[0] {
+		f.t.Errorf("Failures = %+v; want ids[2] then ids[0] with their replies", got)
+	}
+	one, err := f.s.Failures(f.ctx, b.ID, 1)
+	f.must(err, "Failures(1)")
+	if len(one) != 1 || one[0].ContactID != ids[2] {
+		f.t.Errorf("Failures(limit 1) = %+v; want the latest", one)
+	}
 }
 
 // InDoubt lists only claims still without an outcome made before the cut,
