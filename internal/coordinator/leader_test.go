@@ -2,50 +2,13 @@ package coordinator_test
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
-	"github.com/rangecast/rangecast/internal/coordinator"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
-
-// replica is one more coordinator on the stack's store and bus.
-type replica struct {
-	coord  *coordinator.Coordinator
-	client pb.BroadcastServiceClient
-	stop   func()
-}
-
-func (s *stack) addReplica(cfg coordinator.Config) *replica {
-	t := s.t
-	ctx, cancel := context.WithCancel(context.Background())
-	c := coordinator.New(cfg)
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(ctx) }() //nolint:errcheck
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := coordinator.NewGRPCServer(c)
-	go srv.Serve(lis) //nolint:errcheck
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	r := &replica{coord: c, client: pb.NewBroadcastServiceClient(conn), stop: func() {
-		once.Do(func() { conn.Close(); srv.Stop(); cancel(); <-done })
-	}}
-	t.Cleanup(r.stop)
-	return r
-}
 
 func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
@@ -68,7 +31,7 @@ func TestOneLeaderAndFollowerWrites(t *testing.T) {
 	waitFor(t, "first coordinator leads", 10*time.Second, s.coord.Leading)
 	cfg := s.coordCfg
 	cfg.Name = "second"
-	follower := s.addReplica(cfg)
+	follower := s.runReplica(cfg)
 	time.Sleep(500 * time.Millisecond)
 	if follower.coord.Leading() {
 		t.Fatal("two coordinators lead at once")
@@ -145,7 +108,7 @@ func TestSplitBrainSendsNobodyTwice(t *testing.T) {
 	s := newStack(t, stackOptions{workers: 3, concurrency: 8, pageLimit: 50})
 	cfg := s.coordCfg
 	cfg.Name, cfg.LeaseKey = "rogue", "another-lease"
-	rogue := s.addReplica(cfg)
+	rogue := s.runReplica(cfg)
 	waitFor(t, "both lead", 10*time.Second, func() bool { return s.coord.Leading() && rogue.coord.Leading() })
 	a := s.seed(3000)
 	id := s.create("", 0)

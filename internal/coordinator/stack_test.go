@@ -93,11 +93,19 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	return s
 }
 
-// startCoordinator runs a coordinator and a gRPC server in front of it.
-func (s *stack) startCoordinator() {
+// replica is a coordinator with a gRPC server in front of it.
+type replica struct {
+	coord  *coordinator.Coordinator
+	conn   *grpc.ClientConn
+	client pb.BroadcastServiceClient
+	stop   func()
+}
+
+// runReplica starts a coordinator with cfg on the stack's store and bus.
+func (s *stack) runReplica(cfg coordinator.Config) *replica {
 	t := s.t
 	ctx, cancel := context.WithCancel(context.Background())
-	c := coordinator.New(s.coordCfg)
+	c := coordinator.New(cfg)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -115,16 +123,23 @@ func (s *stack) startCoordinator() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.coord, s.client, s.conn = c, pb.NewBroadcastServiceClient(conn), conn
 	var once sync.Once
-	s.stopCoord = func() {
+	r := &replica{coord: c, conn: conn, client: pb.NewBroadcastServiceClient(conn), stop: func() {
 		once.Do(func() {
 			conn.Close()
 			srv.Stop()
 			cancel()
 			<-done
 		})
-	}
+	}}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// startCoordinator runs the stack's main coordinator (s.coordCfg).
+func (s *stack) startCoordinator() {
+	r := s.runReplica(s.coordCfg)
+	s.coord, s.client, s.conn, s.stopCoord = r.coord, r.client, r.conn, r.stop
 }
 
 func (s *stack) startWorker() {
