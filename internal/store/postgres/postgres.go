@@ -495,34 +495,24 @@ FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2`, uid(broadcast
 }
 
 func (s *Store) InDoubt(ctx context.Context, broadcast ulid.ULID, claimedBefore time.Time, limit int) ([]store.Send, error) {
-	rows, err := s.pool.Query(ctx, `
-SELECT contact_id, email, status, attempt, message_id, error, claimed_at, updated_at
-FROM broadcast_sends
+	return s.sends(ctx, "in-doubt claims", broadcast, `
 WHERE broadcast_id = $1 AND status = 'claimed' AND claimed_at < $2
 ORDER BY contact_id LIMIT $3`, uid(broadcast), claimedBefore, limit)
-	if err != nil {
-		return nil, mapErr("in-doubt claims", err)
-	}
-	var out []store.Send
-	var id [16]byte
-	var status string
-	r := store.Send{BroadcastID: broadcast}
-	_, err = pgx.ForEachRow(rows, []any{&id, &r.Email, &status, &r.Attempt, &r.MessageID, &r.Error, &r.ClaimedAt, &r.UpdatedAt}, func() error {
-		r.ContactID, r.Status = ulid.ULID(id), store.SendStatus(status)
-		out = append(out, r)
-		return nil
-	})
-	return out, mapErr("in-doubt claims", err)
 }
 
 func (s *Store) Failures(ctx context.Context, broadcast ulid.ULID, limit int) ([]store.Send, error) {
-	rows, err := s.pool.Query(ctx, `
-SELECT contact_id, email, status, attempt, message_id, error, claimed_at, updated_at
-FROM broadcast_sends
+	return s.sends(ctx, "failures", broadcast, `
 WHERE broadcast_id = $1 AND status = 'failed'
 ORDER BY updated_at DESC, contact_id LIMIT $2`, uid(broadcast), limit)
+}
+
+// sends reads ledger rows of one broadcast selected by where.
+func (s *Store) sends(ctx context.Context, op string, broadcast ulid.ULID, where string, args ...any) ([]store.Send, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT contact_id, email, status, attempt, message_id, error, claimed_at, updated_at
+FROM broadcast_sends`+where, args...)
 	if err != nil {
-		return nil, mapErr("failures", err)
+		return nil, mapErr(op, err)
 	}
 	var out []store.Send
 	var id [16]byte
@@ -533,5 +523,5 @@ ORDER BY updated_at DESC, contact_id LIMIT $2`, uid(broadcast), limit)
 		out = append(out, r)
 		return nil
 	})
-	return out, mapErr("failures", err)
+	return out, mapErr(op, err)
 }

@@ -759,47 +759,35 @@ FROM broadcast_sends WHERE broadcast_id = ? AND contact_id = ?`, id(broadcast), 
 }
 
 func (s *Store) InDoubt(ctx context.Context, broadcast ulid.ULID, claimedBefore time.Time, limit int) ([]store.Send, error) {
-	if limit < 0 {
-		return nil, fmt.Errorf("in-doubt claims: negative limit %d", limit)
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+sendColumns+`
-FROM broadcast_sends
+	return s.sends(ctx, "in-doubt claims", broadcast, limit, `
 WHERE broadcast_id = ? AND status = 'claimed' AND claimed_at < ?
 ORDER BY contact_id LIMIT ?`, id(broadcast), ts(claimedBefore), limit)
-	if err != nil {
-		return nil, mapErr("in-doubt claims", err)
-	}
-	defer rows.Close()
-	var out []store.Send
-	for rows.Next() {
-		r, err := scanSend(rows, broadcast)
-		if err != nil {
-			return nil, mapErr("in-doubt claims", err)
-		}
-		out = append(out, r)
-	}
-	return out, mapErr("in-doubt claims", rows.Err())
 }
 
 func (s *Store) Failures(ctx context.Context, broadcast ulid.ULID, limit int) ([]store.Send, error) {
-	if limit < 0 {
-		return nil, fmt.Errorf("failures: negative limit %d", limit)
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+sendColumns+`
-FROM broadcast_sends
+	return s.sends(ctx, "failures", broadcast, limit, `
 WHERE broadcast_id = ? AND status = 'failed'
 ORDER BY updated_at DESC, contact_id LIMIT ?`, id(broadcast), limit)
+}
+
+// sends reads ledger rows of one broadcast selected by where.
+func (s *Store) sends(ctx context.Context, op string, broadcast ulid.ULID, limit int, where string, args ...any) ([]store.Send, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("%s: negative limit %d", op, limit)
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sendColumns+`
+FROM broadcast_sends`+where, args...)
 	if err != nil {
-		return nil, mapErr("failures", err)
+		return nil, mapErr(op, err)
 	}
 	defer rows.Close()
 	var out []store.Send
 	for rows.Next() {
 		r, err := scanSend(rows, broadcast)
 		if err != nil {
-			return nil, mapErr("failures", err)
+			return nil, mapErr(op, err)
 		}
 		out = append(out, r)
 	}
-	return out, mapErr("failures", rows.Err())
+	return out, mapErr(op, rows.Err())
 }
