@@ -37,3 +37,18 @@ var (
 		Help: "Broadcast state changes made by the coordinator itself (completed, paused on a channel error, failed).",
 	}, []string{"state"})
 )
+
+// Labelled counters get a series only once a label value is used, and
+// increase() cannot see that first step; create the series at zero so the
+// first failed broadcast or in-doubt settlement raises an alert.
+func init() {
+	for _, r := range []string{"advanced", "ignored"} {
+		reportsApplied.WithLabelValues(r)
+	}
+	for _, r := range []string{"sent", "unknown", "released"} {
+		inDoubtSettled.WithLabelValues(r)
+	}
+	for _, s := range []string{"completed", "paused", "failed"} {
+		broadcastTransitions.WithLabelValues(s)
+	}
+}

@@ -21,3 +21,13 @@ var (
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 	})
 )
+
+// Create every labelled series at zero (see the coordinator's metrics.go).
+func init() {
+	for _, o := range []string{"done", "walked", "stopped", "parked", "dropped", "failed"} {
+		pagesRun.WithLabelValues(o)
+	}
+	for _, o := range []string{"sent", "failed", "released", "in_doubt"} {
+		messages.WithLabelValues(o)
+	}
+}
