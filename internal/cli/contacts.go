@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -72,6 +74,9 @@ row is imported. The file is streamed, so millions of rows work.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "imported %d %s; %d %s rejected\n", resp.GetImported(), plural(resp.GetImported(), "contact", "contacts"),
 				len(res.rejected), plural(int64(len(res.rejected)), "row", "rows"))
+			// The reader's and the server's rejections arrive separately; a
+			// person reads them in file order.
+			slices.SortStableFunc(res.rejected, func(a, b string) int { return cmp.Compare(lineOf(a), lineOf(b)) })
 			for i, r := range res.rejected {
 				if i == maxShownErrors {
 					fmt.Fprintf(out, "  … and %d more\n", len(res.rejected)-maxShownErrors)
@@ -207,4 +212,11 @@ func plural(n int64, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// lineOf reads the line number a rejection starts with ("line N: …").
+func lineOf(rejection string) int {
+	var n int
+	fmt.Sscanf(rejection, "line %d", &n) //nolint:errcheck // every rejection is written with that prefix
+	return n
 }

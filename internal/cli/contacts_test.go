@@ -261,12 +261,12 @@ func TestContactsImportCommand(t *testing.T) {
 		t.Fatalf("import: %v\n%s", err, out)
 	}
 	want := "imported 3 contacts; 6 rows rejected\n" +
+		"  line 4: not-an-email: \"not-an-email\" is not a valid email address\n" +
 		"  line 5: " + `extraneous or missing " in quoted-field` + "\n" +
 		"  line 6: 2 columns, the header has 3\n" +
-		"  line 11: not valid UTF-8 (save the file as UTF-8)\n" +
-		"  line 4: not-an-email: \"not-an-email\" is not a valid email address\n" +
 		"  line 7: ANN@example.org: duplicate of line 2\n" +
-		"  line 8: dan@example.org: invalid name: contains a line break (CR or LF) at byte 3; header values must be a single line\n"
+		"  line 8: dan@example.org: invalid name: contains a line break (CR or LF) at byte 3; header values must be a single line\n" +
+		"  line 11: not valid UTF-8 (save the file as UTF-8)\n"
 	if out != want {
 		t.Errorf("output:\n%s\nwant:\n%s", out, want)
 	}
