@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,6 +25,12 @@ func describe(err error) string {
 		return "not possible now: " + st.Message()
 	case codes.AlreadyExists:
 		return "already exists: " + st.Message()
+	case codes.Unauthenticated:
+		msg := "not authorized: " + st.Message()
+		if !strings.Contains(msg, "RANGECAST_TOKEN") {
+			msg += " (pass --token or set RANGECAST_TOKEN)"
+		}
+		return msg
 	}
 	return st.Code().String() + ": " + st.Message()
 }

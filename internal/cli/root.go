@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,6 +54,9 @@ func Rangecast() *cobra.Command {
 	}
 	c := &client{}
 	root.PersistentFlags().StringVar(&c.addr, "addr", env("RANGECAST_ADDR", server.DefaultGRPCAddr), "coordinator gRPC address (env RANGECAST_ADDR)")
+	// The token's default is read at dial time, not shown as the flag's
+	// default, so --help never prints it.
+	root.PersistentFlags().StringVar(&c.token, "token", "", "bearer token for the coordinator's gRPC API (env RANGECAST_TOKEN)")
 	root.AddCommand(broadcastsCommand(c), contactsCommand(c), mailCommand(), devCommand(), demoCommand())
 	return root
 }
@@ -69,16 +73,36 @@ func Main(cmd *cobra.Command) {
 
 // client dials the coordinator lazily, once a command needs it.
 type client struct {
-	addr string
-	conn *grpc.ClientConn
+	addr, token string
+	conn        *grpc.ClientConn
 }
+
+// bearer sends "authorization: Bearer <token>" with every call.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+// RequireTransportSecurity is false: whether the coordinator is reached
+// over TLS (a TLS-terminating proxy, a service mesh, mTLS) or plaintext on a
+// private network is the operator's choice, and the token is sent either way.
+func (bearer) RequireTransportSecurity() bool { return false }
 
 func (c *client) dial() (*grpc.ClientConn, error) {
 	if c.conn == nil {
 		if _, _, err := net.SplitHostPort(c.addr); err != nil {
 			return nil, fmt.Errorf("--addr %q: use host:port, e.g. 127.0.0.1:7070", c.addr)
 		}
-		conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		token := c.token
+		if token == "" {
+			token = os.Getenv("RANGECAST_TOKEN")
+		}
+		if token = strings.TrimSpace(token); token != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(bearer(token)))
+		}
+		conn, err := grpc.NewClient(c.addr, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("coordinator address %q: %w", c.addr, err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/demo"
 	"github.com/rangecast/rangecast/internal/server"
 	"github.com/rangecast/rangecast/internal/store/postgres"
@@ -28,6 +29,7 @@ Every flag can be set by the environment variable named in its help.`,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = logger(level)
+			o.Tokens = coordinator.ParseTokens(os.Getenv("RANGECAST_TOKENS"))
 			return server.RunCoordinator(cmd.Context(), o)
 		},
 	}
@@ -36,6 +38,9 @@ Every flag can be set by the environment variable named in its help.`,
 	f.StringVar(&o.GRPCAddr, "grpc-addr", env("RANGECAST_GRPC_ADDR", server.DefaultGRPCAddr), "gRPC listen address (env RANGECAST_GRPC_ADDR)")
 	f.StringVar(&o.HTTPAddr, "http-addr", env("RANGECAST_HTTP_ADDR", server.DefaultHTTPAddr), "public HTTP listen address: unsubscribe, webhooks (env RANGECAST_HTTP_ADDR)")
 	f.DurationVar(&o.InDoubtAfter, "in-doubt-after", envDuration("RANGECAST_IN_DOUBT_AFTER", 5*time.Minute), "a claim with no outcome this old is in doubt; longer than any page takes (env RANGECAST_IN_DOUBT_AFTER)")
+	// Tokens themselves are never flags (they would show in ps); the file
+	// or RANGECAST_TOKENS holds them.
+	f.StringVar(&o.TokensFile, "tokens-file", env("RANGECAST_TOKENS_FILE", ""), "file of accepted gRPC bearer tokens, one per line, # comments; re-read when it changes, so a mounted Kubernetes Secret rotates without a restart. RANGECAST_TOKENS adds comma-separated tokens. With neither, the API is unauthenticated; health and reflection are always open (env RANGECAST_TOKENS_FILE)")
 	f.StringVar(&o.InDoubtPolicy, "in-doubt-policy", env("RANGECAST_IN_DOUBT_POLICY", "skip"), "what to do with in-doubt claims the transport cannot look up: skip (mark unknown, never risk a second copy) or resend (env RANGECAST_IN_DOUBT_POLICY)")
 	return cmd
 }

@@ -10,7 +10,9 @@ import (
 )
 
 // NewGRPCServer registers the broadcast and audience services, gRPC health
-// and reflection (so grpcurl works without the .proto files).
+// and reflection (so grpcurl works without the .proto files). Pass
+// (*Auth).ServerOptions() in opts to require a bearer token; health and
+// reflection stay open either way.
 func NewGRPCServer(c *Coordinator, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(opts...)
 	pb.RegisterBroadcastServiceServer(s, NewBroadcastAPI(c))

@@ -156,7 +156,24 @@ type CoordinatorOptions struct {
 	InDoubtAfter  time.Duration
 	InDoubtPolicy string
 	Lookup        coordinator.Lookup
-	Log           *slog.Logger
+	// Tokens (RANGECAST_TOKENS) and TokensFile (one per line, re-read when
+	// it changes) are the bearer tokens gRPC accepts. With neither, the
+	// API is unauthenticated.
+	Tokens     []string
+	TokensFile string
+	Log        *slog.Logger
+
+	auth *coordinator.Auth // built by RunCoordinator before connecting
+}
+
+// newAuth returns the token checker o asks for, or nil when it asks for
+// none.
+func (o CoordinatorOptions) newAuth() (*coordinator.Auth, error) {
+	cfg := coordinator.AuthConfig{Tokens: o.Tokens, TokensFile: o.TokensFile, Log: o.Log}
+	if !cfg.Enabled() {
+		return nil, nil
+	}
+	return coordinator.NewAuth(cfg)
 }
 
 // connect opens the store and the bus a server process needs and returns a
@@ -181,6 +198,16 @@ func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
 	default:
 		return fmt.Errorf("in-doubt policy %q: use skip or resend", o.InDoubtPolicy)
 	}
+	// Tokens are checked before connecting, so a bad tokens file fails at
+	// once rather than after waiting for NATS.
+	auth, err := o.newAuth()
+	if err != nil {
+		return err
+	}
+	if auth == nil {
+		o.Log.Warn("gRPC API is unauthenticated: anyone who can reach it can send broadcasts; set --tokens-file / RANGECAST_TOKENS_FILE or RANGECAST_TOKENS")
+	}
+	o.auth = auth
 	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL)
 	if err != nil {
 		return err
@@ -215,7 +242,14 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 		Store: st, Bus: b, Clock: clock.Real{}, Log: o.Log,
 		InDoubtAfter: o.InDoubtAfter, InDoubtPolicy: coordinator.InDoubtPolicy(o.InDoubtPolicy), Lookup: o.Lookup,
 	})
-	srv := coordinator.NewGRPCServer(c)
+	auth := o.auth
+	if auth == nil {
+		var err error
+		if auth, err = o.newAuth(); err != nil {
+			return err
+		}
+	}
+	srv := coordinator.NewGRPCServer(c, auth.ServerOptions()...)
 	go srv.Serve(lis) //nolint:errcheck
 	o.Log.Info("grpc listening", "addr", lis.Addr().String())
 	health.ready.Store(true)
