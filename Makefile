@@ -44,3 +44,18 @@ chaos:
 
 chaos-short:
 	$(GO) test -count=1 -run '^TestChaosShort$$' -v ./test/chaos
+
+# Container images, one per binary, from the Dockerfile's targets (static
+# builds on distroless/static:nonroot). Needs a Docker engine with BuildKit;
+# this dev machine has none, so the target is untested here:
+# deploy/k8s/manifests_test.go only checks the Dockerfile's shape.
+# Kubernetes manifests: deploy/k8s (kubectl apply -k deploy/k8s/overlays/dev).
+IMAGE_REPO ?= rangecast
+IMAGE_TAG ?= latest
+DOCKER ?= docker
+.PHONY: images
+images:
+	@for t in coordinator pageworker rangecast; do \
+		echo "$(DOCKER) build --target $$t -t $(IMAGE_REPO)/$$t:$(IMAGE_TAG) ."; \
+		$(DOCKER) build --target $$t -t $(IMAGE_REPO)/$$t:$(IMAGE_TAG) . || exit 1; \
+	done

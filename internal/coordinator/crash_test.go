@@ -92,6 +92,12 @@ func TestWorkerDiesMidPage(t *testing.T) {
 	if missing > int(inDoubt) {
 		t.Fatalf("%d eligible contacts received nothing; only %d claims are in doubt", missing, inDoubt)
 	}
+	// The actor notices "all walked, some in doubt" on its next report or tick.
+	waitFor(t, "status says it waits on the in-doubt claims", 15*time.Second, func() bool {
+		b = s.status(id)
+		return strings.Contains(b.GetProgress().GetWaitingFor(), "in doubt")
+	})
+	p = b.GetProgress()
 	if b.GetState() != pb.BroadcastState_BROADCAST_STATE_RUNNING || !strings.Contains(p.GetWaitingFor(), "in doubt") {
 		t.Fatalf("state %s, waiting for %q; want running and waiting on the in-doubt claims", b.GetState(), p.GetWaitingFor())
 	}

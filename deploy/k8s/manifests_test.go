@@ -1,0 +1,668 @@
+// Package k8s_test builds every kustomization under deploy/k8s with krusty
+// (no cluster, no network), decodes every object strictly into its
+// k8s.io/api type, and checks the manifests against the binaries: env vars
+// they read, ports they listen on, probe paths they serve.
+package k8s_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/cli"
+)
+
+const namespace = "rangecast"
+
+// kinds maps apiVersion/kind to a constructor of the typed object it must
+// decode into. Anything else (but a ScaledObject) fails the test.
+var kinds = map[string]func() any{
+	"v1/Namespace":                           func() any { return &corev1.Namespace{} },
+	"v1/ConfigMap":                           func() any { return &corev1.ConfigMap{} },
+	"v1/Secret":                              func() any { return &corev1.Secret{} },
+	"v1/Service":                             func() any { return &corev1.Service{} },
+	"v1/PersistentVolumeClaim":               func() any { return &corev1.PersistentVolumeClaim{} },
+	"apps/v1/Deployment":                     func() any { return &appsv1.Deployment{} },
+	"apps/v1/StatefulSet":                    func() any { return &appsv1.StatefulSet{} },
+	"policy/v1/PodDisruptionBudget":          func() any { return &policyv1.PodDisruptionBudget{} },
+	"autoscaling/v2/HorizontalPodAutoscaler": func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
+	"networking.k8s.io/v1/NetworkPolicy":     func() any { return &networkingv1.NetworkPolicy{} },
+}
+
+// bundle is one kustomization's output, decoded.
+type bundle struct {
+	dir          string
+	deployments  map[string]*appsv1.Deployment
+	statefulSets map[string]*appsv1.StatefulSet
+	services     map[string]*corev1.Service
+	configMaps   map[string]*corev1.ConfigMap
+	secrets      map[string]*corev1.Secret
+	pdbs         []*policyv1.PodDisruptionBudget
+	hpas         []*autoscalingv2.HorizontalPodAutoscaler
+	pvcs         map[string]*corev1.PersistentVolumeClaim
+	scaled       []map[string]any
+	namespaces   []string
+}
+
+func kustomizations(t *testing.T) []string {
+	t.Helper()
+	dirs := []string{"base"}
+	overlays, err := filepath.Glob("overlays/*/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range overlays {
+		dirs = append(dirs, filepath.Dir(o))
+	}
+	for _, want := range []string{"overlays/dev", "overlays/hpa", "overlays/keda"} {
+		if !slices.Contains(dirs, want) {
+			t.Errorf("missing kustomization %s", want)
+		}
+	}
+	return dirs
+}
+
+func build(t *testing.T, dir string) *bundle {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	b := &bundle{
+		dir:         dir,
+		deployments: map[string]*appsv1.Deployment{}, statefulSets: map[string]*appsv1.StatefulSet{},
+		services: map[string]*corev1.Service{}, configMaps: map[string]*corev1.ConfigMap{},
+		secrets: map[string]*corev1.Secret{}, pvcs: map[string]*corev1.PersistentVolumeClaim{},
+	}
+	for _, r := range m.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gvk := r.GetGvk()
+		key := gvk.ApiVersion() + "/" + gvk.Kind
+		what := fmt.Sprintf("%s: %s %s", dir, key, r.GetName())
+		if gvk.Kind != "Namespace" && r.GetNamespace() != namespace {
+			t.Errorf("%s: namespace %q, want %q", what, r.GetNamespace(), namespace)
+		}
+		if key == "keda.sh/v1alpha1/ScaledObject" {
+			var obj map[string]any
+			if err := yaml.UnmarshalStrict(y, &obj); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			b.scaled = append(b.scaled, obj)
+			continue
+		}
+		mk, ok := kinds[key]
+		if !ok {
+			t.Errorf("%s: kind not checked by this test; add it to kinds", what)
+			continue
+		}
+		obj := mk()
+		if err := yaml.UnmarshalStrict(y, obj); err != nil {
+			t.Errorf("%s: strict decode: %v", what, err)
+			continue
+		}
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			b.namespaces = append(b.namespaces, o.Name)
+		case *corev1.ConfigMap:
+			b.configMaps[o.Name] = o
+		case *corev1.Secret:
+			b.secrets[o.Name] = o
+		case *corev1.Service:
+			b.services[o.Name] = o
+		case *corev1.PersistentVolumeClaim:
+			b.pvcs[o.Name] = o
+		case *appsv1.Deployment:
+			b.deployments[o.Name] = o
+		case *appsv1.StatefulSet:
+			b.statefulSets[o.Name] = o
+		case *policyv1.PodDisruptionBudget:
+			b.pdbs = append(b.pdbs, o)
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			b.hpas = append(b.hpas, o)
+		}
+	}
+	if !slices.Equal(b.namespaces, []string{namespace}) {
+		t.Errorf("%s: namespaces %v, want [%s]", dir, b.namespaces, namespace)
+	}
+	return b
+}
+
+// envRE finds the variable a flag's help names: "… (env RANGECAST_X)".
+var envRE = regexp.MustCompile(`\(env (RANGECAST_[A-Z0-9_]+)\)`)
+
+// binaryEnv is the set of variables cmd reads, from its flags' help.
+func binaryEnv(t *testing.T, cmd *cobra.Command) map[string]bool {
+	t.Helper()
+	vars := map[string]bool{}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		for _, m := range envRE.FindAllStringSubmatch(f.Usage, -1) {
+			vars[m[1]] = true
+		}
+	})
+	if len(vars) == 0 {
+		t.Fatalf("%s: no (env …) in any flag's help", cmd.Name())
+	}
+	return vars
+}
+
+// effectiveEnv resolves a container's environment: envFrom ConfigMaps and
+// Secrets (which must exist in the bundle, unless optional), then env.
+// Values from secretKeyRef are "<secret>".
+func (b *bundle) effectiveEnv(t *testing.T, what string, c corev1.Container) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, from := range c.EnvFrom {
+		switch {
+		case from.ConfigMapRef != nil:
+			cm, ok := b.configMaps[from.ConfigMapRef.Name]
+			if !ok {
+				t.Errorf("%s: envFrom ConfigMap %q not in the build", what, from.ConfigMapRef.Name)
+				continue
+			}
+			for k, v := range cm.Data {
+				env[from.Prefix+k] = v
+			}
+		case from.SecretRef != nil:
+			s, ok := b.secrets[from.SecretRef.Name]
+			if !ok {
+				t.Errorf("%s: envFrom Secret %q not in the build", what, from.SecretRef.Name)
+				continue
+			}
+			for k := range s.StringData {
+				env[from.Prefix+k] = "<secret>"
+			}
+			for k := range s.Data {
+				env[from.Prefix+k] = "<secret>"
+			}
+		}
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			s, ok := b.secrets[ref.Name]
+			_, inString := s.StringData[ref.Key]
+			_, inData := s.Data[ref.Key]
+			if !ok || !(inString || inData) {
+				t.Errorf("%s: env %s: Secret %s key %s not in the build", what, e.Name, ref.Name, ref.Key)
+			}
+			env[e.Name] = "<secret>"
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			ref := e.ValueFrom.ConfigMapKeyRef
+			env[e.Name] = b.configMaps[ref.Name].Data[ref.Key]
+		default:
+			env[e.Name] = "<field>"
+		}
+	}
+	return env
+}
+
+// port returns the port of a host:port listen address that is reachable from
+// outside the pod (0.0.0.0, :: or empty host).
+func port(t *testing.T, what, addr string) int32 {
+	t.Helper()
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Errorf("%s: address %q: %v", what, addr, err)
+		return 0
+	}
+	if host != "" && host != "0.0.0.0" && host != "::" {
+		t.Errorf("%s: address %q listens on %s only; use 0.0.0.0 in a pod", what, addr, host)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Errorf("%s: address %q: %v", what, addr, err)
+	}
+	return int32(n)
+}
+
+// containerPort resolves a probe's or Service's port (number or name).
+func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
+	if p.Type == intstr.Int {
+		return p.IntVal
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return cp.ContainerPort
+		}
+	}
+	return -1
+}
+
+type binary struct {
+	name     string
+	cmd      *cobra.Command
+	required []string
+	// addrs are the variables that hold listen addresses.
+	addrs []string
+}
+
+func binaries() []binary {
+	return []binary{
+		{"coordinator", cli.Coordinator(),
+			[]string{"RANGECAST_DATABASE_URL", "RANGECAST_NATS_URL", "RANGECAST_METRICS_ADDR", "RANGECAST_GRPC_ADDR", "RANGECAST_HTTP_ADDR"},
+			[]string{"RANGECAST_GRPC_ADDR", "RANGECAST_HTTP_ADDR", "RANGECAST_METRICS_ADDR"}},
+		{"pageworker", cli.PageWorker(),
+			[]string{"RANGECAST_DATABASE_URL", "RANGECAST_NATS_URL", "RANGECAST_METRICS_ADDR", "RANGECAST_SMTP_URL"},
+			[]string{"RANGECAST_METRICS_ADDR"}},
+	}
+}
+
+func TestManifests(t *testing.T) {
+	for _, dir := range kustomizations(t) {
+		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
+			b := build(t, dir)
+			for _, bin := range binaries() {
+				checkBinary(t, b, bin)
+			}
+			checkServices(t, b)
+			checkPDBs(t, b)
+			checkAutoscaling(t, b)
+			if strings.HasSuffix(dir, "dev") {
+				checkDev(t, b)
+			}
+		})
+	}
+}
+
+func checkBinary(t *testing.T, b *bundle, bin binary) {
+	d, ok := b.deployments[bin.name]
+	if !ok {
+		t.Fatalf("no Deployment %s", bin.name)
+	}
+	spec := d.Spec.Template.Spec
+	if len(spec.Containers) != 1 || spec.Containers[0].Name != bin.name {
+		t.Fatalf("Deployment %s: want one container named %s", bin.name, bin.name)
+	}
+	c := spec.Containers[0]
+	what := "Deployment " + bin.name
+	if !strings.Contains(c.Image, "rangecast/"+bin.name) {
+		t.Errorf("%s: image %q is not the %s image", what, c.Image, bin.name)
+	}
+
+	// Every variable set is one the binary reads; the needed ones are set.
+	reads := binaryEnv(t, bin.cmd)
+	env := b.effectiveEnv(t, what, c)
+	for name := range env {
+		if !reads[name] {
+			t.Errorf("%s: sets %s, which %s does not read (it reads %v)", what, name, bin.name, sorted(reads))
+		}
+	}
+	for _, name := range bin.required {
+		if env[name] == "" {
+			t.Errorf("%s: %s not set", what, name)
+		}
+	}
+
+	// Ports: containerPorts are exactly the ports of the listen addresses.
+	listen := map[string]int32{}
+	for _, v := range bin.addrs {
+		listen[v] = port(t, what+" "+v, env[v])
+	}
+	var want, got []int32
+	for _, p := range listen {
+		want = append(want, p)
+	}
+	for _, p := range c.Ports {
+		got = append(got, p.ContainerPort)
+		if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP {
+			t.Errorf("%s: port %d protocol %s", what, p.ContainerPort, p.Protocol)
+		}
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(want, got) {
+		t.Errorf("%s: containerPorts %v, but the addresses in its env listen on %v", what, got, want)
+	}
+
+	// Probes: /healthz and /readyz on the metrics port; a gRPC probe on
+	// the gRPC port.
+	metrics := listen["RANGECAST_METRICS_ADDR"]
+	checkHTTPProbe(t, what+" liveness", c, c.LivenessProbe, "/healthz", metrics)
+	checkHTTPProbe(t, what+" readiness", c, c.ReadinessProbe, "/readyz", metrics)
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+		if p == nil {
+			continue
+		}
+		if g := p.HTTPGet; g != nil {
+			if containerPort(c, g.Port) != metrics || (g.Path != "/healthz" && g.Path != "/readyz") {
+				t.Errorf("%s: probe GET %s on port %v; the only endpoints are /healthz and /readyz on %d", what, g.Path, g.Port.String(), metrics)
+			}
+		}
+		if g := p.GRPC; g != nil {
+			if gp, ok := listen["RANGECAST_GRPC_ADDR"]; !ok || g.Port != gp {
+				t.Errorf("%s: gRPC probe on %d, gRPC listens on %d", what, g.Port, gp)
+			}
+		}
+		if p.TCPSocket != nil || p.Exec != nil {
+			t.Errorf("%s: use the binary's HTTP or gRPC health endpoints", what)
+		}
+	}
+	if gp, ok := listen["RANGECAST_GRPC_ADDR"]; ok {
+		if c.StartupProbe == nil || c.StartupProbe.GRPC == nil || c.StartupProbe.GRPC.Port != gp {
+			t.Errorf("%s: want a native gRPC startup probe on %d", what, gp)
+		}
+	}
+
+	// Security.
+	sc := c.SecurityContext
+	switch {
+	case sc == nil:
+		t.Errorf("%s: no securityContext", what)
+	default:
+		psc := spec.SecurityContext
+		nonRoot := (sc.RunAsNonRoot != nil && *sc.RunAsNonRoot) || (psc != nil && psc.RunAsNonRoot != nil && *psc.RunAsNonRoot)
+		seccomp := (sc.SeccompProfile != nil && sc.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault) ||
+			(psc != nil && psc.SeccompProfile != nil && psc.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault)
+		if !nonRoot {
+			t.Errorf("%s: runAsNonRoot not set", what)
+		}
+		if !seccomp {
+			t.Errorf("%s: seccompProfile RuntimeDefault not set", what)
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: readOnlyRootFilesystem not set", what)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: allowPrivilegeEscalation not false", what)
+		}
+		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("%s: capabilities must drop ALL and add none", what)
+		}
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("%s: want cpu and memory requests and a memory limit", what)
+	}
+	if len(spec.TopologySpreadConstraints) == 0 {
+		t.Errorf("%s: no topologySpreadConstraints", what)
+	}
+	for _, tsc := range spec.TopologySpreadConstraints {
+		if !selects(tsc.LabelSelector.MatchLabels, d.Spec.Template.Labels) {
+			t.Errorf("%s: topology spread selector %v does not match its pods", what, tsc.LabelSelector.MatchLabels)
+		}
+	}
+	if !selects(d.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+		t.Errorf("%s: selector does not match its template", what)
+	}
+
+	switch bin.name {
+	case "coordinator":
+		if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+			t.Errorf("%s: want 2 replicas (one leads, one stands by)", what)
+		}
+	case "pageworker":
+		// The drain: one in-flight window, each send bounded by the 30 s
+		// SMTP timeout, then record and report.
+		if g := spec.TerminationGracePeriodSeconds; g == nil || *g < 60 {
+			t.Errorf("%s: terminationGracePeriodSeconds %v, want >= 60 for the drain", what, g)
+		}
+	}
+}
+
+func checkHTTPProbe(t *testing.T, what string, c corev1.Container, p *corev1.Probe, path string, metrics int32) {
+	t.Helper()
+	if p == nil || p.HTTPGet == nil {
+		t.Errorf("%s: want httpGet %s", what, path)
+		return
+	}
+	if p.HTTPGet.Path != path {
+		t.Errorf("%s: path %s, want %s", what, p.HTTPGet.Path, path)
+	}
+	if got := containerPort(c, p.HTTPGet.Port); got != metrics {
+		t.Errorf("%s: port %s is %d, want the metrics port %d", what, p.HTTPGet.Port.String(), got, metrics)
+	}
+}
+
+// checkServices: every Service selects pods of a workload in the build, and
+// every targetPort is a port of that workload's container.
+func checkServices(t *testing.T, b *bundle) {
+	for name, s := range b.services {
+		var pods []corev1.PodTemplateSpec
+		for _, d := range b.deployments {
+			if selects(s.Spec.Selector, d.Spec.Template.Labels) {
+				pods = append(pods, d.Spec.Template)
+			}
+		}
+		for _, st := range b.statefulSets {
+			if selects(s.Spec.Selector, st.Spec.Template.Labels) {
+				pods = append(pods, st.Spec.Template)
+			}
+		}
+		if len(pods) != 1 {
+			t.Errorf("Service %s selects %d workloads, want 1", name, len(pods))
+			continue
+		}
+		c := pods[0].Spec.Containers[0]
+		for _, p := range s.Spec.Ports {
+			if containerPort(c, p.TargetPort) <= 0 {
+				t.Errorf("Service %s: targetPort %s is no port of container %s", name, p.TargetPort.String(), c.Name)
+			}
+		}
+	}
+	if s, ok := b.services["coordinator"]; ok {
+		var ports []int32
+		for _, p := range s.Spec.Ports {
+			ports = append(ports, p.Port)
+		}
+		if !slices.Equal(ports, []int32{7070, 8080, 9090}) {
+			t.Errorf("Service coordinator: ports %v, want grpc 7070, http 8080, metrics 9090", ports)
+		}
+	} else {
+		t.Error("no Service coordinator")
+	}
+}
+
+func checkPDBs(t *testing.T, b *bundle) {
+	covered := map[string]bool{}
+	for _, p := range b.pdbs {
+		n := 0
+		for name, d := range b.deployments {
+			if selects(p.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+				covered[name] = true
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("PodDisruptionBudget %s selects %d Deployments, want 1", p.Name, n)
+		}
+	}
+	for _, name := range []string{"coordinator", "pageworker"} {
+		if !covered[name] {
+			t.Errorf("Deployment %s has no PodDisruptionBudget", name)
+		}
+	}
+}
+
+// checkAutoscaling: a ScaledObject or HPA targets the pageworker, watches
+// the stream and consumer internal/bus names, and the Deployment leaves the
+// replica count to it.
+func checkAutoscaling(t *testing.T, b *bundle) {
+	scalers := 0
+	for _, so := range b.scaled {
+		scalers++
+		name := str(so, "metadata", "name")
+		if target := str(so, "spec", "scaleTargetRef", "name"); target != "pageworker" {
+			t.Errorf("ScaledObject %s: scaleTargetRef.name %q, want pageworker", name, target)
+		}
+		for _, k := range []string{"minReplicaCount", "maxReplicaCount"} {
+			if _, ok := get(so, "spec", k).(float64); !ok {
+				t.Errorf("ScaledObject %s: spec.%s missing", name, k)
+			}
+		}
+		triggers, _ := get(so, "spec", "triggers").([]any)
+		if len(triggers) != 1 {
+			t.Fatalf("ScaledObject %s: want one trigger, have %d", name, len(triggers))
+		}
+		tr, _ := triggers[0].(map[string]any)
+		if typ := str(tr, "type"); typ != "nats-jetstream" {
+			t.Errorf("ScaledObject %s: trigger type %q, want nats-jetstream", name, typ)
+		}
+		want := map[string]string{"account": "$G", "stream": bus.PageStream, "consumer": bus.PageConsumer}
+		for k, v := range want {
+			if got := str(tr, "metadata", k); got != v {
+				t.Errorf("ScaledObject %s: trigger %s %q, want %q", name, k, got, v)
+			}
+		}
+		ep := str(tr, "metadata", "natsServerMonitoringEndpoint")
+		if _, _, err := net.SplitHostPort(ep); err != nil || strings.Contains(ep, "://") {
+			t.Errorf("ScaledObject %s: natsServerMonitoringEndpoint %q, want host:port", name, ep)
+		}
+		if n, err := strconv.Atoi(str(tr, "metadata", "lagThreshold")); err != nil || n <= 0 {
+			t.Errorf("ScaledObject %s: lagThreshold must be a positive integer string", name)
+		}
+	}
+	for _, h := range b.hpas {
+		scalers++
+		if h.Spec.ScaleTargetRef.Kind != "Deployment" || h.Spec.ScaleTargetRef.Name != "pageworker" {
+			t.Errorf("HPA %s: targets %s %s, want Deployment pageworker", h.Name, h.Spec.ScaleTargetRef.Kind, h.Spec.ScaleTargetRef.Name)
+		}
+		cpu := false
+		for _, m := range h.Spec.Metrics {
+			cpu = cpu || (m.Resource != nil && m.Resource.Name == corev1.ResourceCPU)
+		}
+		if !cpu {
+			t.Errorf("HPA %s: no CPU metric", h.Name)
+		}
+	}
+	if scalers > 1 {
+		t.Errorf("%d autoscalers for the pageworker", scalers)
+	}
+	if w, ok := b.deployments["pageworker"]; ok && scalers == 1 && w.Spec.Replicas != nil {
+		t.Error("Deployment pageworker sets replicas although an autoscaler owns it")
+	}
+	if strings.HasSuffix(b.dir, "keda") && len(b.scaled) != 1 {
+		t.Error("overlays/keda: want one ScaledObject")
+	}
+	if strings.HasSuffix(b.dir, "hpa") && len(b.hpas) != 1 {
+		t.Error("overlays/hpa: want one HorizontalPodAutoscaler")
+	}
+}
+
+// checkDev: NATS with JetStream on a PVC and Postgres, both where the
+// Secret and ConfigMap point.
+func checkDev(t *testing.T, b *bundle) {
+	nats, ok := b.deployments["nats"]
+	if !ok {
+		t.Fatal("overlays/dev: no Deployment nats")
+	}
+	c := nats.Spec.Template.Spec.Containers[0]
+	if !strings.HasPrefix(c.Image, "nats:2.12") || !slices.Contains(c.Args, "-js") {
+		t.Errorf("nats: image %s args %v, want nats:2.12 with -js", c.Image, c.Args)
+	}
+	pvc := false
+	for _, v := range nats.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			_, pvc = b.pvcs[v.PersistentVolumeClaim.ClaimName]
+		}
+	}
+	if !pvc {
+		t.Error("nats: no PVC from the build mounted")
+	}
+	if _, ok := b.statefulSets["postgres"]; !ok {
+		t.Error("overlays/dev: no StatefulSet postgres")
+	}
+	for _, svc := range []string{"nats", "postgres"} {
+		if _, ok := b.services[svc]; !ok {
+			t.Errorf("overlays/dev: no Service %s", svc)
+		}
+	}
+	natsURL := ""
+	for _, cm := range b.configMaps {
+		if v, ok := cm.Data["RANGECAST_NATS_URL"]; ok {
+			natsURL = v
+		}
+	}
+	if !strings.Contains(natsURL, "//nats:4222") {
+		t.Errorf("RANGECAST_NATS_URL %q does not point at the dev NATS Service", natsURL)
+	}
+	if db := b.secrets["rangecast"].StringData["RANGECAST_DATABASE_URL"]; !strings.Contains(db, "@postgres:5432/") {
+		t.Errorf("RANGECAST_DATABASE_URL %q does not point at the dev Postgres Service", db)
+	}
+}
+
+func selects(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func get(m map[string]any, path ...string) any {
+	var cur any = m
+	for _, p := range path {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[p]
+	}
+	return cur
+}
+
+func str(m map[string]any, path ...string) string {
+	s, _ := get(m, path...).(string)
+	return s
+}
+
+func sorted(m map[string]bool) []string {
+	var s []string
+	for k := range m {
+		s = append(s, k)
+	}
+	sort.Strings(s)
+	return s
+}
+
+// TestDockerfile: one target per binary, static builds, distroless nonroot.
+func TestDockerfile(t *testing.T) {
+	raw, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(raw)
+	if !strings.Contains(df, "CGO_ENABLED=0") {
+		t.Error("Dockerfile: builds must be static (CGO_ENABLED=0)")
+	}
+	for _, bin := range []string{"coordinator", "pageworker", "rangecast"} {
+		if !regexp.MustCompile(`(?m)^FROM gcr\.io/distroless/static:nonroot AS ` + bin + `$`).MatchString(df) {
+			t.Errorf("Dockerfile: no distroless/static:nonroot target %s", bin)
+		}
+		if !strings.Contains(df, "./cmd/"+bin) {
+			t.Errorf("Dockerfile: ./cmd/%s not built", bin)
+		}
+		if _, err := os.Stat("../../cmd/" + bin); err != nil {
+			t.Errorf("cmd/%s: %v", bin, err)
+		}
+	}
+}
