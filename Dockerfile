@@ -19,9 +19,14 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG TARGETOS=linux
 ARG TARGETARCH
+# --version; `make images` passes them (git describe / rev-parse).
+ARG VERSION=dev
+ARG COMMIT=
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/coordinator ./cmd/pageworker ./cmd/rangecast
+    go build -trimpath \
+      -ldflags="-s -w -X github.com/rangecast/rangecast/internal/version.Version=${VERSION} -X github.com/rangecast/rangecast/internal/version.Commit=${COMMIT}" \
+      -o /out/ ./cmd/coordinator ./cmd/pageworker ./cmd/rangecast
 
 FROM gcr.io/distroless/static:nonroot AS coordinator
 COPY --from=build /out/coordinator /coordinator

@@ -3,10 +3,17 @@
 GO ?= go
 PKGS := ./...
 
+# Stamped into the binaries (internal/version) by `build` and `images`.
+# Without git (e.g. a source tarball) they fall back to dev / empty.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+VERSION_PKG := github.com/rangecast/rangecast/internal/version
+LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT)
+
 .PHONY: build test test-race lint run bench chaos fmt-check
 
 build:
-	$(GO) build $(PKGS)
+	$(GO) build -ldflags '$(LDFLAGS)' $(PKGS)
 
 # The whole suite. Postgres tests skip without a server unless
 # RANGECAST_REQUIRE_PG=1 (CI), where a skip is a failure.
@@ -56,6 +63,6 @@ DOCKER ?= docker
 .PHONY: images
 images:
 	@for t in coordinator pageworker rangecast; do \
-		echo "$(DOCKER) build --target $$t -t $(IMAGE_REPO)/$$t:$(IMAGE_TAG) ."; \
-		$(DOCKER) build --target $$t -t $(IMAGE_REPO)/$$t:$(IMAGE_TAG) . || exit 1; \
+		echo "$(DOCKER) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --target $$t -t $(IMAGE_REPO)/$$t:$(IMAGE_TAG) ."; \
+		$(DOCKER) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --target $$t -t $(IMAGE_REPO)/$$t:$(IMAGE_TAG) . || exit 1; \
 	done

@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/rangecast/rangecast/internal/server"
+	"github.com/rangecast/rangecast/internal/version"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
@@ -49,6 +51,7 @@ func Rangecast() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "rangecast",
 		Short:         "Send broadcasts that never reach anyone twice and never skip anyone",
+		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -127,10 +130,25 @@ func (c *client) audience() (pb.AudienceServiceClient, error) {
 	return pb.NewAudienceServiceClient(conn), nil
 }
 
-func logger(level string) *slog.Logger {
+// logger logs to stderr at level (debug, info, warn, error; anything else is
+// info) in format: "text" (logfmt-like key=value) or "json" (one JSON object
+// per line, for log collectors).
+func logger(level, format string) (*slog.Logger, error) {
+	return newLogger(os.Stderr, level, format)
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	opts := &slog.HandlerOptions{Level: l}
+	switch strings.ToLower(strings.TrimSpace(format)) {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format %q: use text or json", format)
+	}
 }

@@ -11,15 +11,17 @@ import (
 	"github.com/rangecast/rangecast/internal/demo"
 	"github.com/rangecast/rangecast/internal/server"
 	"github.com/rangecast/rangecast/internal/store/postgres"
+	"github.com/rangecast/rangecast/internal/version"
 )
 
 // Coordinator is the `coordinator` server command.
 func Coordinator() *cobra.Command {
 	var o server.CoordinatorOptions
-	var level string
+	var level, format string
 	cmd := &cobra.Command{
-		Use:   "coordinator",
-		Short: "Serve the rangecast API and coordinate broadcasts' ranges",
+		Use:     "coordinator",
+		Version: version.String(),
+		Short:   "Serve the rangecast API and coordinate broadcasts' ranges",
 		Long: `The coordinator serves gRPC (BroadcastService, AudienceService, health,
 reflection), keeps one cursor per range of every running broadcast in NATS
 JetStream KV, dispatches page jobs and applies workers' reports.
@@ -28,13 +30,17 @@ Every flag can be set by the environment variable named in its help.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Log = logger(level)
+			log, err := logger(level, format)
+			if err != nil {
+				return err
+			}
+			o.Log = log
 			o.Tokens = coordinator.ParseTokens(os.Getenv("RANGECAST_TOKENS"))
 			return server.RunCoordinator(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
-	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, server.DefaultMetricsAddr)
+	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, &format, server.DefaultMetricsAddr)
 	f.StringVar(&o.GRPCAddr, "grpc-addr", env("RANGECAST_GRPC_ADDR", server.DefaultGRPCAddr), "gRPC listen address (env RANGECAST_GRPC_ADDR)")
 	f.StringVar(&o.HTTPAddr, "http-addr", env("RANGECAST_HTTP_ADDR", server.DefaultHTTPAddr), "public HTTP listen address: unsubscribe, webhooks (env RANGECAST_HTTP_ADDR)")
 	f.DurationVar(&o.InDoubtAfter, "in-doubt-after", envDuration("RANGECAST_IN_DOUBT_AFTER", 5*time.Minute), "a claim with no outcome this old is in doubt; longer than any page takes (env RANGECAST_IN_DOUBT_AFTER)")
@@ -48,10 +54,11 @@ Every flag can be set by the environment variable named in its help.`,
 // PageWorker is the `pageworker` server command.
 func PageWorker() *cobra.Command {
 	var o server.WorkerOptions
-	var level string
+	var level, format string
 	cmd := &cobra.Command{
-		Use:   "pageworker",
-		Short: "Run page jobs: claim, send, record, report",
+		Use:     "pageworker",
+		Version: version.String(),
+		Short:   "Run page jobs: claim, send, record, report",
 		Long: `A page worker pulls page jobs from NATS JetStream, reads the page's eligible
 contacts, claims them in the ledger, sends through SMTP and reports back.
 Workers are stateless: run as many as you like. On SIGTERM a worker stops
@@ -61,24 +68,29 @@ Every flag can be set by the environment variable named in its help.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Log = logger(level)
+			log, err := logger(level, format)
+			if err != nil {
+				return err
+			}
+			o.Log = log
 			return server.RunWorker(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
-	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, server.DefaultWorkerMetricsAddr)
+	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, &format, server.DefaultWorkerMetricsAddr)
 	f.StringVar(&o.SMTPURL, "smtp-url", env("RANGECAST_SMTP_URL", ""), "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s (env RANGECAST_SMTP_URL)")
 	f.IntVar(&o.Concurrency, "concurrency", envInt("RANGECAST_CONCURRENCY", 16), "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
 	return cmd
 }
 
 // serverFlags are the flags every server process has.
-func serverFlags(cmd *cobra.Command, databaseURL, natsURL, metricsAddr, level *string, defaultMetrics string) {
+func serverFlags(cmd *cobra.Command, databaseURL, natsURL, metricsAddr, level, format *string, defaultMetrics string) {
 	f := cmd.Flags()
 	f.StringVar(databaseURL, "database-url", env("RANGECAST_DATABASE_URL", ""), "postgres://… or, for a single machine, sqlite:PATH (env RANGECAST_DATABASE_URL)")
 	f.StringVar(natsURL, "nats-url", env("RANGECAST_NATS_URL", server.DefaultNATSURL), "NATS server with JetStream, 2.12.3 or newer (env RANGECAST_NATS_URL)")
 	f.StringVar(metricsAddr, "metrics-addr", env("RANGECAST_METRICS_ADDR", defaultMetrics), "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
 	f.StringVar(level, "log-level", env("RANGECAST_LOG_LEVEL", "info"), "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
+	f.StringVar(format, "log-format", env("RANGECAST_LOG_FORMAT", "text"), "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
 }
 
 // stackFlags are shared by dev and demo.
@@ -86,6 +98,7 @@ type stackFlags struct {
 	o        server.StackOptions
 	postgres string
 	level    string
+	format   string
 }
 
 func (s *stackFlags) register(cmd *cobra.Command, level string) {
@@ -97,6 +110,7 @@ func (s *stackFlags) register(cmd *cobra.Command, level string) {
 	f.IntVar(&s.o.Concurrency, "concurrency", 16, "each worker's in-flight window")
 	f.DurationVar(&s.o.InDoubtAfter, "in-doubt-after", time.Minute, "a claim with no outcome this old is in doubt and is settled against the capture server")
 	f.StringVar(&s.level, "log-level", level, "debug, info, warn or error")
+	f.StringVar(&s.format, "log-format", env("RANGECAST_LOG_FORMAT", "text"), "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
 }
 
 func devCommand() *cobra.Command {
@@ -107,7 +121,11 @@ func devCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			s.o.Log, s.o.MailFiles = logger(s.level), true
+			log, err := logger(s.level, s.format)
+			if err != nil {
+				return err
+			}
+			s.o.Log, s.o.MailFiles = log, true
 			where := "SQLite"
 			if s.postgres != "" {
 				url, err := postgres.WithSchema(ctx, s.postgres, "rangecast_dev")
@@ -152,7 +170,11 @@ func demoCommand() *cobra.Command {
 		Short: "Send a real broadcast to generated contacts in one process and check the result",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s.o.Log = logger(s.level)
+			log, err := logger(s.level, s.format)
+			if err != nil {
+				return err
+			}
+			s.o.Log = log
 			s.o.GRPCAddr = "127.0.0.1:0"
 			o.Stack, o.Postgres = s.o, s.postgres
 			if s.o.Dir == ".rangecast" && !o.Keep {
