@@ -7,6 +7,7 @@ package k8s_test
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,6 +24,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -61,6 +65,8 @@ type bundle struct {
 	hpas         []*autoscalingv2.HorizontalPodAutoscaler
 	pvcs         map[string]*corev1.PersistentVolumeClaim
 	scaled       []map[string]any
+	clusters     []map[string]any
+	netpols      []*networkingv1.NetworkPolicy
 	namespaces   []string
 }
 
@@ -74,7 +80,7 @@ func kustomizations(t *testing.T) []string {
 	for _, o := range overlays {
 		dirs = append(dirs, filepath.Dir(o))
 	}
-	for _, want := range []string{"overlays/dev", "overlays/hpa", "overlays/keda"} {
+	for _, want := range []string{"overlays/dev", "overlays/hpa", "overlays/keda", "overlays/production"} {
 		if !slices.Contains(dirs, want) {
 			t.Errorf("missing kustomization %s", want)
 		}
@@ -106,12 +112,16 @@ func build(t *testing.T, dir string) *bundle {
 		if gvk.Kind != "Namespace" && r.GetNamespace() != namespace {
 			t.Errorf("%s: namespace %q, want %q", what, r.GetNamespace(), namespace)
 		}
-		if key == "keda.sh/v1alpha1/ScaledObject" {
+		if key == "keda.sh/v1alpha1/ScaledObject" || key == "postgresql.cnpg.io/v1/Cluster" {
 			var obj map[string]any
 			if err := yaml.UnmarshalStrict(y, &obj); err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
-			b.scaled = append(b.scaled, obj)
+			if gvk.Kind == "Cluster" {
+				b.clusters = append(b.clusters, obj)
+			} else {
+				b.scaled = append(b.scaled, obj)
+			}
 			continue
 		}
 		mk, ok := kinds[key]
@@ -143,6 +153,8 @@ func build(t *testing.T, dir string) *bundle {
 			b.pdbs = append(b.pdbs, o)
 		case *autoscalingv2.HorizontalPodAutoscaler:
 			b.hpas = append(b.hpas, o)
+		case *networkingv1.NetworkPolicy:
+			b.netpols = append(b.netpols, o)
 		}
 	}
 	if !slices.Equal(b.namespaces, []string{namespace}) {
@@ -284,8 +296,12 @@ func TestManifests(t *testing.T) {
 			checkServices(t, b)
 			checkPDBs(t, b)
 			checkAutoscaling(t, b)
+			checkNetworkPolicies(t, b)
 			if strings.HasSuffix(dir, "dev") {
 				checkDev(t, b)
+			}
+			if strings.HasSuffix(dir, "production") {
+				checkProduction(t, b)
 			}
 		})
 	}
@@ -663,6 +679,209 @@ func TestDockerfile(t *testing.T) {
 		}
 		if _, err := os.Stat("../../cmd/" + bin); err != nil {
 			t.Errorf("cmd/%s: %v", bin, err)
+		}
+	}
+}
+
+// monitoringLabel is the namespace label networkpolicy.yaml admits metrics
+// scrapers by; docs/operations.md tells operators to set it.
+const monitoringLabel = "rangecast.io/monitoring"
+
+// ingressAllows reports whether ingress to port of pods labelled podLabels
+// is allowed by some policy, and from where: "anywhere", or the
+// namespace-selector labels of the rules that admit it.
+func ingressAllows(b *bundle, podLabels map[string]string, port int32) (anywhere bool, from []map[string]string) {
+	for _, np := range b.netpols {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !sel.Matches(labels.Set(podLabels)) || !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+			continue
+		}
+		for _, rule := range np.Spec.Ingress {
+			portOK := len(rule.Ports) == 0
+			for _, p := range rule.Ports {
+				portOK = portOK || (p.Port != nil && p.Port.Type == intstr.Int && p.Port.IntVal == port)
+			}
+			if !portOK {
+				continue
+			}
+			if len(rule.From) == 0 {
+				anywhere = true
+			}
+			for _, peer := range rule.From {
+				if peer.NamespaceSelector != nil {
+					from = append(from, peer.NamespaceSelector.MatchLabels)
+				}
+			}
+		}
+	}
+	return anywhere, from
+}
+
+// checkNetworkPolicies: ingress is denied by default; the coordinator's API
+// and HTTP ports are open to all, metrics only to the monitoring namespace,
+// and nothing else of rangecast's is open.
+func checkNetworkPolicies(t *testing.T, b *bundle) {
+	deny := false
+	for _, np := range b.netpols {
+		if len(np.Spec.PodSelector.MatchLabels) == 0 && len(np.Spec.PodSelector.MatchExpressions) == 0 &&
+			slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) && len(np.Spec.Ingress) == 0 {
+			deny = true
+		}
+		for _, rule := range np.Spec.Ingress {
+			for _, p := range rule.Ports {
+				if p.Port == nil || p.Port.Type != intstr.Int {
+					t.Errorf("NetworkPolicy %s: give ports as numbers (named ports are per pod)", np.Name)
+				}
+			}
+		}
+	}
+	if !deny {
+		t.Error("no default-deny ingress NetworkPolicy (podSelector {}, policyTypes [Ingress], no rules)")
+	}
+	want := map[string]map[int32]string{
+		"coordinator": {7070: "anywhere", 8080: "anywhere", 9090: "monitoring"},
+		"pageworker":  {9091: "monitoring"},
+	}
+	for name, ports := range want {
+		d, ok := b.deployments[name]
+		if !ok {
+			continue
+		}
+		podLabels := d.Spec.Template.Labels
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, cp := range c.Ports {
+				if _, ok := ports[cp.ContainerPort]; !ok {
+					t.Errorf("Deployment %s: containerPort %d has no NetworkPolicy expectation in this test", name, cp.ContainerPort)
+				}
+			}
+		}
+		for port, who := range ports {
+			anywhere, from := ingressAllows(b, podLabels, port)
+			switch who {
+			case "anywhere":
+				if !anywhere {
+					t.Errorf("NetworkPolicy: %s port %d not open to all", name, port)
+				}
+			case "monitoring":
+				if anywhere {
+					t.Errorf("NetworkPolicy: %s metrics port %d open to all, want the monitoring namespace only", name, port)
+				}
+				ok := len(from) > 0
+				for _, l := range from {
+					ok = ok && l[monitoringLabel] == "true"
+				}
+				if !ok {
+					t.Errorf("NetworkPolicy: %s metrics port %d admitted from %v, want namespaces labelled %s=true only", name, port, from, monitoringLabel)
+				}
+			}
+		}
+		// A port no one expects stays closed.
+		if anywhere, from := ingressAllows(b, podLabels, 12345); anywhere || len(from) > 0 {
+			t.Errorf("NetworkPolicy: %s open on an arbitrary port", name)
+		}
+	}
+}
+
+// checkProduction: keda's autoscaling, a CloudNativePG Cluster the Secret
+// points at (its -rw Service, the database initdb creates), page workers
+// bigger than the base's, and NATS Helm values with JetStream clustered on
+// files, fsync always and monitoring exposed for KEDA.
+func checkProduction(t *testing.T, b *bundle) {
+	if len(b.scaled) != 1 {
+		t.Error("overlays/production: want one ScaledObject (it builds on overlays/keda)")
+	}
+	if len(b.clusters) != 1 {
+		t.Fatalf("overlays/production: %d CloudNativePG Clusters, want 1", len(b.clusters))
+	}
+	cl := b.clusters[0]
+	name := str(cl, "metadata", "name")
+	if n, _ := get(cl, "spec", "instances").(float64); n < 3 {
+		t.Errorf("Cluster %s: spec.instances %v, want >= 3", name, get(cl, "spec", "instances"))
+	}
+	if str(cl, "spec", "storage", "size") == "" {
+		t.Errorf("Cluster %s: spec.storage.size not set", name)
+	}
+	db, owner := str(cl, "spec", "bootstrap", "initdb", "database"), str(cl, "spec", "bootstrap", "initdb", "owner")
+	if db == "" || owner == "" {
+		t.Errorf("Cluster %s: spec.bootstrap.initdb.database and .owner must be set", name)
+	}
+	raw := b.secrets["rangecast"].StringData["RANGECAST_DATABASE_URL"]
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("RANGECAST_DATABASE_URL: %v", err)
+	}
+	if h := u.Hostname(); h != name+"-rw" && !strings.HasPrefix(h, name+"-rw.") {
+		t.Errorf("RANGECAST_DATABASE_URL host %q, want the Cluster's read-write Service %s-rw", h, name)
+	}
+	if u.Port() != "5432" || strings.TrimPrefix(u.Path, "/") != db || u.User.Username() != owner {
+		t.Errorf("RANGECAST_DATABASE_URL %q: want port 5432, database %q, user %q", raw, db, owner)
+	}
+
+	base := build(t, "base")
+	bigger := func(what string, prod, base resource.Quantity) {
+		if prod.Cmp(base) <= 0 {
+			t.Errorf("Deployment pageworker: %s %s, want more than the base's %s", what, prod.String(), base.String())
+		}
+	}
+	pr := b.deployments["pageworker"].Spec.Template.Spec.Containers[0].Resources
+	br := base.deployments["pageworker"].Spec.Template.Spec.Containers[0].Resources
+	bigger("cpu request", *pr.Requests.Cpu(), *br.Requests.Cpu())
+	bigger("memory request", *pr.Requests.Memory(), *br.Requests.Memory())
+	bigger("memory limit", *pr.Limits.Memory(), *br.Limits.Memory())
+
+	// NATS Helm values: not part of the kustomize build, checked here.
+	raw2, err := os.ReadFile("overlays/production/nats-values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vals map[string]any
+	if err := yaml.UnmarshalStrict(raw2, &vals); err != nil {
+		t.Fatalf("nats-values.yaml: %v", err)
+	}
+	checks := []struct {
+		path []string
+		want any
+	}{
+		{[]string{"config", "cluster", "enabled"}, true},
+		{[]string{"config", "cluster", "replicas"}, float64(3)},
+		{[]string{"config", "jetstream", "enabled"}, true},
+		{[]string{"config", "jetstream", "fileStore", "enabled"}, true},
+		{[]string{"config", "jetstream", "fileStore", "pvc", "enabled"}, true},
+		{[]string{"config", "jetstream", "merge", "sync_interval"}, "always"},
+		{[]string{"config", "monitor", "enabled"}, true},
+		{[]string{"config", "monitor", "port"}, float64(8222)},
+		{[]string{"service", "ports", "monitor", "enabled"}, true},
+	}
+	for _, c := range checks {
+		if got := get(vals, c.path...); got != c.want {
+			t.Errorf("nats-values.yaml: %s = %v, want %v", strings.Join(c.path, "."), got, c.want)
+		}
+	}
+	if str(vals, "config", "jetstream", "fileStore", "pvc", "size") == "" {
+		t.Error("nats-values.yaml: config.jetstream.fileStore.pvc.size not set")
+	}
+	kust, err := os.ReadFile("overlays/production/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(kust, &k); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(k.Resources, "nats-values.yaml") {
+		t.Error("overlays/production: nats-values.yaml is Helm values, not a kustomize resource")
+	}
+	// The ScaledObject reads the monitoring port of the Helm release "nats"
+	// in this namespace (service.ports.monitor above).
+	if len(b.scaled) == 1 {
+		triggers, _ := get(b.scaled[0], "spec", "triggers").([]any)
+		if len(triggers) == 1 {
+			tr, _ := triggers[0].(map[string]any)
+			if ep := str(tr, "metadata", "natsServerMonitoringEndpoint"); ep != "nats."+namespace+".svc.cluster.local:8222" {
+				t.Errorf("ScaledObject: natsServerMonitoringEndpoint %q is not the Helm release nats's monitoring port", ep)
+			}
 		}
 	}
 }
