@@ -41,6 +41,7 @@ Every flag can be set by the environment variable named in its help.`,
 	}
 	f := cmd.Flags()
 	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, &format, server.DefaultMetricsAddr)
+	natsReplicasFlag(cmd, &o.NATSReplicas)
 	f.StringVar(&o.GRPCAddr, "grpc-addr", env("RANGECAST_GRPC_ADDR", server.DefaultGRPCAddr), "gRPC listen address (env RANGECAST_GRPC_ADDR)")
 	f.StringVar(&o.HTTPAddr, "http-addr", env("RANGECAST_HTTP_ADDR", server.DefaultHTTPAddr), "public HTTP listen address: unsubscribe, webhooks (env RANGECAST_HTTP_ADDR)")
 	f.DurationVar(&o.InDoubtAfter, "in-doubt-after", envDuration("RANGECAST_IN_DOUBT_AFTER", 5*time.Minute), "a claim with no outcome this old is in doubt; longer than any page takes (env RANGECAST_IN_DOUBT_AFTER)")
@@ -78,6 +79,7 @@ Every flag can be set by the environment variable named in its help.`,
 	}
 	f := cmd.Flags()
 	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, &format, server.DefaultWorkerMetricsAddr)
+	natsReplicasFlag(cmd, &o.NATSReplicas)
 	f.StringVar(&o.SMTPURL, "smtp-url", env("RANGECAST_SMTP_URL", ""), "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s (env RANGECAST_SMTP_URL)")
 	f.IntVar(&o.Concurrency, "concurrency", envInt("RANGECAST_CONCURRENCY", 16), "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
 	return cmd
@@ -91,6 +93,12 @@ func serverFlags(cmd *cobra.Command, databaseURL, natsURL, metricsAddr, level, f
 	f.StringVar(metricsAddr, "metrics-addr", env("RANGECAST_METRICS_ADDR", defaultMetrics), "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
 	f.StringVar(level, "log-level", env("RANGECAST_LOG_LEVEL", "info"), "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
 	f.StringVar(format, "log-format", env("RANGECAST_LOG_FORMAT", "text"), "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
+}
+
+// natsReplicasFlag sets how many NATS servers hold each stream and bucket.
+func natsReplicasFlag(cmd *cobra.Command, replicas *int) {
+	cmd.Flags().IntVar(replicas, "nats-replicas", envInt("RANGECAST_NATS_REPLICAS", 1),
+		"replicas of every JetStream stream and KV bucket: 3 on a NATS cluster; every coordinator and worker must use the same value (env RANGECAST_NATS_REPLICAS)")
 }
 
 // stackFlags are shared by dev and demo.

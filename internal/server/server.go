@@ -58,7 +58,7 @@ func OpenStore(ctx context.Context, url string) (store.Store, error) {
 // ConnectBus connects to NATS and creates the streams and buckets. A NATS
 // that is down (restarting) is waited for rather than treated as fatal, so a
 // process started during an outage comes up when NATS does.
-func ConnectBus(ctx context.Context, url string, opts ...nats.Option) (*nats.Conn, *bus.Bus, error) {
+func ConnectBus(ctx context.Context, url string, replicas int, opts ...nats.Option) (*nats.Conn, *bus.Bus, error) {
 	opts = append([]nats.Option{
 		nats.Name("rangecast"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second),
 	}, opts...)
@@ -73,7 +73,7 @@ func ConnectBus(ctx context.Context, url string, opts ...nats.Option) (*nats.Con
 	}
 	for attempt := 1; ; attempt++ {
 		setupCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		b, err := bus.Setup(setupCtx, js, bus.Options{})
+		b, err := bus.Setup(setupCtx, js, bus.Options{Replicas: replicas})
 		cancel()
 		if err == nil {
 			return nc, b, nil
@@ -150,6 +150,9 @@ func listenHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logg
 // CoordinatorOptions configures a coordinator process.
 type CoordinatorOptions struct {
 	DatabaseURL, NATSURL            string
+	// NATSReplicas is the replica count of every stream and bucket; every
+	// process must agree (each creates or updates them at start).
+	NATSReplicas int
 	GRPCAddr, HTTPAddr, MetricsAddr string
 	// InDoubtAfter and InDoubtPolicy configure the reconciler; Lookup is
 	// set when the transport can say whether a message was accepted.
@@ -178,12 +181,12 @@ func (o CoordinatorOptions) newAuth() (*coordinator.Auth, error) {
 
 // connect opens the store and the bus a server process needs and returns a
 // function that closes both.
-func connect(ctx context.Context, databaseURL, natsURL string) (store.Store, *nats.Conn, *bus.Bus, func(), error) {
+func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int) (store.Store, *nats.Conn, *bus.Bus, func(), error) {
 	st, err := OpenStore(ctx, databaseURL)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	nc, b, err := ConnectBus(ctx, natsURL)
+	nc, b, err := ConnectBus(ctx, natsURL, natsReplicas)
 	if err != nil {
 		st.Close()
 		return nil, nil, nil, nil, err
@@ -208,7 +211,7 @@ func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
 		o.Log.Warn("gRPC API is unauthenticated: anyone who can reach it can send broadcasts; set --tokens-file / RANGECAST_TOKENS_FILE or RANGECAST_TOKENS")
 	}
 	o.auth = auth
-	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL)
+	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas)
 	if err != nil {
 		return err
 	}
@@ -261,6 +264,7 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 // WorkerOptions configures a page worker process.
 type WorkerOptions struct {
 	DatabaseURL, NATSURL, SMTPURL, MetricsAddr string
+	NATSReplicas                               int
 	Concurrency                                int
 	Log                                        *slog.Logger
 }
@@ -268,7 +272,7 @@ type WorkerOptions struct {
 // RunWorker runs a page worker until ctx ends, then drains: the page in
 // progress finishes its in-flight sends, records and reports before return.
 func RunWorker(ctx context.Context, o WorkerOptions) error {
-	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL)
+	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas)
 	if err != nil {
 		return err
 	}

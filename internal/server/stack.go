@@ -112,7 +112,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if s.Store, err = OpenStore(ctx, o.DatabaseURL); err != nil {
 		return nil, err
 	}
-	nc, b, err := ConnectBus(ctx, "", nats.InProcessServer(ns))
+	nc, b, err := ConnectBus(ctx, "", 1, nats.InProcessServer(ns))
 	if err != nil {
 		return nil, err
 	}
