@@ -473,6 +473,13 @@ func (a *actor) domain() string {
 // the ids they encode.
 func after(x, y string) bool { return x > y }
 
+func minID(x, y string) string {
+	if after(x, y) {
+		return y
+	}
+	return x
+}
+
 func maxID(x, y string) string {
 	if after(x, y) {
 		return x

@@ -124,10 +124,12 @@ func (a *actor) rewind(ctx context.Context, ids []ulid.ULID) (int, error) {
 	}
 	for i, id := range lowest {
 		rec := a.recs[i]
-		if !rec.Done && id.String() >= rec.Next {
-			continue // the cursor has not passed it: the walk will come to it
-		}
-		rec.Next, rec.Done, rec.Epoch = id.String(), false, rec.Epoch+1
+		// Even when the cursor has not passed the id yet, a page in flight
+		// may have skipped it (it was still claimed when the page read it):
+		// a new epoch voids that page's report, and the range is walked
+		// again from the lower of the cursor and the id.
+		rec.Next = minID(rec.Next, id.String())
+		rec.Done, rec.Epoch = false, rec.Epoch+1
 		if err := a.write(ctx, i, rec); err != nil {
 			return 0, err
 		}
