@@ -149,10 +149,10 @@ func listenHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logg
 
 // CoordinatorOptions configures a coordinator process.
 type CoordinatorOptions struct {
-	DatabaseURL, NATSURL            string
+	DatabaseURL, NATSURL string
 	// NATSReplicas is the replica count of every stream and bucket; every
 	// process must agree (each creates or updates them at start).
-	NATSReplicas int
+	NATSReplicas                    int
 	GRPCAddr, HTTPAddr, MetricsAddr string
 	// InDoubtAfter and InDoubtPolicy configure the reconciler; Lookup is
 	// set when the transport can say whether a message was accepted.
