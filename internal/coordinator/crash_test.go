@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -304,4 +305,125 @@ func TestReconcilerResendPolicy(t *testing.T) {
 		t.Fatalf("%d received twice (at most the dead worker's window of %d may), unknown %d", twice, deadConc, b.GetProgress().GetUnknown())
 	}
 	t.Logf("resend: nobody missed; %d received a second copy (the dead worker's window had reached the server)", twice)
+}
+
+// releaseRacingStore holds a page's claim call when it finds some of the
+// dead worker's claims still taken, until the reconciler has released them:
+// the interleaving in which a page in flight skips a claim that is released
+// behind it.
+type releaseRacingStore struct {
+	store.Store
+	t      *testing.T
+	doubts func() map[ulid.ULID]bool
+	raced  atomic.Bool
+}
+
+func (r *releaseRacingStore) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	got, err := r.Store.Claim(ctx, broadcast, claims, now)
+	if err != nil || r.raced.Load() {
+		return got, err
+	}
+	doubts := r.doubts()
+	var skipped []ulid.ULID
+	inserted := map[ulid.ULID]bool{}
+	for _, id := range got {
+		inserted[id] = true
+	}
+	for _, c := range claims {
+		if !doubts[c.ContactID] || inserted[c.ContactID] {
+			continue
+		}
+		if row, err := r.Store.GetSend(ctx, broadcast, c.ContactID); err == nil && row.Status == store.SendClaimed {
+			skipped = append(skipped, c.ContactID) // still in doubt: this page walks past it
+		}
+	}
+	if len(skipped) == 0 {
+		return got, nil
+	}
+	r.raced.Store(true)
+	// Wait until the reconciler has settled or released every claim this
+	// page just skipped, then carry on as if nothing happened.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, id := range skipped {
+		for time.Now().Before(deadline) {
+			row, err := r.Store.GetSend(ctx, broadcast, id)
+			if err != nil || row.Status != store.SendClaimed {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // let the reconciler finish its round
+	return got, nil
+}
+
+// TestReleaseBehindAPageInFlight: the reconciler releases an in-doubt claim
+// that a page in flight has just skipped (it was still claimed when the
+// page read it), before that page reports. The page's report must not carry
+// the cursor past the released contact: every eligible contact still gets
+// exactly one message.
+func TestReleaseBehindAPageInFlight(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 0, concurrency: deadConc, pageLimit: 100})
+	var sink atomic.Pointer[stack]
+	sink.Store(s)
+	s.stopCoord()
+	// The dead page comes back after the 2 s ack wait, while its claims are
+	// still in doubt (3 s lease); the reconciler settles them while it runs.
+	s.coordCfg.InDoubtAfter, s.coordCfg.Tick = 3*time.Second, 100*time.Millisecond
+	s.coordCfg.Lookup = func(_ context.Context, messageID string) (bool, error) {
+		return sink.Load().sink.Accepted(messageID), nil
+	}
+	s.startCoordinator()
+	if _, err := bus.Setup(context.Background(), s.bus.JS, bus.Options{Memory: true, PageAckWait: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	smtp, err := transport.NewSMTP(s.sink.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	frozen := make(chan struct{})
+	t.Cleanup(func() { close(frozen); smtp.Close() })
+	dying := &freezingTransport{Transport: smtp, after: 30, frozen: frozen}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w := pageworker.New(pageworker.Config{Store: s.store, Bus: s.bus, Transport: dying, Log: testLogger(t), Concurrency: deadConc, FetchWait: 200 * time.Millisecond})
+	go w.Run(ctx) //nolint:errcheck // frozen for good
+
+	a := s.seed(1200)
+	id := s.create("", 0)
+	bid := ulid.MustParseStrict(id)
+	s.start(id)
+	for dying.sent.Load() <= dying.after {
+		time.Sleep(5 * time.Millisecond)
+	}
+	var doubtsOnce sync.Once
+	var doubts map[ulid.ULID]bool
+	racing := &releaseRacingStore{Store: s.store, t: t, doubts: func() map[ulid.ULID]bool {
+		doubtsOnce.Do(func() {
+			doubts = map[ulid.ULID]bool{}
+			rows, err := s.store.InDoubt(context.Background(), bid, time.Now().Add(time.Hour), 100)
+			if err != nil {
+				t.Error(err)
+			}
+			for _, r := range rows {
+				doubts[r.ContactID] = true
+			}
+		})
+		return doubts
+	}}
+	racing.doubts() // the dead worker's claims, read before anyone else runs
+	tr, err := transport.NewSMTP(s.sink.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	healthy := pageworker.New(pageworker.Config{Store: racing, Bus: s.bus, Transport: tr, Log: testLogger(t), Concurrency: deadConc, FetchWait: 200 * time.Millisecond})
+	go healthy.Run(ctx) //nolint:errcheck
+
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	if !racing.raced.Load() {
+		t.Fatal("the page never met the dead worker's claims; the race was not staged")
+	}
+	s.exactlyOnce(a.eligible(false))
 }
