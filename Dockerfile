@@ -13,16 +13,17 @@ ARG GO_VERSION=1.26
 
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 WORKDIR /src
-ENV CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+# Caches under /cache, named here rather than left to the base image's home.
+ENV CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOMODCACHE=/cache/gomod GOCACHE=/cache/gobuild
 COPY go.mod go.sum ./
-RUN --mount=type=cache,target=/go/pkg/mod go mod download
+RUN --mount=type=cache,target=/cache/gomod go mod download
 COPY . .
 ARG TARGETOS=linux
 ARG TARGETARCH
 # --version; `make images` passes them (git describe / rev-parse).
 ARG VERSION=dev
 ARG COMMIT=
-RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+RUN --mount=type=cache,target=/cache/gomod --mount=type=cache,target=/cache/gobuild \
     GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
     go build -trimpath \
       -ldflags="-s -w -X github.com/rangecast/rangecast/internal/version.Version=${VERSION} -X github.com/rangecast/rangecast/internal/version.Commit=${COMMIT}" \
