@@ -120,16 +120,10 @@ func killWorkerMidPage(t *testing.T, tune func(*coordinator.Config)) (*stack, au
 	return killWorkerMidPageOf(t, tune, func(s *stack) string { return s.create("", 0) })
 }
 
-// killWorkerMidPageOf is killWorkerMidPage for the broadcast create makes.
-func killWorkerMidPageOf(t *testing.T, tune func(*coordinator.Config), create func(*stack) string) (*stack, audience, string) {
+// startDyingWorker shortens the page ack wait (so a dead worker's page is
+// offered again quickly) and runs a worker that freezes after 30 sends.
+func startDyingWorker(t *testing.T, s *stack) *freezingTransport {
 	t.Helper()
-	s := newStack(t, stackOptions{workers: 0, concurrency: deadConc, pageLimit: 100})
-	if tune != nil {
-		s.stopCoord()
-		tune(&s.coordCfg)
-		s.startCoordinator()
-	}
-	// A short ack wait so the dead worker's page is offered again quickly.
 	if _, err := bus.Setup(context.Background(), s.bus.JS, bus.Options{Memory: true, PageAckWait: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +138,19 @@ func killWorkerMidPageOf(t *testing.T, tune func(*coordinator.Config), create fu
 	t.Cleanup(cancel)
 	w := pageworker.New(pageworker.Config{Store: s.store, Bus: s.bus, Transport: dying, Log: testLogger(t), Concurrency: deadConc, FetchWait: 200 * time.Millisecond})
 	go w.Run(ctx) //nolint:errcheck // never returns: it is frozen
+	return dying
+}
+
+// killWorkerMidPageOf is killWorkerMidPage for the broadcast create makes.
+func killWorkerMidPageOf(t *testing.T, tune func(*coordinator.Config), create func(*stack) string) (*stack, audience, string) {
+	t.Helper()
+	s := newStack(t, stackOptions{workers: 0, concurrency: deadConc, pageLimit: 100})
+	if tune != nil {
+		s.stopCoord()
+		tune(&s.coordCfg)
+		s.startCoordinator()
+	}
+	dying := startDyingWorker(t, s)
 
 	a := s.seed(1200)
 	id := create(s)
@@ -375,20 +382,9 @@ func TestReleaseBehindAPageInFlight(t *testing.T) {
 		return sink.Load().sink.Accepted(messageID), nil
 	}
 	s.startCoordinator()
-	if _, err := bus.Setup(context.Background(), s.bus.JS, bus.Options{Memory: true, PageAckWait: 2 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	smtp, err := transport.NewSMTP(s.sink.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	frozen := make(chan struct{})
-	t.Cleanup(func() { close(frozen); smtp.Close() })
-	dying := &freezingTransport{Transport: smtp, after: 30, frozen: frozen}
+	dying := startDyingWorker(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	w := pageworker.New(pageworker.Config{Store: s.store, Bus: s.bus, Transport: dying, Log: testLogger(t), Concurrency: deadConc, FetchWait: 200 * time.Millisecond})
-	go w.Run(ctx) //nolint:errcheck // frozen for good
 
 	a := s.seed(1200)
 	id := s.create("", 0)
