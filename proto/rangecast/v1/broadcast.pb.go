@@ -1320,328 +1320,6 @@ func (x *RangeProgress) GetFailed() int64 {
 	return 0
 }
 
-type ImportContactsRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Rows in order; row numbers in errors count from 1 across the stream.
-	Rows          []*ContactRow `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ImportContactsRequest) Reset() {
-	*x = ImportContactsRequest{}
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[20]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ImportContactsRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ImportContactsRequest) ProtoMessage() {}
-
-func (x *ImportContactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[20]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ImportContactsRequest.ProtoReflect.Descriptor instead.
-func (*ImportContactsRequest) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_broadcast_proto_rawDescGZIP(), []int{20}
-}
-
-func (x *ImportContactsRequest) GetRows() []*ContactRow {
-	if x != nil {
-		return x.Rows
-	}
-	return nil
-}
-
-type ContactRow struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Email        string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
-	Name         string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Attributes   map[string]string      `protobuf:"bytes,3,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Unsubscribed bool                   `protobuf:"varint,4,opt,name=unsubscribed,proto3" json:"unsubscribed,omitempty"`
-	DoNotContact bool                   `protobuf:"varint,5,opt,name=do_not_contact,json=doNotContact,proto3" json:"do_not_contact,omitempty"`
-	// segments adds the contact to these segments (created when missing).
-	Segments      []string `protobuf:"bytes,6,rep,name=segments,proto3" json:"segments,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ContactRow) Reset() {
-	*x = ContactRow{}
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[21]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ContactRow) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ContactRow) ProtoMessage() {}
-
-func (x *ContactRow) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[21]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ContactRow.ProtoReflect.Descriptor instead.
-func (*ContactRow) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_broadcast_proto_rawDescGZIP(), []int{21}
-}
-
-func (x *ContactRow) GetEmail() string {
-	if x != nil {
-		return x.Email
-	}
-	return ""
-}
-
-func (x *ContactRow) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *ContactRow) GetAttributes() map[string]string {
-	if x != nil {
-		return x.Attributes
-	}
-	return nil
-}
-
-func (x *ContactRow) GetUnsubscribed() bool {
-	if x != nil {
-		return x.Unsubscribed
-	}
-	return false
-}
-
-func (x *ContactRow) GetDoNotContact() bool {
-	if x != nil {
-		return x.DoNotContact
-	}
-	return false
-}
-
-func (x *ContactRow) GetSegments() []string {
-	if x != nil {
-		return x.Segments
-	}
-	return nil
-}
-
-type ImportContactsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Imported      int64                  `protobuf:"varint,1,opt,name=imported,proto3" json:"imported,omitempty"`
-	Errors        []*RowError            `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ImportContactsResponse) Reset() {
-	*x = ImportContactsResponse{}
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[22]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ImportContactsResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ImportContactsResponse) ProtoMessage() {}
-
-func (x *ImportContactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[22]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ImportContactsResponse.ProtoReflect.Descriptor instead.
-func (*ImportContactsResponse) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_broadcast_proto_rawDescGZIP(), []int{22}
-}
-
-func (x *ImportContactsResponse) GetImported() int64 {
-	if x != nil {
-		return x.Imported
-	}
-	return 0
-}
-
-func (x *ImportContactsResponse) GetErrors() []*RowError {
-	if x != nil {
-		return x.Errors
-	}
-	return nil
-}
-
-type RowError struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Row           int64                  `protobuf:"varint,1,opt,name=row,proto3" json:"row,omitempty"`
-	Email         string                 `protobuf:"bytes,2,opt,name=email,proto3" json:"email,omitempty"`
-	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RowError) Reset() {
-	*x = RowError{}
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[23]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RowError) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RowError) ProtoMessage() {}
-
-func (x *RowError) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[23]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RowError.ProtoReflect.Descriptor instead.
-func (*RowError) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_broadcast_proto_rawDescGZIP(), []int{23}
-}
-
-func (x *RowError) GetRow() int64 {
-	if x != nil {
-		return x.Row
-	}
-	return 0
-}
-
-func (x *RowError) GetEmail() string {
-	if x != nil {
-		return x.Email
-	}
-	return ""
-}
-
-func (x *RowError) GetError() string {
-	if x != nil {
-		return x.Error
-	}
-	return ""
-}
-
-type UnsubscribeContactRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Email         string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *UnsubscribeContactRequest) Reset() {
-	*x = UnsubscribeContactRequest{}
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[24]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *UnsubscribeContactRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*UnsubscribeContactRequest) ProtoMessage() {}
-
-func (x *UnsubscribeContactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[24]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use UnsubscribeContactRequest.ProtoReflect.Descriptor instead.
-func (*UnsubscribeContactRequest) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_broadcast_proto_rawDescGZIP(), []int{24}
-}
-
-func (x *UnsubscribeContactRequest) GetEmail() string {
-	if x != nil {
-		return x.Email
-	}
-	return ""
-}
-
-type UnsubscribeContactResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *UnsubscribeContactResponse) Reset() {
-	*x = UnsubscribeContactResponse{}
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[25]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *UnsubscribeContactResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*UnsubscribeContactResponse) ProtoMessage() {}
-
-func (x *UnsubscribeContactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_broadcast_proto_msgTypes[25]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use UnsubscribeContactResponse.ProtoReflect.Descriptor instead.
-func (*UnsubscribeContactResponse) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_broadcast_proto_rawDescGZIP(), []int{25}
-}
-
 var File_rangecast_v1_broadcast_proto protoreflect.FileDescriptor
 
 const file_rangecast_v1_broadcast_proto_rawDesc = "" +
@@ -1732,32 +1410,7 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\x04done\x18\x05 \x01(\bR\x04done\x12\x1a\n" +
 	"\bposition\x18\x06 \x01(\x01R\bposition\x12\x12\n" +
 	"\x04sent\x18\a \x01(\x03R\x04sent\x12\x16\n" +
-	"\x06failed\x18\b \x01(\x03R\x06failed\"E\n" +
-	"\x15ImportContactsRequest\x12,\n" +
-	"\x04rows\x18\x01 \x03(\v2\x18.rangecast.v1.ContactRowR\x04rows\"\xa5\x02\n" +
-	"\n" +
-	"ContactRow\x12\x14\n" +
-	"\x05email\x18\x01 \x01(\tR\x05email\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12H\n" +
-	"\n" +
-	"attributes\x18\x03 \x03(\v2(.rangecast.v1.ContactRow.AttributesEntryR\n" +
-	"attributes\x12\"\n" +
-	"\funsubscribed\x18\x04 \x01(\bR\funsubscribed\x12$\n" +
-	"\x0edo_not_contact\x18\x05 \x01(\bR\fdoNotContact\x12\x1a\n" +
-	"\bsegments\x18\x06 \x03(\tR\bsegments\x1a=\n" +
-	"\x0fAttributesEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"d\n" +
-	"\x16ImportContactsResponse\x12\x1a\n" +
-	"\bimported\x18\x01 \x01(\x03R\bimported\x12.\n" +
-	"\x06errors\x18\x02 \x03(\v2\x16.rangecast.v1.RowErrorR\x06errors\"H\n" +
-	"\bRowError\x12\x10\n" +
-	"\x03row\x18\x01 \x01(\x03R\x03row\x12\x14\n" +
-	"\x05email\x18\x02 \x01(\tR\x05email\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"1\n" +
-	"\x19UnsubscribeContactRequest\x12\x14\n" +
-	"\x05email\x18\x01 \x01(\tR\x05email\"\x1c\n" +
-	"\x1aUnsubscribeContactResponse*\xdf\x01\n" +
+	"\x06failed\x18\b \x01(\x03R\x06failed*\xdf\x01\n" +
 	"\x0eBroadcastState\x12\x1f\n" +
 	"\x1bBROADCAST_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15BROADCAST_STATE_DRAFT\x10\x01\x12\x1b\n" +
@@ -1778,10 +1431,7 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\x0fCancelBroadcast\x12$.rangecast.v1.CancelBroadcastRequest\x1a%.rangecast.v1.CancelBroadcastResponse\x12U\n" +
 	"\fGetBroadcast\x12!.rangecast.v1.GetBroadcastRequest\x1a\".rangecast.v1.GetBroadcastResponse\x12]\n" +
 	"\x0eWatchBroadcast\x12#.rangecast.v1.WatchBroadcastRequest\x1a$.rangecast.v1.WatchBroadcastResponse0\x01\x12[\n" +
-	"\x0eListBroadcasts\x12#.rangecast.v1.ListBroadcastsRequest\x1a$.rangecast.v1.ListBroadcastsResponse2\xd9\x01\n" +
-	"\x0fAudienceService\x12]\n" +
-	"\x0eImportContacts\x12#.rangecast.v1.ImportContactsRequest\x1a$.rangecast.v1.ImportContactsResponse(\x01\x12g\n" +
-	"\x12UnsubscribeContact\x12'.rangecast.v1.UnsubscribeContactRequest\x1a(.rangecast.v1.UnsubscribeContactResponseB?Z=github.com/rangecast/rangecast/proto/rangecast/v1;rangecastv1b\x06proto3"
+	"\x0eListBroadcasts\x12#.rangecast.v1.ListBroadcastsRequest\x1a$.rangecast.v1.ListBroadcastsResponseB?Z=github.com/rangecast/rangecast/proto/rangecast/v1;rangecastv1b\x06proto3"
 
 var (
 	file_rangecast_v1_broadcast_proto_rawDescOnce sync.Once
@@ -1796,38 +1446,31 @@ func file_rangecast_v1_broadcast_proto_rawDescGZIP() []byte {
 }
 
 var file_rangecast_v1_broadcast_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rangecast_v1_broadcast_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_rangecast_v1_broadcast_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_rangecast_v1_broadcast_proto_goTypes = []any{
-	(BroadcastState)(0),                // 0: rangecast.v1.BroadcastState
-	(InDoubtPolicy)(0),                 // 1: rangecast.v1.InDoubtPolicy
-	(*BroadcastContent)(nil),           // 2: rangecast.v1.BroadcastContent
-	(*CreateBroadcastRequest)(nil),     // 3: rangecast.v1.CreateBroadcastRequest
-	(*CreateBroadcastResponse)(nil),    // 4: rangecast.v1.CreateBroadcastResponse
-	(*StartBroadcastRequest)(nil),      // 5: rangecast.v1.StartBroadcastRequest
-	(*StartBroadcastResponse)(nil),     // 6: rangecast.v1.StartBroadcastResponse
-	(*PauseBroadcastRequest)(nil),      // 7: rangecast.v1.PauseBroadcastRequest
-	(*PauseBroadcastResponse)(nil),     // 8: rangecast.v1.PauseBroadcastResponse
-	(*ResumeBroadcastRequest)(nil),     // 9: rangecast.v1.ResumeBroadcastRequest
-	(*ResumeBroadcastResponse)(nil),    // 10: rangecast.v1.ResumeBroadcastResponse
-	(*CancelBroadcastRequest)(nil),     // 11: rangecast.v1.CancelBroadcastRequest
-	(*CancelBroadcastResponse)(nil),    // 12: rangecast.v1.CancelBroadcastResponse
-	(*GetBroadcastRequest)(nil),        // 13: rangecast.v1.GetBroadcastRequest
-	(*GetBroadcastResponse)(nil),       // 14: rangecast.v1.GetBroadcastResponse
-	(*WatchBroadcastRequest)(nil),      // 15: rangecast.v1.WatchBroadcastRequest
-	(*WatchBroadcastResponse)(nil),     // 16: rangecast.v1.WatchBroadcastResponse
-	(*ListBroadcastsRequest)(nil),      // 17: rangecast.v1.ListBroadcastsRequest
-	(*ListBroadcastsResponse)(nil),     // 18: rangecast.v1.ListBroadcastsResponse
-	(*Broadcast)(nil),                  // 19: rangecast.v1.Broadcast
-	(*Progress)(nil),                   // 20: rangecast.v1.Progress
-	(*RangeProgress)(nil),              // 21: rangecast.v1.RangeProgress
-	(*ImportContactsRequest)(nil),      // 22: rangecast.v1.ImportContactsRequest
-	(*ContactRow)(nil),                 // 23: rangecast.v1.ContactRow
-	(*ImportContactsResponse)(nil),     // 24: rangecast.v1.ImportContactsResponse
-	(*RowError)(nil),                   // 25: rangecast.v1.RowError
-	(*UnsubscribeContactRequest)(nil),  // 26: rangecast.v1.UnsubscribeContactRequest
-	(*UnsubscribeContactResponse)(nil), // 27: rangecast.v1.UnsubscribeContactResponse
-	nil,                                // 28: rangecast.v1.ContactRow.AttributesEntry
-	(*timestamppb.Timestamp)(nil),      // 29: google.protobuf.Timestamp
+	(BroadcastState)(0),             // 0: rangecast.v1.BroadcastState
+	(InDoubtPolicy)(0),              // 1: rangecast.v1.InDoubtPolicy
+	(*BroadcastContent)(nil),        // 2: rangecast.v1.BroadcastContent
+	(*CreateBroadcastRequest)(nil),  // 3: rangecast.v1.CreateBroadcastRequest
+	(*CreateBroadcastResponse)(nil), // 4: rangecast.v1.CreateBroadcastResponse
+	(*StartBroadcastRequest)(nil),   // 5: rangecast.v1.StartBroadcastRequest
+	(*StartBroadcastResponse)(nil),  // 6: rangecast.v1.StartBroadcastResponse
+	(*PauseBroadcastRequest)(nil),   // 7: rangecast.v1.PauseBroadcastRequest
+	(*PauseBroadcastResponse)(nil),  // 8: rangecast.v1.PauseBroadcastResponse
+	(*ResumeBroadcastRequest)(nil),  // 9: rangecast.v1.ResumeBroadcastRequest
+	(*ResumeBroadcastResponse)(nil), // 10: rangecast.v1.ResumeBroadcastResponse
+	(*CancelBroadcastRequest)(nil),  // 11: rangecast.v1.CancelBroadcastRequest
+	(*CancelBroadcastResponse)(nil), // 12: rangecast.v1.CancelBroadcastResponse
+	(*GetBroadcastRequest)(nil),     // 13: rangecast.v1.GetBroadcastRequest
+	(*GetBroadcastResponse)(nil),    // 14: rangecast.v1.GetBroadcastResponse
+	(*WatchBroadcastRequest)(nil),   // 15: rangecast.v1.WatchBroadcastRequest
+	(*WatchBroadcastResponse)(nil),  // 16: rangecast.v1.WatchBroadcastResponse
+	(*ListBroadcastsRequest)(nil),   // 17: rangecast.v1.ListBroadcastsRequest
+	(*ListBroadcastsResponse)(nil),  // 18: rangecast.v1.ListBroadcastsResponse
+	(*Broadcast)(nil),               // 19: rangecast.v1.Broadcast
+	(*Progress)(nil),                // 20: rangecast.v1.Progress
+	(*RangeProgress)(nil),           // 21: rangecast.v1.RangeProgress
+	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
 }
 var file_rangecast_v1_broadcast_proto_depIdxs = []int32{
 	2,  // 0: rangecast.v1.CreateBroadcastRequest.content:type_name -> rangecast.v1.BroadcastContent
@@ -1842,40 +1485,33 @@ var file_rangecast_v1_broadcast_proto_depIdxs = []int32{
 	19, // 9: rangecast.v1.ListBroadcastsResponse.broadcasts:type_name -> rangecast.v1.Broadcast
 	0,  // 10: rangecast.v1.Broadcast.state:type_name -> rangecast.v1.BroadcastState
 	2,  // 11: rangecast.v1.Broadcast.content:type_name -> rangecast.v1.BroadcastContent
-	29, // 12: rangecast.v1.Broadcast.created_at:type_name -> google.protobuf.Timestamp
-	29, // 13: rangecast.v1.Broadcast.started_at:type_name -> google.protobuf.Timestamp
-	29, // 14: rangecast.v1.Broadcast.finished_at:type_name -> google.protobuf.Timestamp
+	22, // 12: rangecast.v1.Broadcast.created_at:type_name -> google.protobuf.Timestamp
+	22, // 13: rangecast.v1.Broadcast.started_at:type_name -> google.protobuf.Timestamp
+	22, // 14: rangecast.v1.Broadcast.finished_at:type_name -> google.protobuf.Timestamp
 	20, // 15: rangecast.v1.Broadcast.progress:type_name -> rangecast.v1.Progress
 	1,  // 16: rangecast.v1.Broadcast.in_doubt_policy:type_name -> rangecast.v1.InDoubtPolicy
 	21, // 17: rangecast.v1.Progress.ranges:type_name -> rangecast.v1.RangeProgress
-	23, // 18: rangecast.v1.ImportContactsRequest.rows:type_name -> rangecast.v1.ContactRow
-	28, // 19: rangecast.v1.ContactRow.attributes:type_name -> rangecast.v1.ContactRow.AttributesEntry
-	25, // 20: rangecast.v1.ImportContactsResponse.errors:type_name -> rangecast.v1.RowError
-	3,  // 21: rangecast.v1.BroadcastService.CreateBroadcast:input_type -> rangecast.v1.CreateBroadcastRequest
-	5,  // 22: rangecast.v1.BroadcastService.StartBroadcast:input_type -> rangecast.v1.StartBroadcastRequest
-	7,  // 23: rangecast.v1.BroadcastService.PauseBroadcast:input_type -> rangecast.v1.PauseBroadcastRequest
-	9,  // 24: rangecast.v1.BroadcastService.ResumeBroadcast:input_type -> rangecast.v1.ResumeBroadcastRequest
-	11, // 25: rangecast.v1.BroadcastService.CancelBroadcast:input_type -> rangecast.v1.CancelBroadcastRequest
-	13, // 26: rangecast.v1.BroadcastService.GetBroadcast:input_type -> rangecast.v1.GetBroadcastRequest
-	15, // 27: rangecast.v1.BroadcastService.WatchBroadcast:input_type -> rangecast.v1.WatchBroadcastRequest
-	17, // 28: rangecast.v1.BroadcastService.ListBroadcasts:input_type -> rangecast.v1.ListBroadcastsRequest
-	22, // 29: rangecast.v1.AudienceService.ImportContacts:input_type -> rangecast.v1.ImportContactsRequest
-	26, // 30: rangecast.v1.AudienceService.UnsubscribeContact:input_type -> rangecast.v1.UnsubscribeContactRequest
-	4,  // 31: rangecast.v1.BroadcastService.CreateBroadcast:output_type -> rangecast.v1.CreateBroadcastResponse
-	6,  // 32: rangecast.v1.BroadcastService.StartBroadcast:output_type -> rangecast.v1.StartBroadcastResponse
-	8,  // 33: rangecast.v1.BroadcastService.PauseBroadcast:output_type -> rangecast.v1.PauseBroadcastResponse
-	10, // 34: rangecast.v1.BroadcastService.ResumeBroadcast:output_type -> rangecast.v1.ResumeBroadcastResponse
-	12, // 35: rangecast.v1.BroadcastService.CancelBroadcast:output_type -> rangecast.v1.CancelBroadcastResponse
-	14, // 36: rangecast.v1.BroadcastService.GetBroadcast:output_type -> rangecast.v1.GetBroadcastResponse
-	16, // 37: rangecast.v1.BroadcastService.WatchBroadcast:output_type -> rangecast.v1.WatchBroadcastResponse
-	18, // 38: rangecast.v1.BroadcastService.ListBroadcasts:output_type -> rangecast.v1.ListBroadcastsResponse
-	24, // 39: rangecast.v1.AudienceService.ImportContacts:output_type -> rangecast.v1.ImportContactsResponse
-	27, // 40: rangecast.v1.AudienceService.UnsubscribeContact:output_type -> rangecast.v1.UnsubscribeContactResponse
-	31, // [31:41] is the sub-list for method output_type
-	21, // [21:31] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	3,  // 18: rangecast.v1.BroadcastService.CreateBroadcast:input_type -> rangecast.v1.CreateBroadcastRequest
+	5,  // 19: rangecast.v1.BroadcastService.StartBroadcast:input_type -> rangecast.v1.StartBroadcastRequest
+	7,  // 20: rangecast.v1.BroadcastService.PauseBroadcast:input_type -> rangecast.v1.PauseBroadcastRequest
+	9,  // 21: rangecast.v1.BroadcastService.ResumeBroadcast:input_type -> rangecast.v1.ResumeBroadcastRequest
+	11, // 22: rangecast.v1.BroadcastService.CancelBroadcast:input_type -> rangecast.v1.CancelBroadcastRequest
+	13, // 23: rangecast.v1.BroadcastService.GetBroadcast:input_type -> rangecast.v1.GetBroadcastRequest
+	15, // 24: rangecast.v1.BroadcastService.WatchBroadcast:input_type -> rangecast.v1.WatchBroadcastRequest
+	17, // 25: rangecast.v1.BroadcastService.ListBroadcasts:input_type -> rangecast.v1.ListBroadcastsRequest
+	4,  // 26: rangecast.v1.BroadcastService.CreateBroadcast:output_type -> rangecast.v1.CreateBroadcastResponse
+	6,  // 27: rangecast.v1.BroadcastService.StartBroadcast:output_type -> rangecast.v1.StartBroadcastResponse
+	8,  // 28: rangecast.v1.BroadcastService.PauseBroadcast:output_type -> rangecast.v1.PauseBroadcastResponse
+	10, // 29: rangecast.v1.BroadcastService.ResumeBroadcast:output_type -> rangecast.v1.ResumeBroadcastResponse
+	12, // 30: rangecast.v1.BroadcastService.CancelBroadcast:output_type -> rangecast.v1.CancelBroadcastResponse
+	14, // 31: rangecast.v1.BroadcastService.GetBroadcast:output_type -> rangecast.v1.GetBroadcastResponse
+	16, // 32: rangecast.v1.BroadcastService.WatchBroadcast:output_type -> rangecast.v1.WatchBroadcastResponse
+	18, // 33: rangecast.v1.BroadcastService.ListBroadcasts:output_type -> rangecast.v1.ListBroadcastsResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_rangecast_v1_broadcast_proto_init() }
@@ -1889,9 +1525,9 @@ func file_rangecast_v1_broadcast_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rangecast_v1_broadcast_proto_rawDesc), len(file_rangecast_v1_broadcast_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   20,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   1,
 		},
 		GoTypes:           file_rangecast_v1_broadcast_proto_goTypes,
 		DependencyIndexes: file_rangecast_v1_broadcast_proto_depIdxs,
