@@ -76,3 +76,14 @@ func (f *Fake) Waiters() int {
 	defer f.mu.Unlock()
 	return len(f.waiters)
 }
+
+// Offset is the wall clock shifted by a fixed amount: time passes at the real
+// rate, so timers and network timeouts behave, but the date and time of day
+// are Offset away. Tests use it to run a whole system up to a UTC midnight.
+type Offset struct{ By time.Duration }
+
+func (o Offset) Now() time.Time                         { return time.Now().Add(o.By) }
+func (o Offset) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// OffsetTo returns an Offset clock that reads at now.
+func OffsetTo(at time.Time) Offset { return Offset{By: time.Until(at)} }

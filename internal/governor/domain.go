@@ -44,6 +44,16 @@ type Limits struct {
 	// EmailsPerHour is the hourly limit of the SMTP server the domain sends
 	// through (set with the server's configuration); zero or less means none.
 	EmailsPerHour int `json:"emails_per_hour,omitempty"`
+	// Server names the SMTP server the domain sends through: the hourly
+	// limit is that server's, and ResetRateLimit names it.
+	Server string `json:"server,omitempty"`
+	// InitialCeiling is where a domain with no history starts; zero or less
+	// means DefaultCeiling. It never applies to a domain with stored state:
+	// what was learned stands.
+	InitialCeiling int `json:"initial_ceiling,omitempty"`
+	// QuotaHold overrides how long a provider is held after a quota
+	// rejection; zero or less means QuotaHold.
+	QuotaHold time.Duration `json:"quota_hold,omitempty"`
 }
 
 func (l Limits) withDefaults() Limits {
@@ -55,6 +65,13 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.EmailsPerHour < 0 {
 		l.EmailsPerHour = 0
+	}
+	if l.InitialCeiling <= 0 {
+		l.InitialCeiling = DefaultCeiling
+	}
+	l.InitialCeiling = min(max(l.InitialCeiling, MinCeiling), MaxCeiling)
+	if l.QuotaHold <= 0 {
+		l.QuotaHold = QuotaHold
 	}
 	return l
 }
@@ -81,6 +98,9 @@ type DomainState struct {
 	Breakers map[string]BreakerState `json:"breakers,omitempty"`
 	// Hourly counts sends for the hourly limit of the domain's SMTP server.
 	Hourly HourlyWindow `json:"hourly,omitzero"`
+	// CeilingSetAt is when an operator last set the ceiling by hand, so a
+	// setting is applied once and not again after learning moved on.
+	CeilingSetAt time.Time `json:"ceiling_set_at,omitzero"`
 }
 
 func (s DomainState) clone() DomainState {
@@ -111,7 +131,7 @@ type Domain struct {
 
 // NewDomain returns the governor of domain name with limits l. st is its
 // stored state, nil for a domain with no history (which starts at
-// DefaultCeiling); it is copied, not kept. The token bucket starts full.
+// l.InitialCeiling, DefaultCeiling unless set); it is copied, not kept. The token bucket starts full.
 func NewDomain(name string, l Limits, st *DomainState, now time.Time) *Domain {
 	l = l.withDefaults()
 	now = now.UTC()
@@ -125,7 +145,7 @@ func NewDomain(name string, l Limits, st *DomainState, now time.Time) *Domain {
 	d.st.Domain = strings.ToLower(strings.TrimSpace(name))
 	switch {
 	case d.st.Ceiling <= 0:
-		d.st.Ceiling = DefaultCeiling
+		d.st.Ceiling = l.InitialCeiling
 	case d.st.Ceiling < MinCeiling:
 		d.st.Ceiling = MinCeiling
 	case d.st.Ceiling > MaxCeiling:
@@ -269,7 +289,7 @@ func (d *Domain) RecordQuotaRejection(now time.Time, provider string) {
 	if d.st.Holds == nil {
 		d.st.Holds = map[string]time.Time{}
 	}
-	d.st.Holds[p] = maxTime(d.st.Holds[p], now.Add(QuotaHold))
+	d.st.Holds[p] = maxTime(d.st.Holds[p], now.Add(d.limits.QuotaHold))
 	d.tidy(now)
 }
 
@@ -345,6 +365,42 @@ func (d *Domain) ResetRateLimit(now time.Time) {
 	now = now.UTC()
 	d.roll(now)
 	d.st.Hourly.Reset(now)
+}
+
+// SetLimits replaces the configured limits (an operator changed them). The
+// learned state and the grants in flight are kept; the token bucket keeps
+// its tokens, up to the new burst.
+func (d *Domain) SetLimits(now time.Time, l Limits) {
+	l = l.withDefaults()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	tokens := min(d.bucket.Available(now), float64(l.Burst))
+	d.limits = l
+	d.bucket = &Bucket{perSecond: l.RatePerSecond, burst: float64(l.Burst), tokens: tokens, last: now}
+}
+
+// Limits returns the configured limits, defaults applied.
+func (d *Domain) Limits() Limits {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.limits
+}
+
+// SetCeiling sets the daily ceiling by hand, between MinCeiling and
+// MaxCeiling: for an operator who knows what the providers accept (a warmed
+// domain moved to rangecast, say). Learning carries on from there. at is
+// when the operator set it; a setting no later than the last one applied is
+// ignored, so replaying it changes nothing.
+func (d *Domain) SetCeiling(now, at time.Time, n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.roll(now.UTC())
+	if !at.After(d.st.CeilingSetAt) {
+		return
+	}
+	d.st.Ceiling = min(max(n, MinCeiling), MaxCeiling)
+	d.st.CeilingSetAt = at.UTC()
 }
 
 // tidy drops expired holds and idle breakers, keeping the state small.
