@@ -9,6 +9,7 @@ package rangecastv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -67,13 +68,18 @@ func (x *ImportContactsRequest) GetRows() []*ContactRow {
 }
 
 type ContactRow struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Email        string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
-	Name         string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Attributes   map[string]string      `protobuf:"bytes,3,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Unsubscribed bool                   `protobuf:"varint,4,opt,name=unsubscribed,proto3" json:"unsubscribed,omitempty"`
-	DoNotContact bool                   `protobuf:"varint,5,opt,name=do_not_contact,json=doNotContact,proto3" json:"do_not_contact,omitempty"`
-	// segments adds the contact to these segments (created when missing).
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// email is at most 254 characters.
+	Email string `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
+	// name is at most 256 characters.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// attributes are usable in templates as {{.Attributes.key}}: at most 64,
+	// keys of at most 128 characters, values of at most 2048.
+	Attributes   map[string]string `protobuf:"bytes,3,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Unsubscribed bool              `protobuf:"varint,4,opt,name=unsubscribed,proto3" json:"unsubscribed,omitempty"`
+	DoNotContact bool              `protobuf:"varint,5,opt,name=do_not_contact,json=doNotContact,proto3" json:"do_not_contact,omitempty"`
+	// segments adds the contact to these segments (created when missing): at
+	// most 64, names of 1 to 128 characters.
 	Segments      []string `protobuf:"bytes,6,rep,name=segments,proto3" json:"segments,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -152,9 +158,14 @@ func (x *ContactRow) GetSegments() []string {
 }
 
 type ImportContactsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Imported      int64                  `protobuf:"varint,1,opt,name=imported,proto3" json:"imported,omitempty"`
-	Errors        []*RowError            `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// imported counts rows committed (new contacts and updated ones).
+	Imported int64 `protobuf:"varint,1,opt,name=imported,proto3" json:"imported,omitempty"`
+	// errors lists rejected rows in row order: all of them, or the first
+	// 10,000 when there are more (so the response stays within gRPC's
+	// default 4 MB message size); rejected always counts all of them.
+	Errors        []*RowError `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty"`
+	Rejected      int64       `protobuf:"varint,3,opt,name=rejected,proto3" json:"rejected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -201,6 +212,13 @@ func (x *ImportContactsResponse) GetErrors() []*RowError {
 		return x.Errors
 	}
 	return nil
+}
+
+func (x *ImportContactsResponse) GetRejected() int64 {
+	if x != nil {
+		return x.Rejected
+	}
+	return 0
 }
 
 type RowError struct {
@@ -263,16 +281,406 @@ func (x *RowError) GetError() string {
 	return ""
 }
 
+type GetContactRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Email string                 `protobuf:"bytes,2,opt,name=email,proto3" json:"email,omitempty"`
+	// history_limit bounds the history returned, latest first; 0 means 500.
+	HistoryLimit  int32 `protobuf:"varint,3,opt,name=history_limit,json=historyLimit,proto3" json:"history_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetContactRequest) Reset() {
+	*x = GetContactRequest{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetContactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetContactRequest) ProtoMessage() {}
+
+func (x *GetContactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetContactRequest.ProtoReflect.Descriptor instead.
+func (*GetContactRequest) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetContactRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GetContactRequest) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *GetContactRequest) GetHistoryLimit() int32 {
+	if x != nil {
+		return x.HistoryLimit
+	}
+	return 0
+}
+
+type GetContactResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Contact *Contact               `protobuf:"bytes,1,opt,name=contact,proto3" json:"contact,omitempty"`
+	// history is one entry per broadcast that has a ledger row for the
+	// contact, latest first.
+	History []*ContactSend `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
+	// history_truncated is true when there are more entries than
+	// history_limit.
+	HistoryTruncated bool `protobuf:"varint,3,opt,name=history_truncated,json=historyTruncated,proto3" json:"history_truncated,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *GetContactResponse) Reset() {
+	*x = GetContactResponse{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetContactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetContactResponse) ProtoMessage() {}
+
+func (x *GetContactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetContactResponse.ProtoReflect.Descriptor instead.
+func (*GetContactResponse) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetContactResponse) GetContact() *Contact {
+	if x != nil {
+		return x.Contact
+	}
+	return nil
+}
+
+func (x *GetContactResponse) GetHistory() []*ContactSend {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+func (x *GetContactResponse) GetHistoryTruncated() bool {
+	if x != nil {
+		return x.HistoryTruncated
+	}
+	return false
+}
+
+type Contact struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Email        string                 `protobuf:"bytes,2,opt,name=email,proto3" json:"email,omitempty"`
+	Name         string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Attributes   map[string]string      `protobuf:"bytes,4,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Subscribed   bool                   `protobuf:"varint,5,opt,name=subscribed,proto3" json:"subscribed,omitempty"`
+	DoNotContact bool                   `protobuf:"varint,6,opt,name=do_not_contact,json=doNotContact,proto3" json:"do_not_contact,omitempty"`
+	Suppressed   bool                   `protobuf:"varint,7,opt,name=suppressed,proto3" json:"suppressed,omitempty"`
+	// suppressed_reason says why the contact is suppressed, when it is known.
+	SuppressedReason string                 `protobuf:"bytes,8,opt,name=suppressed_reason,json=suppressedReason,proto3" json:"suppressed_reason,omitempty"`
+	SuppressedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=suppressed_at,json=suppressedAt,proto3" json:"suppressed_at,omitempty"`
+	// eligible: the suppression gate lets the contact through (subscribed,
+	// not do-not-contact, not suppressed, has an address); a segment's
+	// broadcast also needs membership.
+	Eligible      bool                   `protobuf:"varint,10,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	Segments      []string               `protobuf:"bytes,11,rep,name=segments,proto3" json:"segments,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Contact) Reset() {
+	*x = Contact{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Contact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Contact) ProtoMessage() {}
+
+func (x *Contact) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Contact.ProtoReflect.Descriptor instead.
+func (*Contact) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Contact) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Contact) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *Contact) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Contact) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
+func (x *Contact) GetSubscribed() bool {
+	if x != nil {
+		return x.Subscribed
+	}
+	return false
+}
+
+func (x *Contact) GetDoNotContact() bool {
+	if x != nil {
+		return x.DoNotContact
+	}
+	return false
+}
+
+func (x *Contact) GetSuppressed() bool {
+	if x != nil {
+		return x.Suppressed
+	}
+	return false
+}
+
+func (x *Contact) GetSuppressedReason() string {
+	if x != nil {
+		return x.SuppressedReason
+	}
+	return ""
+}
+
+func (x *Contact) GetSuppressedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SuppressedAt
+	}
+	return nil
+}
+
+func (x *Contact) GetEligible() bool {
+	if x != nil {
+		return x.Eligible
+	}
+	return false
+}
+
+func (x *Contact) GetSegments() []string {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *Contact) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Contact) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+// ContactSend is one ledger row: what happened to one broadcast's message
+// to the contact.
+type ContactSend struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	BroadcastId    string                 `protobuf:"bytes,1,opt,name=broadcast_id,json=broadcastId,proto3" json:"broadcast_id,omitempty"`
+	BroadcastName  string                 `protobuf:"bytes,2,opt,name=broadcast_name,json=broadcastName,proto3" json:"broadcast_name,omitempty"`
+	BroadcastState BroadcastState         `protobuf:"varint,3,opt,name=broadcast_state,json=broadcastState,proto3,enum=rangecast.v1.BroadcastState" json:"broadcast_state,omitempty"`
+	Status         SendStatus             `protobuf:"varint,4,opt,name=status,proto3,enum=rangecast.v1.SendStatus" json:"status,omitempty"`
+	// reply is the server's reply or the error, for failures; empty otherwise.
+	Reply     string `protobuf:"bytes,5,opt,name=reply,proto3" json:"reply,omitempty"`
+	Attempt   int32  `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	MessageId string `protobuf:"bytes,7,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// email is the address the message was (to be) sent to.
+	Email         string                 `protobuf:"bytes,8,opt,name=email,proto3" json:"email,omitempty"`
+	ClaimedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=claimed_at,json=claimedAt,proto3" json:"claimed_at,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContactSend) Reset() {
+	*x = ContactSend{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContactSend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContactSend) ProtoMessage() {}
+
+func (x *ContactSend) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContactSend.ProtoReflect.Descriptor instead.
+func (*ContactSend) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ContactSend) GetBroadcastId() string {
+	if x != nil {
+		return x.BroadcastId
+	}
+	return ""
+}
+
+func (x *ContactSend) GetBroadcastName() string {
+	if x != nil {
+		return x.BroadcastName
+	}
+	return ""
+}
+
+func (x *ContactSend) GetBroadcastState() BroadcastState {
+	if x != nil {
+		return x.BroadcastState
+	}
+	return BroadcastState_BROADCAST_STATE_UNSPECIFIED
+}
+
+func (x *ContactSend) GetStatus() SendStatus {
+	if x != nil {
+		return x.Status
+	}
+	return SendStatus_SEND_STATUS_UNSPECIFIED
+}
+
+func (x *ContactSend) GetReply() string {
+	if x != nil {
+		return x.Reply
+	}
+	return ""
+}
+
+func (x *ContactSend) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ContactSend) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *ContactSend) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *ContactSend) GetClaimedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClaimedAt
+	}
+	return nil
+}
+
+func (x *ContactSend) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
 type UnsubscribeContactRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Email         string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UnsubscribeContactRequest) Reset() {
 	*x = UnsubscribeContactRequest{}
-	mi := &file_rangecast_v1_audience_proto_msgTypes[4]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +692,7 @@ func (x *UnsubscribeContactRequest) String() string {
 func (*UnsubscribeContactRequest) ProtoMessage() {}
 
 func (x *UnsubscribeContactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_audience_proto_msgTypes[4]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,12 +705,19 @@ func (x *UnsubscribeContactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnsubscribeContactRequest.ProtoReflect.Descriptor instead.
 func (*UnsubscribeContactRequest) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{4}
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UnsubscribeContactRequest) GetEmail() string {
 	if x != nil {
 		return x.Email
+	}
+	return ""
+}
+
+func (x *UnsubscribeContactRequest) GetId() string {
+	if x != nil {
+		return x.Id
 	}
 	return ""
 }
@@ -315,7 +730,7 @@ type UnsubscribeContactResponse struct {
 
 func (x *UnsubscribeContactResponse) Reset() {
 	*x = UnsubscribeContactResponse{}
-	mi := &file_rangecast_v1_audience_proto_msgTypes[5]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +742,7 @@ func (x *UnsubscribeContactResponse) String() string {
 func (*UnsubscribeContactResponse) ProtoMessage() {}
 
 func (x *UnsubscribeContactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_audience_proto_msgTypes[5]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,14 +755,617 @@ func (x *UnsubscribeContactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnsubscribeContactResponse.ProtoReflect.Descriptor instead.
 func (*UnsubscribeContactResponse) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{5}
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{9}
+}
+
+type SuppressContactRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Email string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
+	Id    string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// reason is required: why this contact must never be mailed (at most 500
+	// characters), e.g. "asked by phone", "legal hold".
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuppressContactRequest) Reset() {
+	*x = SuppressContactRequest{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuppressContactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuppressContactRequest) ProtoMessage() {}
+
+func (x *SuppressContactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuppressContactRequest.ProtoReflect.Descriptor instead.
+func (*SuppressContactRequest) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SuppressContactRequest) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *SuppressContactRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SuppressContactRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type SuppressContactResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Contact       *Contact               `protobuf:"bytes,1,opt,name=contact,proto3" json:"contact,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuppressContactResponse) Reset() {
+	*x = SuppressContactResponse{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuppressContactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuppressContactResponse) ProtoMessage() {}
+
+func (x *SuppressContactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuppressContactResponse.ProtoReflect.Descriptor instead.
+func (*SuppressContactResponse) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SuppressContactResponse) GetContact() *Contact {
+	if x != nil {
+		return x.Contact
+	}
+	return nil
+}
+
+type CreateSegmentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is 1 to 128 characters, without line breaks.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSegmentRequest) Reset() {
+	*x = CreateSegmentRequest{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSegmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSegmentRequest) ProtoMessage() {}
+
+func (x *CreateSegmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSegmentRequest.ProtoReflect.Descriptor instead.
+func (*CreateSegmentRequest) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CreateSegmentRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CreateSegmentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Segment       *Segment               `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSegmentResponse) Reset() {
+	*x = CreateSegmentResponse{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSegmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSegmentResponse) ProtoMessage() {}
+
+func (x *CreateSegmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSegmentResponse.ProtoReflect.Descriptor instead.
+func (*CreateSegmentResponse) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CreateSegmentResponse) GetSegment() *Segment {
+	if x != nil {
+		return x.Segment
+	}
+	return nil
+}
+
+type Segment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Segment) Reset() {
+	*x = Segment{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Segment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Segment) ProtoMessage() {}
+
+func (x *Segment) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Segment.ProtoReflect.Descriptor instead.
+func (*Segment) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Segment) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Segment) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Segment) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type AddSegmentMembersRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Segment string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	// contact_ids and emails together name at most 10,000 contacts.
+	ContactIds    []string `protobuf:"bytes,2,rep,name=contact_ids,json=contactIds,proto3" json:"contact_ids,omitempty"`
+	Emails        []string `protobuf:"bytes,3,rep,name=emails,proto3" json:"emails,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddSegmentMembersRequest) Reset() {
+	*x = AddSegmentMembersRequest{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddSegmentMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddSegmentMembersRequest) ProtoMessage() {}
+
+func (x *AddSegmentMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddSegmentMembersRequest.ProtoReflect.Descriptor instead.
+func (*AddSegmentMembersRequest) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AddSegmentMembersRequest) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *AddSegmentMembersRequest) GetContactIds() []string {
+	if x != nil {
+		return x.ContactIds
+	}
+	return nil
+}
+
+func (x *AddSegmentMembersRequest) GetEmails() []string {
+	if x != nil {
+		return x.Emails
+	}
+	return nil
+}
+
+type AddSegmentMembersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// changed counts contacts added by this call.
+	Changed int64 `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	// unchanged counts contacts that were members already.
+	Unchanged int64 `protobuf:"varint,2,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	// not_found lists the ids and emails given that name no contact.
+	NotFound      []string `protobuf:"bytes,3,rep,name=not_found,json=notFound,proto3" json:"not_found,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddSegmentMembersResponse) Reset() {
+	*x = AddSegmentMembersResponse{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddSegmentMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddSegmentMembersResponse) ProtoMessage() {}
+
+func (x *AddSegmentMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddSegmentMembersResponse.ProtoReflect.Descriptor instead.
+func (*AddSegmentMembersResponse) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AddSegmentMembersResponse) GetChanged() int64 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
+func (x *AddSegmentMembersResponse) GetUnchanged() int64 {
+	if x != nil {
+		return x.Unchanged
+	}
+	return 0
+}
+
+func (x *AddSegmentMembersResponse) GetNotFound() []string {
+	if x != nil {
+		return x.NotFound
+	}
+	return nil
+}
+
+type RemoveSegmentMembersRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Segment string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	// contact_ids and emails together name at most 10,000 contacts.
+	ContactIds    []string `protobuf:"bytes,2,rep,name=contact_ids,json=contactIds,proto3" json:"contact_ids,omitempty"`
+	Emails        []string `protobuf:"bytes,3,rep,name=emails,proto3" json:"emails,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveSegmentMembersRequest) Reset() {
+	*x = RemoveSegmentMembersRequest{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveSegmentMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveSegmentMembersRequest) ProtoMessage() {}
+
+func (x *RemoveSegmentMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveSegmentMembersRequest.ProtoReflect.Descriptor instead.
+func (*RemoveSegmentMembersRequest) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RemoveSegmentMembersRequest) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *RemoveSegmentMembersRequest) GetContactIds() []string {
+	if x != nil {
+		return x.ContactIds
+	}
+	return nil
+}
+
+func (x *RemoveSegmentMembersRequest) GetEmails() []string {
+	if x != nil {
+		return x.Emails
+	}
+	return nil
+}
+
+type RemoveSegmentMembersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// changed counts contacts removed by this call.
+	Changed int64 `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	// unchanged counts contacts that were not members.
+	Unchanged int64 `protobuf:"varint,2,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	// not_found lists the ids and emails given that name no contact.
+	NotFound      []string `protobuf:"bytes,3,rep,name=not_found,json=notFound,proto3" json:"not_found,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveSegmentMembersResponse) Reset() {
+	*x = RemoveSegmentMembersResponse{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveSegmentMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveSegmentMembersResponse) ProtoMessage() {}
+
+func (x *RemoveSegmentMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveSegmentMembersResponse.ProtoReflect.Descriptor instead.
+func (*RemoveSegmentMembersResponse) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RemoveSegmentMembersResponse) GetChanged() int64 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
+func (x *RemoveSegmentMembersResponse) GetUnchanged() int64 {
+	if x != nil {
+		return x.Unchanged
+	}
+	return 0
+}
+
+func (x *RemoveSegmentMembersResponse) GetNotFound() []string {
+	if x != nil {
+		return x.NotFound
+	}
+	return nil
+}
+
+type PreviewAudienceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// segment names a segment; empty means every contact.
+	Segment       string `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewAudienceRequest) Reset() {
+	*x = PreviewAudienceRequest{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewAudienceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewAudienceRequest) ProtoMessage() {}
+
+func (x *PreviewAudienceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewAudienceRequest.ProtoReflect.Descriptor instead.
+func (*PreviewAudienceRequest) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PreviewAudienceRequest) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+type PreviewAudienceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// matched counts the contacts in the audience (the segment's members, or
+	// every contact), eligible or not.
+	Matched int64 `protobuf:"varint,1,opt,name=matched,proto3" json:"matched,omitempty"`
+	// eligible counts those a broadcast started now would send to.
+	Eligible      int64 `protobuf:"varint,2,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewAudienceResponse) Reset() {
+	*x = PreviewAudienceResponse{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewAudienceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewAudienceResponse) ProtoMessage() {}
+
+func (x *PreviewAudienceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewAudienceResponse.ProtoReflect.Descriptor instead.
+func (*PreviewAudienceResponse) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PreviewAudienceResponse) GetMatched() int64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *PreviewAudienceResponse) GetEligible() int64 {
+	if x != nil {
+		return x.Eligible
+	}
+	return 0
 }
 
 var File_rangecast_v1_audience_proto protoreflect.FileDescriptor
 
 const file_rangecast_v1_audience_proto_rawDesc = "" +
 	"\n" +
-	"\x1brangecast/v1/audience.proto\x12\frangecast.v1\"E\n" +
+	"\x1brangecast/v1/audience.proto\x12\frangecast.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1crangecast/v1/broadcast.proto\x1a\x19rangecast/v1/ledger.proto\"E\n" +
 	"\x15ImportContactsRequest\x12,\n" +
 	"\x04rows\x18\x01 \x03(\v2\x18.rangecast.v1.ContactRowR\x04rows\"\xa5\x02\n" +
 	"\n" +
@@ -362,20 +1380,116 @@ const file_rangecast_v1_audience_proto_rawDesc = "" +
 	"\bsegments\x18\x06 \x03(\tR\bsegments\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"d\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
 	"\x16ImportContactsResponse\x12\x1a\n" +
 	"\bimported\x18\x01 \x01(\x03R\bimported\x12.\n" +
-	"\x06errors\x18\x02 \x03(\v2\x16.rangecast.v1.RowErrorR\x06errors\"H\n" +
+	"\x06errors\x18\x02 \x03(\v2\x16.rangecast.v1.RowErrorR\x06errors\x12\x1a\n" +
+	"\brejected\x18\x03 \x01(\x03R\brejected\"H\n" +
 	"\bRowError\x12\x10\n" +
 	"\x03row\x18\x01 \x01(\x03R\x03row\x12\x14\n" +
 	"\x05email\x18\x02 \x01(\tR\x05email\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"1\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"^\n" +
+	"\x11GetContactRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05email\x18\x02 \x01(\tR\x05email\x12#\n" +
+	"\rhistory_limit\x18\x03 \x01(\x05R\fhistoryLimit\"\xa7\x01\n" +
+	"\x12GetContactResponse\x12/\n" +
+	"\acontact\x18\x01 \x01(\v2\x15.rangecast.v1.ContactR\acontact\x123\n" +
+	"\ahistory\x18\x02 \x03(\v2\x19.rangecast.v1.ContactSendR\ahistory\x12+\n" +
+	"\x11history_truncated\x18\x03 \x01(\bR\x10historyTruncated\"\xcb\x04\n" +
+	"\aContact\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05email\x18\x02 \x01(\tR\x05email\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12E\n" +
+	"\n" +
+	"attributes\x18\x04 \x03(\v2%.rangecast.v1.Contact.AttributesEntryR\n" +
+	"attributes\x12\x1e\n" +
+	"\n" +
+	"subscribed\x18\x05 \x01(\bR\n" +
+	"subscribed\x12$\n" +
+	"\x0edo_not_contact\x18\x06 \x01(\bR\fdoNotContact\x12\x1e\n" +
+	"\n" +
+	"suppressed\x18\a \x01(\bR\n" +
+	"suppressed\x12+\n" +
+	"\x11suppressed_reason\x18\b \x01(\tR\x10suppressedReason\x12?\n" +
+	"\rsuppressed_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fsuppressedAt\x12\x1a\n" +
+	"\beligible\x18\n" +
+	" \x01(\bR\beligible\x12\x1a\n" +
+	"\bsegments\x18\v \x03(\tR\bsegments\x129\n" +
+	"\n" +
+	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x03\n" +
+	"\vContactSend\x12!\n" +
+	"\fbroadcast_id\x18\x01 \x01(\tR\vbroadcastId\x12%\n" +
+	"\x0ebroadcast_name\x18\x02 \x01(\tR\rbroadcastName\x12E\n" +
+	"\x0fbroadcast_state\x18\x03 \x01(\x0e2\x1c.rangecast.v1.BroadcastStateR\x0ebroadcastState\x120\n" +
+	"\x06status\x18\x04 \x01(\x0e2\x18.rangecast.v1.SendStatusR\x06status\x12\x14\n" +
+	"\x05reply\x18\x05 \x01(\tR\x05reply\x12\x18\n" +
+	"\aattempt\x18\x06 \x01(\x05R\aattempt\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\a \x01(\tR\tmessageId\x12\x14\n" +
+	"\x05email\x18\b \x01(\tR\x05email\x129\n" +
+	"\n" +
+	"claimed_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"A\n" +
 	"\x19UnsubscribeContactRequest\x12\x14\n" +
-	"\x05email\x18\x01 \x01(\tR\x05email\"\x1c\n" +
-	"\x1aUnsubscribeContactResponse2\xd9\x01\n" +
+	"\x05email\x18\x01 \x01(\tR\x05email\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\x1c\n" +
+	"\x1aUnsubscribeContactResponse\"V\n" +
+	"\x16SuppressContactRequest\x12\x14\n" +
+	"\x05email\x18\x01 \x01(\tR\x05email\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"J\n" +
+	"\x17SuppressContactResponse\x12/\n" +
+	"\acontact\x18\x01 \x01(\v2\x15.rangecast.v1.ContactR\acontact\"*\n" +
+	"\x14CreateSegmentRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"H\n" +
+	"\x15CreateSegmentResponse\x12/\n" +
+	"\asegment\x18\x01 \x01(\v2\x15.rangecast.v1.SegmentR\asegment\"h\n" +
+	"\aSegment\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"m\n" +
+	"\x18AddSegmentMembersRequest\x12\x18\n" +
+	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1f\n" +
+	"\vcontact_ids\x18\x02 \x03(\tR\n" +
+	"contactIds\x12\x16\n" +
+	"\x06emails\x18\x03 \x03(\tR\x06emails\"p\n" +
+	"\x19AddSegmentMembersResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\x03R\achanged\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\x03R\tunchanged\x12\x1b\n" +
+	"\tnot_found\x18\x03 \x03(\tR\bnotFound\"p\n" +
+	"\x1bRemoveSegmentMembersRequest\x12\x18\n" +
+	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1f\n" +
+	"\vcontact_ids\x18\x02 \x03(\tR\n" +
+	"contactIds\x12\x16\n" +
+	"\x06emails\x18\x03 \x03(\tR\x06emails\"s\n" +
+	"\x1cRemoveSegmentMembersResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\x03R\achanged\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\x03R\tunchanged\x12\x1b\n" +
+	"\tnot_found\x18\x03 \x03(\tR\bnotFound\"2\n" +
+	"\x16PreviewAudienceRequest\x12\x18\n" +
+	"\asegment\x18\x01 \x01(\tR\asegment\"O\n" +
+	"\x17PreviewAudienceResponse\x12\x18\n" +
+	"\amatched\x18\x01 \x01(\x03R\amatched\x12\x1a\n" +
+	"\beligible\x18\x02 \x01(\x03R\beligible2\x99\x06\n" +
 	"\x0fAudienceService\x12]\n" +
-	"\x0eImportContacts\x12#.rangecast.v1.ImportContactsRequest\x1a$.rangecast.v1.ImportContactsResponse(\x01\x12g\n" +
-	"\x12UnsubscribeContact\x12'.rangecast.v1.UnsubscribeContactRequest\x1a(.rangecast.v1.UnsubscribeContactResponseB?Z=github.com/rangecast/rangecast/proto/rangecast/v1;rangecastv1b\x06proto3"
+	"\x0eImportContacts\x12#.rangecast.v1.ImportContactsRequest\x1a$.rangecast.v1.ImportContactsResponse(\x01\x12O\n" +
+	"\n" +
+	"GetContact\x12\x1f.rangecast.v1.GetContactRequest\x1a .rangecast.v1.GetContactResponse\x12g\n" +
+	"\x12UnsubscribeContact\x12'.rangecast.v1.UnsubscribeContactRequest\x1a(.rangecast.v1.UnsubscribeContactResponse\x12^\n" +
+	"\x0fSuppressContact\x12$.rangecast.v1.SuppressContactRequest\x1a%.rangecast.v1.SuppressContactResponse\x12X\n" +
+	"\rCreateSegment\x12\".rangecast.v1.CreateSegmentRequest\x1a#.rangecast.v1.CreateSegmentResponse\x12d\n" +
+	"\x11AddSegmentMembers\x12&.rangecast.v1.AddSegmentMembersRequest\x1a'.rangecast.v1.AddSegmentMembersResponse\x12m\n" +
+	"\x14RemoveSegmentMembers\x12).rangecast.v1.RemoveSegmentMembersRequest\x1a*.rangecast.v1.RemoveSegmentMembersResponse\x12^\n" +
+	"\x0fPreviewAudience\x12$.rangecast.v1.PreviewAudienceRequest\x1a%.rangecast.v1.PreviewAudienceResponseB?Z=github.com/rangecast/rangecast/proto/rangecast/v1;rangecastv1b\x06proto3"
 
 var (
 	file_rangecast_v1_audience_proto_rawDescOnce sync.Once
@@ -389,29 +1503,73 @@ func file_rangecast_v1_audience_proto_rawDescGZIP() []byte {
 	return file_rangecast_v1_audience_proto_rawDescData
 }
 
-var file_rangecast_v1_audience_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_rangecast_v1_audience_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_rangecast_v1_audience_proto_goTypes = []any{
-	(*ImportContactsRequest)(nil),      // 0: rangecast.v1.ImportContactsRequest
-	(*ContactRow)(nil),                 // 1: rangecast.v1.ContactRow
-	(*ImportContactsResponse)(nil),     // 2: rangecast.v1.ImportContactsResponse
-	(*RowError)(nil),                   // 3: rangecast.v1.RowError
-	(*UnsubscribeContactRequest)(nil),  // 4: rangecast.v1.UnsubscribeContactRequest
-	(*UnsubscribeContactResponse)(nil), // 5: rangecast.v1.UnsubscribeContactResponse
-	nil,                                // 6: rangecast.v1.ContactRow.AttributesEntry
+	(*ImportContactsRequest)(nil),        // 0: rangecast.v1.ImportContactsRequest
+	(*ContactRow)(nil),                   // 1: rangecast.v1.ContactRow
+	(*ImportContactsResponse)(nil),       // 2: rangecast.v1.ImportContactsResponse
+	(*RowError)(nil),                     // 3: rangecast.v1.RowError
+	(*GetContactRequest)(nil),            // 4: rangecast.v1.GetContactRequest
+	(*GetContactResponse)(nil),           // 5: rangecast.v1.GetContactResponse
+	(*Contact)(nil),                      // 6: rangecast.v1.Contact
+	(*ContactSend)(nil),                  // 7: rangecast.v1.ContactSend
+	(*UnsubscribeContactRequest)(nil),    // 8: rangecast.v1.UnsubscribeContactRequest
+	(*UnsubscribeContactResponse)(nil),   // 9: rangecast.v1.UnsubscribeContactResponse
+	(*SuppressContactRequest)(nil),       // 10: rangecast.v1.SuppressContactRequest
+	(*SuppressContactResponse)(nil),      // 11: rangecast.v1.SuppressContactResponse
+	(*CreateSegmentRequest)(nil),         // 12: rangecast.v1.CreateSegmentRequest
+	(*CreateSegmentResponse)(nil),        // 13: rangecast.v1.CreateSegmentResponse
+	(*Segment)(nil),                      // 14: rangecast.v1.Segment
+	(*AddSegmentMembersRequest)(nil),     // 15: rangecast.v1.AddSegmentMembersRequest
+	(*AddSegmentMembersResponse)(nil),    // 16: rangecast.v1.AddSegmentMembersResponse
+	(*RemoveSegmentMembersRequest)(nil),  // 17: rangecast.v1.RemoveSegmentMembersRequest
+	(*RemoveSegmentMembersResponse)(nil), // 18: rangecast.v1.RemoveSegmentMembersResponse
+	(*PreviewAudienceRequest)(nil),       // 19: rangecast.v1.PreviewAudienceRequest
+	(*PreviewAudienceResponse)(nil),      // 20: rangecast.v1.PreviewAudienceResponse
+	nil,                                  // 21: rangecast.v1.ContactRow.AttributesEntry
+	nil,                                  // 22: rangecast.v1.Contact.AttributesEntry
+	(*timestamppb.Timestamp)(nil),        // 23: google.protobuf.Timestamp
+	(BroadcastState)(0),                  // 24: rangecast.v1.BroadcastState
+	(SendStatus)(0),                      // 25: rangecast.v1.SendStatus
 }
 var file_rangecast_v1_audience_proto_depIdxs = []int32{
-	1, // 0: rangecast.v1.ImportContactsRequest.rows:type_name -> rangecast.v1.ContactRow
-	6, // 1: rangecast.v1.ContactRow.attributes:type_name -> rangecast.v1.ContactRow.AttributesEntry
-	3, // 2: rangecast.v1.ImportContactsResponse.errors:type_name -> rangecast.v1.RowError
-	0, // 3: rangecast.v1.AudienceService.ImportContacts:input_type -> rangecast.v1.ImportContactsRequest
-	4, // 4: rangecast.v1.AudienceService.UnsubscribeContact:input_type -> rangecast.v1.UnsubscribeContactRequest
-	2, // 5: rangecast.v1.AudienceService.ImportContacts:output_type -> rangecast.v1.ImportContactsResponse
-	5, // 6: rangecast.v1.AudienceService.UnsubscribeContact:output_type -> rangecast.v1.UnsubscribeContactResponse
-	5, // [5:7] is the sub-list for method output_type
-	3, // [3:5] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	1,  // 0: rangecast.v1.ImportContactsRequest.rows:type_name -> rangecast.v1.ContactRow
+	21, // 1: rangecast.v1.ContactRow.attributes:type_name -> rangecast.v1.ContactRow.AttributesEntry
+	3,  // 2: rangecast.v1.ImportContactsResponse.errors:type_name -> rangecast.v1.RowError
+	6,  // 3: rangecast.v1.GetContactResponse.contact:type_name -> rangecast.v1.Contact
+	7,  // 4: rangecast.v1.GetContactResponse.history:type_name -> rangecast.v1.ContactSend
+	22, // 5: rangecast.v1.Contact.attributes:type_name -> rangecast.v1.Contact.AttributesEntry
+	23, // 6: rangecast.v1.Contact.suppressed_at:type_name -> google.protobuf.Timestamp
+	23, // 7: rangecast.v1.Contact.created_at:type_name -> google.protobuf.Timestamp
+	23, // 8: rangecast.v1.Contact.updated_at:type_name -> google.protobuf.Timestamp
+	24, // 9: rangecast.v1.ContactSend.broadcast_state:type_name -> rangecast.v1.BroadcastState
+	25, // 10: rangecast.v1.ContactSend.status:type_name -> rangecast.v1.SendStatus
+	23, // 11: rangecast.v1.ContactSend.claimed_at:type_name -> google.protobuf.Timestamp
+	23, // 12: rangecast.v1.ContactSend.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 13: rangecast.v1.SuppressContactResponse.contact:type_name -> rangecast.v1.Contact
+	14, // 14: rangecast.v1.CreateSegmentResponse.segment:type_name -> rangecast.v1.Segment
+	23, // 15: rangecast.v1.Segment.created_at:type_name -> google.protobuf.Timestamp
+	0,  // 16: rangecast.v1.AudienceService.ImportContacts:input_type -> rangecast.v1.ImportContactsRequest
+	4,  // 17: rangecast.v1.AudienceService.GetContact:input_type -> rangecast.v1.GetContactRequest
+	8,  // 18: rangecast.v1.AudienceService.UnsubscribeContact:input_type -> rangecast.v1.UnsubscribeContactRequest
+	10, // 19: rangecast.v1.AudienceService.SuppressContact:input_type -> rangecast.v1.SuppressContactRequest
+	12, // 20: rangecast.v1.AudienceService.CreateSegment:input_type -> rangecast.v1.CreateSegmentRequest
+	15, // 21: rangecast.v1.AudienceService.AddSegmentMembers:input_type -> rangecast.v1.AddSegmentMembersRequest
+	17, // 22: rangecast.v1.AudienceService.RemoveSegmentMembers:input_type -> rangecast.v1.RemoveSegmentMembersRequest
+	19, // 23: rangecast.v1.AudienceService.PreviewAudience:input_type -> rangecast.v1.PreviewAudienceRequest
+	2,  // 24: rangecast.v1.AudienceService.ImportContacts:output_type -> rangecast.v1.ImportContactsResponse
+	5,  // 25: rangecast.v1.AudienceService.GetContact:output_type -> rangecast.v1.GetContactResponse
+	9,  // 26: rangecast.v1.AudienceService.UnsubscribeContact:output_type -> rangecast.v1.UnsubscribeContactResponse
+	11, // 27: rangecast.v1.AudienceService.SuppressContact:output_type -> rangecast.v1.SuppressContactResponse
+	13, // 28: rangecast.v1.AudienceService.CreateSegment:output_type -> rangecast.v1.CreateSegmentResponse
+	16, // 29: rangecast.v1.AudienceService.AddSegmentMembers:output_type -> rangecast.v1.AddSegmentMembersResponse
+	18, // 30: rangecast.v1.AudienceService.RemoveSegmentMembers:output_type -> rangecast.v1.RemoveSegmentMembersResponse
+	20, // 31: rangecast.v1.AudienceService.PreviewAudience:output_type -> rangecast.v1.PreviewAudienceResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_rangecast_v1_audience_proto_init() }
@@ -419,13 +1577,15 @@ func file_rangecast_v1_audience_proto_init() {
 	if File_rangecast_v1_audience_proto != nil {
 		return
 	}
+	file_rangecast_v1_broadcast_proto_init()
+	file_rangecast_v1_ledger_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rangecast_v1_audience_proto_rawDesc), len(file_rangecast_v1_audience_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

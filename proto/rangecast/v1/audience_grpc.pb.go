@@ -19,20 +19,54 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AudienceService_ImportContacts_FullMethodName     = "/rangecast.v1.AudienceService/ImportContacts"
-	AudienceService_UnsubscribeContact_FullMethodName = "/rangecast.v1.AudienceService/UnsubscribeContact"
+	AudienceService_ImportContacts_FullMethodName       = "/rangecast.v1.AudienceService/ImportContacts"
+	AudienceService_GetContact_FullMethodName           = "/rangecast.v1.AudienceService/GetContact"
+	AudienceService_UnsubscribeContact_FullMethodName   = "/rangecast.v1.AudienceService/UnsubscribeContact"
+	AudienceService_SuppressContact_FullMethodName      = "/rangecast.v1.AudienceService/SuppressContact"
+	AudienceService_CreateSegment_FullMethodName        = "/rangecast.v1.AudienceService/CreateSegment"
+	AudienceService_AddSegmentMembers_FullMethodName    = "/rangecast.v1.AudienceService/AddSegmentMembers"
+	AudienceService_RemoveSegmentMembers_FullMethodName = "/rangecast.v1.AudienceService/RemoveSegmentMembers"
+	AudienceService_PreviewAudience_FullMethodName      = "/rangecast.v1.AudienceService/PreviewAudience"
 )
 
 // AudienceServiceClient is the client API for AudienceService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// AudienceService manages contacts.
+// AudienceService manages contacts, their suppression and segments.
+//
+// Contacts are found by id (a ULID) or by email, case-insensitively.
+// Segments are plain lists kept by AddSegmentMembers and RemoveSegmentMembers
+// (and imports); they are never re-evaluated at send time.
 type AudienceServiceClient interface {
-	// ImportContacts upserts contacts by case-insensitive email. Invalid rows are
-	// reported with their row number; valid rows are committed.
+	// ImportContacts upserts contacts by case-insensitive email: an existing
+	// contact keeps its id, its name is replaced and attributes merged; an
+	// import never re-subscribes, un-flags or un-suppresses anyone. Every row
+	// that is not imported (invalid address, duplicate of an earlier row of the
+	// stream, a field too long) is reported with its row number; all other
+	// rows are committed.
 	ImportContacts(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportContactsRequest, ImportContactsResponse], error)
+	// GetContact returns a contact with its segments and its send history:
+	// every broadcast that has a ledger row for it, with status and reply.
+	GetContact(ctx context.Context, in *GetContactRequest, opts ...grpc.CallOption) (*GetContactResponse, error)
+	// UnsubscribeContact marks a contact unsubscribed; broadcasts already
+	// running honour it from their next page.
 	UnsubscribeContact(ctx context.Context, in *UnsubscribeContactRequest, opts ...grpc.CallOption) (*UnsubscribeContactResponse, error)
+	// SuppressContact keeps a contact from receiving any broadcast, with a
+	// reason shown by GetContact. Nothing undoes it through this API.
+	SuppressContact(ctx context.Context, in *SuppressContactRequest, opts ...grpc.CallOption) (*SuppressContactResponse, error)
+	// CreateSegment creates an empty segment; AlreadyExists if the name is taken.
+	CreateSegment(ctx context.Context, in *CreateSegmentRequest, opts ...grpc.CallOption) (*CreateSegmentResponse, error)
+	// AddSegmentMembers adds contacts (by id or email) to a segment. Contacts
+	// that do not exist are listed in the response; the others are added.
+	AddSegmentMembers(ctx context.Context, in *AddSegmentMembersRequest, opts ...grpc.CallOption) (*AddSegmentMembersResponse, error)
+	// RemoveSegmentMembers removes contacts (by id or email) from a segment.
+	RemoveSegmentMembers(ctx context.Context, in *RemoveSegmentMembersRequest, opts ...grpc.CallOption) (*RemoveSegmentMembersResponse, error)
+	// PreviewAudience counts what a broadcast to a segment (or to everyone)
+	// would reach now: the contacts the audience matches, and of those the
+	// ones the suppression gate lets through, counted by the same query a
+	// broadcast's start-time snapshot uses.
+	PreviewAudience(ctx context.Context, in *PreviewAudienceRequest, opts ...grpc.CallOption) (*PreviewAudienceResponse, error)
 }
 
 type audienceServiceClient struct {
@@ -56,6 +90,16 @@ func (c *audienceServiceClient) ImportContacts(ctx context.Context, opts ...grpc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AudienceService_ImportContactsClient = grpc.ClientStreamingClient[ImportContactsRequest, ImportContactsResponse]
 
+func (c *audienceServiceClient) GetContact(ctx context.Context, in *GetContactRequest, opts ...grpc.CallOption) (*GetContactResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetContactResponse)
+	err := c.cc.Invoke(ctx, AudienceService_GetContact_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *audienceServiceClient) UnsubscribeContact(ctx context.Context, in *UnsubscribeContactRequest, opts ...grpc.CallOption) (*UnsubscribeContactResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UnsubscribeContactResponse)
@@ -66,16 +110,94 @@ func (c *audienceServiceClient) UnsubscribeContact(ctx context.Context, in *Unsu
 	return out, nil
 }
 
+func (c *audienceServiceClient) SuppressContact(ctx context.Context, in *SuppressContactRequest, opts ...grpc.CallOption) (*SuppressContactResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SuppressContactResponse)
+	err := c.cc.Invoke(ctx, AudienceService_SuppressContact_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *audienceServiceClient) CreateSegment(ctx context.Context, in *CreateSegmentRequest, opts ...grpc.CallOption) (*CreateSegmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateSegmentResponse)
+	err := c.cc.Invoke(ctx, AudienceService_CreateSegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *audienceServiceClient) AddSegmentMembers(ctx context.Context, in *AddSegmentMembersRequest, opts ...grpc.CallOption) (*AddSegmentMembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddSegmentMembersResponse)
+	err := c.cc.Invoke(ctx, AudienceService_AddSegmentMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *audienceServiceClient) RemoveSegmentMembers(ctx context.Context, in *RemoveSegmentMembersRequest, opts ...grpc.CallOption) (*RemoveSegmentMembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveSegmentMembersResponse)
+	err := c.cc.Invoke(ctx, AudienceService_RemoveSegmentMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *audienceServiceClient) PreviewAudience(ctx context.Context, in *PreviewAudienceRequest, opts ...grpc.CallOption) (*PreviewAudienceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewAudienceResponse)
+	err := c.cc.Invoke(ctx, AudienceService_PreviewAudience_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AudienceServiceServer is the server API for AudienceService service.
 // All implementations must embed UnimplementedAudienceServiceServer
 // for forward compatibility.
 //
-// AudienceService manages contacts.
+// AudienceService manages contacts, their suppression and segments.
+//
+// Contacts are found by id (a ULID) or by email, case-insensitively.
+// Segments are plain lists kept by AddSegmentMembers and RemoveSegmentMembers
+// (and imports); they are never re-evaluated at send time.
 type AudienceServiceServer interface {
-	// ImportContacts upserts contacts by case-insensitive email. Invalid rows are
-	// reported with their row number; valid rows are committed.
+	// ImportContacts upserts contacts by case-insensitive email: an existing
+	// contact keeps its id, its name is replaced and attributes merged; an
+	// import never re-subscribes, un-flags or un-suppresses anyone. Every row
+	// that is not imported (invalid address, duplicate of an earlier row of the
+	// stream, a field too long) is reported with its row number; all other
+	// rows are committed.
 	ImportContacts(grpc.ClientStreamingServer[ImportContactsRequest, ImportContactsResponse]) error
+	// GetContact returns a contact with its segments and its send history:
+	// every broadcast that has a ledger row for it, with status and reply.
+	GetContact(context.Context, *GetContactRequest) (*GetContactResponse, error)
+	// UnsubscribeContact marks a contact unsubscribed; broadcasts already
+	// running honour it from their next page.
 	UnsubscribeContact(context.Context, *UnsubscribeContactRequest) (*UnsubscribeContactResponse, error)
+	// SuppressContact keeps a contact from receiving any broadcast, with a
+	// reason shown by GetContact. Nothing undoes it through this API.
+	SuppressContact(context.Context, *SuppressContactRequest) (*SuppressContactResponse, error)
+	// CreateSegment creates an empty segment; AlreadyExists if the name is taken.
+	CreateSegment(context.Context, *CreateSegmentRequest) (*CreateSegmentResponse, error)
+	// AddSegmentMembers adds contacts (by id or email) to a segment. Contacts
+	// that do not exist are listed in the response; the others are added.
+	AddSegmentMembers(context.Context, *AddSegmentMembersRequest) (*AddSegmentMembersResponse, error)
+	// RemoveSegmentMembers removes contacts (by id or email) from a segment.
+	RemoveSegmentMembers(context.Context, *RemoveSegmentMembersRequest) (*RemoveSegmentMembersResponse, error)
+	// PreviewAudience counts what a broadcast to a segment (or to everyone)
+	// would reach now: the contacts the audience matches, and of those the
+	// ones the suppression gate lets through, counted by the same query a
+	// broadcast's start-time snapshot uses.
+	PreviewAudience(context.Context, *PreviewAudienceRequest) (*PreviewAudienceResponse, error)
 	mustEmbedUnimplementedAudienceServiceServer()
 }
 
@@ -89,8 +211,26 @@ type UnimplementedAudienceServiceServer struct{}
 func (UnimplementedAudienceServiceServer) ImportContacts(grpc.ClientStreamingServer[ImportContactsRequest, ImportContactsResponse]) error {
 	return status.Error(codes.Unimplemented, "method ImportContacts not implemented")
 }
+func (UnimplementedAudienceServiceServer) GetContact(context.Context, *GetContactRequest) (*GetContactResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetContact not implemented")
+}
 func (UnimplementedAudienceServiceServer) UnsubscribeContact(context.Context, *UnsubscribeContactRequest) (*UnsubscribeContactResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UnsubscribeContact not implemented")
+}
+func (UnimplementedAudienceServiceServer) SuppressContact(context.Context, *SuppressContactRequest) (*SuppressContactResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SuppressContact not implemented")
+}
+func (UnimplementedAudienceServiceServer) CreateSegment(context.Context, *CreateSegmentRequest) (*CreateSegmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSegment not implemented")
+}
+func (UnimplementedAudienceServiceServer) AddSegmentMembers(context.Context, *AddSegmentMembersRequest) (*AddSegmentMembersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddSegmentMembers not implemented")
+}
+func (UnimplementedAudienceServiceServer) RemoveSegmentMembers(context.Context, *RemoveSegmentMembersRequest) (*RemoveSegmentMembersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveSegmentMembers not implemented")
+}
+func (UnimplementedAudienceServiceServer) PreviewAudience(context.Context, *PreviewAudienceRequest) (*PreviewAudienceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewAudience not implemented")
 }
 func (UnimplementedAudienceServiceServer) mustEmbedUnimplementedAudienceServiceServer() {}
 func (UnimplementedAudienceServiceServer) testEmbeddedByValue()                         {}
@@ -120,6 +260,24 @@ func _AudienceService_ImportContacts_Handler(srv interface{}, stream grpc.Server
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AudienceService_ImportContactsServer = grpc.ClientStreamingServer[ImportContactsRequest, ImportContactsResponse]
 
+func _AudienceService_GetContact_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetContactRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AudienceServiceServer).GetContact(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AudienceService_GetContact_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AudienceServiceServer).GetContact(ctx, req.(*GetContactRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AudienceService_UnsubscribeContact_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(UnsubscribeContactRequest)
 	if err := dec(in); err != nil {
@@ -138,6 +296,96 @@ func _AudienceService_UnsubscribeContact_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AudienceService_SuppressContact_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SuppressContactRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AudienceServiceServer).SuppressContact(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AudienceService_SuppressContact_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AudienceServiceServer).SuppressContact(ctx, req.(*SuppressContactRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AudienceService_CreateSegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateSegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AudienceServiceServer).CreateSegment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AudienceService_CreateSegment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AudienceServiceServer).CreateSegment(ctx, req.(*CreateSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AudienceService_AddSegmentMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddSegmentMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AudienceServiceServer).AddSegmentMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AudienceService_AddSegmentMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AudienceServiceServer).AddSegmentMembers(ctx, req.(*AddSegmentMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AudienceService_RemoveSegmentMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveSegmentMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AudienceServiceServer).RemoveSegmentMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AudienceService_RemoveSegmentMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AudienceServiceServer).RemoveSegmentMembers(ctx, req.(*RemoveSegmentMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AudienceService_PreviewAudience_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewAudienceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AudienceServiceServer).PreviewAudience(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AudienceService_PreviewAudience_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AudienceServiceServer).PreviewAudience(ctx, req.(*PreviewAudienceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AudienceService_ServiceDesc is the grpc.ServiceDesc for AudienceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -146,8 +394,32 @@ var AudienceService_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*AudienceServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
+			MethodName: "GetContact",
+			Handler:    _AudienceService_GetContact_Handler,
+		},
+		{
 			MethodName: "UnsubscribeContact",
 			Handler:    _AudienceService_UnsubscribeContact_Handler,
+		},
+		{
+			MethodName: "SuppressContact",
+			Handler:    _AudienceService_SuppressContact_Handler,
+		},
+		{
+			MethodName: "CreateSegment",
+			Handler:    _AudienceService_CreateSegment_Handler,
+		},
+		{
+			MethodName: "AddSegmentMembers",
+			Handler:    _AudienceService_AddSegmentMembers_Handler,
+		},
+		{
+			MethodName: "RemoveSegmentMembers",
+			Handler:    _AudienceService_RemoveSegmentMembers_Handler,
+		},
+		{
+			MethodName: "PreviewAudience",
+			Handler:    _AudienceService_PreviewAudience_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
