@@ -113,6 +113,8 @@ type Outcome struct {
 	ContactID ulid.ULID
 	Status    SendStatus
 	Error     string // the server's reply for failures
+	// RetryAt is when a deferred row is due again; zero for other statuses.
+	RetryAt time.Time
 }
 
 // Send is one ledger row.
@@ -126,20 +128,25 @@ type Send struct {
 	ClaimedAt, UpdatedAt   time.Time
 }
 
-// Counts sums a broadcast's ledger by status.
+// Counts sums a broadcast's ledger by status. Sent counts every row the SMTP
+// server accepted (SendStatus.Accepted), whatever a webhook reported since.
 type Counts struct {
 	Claimed, Sent, Failed, Deferred, Unknown int64
 }
 
 // Store is everything rangecast keeps in its database.
 type Store interface {
+	AudienceStore // one contact, suppression, segment membership (audience.go)
+	Ledger        // delivery events and unsubscribes (ledger.go)
 	// UpsertContacts inserts or updates contacts by case-insensitive email:
 	// the name is replaced and attributes merged; do-not-contact and
 	// suppressed only ever turn on, and an unsubscribe is never undone. An
 	// existing contact keeps its id. Returns the ids in input order. Emails
 	// must be unique within one call.
 	UpsertContacts(ctx context.Context, cs []Contact, now time.Time) ([]ulid.ULID, error)
-	// Unsubscribe marks the contact with this email unsubscribed.
+	// Unsubscribe marks the contact with this email unsubscribed and its
+	// deferred and claimed-but-unsent ledger rows unsubscribed, as
+	// UnsubscribeContact does. ErrNotFound when no contact has the address.
 	Unsubscribe(ctx context.Context, email string, now time.Time) error
 	// EnsureSegment returns the id of the named segment, creating it.
 	EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error)
@@ -186,6 +193,8 @@ type Store interface {
 	Failures(ctx context.Context, broadcast ulid.ULID, limit int) ([]Send, error)
 	// Pending counts claims with no outcome (in flight or in doubt).
 	Pending(ctx context.Context, broadcast ulid.ULID) (int64, error)
+	Deferrals
+	Receipts
 	// Ping checks the database answers (readiness).
 	Ping(ctx context.Context) error
 	Close()

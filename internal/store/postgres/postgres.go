@@ -82,7 +82,12 @@ INSERT INTO contacts AS c (id, email, name, attributes, subscribed, do_not_conta
 SELECT u.id, u.email, u.name, u.attributes, u.subscribed, u.dnc, u.suppressed, $7, $7
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bool[], $6::bool[], $8::bool[])
      AS u(id, email, name, attributes, subscribed, dnc, suppressed)
-ON CONFLICT (lower(email)) DO UPDATE SET
+` + mergeContact + `
+RETURNING id, lower(email)`
+
+// mergeContact is how an upsert changes an existing contact (alias c), for
+// UpsertContacts and the bulk ImportContacts alike.
+const mergeContact = `ON CONFLICT (lower(email)) DO UPDATE SET
     name = EXCLUDED.name,
     attributes = c.attributes || EXCLUDED.attributes,
     -- An import may unsubscribe, flag or suppress a contact, never undo an
@@ -90,8 +95,7 @@ ON CONFLICT (lower(email)) DO UPDATE SET
     subscribed = c.subscribed AND EXCLUDED.subscribed,
     do_not_contact = c.do_not_contact OR EXCLUDED.do_not_contact,
     suppressed = c.suppressed OR EXCLUDED.suppressed,
-    updated_at = EXCLUDED.updated_at
-RETURNING id, lower(email)`
+    updated_at = EXCLUDED.updated_at`
 
 func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
 	if len(cs) == 0 {
@@ -133,15 +137,9 @@ func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time
 	return out, nil
 }
 
+// Unsubscribe is in ledger.go, beside UnsubscribeContact.
 func (s *Store) Unsubscribe(ctx context.Context, email string, now time.Time) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE contacts SET subscribed = false, updated_at = $2 WHERE lower(email) = lower($1)`, email, now)
-	if err != nil {
-		return mapErr("unsubscribe", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("unsubscribe %s: %w", email, store.ErrNotFound)
-	}
-	return nil
+	return s.unsubscribeEmail(ctx, email, now)
 }
 
 func (s *Store) EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error) {
@@ -416,7 +414,7 @@ const stillClaimed = `status || '' = 'claimed'`
 // broadcast on a fresh table; a primary-key update does not (given
 // stillClaimed).
 const recordOutcome = `
-UPDATE broadcast_sends SET status = $3, error = $4, updated_at = $5
+UPDATE broadcast_sends SET status = $3, error = $4, updated_at = $5, retry_at = $6
 WHERE broadcast_id = $1 AND contact_id = $2 AND ` + stillClaimed
 
 // releaseClaims deletes claims that are still claimed, by primary key.
@@ -430,7 +428,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcome
 	}
 	batch := &pgx.Batch{}
 	for _, o := range outcomes {
-		batch.Queue(recordOutcome, uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, now)
+		batch.Queue(recordOutcome, uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, now, retryAt(o))
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -463,8 +461,8 @@ func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, 
 		switch store.SendStatus(status) {
 		case store.SendClaimed:
 			c.Claimed = n
-		case store.SendSent:
-			c.Sent = n
+		case store.SendSent, store.SendDelivered, store.SendOpened, store.SendClicked, store.SendBounced, store.SendComplained:
+			c.Sent += n // accepted by the SMTP server, whatever was reported since
 		case store.SendFailed:
 			c.Failed = n
 		case store.SendDeferred:

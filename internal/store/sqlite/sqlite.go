@@ -311,17 +311,9 @@ func mergeAttributes(old string, add map[string]json.RawMessage) (string, error)
 	return string(b), err
 }
 
+// Unsubscribe is in ledger.go, beside UnsubscribeContact.
 func (s *Store) Unsubscribe(ctx context.Context, email string, now time.Time) error {
-	res, err := s.w.ExecContext(ctx, `UPDATE contacts SET subscribed = 0, updated_at = ? WHERE email_key = ?`, ts(now), emailKey(email))
-	if err != nil {
-		return mapErr("unsubscribe", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return mapErr("unsubscribe", err)
-	} else if n == 0 {
-		return fmt.Errorf("unsubscribe %s: %w", email, store.ErrNotFound)
-	}
-	return nil
+	return s.unsubscribeEmail(ctx, email, now)
 }
 
 func (s *Store) EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error) {
@@ -653,7 +645,7 @@ func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.C
 // (TestOutcomeWritesUsePrimaryKey pins the plan, with and without ANALYZE).
 const (
 	recordOutcome = `
-UPDATE broadcast_sends SET status = ?3, error = ?4, updated_at = ?5
+UPDATE broadcast_sends SET status = ?3, error = ?4, updated_at = ?5, retry_at = ?6
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'claimed'`
 	releaseClaim = `
 DELETE FROM broadcast_sends
@@ -671,7 +663,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcome
 		}
 		defer stmt.Close()
 		for _, o := range outcomes {
-			if _, err := stmt.ExecContext(ctx, id(broadcast), id(o.ContactID), string(o.Status), o.Error, ts(now)); err != nil {
+			if _, err := stmt.ExecContext(ctx, id(broadcast), id(o.ContactID), string(o.Status), o.Error, ts(now), retryAt(o)); err != nil {
 				return err
 			}
 		}
@@ -714,8 +706,8 @@ func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, 
 		switch store.SendStatus(status) {
 		case store.SendClaimed:
 			c.Claimed = n
-		case store.SendSent:
-			c.Sent = n
+		case store.SendSent, store.SendDelivered, store.SendOpened, store.SendClicked, store.SendBounced, store.SendComplained:
+			c.Sent += n // accepted by the SMTP server, whatever was reported since
 		case store.SendFailed:
 			c.Failed = n
 		case store.SendDeferred:

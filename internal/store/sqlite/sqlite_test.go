@@ -241,7 +241,7 @@ func TestOutcomeWritesUsePrimaryKey(t *testing.T) {
 			must(t, err, "ANALYZE")
 		}
 		for name, q := range map[string]string{"record outcome": recordOutcome, "release": releaseClaim} {
-			plan := explain(t, s, q, id(b.ID), id(ids[7]), "sent", "", int64(0))
+			plan := explain(t, s, q, id(b.ID), id(ids[7]), "sent", "", int64(0), nil)
 			if !strings.Contains(plan, "USING PRIMARY KEY (broadcast_id=? AND contact_id=?)") || strings.Contains(plan, "broadcast_sends_pending") {
 				t.Errorf("%s (analyzed %v): plan %q, want a primary-key lookup", name, analyzed, plan)
 			}

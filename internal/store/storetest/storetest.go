@@ -40,6 +40,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Broadcasts", broadcastCases},
 		{"Unsubscribe", unsubscribeCases},
 		{"InDoubt", inDoubtCases},
+		{"Ledger", ledgerCases},
+		{"Audience", audienceCases},
+		{"Receipts", receiptCases},
+		{"Deferred", deferredCases},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

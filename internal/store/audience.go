@@ -1,0 +1,91 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// AudienceStore is what the audience API reads and changes beyond importing:
+// one contact with its history, suppression, and segment membership. It is
+// embedded in Store.
+type AudienceStore interface {
+	// ImportContacts is UpsertContacts for the large batches of an import,
+	// with exactly its semantics (and the same rule: emails unique within
+	// one call); an implementation may load the batch in bulk (Postgres
+	// uses COPY).
+	ImportContacts(ctx context.Context, cs []Contact, now time.Time) ([]ulid.ULID, error)
+	// GetContact returns one contact, or ErrNotFound.
+	GetContact(ctx context.Context, id ulid.ULID) (ContactDetail, error)
+	// ContactByEmail returns the contact with this email (case-insensitive),
+	// or ErrNotFound.
+	ContactByEmail(ctx context.Context, email string) (ContactDetail, error)
+	// ContactIDs returns the id of each email's contact (case-insensitive),
+	// in input order; the zero ULID where there is none.
+	ContactIDs(ctx context.Context, emails []string) ([]ulid.ULID, error)
+	// ContactHistory returns up to limit of the contact's ledger rows, one
+	// per broadcast, the latest claim first.
+	ContactHistory(ctx context.Context, contact ulid.ULID, limit int) ([]ContactSend, error)
+	// Suppress marks the contact suppressed with a reason (replacing an
+	// earlier reason); ErrNotFound if there is no such contact.
+	Suppress(ctx context.Context, contact ulid.ULID, reason string, now time.Time) (ContactDetail, error)
+
+	// CreateSegment creates an empty segment; ErrConflict if the name is
+	// taken.
+	CreateSegment(ctx context.Context, name string, now time.Time) (Segment, error)
+	// AddMembers adds existing contacts to the segment. Ids that name no
+	// contact are returned in Missing and change nothing.
+	AddMembers(ctx context.Context, segment int64, contacts []ulid.ULID) (MemberChange, error)
+	// RemoveMembers removes contacts from the segment, reporting the same
+	// way as AddMembers.
+	RemoveMembers(ctx context.Context, segment int64, contacts []ulid.ULID) (MemberChange, error)
+	// PreviewAudience counts the contacts of a segment (0: every contact)
+	// and those of them the suppression gate passes: the count
+	// AcceptBroadcast would snapshot now, from the same gate.
+	PreviewAudience(ctx context.Context, segment int64) (AudiencePreview, error)
+}
+
+// ContactDetail is a contact as GetContact shows it.
+type ContactDetail struct {
+	Contact
+	// SuppressedReason and SuppressedAt are those of the latest Suppress;
+	// empty and zero for a contact suppressed otherwise (an import) or not
+	// at all.
+	SuppressedReason string
+	SuppressedAt     time.Time
+	// Eligible: the suppression gate passes the contact (without a
+	// segment's membership test).
+	Eligible bool
+	// Segments are the names of the segments the contact is in, sorted.
+	Segments             []string
+	CreatedAt, UpdatedAt time.Time
+}
+
+// ContactSend is one ledger row of a contact, with its broadcast.
+type ContactSend struct {
+	Send
+	BroadcastName  string
+	BroadcastState State
+}
+
+// Segment is a named list of contacts.
+type Segment struct {
+	ID        int64
+	Name      string
+	CreatedAt time.Time
+}
+
+// MemberChange is the result of AddMembers or RemoveMembers: how many
+// contacts changed membership, how many were already as asked, and the ids
+// that name no contact.
+type MemberChange struct {
+	Changed, Unchanged int64
+	Missing            []ulid.ULID
+}
+
+// AudiencePreview is what a broadcast started now would reach.
+type AudiencePreview struct {
+	Matched  int64 // contacts in the audience, eligible or not
+	Eligible int64 // of those, the ones the suppression gate passes
+}

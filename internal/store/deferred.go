@@ -1,0 +1,33 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Due is a deferred row claimed again: its contact and the attempt this is
+// (the page's was 1).
+type Due struct {
+	Contact
+	Attempt int
+}
+
+// Deferrals is the part of the ledger for rows the governor held back: a
+// page records a recipient whose receiving provider is held or whose breaker
+// is open as deferred, with a retry time, and moves on; the reconciler's
+// sweep later sends the due ones through the same claim rules.
+type Deferrals interface {
+	// ClaimDue moves up to limit deferred rows of broadcast b whose retry
+	// time has come (retry_at <= now) back to claimed, in contact id order,
+	// and returns their contacts: only the caller that moved a row may send
+	// it, so two sweeps can never both send one. Due rows whose contact no
+	// longer passes the suppression gate (unsubscribed, suppressed, left the
+	// segment since) are deleted instead, exactly as a page skips an
+	// ineligible contact.
+	ClaimDue(ctx context.Context, b Broadcast, now time.Time, limit int) ([]Due, error)
+	// NextDue counts the broadcast's deferred rows and returns the earliest
+	// retry time among them (zero when there are none).
+	NextDue(ctx context.Context, broadcast ulid.ULID) (n int64, at time.Time, err error)
+}

@@ -1,0 +1,85 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// retryAt is an outcome's retry time as a nullable column.
+func retryAt(o store.Outcome) any {
+	if o.Status != store.SendDeferred || o.RetryAt.IsZero() {
+		return nil
+	}
+	return o.RetryAt
+}
+
+// claimDueQuery locks the due deferred rows (SKIP LOCKED: a concurrent sweep
+// takes other rows, never the same), deletes those whose contact no longer
+// passes the gate, and moves the rest back to claimed. The two statements
+// touch disjoint rows. $1 broadcast, $2 now, $3 limit, $4 segment.
+func claimDueQuery(segment int64) string {
+	g := gate(segmentParam(segment, "$4"))
+	return `
+WITH due AS (
+    SELECT s.contact_id FROM broadcast_sends s
+    WHERE s.broadcast_id = $1 AND s.status = 'deferred' AND s.retry_at <= $2
+    ORDER BY s.contact_id LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM broadcast_sends s USING due
+    WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id
+      AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id AND ` + g + `)
+)
+UPDATE broadcast_sends s
+SET status = 'claimed', attempt = s.attempt + 1, claimed_at = $2, updated_at = $2, retry_at = NULL
+FROM due, contacts c
+WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id AND c.id = due.contact_id AND ` + g + `
+RETURNING c.id, c.email, c.name, c.attributes, s.attempt`
+}
+
+func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, now time.Time, limit int) ([]store.Due, error) {
+	args := []any{uid(b.ID), now, limit}
+	if b.SegmentID != 0 {
+		args = append(args, b.SegmentID)
+	}
+	rows, err := s.pool.Query(ctx, claimDueQuery(b.SegmentID), args...)
+	if err != nil {
+		return nil, mapErr("claim due deferrals", err)
+	}
+	var out []store.Due
+	var d store.Due
+	var id [16]byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &d.Email, &d.Name, &d.Attributes, &d.Attempt}, func() error {
+		d.ID, d.Subscribed = ulid.ULID(id), true
+		out = append(out, d)
+		d.Attributes = nil
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr("claim due deferrals", err)
+	}
+	// RETURNING comes in no particular order; callers walk in id order.
+	slices.SortFunc(out, func(a, b store.Due) int { return a.ID.Compare(b.ID) })
+	return out, nil
+}
+
+func (s *Store) NextDue(ctx context.Context, broadcast ulid.ULID) (int64, time.Time, error) {
+	var n int64
+	var at *time.Time
+	err := s.pool.QueryRow(ctx, `
+SELECT count(*), min(retry_at) FROM broadcast_sends
+WHERE broadcast_id = $1 AND status = 'deferred'`, uid(broadcast)).Scan(&n, &at)
+	if err != nil {
+		return 0, time.Time{}, mapErr("next due deferral", err)
+	}
+	if at == nil {
+		return n, time.Time{}, nil
+	}
+	return n, at.UTC(), nil
+}

@@ -1,0 +1,187 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// rankOf is store.SendStatus.Rank in SQL: the guard of every statement that
+// moves a ledger row past its send outcome compares it with the rank the new
+// status reaches, inside the UPDATE, so concurrent or late events are
+// decided by the row as it is when the update takes its lock.
+const rankOf = `(CASE status WHEN 'claimed' THEN 0 WHEN 'deferred' THEN 0 WHEN 'unknown' THEN 0
+ WHEN 'sent' THEN 1 WHEN 'delivered' THEN 2 WHEN 'opened' THEN 3 WHEN 'clicked' THEN 4 ELSE 99 END)`
+
+// sameMessageID matches the row's stored Message-ID (kept with or without
+// angle brackets) against $3, case-insensitively: providers echo the header
+// and may fold the domain's case.
+const sameMessageID = `lower(trim(both '<>' from message_id)) = lower($3)`
+
+const (
+	matchEvent = `
+SELECT status FROM broadcast_sends
+WHERE broadcast_id = $1 AND contact_id = $2 AND ` + sameMessageID
+
+	insertEvent = `
+INSERT INTO delivery_events (provider, event_id, type, message_id, broadcast_id, contact_id, detail, occurred_at, received_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (provider, event_id) DO NOTHING`
+
+	// applyEvent is the rank guard: $4 is the rank the new status reaches.
+	applyEvent = `
+UPDATE broadcast_sends SET status = $5, error = CASE WHEN $6 = '' THEN error ELSE $6 END, updated_at = $7
+WHERE broadcast_id = $1 AND contact_id = $2 AND ` + sameMessageID + ` AND ` + rankOf + ` < $4
+RETURNING status`
+
+	suppressContact = `UPDATE contacts SET suppressed = true, updated_at = $2 WHERE id = $1`
+)
+
+func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now time.Time) (store.EventResult, error) {
+	var res store.EventResult
+	if ev.Provider == "" || ev.EventID == "" || !ev.Type.Valid() {
+		return res, fmt.Errorf("record event: provider %q, event id %q, type %q: all are required", ev.Provider, ev.EventID, ev.Type)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return res, mapErr("record event", err)
+	}
+	ev.MessageID = store.BareMessageID(ev.MessageID)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var bid, cid *[16]byte
+	if b, c, ok := store.ParseMessageID(ev.MessageID); ok {
+		var status string
+		err := tx.QueryRow(ctx, matchEvent, uid(b), uid(c), ev.MessageID).Scan(&status)
+		switch {
+		case err == nil:
+			res.Matched, res.BroadcastID, res.ContactID, res.Status = true, b, c, store.SendStatus(status)
+			bb, cc := uid(b), uid(c)
+			bid, cid = &bb, &cc
+		case !errors.Is(err, pgx.ErrNoRows):
+			return res, mapErr("record event: match", err)
+		}
+	}
+	tag, err := tx.Exec(ctx, insertEvent, ev.Provider, ev.EventID, string(ev.Type), ev.MessageID, bid, cid, ev.Detail, ev.OccurredAt, now)
+	if err != nil {
+		return res, mapErr("record event", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.EventResult{Duplicate: true}, nil
+	}
+	if res.Matched {
+		if to := ev.Type.Status(); to != "" {
+			var status string
+			err := tx.QueryRow(ctx, applyEvent, uid(res.BroadcastID), uid(res.ContactID), ev.MessageID,
+				ev.Type.TargetRank(), string(to), eventError(ev), now).Scan(&status)
+			switch {
+			case err == nil:
+				res.Changed, res.Status = true, store.SendStatus(status)
+			case !errors.Is(err, pgx.ErrNoRows):
+				return res, mapErr("record event: apply", err)
+			}
+		}
+		if ev.Type.Suppresses() {
+			tag, err := tx.Exec(ctx, suppressContact, uid(res.ContactID), now)
+			if err != nil {
+				return res, mapErr("record event: suppress contact", err)
+			}
+			res.Suppressed = tag.RowsAffected() > 0
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return store.EventResult{}, mapErr("record event", err)
+	}
+	return res, nil
+}
+
+// eventError is what an event writes to the row's error column: the
+// provider's reply for a bounce or complaint, nothing for engagement.
+func eventError(ev store.DeliveryEvent) string {
+	if ev.Type == store.EventBounced || ev.Type == store.EventComplained {
+		return ev.Detail
+	}
+	return ""
+}
+
+const (
+	unsubscribeContact = `UPDATE contacts SET subscribed = false, updated_at = $2 WHERE id = $1`
+	// unsubscribeUnsent marks what was not sent (deferred) or not known to be
+	// sent (claimed) unsubscribed; a worker's later outcome for a claimed row
+	// then finds it no longer claimed and changes nothing.
+	unsubscribeUnsent = `
+UPDATE broadcast_sends SET status = 'unsubscribed', updated_at = $2
+WHERE contact_id = $1 AND status IN ('claimed', 'deferred')`
+	unsubscribeFrom = `
+UPDATE broadcast_sends SET status = 'unsubscribed', updated_at = $3
+WHERE broadcast_id = $1 AND contact_id = $2 AND ` + rankOf + ` < $4`
+)
+
+func (s *Store) UnsubscribeContact(ctx context.Context, contact, from ulid.ULID, now time.Time) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return mapErr("unsubscribe contact", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if err := unsubscribeTx(ctx, tx, contact, from, now); err != nil {
+		return err
+	}
+	return mapErr("unsubscribe contact", tx.Commit(ctx))
+}
+
+func unsubscribeTx(ctx context.Context, tx pgx.Tx, contact, from ulid.ULID, now time.Time) error {
+	tag, err := tx.Exec(ctx, unsubscribeContact, uid(contact), now)
+	if err != nil {
+		return mapErr("unsubscribe contact", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("unsubscribe contact %s: %w", contact, store.ErrNotFound)
+	}
+	if _, err := tx.Exec(ctx, unsubscribeUnsent, uid(contact), now); err != nil {
+		return mapErr("unsubscribe contact: ledger", err)
+	}
+	if from != (ulid.ULID{}) {
+		if _, err := tx.Exec(ctx, unsubscribeFrom, uid(from), uid(contact), now, store.EventUnsubscribed.TargetRank()); err != nil {
+			return mapErr("unsubscribe contact: ledger", err)
+		}
+	}
+	return nil
+}
+
+// unsubscribeEmail is Unsubscribe: the contact found by address, then what
+// UnsubscribeContact does, in one transaction.
+func (s *Store) unsubscribeEmail(ctx context.Context, email string, now time.Time) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return mapErr("unsubscribe", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var id [16]byte
+	err = tx.QueryRow(ctx, `SELECT id FROM contacts WHERE lower(email) = lower($1)`, email).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("unsubscribe %s: %w", email, store.ErrNotFound)
+	}
+	if err != nil {
+		return mapErr("unsubscribe", err)
+	}
+	if err := unsubscribeTx(ctx, tx, ulid.ULID(id), ulid.ULID{}, now); err != nil {
+		return err
+	}
+	return mapErr("unsubscribe", tx.Commit(ctx))
+}
+
+func (s *Store) Reputation(ctx context.Context, broadcast ulid.ULID) (store.Reputation, error) {
+	var r store.Reputation
+	err := s.pool.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE status IN ('sent', 'delivered', 'opened', 'clicked', 'bounced', 'complained')),
+       count(*) FILTER (WHERE status IN ('delivered', 'opened', 'clicked', 'complained')),
+       count(*) FILTER (WHERE status = 'bounced'),
+       count(*) FILTER (WHERE status = 'complained')
+FROM broadcast_sends WHERE broadcast_id = $1`, uid(broadcast)).Scan(&r.Accepted, &r.Delivered, &r.Bounced, &r.Complained)
+	return r, mapErr("reputation", err)
+}

@@ -1,0 +1,109 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// retryAt is an outcome's retry time as a nullable column.
+func retryAt(o store.Outcome) any {
+	if o.Status != store.SendDeferred || o.RetryAt.IsZero() {
+		return nil
+	}
+	return ts(o.RetryAt)
+}
+
+// dueQuery reads the due deferred rows with their contacts and whether each
+// still passes the gate. The write transaction is the only writer, so what
+// it reads cannot be moved by another sweep before it writes.
+func dueQuery(segment int64) string {
+	return `SELECT s.contact_id, c.email, c.name, c.attributes, s.attempt, (c.id IS NOT NULL AND ` + gate(segment) + `)
+FROM broadcast_sends s LEFT JOIN contacts c ON c.id = s.contact_id
+WHERE s.broadcast_id = :broadcast AND s.status = 'deferred' AND s.retry_at <= :now
+ORDER BY s.contact_id LIMIT :limit`
+}
+
+const (
+	reclaimDue = `UPDATE broadcast_sends SET status = 'claimed', attempt = attempt + 1, claimed_at = ?3, updated_at = ?3, retry_at = NULL
+WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'deferred'`
+	dropDue = `DELETE FROM broadcast_sends WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'deferred'`
+)
+
+func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, now time.Time, limit int) ([]store.Due, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("claim due deferrals: negative limit %d", limit)
+	}
+	var out []store.Due
+	err := s.write(ctx, "claim due deferrals", func(tx *sql.Tx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, dueQuery(b.SegmentID),
+			gateArgs(b.SegmentID, sql.Named("broadcast", id(b.ID)), sql.Named("now", ts(now)), sql.Named("limit", limit))...)
+		if err != nil {
+			return err
+		}
+		var gone []ulid.ULID
+		for rows.Next() {
+			var cid []byte
+			var email, name, attrs sql.NullString
+			var eligible sql.NullBool
+			var attempt int
+			if err := rows.Scan(&cid, &email, &name, &attrs, &attempt, &eligible); err != nil {
+				rows.Close()
+				return err
+			}
+			u, err := fromBlob(cid)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			if !eligible.Valid || !eligible.Bool {
+				gone = append(gone, u)
+				continue
+			}
+			c := store.Due{Contact: store.Contact{ID: u, Email: email.String, Name: name.String, Subscribed: true}, Attempt: attempt + 1}
+			if err := json.Unmarshal([]byte(attrs.String), &c.Attributes); err != nil {
+				rows.Close()
+				return fmt.Errorf("contact %s: attributes: %w", u, err)
+			}
+			out = append(out, c)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, c := range out {
+			if _, err := tx.ExecContext(ctx, reclaimDue, id(b.ID), id(c.ID), ts(now)); err != nil {
+				return err
+			}
+		}
+		for _, u := range gone {
+			if _, err := tx.ExecContext(ctx, dropDue, id(b.ID), id(u)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *Store) NextDue(ctx context.Context, broadcast ulid.ULID) (int64, time.Time, error) {
+	var n int64
+	var at sql.NullInt64
+	err := s.r.QueryRowContext(ctx, `SELECT count(*), min(retry_at) FROM broadcast_sends WHERE broadcast_id = ? AND status = 'deferred'`, id(broadcast)).Scan(&n, &at)
+	if err != nil {
+		return 0, time.Time{}, mapErr("next due deferral", err)
+	}
+	return n, nullTS(at), nil
+}

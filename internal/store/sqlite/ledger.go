@@ -1,0 +1,182 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// rankOf is store.SendStatus.Rank in SQL: the guard of every statement that
+// moves a ledger row past its send outcome compares it with the rank the new
+// status reaches, inside the UPDATE (SQLite has one writer, so the row it
+// compares is the row it writes).
+const rankOf = `(CASE status WHEN 'claimed' THEN 0 WHEN 'deferred' THEN 0 WHEN 'unknown' THEN 0
+ WHEN 'sent' THEN 1 WHEN 'delivered' THEN 2 WHEN 'opened' THEN 3 WHEN 'clicked' THEN 4 ELSE 99 END)`
+
+// sameMessageID matches the row's stored Message-ID (kept with or without
+// angle brackets) against ?3 case-insensitively (ASCII folding suffices:
+// ULIDs and host names are ASCII).
+const sameMessageID = `lower(trim(message_id, '<>')) = lower(?3)`
+
+const (
+	matchEvent = `
+SELECT status FROM broadcast_sends
+WHERE broadcast_id = ?1 AND contact_id = ?2 AND ` + sameMessageID
+
+	insertEvent = `
+INSERT INTO delivery_events (provider, event_id, type, message_id, broadcast_id, contact_id, detail, occurred_at, received_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (provider, event_id) DO NOTHING`
+
+	// applyEvent is the rank guard: ?4 is the rank the new status reaches.
+	applyEvent = `
+UPDATE broadcast_sends SET status = ?5, error = CASE WHEN ?6 = '' THEN error ELSE ?6 END, updated_at = ?7
+WHERE broadcast_id = ?1 AND contact_id = ?2 AND ` + sameMessageID + ` AND ` + rankOf + ` < ?4
+RETURNING status`
+
+	suppressContact = `UPDATE contacts SET suppressed = 1, updated_at = ?2 WHERE id = ?1`
+)
+
+func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now time.Time) (store.EventResult, error) {
+	var res store.EventResult
+	if ev.Provider == "" || ev.EventID == "" || !ev.Type.Valid() {
+		return res, fmt.Errorf("record event: provider %q, event id %q, type %q: all are required", ev.Provider, ev.EventID, ev.Type)
+	}
+	ev.MessageID = store.BareMessageID(ev.MessageID)
+	err := s.write(ctx, "record event", func(tx *sql.Tx) error {
+		var bid, cid any
+		if b, c, ok := store.ParseMessageID(ev.MessageID); ok {
+			var status string
+			err := tx.QueryRowContext(ctx, matchEvent, id(b), id(c), ev.MessageID).Scan(&status)
+			switch {
+			case err == nil:
+				res.Matched, res.BroadcastID, res.ContactID, res.Status = true, b, c, store.SendStatus(status)
+				bid, cid = id(b), id(c)
+			case !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("match: %w", err)
+			}
+		}
+		r, err := tx.ExecContext(ctx, insertEvent, ev.Provider, ev.EventID, string(ev.Type), ev.MessageID, bid, cid, ev.Detail, ts(ev.OccurredAt), ts(now))
+		if err != nil {
+			return err
+		}
+		if n, err := r.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			res = store.EventResult{Duplicate: true}
+			return nil
+		}
+		if !res.Matched {
+			return nil
+		}
+		if to := ev.Type.Status(); to != "" {
+			var status string
+			err := tx.QueryRowContext(ctx, applyEvent, id(res.BroadcastID), id(res.ContactID), ev.MessageID,
+				ev.Type.TargetRank(), string(to), eventError(ev), ts(now)).Scan(&status)
+			switch {
+			case err == nil:
+				res.Changed, res.Status = true, store.SendStatus(status)
+			case !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("apply: %w", err)
+			}
+		}
+		if ev.Type.Suppresses() {
+			r, err := tx.ExecContext(ctx, suppressContact, id(res.ContactID), ts(now))
+			if err != nil {
+				return fmt.Errorf("suppress contact: %w", err)
+			}
+			n, err := r.RowsAffected()
+			if err != nil {
+				return err
+			}
+			res.Suppressed = n > 0
+		}
+		return nil
+	})
+	if err != nil {
+		return store.EventResult{}, err
+	}
+	return res, nil
+}
+
+// eventError is what an event writes to the row's error column: the
+// provider's reply for a bounce or complaint, nothing for engagement.
+func eventError(ev store.DeliveryEvent) string {
+	if ev.Type == store.EventBounced || ev.Type == store.EventComplained {
+		return ev.Detail
+	}
+	return ""
+}
+
+const (
+	unsubscribeContact = `UPDATE contacts SET subscribed = 0, updated_at = ?2 WHERE id = ?1`
+	// unsubscribeUnsent marks what was not sent (deferred) or not known to be
+	// sent (claimed) unsubscribed; a worker's later outcome for a claimed row
+	// then finds it no longer claimed and changes nothing.
+	unsubscribeUnsent = `
+UPDATE broadcast_sends SET status = 'unsubscribed', updated_at = ?2
+WHERE contact_id = ?1 AND status IN ('claimed', 'deferred')`
+	unsubscribeFrom = `
+UPDATE broadcast_sends SET status = 'unsubscribed', updated_at = ?3
+WHERE broadcast_id = ?1 AND contact_id = ?2 AND ` + rankOf + ` < ?4`
+)
+
+func (s *Store) UnsubscribeContact(ctx context.Context, contact, from ulid.ULID, now time.Time) error {
+	return s.write(ctx, "unsubscribe contact", func(tx *sql.Tx) error {
+		return unsubscribeTx(ctx, tx, contact, from, now)
+	})
+}
+
+func unsubscribeTx(ctx context.Context, tx *sql.Tx, contact, from ulid.ULID, now time.Time) error {
+	r, err := tx.ExecContext(ctx, unsubscribeContact, id(contact), ts(now))
+	if err != nil {
+		return err
+	}
+	if n, err := r.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return fmt.Errorf("contact %s: %w", contact, store.ErrNotFound)
+	}
+	if _, err := tx.ExecContext(ctx, unsubscribeUnsent, id(contact), ts(now)); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	if from != (ulid.ULID{}) {
+		if _, err := tx.ExecContext(ctx, unsubscribeFrom, id(from), id(contact), ts(now), store.EventUnsubscribed.TargetRank()); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+	}
+	return nil
+}
+
+// unsubscribeEmail is Unsubscribe: the contact found by address, then what
+// UnsubscribeContact does, in one transaction.
+func (s *Store) unsubscribeEmail(ctx context.Context, email string, now time.Time) error {
+	return s.write(ctx, "unsubscribe "+email, func(tx *sql.Tx) error {
+		var cid []byte
+		if err := tx.QueryRowContext(ctx, `SELECT id FROM contacts WHERE email_key = ?`, emailKey(email)).Scan(&cid); err != nil {
+			return err // sql.ErrNoRows becomes store.ErrNotFound
+		}
+		contact, err := fromBlob(cid)
+		if err != nil {
+			return err
+		}
+		return unsubscribeTx(ctx, tx, contact, ulid.ULID{}, now)
+	})
+}
+
+func (s *Store) Reputation(ctx context.Context, broadcast ulid.ULID) (store.Reputation, error) {
+	var r store.Reputation
+	err := s.r.QueryRowContext(ctx, `
+SELECT count(*) FILTER (WHERE status IN ('sent', 'delivered', 'opened', 'clicked', 'bounced', 'complained')),
+       count(*) FILTER (WHERE status IN ('delivered', 'opened', 'clicked', 'complained')),
+       count(*) FILTER (WHERE status = 'bounced'),
+       count(*) FILTER (WHERE status = 'complained')
+FROM broadcast_sends WHERE broadcast_id = ?`, id(broadcast)).Scan(&r.Accepted, &r.Delivered, &r.Bounced, &r.Complained)
+	return r, mapErr("reputation", err)
+}

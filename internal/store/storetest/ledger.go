@@ -1,0 +1,396 @@
+package storetest
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+var ledgerCases = []testCase{
+	{"OutOfOrderEvents", testEventsOutOfOrder},
+	{"DuplicateEventCountsOnce", testEventDuplicate},
+	{"UnmatchedEventStored", testEventUnmatched},
+	{"EventOnClaimedRow", testEventOnClaimedRow},
+	{"BounceAndComplaintSuppress", testEventSuppresses},
+	{"ConcurrentEvents", testEventsConcurrent},
+	{"UnsubscribeContact", testUnsubscribeContact},
+	{"UnsubscribeByEmailMarksUnsent", testUnsubscribeEmailMarksUnsent},
+	{"Reputation", testReputation},
+}
+
+// sentRows runs a broadcast to n fresh contacts and records each as sent.
+func (f *fixture) sentRows(name string, n int) (store.Broadcast, []ulid.ULID) {
+	f.t.Helper()
+	ids := f.subscribers(name, n)
+	b := f.running(name, 0)
+	f.claim(b, ids, at(2))
+	outcomes := make([]store.Outcome, len(ids))
+	for i, id := range ids {
+		outcomes[i] = store.Outcome{ContactID: id, Status: store.SendSent}
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, outcomes, at(3)), "RecordOutcomes(sent)")
+	return b, ids
+}
+
+// eventSeq numbers events so every event of a case has its own id.
+var eventSeq struct {
+	sync.Mutex
+	n int
+}
+
+// event records one event for contact c of broadcast b; the Message-ID is
+// given without angle brackets, as providers echo it.
+func (f *fixture) event(b store.Broadcast, c ulid.ULID, typ store.EventType, id string) store.EventResult {
+	f.t.Helper()
+	if id == "" {
+		eventSeq.Lock()
+		eventSeq.n++
+		id = fmt.Sprintf("ev-%d", eventSeq.n)
+		eventSeq.Unlock()
+	}
+	mid := strings.Trim(messageID(b.ID, c), "<>")
+	res, err := f.s.RecordEvent(f.ctx, store.DeliveryEvent{
+		Provider: "test", EventID: id, Type: typ, MessageID: mid, OccurredAt: at(4), Detail: "detail of " + string(typ),
+	}, at(5))
+	f.must(err, "RecordEvent(%s %s)", typ, id)
+	return res
+}
+
+func (f *fixture) status(b store.Broadcast, c ulid.ULID) store.SendStatus {
+	f.t.Helper()
+	s, err := f.s.GetSend(f.ctx, b.ID, c)
+	f.must(err, "GetSend")
+	return s.Status
+}
+
+// Events arriving in any order end in the highest status reached, and an
+// off-ramp ends the climb: opened before delivered stays opened, delivered
+// after clicked stays clicked, a bounce after an open is a bounce and
+// nothing moves a bounced row again.
+func testEventsOutOfOrder(f *fixture) {
+	b, ids := f.sentRows("order", 4)
+	steps := []struct {
+		contact int
+		typ     store.EventType
+		changed bool
+		want    store.SendStatus
+	}{
+		{0, store.EventOpened, true, store.SendOpened},
+		{0, store.EventDelivered, false, store.SendOpened},
+		{1, store.EventClicked, true, store.SendClicked},
+		{1, store.EventDelivered, false, store.SendClicked},
+		{1, store.EventOpened, false, store.SendClicked},
+		{2, store.EventOpened, true, store.SendOpened},
+		{2, store.EventBounced, true, store.SendBounced},
+		{2, store.EventDelivered, false, store.SendBounced},
+		{2, store.EventClicked, false, store.SendBounced},
+		{2, store.EventComplained, false, store.SendBounced},
+		{3, store.EventDelivered, true, store.SendDelivered},
+		{3, store.EventSoftBounced, false, store.SendDelivered},
+		{3, store.EventUnsubscribed, true, store.SendUnsubscribed},
+		{3, store.EventClicked, false, store.SendUnsubscribed},
+	}
+	for i, st := range steps {
+		res := f.event(b, ids[st.contact], st.typ, "")
+		if !res.Matched || res.Duplicate || res.Changed != st.changed || res.BroadcastID != b.ID || res.ContactID != ids[st.contact] {
+			f.t.Errorf("step %d (%s on contact %d): result %+v, want matched, changed=%v", i, st.typ, st.contact, res, st.changed)
+		}
+		if got := f.status(b, ids[st.contact]); got != st.want {
+			f.t.Fatalf("step %d (%s on contact %d): status %s, want %s", i, st.typ, st.contact, got, st.want)
+		}
+	}
+	s, err := f.s.GetSend(f.ctx, b.ID, ids[2])
+	f.must(err, "GetSend")
+	if s.Error != "detail of bounced" {
+		f.t.Errorf("bounced row's error = %q, want the bounce reply", s.Error)
+	}
+	// Every row went out: Counts.Sent keeps counting them whatever was
+	// reported since.
+	if c := f.counts(b); c.Sent != 3 {
+		f.t.Errorf("Counts = %+v, want Sent 3 (opened, clicked, bounced; the unsubscribed one is its own status)", c)
+	}
+}
+
+// The same event delivered twice (a provider's retry) is stored once and
+// applied once; the same event id from another provider is another event.
+func testEventDuplicate(f *fixture) {
+	b, ids := f.sentRows("dup", 2)
+	first := f.event(b, ids[0], store.EventBounced, "bounce-1")
+	if first.Duplicate || !first.Changed || !first.Suppressed {
+		f.t.Fatalf("first bounce: %+v", first)
+	}
+	again := f.event(b, ids[0], store.EventBounced, "bounce-1")
+	if again != (store.EventResult{Duplicate: true}) {
+		f.t.Errorf("second delivery of the same event: %+v, want only Duplicate", again)
+	}
+	// A duplicate id carrying another type (a forged or garbled retry) is
+	// still the stored event: it changes nothing.
+	if res := f.event(b, ids[1], store.EventComplained, "bounce-1"); !res.Duplicate {
+		f.t.Errorf("another event under a stored id: %+v, want Duplicate", res)
+	}
+	if got := f.status(b, ids[1]); got != store.SendSent {
+		f.t.Errorf("contact 1 status %s after a duplicate id, want sent", got)
+	}
+	other, err := f.s.RecordEvent(f.ctx, store.DeliveryEvent{
+		Provider: "other", EventID: "bounce-1", Type: store.EventDelivered,
+		MessageID: strings.Trim(messageID(b.ID, ids[1]), "<>"), OccurredAt: at(4),
+	}, at(5))
+	f.must(err, "RecordEvent(other provider)")
+	if other.Duplicate || !other.Changed || other.Status != store.SendDelivered {
+		f.t.Errorf("same id from another provider: %+v, want a new event", other)
+	}
+	r, err := f.s.Reputation(f.ctx, b.ID)
+	f.must(err, "Reputation")
+	if r.Bounced != 1 {
+		f.t.Errorf("Reputation = %+v, want 1 bounce", r)
+	}
+}
+
+// An event whose Message-ID is not one of ours, or names no ledger row, is
+// stored (so its retry is recognised) and changes nothing.
+func testEventUnmatched(f *fixture) {
+	b, ids := f.sentRows("unmatched", 1)
+	for i, mid := range []string{
+		"20260203192638.000be97f99f8cea1@sample.mailgun.com",
+		b.ID.String() + "." + f.ids.next().String() + "@mail.example.org", // our form, no such row
+		b.ID.String() + "." + ids[0].String() + "@elsewhere.example.net",  // right ids, wrong domain
+		"",
+	} {
+		ev := store.DeliveryEvent{Provider: "test", EventID: fmt.Sprintf("u-%d", i), Type: store.EventBounced, MessageID: mid, OccurredAt: at(4)}
+		res, err := f.s.RecordEvent(f.ctx, ev, at(5))
+		f.must(err, "RecordEvent(%q)", mid)
+		if res != (store.EventResult{}) {
+			f.t.Errorf("unmatched %q: %+v, want nothing matched or changed", mid, res)
+		}
+		res, err = f.s.RecordEvent(f.ctx, ev, at(6))
+		f.must(err, "RecordEvent(%q) again", mid)
+		if !res.Duplicate {
+			f.t.Errorf("unmatched %q again: %+v, want Duplicate", mid, res)
+		}
+	}
+	if got := f.status(b, ids[0]); got != store.SendSent {
+		f.t.Errorf("status %s, want sent", got)
+	}
+	if n := len(f.eligible()); n != 1 {
+		f.t.Errorf("%d eligible, want the contact still eligible", n)
+	}
+	// The Message-ID matches whatever the case and brackets.
+	upper := "<" + strings.ToUpper(strings.Trim(messageID(b.ID, ids[0]), "<>")) + ">"
+	res, err := f.s.RecordEvent(f.ctx, store.DeliveryEvent{Provider: "test", EventID: "upper", Type: store.EventDelivered, MessageID: upper, OccurredAt: at(4)}, at(5))
+	f.must(err, "RecordEvent(upper case)")
+	if !res.Changed || res.Status != store.SendDelivered {
+		f.t.Errorf("Message-ID %s: %+v, want delivered", upper, res)
+	}
+	_, err = f.s.RecordEvent(f.ctx, store.DeliveryEvent{Provider: "test", EventID: "x", Type: "exploded", MessageID: upper}, at(5))
+	if err == nil {
+		f.t.Error("RecordEvent accepted an unknown event type")
+	}
+}
+
+// A delivery report can arrive before the worker records its outcome: it
+// proves the message went out, and the late outcome and release change
+// nothing.
+func testEventOnClaimedRow(f *fixture) {
+	ids := f.subscribers("early", 2)
+	b := f.running("early", 0)
+	f.claim(b, ids, at(2))
+	if res := f.event(b, ids[0], store.EventDelivered, ""); !res.Changed || res.Status != store.SendDelivered {
+		f.t.Fatalf("delivered on a claimed row: %+v", res)
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{{ContactID: ids[0], Status: store.SendSent}}, at(6)), "RecordOutcomes")
+	f.must(f.s.Release(f.ctx, b.ID, ids[:1]), "Release")
+	if got := f.status(b, ids[0]); got != store.SendDelivered {
+		f.t.Errorf("status %s after a late outcome and release, want delivered", got)
+	}
+	if n := f.pending(b); n != 1 {
+		f.t.Errorf("Pending = %d, want 1 (only the other claim)", n)
+	}
+	// A failed row is terminal: no report moves it.
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{{ContactID: ids[1], Status: store.SendFailed, Error: "550 no such user"}}, at(6)), "RecordOutcomes(failed)")
+	if res := f.event(b, ids[1], store.EventDelivered, ""); res.Changed {
+		f.t.Errorf("delivered moved a failed row: %+v", res)
+	}
+}
+
+// A hard bounce or a complaint suppresses the contact for every later
+// broadcast; a soft bounce neither moves the row nor suppresses.
+func testEventSuppresses(f *fixture) {
+	b, ids := f.sentRows("supp", 3)
+	if res := f.event(b, ids[0], store.EventSoftBounced, ""); res.Changed || res.Suppressed {
+		f.t.Errorf("soft bounce: %+v, want nothing changed", res)
+	}
+	if res := f.event(b, ids[1], store.EventBounced, ""); !res.Suppressed {
+		f.t.Errorf("hard bounce: %+v, want suppressed", res)
+	}
+	f.event(b, ids[2], store.EventDelivered, "")
+	if res := f.event(b, ids[2], store.EventComplained, ""); !res.Suppressed || res.Status != store.SendComplained {
+		f.t.Errorf("complaint: %+v, want complained and suppressed", res)
+	}
+	eligible := f.eligible()
+	if _, ok := eligible[ids[0]]; !ok {
+		f.t.Error("soft-bounced contact no longer eligible")
+	}
+	for _, id := range ids[1:] {
+		if _, ok := eligible[id]; ok {
+			f.t.Errorf("contact %s still eligible after a hard bounce or complaint", id)
+		}
+	}
+	// An import cannot undo it.
+	f.upsert([]store.Contact{{ID: f.ids.next(), Email: "supp0001@example.org", Name: "x", Subscribed: true}}, at(9))
+	if _, ok := f.eligible()[ids[1]]; ok {
+		f.t.Error("re-import lifted a bounce suppression")
+	}
+}
+
+// Many events for one row applied at once, in every order: the row ends at
+// the highest status any of them reaches.
+func testEventsConcurrent(f *fixture) {
+	b, ids := f.sentRows("conc", 3)
+	types := []store.EventType{store.EventDelivered, store.EventOpened, store.EventClicked, store.EventOpened, store.EventDelivered, store.EventClicked}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for k, id := range ids {
+		for i, typ := range types {
+			wg.Go(func() {
+				_, err := f.s.RecordEvent(f.ctx, store.DeliveryEvent{
+					Provider: "test", EventID: fmt.Sprintf("c-%d-%d", k, i), Type: typ,
+					MessageID: strings.Trim(messageID(b.ID, id), "<>"), OccurredAt: at(4),
+				}, at(5))
+				if err != nil {
+					errs <- err
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		f.must(err, "concurrent RecordEvent")
+	}
+	for _, id := range ids {
+		if got := f.status(b, id); got != store.SendClicked {
+			f.t.Errorf("status %s after concurrent events, want clicked", got)
+		}
+	}
+}
+
+// UnsubscribeContact: the contact leaves the audience; its deferred and
+// claimed rows become unsubscribed (never sent, and no late outcome revives
+// them); the broadcast it unsubscribed from records it; rows already sent
+// elsewhere or failed keep their status.
+func testUnsubscribeContact(f *fixture) {
+	ids := f.subscribers("u", 2)
+	who, other := ids[0], ids[1]
+	from := f.running("from", 0)   // sent, unsubscribed from here
+	earlier := f.running("old", 0) // sent, another broadcast
+	claimed := f.running("inflight", 0)
+	deferred := f.running("deferred", 0)
+	failed := f.running("failed", 0)
+	for _, b := range []store.Broadcast{from, earlier, claimed, deferred, failed} {
+		f.claim(b, ids, at(2))
+	}
+	record := func(b store.Broadcast, o store.Outcome) {
+		f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{o}, at(3)), "RecordOutcomes")
+	}
+	for _, id := range ids {
+		record(from, store.Outcome{ContactID: id, Status: store.SendSent})
+		record(earlier, store.Outcome{ContactID: id, Status: store.SendSent})
+		record(deferred, store.Outcome{ContactID: id, Status: store.SendDeferred, RetryAt: at(60)})
+		record(failed, store.Outcome{ContactID: id, Status: store.SendFailed, Error: "550"})
+	}
+
+	f.must(f.s.UnsubscribeContact(f.ctx, who, from.ID, at(10)), "UnsubscribeContact")
+	want := map[ulid.ULID]store.SendStatus{
+		from.ID: store.SendUnsubscribed, earlier.ID: store.SendSent, claimed.ID: store.SendUnsubscribed,
+		deferred.ID: store.SendUnsubscribed, failed.ID: store.SendFailed,
+	}
+	check := func(when string) {
+		f.t.Helper()
+		for _, b := range []store.Broadcast{from, earlier, claimed, deferred, failed} {
+			if got := f.status(b, who); got != want[b.ID] {
+				f.t.Errorf("%s: %s row %s, want %s", when, b.Name, got, want[b.ID])
+			}
+		}
+		// The other contact is untouched.
+		if got := f.status(claimed, other); got != store.SendClaimed {
+			f.t.Errorf("%s: other contact's claim is %s", when, got)
+		}
+		if got := f.status(deferred, other); got != store.SendDeferred {
+			f.t.Errorf("%s: other contact's deferred row is %s", when, got)
+		}
+	}
+	check("after unsubscribe")
+	if _, ok := f.eligible()[who]; ok {
+		f.t.Error("unsubscribed contact still eligible")
+	}
+	if _, ok := f.eligible()[other]; !ok {
+		f.t.Error("the other contact is no longer eligible")
+	}
+	// The worker that held the claim records its outcome late, or releases:
+	// the row stays unsubscribed.
+	record(claimed, store.Outcome{ContactID: who, Status: store.SendSent})
+	f.must(f.s.Release(f.ctx, claimed.ID, []ulid.ULID{who}), "Release")
+	if n := f.pending(claimed); n != 1 {
+		f.t.Errorf("Pending = %d, want 1 (the other contact's claim)", n)
+	}
+	// Replayed: nothing further changes, no error.
+	f.must(f.s.UnsubscribeContact(f.ctx, who, from.ID, at(11)), "UnsubscribeContact again")
+	check("after a replay")
+	// An engagement report after the unsubscribe cannot climb back.
+	if res := f.event(from, who, store.EventClicked, ""); res.Changed {
+		f.t.Errorf("clicked moved an unsubscribed row: %+v", res)
+	}
+	f.wantErr(f.s.UnsubscribeContact(f.ctx, f.ids.next(), from.ID, at(12)), store.ErrNotFound, "UnsubscribeContact(unknown)")
+	// Without a source broadcast, only unsent rows change.
+	f.must(f.s.UnsubscribeContact(f.ctx, other, ulid.ULID{}, at(13)), "UnsubscribeContact(no source)")
+	if got := f.status(from, other); got != store.SendSent {
+		f.t.Errorf("sent row of a contact unsubscribed without a source: %s, want sent", got)
+	}
+	if got := f.status(deferred, other); got != store.SendUnsubscribed {
+		f.t.Errorf("deferred row: %s, want unsubscribed", got)
+	}
+}
+
+// Unsubscribe by address has the same ledger effect on unsent rows.
+func testUnsubscribeEmailMarksUnsent(f *fixture) {
+	ids := f.subscribers("byemail", 2)
+	b := f.running("byemail", 0)
+	f.claim(b, ids, at(2))
+	f.must(f.s.Unsubscribe(f.ctx, "BYEMAIL0000@example.org", at(3)), "Unsubscribe")
+	if got := f.status(b, ids[0]); got != store.SendUnsubscribed {
+		f.t.Errorf("claimed row of an unsubscribed address: %s, want unsubscribed", got)
+	}
+	if got := f.status(b, ids[1]); got != store.SendClaimed {
+		f.t.Errorf("other claim: %s, want claimed", got)
+	}
+}
+
+func testReputation(f *fixture) {
+	b, ids := f.sentRows("rep", 10)
+	f.event(b, ids[0], store.EventBounced, "")
+	f.event(b, ids[1], store.EventBounced, "")
+	f.event(b, ids[2], store.EventSoftBounced, "")
+	f.event(b, ids[3], store.EventDelivered, "")
+	f.event(b, ids[4], store.EventOpened, "")
+	f.event(b, ids[5], store.EventClicked, "")
+	f.event(b, ids[6], store.EventComplained, "")
+	f.event(b, ids[7], store.EventUnsubscribed, "")
+	r, err := f.s.Reputation(f.ctx, b.ID)
+	f.must(err, "Reputation")
+	// Accepted: 10 sent less the one unsubscribed via the provider;
+	// delivered: delivered, opened, clicked, complained.
+	want := store.Reputation{Accepted: 9, Delivered: 4, Bounced: 2, Complained: 1}
+	if r != want {
+		f.t.Errorf("Reputation = %+v, want %+v", r, want)
+	}
+	other := f.running("empty", 0)
+	r, err = f.s.Reputation(f.ctx, other.ID)
+	f.must(err, "Reputation(empty)")
+	if r != (store.Reputation{}) {
+		f.t.Errorf("Reputation of a broadcast with no rows = %+v", r)
+	}
+}
