@@ -53,8 +53,10 @@ type Params struct {
 	BroadcastID ulid.ULID
 	Contact     Contact
 	Date        time.Time
-	// UnsubscribeURL is the one-click unsubscribe link for this contact.
-	// Empty means a placeholder on the sending domain is used.
+	// UnsubscribeURL is the one-click unsubscribe link for this contact
+	// (Unsubscribe.URL). Every broadcast message should carry one; empty
+	// writes no List-Unsubscribe fields at all rather than a link that
+	// could not work.
 	UnsubscribeURL string
 }
 
@@ -155,7 +157,7 @@ func Compile(t Template) (*Compiled, error) {
 }
 
 // SendingDomain is the lowercased domain of the from address. It names the
-// Message-ID domain and the placeholder unsubscribe host.
+// Message-ID domain.
 func (c *Compiled) SendingDomain() string { return c.domain }
 
 // MessageID returns the deterministic id "<broadcast>.<contact>@<sending-domain>"
@@ -175,10 +177,10 @@ func (c *Compiled) Render(p Params) (Rendered, error) {
 		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
 	}
 	unsub := p.UnsubscribeURL
-	if unsub == "" {
-		unsub = "https://" + c.domain + "/u/" + p.BroadcastID.String() + "/" + p.Contact.ID.String()
-	} else if err := validateUnsubscribeURL(unsub); err != nil {
-		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
+	if unsub != "" {
+		if err := validateUnsubscribeURL(unsub); err != nil {
+			return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
+		}
 	}
 
 	data := templateData{ID: p.Contact.ID, Email: p.Contact.Email, Name: p.Contact.Name, Attributes: p.Contact.Attributes}
@@ -204,8 +206,10 @@ func (c *Compiled) Render(p Params) (Rendered, error) {
 	hw.write("Date", p.Date.Format(time.RFC1123Z))
 	hw.write("Message-ID", "<"+id+">")
 	hw.write("MIME-Version", "1.0")
-	hw.write("List-Unsubscribe", "<"+unsub+">")
-	hw.write("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
+	if unsub != "" {
+		hw.write("List-Unsubscribe", "<"+unsub+">")
+		hw.write("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
+	}
 
 	// The boundary is derived from the message identity so re-rendering gives
 	// identical bytes. It starts with "=_", which quoted-printable output can

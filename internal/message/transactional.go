@@ -1,0 +1,291 @@
+package message
+
+import (
+	"bytes"
+	"fmt"
+	htmltemplate "html/template"
+	"mime"
+	"mime/multipart"
+	"mime/quotedprintable"
+	"net/mail"
+	"strings"
+	texttemplate "text/template"
+	"time"
+)
+
+// Transactional is one message to one recipient, not part of a broadcast
+// (a password reset, a receipt). Bodies are final text, not templates.
+type Transactional struct {
+	FromName, FromAddress string
+	To, ToName            string
+	Subject               string
+	Text, HTML            string
+	// Headers are extra header fields, in order. The fields rangecast
+	// writes itself cannot be given (see ReservedHeader).
+	Headers []Header
+}
+
+// Header is one extra header field.
+type Header struct{ Name, Value string }
+
+// ReservedHeader reports whether name is a field rangecast writes itself and
+// a caller may not set: identity (Message-ID), addressing (From, To, Cc,
+// Bcc, Sender, Return-Path), Subject and Date, the MIME structure, and every
+// List-* field (unsubscribe links belong to broadcasts).
+func ReservedHeader(name string) bool {
+	n := strings.ToLower(strings.TrimSpace(name))
+	switch n {
+	case "message-id", "from", "to", "cc", "bcc", "sender", "return-path", "subject", "date", "mime-version":
+		return true
+	}
+	return strings.HasPrefix(n, "list-") || strings.HasPrefix(n, "content-")
+}
+
+// validHeaderName: RFC 5322 field names are printable US-ASCII except colon.
+func validHeaderName(name string) bool {
+	if name == "" || len(name) > 76 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 33 || c > 126 || c == ':' {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate reports the first thing wrong with t, as a *ValidationError whose
+// Field names the request field.
+func (t Transactional) Validate() error {
+	if err := ValidateHeaderValue(fieldFromName, t.FromName); err != nil {
+		return err
+	}
+	if _, _, err := parseFromAddress(t.FromAddress); err != nil {
+		return err
+	}
+	if err := ValidateHeaderValue("to_name", t.ToName); err != nil {
+		return err
+	}
+	if _, err := recipientAddress(t.To); err != nil {
+		return err
+	}
+	if err := ValidateHeaderValue(fieldSubject, t.Subject); err != nil {
+		return err
+	}
+	if strings.TrimSpace(t.Subject) == "" {
+		return &ValidationError{Field: fieldSubject, Reason: "is empty; every message needs a subject line"}
+	}
+	if strings.TrimSpace(t.Text) == "" && strings.TrimSpace(t.HTML) == "" {
+		return &ValidationError{Field: "text", Reason: "and html are both empty; give a plain-text body, an HTML body, or both"}
+	}
+	for i, h := range t.Headers {
+		field := fmt.Sprintf("headers[%d]", i)
+		switch {
+		case !validHeaderName(h.Name):
+			return &ValidationError{Field: field, Reason: fmt.Sprintf("name %q is not a header field name (printable ASCII without spaces or ':')", h.Name)}
+		case ReservedHeader(h.Name):
+			return &ValidationError{Field: field, Reason: fmt.Sprintf("%s is set by rangecast and cannot be overridden", h.Name)}
+		}
+		if err := ValidateHeaderValue(field, h.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func recipientAddress(s string) (string, error) {
+	if strings.TrimSpace(s) == "" {
+		return "", &ValidationError{Field: "to", Reason: "is empty; give the recipient's address"}
+	}
+	if err := ValidateHeaderValue("to", s); err != nil {
+		return "", err
+	}
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Name != "" || a.Address != strings.TrimSpace(s) {
+		return "", &ValidationError{Field: "to", Reason: fmt.Sprintf("%q is not a bare email address; put the display name in to_name", s)}
+	}
+	return a.Address, nil
+}
+
+// TransactionalMessageID is the deterministic Message-ID of transactional
+// message id (a ULID string) from sendingDomain, without angle brackets. Like a
+// broadcast's, it is derivable from the stored row alone, so an in-doubt send
+// can be looked up.
+func TransactionalMessageID(id, sendingDomain string) string {
+	return "tx." + id + "@" + strings.ToLower(sendingDomain)
+}
+
+// SendingDomain is the lowercased domain of the from address, or "" when
+// it is not valid.
+func (t Transactional) SendingDomain() string {
+	_, d, err := parseFromAddress(t.FromAddress)
+	if err != nil {
+		return ""
+	}
+	return d
+}
+
+// RenderTransactional builds the message with Message-ID messageID. The
+// bytes are a pure function of the arguments: a retry sends the same
+// message, so a provider that deduplicates by Message-ID sees one.
+func RenderTransactional(t Transactional, messageID string, date time.Time) (Rendered, error) {
+	if err := t.Validate(); err != nil {
+		return Rendered{}, err
+	}
+	if date.IsZero() {
+		return Rendered{}, fmt.Errorf("message: render transactional: date is zero; pass the send time explicitly")
+	}
+	if messageID == "" || strings.ContainsAny(messageID, "<> \r\n\x00") {
+		return Rendered{}, fmt.Errorf("message: render transactional: bad Message-ID %q", messageID)
+	}
+	from, _, _ := parseFromAddress(t.FromAddress)
+	to, _ := recipientAddress(t.To)
+
+	var buf bytes.Buffer
+	buf.Grow(len(t.Text) + len(t.HTML) + 1024)
+	hw := headerWriter{buf: &buf}
+	hw.write("From", (&mail.Address{Name: t.FromName, Address: from}).String())
+	hw.write("To", (&mail.Address{Name: t.ToName, Address: to}).String())
+	hw.write("Subject", encodeSubject(t.Subject))
+	hw.write("Date", date.Format(time.RFC1123Z))
+	hw.write("Message-ID", "<"+messageID+">")
+	hw.write("MIME-Version", "1.0")
+	for _, h := range t.Headers {
+		hw.write(h.Name, mime.QEncoding.Encode("utf-8", h.Value))
+	}
+
+	text, html := t.Text, t.HTML
+	if strings.TrimSpace(html) == "" {
+		hw.write("Content-Type", "text/plain; charset=utf-8")
+		hw.write("Content-Transfer-Encoding", "quoted-printable")
+		if hw.err != nil {
+			return Rendered{}, fmt.Errorf("message: render transactional: %w", hw.err)
+		}
+		buf.WriteString("\r\n")
+		if err := writeQPBody(&buf, text); err != nil {
+			return Rendered{}, fmt.Errorf("message: render transactional body: %w", err)
+		}
+		return Rendered{MessageID: messageID, From: from, To: to, Bytes: buf.Bytes()}, nil
+	}
+	if strings.TrimSpace(text) == "" {
+		text = htmlToText(html)
+	}
+	// Derived from the message identity so a re-render gives the same bytes;
+	// "=_" cannot occur in quoted-printable output (see Render).
+	boundary := "=_rc." + strings.SplitN(messageID, "@", 2)[0]
+	hw.write("Content-Type", mime.FormatMediaType("multipart/alternative", map[string]string{"boundary": boundary}))
+	if hw.err != nil {
+		return Rendered{}, fmt.Errorf("message: render transactional: %w", hw.err)
+	}
+	buf.WriteString("\r\n")
+	mw := multipart.NewWriter(&buf)
+	if err := mw.SetBoundary(boundary); err != nil {
+		return Rendered{}, fmt.Errorf("message: render transactional: boundary: %w", err)
+	}
+	if err := writeQPPart(mw, "text/plain; charset=utf-8", text); err != nil {
+		return Rendered{}, fmt.Errorf("message: render transactional text part: %w", err)
+	}
+	if err := writeQPPart(mw, "text/html; charset=utf-8", html); err != nil {
+		return Rendered{}, fmt.Errorf("message: render transactional html part: %w", err)
+	}
+	if err := mw.Close(); err != nil {
+		return Rendered{}, fmt.Errorf("message: render transactional: close multipart: %w", err)
+	}
+	return Rendered{MessageID: messageID, From: from, To: to, Bytes: buf.Bytes()}, nil
+}
+
+// writeQPBody writes body quoted-printable; bare LF becomes CRLF, as SMTP
+// requires.
+func writeQPBody(buf *bytes.Buffer, body string) error {
+	qp := quotedprintable.NewWriter(buf)
+	if _, err := qp.Write([]byte(body)); err != nil {
+		return err
+	}
+	return qp.Close()
+}
+
+// TransactionalTemplate is the source of a stored template: Subject and
+// Text are text/template sources, HTML an html/template source. All three
+// see the message's data (a JSON object) as ".".
+type TransactionalTemplate struct{ Subject, Text, HTML string }
+
+// CompiledTransactional is a parsed TransactionalTemplate, safe for
+// concurrent use.
+type CompiledTransactional struct {
+	subject, text *texttemplate.Template
+	html          *htmltemplate.Template
+}
+
+// CompileTransactional parses t. A field the template uses that the data
+// lacks fails Execute, so nobody receives "<no value>".
+func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, error) {
+	if strings.TrimSpace(t.Subject) == "" {
+		return nil, &ValidationError{Field: fieldSubject, Reason: "is empty; a template needs a subject line"}
+	}
+	if err := ValidateHeaderValue(fieldSubject, t.Subject); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(t.Text) == "" && strings.TrimSpace(t.HTML) == "" {
+		return nil, &ValidationError{Field: fieldText, Reason: "and html are both empty; a template needs a plain-text body, an HTML body, or both"}
+	}
+	c := &CompiledTransactional{}
+	var err error
+	if c.subject, err = texttemplate.New(fieldSubject).Option("missingkey=error").Parse(t.Subject); err != nil {
+		return nil, dataTemplateError(fieldSubject, err)
+	}
+	if t.Text != "" {
+		if c.text, err = texttemplate.New(fieldText).Option("missingkey=error").Parse(t.Text); err != nil {
+			return nil, dataTemplateError(fieldText, err)
+		}
+	}
+	if t.HTML != "" {
+		if c.html, err = htmltemplate.New(fieldHTML).Option("missingkey=error").Parse(t.HTML); err != nil {
+			return nil, dataTemplateError(fieldHTML, err)
+		}
+	}
+	return c, nil
+}
+
+// Execute renders the template with data.
+func (c *CompiledTransactional) Execute(data map[string]any) (subject, text, html string, err error) {
+	var sb strings.Builder
+	if err := c.subject.Execute(&sb, data); err != nil {
+		return "", "", "", dataTemplateError(fieldSubject, err)
+	}
+	subject = sb.String()
+	if err := ValidateHeaderValue(fieldSubject, subject); err != nil {
+		return "", "", "", &ValidationError{Field: fieldSubject, Reason: "rendered subject contains a line break or NUL (check the data used in it)"}
+	}
+	if c.text != nil {
+		sb.Reset()
+		if err := c.text.Execute(&sb, data); err != nil {
+			return "", "", "", dataTemplateError(fieldText, err)
+		}
+		text = sb.String()
+	}
+	if c.html != nil {
+		sb.Reset()
+		if err := c.html.Execute(&sb, data); err != nil {
+			return "", "", "", dataTemplateError(fieldHTML, err)
+		}
+		html = sb.String()
+	}
+	return subject, text, html, nil
+}
+
+// dataTemplateError names the template part and, for a missing key, the
+// fix.
+func dataTemplateError(field string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "template: ")
+	if m := reMissingKey.FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("%s: data has no field %q; add it to data, or write {{index . %q}} in the template if it is optional", location(msg), m[1], m[1])
+	}
+	return &ValidationError{Field: "template " + field, Reason: msg}
+}
+
+// ValidateFromAddress checks a sending address as Validate does (a bare
+// address on a host-name domain), for templates that carry a default one.
+func ValidateFromAddress(s string) error {
+	_, _, err := parseFromAddress(s)
+	return err
+}

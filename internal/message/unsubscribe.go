@@ -1,0 +1,128 @@
+package message
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// One-click unsubscribe links (RFC 8058). Every broadcast message carries
+//
+//	List-Unsubscribe: <BASE/u/TOKEN>
+//	List-Unsubscribe-Post: List-Unsubscribe=One-Click
+//
+// TOKEN names the broadcast and the contact and carries an HMAC over both, so
+// the public endpoint can act on it without a lookup table and nobody can
+// unsubscribe someone else by editing a link. Keys rotate: the first key
+// signs, every key verifies, so links in mail already sent keep working
+// while an old key is still listed.
+
+// MinUnsubscribeKeyLen is the shortest signing key accepted, in bytes.
+const MinUnsubscribeKeyLen = 32
+
+const (
+	tokenMACLen = 16 // 128 bits of HMAC-SHA256: unforgeable, and a short link
+	tokenLen    = 16 + 16 + tokenMACLen
+	// tokenDomain separates these MACs from any other use of the key.
+	tokenDomain = "rangecast unsubscribe v1\x00"
+)
+
+// UnsubscribeTokenLen is the length of a token in its URL form.
+var UnsubscribeTokenLen = base64.RawURLEncoding.EncodedLen(tokenLen)
+
+func tokenMAC(key []byte, broadcast, contact ulid.ULID) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(tokenDomain))
+	m.Write(broadcast[:])
+	m.Write(contact[:])
+	return m.Sum(nil)[:tokenMACLen]
+}
+
+// UnsubscribeToken is the token for contact's copy of broadcast, signed with
+// key.
+func UnsubscribeToken(key []byte, broadcast, contact ulid.ULID) string {
+	raw := make([]byte, 0, tokenLen)
+	raw = append(raw, broadcast[:]...)
+	raw = append(raw, contact[:]...)
+	raw = append(raw, tokenMAC(key, broadcast, contact)...)
+	return base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// VerifyUnsubscribeToken returns the broadcast and contact a token names when
+// one of keys signed it. Anything else (malformed, tampered, signed with a
+// retired key) is simply not ok: callers answer every token the same way.
+func VerifyUnsubscribeToken(keys [][]byte, token string) (broadcast, contact ulid.ULID, ok bool) {
+	if len(token) != UnsubscribeTokenLen {
+		return broadcast, contact, false
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(token)
+	if err != nil || len(raw) != tokenLen {
+		return broadcast, contact, false
+	}
+	copy(broadcast[:], raw[:16])
+	copy(contact[:], raw[16:32])
+	for _, k := range keys {
+		if hmac.Equal(raw[32:], tokenMAC(k, broadcast, contact)) {
+			return broadcast, contact, true
+		}
+	}
+	return ulid.ULID{}, ulid.ULID{}, false
+}
+
+// UnsubscribePath is the path of the one-click endpoint under the public base
+// URL; the token follows it.
+const UnsubscribePath = "/u/"
+
+// Unsubscribe makes the links of one sender: base is the public HTTP origin
+// (https://mail.example.com, or with a path prefix), key the signing key.
+type Unsubscribe struct {
+	base string
+	key  []byte
+}
+
+// NewUnsubscribe checks base and key.
+func NewUnsubscribe(base string, key []byte) (*Unsubscribe, error) {
+	base = strings.TrimRight(base, "/")
+	if err := validateUnsubscribeURL(base + UnsubscribePath + "x"); err != nil {
+		return nil, fmt.Errorf("unsubscribe base URL: %w", err)
+	}
+	if len(key) < MinUnsubscribeKeyLen {
+		return nil, fmt.Errorf("unsubscribe signing key is %d bytes; use at least %d random bytes", len(key), MinUnsubscribeKeyLen)
+	}
+	return &Unsubscribe{base: base, key: key}, nil
+}
+
+// URL is the link for contact's copy of broadcast. A nil *Unsubscribe makes
+// none ("", so Render writes no List-Unsubscribe).
+func (u *Unsubscribe) URL(broadcast, contact ulid.ULID) string {
+	if u == nil {
+		return ""
+	}
+	return u.base + UnsubscribePath + UnsubscribeToken(u.key, broadcast, contact)
+}
+
+// ParseUnsubscribeKeys reads a comma-separated key list (the first signs).
+// Each key is used as its bytes and must be at least MinUnsubscribeKeyLen
+// long.
+func ParseUnsubscribeKeys(s string) ([][]byte, error) {
+	var keys [][]byte
+	for i, k := range strings.Split(s, ",") {
+		k = strings.TrimSpace(k)
+		if k == "" {
+			continue
+		}
+		if len(k) < MinUnsubscribeKeyLen {
+			return nil, fmt.Errorf("unsubscribe key %d is %d characters; use at least %d random characters (e.g. openssl rand -hex 32)", i+1, len(k), MinUnsubscribeKeyLen)
+		}
+		keys = append(keys, []byte(k))
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no unsubscribe keys")
+	}
+	return keys, nil
+}

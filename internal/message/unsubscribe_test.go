@@ -1,0 +1,171 @@
+package message
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+var (
+	keyA = []byte("0123456789abcdef0123456789abcdef-key-a")
+	keyB = []byte("fedcba9876543210fedcba9876543210-key-b")
+)
+
+func TestUnsubscribeTokenRoundTrip(t *testing.T) {
+	t.Parallel()
+	tok := UnsubscribeToken(keyA, testBroadcast, testContact)
+	if len(tok) != UnsubscribeTokenLen {
+		t.Fatalf("token %q is %d characters, want %d", tok, len(tok), UnsubscribeTokenLen)
+	}
+	b, c, ok := VerifyUnsubscribeToken([][]byte{keyA}, tok)
+	if !ok || b != testBroadcast || c != testContact {
+		t.Fatalf("Verify = %s %s %v, want %s %s true", b, c, ok, testBroadcast, testContact)
+	}
+	if UnsubscribeToken(keyA, testBroadcast, testContact) != tok {
+		t.Error("token is not deterministic")
+	}
+}
+
+// Rotation: the new key signs, the old one still verifies mail already
+// sent; once the old key is dropped, its tokens stop working.
+func TestUnsubscribeTokenRotation(t *testing.T) {
+	t.Parallel()
+	old := UnsubscribeToken(keyA, testBroadcast, testContact)
+	rotated := [][]byte{keyB, keyA}
+	if _, _, ok := VerifyUnsubscribeToken(rotated, old); !ok {
+		t.Error("token signed with the old key refused while the old key is listed")
+	}
+	if _, _, ok := VerifyUnsubscribeToken(rotated, UnsubscribeToken(keyB, testBroadcast, testContact)); !ok {
+		t.Error("token signed with the new key refused")
+	}
+	if _, _, ok := VerifyUnsubscribeToken([][]byte{keyB}, old); ok {
+		t.Error("token of a retired key accepted")
+	}
+}
+
+func TestUnsubscribeTokenTampered(t *testing.T) {
+	t.Parallel()
+	keys := [][]byte{keyA}
+	tok := UnsubscribeToken(keyA, testBroadcast, testContact)
+	// Someone else's contact id with this token's MAC.
+	other := ulid.MustParse("01ARZ3NDEKTSV4RRFFQ69G5FAV")
+	forged := UnsubscribeToken(keyA, testBroadcast, other)
+	swapped := forged[:43] + tok[43:]
+	bad := []string{
+		"", "x", tok[:len(tok)-1], tok + "A", strings.ToUpper(tok), swapped,
+		UnsubscribeToken([]byte("an entirely different key of enough length"), testBroadcast, testContact),
+		tok[:len(tok)-2] + "==",
+	}
+	for i := range len(tok) {
+		flip := []byte(tok)
+		if flip[i] == 'A' {
+			flip[i] = 'B'
+		} else {
+			flip[i] = 'A'
+		}
+		bad = append(bad, string(flip))
+	}
+	for _, b := range bad {
+		if b == tok {
+			continue
+		}
+		if _, _, ok := VerifyUnsubscribeToken(keys, b); ok {
+			t.Errorf("tampered token %q accepted", b)
+		}
+	}
+	if _, _, ok := VerifyUnsubscribeToken(nil, tok); ok {
+		t.Error("token accepted with no keys")
+	}
+}
+
+func TestUnsubscribeURLInMessage(t *testing.T) {
+	t.Parallel()
+	u, err := NewUnsubscribe("https://mail.example.com/", keyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := u.URL(testBroadcast, testContact)
+	want := "https://mail.example.com/u/" + UnsubscribeToken(keyA, testBroadcast, testContact)
+	if link != want {
+		t.Fatalf("URL = %q, want %q", link, want)
+	}
+	c := mustCompile(t, baseTemplate())
+	p := baseParams()
+	p.UnsubscribeURL = link
+	msg, _ := parts(t, mustRender(t, c, p).Bytes)
+	if got := msg.Header.Get("List-Unsubscribe"); got != "<"+link+">" {
+		t.Errorf("List-Unsubscribe = %q", got)
+	}
+	if got := msg.Header.Get("List-Unsubscribe-Post"); got != "List-Unsubscribe=One-Click" {
+		t.Errorf("List-Unsubscribe-Post = %q", got)
+	}
+	for _, bad := range []struct {
+		base string
+		key  []byte
+	}{
+		{"mail.example.com", keyA}, {"ftp://x", keyA}, {"https://x/<", keyA}, {"https://mail.example.com", []byte("short")},
+	} {
+		if _, err := NewUnsubscribe(bad.base, bad.key); err == nil {
+			t.Errorf("NewUnsubscribe(%q, %d-byte key) accepted", bad.base, len(bad.key))
+		}
+	}
+}
+
+func TestParseUnsubscribeKeys(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseUnsubscribeKeys(" " + string(keyB) + " , " + string(keyA) + ",")
+	if err != nil || len(keys) != 2 || !bytes.Equal(keys[0], keyB) || !bytes.Equal(keys[1], keyA) {
+		t.Fatalf("ParseUnsubscribeKeys = %q, %v", keys, err)
+	}
+	for _, bad := range []string{"", " , ", "short", string(keyA) + ",short"} {
+		if _, err := ParseUnsubscribeKeys(bad); err == nil {
+			t.Errorf("ParseUnsubscribeKeys(%q) accepted", bad)
+		}
+	}
+}
+
+// The Message-ID a message carries is the one the store parses back out of a
+// delivery event.
+func TestMessageIDParsesBack(t *testing.T) {
+	t.Parallel()
+	mid := MessageID(testBroadcast, testContact, "Mail.Example.com")
+	for _, form := range []string{mid, "<" + mid + ">", " <" + mid + "> "} {
+		b, c, ok := store.ParseMessageID(form)
+		if !ok || b != testBroadcast || c != testContact {
+			t.Errorf("ParseMessageID(%q) = %s %s %v", form, b, c, ok)
+		}
+	}
+	for _, bad := range []string{"", "x@y", "a.b@c", testBroadcast.String() + "@x", testBroadcast.String() + "." + testContact.String()} {
+		if _, _, ok := store.ParseMessageID(bad); ok {
+			t.Errorf("ParseMessageID(%q) ok", bad)
+		}
+	}
+}
+
+// FuzzVerifyUnsubscribeToken: no input panics, and any token that verifies
+// is exactly the token the key makes for the ids it names (no second
+// encoding of the same ids is accepted).
+func FuzzVerifyUnsubscribeToken(f *testing.F) {
+	keys := [][]byte{keyA, keyB}
+	f.Add(UnsubscribeToken(keyA, testBroadcast, testContact))
+	f.Add(UnsubscribeToken(keyB, testContact, testBroadcast))
+	f.Add("")
+	f.Add(strings.Repeat("A", UnsubscribeTokenLen))
+	f.Add(strings.Repeat("_", UnsubscribeTokenLen))
+	f.Fuzz(func(t *testing.T, tok string) {
+		b, c, ok := VerifyUnsubscribeToken(keys, tok)
+		if !ok {
+			if b != (ulid.ULID{}) || c != (ulid.ULID{}) {
+				t.Fatalf("refused token %q returned ids %s %s", tok, b, c)
+			}
+			return
+		}
+		if tok != UnsubscribeToken(keyA, b, c) && tok != UnsubscribeToken(keyB, b, c) {
+			t.Fatalf("token %q verified but is not the canonical token for %s %s", tok, b, c)
+		}
+	})
+}

@@ -1,0 +1,285 @@
+package web
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// Providers, as stored with each event and used in metrics.
+const (
+	ProviderGeneric = "generic"
+	ProviderMailgun = "mailgun"
+	ProviderResend  = "resend"
+)
+
+// Rejection reasons (metrics label values).
+const (
+	reasonUnsigned     = "unsigned"
+	reasonBadSignature = "bad_signature"
+	reasonStale        = "stale"
+	reasonMalformed    = "malformed"
+	reasonTooLarge     = "too_large"
+)
+
+// Rejection is why a webhook request was refused: Status is 401 for
+// authentication (unsigned, bad signature, outside the replay window) and 400
+// for a request that cannot be read.
+type Rejection struct {
+	Status int
+	Reason string // a metrics label: unsigned, bad_signature, stale, malformed, too_large
+	Msg    string
+}
+
+func (e *Rejection) Error() string { return e.Reason + ": " + e.Msg }
+
+func unsigned(format string, a ...any) error {
+	return &Rejection{http.StatusUnauthorized, reasonUnsigned, fmt.Sprintf(format, a...)}
+}
+
+func badSignature(format string, a ...any) error {
+	return &Rejection{http.StatusUnauthorized, reasonBadSignature, fmt.Sprintf(format, a...)}
+}
+
+func malformed(format string, a ...any) error {
+	return &Rejection{http.StatusBadRequest, reasonMalformed, fmt.Sprintf(format, a...)}
+}
+
+// checkTimestamp parses a Unix-seconds timestamp and refuses one outside the
+// replay window: a captured request cannot be replayed later.
+func checkTimestamp(raw string, now time.Time, window time.Duration) error {
+	if raw == "" {
+		return unsigned("no timestamp")
+	}
+	sec, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return badSignature("timestamp %q is not Unix seconds", truncate(raw))
+	}
+	ts := time.Unix(sec, 0)
+	if d := now.Sub(ts); d > window || d < -window {
+		return &Rejection{http.StatusUnauthorized, reasonStale, fmt.Sprintf("timestamp %d is %s from now; the window is ±%s", sec, d.Round(time.Second), window)}
+	}
+	return nil
+}
+
+func hmacSHA256(key []byte, parts ...[]byte) []byte {
+	m := hmac.New(sha256.New, key)
+	for _, p := range parts {
+		m.Write(p)
+	}
+	return m.Sum(nil)
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+// A webhook parser authenticates a request and returns its events, or a
+// *Rejection.
+type parser func(r *http.Request, body []byte, now time.Time) ([]store.DeliveryEvent, error)
+
+// webhook reads, authenticates and applies one provider's request. Events
+// are applied one by one, each idempotent: a failure part-way answers 500,
+// the provider retries, and what was applied is recognised as a duplicate.
+func (h *Handler) webhook(provider string, parse parser) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		log := h.cfg.Log.With("provider", provider)
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				h.reject(w, log, provider, &Rejection{http.StatusRequestEntityTooLarge, reasonTooLarge, fmt.Sprintf("body over %d bytes", h.cfg.MaxBody)})
+				return
+			}
+			h.reject(w, log, provider, &Rejection{http.StatusBadRequest, reasonMalformed, "read body: " + err.Error()})
+			return
+		}
+		now := h.cfg.Clock.Now()
+		events, err := parse(r, body, now)
+		if err != nil {
+			var rej *Rejection
+			if !errors.As(err, &rej) {
+				rej = &Rejection{http.StatusBadRequest, reasonMalformed, err.Error()}
+			}
+			h.reject(w, log, provider, rej)
+			return
+		}
+		for _, ev := range events {
+			if ev.Type == "" {
+				webhookEvents.WithLabelValues(provider, "other", "ignored").Inc()
+				continue
+			}
+			res, err := h.cfg.Store.RecordEvent(r.Context(), ev, now)
+			if err != nil {
+				log.Error("webhook event not recorded; the provider will retry", "event", ev.EventID, "err", err)
+				http.Error(w, "event not recorded; retry later", http.StatusInternalServerError)
+				return
+			}
+			result := "applied"
+			switch {
+			case res.Duplicate:
+				result = "duplicate"
+			case !res.Matched:
+				result = "unmatched"
+			case !res.Changed && !res.Suppressed:
+				result = "unchanged"
+			}
+			webhookEvents.WithLabelValues(provider, string(ev.Type), result).Inc()
+			log.Debug("webhook event", "event", ev.EventID, "type", ev.Type, "message_id", ev.MessageID, "result", result, "status", res.Status)
+			if res.Suppressed {
+				log.Info("contact suppressed by a delivery event", "type", ev.Type, "broadcast", res.BroadcastID, "contact", res.ContactID)
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "ok: %d events\n", len(events))
+	})
+}
+
+func (h *Handler) reject(w http.ResponseWriter, log interface {
+	Warn(string, ...any)
+}, provider string, rej *Rejection) {
+	webhookRejected.WithLabelValues(provider, rej.Reason).Inc()
+	log.Warn("webhook rejected", "reason", rej.Reason, "detail", rej.Msg)
+	http.Error(w, rej.Error(), rej.Status)
+}
+
+// The generic format, for providers without a parser here or a relay of
+// your own:
+//
+//	POST /webhooks/generic
+//	Rangecast-Timestamp: 1767225600
+//	Rangecast-Signature: v1=<hex HMAC-SHA256(secret, timestamp + "." + body)>
+//
+//	{"events": [{"id": "evt-1", "type": "delivered", "message_id": "<…>",
+//	             "occurred_at": "2026-01-01T00:00:00Z", "detail": "…"}]}
+//
+// type is one of delivered, opened, clicked, bounced (hard), soft_bounced,
+// complained, unsubscribed. Rangecast-Signature may list several v1=
+// signatures separated by commas (one per secret while rotating).
+const (
+	GenericTimestampHeader = "Rangecast-Timestamp"
+	GenericSignatureHeader = "Rangecast-Signature"
+	// MaxEvents bounds the events of one generic request.
+	MaxEvents = 1000
+)
+
+// GenericSignature is the signature header value for body at ts under secret.
+func GenericSignature(secret []byte, ts int64, body []byte) string {
+	return "v1=" + hex.EncodeToString(hmacSHA256(secret, []byte(strconv.FormatInt(ts, 10)), []byte("."), body))
+}
+
+type genericEvent struct {
+	ID         string `json:"id"`
+	Type       string `json:"type"`
+	MessageID  string `json:"message_id"`
+	OccurredAt string `json:"occurred_at"`
+	Detail     string `json:"detail"`
+}
+
+// ParseGeneric authenticates and parses a request in the generic format.
+func ParseGeneric(secrets [][]byte, header http.Header, body []byte, now time.Time, window time.Duration) ([]store.DeliveryEvent, error) {
+	sigs := header.Get(GenericSignatureHeader)
+	ts := header.Get(GenericTimestampHeader)
+	if sigs == "" {
+		return nil, unsigned("no %s header", GenericSignatureHeader)
+	}
+	if err := checkTimestamp(ts, now, window); err != nil {
+		return nil, err
+	}
+	if !anyMAC(sigs, ",", "v1=", hex.DecodeString, func(secret []byte) []byte {
+		return hmacSHA256(secret, []byte(ts), []byte("."), body)
+	}, secrets) {
+		return nil, badSignature("no v1 signature matches")
+	}
+	var req struct {
+		Events []genericEvent `json:"events"`
+	}
+	if err := strictJSON(body, &req); err != nil {
+		return nil, malformed("body: %v", err)
+	}
+	if len(req.Events) == 0 || len(req.Events) > MaxEvents {
+		return nil, malformed("%d events; send 1 to %d", len(req.Events), MaxEvents)
+	}
+	out := make([]store.DeliveryEvent, len(req.Events))
+	for i, e := range req.Events {
+		typ := store.EventType(e.Type)
+		if !typ.Valid() {
+			return nil, malformed("events[%d]: type %q; use one of %v", i, truncate(e.Type), store.EventTypes)
+		}
+		if err := checkID("events["+strconv.Itoa(i)+"].id", e.ID); err != nil {
+			return nil, err
+		}
+		if e.MessageID == "" {
+			return nil, malformed("events[%d]: no message_id", i)
+		}
+		at, err := time.Parse(time.RFC3339Nano, e.OccurredAt)
+		if err != nil {
+			return nil, malformed("events[%d]: occurred_at %q is not RFC 3339", i, truncate(e.OccurredAt))
+		}
+		out[i] = store.DeliveryEvent{Provider: ProviderGeneric, EventID: e.ID, Type: typ, MessageID: e.MessageID, OccurredAt: at.UTC(), Detail: e.Detail}
+	}
+	return out, nil
+}
+
+// checkID refuses an empty or absurd event id (it is a primary key).
+func checkID(field, id string) error {
+	if id == "" {
+		return malformed("no %s", field)
+	}
+	if len(id) > 200 {
+		return malformed("%s is %d bytes; at most 200", field, len(id))
+	}
+	return nil
+}
+
+// strictJSON decodes exactly one JSON value.
+func strictJSON(body []byte, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
+
+// anyMAC reports whether one of the signatures in list (separated by sep,
+// each prefixed by prefix, decoded by decode) equals mac(secret) for one of
+// secrets, compared in constant time.
+func anyMAC(list, sep, prefix string, decode func(string) ([]byte, error), mac func(secret []byte) []byte, secrets [][]byte) bool {
+	var want [][]byte
+	for _, s := range secrets {
+		want = append(want, mac(s))
+	}
+	for _, f := range strings.Split(list, sep) {
+		f = strings.TrimSpace(f)
+		sig, ok := strings.CutPrefix(f, prefix)
+		if !ok {
+			continue
+		}
+		got, err := decode(sig)
+		if err != nil {
+			continue
+		}
+		for _, w := range want {
+			if hmac.Equal(got, w) {
+				return true
+			}
+		}
+	}
+	return false
+}
