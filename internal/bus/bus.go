@@ -84,6 +84,7 @@ type Bus struct {
 	Reports    jetstream.Consumer
 	Broadcasts jetstream.KeyValue
 	Lease      jetstream.KeyValue
+	Governors  jetstream.KeyValue
 }
 
 // Setup creates (or updates) every stream, consumer and bucket.
@@ -132,6 +133,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, o Options) (*Bus, error)
 	if err != nil {
 		return nil, fmt.Errorf("bus: report consumer: %w", err)
 	}
+	if err := setupTransactional(ctx, js, o); err != nil {
+		return nil, err
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:   BroadcastBucket,
 		History:  1,
@@ -140,6 +144,15 @@ func Setup(ctx context.Context, js jetstream.JetStream, o Options) (*Bus, error)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: broadcast bucket: %w", err)
+	}
+	governors, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:   GovernorBucket,
+		History:  1,
+		Storage:  jetstream.StorageType(storage),
+		Replicas: o.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: governor bucket: %w", err)
 	}
 	lease, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:   LeaseBucket,
@@ -151,7 +164,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, o Options) (*Bus, error)
 	if err != nil {
 		return nil, fmt.Errorf("bus: lease bucket: %w", err)
 	}
-	return &Bus{JS: js, PageStream: pageStream, Pages: pages, Reports: reports, Broadcasts: kv, Lease: lease}, nil
+	return &Bus{JS: js, PageStream: pageStream, Pages: pages, Reports: reports, Broadcasts: kv, Lease: lease, Governors: governors}, nil
 }
 
 // MaxDeliveriesAdvisory is where JetStream announces a page job that reached
@@ -168,6 +181,9 @@ type MaxDeliveries struct {
 // subject per range lets the coordinator ask whether that range's job is
 // still queued.
 func PageSubject(broadcast string, rangeIndex int) string {
+	if rangeIndex == SweepRange {
+		return "rangecast.pages." + broadcast + ".sweep"
+	}
 	return "rangecast.pages." + broadcast + "." + strconv.Itoa(rangeIndex)
 }
 
@@ -234,11 +250,28 @@ type PageJob struct {
 	// a new issue is a new dedupe id, so it cannot be mistaken for a copy
 	// that a worker is dropping at that moment.
 	Issue int `json:"issue,omitempty"`
+	// Sweep marks a sweep of the broadcast's due deferred rows instead of a
+	// walk of a range: Range is SweepRange, From and Until are unused.
+	Sweep bool `json:"sweep,omitempty"`
+	// Defer names the receiving providers whose recipients must not be sent
+	// now (held after a quota rejection, or breaker open), with when to try
+	// again: the worker records them deferred until then and walks on.
+	Defer map[string]time.Time `json:"defer,omitempty"`
+	// Probe names half-open providers: one recipient of each may be sent in
+	// this page (the breaker's probe); the rest are deferred until Defer's
+	// time for that provider.
+	Probe []string `json:"probe,omitempty"`
 }
+
+// SweepRange is the Range of a sweep job, which belongs to no range.
+const SweepRange = -1
 
 // MsgID is the JetStream dedupe id: the same page dispatched twice within
 // DuplicateWindow is stored once.
 func (j PageJob) MsgID() string {
+	if j.Sweep {
+		return j.Broadcast + ":sweep:" + strconv.Itoa(j.Issue)
+	}
 	id := j.Broadcast + ":" + strconv.Itoa(j.Range) + ":" + j.From
 	if j.Epoch > 0 {
 		id += ":e" + strconv.Itoa(j.Epoch)
@@ -277,6 +310,24 @@ type Report struct {
 	Failed    int        `json:"failed"`
 	Class     ErrorClass `json:"class,omitempty"`
 	Error     string     `json:"error,omitempty"`
+	// Deferred counts recipients recorded deferred (their provider held).
+	Deferred int `json:"deferred,omitempty"`
+	// Domain is the broadcast's sending domain, whose governor counts
+	// what the page sent.
+	Domain string `json:"domain,omitempty"`
+	// Sweep: the report of a sweep job; it moves no cursor.
+	Sweep bool `json:"sweep,omitempty"`
+	// Providers is what each receiving provider did in this page, for the
+	// governor's breakers and quota holds.
+	Providers map[string]ProviderResult `json:"providers,omitempty"`
+}
+
+// ProviderResult is one receiving provider's part of a page.
+type ProviderResult struct {
+	Sent      int `json:"sent,omitempty"`
+	Transient int `json:"transient,omitempty"`
+	// Quota: the provider refused for quota (e.g. 452 4.5.3).
+	Quota bool `json:"quota,omitempty"`
 }
 
 // RangeRecord is the coordinator's cursor for one range, stored in KV.

@@ -1,0 +1,76 @@
+package transactional
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/transport"
+)
+
+// KVGovernor is the Governor of workers: it shares the sending domains'
+// governors, which the leading coordinator runs, through JetStream. Admit
+// reads the state the leader writes to KV and holds back a message to a
+// receiving provider that is held after a quota rejection or has its breaker
+// open. Observe reports each outcome to the leader (bus.UsageSubject), which
+// counts it toward the day and feeds the breakers, so broadcasts get less.
+// It never refuses for the daily ceiling, the rate or the hourly limit:
+// a password reset must not wait for midnight behind a newsletter.
+type KVGovernor struct {
+	view *bus.GovernorView
+	js   jetstream.JetStream
+	log  *slog.Logger
+}
+
+// NewKVGovernor returns a Governor reading b's governor bucket.
+func NewKVGovernor(b *bus.Bus, log *slog.Logger) *KVGovernor {
+	return &KVGovernor{view: bus.NewGovernorView(b.Governors), js: b.JS, log: log}
+}
+
+// Admit implements Governor.
+func (g *KVGovernor) Admit(ctx context.Context, sendingDomain, recipient string, now time.Time) (time.Time, string, error) {
+	domain := strings.ToLower(sendingDomain)
+	// A half-open provider admits transactional mail, which is little and
+	// urgent; Held leaves it out.
+	held, err := g.view.Held(ctx, domain, now)
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	p := governor.Provider(domainOf(recipient))
+	until, ok := held[p]
+	if !ok {
+		return time.Time{}, "", nil
+	}
+	return until, fmt.Sprintf("%s is held for %s by the governor", p, domain), nil
+}
+
+// Observe implements Governor.
+func (g *KVGovernor) Observe(sendingDomain, recipient string, c transport.Class, _ time.Time) {
+	u := bus.Usage{Domain: strings.ToLower(sendingDomain)}
+	p := governor.Provider(domainOf(recipient))
+	var r bus.ProviderResult
+	switch c {
+	case transport.Class(0):
+		u.Sent, r.Sent = 1, 1
+	case transport.Transient:
+		r.Transient = 1
+	case transport.Quota:
+		r.Quota = true
+	default:
+		return // the recipient's or the channel's fault: nothing about the provider's limits
+	}
+	u.Providers = map[string]bus.ProviderResult{p: r}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := g.js.Publish(ctx, bus.UsageSubject, bus.Encode(u)); err != nil {
+		g.log.Warn("transactional send not reported to the governor", "domain", u.Domain, "err", err)
+	}
+}
+
+func domainOf(address string) string { return address[strings.LastIndexByte(address, '@')+1:] }

@@ -1,0 +1,68 @@
+package transactional_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/testenv"
+	"github.com/rangecast/rangecast/internal/transactional"
+	"github.com/rangecast/rangecast/internal/transport"
+)
+
+// TestKVGovernorHoldsWhatTheLeaderHolds: a worker holds back transactional
+// mail to a provider the leader's governor holds (read from KV), lets the
+// rest through whatever the ceiling, and reports outcomes to the leader.
+func TestKVGovernorHoldsWhatTheLeaderHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, js := testenv.NATS(t)
+	b, err := bus.Setup(ctx, js, bus.Options{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	st := governor.DomainState{Domain: "example.com", Ceiling: 100, Day: now.Format(time.DateOnly), SentToday: 100,
+		Holds: map[string]time.Time{governor.ProviderGoogle: now.Add(time.Minute)}}
+	if _, err := b.Governors.Put(ctx, bus.GovernorStateKey("example.com"), bus.Encode(st)); err != nil {
+		t.Fatal(err)
+	}
+	g := transactional.NewKVGovernor(b, testLogger())
+	retryAt, reason, err := g.Admit(ctx, "Example.com", "someone@googlemail.com", now)
+	if err != nil || !retryAt.Equal(st.Holds[governor.ProviderGoogle]) || reason == "" {
+		t.Fatalf("Admit to a held provider = %v, %q, %v; want held until %v", retryAt, reason, err, st.Holds[governor.ProviderGoogle])
+	}
+	if retryAt, _, err := g.Admit(ctx, "example.com", "someone@example.org", now); err != nil || !retryAt.IsZero() {
+		t.Fatalf("Admit at the daily ceiling to a provider not held = %v, %v; transactional mail is not refused for the ceiling", retryAt, err)
+	}
+	if retryAt, _, err := g.Admit(ctx, "never-sent.example", "someone@gmail.com", now); err != nil || !retryAt.IsZero() {
+		t.Fatalf("Admit for a domain with no state = %v, %v; want admitted", retryAt, err)
+	}
+
+	g.Observe("example.com", "someone@example.org", transport.Class(0), now)
+	g.Observe("example.com", "someone@yahoo.com", transport.Transient, now)
+	var got []bus.Usage
+	for _, seq := range []uint64{1, 2} {
+		m, err := b.JS.Stream(ctx, bus.ReportStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := m.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if raw.Subject != bus.UsageSubject {
+			t.Fatalf("usage published on %s, want %s", raw.Subject, bus.UsageSubject)
+		}
+		var u bus.Usage
+		if err := bus.Decode(raw.Data, &u); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, u)
+	}
+	if got[0].Sent != 1 || got[0].Providers["example.org"].Sent != 1 || got[1].Sent != 0 || got[1].Providers[governor.ProviderYahoo].Transient != 1 {
+		t.Fatalf("usage reports %+v; want one sent to example.org, one transient failure at yahoo", got)
+	}
+}
