@@ -49,19 +49,20 @@ func (b *BreakerState) phase(now time.Time) string {
 	return PhaseHalfOpen
 }
 
-// failure counts a transient failure.
-func (b *BreakerState) failure(now time.Time) {
+// failure counts a transient failure; a breaker it trips stays open for
+// open.
+func (b *BreakerState) failure(now time.Time, open time.Duration) {
 	switch b.phase(now) {
 	case PhaseOpen:
 		// A send that started before the breaker opened: already counted
 		// in spirit; extending the open period for it would punish twice.
 	case PhaseHalfOpen:
-		b.trip(now) // the probe (or a straggler) failed: the provider is still unwell
+		b.trip(now, open) // the probe (or a straggler) failed: the provider is still unwell
 	default:
 		b.forget(now)
 		b.Failures = append(b.Failures, now)
 		if len(b.Failures) >= BreakerFailures {
-			b.trip(now)
+			b.trip(now, open)
 		}
 	}
 }
@@ -77,13 +78,13 @@ func (b *BreakerState) success(now time.Time) {
 
 // trip opens the breaker on a clean counter, so that after it closes again
 // it takes BreakerFailures new failures to open it.
-func (b *BreakerState) trip(now time.Time) {
-	*b = BreakerState{OpenUntil: now.Add(BreakerOpen)}
+func (b *BreakerState) trip(now time.Time, open time.Duration) {
+	*b = BreakerState{OpenUntil: now.Add(open)}
 }
 
 // allow reports whether one attempt may go now; in half-open it says yes once
 // per ProbeLease until the probe's outcome is recorded.
-func (b *BreakerState) allow(now time.Time) (bool, time.Time) {
+func (b *BreakerState) allow(now time.Time, open time.Duration) (bool, time.Time) {
 	switch b.phase(now) {
 	case PhaseOpen:
 		return false, b.OpenUntil
@@ -94,7 +95,7 @@ func (b *BreakerState) allow(now time.Time) (bool, time.Time) {
 		}
 		// Look again when an open period would have ended; the probe's
 		// outcome usually arrives well before its lease runs out.
-		return false, minTime(now.Add(BreakerOpen), b.ProbeAt.Add(ProbeLease))
+		return false, minTime(now.Add(open), b.ProbeAt.Add(ProbeLease))
 	}
 	return true, time.Time{}
 }

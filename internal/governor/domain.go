@@ -54,6 +54,9 @@ type Limits struct {
 	// QuotaHold overrides how long a provider is held after a quota
 	// rejection; zero or less means QuotaHold.
 	QuotaHold time.Duration `json:"quota_hold,omitempty"`
+	// BreakerOpen overrides how long a tripped breaker stays open; zero or
+	// less means BreakerOpen.
+	BreakerOpen time.Duration `json:"breaker_open,omitempty"`
 }
 
 func (l Limits) withDefaults() Limits {
@@ -72,6 +75,9 @@ func (l Limits) withDefaults() Limits {
 	l.InitialCeiling = min(max(l.InitialCeiling, MinCeiling), MaxCeiling)
 	if l.QuotaHold <= 0 {
 		l.QuotaHold = QuotaHold
+	}
+	if l.BreakerOpen <= 0 {
+		l.BreakerOpen = BreakerOpen
 	}
 	return l
 }
@@ -256,6 +262,35 @@ func (d *Domain) Return(n int) {
 	d.inFlight = max(0, d.inFlight-n)
 }
 
+// Settle closes a grant of granted messages of which sent went out: none of
+// it is in flight any more, and the bucket gets back what was not sent.
+// What was sent is counted by Count (separately: the outcome report and the
+// grant's end need not arrive together, or at all, for a page that was
+// dropped).
+func (d *Domain) Settle(granted, sent int) {
+	if granted <= 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.bucket.Return(max(0, granted-sent))
+	d.inFlight = max(0, d.inFlight-granted)
+}
+
+// Count counts n messages accepted by the SMTP server at now toward today's
+// total and the hourly window, leaving grants in flight alone.
+func (d *Domain) Count(now time.Time, n int) {
+	if n <= 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	d.st.SentToday += n
+	d.st.Hourly.Record(now, n)
+}
+
 // RecordSent counts n messages accepted by the SMTP server at now toward
 // today's total and the hourly window, and settles that many grants in
 // flight. Mail sent without a grant (transactional, the reconciler's sweep of
@@ -317,7 +352,7 @@ func (d *Domain) ProviderOpen(now time.Time, provider string) (open bool, retryA
 	if !hasBreaker {
 		return false, time.Time{}
 	}
-	ok, retryAt := b.allow(now)
+	ok, retryAt := b.allow(now, d.limits.BreakerOpen)
 	d.st.Breakers[p] = b
 	return !ok, retryAt
 }
@@ -331,7 +366,7 @@ func (d *Domain) RecordTransient(now time.Time, provider string) {
 	d.roll(now)
 	p := Provider(provider)
 	b := d.st.Breakers[p]
-	b.failure(now)
+	b.failure(now, d.limits.BreakerOpen)
 	if d.st.Breakers == nil {
 		d.st.Breakers = map[string]BreakerState{}
 	}

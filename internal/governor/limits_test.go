@@ -80,3 +80,29 @@ func TestSetCeilingClamps(t *testing.T) {
 		t.Fatalf("after a rejection and a replayed setting: ceiling %d, want 20,000", got)
 	}
 }
+
+func TestSettleAndCountKeepGrantsApart(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	d := NewDomain("example.com", Limits{RatePerSecond: 1, Burst: 100}, nil, now)
+	if g, _, _ := d.Grant(now, 100); g != 100 {
+		t.Fatalf("granted %d", g)
+	}
+	d.Count(now, 60) // the report: 60 went out
+	if s := d.Status(now); s.SentToday != 60 || s.InFlight != 100 {
+		t.Fatalf("after Count: sent %d, in flight %d; want 60, 100 (the grant is still open)", s.SentToday, s.InFlight)
+	}
+	d.Settle(100, 60)
+	if s := d.Status(now); s.InFlight != 0 || s.Tokens != 40 {
+		t.Fatalf("after Settle: in flight %d, tokens %v; want 0 and the 40 unsent back", s.InFlight, s.Tokens)
+	}
+	d.Settle(100, 0) // a grant settled twice cannot go below zero
+	if s := d.Status(now); s.InFlight != 0 {
+		t.Fatalf("in flight %d after a second settle", s.InFlight)
+	}
+	// Sent mail counts against the ceiling whether or not it had a grant.
+	d.Count(now, DefaultCeiling)
+	if g, _, why := d.Grant(now, 1); g != 0 || why == "" {
+		t.Fatalf("granted %d past the ceiling", g)
+	}
+}

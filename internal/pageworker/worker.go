@@ -44,6 +44,15 @@ type Config struct {
 	// stuck past it (a hung worker) is handed to another worker, and one
 	// that hangs every worker ends at the job's delivery limit.
 	MaxPageTime time.Duration
+	// Unsubscribe makes each message's one-click List-Unsubscribe link
+	// (public base URL and signing key); nil sends none.
+	Unsubscribe *message.Unsubscribe
+	// SweepRetry is when a swept deferred row that could not be sent (a
+	// transient error) is due again.
+	SweepRetry time.Duration
+	// MaxAttempts bounds how often a deferred row is tried: the sweep that
+	// reaches it without sending records the row failed, with the reason.
+	MaxAttempts int
 }
 
 func (c Config) withDefaults() Config {
@@ -59,6 +68,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxPageTime == 0 {
 		c.MaxPageTime = 10 * time.Minute
 	}
+	if c.SweepRetry == 0 {
+		c.SweepRetry = time.Minute
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
@@ -72,6 +87,9 @@ func (c Config) withDefaults() Config {
 type Worker struct {
 	cfg    Config
 	states *stateCache
+	// governors follows the holds the leader's governors write, between
+	// the page's dispatch and each window.
+	governors *bus.GovernorView
 
 	mu         sync.Mutex
 	broadcasts map[ulid.ULID]*loaded
@@ -86,7 +104,11 @@ type loaded struct {
 // New returns a worker; Run starts it.
 func New(cfg Config) *Worker {
 	cfg = cfg.withDefaults()
-	return &Worker{cfg: cfg, states: newStateCache(cfg.Bus.Broadcasts), broadcasts: map[ulid.ULID]*loaded{}}
+	w := &Worker{cfg: cfg, states: newStateCache(cfg.Bus.Broadcasts), broadcasts: map[ulid.ULID]*loaded{}}
+	if cfg.Bus.Governors != nil {
+		w.governors = bus.NewGovernorView(cfg.Bus.Governors)
+	}
+	return w
 }
 
 // Run pulls and runs pages until ctx is cancelled. A page in progress when
@@ -153,7 +175,11 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	began := w.cfg.Clock.Now()
 	stopBeat := w.heartbeat(msg)
-	rep, err := w.runPage(ctx, pageCtx, msg, job)
+	run := w.runPage
+	if job.Sweep {
+		run = w.runSweep
+	}
+	rep, err := run(ctx, pageCtx, msg, job)
 	stopBeat()
 	pageSeconds.Observe(w.cfg.Clock.Now().Sub(began).Seconds())
 	if err != nil {
@@ -183,10 +209,10 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		pagesRun.WithLabelValues("walked").Inc()
 	}
 	if rep.Class != bus.ClassNone {
-		log.Warn("page stopped early", "sent", rep.Sent, "failed", rep.Failed, "class", rep.Class, "err", rep.Error)
+		log.Warn("page stopped early", "sent", rep.Sent, "failed", rep.Failed, "deferred", rep.Deferred, "class", rep.Class, "err", rep.Error)
 		return
 	}
-	log.Debug("page done", "sent", rep.Sent, "failed", rep.Failed, "done", rep.Done)
+	log.Debug("page done", "sent", rep.Sent, "failed", rep.Failed, "deferred", rep.Deferred, "done", rep.Done)
 }
 
 // heartbeat keeps the page ours while it runs, however long one window's
@@ -251,6 +277,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bu
 	if err != nil {
 		return rep, err
 	}
+	rep.Domain = l.compiled.SendingDomain()
 	// Eligibility is decided now, at page time: an unsubscribe that landed
 	// since the broadcast started is honoured here.
 	contacts, err := w.cfg.Store.EligiblePage(pageCtx, l.b, from, until, job.Limit)
@@ -258,6 +285,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bu
 		return rep, err
 	}
 	next := from
+	h := newHolds(job)
 	for i := 0; i < len(contacts); i += w.cfg.Concurrency {
 		window := contacts[i:min(i+w.cfg.Concurrency, len(contacts))]
 		if ctx.Err() != nil {
@@ -272,7 +300,8 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bu
 			}
 			return rep, nil
 		}
-		res, err := w.sendWindow(pageCtx, l, window)
+		w.refreshHolds(pageCtx, l, h)
+		res, err := w.sendWindow(pageCtx, l, window, h)
 		if err != nil {
 			// Outcomes of this window are not recorded: the cursor must not
 			// pass it. Report what is safe.
@@ -283,9 +312,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bu
 			rep.Class, rep.Error = bus.ClassTransient, err.Error()
 			return rep, nil
 		}
-		rep.Claimed += res.claimed
-		rep.Sent += res.sent
-		rep.Failed += res.failed
+		res.addTo(&rep)
 		if res.stopAt >= 0 {
 			rep.Next = window[res.stopAt].ID.String()
 			rep.Class, rep.Error = res.class, res.err
@@ -307,7 +334,9 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bu
 
 // windowResult is what one in-flight window did.
 type windowResult struct {
-	claimed, sent, failed int
+	claimed, sent, failed, deferred int
+	// providers is what each receiving provider did, for the governor.
+	providers map[string]bus.ProviderResult
 	// stopAt is the index in the window of the first contact whose claim was
 	// released (not sent), or -1 when the window went through.
 	stopAt int
@@ -315,11 +344,38 @@ type windowResult struct {
 	err    string
 }
 
+func (r windowResult) addTo(rep *bus.Report) {
+	rep.Claimed += r.claimed
+	rep.Sent += r.sent
+	rep.Failed += r.failed
+	rep.Deferred += r.deferred
+	for p, pr := range r.providers {
+		if rep.Providers == nil {
+			rep.Providers = map[string]bus.ProviderResult{}
+		}
+		sum := rep.Providers[p]
+		sum.Sent += pr.Sent
+		sum.Transient += pr.Transient
+		sum.Quota = sum.Quota || pr.Quota
+		rep.Providers[p] = sum
+	}
+}
+
+// provider records one send's result for its receiving provider.
+func (r *windowResult) provider(p string, f func(*bus.ProviderResult)) {
+	if r.providers == nil {
+		r.providers = map[string]bus.ProviderResult{}
+	}
+	pr := r.providers[p]
+	f(&pr)
+	r.providers[p] = pr
+}
+
 // sendWindow claims the window, sends what this attempt claimed, and records
 // every outcome in one batch. Claims whose send failed for a reason that is
-// not the recipient's are released, and the page stops there.
-func (w *Worker) sendWindow(ctx context.Context, l *loaded, window []store.Contact) (windowResult, error) {
-	res := windowResult{stopAt: -1}
+// not the recipient's are released, and the page stops there. Recipients
+// whose provider the governor holds are recorded deferred, not sent.
+func (w *Worker) sendWindow(ctx context.Context, l *loaded, window []store.Contact, h *holds) (windowResult, error) {
 	domain := l.compiled.SendingDomain()
 	now := w.cfg.Clock.Now()
 	claims := make([]store.Claim, len(window))
@@ -329,17 +385,48 @@ func (w *Worker) sendWindow(ctx context.Context, l *loaded, window []store.Conta
 	// Claim before send: only rows this attempt inserted may be sent.
 	claimed, err := w.cfg.Store.Claim(ctx, l.b.ID, claims, now)
 	if err != nil {
-		return res, err
+		return windowResult{stopAt: -1}, err
 	}
-	res.claimed = len(claimed)
 	mine := make(map[ulid.ULID]bool, len(claimed))
 	for _, id := range claimed {
 		mine[id] = true
 	}
+	res, outcomes, release := w.deliver(ctx, l, window, mine, h, now)
+	res.claimed = len(claimed)
+	if err := w.cfg.Store.RecordOutcomes(ctx, l.b.ID, outcomes, w.cfg.Clock.Now()); err != nil {
+		return res, err
+	}
+	w.count(res)
+	if err := w.cfg.Store.Release(ctx, l.b.ID, release); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func (w *Worker) count(res windowResult) {
+	messages.WithLabelValues("sent").Add(float64(res.sent))
+	messages.WithLabelValues("failed").Add(float64(res.failed))
+	messages.WithLabelValues("deferred").Add(float64(res.deferred))
+}
+
+// deliver sends the window's contacts that are mine (claimed by this
+// attempt) with bounded concurrency, deferring those whose provider is held,
+// and says what became of each: the outcomes to record and the claims to
+// release (not sent, safe to send later). stopAt is the first contact that
+// was not sent for a reason that is not the recipient's.
+func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) (res windowResult, outcomes []store.Outcome, release []ulid.ULID) {
+	res.stopAt = -1
+	providers := make([]string, len(window))
+	deferUntil := make([]time.Time, len(window))
+	for i, c := range window {
+		if mine[c.ID] {
+			providers[i], deferUntil[i] = h.check(c.Email)
+		}
+	}
 	errs := make([]error, len(window))
 	var wg sync.WaitGroup
 	for i, c := range window {
-		if !mine[c.ID] {
+		if !mine[c.ID] || !deferUntil[i].IsZero() {
 			continue
 		}
 		wg.Add(1)
@@ -350,16 +437,21 @@ func (w *Worker) sendWindow(ctx context.Context, l *loaded, window []store.Conta
 	}
 	wg.Wait()
 
-	var outcomes []store.Outcome
-	var release []ulid.ULID
 	for i, c := range window {
 		if !mine[c.ID] {
+			continue
+		}
+		if !deferUntil[i].IsZero() {
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: deferUntil[i],
+				Error: "deferred: " + providers[i] + " held by the governor"})
+			res.deferred++
 			continue
 		}
 		err := errs[i]
 		if err == nil {
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendSent})
 			res.sent++
+			res.provider(providers[i], func(p *bus.ProviderResult) { p.Sent++ })
 			continue
 		}
 		var renderErr *renderError
@@ -371,6 +463,12 @@ func (w *Worker) sendWindow(ctx context.Context, l *loaded, window []store.Conta
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error()})
 			res.failed++
 			continue
+		}
+		switch class {
+		case transport.Quota:
+			res.provider(providers[i], func(p *bus.ProviderResult) { p.Quota = true })
+		case transport.Transient:
+			res.provider(providers[i], func(p *bus.ProviderResult) { p.Transient++ })
 		}
 		// A connection lost after the final dot may have delivered the
 		// message: keep the claim (in doubt, for the reconciler) rather than
@@ -386,15 +484,7 @@ func (w *Worker) sendWindow(ctx context.Context, l *loaded, window []store.Conta
 			res.stopAt, res.class, res.err = i, busClass(class), err.Error()
 		}
 	}
-	if err := w.cfg.Store.RecordOutcomes(ctx, l.b.ID, outcomes, w.cfg.Clock.Now()); err != nil {
-		return res, err
-	}
-	messages.WithLabelValues("sent").Add(float64(res.sent))
-	messages.WithLabelValues("failed").Add(float64(res.failed))
-	if err := w.cfg.Store.Release(ctx, l.b.ID, release); err != nil {
-		return res, err
-	}
-	return res, nil
+	return res, outcomes, release
 }
 
 // renderError marks a message that could not be built for one contact (bad
@@ -406,9 +496,10 @@ func (e *renderError) Unwrap() error { return e.err }
 
 func (w *Worker) send(ctx context.Context, l *loaded, c store.Contact, now time.Time) error {
 	m, err := l.compiled.Render(message.Params{
-		BroadcastID: l.b.ID,
-		Contact:     message.Contact{ID: c.ID, Email: c.Email, Name: c.Name, Attributes: c.Attributes},
-		Date:        now,
+		BroadcastID:    l.b.ID,
+		Contact:        message.Contact{ID: c.ID, Email: c.Email, Name: c.Name, Attributes: c.Attributes},
+		Date:           now,
+		UnsubscribeURL: w.cfg.Unsubscribe.URL(l.b.ID, c.ID),
 	})
 	if err != nil {
 		return &renderError{err}
@@ -425,4 +516,19 @@ func busClass(c transport.Class) bus.ErrorClass {
 	default:
 		return bus.ClassChannel
 	}
+}
+
+// refreshHolds adds the providers the governor holds now to a page's holds.
+// Without an answer the page goes on with what it was dispatched with: the
+// first refusal stops it anyway.
+func (w *Worker) refreshHolds(ctx context.Context, l *loaded, h *holds) {
+	if w.governors == nil {
+		return
+	}
+	held, err := w.governors.Held(ctx, l.compiled.SendingDomain(), w.cfg.Clock.Now())
+	if err != nil {
+		w.cfg.Log.Debug("governor holds unreadable; page keeps its own", "err", err)
+		return
+	}
+	h.add(held)
 }

@@ -1,0 +1,108 @@
+package pageworker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// runSweep sends a broadcast's deferred rows whose retry time has come. The
+// rows are claimed by moving them from deferred back to claimed (only the
+// sweep that moved a row sends it); the cursor of their range passed them
+// long ago, so a row this sweep cannot send goes back to deferred, never
+// released: a released row would be skipped for good. A failed window's
+// row can still be in doubt (connection lost after the data): the
+// reconciler settles it like any other.
+func (w *Worker) runSweep(ctx, pageCtx context.Context, _ jetstream.Msg, job bus.PageJob) (bus.Report, error) {
+	rep := bus.Report{Broadcast: job.Broadcast, Range: bus.SweepRange, Epoch: job.Epoch, Limit: job.Limit, Sweep: true, Done: true}
+	id, err := ulid.ParseStrict(job.Broadcast)
+	if err != nil {
+		return rep, fmt.Errorf("sweep job: broadcast id: %w", err)
+	}
+	l, err := w.load(pageCtx, id)
+	if err != nil {
+		return rep, err
+	}
+	rep.Domain = l.compiled.SendingDomain()
+	h := newHolds(job)
+	// One window at a time: claimed rows never outnumber the in-flight
+	// window, so a kill -9 leaves at most a window in doubt, and no claim
+	// waits long enough for the reconciler to take it for a dead worker's.
+	for taken := 0; taken < job.Limit && ctx.Err() == nil; {
+		if state, err := w.states.get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning {
+			break
+		}
+		w.refreshHolds(pageCtx, l, h)
+		now := w.cfg.Clock.Now()
+		// Eligibility is decided again now: ClaimDue drops rows whose
+		// contact left the audience while deferred.
+		due, err := w.cfg.Store.ClaimDue(pageCtx, l.b, now, min(w.cfg.Concurrency, job.Limit-taken))
+		if err != nil {
+			if taken == 0 {
+				return rep, err
+			}
+			rep.Class, rep.Error = bus.ClassTransient, err.Error()
+			break
+		}
+		if len(due) == 0 {
+			break
+		}
+		taken += len(due)
+		window := make([]store.Contact, len(due))
+		mine := make(map[ulid.ULID]bool, len(due))
+		attempt := make(map[ulid.ULID]int, len(due))
+		for k, d := range due {
+			window[k], mine[d.ID], attempt[d.ID] = d.Contact, true, d.Attempt
+		}
+		res, outcomes, notSent := w.deliver(pageCtx, l, window, mine, h, now)
+		res.claimed = len(window)
+		// A row cannot wait for ever: after MaxAttempts it fails with the
+		// reason, so the broadcast finishes and the failure is seen.
+		for k, o := range outcomes {
+			if o.Status == store.SendDeferred && attempt[o.ContactID] >= w.cfg.MaxAttempts {
+				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendFailed,
+					Error: fmt.Sprintf("gave up after %d attempts: %s", attempt[o.ContactID], o.Error)}
+				res.deferred--
+				res.failed++
+			}
+		}
+		var again []ulid.ULID
+		for _, id := range notSent {
+			if attempt[id] >= w.cfg.MaxAttempts {
+				outcomes = append(outcomes, store.Outcome{ContactID: id, Status: store.SendFailed,
+					Error: fmt.Sprintf("gave up after %d attempts; last: %s", attempt[id], res.err)})
+				res.failed++
+				continue
+			}
+			again = append(again, id)
+		}
+		if err := w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, outcomes, w.cfg.Clock.Now()); err != nil {
+			return rep, err
+		}
+		if err := w.redefer(pageCtx, l, again, w.cfg.Clock.Now().Add(w.cfg.SweepRetry), "deferred again: "+res.err); err != nil {
+			return rep, err
+		}
+		w.count(res)
+		res.addTo(&rep)
+		if res.stopAt >= 0 {
+			rep.Class, rep.Error = res.class, res.err
+			break
+		}
+	}
+	return rep, nil
+}
+
+// redefer puts swept rows that were not sent back to deferred, due at due.
+func (w *Worker) redefer(ctx context.Context, l *loaded, ids []ulid.ULID, due time.Time, reason string) error {
+	outcomes := make([]store.Outcome, len(ids))
+	for i, id := range ids {
+		outcomes[i] = store.Outcome{ContactID: id, Status: store.SendDeferred, RetryAt: due, Error: reason}
+	}
+	return w.cfg.Store.RecordOutcomes(ctx, l.b.ID, outcomes, w.cfg.Clock.Now())
+}
