@@ -45,6 +45,10 @@ type actor struct {
 	reloaded time.Time
 	// nextReconcile is when in-doubt claims are next looked for.
 	nextReconcile time.Time
+	// sweeping is the outstanding sweep of due deferred rows, if any;
+	// nextSweep is when deferred rows are next looked for.
+	sweeping  *page
+	nextSweep time.Time
 
 	mu         sync.Mutex
 	waitingFor string
@@ -142,6 +146,7 @@ func (a *actor) log() interface {
 
 func (a *actor) run(ctx context.Context) {
 	clk := a.c.cfg.Clock
+	defer a.dropOutstanding()
 	a.dispatch(ctx)
 	for {
 		tick := a.c.cfg.Tick
@@ -166,7 +171,7 @@ func (a *actor) run(ctx context.Context) {
 				// Workers dropped the pages of the paused broadcast: issue
 				// every range's page afresh from its cursor, under a new
 				// dedupe id (a copy being dropped right now must not hide it).
-				clear(a.outstanding)
+				a.dropOutstanding()
 				a.issue++
 			}
 			a.b.State, a.b.Reason = b.State, b.Reason
@@ -185,6 +190,7 @@ func (a *actor) run(ctx context.Context) {
 			return
 		}
 		a.reconcile(ctx)
+		a.sweep(ctx)
 		if a.finish(ctx) {
 			return
 		}
@@ -196,12 +202,15 @@ func (a *actor) run(ctx context.Context) {
 // move the cursor forward (a page walked twice, a late duplicate) changes
 // nothing.
 func (a *actor) apply(ctx context.Context, rep bus.Report) error {
+	now := a.c.cfg.Clock.Now()
+	if rep.Sweep {
+		return a.applySweep(ctx, rep)
+	}
 	i := rep.Range
 	if i < 0 || i >= len(a.recs) {
 		a.log().Warn("report for an unknown range ignored", "range", i)
 		return nil
 	}
-	now := a.c.cfg.Clock.Now()
 	if rep.Epoch != a.recs[i].Epoch {
 		// The page was dispatched before the reconciler moved this range
 		// back; its claims are committed, and the re-walk skips them.
@@ -210,7 +219,7 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 	}
 	if o, ok := a.outstanding[i]; ok && o.from == rep.From {
 		delete(a.outstanding, i)
-		a.giveBack(o.limit - rep.Claimed)
+		a.settle(o.limit, rep)
 	}
 	for attempt := 0; ; attempt++ {
 		rec := a.recs[i]
@@ -343,13 +352,28 @@ func (a *actor) finish(ctx context.Context) bool {
 			return false
 		}
 	}
-	pending, err := a.c.cfg.Store.Pending(ctx, a.id)
+	if a.sweeping != nil {
+		a.setWaiting("all ranges walked; sending deferred messages")
+		return false
+	}
+	// One statement, so a row moving between claimed and deferred (a sweep
+	// of an earlier term) is seen in one state or the other.
+	counts, err := a.c.cfg.Store.Counts(ctx, a.id)
 	if err != nil {
 		a.log().Warn("cannot check pending claims", "err", err)
 		return false
 	}
-	if pending > 0 {
-		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages in flight or in doubt", pending))
+	if counts.Claimed > 0 {
+		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages in flight or in doubt", counts.Claimed))
+		return false
+	}
+	if counts.Deferred > 0 {
+		_, due, err := a.c.cfg.Store.NextDue(ctx, a.id)
+		if err != nil {
+			a.log().Warn("cannot check deferred messages", "err", err)
+			return false
+		}
+		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages deferred, next due %s UTC", counts.Deferred, due.UTC().Format(time.TimeOnly)))
 		return false
 	}
 	if err := a.transition(ctx, []store.State{store.StateRunning}, store.StateCompleted, a.failureSummary(ctx)); err != nil {
@@ -396,8 +420,14 @@ func (a *actor) dispatch(ctx context.Context) {
 			continue
 		}
 		unfinished = true
-		if o, ok := a.outstanding[i]; ok && now.Sub(o.at) < a.c.cfg.Redispatch {
-			continue
+		if o, ok := a.outstanding[i]; ok {
+			if now.Sub(o.at) < a.c.cfg.Redispatch {
+				continue
+			}
+			// Given up on: its grant ends here; a late report of it
+			// still counts what it sent.
+			delete(a.outstanding, i)
+			a.giveBack(o.limit)
 		}
 		if now.Before(a.notBefore[i]) {
 			waiting = fmt.Sprintf("range %d retries at %s after: %s", i, a.notBefore[i].UTC().Format(time.TimeOnly), a.lastErr[i])
@@ -418,8 +448,9 @@ func (a *actor) dispatch(ctx context.Context) {
 				break
 			}
 		}
-		if p := a.c.cfg.Pacer; p != nil {
-			granted, why := p.Grant(now, a.domain(), limit)
+		pacer := a.c.pacer()
+		if pacer != nil {
+			granted, why := pacer.Grant(now, a.domain(), limit)
 			if a.throttle != nil {
 				a.throttle.Return(limit - granted)
 			}
@@ -427,8 +458,14 @@ func (a *actor) dispatch(ctx context.Context) {
 				waiting = why
 				break
 			}
+			if granted < a.c.cfg.PageLimit {
+				waiting = why // shrunk: say which limit binds
+			}
 		}
 		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue}
+		if pacer != nil {
+			job.Defer, _ = pacer.Holds(now, a.domain(), false)
+		}
 		if err := a.c.cfg.Bus.PublishPage(ctx, job, now); err != nil {
 			a.log().Warn("dispatch failed; retried on the next tick", "range", i, "err", err)
 			a.giveBack(limit)
@@ -450,7 +487,9 @@ func (a *actor) minPage() int {
 	return max(1, min(a.c.cfg.PageLimit/4, perTick))
 }
 
-// giveBack returns n unused grants to the throttle and the pacer.
+// giveBack ends a grant of n that sent nothing (a dispatch that failed, a
+// page given up on or dropped by a pause): the throttle and the pacer get it
+// all back.
 func (a *actor) giveBack(n int) {
 	if n <= 0 {
 		return
@@ -458,8 +497,34 @@ func (a *actor) giveBack(n int) {
 	if a.throttle != nil {
 		a.throttle.Return(n)
 	}
-	if p := a.c.cfg.Pacer; p != nil {
-		p.Return(a.domain(), n)
+	if p := a.c.pacer(); p != nil {
+		p.Settle(a.domain(), n, 0)
+	}
+}
+
+// settle ends the grant of a reported page: the throttle gets back what
+// was not claimed, the governor what was not sent (the report's sends are
+// counted by Observe when the report is applied).
+func (a *actor) settle(granted int, rep bus.Report) {
+	if a.throttle != nil && granted > rep.Claimed {
+		a.throttle.Return(granted - rep.Claimed)
+	}
+	if p := a.c.pacer(); p != nil {
+		p.Settle(a.domain(), granted, rep.Sent)
+	}
+}
+
+// dropOutstanding ends the grants of every page and sweep still out: they
+// will be re-issued (resume) or never run (the actor stops). Grants must
+// not outlive their pages, or the governor's in-flight count only grows.
+func (a *actor) dropOutstanding() {
+	for i, o := range a.outstanding {
+		a.giveBack(o.limit)
+		delete(a.outstanding, i)
+	}
+	if a.sweeping != nil {
+		a.giveBack(a.sweeping.limit)
+		a.sweeping = nil
 	}
 }
 

@@ -2,11 +2,12 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"net/mail"
-	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -19,11 +20,32 @@ import (
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
-// Field limits for imported contacts: longer values are reported, not cut.
+// Field limits for contacts: longer values are reported, never cut.
 const (
-	maxEmailLen = 254 // RFC 5321 path limit
-	maxNameLen  = 256
-	importBatch = 1000
+	maxEmailLen       = 254 // RFC 5321 path limit
+	maxNameLen        = 256
+	maxAttributes     = 64
+	maxAttrKeyLen     = 128
+	maxAttrValueLen   = 2048
+	maxSegmentNameLen = 128
+	maxRowSegments    = 64
+	maxReasonLen      = 500
+)
+
+const (
+	// importBatch is how many rows go to the store at a time: large enough
+	// for Postgres's COPY path to pay off, small enough that a failure
+	// loses little work and memory stays flat.
+	importBatch = 5000
+	// maxRowErrors bounds the rejected rows listed in one response (each
+	// is counted regardless), so the response stays far below gRPC's 4 MB.
+	maxRowErrors = 10_000
+	// maxMembers bounds the contacts named in one membership call; the CLI
+	// sends larger files in chunks.
+	maxMembers = 10_000
+	// defaultHistory and maxHistory bound GetContact's history.
+	defaultHistory = 500
+	maxHistory     = 10_000
 )
 
 // AudienceAPI serves rangecast.v1.AudienceService.
@@ -59,34 +81,237 @@ func ValidateEmail(email string) error {
 	return nil
 }
 
-// ImportContacts upserts the streamed rows in batches. Every row that is not
+// validateSegmentName is the rule for a segment's name, wherever it is given.
+func validateSegmentName(name string) error {
+	if strings.TrimSpace(name) == "" {
+		return errors.New("a segment name is empty")
+	}
+	if n := utf8.RuneCountInString(name); n > maxSegmentNameLen {
+		return fmt.Errorf("segment name is %d characters; at most %d are allowed", n, maxSegmentNameLen)
+	}
+	if strings.ContainsAny(name, "\r\n\x00") {
+		return fmt.Errorf("segment name %q contains a line break or NUL", name)
+	}
+	return nil
+}
+
+// validateRow returns why a row cannot be imported, or "" if it can.
+func validateRow(email string, r *pb.ContactRow) string {
+	if err := ValidateEmail(email); err != nil {
+		return err.Error()
+	}
+	if n := utf8.RuneCountInString(r.GetName()); n > maxNameLen {
+		return fmt.Sprintf("name is %d characters; at most %d are allowed", n, maxNameLen)
+	}
+	if err := message.ValidateHeaderValue("name", r.GetName()); err != nil {
+		return err.Error()
+	}
+	if n := len(r.GetAttributes()); n > maxAttributes {
+		return fmt.Sprintf("%d attributes; at most %d are allowed", n, maxAttributes)
+	}
+	for k, v := range r.GetAttributes() {
+		if k == "" {
+			return "an attribute name is empty"
+		}
+		if n := utf8.RuneCountInString(k); n > maxAttrKeyLen {
+			return fmt.Sprintf("attribute name %.40q… is %d characters; at most %d are allowed", k, n, maxAttrKeyLen)
+		}
+		if n := utf8.RuneCountInString(v); n > maxAttrValueLen {
+			return fmt.Sprintf("attribute %q is %d characters; at most %d are allowed", k, n, maxAttrValueLen)
+		}
+	}
+	if n := len(r.GetSegments()); n > maxRowSegments {
+		return fmt.Sprintf("%d segments; at most %d are allowed per row", n, maxRowSegments)
+	}
+	for _, s := range r.GetSegments() {
+		if err := validateSegmentName(s); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
+}
+
+// shown is how a rejected row's email is echoed: as given, or cut when it
+// is the over-long field being reported.
+func shown(email string) string {
+	if len(email) <= maxEmailLen {
+		return email
+	}
+	cut := email[:maxEmailLen]
+	for !utf8.ValidString(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return cut + "…"
+}
+
+// emailSet remembers the addresses of an import stream, case-insensitively,
+// as 128-bit hashes (16 bytes per row, whatever the address's length), so
+// the memory of a long import stays small. A false "duplicate" needs a
+// 128-bit collision: at a billion rows, odds of about 1 in 10^20.
+type emailSet struct {
+	s1, s2 maphash.Seed
+	rows   map[[2]uint64]int64
+}
+
+func newEmailSet() *emailSet {
+	return &emailSet{s1: maphash.MakeSeed(), s2: maphash.MakeSeed(), rows: map[[2]uint64]int64{}}
+}
+
+// add records email at row, or returns the row that had it first.
+func (e *emailSet) add(email string, row int64) (first int64, dup bool) {
+	key := strings.ToLower(email)
+	h := [2]uint64{maphash.String(e.s1, key), maphash.String(e.s2, key)}
+	if first, dup := e.rows[h]; dup {
+		return first, true
+	}
+	e.rows[h] = row
+	return 0, false
+}
+
+// batch is rows ready for the store, with the segments each joins.
+type batch struct {
+	contacts []store.Contact
+	segments [][]string
+}
+
+// ImportContacts validates the streamed rows and upserts the valid ones in
+// batches. Receiving and validating overlap with writing: one goroutine
+// writes batch n while the stream delivers batch n+1. Every row that is not
 // imported is reported with its row number; valid rows are committed.
 func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsServer) error {
-	ctx := stream.Context()
-	st := api.c.cfg.Store
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	start := api.c.cfg.Clock.Now()
 	resp := &pb.ImportContactsResponse{}
-	seen := map[string]int64{} // lowercased email → first row
-	segments := map[string]int64{}
-	var batch []store.Contact
-	var batchSegments [][]string
-	var row int64
+	seen := newEmailSet()
 
-	flush := func() error {
-		if len(batch) == 0 {
+	batches := make(chan batch, 1)
+	var imported int64 // written by the writer; read after it is done
+	written := make(chan error, 1)
+	go func() {
+		err := api.writeBatches(ctx, batches, &imported)
+		if err != nil {
+			cancel() // stops the reader at its next batch
+		}
+		written <- err
+	}()
+	// finish closes the pipeline and returns the writer's error, if any.
+	finish := func() error {
+		close(batches)
+		return <-written
+	}
+
+	var row int64
+	cur := batch{}
+	push := func() error {
+		if len(cur.contacts) == 0 {
 			return nil
 		}
-		now := api.c.cfg.Clock.Now()
-		ids, err := st.UpsertContacts(ctx, batch, now)
+		select {
+		case batches <- cur:
+			cur = batch{}
+			return nil
+		case <-ctx.Done():
+			// The writer failed (and cancelled ctx), or the client went away.
+			return ctx.Err()
+		}
+	}
+	fail := func(err error) error {
+		cancel()
+		// The writer's own failure is the cause; its "canceled" is only
+		// the echo of this one.
+		if werr := finish(); werr != nil && !errors.Is(werr, context.Canceled) {
+			err = werr
+		}
+		return api.importFailed(err, row, imported)
+	}
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
 		if err != nil {
-			return storeError(err)
+			return fail(err)
+		}
+		now := api.c.cfg.Clock.Now()
+		for _, r := range req.GetRows() {
+			row++
+			email := strings.TrimSpace(r.GetEmail())
+			reason := validateRow(email, r)
+			if reason == "" {
+				if first, dup := seen.add(email, row); dup {
+					reason = fmt.Sprintf("duplicate of row %d", first)
+				}
+			}
+			if reason != "" {
+				resp.Rejected++
+				if len(resp.Errors) < maxRowErrors {
+					resp.Errors = append(resp.Errors, &pb.RowError{Row: row, Email: shown(email), Error: reason})
+				}
+				continue
+			}
+			var attrs map[string]any
+			if len(r.GetAttributes()) > 0 {
+				attrs = make(map[string]any, len(r.GetAttributes()))
+				for k, v := range r.GetAttributes() {
+					attrs[k] = v
+				}
+			}
+			cur.contacts = append(cur.contacts, store.Contact{
+				ID: api.ids.make(now), Email: email, Name: r.GetName(), Attributes: attrs,
+				Subscribed: !r.GetUnsubscribed(), DoNotContact: r.GetDoNotContact(),
+			})
+			cur.segments = append(cur.segments, r.GetSegments())
+			if len(cur.contacts) >= importBatch {
+				if err := push(); err != nil {
+					return fail(err)
+				}
+			}
+		}
+	}
+	if err := push(); err != nil {
+		return fail(err)
+	}
+	if err := finish(); err != nil {
+		return api.importFailed(err, row, imported)
+	}
+	resp.Imported = imported
+	api.c.cfg.Log.Info("contacts imported", "rows", row, "imported", imported, "rejected", resp.Rejected,
+		"seconds", api.c.cfg.Clock.Now().Sub(start).Seconds())
+	return stream.SendAndClose(resp)
+}
+
+// importFailed describes a stream that stopped: which rows were committed,
+// so that the person can fix the cause and import the file again (an
+// import is an upsert, so repeating the committed rows changes nothing).
+func (api *AudienceAPI) importFailed(err error, row, imported int64) error {
+	api.c.cfg.Log.Warn("contact import stopped", "row", row, "imported", imported, "err", err)
+	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
+		return status.Errorf(s.Code(), "import stopped after row %d with at least %d rows committed: %s", row, imported, s.Message())
+	}
+	s := status.Convert(storeError(err))
+	return status.Errorf(s.Code(), "import stopped after row %d with at least %d rows committed (importing the file again is safe): %s", row, imported, s.Message())
+}
+
+// writeBatches writes each batch: contacts, then the segment memberships
+// their rows asked for (segments are created when missing). It returns at
+// the first error; ImportContacts then cancels the stream.
+func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, imported *int64) error {
+	st := api.c.cfg.Store
+	segments := map[string]int64{}
+	for b := range batches {
+		now := api.c.cfg.Clock.Now()
+		ids, err := st.ImportContacts(ctx, b.contacts, now)
+		if err != nil {
+			return err
 		}
 		members := map[int64][]ulid.ULID{}
-		for i, names := range batchSegments {
+		for i, names := range b.segments {
 			for _, name := range names {
 				seg, ok := segments[name]
 				if !ok {
 					if seg, err = st.EnsureSegment(ctx, name, now); err != nil {
-						return storeError(err)
+						return err
 					}
 					segments[name] = seg
 				}
@@ -95,77 +320,263 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 		}
 		for seg, ids := range members {
 			if err := st.AddSegmentMembers(ctx, seg, ids); err != nil {
-				return storeError(err)
+				return err
 			}
 		}
-		resp.Imported += int64(len(batch))
-		batch, batchSegments = batch[:0], batchSegments[:0]
+		*imported += int64(len(b.contacts))
+	}
+	return nil
+}
+
+// contact finds the contact a request names by exactly one of id and email.
+func (api *AudienceAPI) contact(ctx context.Context, id, email string) (store.ContactDetail, error) {
+	id, email = strings.TrimSpace(id), strings.TrimSpace(email)
+	st := api.c.cfg.Store
+	switch {
+	case id != "" && email != "":
+		return store.ContactDetail{}, invalid("name the contact by id or by email, not both")
+	case id != "":
+		u, err := ulid.ParseStrict(id)
+		if err != nil {
+			return store.ContactDetail{}, invalid("id %q is not a contact id: ids are 26-character ULIDs such as 01J9Z3K8M2T4V6X8Y0A2B4C6D8 (or give the email)", id)
+		}
+		d, err := st.GetContact(ctx, u)
+		if errors.Is(err, store.ErrNotFound) {
+			return d, status.Errorf(codes.NotFound, "no contact has id %s", id)
+		}
+		return d, storeErrorOrNil(err)
+	case email != "":
+		d, err := st.ContactByEmail(ctx, email)
+		if errors.Is(err, store.ErrNotFound) {
+			return d, status.Errorf(codes.NotFound, "no contact has the email %s (emails match case-insensitively)", email)
+		}
+		return d, storeErrorOrNil(err)
+	}
+	return store.ContactDetail{}, invalid("name the contact by id or by email")
+}
+
+func storeErrorOrNil(err error) error {
+	if err == nil {
 		return nil
 	}
+	return storeError(err)
+}
 
-	for {
-		req, err := stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		for _, r := range req.GetRows() {
-			row++
-			email := strings.TrimSpace(r.GetEmail())
-			reject := func(format string, args ...any) {
-				resp.Errors = append(resp.Errors, &pb.RowError{Row: row, Email: email, Error: fmt.Sprintf(format, args...)})
-			}
-			if err := ValidateEmail(email); err != nil {
-				reject("%v", err)
+func (api *AudienceAPI) GetContact(ctx context.Context, req *pb.GetContactRequest) (*pb.GetContactResponse, error) {
+	limit := int(req.GetHistoryLimit())
+	switch {
+	case limit < 0 || limit > maxHistory:
+		return nil, invalid("history_limit %d: use 1 to %d, or 0 for %d", limit, maxHistory, defaultHistory)
+	case limit == 0:
+		limit = defaultHistory
+	}
+	d, err := api.contact(ctx, req.GetId(), req.GetEmail())
+	if err != nil {
+		return nil, err
+	}
+	// One more than asked, to tell a full page from a truncated history.
+	h, err := api.c.cfg.Store.ContactHistory(ctx, d.ID, limit+1)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	resp := &pb.GetContactResponse{Contact: contactPB(d), HistoryTruncated: len(h) > limit}
+	for _, s := range h[:min(len(h), limit)] {
+		resp.History = append(resp.History, &pb.ContactSend{
+			BroadcastId: s.BroadcastID.String(), BroadcastName: s.BroadcastName, BroadcastState: stateValues[s.BroadcastState],
+			Status: SendStatusPB(s.Status), Reply: s.Error, Attempt: int32(s.Attempt), MessageId: s.MessageID, Email: s.Email,
+			ClaimedAt: timestamp(s.ClaimedAt), UpdatedAt: timestamp(s.UpdatedAt),
+		})
+	}
+	return resp, nil
+}
+
+// SendStatusPB maps a ledger status to the proto enum by name
+// ("delivered" → SEND_STATUS_DELIVERED), so a status added to both needs
+// no change here; one the enum lacks is UNSPECIFIED, which clients show as
+// "Unknown status".
+func SendStatusPB(s store.SendStatus) pb.SendStatus {
+	if v, ok := pb.SendStatus_value["SEND_STATUS_"+strings.ToUpper(string(s))]; ok {
+		return pb.SendStatus(v)
+	}
+	return pb.SendStatus_SEND_STATUS_UNSPECIFIED
+}
+
+func contactPB(d store.ContactDetail) *pb.Contact {
+	c := &pb.Contact{
+		Id: d.ID.String(), Email: d.Email, Name: d.Name, Subscribed: d.Subscribed, DoNotContact: d.DoNotContact,
+		Suppressed: d.Suppressed, SuppressedReason: d.SuppressedReason, Eligible: d.Eligible, Segments: d.Segments,
+		CreatedAt: timestamp(d.CreatedAt), UpdatedAt: timestamp(d.UpdatedAt),
+	}
+	if !d.SuppressedAt.IsZero() {
+		c.SuppressedAt = timestamp(d.SuppressedAt)
+	}
+	if len(d.Attributes) > 0 {
+		c.Attributes = make(map[string]string, len(d.Attributes))
+		for k, v := range d.Attributes {
+			if s, ok := v.(string); ok {
+				c.Attributes[k] = s
 				continue
 			}
-			if first, dup := seen[strings.ToLower(email)]; dup {
-				reject("duplicate of row %d", first)
-				continue
+			// Imports store strings; anything else (written by other
+			// means) is shown as its JSON.
+			b, err := json.Marshal(v)
+			if err != nil {
+				b = []byte(fmt.Sprint(v))
 			}
-			if n := utf8.RuneCountInString(r.GetName()); n > maxNameLen {
-				reject("name is %d characters; at most %d are allowed", n, maxNameLen)
-				continue
-			}
-			if err := message.ValidateHeaderValue("name", r.GetName()); err != nil {
-				reject("%v", err)
-				continue
-			}
-			if slices.ContainsFunc(r.GetSegments(), func(s string) bool { return strings.TrimSpace(s) == "" }) {
-				reject("a segment name is empty")
-				continue
-			}
-			seen[strings.ToLower(email)] = row
-			attrs := make(map[string]any, len(r.GetAttributes()))
-			for k, v := range r.GetAttributes() {
-				attrs[k] = v
-			}
-			batch = append(batch, store.Contact{
-				ID: api.ids.make(api.c.cfg.Clock.Now()), Email: email, Name: r.GetName(), Attributes: attrs,
-				Subscribed: !r.GetUnsubscribed(), DoNotContact: r.GetDoNotContact(),
-			})
-			batchSegments = append(batchSegments, r.GetSegments())
-			if len(batch) >= importBatch {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
+			c.Attributes[k] = string(b)
 		}
 	}
-	if err := flush(); err != nil {
-		return err
-	}
-	return stream.SendAndClose(resp)
+	return c
 }
 
 func (api *AudienceAPI) UnsubscribeContact(ctx context.Context, req *pb.UnsubscribeContactRequest) (*pb.UnsubscribeContactResponse, error) {
-	if req.GetEmail() == "" {
-		return nil, status.Error(codes.InvalidArgument, "email is required")
+	d, err := api.contact(ctx, req.GetId(), req.GetEmail())
+	if err != nil {
+		return nil, err
 	}
-	if err := api.c.cfg.Store.Unsubscribe(ctx, req.GetEmail(), api.c.cfg.Clock.Now()); err != nil {
+	// The ledger's unsubscribe also marks the contact's rows that are
+	// deferred or claimed but unsent, so no broadcast sends them later.
+	if err := api.c.cfg.Store.UnsubscribeContact(ctx, d.ID, ulid.ULID{}, api.c.cfg.Clock.Now()); err != nil {
 		return nil, storeError(err)
 	}
 	return &pb.UnsubscribeContactResponse{}, nil
+}
+
+func (api *AudienceAPI) SuppressContact(ctx context.Context, req *pb.SuppressContactRequest) (*pb.SuppressContactResponse, error) {
+	reason := strings.TrimSpace(req.GetReason())
+	if reason == "" {
+		return nil, invalid("a reason is required: say why this contact must not be mailed (it is shown with the contact)")
+	}
+	if n := utf8.RuneCountInString(reason); n > maxReasonLen {
+		return nil, invalid("reason is %d characters; at most %d are allowed", n, maxReasonLen)
+	}
+	d, err := api.contact(ctx, req.GetId(), req.GetEmail())
+	if err != nil {
+		return nil, err
+	}
+	d, err = api.c.cfg.Store.Suppress(ctx, d.ID, reason, api.c.cfg.Clock.Now())
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return &pb.SuppressContactResponse{Contact: contactPB(d)}, nil
+}
+
+func (api *AudienceAPI) CreateSegment(ctx context.Context, req *pb.CreateSegmentRequest) (*pb.CreateSegmentResponse, error) {
+	name := req.GetName()
+	if err := validateSegmentName(name); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if strings.TrimSpace(name) != name {
+		return nil, invalid("segment name %q starts or ends with white space", name)
+	}
+	seg, err := api.c.cfg.Store.CreateSegment(ctx, name, api.c.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) {
+		return nil, status.Errorf(codes.AlreadyExists, "segment %q exists already", name)
+	}
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return &pb.CreateSegmentResponse{Segment: &pb.Segment{Id: seg.ID, Name: seg.Name, CreatedAt: timestamp(seg.CreatedAt)}}, nil
+}
+
+// segment resolves a segment name; NotFound says how to create it.
+func (api *AudienceAPI) segment(ctx context.Context, name string) (int64, error) {
+	if name == "" {
+		return 0, invalid("segment is required")
+	}
+	id, err := api.c.cfg.Store.SegmentID(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, status.Errorf(codes.NotFound, "no segment named %q (segment names are case-sensitive; create one with `rangecast segments create`)", name)
+	}
+	return id, storeErrorOrNil(err)
+}
+
+// members resolves the contacts a membership request names: their ids, and
+// the ids and emails given that name no contact. Malformed input fails the
+// whole request, before anything changes.
+func (api *AudienceAPI) members(ctx context.Context, ids, emails []string) ([]ulid.ULID, []string, error) {
+	if n := len(ids) + len(emails); n == 0 {
+		return nil, nil, invalid("name at least one contact (contact_ids or emails)")
+	} else if n > maxMembers {
+		return nil, nil, invalid("%d contacts in one call; at most %d are allowed (send the rest in further calls)", n, maxMembers)
+	}
+	out := make([]ulid.ULID, 0, len(ids)+len(emails))
+	for _, id := range ids {
+		u, err := ulid.ParseStrict(strings.TrimSpace(id))
+		if err != nil {
+			return nil, nil, invalid("contact id %q is not a ULID (26 characters, such as 01J9Z3K8M2T4V6X8Y0A2B4C6D8)", id)
+		}
+		out = append(out, u)
+	}
+	trimmed := make([]string, len(emails))
+	for i, e := range emails {
+		if trimmed[i] = strings.TrimSpace(e); trimmed[i] == "" {
+			return nil, nil, invalid("email %d of %d is empty", i+1, len(emails))
+		}
+	}
+	found, err := api.c.cfg.Store.ContactIDs(ctx, trimmed)
+	if err != nil {
+		return nil, nil, storeError(err)
+	}
+	var notFound []string
+	for i, id := range found {
+		if id == (ulid.ULID{}) {
+			notFound = append(notFound, trimmed[i])
+			continue
+		}
+		out = append(out, id)
+	}
+	return out, notFound, nil
+}
+
+// changeMembers is AddSegmentMembers and RemoveSegmentMembers.
+func (api *AudienceAPI) changeMembers(ctx context.Context, segment string, ids, emails []string,
+	change func(context.Context, int64, []ulid.ULID) (store.MemberChange, error)) (changed, unchanged int64, notFound []string, err error) {
+	seg, err := api.segment(ctx, segment)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	contacts, notFound, err := api.members(ctx, ids, emails)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	ch, err := change(ctx, seg, contacts)
+	if err != nil {
+		return 0, 0, nil, storeError(err)
+	}
+	for _, id := range ch.Missing {
+		notFound = append(notFound, id.String())
+	}
+	return ch.Changed, ch.Unchanged, notFound, nil
+}
+
+func (api *AudienceAPI) AddSegmentMembers(ctx context.Context, req *pb.AddSegmentMembersRequest) (*pb.AddSegmentMembersResponse, error) {
+	changed, unchanged, notFound, err := api.changeMembers(ctx, req.GetSegment(), req.GetContactIds(), req.GetEmails(), api.c.cfg.Store.AddMembers)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.AddSegmentMembersResponse{Changed: changed, Unchanged: unchanged, NotFound: notFound}, nil
+}
+
+func (api *AudienceAPI) RemoveSegmentMembers(ctx context.Context, req *pb.RemoveSegmentMembersRequest) (*pb.RemoveSegmentMembersResponse, error) {
+	changed, unchanged, notFound, err := api.changeMembers(ctx, req.GetSegment(), req.GetContactIds(), req.GetEmails(), api.c.cfg.Store.RemoveMembers)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RemoveSegmentMembersResponse{Changed: changed, Unchanged: unchanged, NotFound: notFound}, nil
+}
+
+func (api *AudienceAPI) PreviewAudience(ctx context.Context, req *pb.PreviewAudienceRequest) (*pb.PreviewAudienceResponse, error) {
+	var seg int64
+	if req.GetSegment() != "" {
+		var err error
+		if seg, err = api.segment(ctx, req.GetSegment()); err != nil {
+			return nil, err
+		}
+	}
+	p, err := api.c.cfg.Store.PreviewAudience(ctx, seg)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return &pb.PreviewAudienceResponse{Matched: p.Matched, Eligible: p.Eligible}, nil
 }

@@ -41,8 +41,12 @@ type Config struct {
 	// Backoff is the first wait after a transient error; it doubles per
 	// fruitless attempt, with jitter, up to MaxBackoff.
 	Backoff, MaxBackoff time.Duration
-	// Pacer, when set, is asked before every page too (the per-domain
-	// governor plugs in here); nil grants everything.
+	// Governor, when set, runs a governor per sending domain (daily
+	// ceiling, rate, hourly limit, provider breakers and holds) with its
+	// state in KV; it paces every page.
+	Governor *GovernorConfig
+	// Pacer replaces the governor with another pacer (tests); nil and no
+	// Governor grant everything.
 	Pacer Pacer
 	// Lookup, when the transport can answer it, settles in-doubt claims;
 	// without it InDoubtPolicy decides.
@@ -56,6 +60,9 @@ type Config struct {
 	// LeaseKey is the leader lease's key; replicas with the same key elect
 	// one leader among them.
 	LeaseKey string
+	// Alarms pause a running broadcast whose hard-bounce or complaint
+	// rate passes its threshold (alarms.go; zero values are the defaults).
+	Alarms Alarms
 	// MaxFruitless is how many resumptions of a range in a row may make no
 	// progress before the broadcast is failed.
 	MaxFruitless int
@@ -107,11 +114,19 @@ func (c Config) withDefaults() Config {
 
 // Pacer grants sending capacity per sending domain. Both the broadcast's own
 // throttle and the pacer must grant before a page goes out; a page shrinks to
-// what was granted, and what a page did not use is returned.
+// what was granted, and what a page did not send is returned.
 type Pacer interface {
 	// Grant returns up to n messages for domain, or 0 and what it waits for.
 	Grant(now time.Time, domain string, n int) (granted int, waiting string)
-	Return(domain string, n int)
+	// Settle ends a grant of granted messages of which sent went out.
+	Settle(domain string, granted, sent int)
+	// Observe takes a report once it is applied: what it sent (counted
+	// whether or not its grant is still open), and what each receiving
+	// provider answered.
+	Observe(now time.Time, domain string, rep bus.Report)
+	// Holds names the providers whose recipients a page must defer now
+	// (with when to retry) and, for a sweep, those it may send one probe to.
+	Holds(now time.Time, domain string, sweep bool) (deferUntil map[string]time.Time, probe []string)
 }
 
 // Coordinator runs one actor per unfinished broadcast and feeds them reports.
@@ -123,6 +138,14 @@ type Coordinator struct {
 	ctx     context.Context // the current term as leader; nil or done when following
 	leading bool
 	wg      sync.WaitGroup
+	// pace is this term's pacer: Config.Pacer, or the governors hosted for
+	// the term.
+	pace Pacer
+	gov  *governors
+	// termFlushed is closed once this term's governor state is written.
+	termFlushed chan struct{}
+	// observed remembers the reports the governor has counted.
+	observed seen
 
 	// KVWrites counts writes to the broadcast bucket (cursor CAS, range
 	// creation, state), so tests and benchmarks can show they scale with
@@ -133,6 +156,23 @@ type Coordinator struct {
 // New returns a coordinator; Run starts it.
 func New(cfg Config) *Coordinator {
 	return &Coordinator{cfg: cfg.withDefaults(), actors: map[ulid.ULID]*actor{}}
+}
+
+// pacer is the current term's pacer, nil for none.
+func (c *Coordinator) pacer() Pacer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pace
+}
+
+// hostedGovernors is the current term's governors, nil when following.
+func (c *Coordinator) hostedGovernors() *governors {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.leading {
+		return nil
+	}
+	return c.gov
 }
 
 // KVWrites reports how many KV writes the coordinator has made.
@@ -163,8 +203,26 @@ func (c *Coordinator) Run(ctx context.Context) error {
 
 // runLeader is one term as leader.
 func (c *Coordinator) runLeader(ctx context.Context) error {
+	var gov *governors
+	pace := c.cfg.Pacer
+	c.mu.Lock()
+	flushed := c.termFlushed
+	c.mu.Unlock()
+	if pace == nil && c.cfg.Governor != nil {
+		gov = newGovernors(ctx, c.cfg.Bus.Governors, *c.cfg.Governor, c.cfg.Clock, c.cfg.Log)
+		pace = gov
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			defer close(flushed)
+			gov.run()
+		}()
+	} else {
+		close(flushed)
+	}
 	c.mu.Lock()
 	c.ctx = ctx
+	c.pace, c.gov = pace, gov
 	c.mu.Unlock()
 	if err := c.watchStates(ctx); err != nil {
 		return fmt.Errorf("coordinator: watch broadcast states: %w", err)
@@ -183,6 +241,7 @@ func (c *Coordinator) runLeader(ctx context.Context) error {
 			}
 		}
 	}
+	c.runAlarms(ctx) // reputation alarms (alarms.go)
 	cc, err := c.cfg.Bus.Reports.Consume(func(msg jetstream.Msg) { c.onReport(ctx, msg) })
 	if err != nil {
 		return fmt.Errorf("coordinator: consume reports: %w", err)
@@ -244,6 +303,10 @@ func (c *Coordinator) refresh(ctx context.Context, rawID string) error {
 }
 
 func (c *Coordinator) onReport(ctx context.Context, msg jetstream.Msg) {
+	if msg.Subject() == bus.UsageSubject {
+		c.onUsage(msg)
+		return
+	}
 	var rep bus.Report
 	if err := bus.Decode(msg.Data(), &rep); err != nil {
 		c.cfg.Log.Error("malformed report dropped", "err", err)
@@ -262,14 +325,33 @@ func (c *Coordinator) onReport(ctx context.Context, msg jetstream.Msg) {
 		msg.NakWithDelay(time.Second) //nolint:errcheck
 		return
 	}
-	if a == nil { // finished or unknown: nothing left to move
-		msg.Ack() //nolint:errcheck
+	// The governor counts what was sent before the page's grant ends (in
+	// apply), so a grant in between never sees the mail neither in flight
+	// nor counted; and once per report, however often it is redelivered.
+	if p := c.pacer(); p != nil && rep.Domain != "" && c.observed.first(msg) {
+		p.Observe(c.cfg.Clock.Now(), rep.Domain, rep)
+	}
+	if a != nil { // nil: finished or unknown, no cursor left to move
+		if err := a.report(ctx, rep); err != nil {
+			c.cfg.Log.Warn("report not applied; retried", "broadcast", rep.Broadcast, "err", err)
+			msg.NakWithDelay(time.Second) //nolint:errcheck
+			return
+		}
+	}
+	msg.Ack() //nolint:errcheck
+}
+
+// onUsage counts mail sent outside pages (transactional) in its sending
+// domain's governor.
+func (c *Coordinator) onUsage(msg jetstream.Msg) {
+	var u bus.Usage
+	if err := bus.Decode(msg.Data(), &u); err != nil || u.Domain == "" {
+		c.cfg.Log.Error("malformed usage report dropped", "err", err)
+		msg.Term() //nolint:errcheck
 		return
 	}
-	if err := a.report(ctx, rep); err != nil {
-		c.cfg.Log.Warn("report not applied; retried", "broadcast", rep.Broadcast, "err", err)
-		msg.NakWithDelay(time.Second) //nolint:errcheck
-		return
+	if p := c.pacer(); p != nil {
+		p.Observe(c.cfg.Clock.Now(), u.Domain, bus.Report{Sent: u.Sent, Providers: u.Providers})
 	}
 	msg.Ack() //nolint:errcheck
 }
@@ -434,3 +516,34 @@ type counter struct {
 
 func (c *counter) add(n int64) { c.mu.Lock(); c.n += n; c.mu.Unlock(); kvWrites.Add(float64(n)) }
 func (c *counter) load() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.n }
+
+// seen remembers the stream sequences of the last reports it was shown, so
+// a report redelivered after a NAK is counted once.
+type seen struct {
+	mu   sync.Mutex
+	set  map[uint64]bool
+	ring [4096]uint64
+	next int
+}
+
+// first reports whether msg is shown for the first time (true when its
+// sequence cannot be read: counting twice is the cautious side).
+func (s *seen) first(msg jetstream.Msg) bool {
+	md, err := msg.Metadata()
+	if err != nil {
+		return true
+	}
+	seq := md.Sequence.Stream
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.set == nil {
+		s.set = make(map[uint64]bool, len(s.ring))
+	}
+	if s.set[seq] {
+		return false
+	}
+	delete(s.set, s.ring[s.next])
+	s.ring[s.next], s.set[seq] = seq, true
+	s.next = (s.next + 1) % len(s.ring)
+	return true
+}

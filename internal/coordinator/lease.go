@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -37,6 +38,12 @@ func (c *Coordinator) lead(ctx context.Context) (context.Context, context.Cancel
 		}
 	}
 	leading, cancel := context.WithCancel(ctx)
+	// The term's last governor state is written before the lease goes, so
+	// the successor loads it rather than racing it.
+	flushed := make(chan struct{})
+	c.mu.Lock()
+	c.termFlushed = flushed
+	c.mu.Unlock()
 	c.setLeader(true)
 	c.cfg.Log.Info("leading", "coordinator", c.cfg.Name)
 	stepped := make(chan struct{})
@@ -47,6 +54,10 @@ func (c *Coordinator) lead(ctx context.Context) (context.Context, context.Cancel
 		for {
 			select {
 			case <-leading.Done():
+				select {
+				case <-flushed:
+				case <-c.cfg.Clock.After(5 * time.Second):
+				}
 				// Step down cleanly so a successor need not wait for the TTL.
 				kv.Delete(context.WithoutCancel(ctx), key, jetstream.LastRevision(rev)) //nolint:errcheck
 				return

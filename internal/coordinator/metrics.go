@@ -3,6 +3,8 @@ package coordinator
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/rangecast/rangecast/internal/governor"
 )
 
 // The coordinator's metrics. Its write rate is meant to follow pages, not
@@ -32,6 +34,26 @@ var (
 		Name: "rangecast_coordinator_in_doubt_settled_total",
 		Help: "In-doubt claims settled by the reconciler: sent (the transport confirmed acceptance), unknown (no way to tell; not resent by policy) or released (walked and sent again).",
 	}, []string{"result"})
+	governorGrants = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rangecast_governor_grants_total",
+		Help: "Page grants asked of the sending domains' governors, by result: granted, shrunk (less than asked), or refused by the limit that bound (ceiling, hourly, rate, unavailable).",
+	}, []string{"result"})
+	quotaRejections = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rangecast_governor_quota_rejections_total",
+		Help: "Quota rejections (e.g. 452 4.5.3) by sending domain and receiving provider; each halves the ceiling and holds the provider.",
+	}, []string{"domain", "provider"})
+	governorCeiling = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rangecast_governor_daily_ceiling",
+		Help: "The learned daily ceiling of each sending domain.",
+	}, []string{"domain"})
+	governorSentToday = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rangecast_governor_sent_today",
+		Help: "Messages each sending domain has sent since 00:00 UTC.",
+	}, []string{"domain"})
+	governorBreaker = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rangecast_governor_provider_state",
+		Help: "Receiving providers that are not plainly open to a sending domain: 1 half-open, 2 open (breaker), 3 held (quota). Providers with no series are closed.",
+	}, []string{"domain", "provider"})
 	broadcastTransitions = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_broadcast_transitions_total",
 		Help: "Broadcast state changes made by the coordinator itself (completed, paused on a channel error, failed).",
@@ -48,7 +70,31 @@ func init() {
 	for _, r := range []string{"sent", "unknown", "released"} {
 		inDoubtSettled.WithLabelValues(r)
 	}
+	for _, r := range []string{"granted", "shrunk", "ceiling", "hourly", "rate", "unavailable"} {
+		governorGrants.WithLabelValues(r)
+	}
 	for _, s := range []string{"completed", "paused", "failed"} {
 		broadcastTransitions.WithLabelValues(s)
+	}
+}
+
+// publishGovernorMetrics sets a sending domain's gauges from its status.
+func publishGovernorMetrics(s governor.Status) {
+	governorCeiling.WithLabelValues(s.Domain).Set(float64(s.Ceiling))
+	governorSentToday.WithLabelValues(s.Domain).Set(float64(s.SentToday))
+	governorBreaker.DeletePartialMatch(prometheus.Labels{"domain": s.Domain})
+	for _, p := range s.Providers {
+		var v float64
+		switch p.Phase {
+		case governor.PhaseHalfOpen:
+			v = 1
+		case governor.PhaseOpen:
+			v = 2
+		case governor.PhaseHeld:
+			v = 3
+		default:
+			continue
+		}
+		governorBreaker.WithLabelValues(s.Domain, p.Provider).Set(v)
 	}
 }

@@ -133,7 +133,10 @@ func (a *actor) rewind(ctx context.Context, ids []ulid.ULID) (int, error) {
 		if err := a.write(ctx, i, rec); err != nil {
 			return 0, err
 		}
-		delete(a.outstanding, i)
+		if o, ok := a.outstanding[i]; ok {
+			a.giveBack(o.limit)
+			delete(a.outstanding, i)
+		}
 		delete(a.notBefore, i)
 	}
 	return len(lowest), nil

@@ -17,10 +17,12 @@ func NewGRPCServer(c *Coordinator, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(opts...)
 	pb.RegisterBroadcastServiceServer(s, NewBroadcastAPI(c))
 	pb.RegisterAudienceServiceServer(s, NewAudienceAPI(c))
+	pb.RegisterGovernorServiceServer(s, NewGovernorAPI(c))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(pb.BroadcastService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(pb.AudienceService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(pb.GovernorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s, hs)
 	reflection.Register(s)
 	return s

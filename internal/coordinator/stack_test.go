@@ -17,6 +17,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/store"
@@ -40,6 +41,8 @@ type stack struct {
 	stopCoord  func()
 	workers    []func()
 	workerConc int
+	clock      clock.Clock
+	sweepRetry time.Duration
 }
 
 type stackOptions struct {
@@ -50,6 +53,12 @@ type stackOptions struct {
 	concurrency int
 	pageLimit   int
 	sinkOpts    []capture.Option
+	// clock, when set, is every part's clock (default: the wall clock).
+	clock clock.Clock
+	// governor turns on the per-domain governors.
+	governor *coordinator.GovernorConfig
+	// sweepRetry, when set, is the workers' SweepRetry.
+	sweepRetry time.Duration
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -78,8 +87,12 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sink.Close() })
-	s := &stack{t: t, store: st, bus: b, sink: sink, workerConc: o.concurrency}
-	s.coordCfg = coordinator.Config{Store: st, Bus: b, Log: testLogger(t), PageLimit: o.pageLimit, Tick: 500 * time.Millisecond}
+	s := &stack{t: t, store: st, bus: b, sink: sink, workerConc: o.concurrency, clock: o.clock, sweepRetry: o.sweepRetry}
+	if s.clock == nil {
+		s.clock = clock.Real{}
+	}
+	s.coordCfg = coordinator.Config{Store: st, Bus: b, Log: testLogger(t), PageLimit: o.pageLimit, Tick: 500 * time.Millisecond,
+		Clock: s.clock, Governor: o.governor}
 	s.startCoordinator()
 	for range o.workers {
 		s.startWorker()
@@ -150,8 +163,8 @@ func (s *stack) startWorker() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := pageworker.New(pageworker.Config{
-		Store: s.store, Bus: s.bus, Transport: tr, Log: testLogger(t),
-		Concurrency: s.workerConc, ParkDelay: 300 * time.Millisecond, FetchWait: 200 * time.Millisecond,
+		Store: s.store, Bus: s.bus, Transport: tr, Log: testLogger(t), Clock: s.clock,
+		Concurrency: s.workerConc, SweepRetry: s.sweepRetry, ParkDelay: 300 * time.Millisecond, FetchWait: 200 * time.Millisecond,
 	})
 	done := make(chan struct{})
 	go func() {

@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"github.com/rangecast/rangecast/internal/bus"
 	"strings"
 	"sync"
 	"testing"
@@ -48,10 +49,19 @@ func (p *budgetPacer) Grant(_ time.Time, domain string, n int) (int, string) {
 	return g, ""
 }
 
-func (p *budgetPacer) Return(_ string, n int) {
+func (p *budgetPacer) Settle(_ string, granted, sent int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.budget += n
+	p.budget += granted - sent
+}
+
+// Observe has nothing to count: what was sent was taken from the budget at
+// the grant and is never returned.
+func (p *budgetPacer) Observe(time.Time, string, bus.Report) {}
+
+// Holds holds no provider: this pacer only budgets.
+func (p *budgetPacer) Holds(time.Time, string, bool) (map[string]time.Time, []string) {
+	return nil, nil
 }
 
 // TestPacerGatesDispatch: the governor hook is asked before every page, the

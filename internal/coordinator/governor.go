@@ -1,0 +1,441 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/clock"
+	"github.com/rangecast/rangecast/internal/governor"
+)
+
+// GovernorConfig turns on the per-sending-domain governors.
+type GovernorConfig struct {
+	// Limits apply to every sending domain an operator has not set limits
+	// for (SetDomainLimits); zero fields take the governor's defaults.
+	Limits governor.Limits
+	// Flush is how often changed governor state is written to KV. Quota
+	// rejections and breaker changes are written at once; counts of sent
+	// mail within Flush can be lost with the leader (the new leader then
+	// allows that many more today).
+	Flush time.Duration
+}
+
+// governors hosts one governor.Domain per sending domain for the leader's
+// term: it loads each domain's learned state from KV on first use, writes it
+// back by compare-and-set as it changes, and follows the limits and resets
+// operators set through any coordinator. It is the coordinator's Pacer.
+type governors struct {
+	kv       jetstream.KeyValue
+	clock    clock.Clock
+	log      *slog.Logger
+	defaults governor.Limits
+	flush    time.Duration
+	ctx      context.Context
+
+	mu      sync.Mutex
+	domains map[string]*hosted
+	resets  map[string]time.Time // server → last manual reset seen
+	kick    chan struct{}        // asks the flush loop to write now
+}
+
+type hosted struct {
+	d     *governor.Domain
+	rev   uint64 // KV revision of the state key; 0 before the first write
+	dirty bool
+}
+
+func newGovernors(ctx context.Context, kv jetstream.KeyValue, cfg GovernorConfig, clk clock.Clock, log *slog.Logger) *governors {
+	if cfg.Flush <= 0 {
+		cfg.Flush = time.Second
+	}
+	return &governors{
+		kv: kv, clock: clk, log: log, defaults: cfg.Limits, flush: cfg.Flush, ctx: ctx,
+		domains: map[string]*hosted{}, resets: map[string]time.Time{}, kick: make(chan struct{}, 1),
+	}
+}
+
+// run writes dirty state every flush interval (and when kicked) and follows
+// operators' limits and resets, until the term ends; then it writes once
+// more, so a clean handover loses nothing.
+func (g *governors) run() {
+	w, err := g.kv.WatchFiltered(g.ctx, []string{bus.GovernorLimitsKeys, bus.GovernorResetKeys}, jetstream.UpdatesOnly())
+	var updates <-chan jetstream.KeyValueEntry
+	if err != nil {
+		g.log.Error("cannot watch governor limits; changes apply at the next leader term", "err", err)
+	} else {
+		defer w.Stop() //nolint:errcheck
+		updates = w.Updates()
+	}
+	for {
+		select {
+		case <-g.ctx.Done():
+			g.flushDirty(context.WithoutCancel(g.ctx))
+			return
+		case e, ok := <-updates:
+			if !ok {
+				updates = nil
+				continue
+			}
+			if e != nil && e.Operation() == jetstream.KeyValuePut {
+				g.follow(e.Key(), e.Value())
+			}
+		case <-g.kick:
+			g.flushDirty(g.ctx)
+		case <-g.clock.After(g.flush):
+			g.flushDirty(g.ctx)
+		}
+	}
+}
+
+// domain returns the hosted governor of a sending domain, loading it.
+func (g *governors) domain(name string) (*hosted, error) {
+	name = strings.ToLower(name)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if h, ok := g.domains[name]; ok {
+		return h, nil
+	}
+	st, rev, err := readGovernorState(g.ctx, g.kv, name)
+	if err != nil {
+		return nil, err
+	}
+	ol, err := readGovernorLimits(g.ctx, g.kv, name)
+	if err != nil {
+		return nil, err
+	}
+	now := g.clock.Now()
+	limits := mergeLimits(g.defaults, ol)
+	h := &hosted{d: governor.NewDomain(name, limits, st, now), rev: rev, dirty: st == nil}
+	if ol != nil && ol.Ceiling > 0 {
+		h.d.SetCeiling(now, ol.CeilingSetAt, ol.Ceiling)
+	}
+	server := serverOf(limits)
+	if at, ok := g.resets[server]; ok {
+		h.d.ResetRateLimit(at)
+	} else if r, err := readGovernorReset(g.ctx, g.kv, server); err == nil && !r.At.IsZero() {
+		g.resets[server] = r.At
+		h.d.ResetRateLimit(r.At)
+	}
+	g.domains[name] = h
+	return h, nil
+}
+
+// follow applies an operator's change seen in KV to the hosted domains.
+func (g *governors) follow(key string, value []byte) {
+	now := g.clock.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case strings.HasPrefix(key, "limits."):
+		name := strings.TrimPrefix(key, "limits.")
+		h, ok := g.domains[name]
+		if !ok {
+			return // applied when the domain is first used
+		}
+		var ol bus.GovernorLimits
+		if err := bus.Decode(value, &ol); err != nil {
+			g.log.Error("malformed governor limits ignored", "domain", name, "err", err)
+			return
+		}
+		h.d.SetLimits(now, mergeLimits(g.defaults, &ol))
+		if ol.Ceiling > 0 {
+			h.d.SetCeiling(now, ol.CeilingSetAt, ol.Ceiling)
+		}
+		h.dirty = true
+	case strings.HasPrefix(key, "reset."):
+		server := strings.TrimPrefix(key, "reset.")
+		var r bus.GovernorReset
+		if err := bus.Decode(value, &r); err != nil {
+			g.log.Error("malformed rate-limit reset ignored", "server", server, "err", err)
+			return
+		}
+		g.resets[server] = r.At
+		for _, h := range g.domains {
+			if serverOf(h.d.Limits()) == server {
+				h.d.ResetRateLimit(r.At)
+				h.dirty = true
+			}
+		}
+	}
+	g.kickFlush()
+}
+
+func (g *governors) kickFlush() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Grant implements Pacer.
+func (g *governors) Grant(now time.Time, domain string, n int) (int, string) {
+	h, err := g.domain(domain)
+	if err != nil {
+		g.log.Warn("governor state unavailable; holding pages", "domain", domain, "err", err)
+		governorGrants.WithLabelValues("unavailable").Inc()
+		return 0, "governor of " + domain + " unavailable: " + err.Error()
+	}
+	granted, _, why := h.d.Grant(now, n)
+	switch {
+	case granted == n:
+		governorGrants.WithLabelValues("granted").Inc()
+	case granted > 0:
+		governorGrants.WithLabelValues("shrunk").Inc()
+	default:
+		governorGrants.WithLabelValues(refusalReason(why)).Inc()
+	}
+	return granted, why
+}
+
+// Settle implements Pacer.
+func (g *governors) Settle(domain string, granted, sent int) {
+	if h, err := g.domain(domain); err == nil {
+		h.d.Settle(granted, sent)
+	}
+}
+
+// Observe implements Pacer: what a page sent counts toward the day and the
+// hour, and what each receiving provider answered feeds its breaker and
+// quota hold.
+func (g *governors) Observe(now time.Time, domain string, rep bus.Report) {
+	h, err := g.domain(domain)
+	if err != nil {
+		g.log.Warn("governor state unavailable; page outcome not counted", "domain", domain, "err", err)
+		return
+	}
+	h.d.Count(now, rep.Sent)
+	urgent := false
+	// Successes first: a half-open breaker's probe that went through
+	// closes it before any later failure in the same page counts.
+	for _, p := range slices.Sorted(maps.Keys(rep.Providers)) {
+		if r := rep.Providers[p]; r.Sent > 0 {
+			h.d.RecordSuccess(now, p)
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(rep.Providers)) {
+		r := rep.Providers[p]
+		for range r.Transient {
+			h.d.RecordTransient(now, p)
+			urgent = true
+		}
+		if r.Quota {
+			h.d.RecordQuotaRejection(now, p)
+			quotaRejections.WithLabelValues(domain, p).Inc()
+			g.log.Warn("quota rejection; ceiling lowered and provider held", "domain", domain, "provider", p, "ceiling", h.d.State().Ceiling)
+			urgent = true
+		}
+	}
+	g.mu.Lock()
+	h.dirty = true
+	g.mu.Unlock()
+	if urgent {
+		g.kickFlush()
+	}
+}
+
+// Holds implements Pacer: the providers whose recipients a page of domain
+// must defer, and for a sweep the half-open ones it may probe once. A page
+// defers a half-open provider's recipients without spending its probe, so
+// the probe goes with the sweep of that provider's deferred rows.
+func (g *governors) Holds(now time.Time, domain string, sweep bool) (map[string]time.Time, []string) {
+	h, err := g.domain(domain)
+	if err != nil {
+		return nil, nil
+	}
+	var hold map[string]time.Time
+	var probe []string
+	for _, p := range h.d.Status(now).Providers {
+		if p.Phase == governor.PhaseClosed {
+			continue
+		}
+		if hold == nil {
+			hold = map[string]time.Time{}
+		}
+		if p.Phase == governor.PhaseHalfOpen && !sweep {
+			hold[p.Provider] = now.Add(h.d.Limits().BreakerOpen)
+			continue
+		}
+		open, retryAt := h.d.ProviderOpen(now, p.Provider)
+		if open {
+			hold[p.Provider] = retryAt
+			continue
+		}
+		if p.Phase == governor.PhaseHalfOpen {
+			// This page carries the probe; the provider's other
+			// recipients wait for its outcome.
+			probe = append(probe, p.Provider)
+			hold[p.Provider] = now.Add(h.d.Limits().BreakerOpen)
+			g.mu.Lock()
+			h.dirty = true
+			g.mu.Unlock()
+		}
+	}
+	return hold, probe
+}
+
+// status reports a hosted domain, or nil when it is not hosted here.
+func (g *governors) status(now time.Time, name string) *governor.Status {
+	g.mu.Lock()
+	h, ok := g.domains[strings.ToLower(name)]
+	g.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	s := h.d.Status(now)
+	return &s
+}
+
+// flushDirty writes every changed domain's state by compare-and-set. Only
+// the leader writes state, but around a handover the previous leader may
+// have written last: the two versions are merged (governor.Merge keeps the
+// more cautious of each), the merge is adopted and written.
+func (g *governors) flushDirty(ctx context.Context) {
+	g.mu.Lock()
+	var todo []*hosted
+	for _, h := range g.domains {
+		if h.dirty {
+			h.dirty = false
+			todo = append(todo, h)
+		}
+	}
+	g.mu.Unlock()
+	for _, h := range todo {
+		g.mu.Lock()
+		rev := h.rev
+		g.mu.Unlock()
+		rev, err := writeGovernorState(ctx, g.kv, h.d, rev)
+		if err != nil {
+			g.log.Warn("governor state not written; retried", "domain", h.d.State().Domain, "err", err)
+			g.mu.Lock()
+			h.dirty = true
+			g.mu.Unlock()
+			continue
+		}
+		g.mu.Lock()
+		h.rev = rev
+		g.mu.Unlock()
+		publishGovernorMetrics(h.d.Status(g.clock.Now()))
+	}
+}
+
+// writeGovernorState writes d's state over revision rev (0: create it). On a
+// conflict it merges in what is stored, adopts the merge and tries again.
+func writeGovernorState(ctx context.Context, kv jetstream.KeyValue, d *governor.Domain, rev uint64) (uint64, error) {
+	for attempt := 0; ; attempt++ {
+		st := d.State()
+		key := bus.GovernorStateKey(st.Domain)
+		var next uint64
+		var err error
+		if rev == 0 {
+			next, err = kv.Create(ctx, key, bus.Encode(st))
+		} else {
+			next, err = kv.Update(ctx, key, bus.Encode(st), rev)
+		}
+		if err == nil {
+			return next, nil
+		}
+		conflict := errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence")
+		if !conflict || attempt >= 3 {
+			return 0, err
+		}
+		stored, storedRev, err := readGovernorState(ctx, kv, st.Domain)
+		if err != nil {
+			return 0, err
+		}
+		if stored != nil {
+			d.Adopt(governor.Merge(d.State(), *stored))
+		}
+		rev = storedRev
+	}
+}
+
+func readGovernorState(ctx context.Context, kv jetstream.KeyValue, domain string) (*governor.DomainState, uint64, error) {
+	e, err := kv.Get(ctx, bus.GovernorStateKey(domain))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read governor state of %s: %w", domain, err)
+	}
+	var st governor.DomainState
+	if err := bus.Decode(e.Value(), &st); err != nil {
+		return nil, 0, err
+	}
+	return &st, e.Revision(), nil
+}
+
+func readGovernorLimits(ctx context.Context, kv jetstream.KeyValue, domain string) (*bus.GovernorLimits, error) {
+	e, err := kv.Get(ctx, bus.GovernorLimitsKey(domain))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read governor limits of %s: %w", domain, err)
+	}
+	var l bus.GovernorLimits
+	if err := bus.Decode(e.Value(), &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+func readGovernorReset(ctx context.Context, kv jetstream.KeyValue, server string) (bus.GovernorReset, error) {
+	var r bus.GovernorReset
+	e, err := kv.Get(ctx, bus.GovernorResetKey(server))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return r, nil
+	}
+	if err != nil {
+		return r, err
+	}
+	return r, bus.Decode(e.Value(), &r)
+}
+
+// mergeLimits lays an operator's limits over the configured defaults.
+func mergeLimits(d governor.Limits, o *bus.GovernorLimits) governor.Limits {
+	if o == nil {
+		return d
+	}
+	if o.RatePerSecond > 0 {
+		d.RatePerSecond = o.RatePerSecond
+	}
+	if o.Burst > 0 {
+		d.Burst = o.Burst
+	}
+	if o.EmailsPerHour > 0 {
+		d.EmailsPerHour = o.EmailsPerHour
+	}
+	return d
+}
+
+// DefaultServer names the SMTP server of domains configured without one.
+const DefaultServer = "default"
+
+func serverOf(l governor.Limits) string {
+	if l.Server == "" {
+		return DefaultServer
+	}
+	return l.Server
+}
+
+// refusalReason is the metric label of a refused grant.
+func refusalReason(why string) string {
+	switch {
+	case strings.Contains(why, "daily ceiling"):
+		return "ceiling"
+	case strings.Contains(why, "hourly limit"):
+		return "hourly"
+	default:
+		return "rate"
+	}
+}

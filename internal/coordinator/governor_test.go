@@ -1,0 +1,526 @@
+package coordinator_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	"github.com/oklog/ulid/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/clock"
+	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/transactional"
+	"github.com/rangecast/rangecast/internal/transport"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// seedProviders imports n subscribed contacts whose addresses cycle through
+// gmail.com, example.org and yahoo.com, ids in that order. It returns every
+// address and the contacts.
+func (s *stack) seedProviders(n int) (map[string]bool, []store.Contact) {
+	s.t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	entropy := ulid.Monotonic(rand.Reader, 0)
+	domains := []string{"gmail.com", "example.org", "yahoo.com"}
+	all := map[string]bool{}
+	var cs []store.Contact
+	for i := range n {
+		email := fmt.Sprintf("user%05d@%s", i, domains[i%3])
+		cs = append(cs, store.Contact{
+			ID:    ulid.MustNew(ulid.Timestamp(now.Add(time.Duration(i-n)*time.Minute)), entropy),
+			Email: email, Name: fmt.Sprintf("User %d", i), Subscribed: true,
+			Attributes: map[string]any{"plan": "free"},
+		})
+		all[email] = true
+	}
+	if _, err := s.store.UpsertContacts(ctx, cs, now); err != nil {
+		s.t.Fatal(err)
+	}
+	return all, cs
+}
+
+func (s *stack) governorClient() pb.GovernorServiceClient { return pb.NewGovernorServiceClient(s.conn) }
+
+func (s *stack) domainStatus(domain string) *pb.DomainStatus {
+	s.t.Helper()
+	r, err := s.governorClient().GetDomain(context.Background(), &pb.GetDomainRequest{Domain: domain})
+	if err != nil {
+		s.t.Fatalf("GetDomain(%s): %v", domain, err)
+	}
+	return r.GetDomain()
+}
+
+// pollDomain is domainStatus for polling loops: nil until the domain has
+// state.
+func (s *stack) pollDomain(domain string) *pb.DomainStatus {
+	r, err := s.governorClient().GetDomain(context.Background(), &pb.GetDomainRequest{Domain: domain})
+	if status.Code(err) == codes.NotFound {
+		return nil
+	}
+	if err != nil {
+		s.t.Fatalf("GetDomain(%s): %v", domain, err)
+	}
+	return r.GetDomain()
+}
+
+func providerPhase(d *pb.DomainStatus, provider string) pb.ProviderPhase {
+	for _, p := range d.GetProviders() {
+		if p.GetProvider() == provider {
+			return p.GetPhase()
+		}
+	}
+	return pb.ProviderPhase_PROVIDER_PHASE_CLOSED
+}
+
+// countBy counts received messages to addresses with the given suffix.
+func countBy(got map[string]int, suffix string) int {
+	n := 0
+	for email, k := range got {
+		if strings.HasSuffix(email, suffix) {
+			n += k
+		}
+	}
+	return n
+}
+
+// TestGovernorQuotaRejection runs the whole system, on a clock set just
+// before a UTC midnight, against an SMTP server that answers 452 4.5.3 for
+// gmail addresses once 70 % of the audience has been accepted, until its day
+// ends. The ceiling halves (below what was sent, so the domain waits for
+// midnight and says so), google is held; after midnight the others keep
+// going while google's recipients are deferred; when the hold ends the sweep
+// sends them, each once, and the broadcast completes.
+func TestGovernorQuotaRejection(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2031, 3, 14, 23, 59, 45, 0, time.UTC)
+	midnight := time.Date(2031, 3, 15, 0, 0, 0, 0, time.UTC)
+	clk := clock.OffsetTo(start)
+	const n, threshold = 600, 420
+	var accepted, rejected atomic.Int64
+	s := newStack(t, stackOptions{workers: 2, concurrency: 8, pageLimit: 40, clock: clk,
+		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000, QuotaHold: 25 * time.Second}},
+		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if strings.HasSuffix(to, "@gmail.com") && accepted.Load() >= threshold && clk.Now().Before(midnight) {
+				rejected.Add(1)
+				return reply(452, smtp.EnhancedCode{4, 5, 3}, "Your message was rate limited: too many messages sent today")
+			}
+			accepted.Add(1)
+			return nil
+		})},
+	})
+	s.withFastRetries(50)
+	all, contacts := s.seedProviders(n)
+	id := s.create("", 0)
+	s.start(id)
+
+	// Before midnight: the rejection lowered the ceiling below what was
+	// sent, google is held, and the broadcast says what it waits for.
+	var atRejection *pb.DomainStatus
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no quota rejection took effect; rejected %d, status %v", rejected.Load(), s.pollDomain("rangecast.test"))
+		}
+		if rejected.Load() == 0 {
+			continue
+		}
+		d := s.pollDomain("rangecast.test")
+		if d.GetRejectedToday() && providerPhase(d, governor.ProviderGoogle) == pb.ProviderPhase_PROVIDER_PHASE_HELD &&
+			strings.Contains(s.status(id).GetProgress().GetWaitingFor(), "daily ceiling of") {
+			atRejection = d
+			break
+		}
+	}
+	if !clk.Now().Before(midnight) {
+		t.Fatalf("the rejection took effect only at %v, after midnight; the machine is too slow for this test's timeline", clk.Now())
+	}
+	ceiling := atRejection.GetDailyCeiling()
+	if ceiling < governor.MinCeiling || ceiling > atRejection.GetSentToday()/2+1 || ceiling >= governor.DefaultCeiling {
+		t.Fatalf("ceiling %d after a rejection at %d sent today; want max(100, sent/2)", ceiling, atRejection.GetSentToday())
+	}
+	w := s.status(id).GetProgress().GetWaitingFor()
+	if want := fmt.Sprintf("daily ceiling of %s for rangecast.test reached; resumes 00:00 UTC", thousandsOf(ceiling)); !strings.Contains(w, want) {
+		t.Fatalf("waiting_for = %q; want it to say %q", w, want)
+	}
+	t.Logf("quota rejection at %d sent: ceiling %d, google held until %v", atRejection.GetSentToday(), ceiling,
+		atRejection.GetProviders()[0].GetUntil().AsTime())
+
+	// After midnight and before google's hold ends: the others go on,
+	// google's recipients are deferred, none of them sent.
+	for clk.Now().Before(midnight) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	holdEnd := atRejection.GetProviders()[0].GetUntil().AsTime()
+	gmailAtMidnight := countBy(s.sink.CountByRecipient(), "@gmail.com")
+	sawDeferred, sawOthers := false, false
+	for clk.Now().Before(holdEnd.Add(-time.Second)) {
+		got := s.sink.CountByRecipient()
+		if g := countBy(got, "@gmail.com"); g != gmailAtMidnight {
+			t.Fatalf("%d gmail messages sent while google was held (had %d at midnight)", g, gmailAtMidnight)
+		}
+		c, err := s.store.Counts(context.Background(), ulid.MustParseStrict(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sawDeferred = sawDeferred || c.Deferred > 0
+		sawOthers = sawOthers || countBy(got, "@yahoo.com")+countBy(got, "@example.org") == 2*n/3
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !sawDeferred || !sawOthers {
+		t.Fatalf("while google was held after midnight: deferred rows seen %v, every other provider's recipient sent %v; want both", sawDeferred, sawOthers)
+	}
+
+	// The sweep sends google's deferred recipients once the hold ends.
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(all)
+	if b.GetProgress().GetDeferred() != 0 {
+		t.Fatalf("completed with %d deferred", b.GetProgress().GetDeferred())
+	}
+	d := s.domainStatus("rangecast.test")
+	if d.GetDay() != "2031-03-15" || d.GetDailyCeiling() != ceiling || d.GetRejectedToday() {
+		t.Fatalf("after midnight: day %s, ceiling %d (want %d: a rejected day never doubles), rejected today %v",
+			d.GetDay(), d.GetDailyCeiling(), ceiling, d.GetRejectedToday())
+	}
+	// Every message is in the ledger as sent; google's deferred ones were
+	// sent by the sweep, on their second attempt.
+	swept := 0
+	for _, c := range contacts {
+		row, err := s.store.GetSend(context.Background(), ulid.MustParseStrict(id), c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Status != store.SendSent {
+			t.Fatalf("%s: ledger status %s, want sent", c.Email, row.Status)
+		}
+		if row.Attempt > 1 {
+			if !strings.HasSuffix(c.Email, "@gmail.com") {
+				t.Fatalf("%s was swept (attempt %d); only google was held", c.Email, row.Attempt)
+			}
+			swept++
+		}
+	}
+	if swept == 0 {
+		t.Fatal("no deferred gmail recipient was sent by the sweep")
+	}
+	t.Logf("%d gmail recipients deferred and swept after the hold", swept)
+}
+
+func thousandsOf(n int64) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// TestGovernorStateSurvivesRestart: the ceiling, today's count, a held
+// provider and a breaker's failures are in KV; a new coordinator finds them.
+func TestGovernorStateSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	var gmailAccepted atomic.Int64
+	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 20,
+		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000}},
+		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			switch {
+			case strings.HasSuffix(to, "@yahoo.com"):
+				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
+			case strings.HasSuffix(to, "@gmail.com") && gmailAccepted.Add(1) > 30:
+				return reply(452, smtp.EnhancedCode{4, 5, 3}, "Your message was rate limited")
+			}
+			return nil
+		})},
+	})
+	s.withFastRetries(1000)
+	s.seedProviders(300)
+	id := s.create("", 0)
+	s.start(id)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("governor never saw both a quota rejection and transient failures: %v", s.pollDomain("rangecast.test"))
+		}
+		d := s.pollDomain("rangecast.test")
+		if providerPhase(d, governor.ProviderGoogle) == pb.ProviderPhase_PROVIDER_PHASE_HELD && providerPhase(d, governor.ProviderYahoo) != pb.ProviderPhase_PROVIDER_PHASE_CLOSED {
+			break
+		}
+	}
+	if _, err := s.client.PauseBroadcast(context.Background(), &pb.PauseBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitQuiet(time.Second)
+	time.Sleep(1500 * time.Millisecond) // past one flush interval
+	before := s.domainStatus("rangecast.test")
+	if !before.GetLive() {
+		t.Fatal("the leader answered from KV, not from its governor")
+	}
+
+	s.stopCoord()
+	s.startCoordinator()
+	after := s.domainStatus("rangecast.test")
+
+	for _, d := range []*pb.DomainStatus{before, after} {
+		d.Live, d.Tokens, d.InFlight, d.Waiting, d.ResumesAt = false, 0, 0, "", nil
+		for _, p := range d.Providers {
+			p.ProbeInFlight = false
+		}
+	}
+	if !proto.Equal(before, after) {
+		t.Fatalf("governor state changed across a coordinator restart:\nbefore %v\nafter  %v", before, after)
+	}
+	if after.GetDailyCeiling() >= governor.DefaultCeiling || after.GetSentToday() == 0 || !after.GetRejectedToday() {
+		t.Fatalf("restored state lost what was learned: %v", after)
+	}
+}
+
+// TestHourlyLimitAndReset: an hourly limit holds the broadcast with the
+// reason shown; ResetRateLimit lets it go on at its next tick, and the
+// mail sent before the reset stays counted for display.
+func TestHourlyLimitAndReset(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 1, concurrency: 8, pageLimit: 20,
+		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000, EmailsPerHour: 40, Server: "relay"}},
+	})
+	s.withFastRetries(8)
+	all, _ := s.seedProviders(100)
+	id := s.create("", 0)
+	s.start(id)
+	ctx := context.Background()
+	for _, want := range []int{40, 80} {
+		for deadline := time.Now().Add(20 * time.Second); s.sink.Count() < want && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if got := s.waitQuiet(time.Second); got != want {
+			t.Fatalf("%d sent; the hourly limit allows %d until a reset", got, want)
+		}
+		if w := s.status(id).GetProgress().GetWaitingFor(); !strings.Contains(w, "hourly limit of 40 for rangecast.test reached") {
+			t.Fatalf("waiting_for = %q; want the hourly limit", w)
+		}
+		r, err := s.governorClient().ResetRateLimit(ctx, &pb.ResetRateLimitRequest{Server: "relay"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.GetDomains()) != 1 || r.GetDomains()[0] != "rangecast.test" {
+			t.Fatalf("reset domains %v; want rangecast.test", r.GetDomains())
+		}
+		d := s.domainStatus("rangecast.test")
+		if d.GetHourlyCount() != 0 || d.GetHourlySent() != int64(want) || d.GetServer() != "relay" {
+			t.Fatalf("after the reset: hourly count %d (want 0), sent in the hour %d (want %d, nothing deleted)", d.GetHourlyCount(), d.GetHourlySent(), want)
+		}
+	}
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 30*time.Second)
+	s.exactlyOnce(all)
+}
+
+// TestGovernorAPIErrors: bad input gets InvalidArgument with a message a
+// person can act on, unknown names NotFound, and a coordinator without a
+// governor says so.
+func TestGovernorAPIErrors(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{governor: &coordinator.GovernorConfig{}})
+	g, ctx := s.governorClient(), context.Background()
+	ceiling := func(n int64) *int64 { return &n }
+	cases := []struct {
+		name string
+		call func() error
+		code codes.Code
+		msg  string
+	}{
+		{"no domain", func() error { _, err := g.GetDomain(ctx, &pb.GetDomainRequest{}); return err }, codes.InvalidArgument, "domain is required"},
+		{"not a domain", func() error { _, err := g.GetDomain(ctx, &pb.GetDomainRequest{Domain: "news@example.com"}); return err }, codes.InvalidArgument, "not a domain name"},
+		{"never sent", func() error { _, err := g.GetDomain(ctx, &pb.GetDomainRequest{Domain: "quiet.example"}); return err }, codes.NotFound, "nothing has been sent"},
+		{"nothing to set", func() error {
+			_, err := g.SetDomainLimits(ctx, &pb.SetDomainLimitsRequest{Domain: "example.com"})
+			return err
+		}, codes.InvalidArgument, "nothing to set"},
+		{"ceiling below the floor", func() error {
+			_, err := g.SetDomainLimits(ctx, &pb.SetDomainLimitsRequest{Domain: "example.com", DailyCeiling: ceiling(5)})
+			return err
+		}, codes.InvalidArgument, "between 100 and 5000000"},
+		{"unknown server", func() error { _, err := g.ResetRateLimit(ctx, &pb.ResetRateLimitRequest{Server: "mx9"}); return err }, codes.NotFound, `send through "default"`},
+	}
+	for _, c := range cases {
+		err := c.call()
+		if status.Code(err) != c.code || !strings.Contains(status.Convert(err).Message(), c.msg) {
+			t.Errorf("%s: got %v; want %s mentioning %q", c.name, err, c.code, c.msg)
+		}
+	}
+	// A ceiling set by hand shows at once, on a domain that never sent.
+	r, err := g.SetDomainLimits(ctx, &pb.SetDomainLimitsRequest{Domain: "Example.COM", DailyCeiling: ceiling(200_000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GetDomain().GetDomain() != "example.com" || r.GetDomain().GetDailyCeiling() != 200_000 {
+		t.Fatalf("after SetDomainLimits: %v", r.GetDomain())
+	}
+
+	plain := newStack(t, stackOptions{})
+	_, err = plain.governorClient().ListDomains(ctx, &pb.ListDomainsRequest{})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("ListDomains without a governor: %v; want FailedPrecondition", err)
+	}
+}
+
+// TestBreakerDefersProviderAndRecovers: yahoo answers 451 to its first
+// recipients; five transient failures open its breaker, so yahoo's
+// recipients are recorded deferred while the others go on; after the open
+// period one probe goes, succeeds and closes the breaker, and the sweep sends
+// the deferred ones, each once.
+func TestBreakerDefersProviderAndRecovers(t *testing.T) {
+	t.Parallel()
+	var yahooTries atomic.Int64
+	s := newStack(t, stackOptions{workers: 2, concurrency: 4, pageLimit: 20,
+		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000, BreakerOpen: 3 * time.Second}},
+		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if strings.HasSuffix(to, "@yahoo.com") && yahooTries.Add(1) <= 5 {
+				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
+			}
+			return nil
+		})},
+	})
+	s.withFastRetries(50)
+	all, _ := s.seedProviders(300)
+	id := s.create("", 0)
+	s.start(id)
+	sawOpen, sawDeferred := false, false
+	deadline := time.Now().Add(time.Minute)
+	for s.status(id).GetState() != pb.BroadcastState_BROADCAST_STATE_COMPLETED {
+		if time.Now().After(deadline) {
+			t.Fatalf("not completed in a minute: %v", s.status(id))
+		}
+		if d := s.pollDomain("rangecast.test"); d != nil && providerPhase(d, governor.ProviderYahoo) == pb.ProviderPhase_PROVIDER_PHASE_OPEN {
+			sawOpen = true
+		}
+		c, err := s.store.Counts(context.Background(), ulid.MustParseStrict(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sawDeferred = sawDeferred || c.Deferred > 0
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.exactlyOnce(all)
+	if !sawOpen || !sawDeferred {
+		t.Fatalf("yahoo's breaker seen open %v, deferred rows seen %v; want both", sawOpen, sawDeferred)
+	}
+	if d := s.domainStatus("rangecast.test"); providerPhase(d, governor.ProviderYahoo) != pb.ProviderPhase_PROVIDER_PHASE_CLOSED {
+		t.Fatalf("yahoo's breaker after recovery: %v; want closed", d.GetProviders())
+	}
+}
+
+// TestTransactionalUsageCounted: mail sent outside pages (transactional) is
+// reported on the report stream and counted by the leader's governor, and a
+// provider's transient failures feed its breaker.
+func TestTransactionalUsageCounted(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{governor: &coordinator.GovernorConfig{}})
+	g := transactional.NewKVGovernor(s.bus, testLogger(t))
+	now := time.Now()
+	for range 3 {
+		g.Observe("Rangecast.test", "someone@example.org", transport.Class(0), now)
+	}
+	for range governor.BreakerFailures {
+		g.Observe("rangecast.test", "someone@ymail.com", transport.Transient, now)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d := s.pollDomain("rangecast.test")
+		if d != nil && d.GetSentToday() == 3 && providerPhase(d, governor.ProviderYahoo) == pb.ProviderPhase_PROVIDER_PHASE_OPEN {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("governor after 3 transactional sends and %d transient failures at yahoo: %v", governor.BreakerFailures, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// And a worker then holds yahoo's transactional mail.
+	retryAt, _, err := g.Admit(context.Background(), "rangecast.test", "x@yahoo.com", time.Now().Add(2*time.Second))
+	if err != nil || retryAt.IsZero() {
+		t.Fatalf("Admit to yahoo with its breaker open = %v, %v; want held", retryAt, err)
+	}
+}
+
+// TestGovernorGrantsEndWithTheirPages: pages dropped by a pause, given up
+// on or re-issued on resume end their grants; at completion nothing is in
+// flight and the day counts exactly what was sent.
+func TestGovernorGrantsEndWithTheirPages(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 1, concurrency: 2, pageLimit: 5,
+		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000}},
+		sinkOpts: []capture.Option{capture.WithLatency(2 * time.Millisecond)},
+	})
+	all, _ := s.seedProviders(400)
+	id := s.create("", 0)
+	s.start(id)
+	ctx := context.Background()
+	for range 3 {
+		for n := s.sink.Count(); s.sink.Count() < n+40; {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if _, err := s.client.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: id}); err != nil {
+			t.Fatal(err)
+		}
+		s.waitQuiet(300 * time.Millisecond)
+		if _, err := s.client.ResumeBroadcast(ctx, &pb.ResumeBroadcastRequest{Id: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(all)
+	var d *pb.DomainStatus
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if d = s.domainStatus("rangecast.test"); d.GetInFlight() == 0 && d.GetSentToday() == int64(len(all)) {
+			return
+		}
+	}
+	t.Fatalf("after completion: %d in flight (grants that outlived their pages), %d sent today; want 0 and %d", d.GetInFlight(), d.GetSentToday(), len(all))
+}
+
+// TestDeferredRowsGiveUp: a provider that never recovers cannot keep a
+// broadcast running for ever: its deferred rows are retried a bounded
+// number of times, then recorded failed with the reason, and the broadcast
+// completes with the failures shown.
+func TestDeferredRowsGiveUp(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 20, sweepRetry: 100 * time.Millisecond,
+		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000, BreakerOpen: 200 * time.Millisecond}},
+		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if strings.HasSuffix(to, "@yahoo.com") {
+				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
+			}
+			return nil
+		})},
+	})
+	s.withFastRetries(1000)
+	all, contacts := s.seedProviders(90)
+	id := s.create("", 0)
+	s.start(id)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	want := map[string]bool{}
+	for e := range all {
+		if !strings.HasSuffix(e, "@yahoo.com") {
+			want[e] = true
+		}
+	}
+	s.exactlyOnce(want)
+	if b.GetProgress().GetFailed() != 30 || !strings.Contains(b.GetReason(), "gave up after 10 attempts") {
+		t.Fatalf("completed with %d failed, reason %q; want the 30 yahoo recipients failed after 10 attempts", b.GetProgress().GetFailed(), b.GetReason())
+	}
+	for _, c := range contacts {
+		row, err := s.store.GetSend(context.Background(), ulid.MustParseStrict(id), c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(c.Email, "@yahoo.com") != (row.Status == store.SendFailed) {
+			t.Fatalf("%s: %s (%s)", c.Email, row.Status, row.Error)
+		}
+	}
+}

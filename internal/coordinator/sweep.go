@@ -1,0 +1,103 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// sweepEvery bounds how often an actor looks for due deferred rows when it
+// has no sweep outstanding; a tick is the other bound.
+const sweepEvery = 5 * time.Second
+
+// sweep dispatches a sweep of the broadcast's deferred rows whose retry time
+// has come, one at a time, paced by the governor like any page. Ranges do
+// not wait for it: their cursors passed the deferred rows long ago.
+func (a *actor) sweep(ctx context.Context) {
+	if a.b.State != store.StateRunning {
+		return
+	}
+	now := a.c.cfg.Clock.Now()
+	if a.sweeping != nil {
+		if now.Sub(a.sweeping.at) < a.c.cfg.Redispatch {
+			return
+		}
+		a.giveBack(a.sweeping.limit) // given up on
+		a.sweeping = nil
+	}
+	if now.Before(a.nextSweep) {
+		return
+	}
+	a.nextSweep = now.Add(min(sweepEvery, a.c.cfg.Tick))
+	n, due, err := a.c.cfg.Store.NextDue(ctx, a.id)
+	if err != nil {
+		a.log().Warn("cannot look for due deferred messages", "err", err)
+		return
+	}
+	if n == 0 {
+		return
+	}
+	if due.After(now) {
+		a.nextSweep = minTime(due, a.nextSweep)
+		return
+	}
+	limit := a.c.cfg.PageLimit
+	if a.throttle != nil {
+		if limit = a.throttle.Take(now, limit); limit == 0 {
+			return
+		}
+	}
+	pacer := a.c.pacer()
+	if pacer != nil {
+		granted, _ := pacer.Grant(now, a.domain(), limit)
+		if a.throttle != nil {
+			a.throttle.Return(limit - granted)
+		}
+		if limit = granted; limit == 0 {
+			return
+		}
+	}
+	// The dedupe id is the dispatch time: unique across leader terms.
+	job := bus.PageJob{Broadcast: a.id.String(), Range: bus.SweepRange, Sweep: true, Limit: limit, Issue: int(now.UnixMilli())}
+	if pacer != nil {
+		// Sweeps carry the breakers' probes: their rows are the held
+		// providers' recipients, so a probe is not spent on a page that
+		// has none.
+		job.Defer, job.Probe = pacer.Holds(now, a.domain(), true)
+	}
+	if err := a.c.cfg.Bus.PublishPage(ctx, job, now); err != nil {
+		a.log().Warn("sweep dispatch failed; retried on the next tick", "err", err)
+		a.giveBack(limit)
+		return
+	}
+	pagesDispatched.Inc()
+	a.sweeping = &page{limit: limit, at: now}
+}
+
+// applySweep settles a sweep's report. It moves no cursor: the rows it sent
+// are recorded in the ledger, and what it could not send is deferred again.
+func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
+	if a.sweeping != nil {
+		a.settle(a.sweeping.limit, rep)
+		a.sweeping = nil
+	}
+	now := a.c.cfg.Clock.Now()
+	switch rep.Class {
+	case bus.ClassTransient, bus.ClassQuota:
+		a.nextSweep = now.Add(a.c.backoff(1))
+	case bus.ClassChannel:
+		return a.halt(ctx, rep)
+	default:
+		a.nextSweep = now // more may be due
+	}
+	return nil
+}
+
+func minTime(x, y time.Time) time.Time {
+	if x.Before(y) {
+		return x
+	}
+	return y
+}
