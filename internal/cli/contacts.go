@@ -6,14 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"unicode/utf8"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -21,11 +28,22 @@ import (
 // importChunk is how many rows travel in one stream message.
 const importChunk = 500
 
-// maxShownErrors bounds the rejected rows printed; the count is always shown.
-const maxShownErrors = 50
-
 func contactsCommand(c *client) *cobra.Command {
-	cmd := &cobra.Command{Use: "contacts", Short: "Import and manage contacts"}
+	cmd := &cobra.Command{Use: "contacts", Short: "Import, inspect, suppress and unsubscribe contacts"}
+	cmd.AddCommand(importCommand(c), showContactCommand(c), suppressCommand(c), unsubscribeCommand(c))
+	return cmd
+}
+
+// errRejected is returned when an import rejected rows, so the command
+// exits non-zero: a script must not take a partial import for a clean one.
+type errRejected struct{ rejected, imported int64 }
+
+func (e errRejected) Error() string {
+	return fmt.Sprintf("%d %s rejected (listed above); the other %d %s imported. Fix those rows and import the file again: rows already imported are only updated",
+		e.rejected, plural(e.rejected, "row was", "rows were"), e.imported, plural(e.imported, "row was", "rows were"))
+}
+
+func importCommand(c *client) *cobra.Command {
 	var segments []string
 	imp := &cobra.Command{
 		Use:   "import FILE.csv",
@@ -36,8 +54,10 @@ as {{.Attributes.column}}. Contacts are matched by email, case-insensitively:
 an existing contact keeps its id, its name is replaced and attributes merged.
 An import never re-subscribes someone who unsubscribed.
 
-Rows that cannot be imported are reported with their line numbers; every other
-row is imported. The file is streamed, so millions of rows work.`,
+Rows that cannot be imported (an invalid address, a repeat of an earlier
+row's email, a field too long, a malformed CSV line) are each printed with
+their line number, and the command exits with status 1; every other row is
+imported. The file is streamed, so millions of rows work.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var in io.Reader = cmd.InOrStdin()
@@ -71,25 +91,215 @@ row is imported. The file is streamed, so millions of rows work.`,
 			for _, e := range resp.GetErrors() {
 				res.rejected = append(res.rejected, fmt.Sprintf("line %d: %s: %s", res.line(e.GetRow()), e.GetEmail(), res.serverError(e.GetError())))
 			}
+			// The server lists its first rejections only; it counts all.
+			unlisted := max(resp.GetRejected()-int64(len(resp.GetErrors())), 0)
+			rejected := int64(len(res.rejected)) + unlisted
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "imported %d %s; %d %s rejected\n", resp.GetImported(), plural(resp.GetImported(), "contact", "contacts"),
-				len(res.rejected), plural(int64(len(res.rejected)), "row", "rows"))
+				rejected, plural(rejected, "row", "rows"))
 			// The reader's and the server's rejections arrive separately; a
 			// person reads them in file order.
 			slices.SortStableFunc(res.rejected, func(a, b string) int { return cmp.Compare(lineOf(a), lineOf(b)) })
-			for i, r := range res.rejected {
-				if i == maxShownErrors {
-					fmt.Fprintf(out, "  … and %d more\n", len(res.rejected)-maxShownErrors)
-					break
-				}
+			for _, r := range res.rejected {
 				fmt.Fprintln(out, "  "+r)
+			}
+			if unlisted > 0 {
+				fmt.Fprintf(out, "  … and %d more rejected by the coordinator, which lists only the first %d\n", unlisted, len(resp.GetErrors()))
+			}
+			if rejected > 0 {
+				return errRejected{rejected: rejected, imported: resp.GetImported()}
 			}
 			return nil
 		},
 	}
 	imp.Flags().StringSliceVar(&segments, "segment", nil, "also add every imported contact to this segment (repeatable)")
-	cmd.AddCommand(imp)
+	return imp
+}
+
+// contactRef names a contact for a request: an argument that parses as a
+// ULID is an id, anything else an email.
+func contactRef(arg string) (id, email string) {
+	arg = strings.TrimSpace(arg)
+	if _, err := ulid.ParseStrict(arg); err == nil {
+		return arg, ""
+	}
+	return "", arg
+}
+
+func showContactCommand(c *client) *cobra.Command {
+	var asJSON bool
+	var limit int32
+	cmd := &cobra.Command{
+		Use:   "show EMAIL|ID",
+		Short: "Show a contact and what every broadcast did with it",
+		Long: `Show one contact: its flags, segments and attributes, and its send history:
+one line per broadcast that sent to it (or tried to), latest first, with the
+status and the SMTP server's reply for failures.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ac, err := c.audience()
+			if err != nil {
+				return err
+			}
+			id, email := contactRef(args[0])
+			resp, err := ac.GetContact(cmd.Context(), &pb.GetContactRequest{Id: id, Email: email, HistoryLimit: limit})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				out, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(resp)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(w, string(out))
+				return nil
+			}
+			printContact(w, resp)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().Int32Var(&limit, "limit", 0, "show at most this many broadcasts of the history (default 500)")
 	return cmd
+}
+
+// eligibility says in words whether broadcasts reach the contact and, if
+// not, why.
+func eligibility(c *pb.Contact) string {
+	if c.GetEligible() {
+		return "receives broadcasts"
+	}
+	var why []string
+	if !c.GetSubscribed() {
+		why = append(why, "unsubscribed")
+	}
+	if c.GetDoNotContact() {
+		why = append(why, "do-not-contact")
+	}
+	if c.GetSuppressed() {
+		s := "suppressed"
+		if r := c.GetSuppressedReason(); r != "" {
+			s += " (" + r
+			if c.GetSuppressedAt() != nil {
+				s += ", " + when(c.GetSuppressedAt())
+			}
+			s += ")"
+		}
+		why = append(why, s)
+	}
+	if len(why) == 0 {
+		why = append(why, "no address")
+	}
+	return "receives no broadcasts: " + strings.Join(why, ", ")
+}
+
+func when(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// statusLabel is the status's label from the enum's display option, so the
+// CLI words a status as every other client does.
+func statusLabel(s pb.SendStatus) string {
+	if v := s.Descriptor().Values().ByNumber(protoreflect.EnumNumber(s)); v != nil {
+		if d, ok := proto.GetExtension(v.Options(), pb.E_Display).(*pb.StatusDisplay); ok && d.GetLabel() != "" {
+			return d.GetLabel()
+		}
+	}
+	return s.String()
+}
+
+func printContact(w io.Writer, resp *pb.GetContactResponse) {
+	c := resp.GetContact()
+	fmt.Fprintf(w, "id          %s\n", c.GetId())
+	fmt.Fprintf(w, "email       %s\n", c.GetEmail())
+	fmt.Fprintf(w, "name        %s\n", c.GetName())
+	fmt.Fprintf(w, "status      %s\n", eligibility(c))
+	segments := strings.Join(c.GetSegments(), ", ")
+	if segments == "" {
+		segments = "-"
+	}
+	fmt.Fprintf(w, "segments    %s\n", segments)
+	keys := slices.Sorted(maps.Keys(c.GetAttributes()))
+	attrs := make([]string, len(keys))
+	for i, k := range keys {
+		attrs[i] = k + "=" + strconv.Quote(c.GetAttributes()[k])
+	}
+	if len(attrs) == 0 {
+		attrs = []string{"-"}
+	}
+	fmt.Fprintf(w, "attributes  %s\n", strings.Join(attrs, " "))
+	fmt.Fprintf(w, "created     %s\n", when(c.GetCreatedAt()))
+	fmt.Fprintf(w, "updated     %s\n", when(c.GetUpdatedAt()))
+	fmt.Fprintln(w)
+	if len(resp.GetHistory()) == 0 {
+		fmt.Fprintln(w, "no broadcast has sent to this contact")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BROADCAST\tNAME\tSTATUS\tUPDATED\tREPLY")
+	for _, h := range resp.GetHistory() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.GetBroadcastId(), h.GetBroadcastName(), statusLabel(h.GetStatus()), when(h.GetUpdatedAt()), h.GetReply())
+	}
+	tw.Flush() //nolint:errcheck
+	if resp.GetHistoryTruncated() {
+		fmt.Fprintf(w, "(the latest %d broadcasts; --limit shows more)\n", len(resp.GetHistory()))
+	}
+}
+
+func suppressCommand(c *client) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "suppress EMAIL|ID --reason TEXT",
+		Short: "Keep a contact from receiving any broadcast, with a reason",
+		Long: `Suppress a contact: no broadcast sends to it again, running ones from their
+next page. The reason is kept and shown by "contacts show". An import never
+lifts a suppression.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ac, err := c.audience()
+			if err != nil {
+				return err
+			}
+			id, email := contactRef(args[0])
+			resp, err := ac.SuppressContact(cmd.Context(), &pb.SuppressContactRequest{Id: id, Email: email, Reason: reason})
+			if err != nil {
+				return err
+			}
+			ct := resp.GetContact()
+			fmt.Fprintf(cmd.OutOrStdout(), "suppressed %s (%s): %s\n", ct.GetEmail(), ct.GetId(), ct.GetSuppressedReason())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why this contact must not be mailed (required)")
+	cmd.MarkFlagRequired("reason") //nolint:errcheck
+	return cmd
+}
+
+func unsubscribeCommand(c *client) *cobra.Command {
+	return &cobra.Command{
+		Use:   "unsubscribe EMAIL|ID",
+		Short: "Unsubscribe a contact from all broadcasts",
+		Long: `Unsubscribe a contact: running broadcasts skip it from their next page, and
+its messages still waiting (deferred) are not sent. An import never
+re-subscribes it.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ac, err := c.audience()
+			if err != nil {
+				return err
+			}
+			id, email := contactRef(args[0])
+			if _, err := ac.UnsubscribeContact(cmd.Context(), &pb.UnsubscribeContactRequest{Id: id, Email: email}); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "unsubscribed %s\n", args[0])
+			return nil
+		},
+	}
 }
 
 type csvResult struct {

@@ -60,7 +60,10 @@ func Rangecast() *cobra.Command {
 	// The token's default is read at dial time, not shown as the flag's
 	// default, so --help never prints it.
 	root.PersistentFlags().StringVar(&c.token, "token", "", "bearer token for the coordinator's gRPC API (env RANGECAST_TOKEN)")
+	root.AddCommand(governorCommand(c))
 	root.AddCommand(broadcastsCommand(c), contactsCommand(c), mailCommand(), devCommand(), demoCommand())
+	root.AddCommand(sendCommand(c))
+	root.AddCommand(segmentsCommand(c))
 	return root
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/demo"
+	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/server"
 	"github.com/rangecast/rangecast/internal/store/postgres"
 	"github.com/rangecast/rangecast/internal/version"
@@ -17,6 +18,8 @@ import (
 // Coordinator is the `coordinator` server command.
 func Coordinator() *cobra.Command {
 	var o server.CoordinatorOptions
+	var gov coordinator.GovernorConfig
+	var keysFile string
 	var level, format string
 	cmd := &cobra.Command{
 		Use:     "coordinator",
@@ -36,6 +39,8 @@ Every flag can be set by the environment variable named in its help.`,
 			}
 			o.Log = log
 			o.Tokens = coordinator.ParseTokens(os.Getenv("RANGECAST_TOKENS"))
+			o.Governor = &gov
+			o.Secrets = publicSecrets(keysFile)
 			return server.RunCoordinator(cmd.Context(), o)
 		},
 	}
@@ -48,6 +53,8 @@ Every flag can be set by the environment variable named in its help.`,
 	// Tokens themselves are never flags (they would show in ps); the file
 	// or RANGECAST_TOKENS holds them.
 	f.StringVar(&o.TokensFile, "tokens-file", env("RANGECAST_TOKENS_FILE", ""), "file of accepted gRPC bearer tokens, one per line, # comments; re-read when it changes, so a mounted Kubernetes Secret rotates without a restart. RANGECAST_TOKENS adds comma-separated tokens. With neither, the API is unauthenticated; health and reflection are always open (env RANGECAST_TOKENS_FILE)")
+	governorFlags(cmd, &gov.Limits)
+	publicFlags(cmd, &keysFile, &o.Alarms)
 	f.StringVar(&o.InDoubtPolicy, "in-doubt-policy", env("RANGECAST_IN_DOUBT_POLICY", "skip"), "what to do with in-doubt claims the transport cannot look up: skip (mark unknown, never risk a second copy) or resend (env RANGECAST_IN_DOUBT_POLICY)")
 	return cmd
 }
@@ -55,7 +62,7 @@ Every flag can be set by the environment variable named in its help.`,
 // PageWorker is the `pageworker` server command.
 func PageWorker() *cobra.Command {
 	var o server.WorkerOptions
-	var level, format string
+	var level, format, keysFile string
 	cmd := &cobra.Command{
 		Use:     "pageworker",
 		Version: version.String(),
@@ -74,6 +81,7 @@ Every flag can be set by the environment variable named in its help.`,
 				return err
 			}
 			o.Log = log
+			o.Secrets = publicSecrets(keysFile)
 			return server.RunWorker(cmd.Context(), o)
 		},
 	}
@@ -82,7 +90,24 @@ Every flag can be set by the environment variable named in its help.`,
 	natsReplicasFlag(cmd, &o.NATSReplicas)
 	f.StringVar(&o.SMTPURL, "smtp-url", env("RANGECAST_SMTP_URL", ""), "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s (env RANGECAST_SMTP_URL)")
 	f.IntVar(&o.Concurrency, "concurrency", envInt("RANGECAST_CONCURRENCY", 16), "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
+	workerPublicFlags(cmd, &o.PublicURL, &keysFile)
 	return cmd
+}
+
+// governorFlags configure the per-sending-domain governor's defaults; an
+// operator's SetDomainLimits overrides them per domain.
+func governorFlags(cmd *cobra.Command, l *governor.Limits) {
+	f := cmd.Flags()
+	f.IntVar(&l.InitialCeiling, "initial-daily-ceiling", envInt("RANGECAST_INITIAL_DAILY_CEILING", governor.DefaultCeiling),
+		"daily ceiling a sending domain with no history starts at; learning doubles it after clean days (env RANGECAST_INITIAL_DAILY_CEILING)")
+	f.Float64Var(&l.RatePerSecond, "domain-rate", envFloat("RANGECAST_DOMAIN_RATE", governor.DefaultRatePerSecond),
+		"messages per second each sending domain may send (token bucket) (env RANGECAST_DOMAIN_RATE)")
+	f.IntVar(&l.Burst, "domain-burst", envInt("RANGECAST_DOMAIN_BURST", governor.DefaultBurst),
+		"burst of each sending domain's token bucket (env RANGECAST_DOMAIN_BURST)")
+	f.StringVar(&l.Server, "smtp-server-name", env("RANGECAST_SMTP_SERVER_NAME", coordinator.DefaultServer),
+		"name of the SMTP server the workers send through, for its hourly limit and `governor reset-rate-limit` (env RANGECAST_SMTP_SERVER_NAME)")
+	f.IntVar(&l.EmailsPerHour, "emails-per-hour", envInt("RANGECAST_EMAILS_PER_HOUR", 0),
+		"hourly limit of that SMTP server, 0 for none (env RANGECAST_EMAILS_PER_HOUR)")
 }
 
 // serverFlags are the flags every server process has.
@@ -149,7 +174,7 @@ func devCommand() *cobra.Command {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "rangecast dev is running (Ctrl-C stops it; state is kept in %s; store: %s)\n", s.o.Dir, where)
 			fmt.Fprintf(out, "  gRPC     %s   (rangecast --addr %s broadcasts list)\n", st.GRPCAddr, st.GRPCAddr)
-			fmt.Fprintf(out, "  HTTP     %s\n", s.o.HTTPAddr)
+			fmt.Fprintf(out, "  HTTP     %s   (unsubscribe links, webhooks)\n", st.PublicURL)
 			fmt.Fprintf(out, "  metrics  http://%s/metrics\n", s.o.MetricsAddr)
 			if st.Capture != nil {
 				fmt.Fprintf(out, "  mail     captured by %s, written to %s/mail\n", st.Capture.Addr(), s.o.Dir)

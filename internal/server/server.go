@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,7 +29,9 @@ import (
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/store/postgres"
 	"github.com/rangecast/rangecast/internal/store/sqlite"
+	"github.com/rangecast/rangecast/internal/transactional"
 	"github.com/rangecast/rangecast/internal/transport"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
 // Defaults shared by flags and documentation.
@@ -88,6 +92,26 @@ func ConnectBus(ctx context.Context, url string, replicas int, opts ...nats.Opti
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// PprofEnv turns on /debug/pprof/ on the metrics listener (not the public
+// one) when set to 1: profiles are for the operator's network only, and
+// off unless asked for, because a CPU profile costs while it runs.
+const PprofEnv = "RANGECAST_PPROF"
+
+// withPprof adds the pprof handlers to mux when RANGECAST_PPROF=1.
+func withPprof(h http.Handler) http.Handler {
+	if os.Getenv(PprofEnv) != "1" {
+		return h
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 // ops serves /metrics, /healthz (the process is up) and /readyz (it can do
@@ -165,8 +189,16 @@ type CoordinatorOptions struct {
 	Tokens     []string
 	TokensFile string
 	Log        *slog.Logger
+	// Governor configures the per-sending-domain governors; nil runs
+	// without one (no daily ceiling, rate or provider holds).
+	Governor *coordinator.GovernorConfig
+	// Secrets configure the public HTTP on HTTPAddr (public.go); Alarms
+	// the reputation alarms that pause a broadcast.
+	Secrets Secrets
+	Alarms  coordinator.Alarms
 
-	auth *coordinator.Auth // built by RunCoordinator before connecting
+	auth      *coordinator.Auth // built by RunCoordinator before connecting
+	publicLis net.Listener      // bound by StartStack, which needs its address first
 }
 
 // newAuth returns the token checker o asks for, or nil when it asks for
@@ -226,24 +258,19 @@ func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
 func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, lis net.Listener, o CoordinatorOptions) error {
 	health := &ops{nc: nc, store: st}
 	if o.MetricsAddr != "" {
-		addr, err := listenHTTP(ctx, o.MetricsAddr, health.handler(), o.Log)
+		addr, err := listenHTTP(ctx, o.MetricsAddr, withPprof(health.handler()), o.Log)
 		if err != nil {
 			return err
 		}
 		o.Log.Info("metrics listening", "addr", addr)
 	}
-	if o.HTTPAddr != "" {
-		// The public endpoints (unsubscribe, webhooks) arrive with their
-		// issue; the listener and its health check are here already.
-		addr, err := listenHTTP(ctx, o.HTTPAddr, health.handler(), o.Log)
-		if err != nil {
-			return err
-		}
-		o.Log.Info("public http listening", "addr", addr)
+	if err := servePublic(ctx, st, o); err != nil {
+		return err
 	}
 	c := coordinator.New(coordinator.Config{
 		Store: st, Bus: b, Clock: clock.Real{}, Log: o.Log,
 		InDoubtAfter: o.InDoubtAfter, InDoubtPolicy: coordinator.InDoubtPolicy(o.InDoubtPolicy), Lookup: o.Lookup,
+		Governor: o.Governor, Alarms: o.Alarms,
 	})
 	auth := o.auth
 	if auth == nil {
@@ -253,6 +280,7 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 		}
 	}
 	srv := coordinator.NewGRPCServer(c, auth.ServerOptions()...)
+	pb.RegisterTransactionalServiceServer(srv, transactional.NewService(transactional.ServiceConfig{Store: st, JS: b.JS, Clock: clock.Real{}, Log: o.Log}))
 	go srv.Serve(lis) //nolint:errcheck
 	o.Log.Info("grpc listening", "addr", lis.Addr().String())
 	health.ready.Store(true)
@@ -267,11 +295,23 @@ type WorkerOptions struct {
 	NATSReplicas                               int
 	Concurrency                                int
 	Log                                        *slog.Logger
+	// TxSlots is how many transactional messages are sent at once, apart
+	// from the page window; TxLookup settles in-doubt ones where the
+	// transport can tell.
+	TxSlots  int
+	TxLookup transactional.Lookup
+	// PublicURL is the coordinators' public HTTP (https://…) and Secrets
+	// its unsubscribe keys: every message's one-click link (public.go).
+	PublicURL string
+	Secrets   Secrets
 }
 
 // RunWorker runs a page worker until ctx ends, then drains: the page in
 // progress finishes its in-flight sends, records and reports before return.
 func RunWorker(ctx context.Context, o WorkerOptions) error {
+	if _, err := unsubscribeLinks(o.PublicURL, o.Secrets); err != nil {
+		return err // before waiting for NATS: a configuration error
+	}
 	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas)
 	if err != nil {
 		return err
@@ -284,6 +324,10 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 	if o.SMTPURL == "" {
 		return errors.New("no SMTP server: set RANGECAST_SMTP_URL or --smtp-url (smtp://user:pass@host:587)")
 	}
+	links, err := unsubscribeLinks(o.PublicURL, o.Secrets)
+	if err != nil {
+		return err
+	}
 	tr, err := transport.NewSMTP(withPool(o.SMTPURL, o.Concurrency))
 	if err != nil {
 		return err
@@ -291,16 +335,21 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 	defer tr.Close()
 	health := &ops{nc: nc, store: st}
 	if o.MetricsAddr != "" {
-		addr, err := listenHTTP(ctx, o.MetricsAddr, health.handler(), o.Log)
+		addr, err := listenHTTP(ctx, o.MetricsAddr, withPprof(health.handler()), o.Log)
 		if err != nil {
 			return err
 		}
 		o.Log.Info("metrics listening", "addr", addr)
 	}
-	w := pageworker.New(pageworker.Config{Store: st, Bus: b, Transport: tr, Clock: clock.Real{}, Log: o.Log, Concurrency: o.Concurrency})
+	w := pageworker.New(pageworker.Config{Store: st, Bus: b, Transport: tr, Clock: clock.Real{}, Log: o.Log, Concurrency: o.Concurrency, Unsubscribe: links})
 	health.ready.Store(true)
 	o.Log.Info("page worker running", "concurrency", o.Concurrency, "smtp", tr.String())
-	return w.Run(ctx)
+	tx := transactional.NewConsumer(transactional.ConsumerConfig{Store: st, JS: b.JS, Transport: tr, Clock: clock.Real{}, Log: o.Log.With("component", "transactional"), Slots: o.TxSlots, Lookup: o.TxLookup,
+		Governor: transactional.NewKVGovernor(b, o.Log.With("component", "transactional"))})
+	txDone := make(chan error, 1)
+	go func() { txDone <- tx.Run(ctx) }()
+	err = w.Run(ctx)
+	return errors.Join(err, <-txDone)
 }
 
 // withPool sizes the SMTP connection pool to the in-flight window unless the

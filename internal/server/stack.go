@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -32,17 +34,29 @@ type StackOptions struct {
 	MailFiles            bool
 	Workers, Concurrency int
 	// InDoubtAfter is the reconciler's lease (default 1 minute in dev).
-	InDoubtAfter                    time.Duration
+	InDoubtAfter time.Duration
+	// Governor paces sending per domain; nil means DevGovernor.
+	Governor                        *coordinator.GovernorConfig
 	GRPCAddr, HTTPAddr, MetricsAddr string
 	Log                             *slog.Logger
+}
+
+// DevGovernor is the governor of `rangecast dev`: every rule runs as in
+// production, but a new sending domain starts at the largest ceiling, since
+// the captured mail reaches no provider whose trust must be earned.
+func DevGovernor() *coordinator.GovernorConfig {
+	return &coordinator.GovernorConfig{Limits: governor.Limits{InitialCeiling: governor.MaxCeiling, RatePerSecond: 100_000, Burst: 100_000}}
 }
 
 // Stack is a running in-process rangecast: embedded NATS, store, capture
 // SMTP server, coordinator and page workers.
 type Stack struct {
 	GRPCAddr string
-	Capture  *capture.Server // nil when sending through SMTPURL
-	Store    store.Store
+	// PublicURL is the public HTTP (unsubscribe links, webhooks), served on
+	// HTTPAddr or a free local port; every message's link points here.
+	PublicURL string
+	Capture   *capture.Server // nil when sending through SMTPURL
+	Store     store.Store
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -133,11 +147,21 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		return nil, fmt.Errorf("listen on %s: %w", o.GRPCAddr, err)
 	}
 	s.GRPCAddr = lis.Addr().String()
+	public, secrets, err := devPublic(o.Dir, o.HTTPAddr)
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	s.PublicURL = "http://" + public.Addr().String()
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	s.run(func() error {
-		co := CoordinatorOptions{HTTPAddr: o.HTTPAddr, MetricsAddr: o.MetricsAddr, Log: o.Log, InDoubtAfter: o.InDoubtAfter}
+		co := CoordinatorOptions{HTTPAddr: o.HTTPAddr, MetricsAddr: o.MetricsAddr, Log: o.Log, InDoubtAfter: o.InDoubtAfter, Governor: o.Governor}
+		co.publicLis, co.Secrets = public, secrets
+		if co.Governor == nil {
+			co.Governor = DevGovernor()
+		}
 		if co.InDoubtAfter == 0 {
 			co.InDoubtAfter = time.Minute
 		}
@@ -151,7 +175,11 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	for i := range o.Workers {
 		log := o.Log.With("worker", i)
 		s.run(func() error {
-			return runWorker(runCtx, s.Store, nc, b, WorkerOptions{SMTPURL: smtpURL, Concurrency: o.Concurrency, Log: log})
+			wo := WorkerOptions{SMTPURL: smtpURL, Concurrency: o.Concurrency, Log: log, PublicURL: s.PublicURL, Secrets: secrets}
+			if s.Capture != nil {
+				wo.TxLookup = func(_ context.Context, messageID string) (bool, error) { return s.Capture.Accepted(messageID), nil }
+			}
+			return runWorker(runCtx, s.Store, nc, b, wo)
 		})
 	}
 	ok = true

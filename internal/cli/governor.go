@@ -1,0 +1,223 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+func (c *client) governor() (pb.GovernorServiceClient, error) {
+	conn, err := c.dial()
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewGovernorServiceClient(conn), nil
+}
+
+func envFloat(name string, def float64) float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil {
+		return v
+	}
+	return def
+}
+
+func governorCommand(c *client) *cobra.Command {
+	cmd := &cobra.Command{Use: "governor", Short: "Show and adjust the per-sending-domain limits (daily ceiling, rate, hourly limit, provider breakers)"}
+	cmd.AddCommand(governorStatusCommand(c), governorSetCommand(c), governorResetCommand(c))
+	return cmd
+}
+
+func governorStatusCommand(c *client) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [DOMAIN]",
+		Short: "Show one sending domain's governor, or every domain's",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gc, err := c.governor()
+			if err != nil {
+				return err
+			}
+			var domains []*pb.DomainStatus
+			var msg proto.Message
+			if len(args) == 1 {
+				r, err := gc.GetDomain(cmd.Context(), &pb.GetDomainRequest{Domain: args[0]})
+				if err != nil {
+					return err
+				}
+				domains, msg = []*pb.DomainStatus{r.GetDomain()}, r.GetDomain()
+			} else {
+				r, err := gc.ListDomains(cmd.Context(), &pb.ListDomainsRequest{})
+				if err != nil {
+					return err
+				}
+				domains, msg = r.GetDomains(), r
+			}
+			if asJSON {
+				out, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(msg)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), string(out))
+				return nil
+			}
+			if len(domains) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no sending domain has governor state yet (nothing sent)")
+			}
+			for i, d := range domains {
+				if i > 0 {
+					fmt.Fprintln(cmd.OutOrStdout())
+				}
+				printDomain(cmd.OutOrStdout(), d)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// printDomain writes one domain's governor in words and a provider table.
+func printDomain(w io.Writer, d *pb.DomainStatus) {
+	fmt.Fprintf(w, "%s  (day %s UTC", d.GetDomain(), d.GetDay())
+	if !d.GetLive() {
+		fmt.Fprint(w, ", last stored state")
+	}
+	fmt.Fprintln(w, ")")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	rejected := ""
+	if d.GetRejectedToday() {
+		rejected = "  (quota rejection today: no doubling tonight)"
+	}
+	fmt.Fprintf(tw, "  daily ceiling\t%s\n", thousands(d.GetDailyCeiling()))
+	fmt.Fprintf(tw, "  sent today\t%s  (in flight %d)%s\n", thousands(d.GetSentToday()), d.GetInFlight(), rejected)
+	fmt.Fprintf(tw, "  rate\t%s/s, burst %d, %.0f tokens now\n", strconv.FormatFloat(d.GetRatePerSecond(), 'f', -1, 64), d.GetBurst(), d.GetTokens())
+	hourly := "no hourly limit"
+	if d.GetEmailsPerHour() > 0 {
+		hourly = fmt.Sprintf("%s of %s this hour", thousands(d.GetHourlyCount()), thousands(d.GetEmailsPerHour()))
+	}
+	if r := d.GetHourlyResetAt(); r != nil {
+		hourly += fmt.Sprintf(" (reset at %s UTC; %s sent in the last hour)", r.AsTime().UTC().Format(time.TimeOnly), thousands(d.GetHourlySent()))
+	}
+	fmt.Fprintf(tw, "  smtp server %s\t%s\n", d.GetServer(), hourly)
+	waiting := d.GetWaiting()
+	if waiting == "" {
+		waiting = "nothing: sending"
+	}
+	fmt.Fprintf(tw, "  waiting for\t%s\n", waiting)
+	tw.Flush() //nolint:errcheck
+	if len(d.GetProviders()) == 0 {
+		return
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  PROVIDER\tSTATE\tFAILURES\tUNTIL (UTC)")
+	for _, p := range d.GetProviders() {
+		until := "-"
+		if p.GetUntil() != nil {
+			until = p.GetUntil().AsTime().UTC().Format(time.TimeOnly)
+		}
+		phase := strings.ToLower(strings.TrimPrefix(p.GetPhase().String(), "PROVIDER_PHASE_"))
+		if p.GetProbeInFlight() {
+			phase += " (probe out)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", p.GetProvider(), strings.ReplaceAll(phase, "_", "-"), p.GetFailures(), until)
+	}
+	tw.Flush() //nolint:errcheck
+}
+
+// thousands formats n with comma separators.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func governorSetCommand(c *client) *cobra.Command {
+	var rate float64
+	var burst int32
+	var perHour, ceiling int64
+	cmd := &cobra.Command{
+		Use:   "set-limits DOMAIN",
+		Short: "Change a sending domain's rate, burst, hourly limit or daily ceiling",
+		Example: `  rangecast governor set-limits example.com --rate 20 --burst 100
+  rangecast governor set-limits example.com --daily-ceiling 200000   # a domain warmed elsewhere`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &pb.SetDomainLimitsRequest{Domain: args[0]}
+			f := cmd.Flags()
+			if f.Changed("rate") {
+				req.RatePerSecond = &rate
+			}
+			if f.Changed("burst") {
+				req.Burst = &burst
+			}
+			if f.Changed("emails-per-hour") {
+				req.EmailsPerHour = &perHour
+			}
+			if f.Changed("daily-ceiling") {
+				req.DailyCeiling = &ceiling
+			}
+			gc, err := c.governor()
+			if err != nil {
+				return err
+			}
+			r, err := gc.SetDomainLimits(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			printDomain(cmd.OutOrStdout(), r.GetDomain())
+			return nil
+		},
+	}
+	cmd.Flags().Float64Var(&rate, "rate", 0, "messages per second")
+	cmd.Flags().Int32Var(&burst, "burst", 0, "token bucket burst")
+	cmd.Flags().Int64Var(&perHour, "emails-per-hour", 0, "hourly limit of the SMTP server")
+	cmd.Flags().Int64Var(&ceiling, "daily-ceiling", 0, "set the learned daily ceiling by hand (100 to 5,000,000)")
+	return cmd
+}
+
+func governorResetCommand(c *client) *cobra.Command {
+	return &cobra.Command{
+		Use:   "reset-rate-limit SERVER",
+		Short: "Restart an SMTP server's hourly count from now (deletes nothing)",
+		Long: `Use it when the SMTP server's own hourly counter was reset, or its limit
+raised by hand: sends before now stop counting against the hourly limit.
+They stay recorded. A broadcast waiting for the hourly limit picks up on its
+next tick.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gc, err := c.governor()
+			if err != nil {
+				return err
+			}
+			r, err := gc.ResetRateLimit(cmd.Context(), &pb.ResetRateLimitRequest{Server: args[0]})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "hourly limit of %s reset at %s UTC for %s\n", args[0],
+				r.GetResetAt().AsTime().UTC().Format(time.TimeOnly), strings.Join(r.GetDomains(), ", "))
+			return nil
+		},
+	}
+}
