@@ -428,6 +428,13 @@ func (h *harness) startAll(ctx context.Context) error {
 		return fmt.Errorf("smtpsink: %w\n%s", err, h.sink.logTail(20))
 	}
 	natsURL := "nats://" + h.natsAddr
+	// Coordinators verify and workers sign one-click unsubscribe links
+	// with the same key; the links point at the first coordinator.
+	keys := filepath.Join(h.dir, "unsubscribe.keys")
+	if err := os.WriteFile(keys, []byte("chaos-unsubscribe-key-0123456789abcdef0123456789\n"), 0o600); err != nil {
+		return err
+	}
+	var publicURL string
 	for i := range h.cfg.Coordinators {
 		grpcAddr, err1 := freeAddr()
 		httpAddr, err2 := freeAddr()
@@ -437,7 +444,14 @@ func (h *harness) startAll(ctx context.Context) error {
 		}
 		p := h.newProc("coordinator", fmt.Sprintf("coordinator-%d", i+1), "--database-url", h.dbURL, "--nats-url", natsURL,
 			"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--metrics-addr", metricsAddr,
-			"--in-doubt-after", h.cfg.InDoubtAfter.String(), "--in-doubt-policy", "skip")
+			"--in-doubt-after", h.cfg.InDoubtAfter.String(), "--in-doubt-policy", "skip",
+			// The sink is no provider whose trust must be earned: the
+			// governor runs, but its ceiling and rate do not bind.
+			"--initial-daily-ceiling", "5000000", "--domain-rate", "1000000", "--domain-burst", "1000000",
+			"--unsubscribe-keys-file", keys)
+		if publicURL == "" {
+			publicURL = "http://" + httpAddr
+		}
 		h.coords, h.coordGRPC, h.coordMetric = append(h.coords, p), append(h.coordGRPC, grpcAddr), append(h.coordMetric, metricsAddr)
 		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -462,7 +476,8 @@ func (h *harness) startAll(ctx context.Context) error {
 			return err
 		}
 		p := h.newProc("pageworker", fmt.Sprintf("pageworker-%d", i+1), "--database-url", h.dbURL, "--nats-url", natsURL,
-			"--smtp-url", smtpURL, "--concurrency", fmt.Sprint(h.cfg.Concurrency), "--metrics-addr", metricsAddr)
+			"--smtp-url", smtpURL, "--concurrency", fmt.Sprint(h.cfg.Concurrency), "--metrics-addr", metricsAddr,
+			"--public-url", publicURL, "--unsubscribe-keys-file", keys)
 		h.workers = append(h.workers, p)
 		if err := p.start(); err != nil {
 			return err
