@@ -28,6 +28,10 @@ func GovernorLimitsKey(domain string) string { return "limits." + domain }
 // GovernorResetKey is the KV key of an SMTP server's last hourly reset.
 func GovernorResetKey(server string) string { return "reset." + server }
 
+// GovernorHourlyKey is the KV key of an SMTP server's hourly window, shared
+// by the sending domains that send through it (written by the leader).
+func GovernorHourlyKey(server string) string { return "hourly." + server }
+
 // Key patterns for the leader's watch and for listing.
 const (
 	GovernorStateKeys  = "state.>"
@@ -40,7 +44,6 @@ const (
 type GovernorLimits struct {
 	RatePerSecond float64 `json:"rate_per_second,omitempty"`
 	Burst         int     `json:"burst,omitempty"`
-	EmailsPerHour int     `json:"emails_per_hour,omitempty"`
 	// Ceiling sets the daily ceiling by hand once; CeilingSetAt tells the
 	// leader whether it has applied this one.
 	Ceiling      int       `json:"ceiling,omitempty"`

@@ -156,10 +156,10 @@ func thousands(n int64) string {
 func governorSetCommand(c *client) *cobra.Command {
 	var rate float64
 	var burst int32
-	var perHour, ceiling int64
+	var ceiling int64
 	cmd := &cobra.Command{
 		Use:   "set-limits DOMAIN",
-		Short: "Change a sending domain's rate, burst, hourly limit or daily ceiling",
+		Short: "Change a sending domain's rate, burst or daily ceiling (the hourly limit is the SMTP server's: coordinator --emails-per-hour)",
 		Example: `  rangecast governor set-limits example.com --rate 20 --burst 100
   rangecast governor set-limits example.com --daily-ceiling 200000   # a domain warmed elsewhere`,
 		Args: cobra.ExactArgs(1),
@@ -171,9 +171,6 @@ func governorSetCommand(c *client) *cobra.Command {
 			}
 			if f.Changed("burst") {
 				req.Burst = &burst
-			}
-			if f.Changed("emails-per-hour") {
-				req.EmailsPerHour = &perHour
 			}
 			if f.Changed("daily-ceiling") {
 				req.DailyCeiling = &ceiling
@@ -192,7 +189,6 @@ func governorSetCommand(c *client) *cobra.Command {
 	}
 	cmd.Flags().Float64Var(&rate, "rate", 0, "messages per second")
 	cmd.Flags().Int32Var(&burst, "burst", 0, "token bucket burst")
-	cmd.Flags().Int64Var(&perHour, "emails-per-hour", 0, "hourly limit of the SMTP server")
 	cmd.Flags().Int64Var(&ceiling, "daily-ceiling", 0, "set the learned daily ceiling by hand (100 to 5,000,000)")
 	return cmd
 }

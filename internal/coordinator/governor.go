@@ -44,8 +44,15 @@ type governors struct {
 
 	mu      sync.Mutex
 	domains map[string]*hosted
-	resets  map[string]time.Time // server → last manual reset seen
-	kick    chan struct{}        // asks the flush loop to write now
+	servers map[string]*hostedServer
+	kick    chan struct{} // asks the flush loop to write now
+}
+
+// hostedServer is an SMTP server's hourly limit, shared by its domains.
+type hostedServer struct {
+	s     *governor.Server
+	rev   uint64
+	dirty bool
 }
 
 type hosted struct {
@@ -60,7 +67,7 @@ func newGovernors(ctx context.Context, kv jetstream.KeyValue, cfg GovernorConfig
 	}
 	return &governors{
 		kv: kv, clock: clk, log: log, defaults: cfg.Limits, flush: cfg.Flush, ctx: ctx,
-		domains: map[string]*hosted{}, resets: map[string]time.Time{}, kick: make(chan struct{}, 1),
+		domains: map[string]*hosted{}, servers: map[string]*hostedServer{}, kick: make(chan struct{}, 1),
 	}
 }
 
@@ -113,21 +120,39 @@ func (g *governors) domain(name string) (*hosted, error) {
 	if err != nil {
 		return nil, err
 	}
+	srv, err := g.serverLocked(serverOf(g.defaults))
+	if err != nil {
+		return nil, err
+	}
 	now := g.clock.Now()
 	limits := mergeLimits(g.defaults, ol)
 	h := &hosted{d: governor.NewDomain(name, limits, st, now), rev: rev, dirty: st == nil}
+	h.d.ShareServer(srv.s)
 	if ol != nil && ol.Ceiling > 0 {
 		h.d.SetCeiling(now, ol.CeilingSetAt, ol.Ceiling)
 	}
-	server := serverOf(limits)
-	if at, ok := g.resets[server]; ok {
-		h.d.ResetRateLimit(at)
-	} else if r, err := readGovernorReset(g.ctx, g.kv, server); err == nil && !r.At.IsZero() {
-		g.resets[server] = r.At
-		h.d.ResetRateLimit(r.At)
-	}
 	g.domains[name] = h
 	return h, nil
+}
+
+// serverLocked returns the hosted SMTP server, loading its window and last
+// reset from KV; g.mu is held.
+func (g *governors) serverLocked(name string) (*hostedServer, error) {
+	if hs, ok := g.servers[name]; ok {
+		return hs, nil
+	}
+	w, rev, err := readHourly(g.ctx, g.kv, name)
+	if err != nil {
+		return nil, err
+	}
+	hs := &hostedServer{s: governor.NewServer(name, g.defaults.EmailsPerHour, w), rev: rev}
+	if r, err := readGovernorReset(g.ctx, g.kv, name); err != nil {
+		return nil, err
+	} else if !r.At.IsZero() {
+		hs.s.Reset(r.At)
+	}
+	g.servers[name] = hs
+	return hs, nil
 }
 
 // follow applies an operator's change seen in KV to the hosted domains.
@@ -159,12 +184,9 @@ func (g *governors) follow(key string, value []byte) {
 			g.log.Error("malformed rate-limit reset ignored", "server", server, "err", err)
 			return
 		}
-		g.resets[server] = r.At
-		for _, h := range g.domains {
-			if serverOf(h.d.Limits()) == server {
-				h.d.ResetRateLimit(r.At)
-				h.dirty = true
-			}
+		if hs, ok := g.servers[server]; ok {
+			hs.s.Reset(r.At)
+			hs.dirty = true
 		}
 	}
 	g.kickFlush()
@@ -214,6 +236,13 @@ func (g *governors) Observe(now time.Time, domain string, rep bus.Report) {
 		return
 	}
 	h.d.Count(now, rep.Sent)
+	if rep.Sent > 0 {
+		g.mu.Lock()
+		if hs, ok := g.servers[serverOf(g.defaults)]; ok {
+			hs.dirty = true
+		}
+		g.mu.Unlock()
+	}
 	urgent := false
 	// Successes first: a half-open breaker's probe that went through
 	// closes it before any later failure in the same page counts.
@@ -308,7 +337,27 @@ func (g *governors) flushDirty(ctx context.Context) {
 			todo = append(todo, h)
 		}
 	}
+	var servers []*hostedServer
+	for _, hs := range g.servers {
+		if hs.dirty {
+			hs.dirty = false
+			servers = append(servers, hs)
+		}
+	}
 	g.mu.Unlock()
+	for _, hs := range servers {
+		rev, err := writeHourly(ctx, g.kv, hs.s, hs.rev)
+		g.mu.Lock()
+		if err != nil {
+			hs.dirty = true
+		} else {
+			hs.rev = rev
+		}
+		g.mu.Unlock()
+		if err != nil {
+			g.log.Warn("hourly window not written; retried", "server", hs.s.Name(), "err", err)
+		}
+	}
 	for _, h := range todo {
 		g.mu.Lock()
 		rev := h.rev
@@ -357,6 +406,47 @@ func writeGovernorState(ctx context.Context, kv jetstream.KeyValue, d *governor.
 		}
 		rev = storedRev
 	}
+}
+
+// writeHourly writes a server's hourly window like writeGovernorState
+// writes a domain's state: by compare-and-set, merging on a conflict.
+func writeHourly(ctx context.Context, kv jetstream.KeyValue, s *governor.Server, rev uint64) (uint64, error) {
+	key := bus.GovernorHourlyKey(s.Name())
+	for attempt := 0; ; attempt++ {
+		data := bus.Encode(s.Window())
+		var next uint64
+		var err error
+		if rev == 0 {
+			next, err = kv.Create(ctx, key, data)
+		} else {
+			next, err = kv.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return next, nil
+		}
+		conflict := errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence")
+		if !conflict || attempt >= 3 {
+			return 0, err
+		}
+		stored, storedRev, err := readHourly(ctx, kv, s.Name())
+		if err != nil {
+			return 0, err
+		}
+		s.Adopt(governor.MergeHourly(s.Window(), stored))
+		rev = storedRev
+	}
+}
+
+func readHourly(ctx context.Context, kv jetstream.KeyValue, server string) (governor.HourlyWindow, uint64, error) {
+	var w governor.HourlyWindow
+	e, err := kv.Get(ctx, bus.GovernorHourlyKey(server))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return w, 0, nil
+	}
+	if err != nil {
+		return w, 0, fmt.Errorf("read hourly window of %s: %w", server, err)
+	}
+	return w, e.Revision(), bus.Decode(e.Value(), &w)
 }
 
 func readGovernorState(ctx context.Context, kv jetstream.KeyValue, domain string) (*governor.DomainState, uint64, error) {
@@ -411,9 +501,6 @@ func mergeLimits(d governor.Limits, o *bus.GovernorLimits) governor.Limits {
 	}
 	if o.Burst > 0 {
 		d.Burst = o.Burst
-	}
-	if o.EmailsPerHour > 0 {
-		d.EmailsPerHour = o.EmailsPerHour
 	}
 	return d
 }

@@ -99,17 +99,14 @@ func (api *GovernorAPI) SetDomainLimits(ctx context.Context, req *pb.SetDomainLi
 	if err != nil {
 		return nil, err
 	}
-	if req.RatePerSecond == nil && req.Burst == nil && req.EmailsPerHour == nil && req.DailyCeiling == nil {
-		return nil, invalid("nothing to set: give rate_per_second, burst, emails_per_hour or daily_ceiling")
+	if req.RatePerSecond == nil && req.Burst == nil && req.DailyCeiling == nil {
+		return nil, invalid("nothing to set: give rate_per_second, burst or daily_ceiling")
 	}
 	if r := req.RatePerSecond; r != nil && (*r <= 0 || math.IsNaN(*r) || math.IsInf(*r, 0)) {
 		return nil, invalid("rate_per_second must be above 0, got %v", *r)
 	}
 	if b := req.Burst; b != nil && *b <= 0 {
 		return nil, invalid("burst must be at least 1, got %d", *b)
-	}
-	if h := req.EmailsPerHour; h != nil && *h <= 0 {
-		return nil, invalid("emails_per_hour must be at least 1, got %d (leave it unset to keep the configured limit)", *h)
 	}
 	if c := req.DailyCeiling; c != nil && (*c < governor.MinCeiling || *c > governor.MaxCeiling) {
 		return nil, invalid("daily_ceiling must be between %d and %d, got %d", governor.MinCeiling, governor.MaxCeiling, *c)
@@ -136,9 +133,6 @@ func (api *GovernorAPI) SetDomainLimits(ctx context.Context, req *pb.SetDomainLi
 		}
 		if req.Burst != nil {
 			l.Burst = int(*req.Burst)
-		}
-		if req.EmailsPerHour != nil {
-			l.EmailsPerHour = int(*req.EmailsPerHour)
 		}
 		if req.DailyCeiling != nil {
 			l.Ceiling, l.CeilingSetAt = int(*req.DailyCeiling), now
@@ -255,10 +249,17 @@ func (api *GovernorAPI) offline(ctx context.Context, d string, orNew bool) (*pb.
 	if ol != nil && ol.Ceiling > 0 {
 		dom.SetCeiling(now, ol.CeilingSetAt, ol.Ceiling)
 	}
-	if r, err := readGovernorReset(ctx, kv, serverOf(limits)); err == nil && !r.At.IsZero() {
-		dom.ResetRateLimit(r.At)
+	server := serverOf(api.c.cfg.Governor.Limits)
+	w, _, err := readHourly(ctx, kv, server)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	return domainStatus(dom.Status(now), serverOf(limits), false), nil
+	srv := governor.NewServer(server, api.c.cfg.Governor.Limits.EmailsPerHour, w)
+	if r, err := readGovernorReset(ctx, kv, server); err == nil && !r.At.IsZero() {
+		srv.Reset(r.At)
+	}
+	dom.ShareServer(srv)
+	return domainStatus(dom.Status(now), server, false), nil
 }
 
 func domainStatus(s governor.Status, server string, live bool) *pb.DomainStatus {

@@ -302,7 +302,7 @@ func TestHourlyLimitAndReset(t *testing.T) {
 		if got := s.waitQuiet(time.Second); got != want {
 			t.Fatalf("%d sent; the hourly limit allows %d until a reset", got, want)
 		}
-		if w := s.status(id).GetProgress().GetWaitingFor(); !strings.Contains(w, "hourly limit of 40 for rangecast.test reached") {
+		if w := s.status(id).GetProgress().GetWaitingFor(); !strings.Contains(w, "hourly limit of 40 for SMTP server relay reached") {
 			t.Fatalf("waiting_for = %q; want the hourly limit", w)
 		}
 		r, err := s.governorClient().ResetRateLimit(ctx, &pb.ResetRateLimitRequest{Server: "relay"})
@@ -522,5 +522,54 @@ func TestDeferredRowsGiveUp(t *testing.T) {
 		if strings.HasSuffix(c.Email, "@yahoo.com") != (row.Status == store.SendFailed) {
 			t.Fatalf("%s: %s (%s)", c.Email, row.Status, row.Error)
 		}
+	}
+}
+
+// TestHourlyLimitSharedByDomains: the hourly limit is the SMTP server's, so
+// two sending domains through it share one count.
+func TestHourlyLimitSharedByDomains(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 1, concurrency: 8, pageLimit: 10,
+		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000, EmailsPerHour: 50, Server: "relay"}},
+	})
+	s.withFastRetries(8)
+	s.seedProviders(60)
+	ctx := context.Background()
+	var ids []string
+	for _, from := range []string{"news@a.example", "news@b.example"} {
+		resp, err := s.client.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{Name: from,
+			Content: &pb.BroadcastContent{FromAddress: from, Subject: "Hi", Html: "<p>Hi {{.Name}}</p>"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, resp.GetBroadcast().GetId())
+	}
+	for _, id := range ids {
+		s.start(id)
+	}
+	for deadline := time.Now().Add(20 * time.Second); s.sink.Count() < 50 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := s.waitQuiet(time.Second); got != 50 {
+		t.Fatalf("%d sent by two domains through one server with an hourly limit of 50", got)
+	}
+	a, b := s.domainStatus("a.example"), s.domainStatus("b.example")
+	if a.GetHourlyCount() != 50 || b.GetHourlyCount() != 50 || a.GetSentToday()+b.GetSentToday() != 50 {
+		t.Fatalf("hourly counts %d and %d (want the server's 50 for both), sent today %d + %d", a.GetHourlyCount(), b.GetHourlyCount(), a.GetSentToday(), b.GetSentToday())
+	}
+	for range 2 {
+		if _, err := s.governorClient().ResetRateLimit(ctx, &pb.ResetRateLimitRequest{Server: "relay"}); err != nil {
+			t.Fatal(err)
+		}
+		for n := s.sink.Count(); s.sink.Count() == n; {
+			time.Sleep(20 * time.Millisecond)
+		}
+		s.waitQuiet(time.Second)
+	}
+	for _, id := range ids {
+		s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 30*time.Second)
+	}
+	if got := s.sink.Count(); got != 120 {
+		t.Fatalf("%d messages at the end, want 2 × 60", got)
 	}
 }

@@ -133,6 +133,10 @@ type Domain struct {
 	st       DomainState
 	bucket   *Bucket
 	inFlight int
+	// server is the hourly limit; private (its window kept in st.Hourly)
+	// until ShareServer.
+	server *Server
+	shared bool
 }
 
 // NewDomain returns the governor of domain name with limits l. st is its
@@ -163,6 +167,8 @@ func NewDomain(name string, l Limits, st *DomainState, now time.Time) *Domain {
 		d.st.Day = ""
 	}
 	d.st.SentToday = max(d.st.SentToday, 0)
+	d.server = NewServer(l.Server, l.EmailsPerHour, d.st.Hourly)
+	d.st.Hourly = HourlyWindow{} // the server holds it; State puts it back
 	d.roll(now)
 	return d
 }
@@ -208,6 +214,7 @@ func (d *Domain) Grant(now time.Time, n int) (granted int, retryAt time.Time, re
 		granted = d.bucket.Take(now, g)
 	}
 	d.inFlight += granted
+	d.server.reserve(granted)
 	if granted == n {
 		return granted, time.Time{}, ""
 	}
@@ -218,11 +225,7 @@ func (d *Domain) Grant(now time.Time, n int) (granted int, retryAt time.Time, re
 // left is what the daily ceiling and the hourly limit allow now.
 func (d *Domain) left(now time.Time) (daily, hourly int) {
 	daily = max(0, d.st.Ceiling-d.st.SentToday-d.inFlight)
-	hourly = math.MaxInt
-	if l := d.limits.EmailsPerHour; l > 0 {
-		hourly = max(0, l-d.st.Hourly.Count(now)-d.inFlight)
-	}
-	return daily, hourly
+	return daily, d.server.left(now)
 }
 
 // why names the limit that stopped a grant at got (the one lasting longest
@@ -237,10 +240,13 @@ func (d *Domain) why(now time.Time, got, daily, hourly int) (at time.Time, reaso
 		consider(nextMidnight(now), fmt.Sprintf("daily ceiling of %s for %s reached; resumes 00:00 UTC",
 			thousands(d.st.Ceiling), d.st.Domain))
 	}
-	if l := d.limits.EmailsPerHour; l > 0 && hourly <= got {
-		t := d.st.Hourly.freeAt(now, l, d.inFlight)
+	if l, t := d.server.binds(now); l > 0 && hourly <= got {
+		on := d.st.Domain
+		if d.shared {
+			on = "SMTP server " + d.server.Name()
+		}
 		consider(t, fmt.Sprintf("hourly limit of %s for %s reached; resumes %s UTC",
-			thousands(l), d.st.Domain, clockTime(t)))
+			thousands(l), on, clockTime(t)))
 	}
 	if reason == "" {
 		w := d.bucket.Wait(now)
@@ -260,6 +266,7 @@ func (d *Domain) Return(n int) {
 	defer d.mu.Unlock()
 	d.bucket.Return(n)
 	d.inFlight = max(0, d.inFlight-n)
+	d.server.release(n)
 }
 
 // Settle closes a grant of granted messages of which sent went out: none of
@@ -275,6 +282,7 @@ func (d *Domain) Settle(granted, sent int) {
 	defer d.mu.Unlock()
 	d.bucket.Return(max(0, granted-sent))
 	d.inFlight = max(0, d.inFlight-granted)
+	d.server.release(granted)
 }
 
 // Count counts n messages accepted by the SMTP server at now toward today's
@@ -288,7 +296,7 @@ func (d *Domain) Count(now time.Time, n int) {
 	now = now.UTC()
 	d.roll(now)
 	d.st.SentToday += n
-	d.st.Hourly.Record(now, n)
+	d.server.record(now, n)
 }
 
 // RecordSent counts n messages accepted by the SMTP server at now toward
@@ -304,8 +312,9 @@ func (d *Domain) RecordSent(now time.Time, n int) {
 	now = now.UTC()
 	d.roll(now)
 	d.st.SentToday += n
-	d.st.Hourly.Record(now, n)
+	d.server.record(now, n)
 	d.inFlight = max(0, d.inFlight-n)
+	d.server.release(n)
 }
 
 // RecordQuotaRejection lowers the ceiling to max(MinCeiling, sent today / 2)
@@ -399,7 +408,7 @@ func (d *Domain) ResetRateLimit(now time.Time) {
 	defer d.mu.Unlock()
 	now = now.UTC()
 	d.roll(now)
-	d.st.Hourly.Reset(now)
+	d.server.Reset(now)
 }
 
 // SetLimits replaces the configured limits (an operator changed them). The
@@ -413,6 +422,9 @@ func (d *Domain) SetLimits(now time.Time, l Limits) {
 	tokens := min(d.bucket.Available(now), float64(l.Burst))
 	d.limits = l
 	d.bucket = &Bucket{perSecond: l.RatePerSecond, burst: float64(l.Burst), tokens: tokens, last: now}
+	if !d.shared {
+		d.server.SetLimit(l.EmailsPerHour)
+	}
 }
 
 // Limits returns the configured limits, defaults applied.
@@ -462,7 +474,22 @@ func (d *Domain) tidy(now time.Time) {
 func (d *Domain) State() DomainState {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.st.clone()
+	st := d.st.clone()
+	if !d.shared {
+		st.Hourly = d.server.Window()
+	}
+	return st
+}
+
+// ShareServer makes the domain count against a server shared with other
+// domains (its hourly limit and window), instead of its own. The domain's
+// grants in flight move to it.
+func (d *Domain) ShareServer(s *Server) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s.reserve(d.inFlight)
+	d.server, d.shared = s, true
+	d.st.Hourly = HourlyWindow{}
 }
 
 // ProviderStatus is one receiving provider that is held, has a breaker that
@@ -512,6 +539,7 @@ func (d *Domain) Status(now time.Time) Status {
 	now = now.UTC()
 	d.roll(now)
 	d.tidy(now)
+	srv := d.server.Status(now)
 	s := Status{
 		Domain:        d.st.Domain,
 		Day:           d.st.Day,
@@ -522,10 +550,10 @@ func (d *Domain) Status(now time.Time) Status {
 		Tokens:        d.bucket.Available(now),
 		RatePerSecond: d.limits.RatePerSecond,
 		Burst:         d.limits.Burst,
-		EmailsPerHour: d.limits.EmailsPerHour,
-		HourlyCount:   d.st.Hourly.Count(now),
-		HourlySent:    d.st.Hourly.Sent(now),
-		ResetAt:       d.st.Hourly.ResetAt,
+		EmailsPerHour: srv.EmailsPerHour,
+		HourlyCount:   srv.Count,
+		HourlySent:    srv.Sent,
+		ResetAt:       srv.ResetAt,
 	}
 	var words []string
 	daily, hourly := d.left(now)

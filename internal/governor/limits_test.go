@@ -106,3 +106,43 @@ func TestSettleAndCountKeepGrantsApart(t *testing.T) {
 		t.Fatalf("granted %d past the ceiling", g)
 	}
 }
+
+// TestSharedServerHourlyLimit: two sending domains through one SMTP server
+// share its hourly limit; a reset of the server frees both.
+func TestSharedServerHourlyLimit(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	relay := NewServer("relay", 100, HourlyWindow{})
+	l := Limits{RatePerSecond: 1e6, Burst: 1e6}
+	a := NewDomain("a.example", l, nil, now)
+	b := NewDomain("b.example", l, nil, now)
+	a.ShareServer(relay)
+	b.ShareServer(relay)
+	if g, _, _ := a.Grant(now, 70); g != 70 {
+		t.Fatalf("a granted %d, want 70", g)
+	}
+	g, at, why := b.Grant(now, 50)
+	if g != 30 || why != "hourly limit of 100 for SMTP server relay reached; resumes 10:00 UTC" || !at.Equal(now.Add(time.Hour)) {
+		t.Fatalf("b granted %d (%q, %v); want the 30 the server has left, then 10:00", g, why, at)
+	}
+	a.Settle(70, 70)
+	a.Count(now, 70)
+	b.Settle(30, 30)
+	b.Count(now, 30)
+	if s := b.Status(now); s.HourlyCount != 100 || s.EmailsPerHour != 100 {
+		t.Fatalf("b sees the server at %d of %d; want 100 of 100", s.HourlyCount, s.EmailsPerHour)
+	}
+	if g, _, _ := a.Grant(now.Add(time.Minute), 1); g != 0 {
+		t.Fatalf("a granted %d past the server's limit", g)
+	}
+	relay.Reset(now.Add(2 * time.Minute))
+	if g, _, _ := a.Grant(now.Add(2*time.Minute), 60); g != 60 {
+		t.Fatalf("after a reset a was granted %d, want 60", g)
+	}
+	if g, _, _ := b.Grant(now.Add(2*time.Minute), 60); g != 40 {
+		t.Fatalf("after a reset b was granted %d, want the 40 a left", g)
+	}
+	if st := a.State(); len(st.Hourly.Slots) != 0 {
+		t.Fatalf("a shared server's window is stored with a domain: %+v", st.Hourly)
+	}
+}

@@ -45,14 +45,18 @@ func Merge(a, b DomainState) DomainState {
 			out.Breakers[p] = bb
 		}
 	}
-	if b.Hourly.ResetAt.After(out.Hourly.ResetAt) {
-		out.Hourly.ResetAt = b.Hourly.ResetAt
+	out.Hourly = MergeHourly(a.Hourly, b.Hourly)
+	return out
+}
+
+// MergeHourly combines two versions of an hourly window: the one that
+// counted more, and the later reset.
+func MergeHourly(a, b HourlyWindow) HourlyWindow {
+	out := a.clone()
+	if total(b) > total(a) {
+		out = b.clone()
 	}
-	if total(b.Hourly) > total(a.Hourly) {
-		reset := out.Hourly.ResetAt
-		out.Hourly = b.Hourly
-		out.Hourly.ResetAt = reset
-	}
+	out.ResetAt = maxTime(a.ResetAt, b.ResetAt)
 	return out
 }
 
@@ -72,4 +76,8 @@ func (d *Domain) Adopt(st DomainState) {
 	name := d.st.Domain
 	d.st = st.clone()
 	d.st.Domain = name
+	if !d.shared {
+		d.server.Adopt(st.Hourly)
+	}
+	d.st.Hourly = HourlyWindow{}
 }

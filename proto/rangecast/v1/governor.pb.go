@@ -251,7 +251,6 @@ type SetDomainLimitsRequest struct {
 	Domain        string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
 	RatePerSecond *float64               `protobuf:"fixed64,2,opt,name=rate_per_second,json=ratePerSecond,proto3,oneof" json:"rate_per_second,omitempty"`
 	Burst         *int32                 `protobuf:"varint,3,opt,name=burst,proto3,oneof" json:"burst,omitempty"`
-	EmailsPerHour *int64                 `protobuf:"varint,4,opt,name=emails_per_hour,json=emailsPerHour,proto3,oneof" json:"emails_per_hour,omitempty"`
 	// daily_ceiling sets the learned ceiling by hand (100 to 5,000,000);
 	// learning carries on from it.
 	DailyCeiling  *int64 `protobuf:"varint,5,opt,name=daily_ceiling,json=dailyCeiling,proto3,oneof" json:"daily_ceiling,omitempty"`
@@ -306,13 +305,6 @@ func (x *SetDomainLimitsRequest) GetRatePerSecond() float64 {
 func (x *SetDomainLimitsRequest) GetBurst() int32 {
 	if x != nil && x.Burst != nil {
 		return *x.Burst
-	}
-	return 0
-}
-
-func (x *SetDomainLimitsRequest) GetEmailsPerHour() int64 {
-	if x != nil && x.EmailsPerHour != nil {
-		return *x.EmailsPerHour
 	}
 	return 0
 }
@@ -557,10 +549,11 @@ type DomainStatus struct {
 	RatePerSecond float64 `protobuf:"fixed64,8,opt,name=rate_per_second,json=ratePerSecond,proto3" json:"rate_per_second,omitempty"`
 	Burst         int32   `protobuf:"varint,9,opt,name=burst,proto3" json:"burst,omitempty"`
 	Server        string  `protobuf:"bytes,10,opt,name=server,proto3" json:"server,omitempty"`
-	// emails_per_hour is the SMTP server's hourly limit, 0 for none.
-	EmailsPerHour int64 `protobuf:"varint,11,opt,name=emails_per_hour,json=emailsPerHour,proto3" json:"emails_per_hour,omitempty"`
-	// hourly_count counts against the hourly limit now; hourly_sent is what
-	// was sent in the last hour, before a reset included.
+	// emails_per_hour is the SMTP server's hourly limit, 0 for none. The
+	// server's window is shared by every sending domain that sends through
+	// it: hourly_count counts against the limit now; hourly_sent is what was
+	// sent in the last hour, before a reset included.
+	EmailsPerHour int64                  `protobuf:"varint,11,opt,name=emails_per_hour,json=emailsPerHour,proto3" json:"emails_per_hour,omitempty"`
 	HourlyCount   int64                  `protobuf:"varint,12,opt,name=hourly_count,json=hourlyCount,proto3" json:"hourly_count,omitempty"`
 	HourlySent    int64                  `protobuf:"varint,13,opt,name=hourly_sent,json=hourlySent,proto3" json:"hourly_sent,omitempty"`
 	HourlyResetAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=hourly_reset_at,json=hourlyResetAt,proto3" json:"hourly_reset_at,omitempty"`
@@ -742,17 +735,15 @@ const file_rangecast_v1_governor_proto_rawDesc = "" +
 	"\x06domain\x18\x01 \x01(\v2\x1a.rangecast.v1.DomainStatusR\x06domain\"\x14\n" +
 	"\x12ListDomainsRequest\"K\n" +
 	"\x13ListDomainsResponse\x124\n" +
-	"\adomains\x18\x01 \x03(\v2\x1a.rangecast.v1.DomainStatusR\adomains\"\x93\x02\n" +
+	"\adomains\x18\x01 \x03(\v2\x1a.rangecast.v1.DomainStatusR\adomains\"\xe9\x01\n" +
 	"\x16SetDomainLimitsRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12+\n" +
 	"\x0frate_per_second\x18\x02 \x01(\x01H\x00R\rratePerSecond\x88\x01\x01\x12\x19\n" +
-	"\x05burst\x18\x03 \x01(\x05H\x01R\x05burst\x88\x01\x01\x12+\n" +
-	"\x0femails_per_hour\x18\x04 \x01(\x03H\x02R\remailsPerHour\x88\x01\x01\x12(\n" +
-	"\rdaily_ceiling\x18\x05 \x01(\x03H\x03R\fdailyCeiling\x88\x01\x01B\x12\n" +
+	"\x05burst\x18\x03 \x01(\x05H\x01R\x05burst\x88\x01\x01\x12(\n" +
+	"\rdaily_ceiling\x18\x05 \x01(\x03H\x02R\fdailyCeiling\x88\x01\x01B\x12\n" +
 	"\x10_rate_per_secondB\b\n" +
-	"\x06_burstB\x12\n" +
-	"\x10_emails_per_hourB\x10\n" +
-	"\x0e_daily_ceiling\"M\n" +
+	"\x06_burstB\x10\n" +
+	"\x0e_daily_ceilingJ\x04\b\x04\x10\x05R\x0femails_per_hour\"M\n" +
 	"\x17SetDomainLimitsResponse\x122\n" +
 	"\x06domain\x18\x01 \x01(\v2\x1a.rangecast.v1.DomainStatusR\x06domain\"/\n" +
 	"\x15ResetRateLimitRequest\x12\x16\n" +

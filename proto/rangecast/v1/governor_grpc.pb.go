@@ -37,8 +37,9 @@ type GovernorServiceClient interface {
 	GetDomain(ctx context.Context, in *GetDomainRequest, opts ...grpc.CallOption) (*GetDomainResponse, error)
 	// ListDomains reports every sending domain with governor state.
 	ListDomains(ctx context.Context, in *ListDomainsRequest, opts ...grpc.CallOption) (*ListDomainsResponse, error)
-	// SetDomainLimits changes a domain's rate, burst, hourly limit or daily
-	// ceiling; fields left unset keep their current value.
+	// SetDomainLimits changes a domain's rate, burst or daily ceiling; fields
+	// left unset keep their current value. The hourly limit belongs to the
+	// SMTP server, set with its configuration (coordinator --emails-per-hour).
 	SetDomainLimits(ctx context.Context, in *SetDomainLimitsRequest, opts ...grpc.CallOption) (*SetDomainLimitsResponse, error)
 	// ResetRateLimit restarts the hourly count of an SMTP server from now
 	// (for an operator who knows the server's own counter was reset). It
@@ -106,8 +107,9 @@ type GovernorServiceServer interface {
 	GetDomain(context.Context, *GetDomainRequest) (*GetDomainResponse, error)
 	// ListDomains reports every sending domain with governor state.
 	ListDomains(context.Context, *ListDomainsRequest) (*ListDomainsResponse, error)
-	// SetDomainLimits changes a domain's rate, burst, hourly limit or daily
-	// ceiling; fields left unset keep their current value.
+	// SetDomainLimits changes a domain's rate, burst or daily ceiling; fields
+	// left unset keep their current value. The hourly limit belongs to the
+	// SMTP server, set with its configuration (coordinator --emails-per-hour).
 	SetDomainLimits(context.Context, *SetDomainLimitsRequest) (*SetDomainLimitsResponse, error)
 	// ResetRateLimit restarts the hourly count of an SMTP server from now
 	// (for an operator who knows the server's own counter was reset). It
