@@ -87,6 +87,8 @@ func (g *governors) run() {
 		select {
 		case <-g.ctx.Done():
 			g.flushDirty(context.WithoutCancel(g.ctx))
+			// A follower shows no governor: its numbers would go stale.
+			resetGovernorMetrics()
 			return
 		case e, ok := <-updates:
 			if !ok {
@@ -100,6 +102,7 @@ func (g *governors) run() {
 			g.flushDirty(g.ctx)
 		case <-g.clock.After(g.flush):
 			g.flushDirty(g.ctx)
+			g.publishMetrics()
 		}
 	}
 }
@@ -373,7 +376,21 @@ func (g *governors) flushDirty(ctx context.Context) {
 		g.mu.Lock()
 		h.rev = rev
 		g.mu.Unlock()
-		publishGovernorMetrics(h.d.Status(g.clock.Now()))
+	}
+}
+
+// publishMetrics sets every hosted domain's gauges, changed or not: a
+// breaker turns half-open and a day rolls over with no write.
+func (g *governors) publishMetrics() {
+	g.mu.Lock()
+	ds := make([]*governor.Domain, 0, len(g.domains))
+	for _, h := range g.domains {
+		ds = append(ds, h.d)
+	}
+	g.mu.Unlock()
+	now := g.clock.Now()
+	for _, d := range ds {
+		publishGovernorMetrics(d.Status(now))
 	}
 }
 

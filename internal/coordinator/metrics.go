@@ -98,3 +98,10 @@ func publishGovernorMetrics(s governor.Status) {
 		governorBreaker.WithLabelValues(s.Domain, p.Provider).Set(v)
 	}
 }
+
+// resetGovernorMetrics drops every domain's gauges (the term ended).
+func resetGovernorMetrics() {
+	governorCeiling.Reset()
+	governorSentToday.Reset()
+	governorBreaker.Reset()
+}
