@@ -90,6 +90,7 @@ Every flag can be set by the environment variable named in its help.`,
 	natsReplicasFlag(cmd, &o.NATSReplicas)
 	f.StringVar(&o.SMTPURL, "smtp-url", env("RANGECAST_SMTP_URL", ""), "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s (env RANGECAST_SMTP_URL)")
 	f.IntVar(&o.Concurrency, "concurrency", envInt("RANGECAST_CONCURRENCY", 16), "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
+	f.IntVar(&o.TxSlots, "tx-slots", envInt("RANGECAST_TX_SLOTS", 4), "transactional messages sent at once, apart from the page window, so they never wait behind a broadcast (env RANGECAST_TX_SLOTS)")
 	workerPublicFlags(cmd, &o.PublicURL, &keysFile)
 	return cmd
 }

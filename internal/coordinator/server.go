@@ -23,6 +23,8 @@ func NewGRPCServer(c *Coordinator, opts ...grpc.ServerOption) *grpc.Server {
 	hs.SetServingStatus(pb.BroadcastService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(pb.AudienceService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(pb.GovernorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	// Registered by the caller (internal/server), which has its parts.
+	hs.SetServingStatus(pb.TransactionalService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s, hs)
 	reflection.Register(s)
 	return s
