@@ -448,22 +448,15 @@ func (a *actor) dispatch(ctx context.Context) {
 				break
 			}
 		}
-		pacer := a.c.pacer()
-		if pacer != nil {
-			granted, why := pacer.Grant(now, a.domain(), limit)
-			if a.throttle != nil {
-				a.throttle.Return(limit - granted)
-			}
-			if limit = granted; limit == 0 {
-				waiting = why
-				break
-			}
-			if granted < a.c.cfg.PageLimit {
-				waiting = why // shrunk: say which limit binds
-			}
+		granted, why := a.pace(now, limit)
+		if granted < a.c.cfg.PageLimit && why != "" {
+			waiting = why // refused or shrunk: say which limit binds
+		}
+		if limit = granted; limit == 0 {
+			break
 		}
 		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue}
-		if pacer != nil {
+		if pacer := a.c.pacer(); pacer != nil {
 			job.Defer, _ = pacer.Holds(now, a.domain(), false)
 		}
 		if err := a.c.cfg.Bus.PublishPage(ctx, job, now); err != nil {
@@ -485,6 +478,21 @@ func (a *actor) dispatch(ctx context.Context) {
 func (a *actor) minPage() int {
 	perTick := int(float64(a.b.ThrottlePerHour) / 3600 * a.c.cfg.Tick.Seconds())
 	return max(1, min(a.c.cfg.PageLimit/4, perTick))
+}
+
+// pace asks the pacer (the domain's governor) for up to limit messages the
+// throttle has already granted, and returns to the throttle what the pacer
+// would not grant. Both must grant before anything goes out.
+func (a *actor) pace(now time.Time, limit int) (granted int, why string) {
+	pacer := a.c.pacer()
+	if pacer == nil {
+		return limit, ""
+	}
+	granted, why = pacer.Grant(now, a.domain(), limit)
+	if a.throttle != nil {
+		a.throttle.Return(limit - granted)
+	}
+	return granted, why
 }
 
 // giveBack ends a grant of n that sent nothing (a dispatch that failed, a

@@ -49,19 +49,12 @@ func (a *actor) sweep(ctx context.Context) {
 			return
 		}
 	}
-	pacer := a.c.pacer()
-	if pacer != nil {
-		granted, _ := pacer.Grant(now, a.domain(), limit)
-		if a.throttle != nil {
-			a.throttle.Return(limit - granted)
-		}
-		if limit = granted; limit == 0 {
-			return
-		}
+	if limit, _ = a.pace(now, limit); limit == 0 {
+		return
 	}
 	// The dedupe id is the dispatch time: unique across leader terms.
 	job := bus.PageJob{Broadcast: a.id.String(), Range: bus.SweepRange, Sweep: true, Limit: limit, Issue: int(now.UnixMilli())}
-	if pacer != nil {
+	if pacer := a.c.pacer(); pacer != nil {
 		// Sweeps carry the breakers' probes: their rows are the held
 		// providers' recipients, so a probe is not spent on a page that
 		// has none.

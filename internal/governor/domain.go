@@ -307,12 +307,9 @@ func (d *Domain) RecordSent(now time.Time, n int) {
 	if n <= 0 {
 		return
 	}
+	d.Count(now, n)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	now = now.UTC()
-	d.roll(now)
-	d.st.SentToday += n
-	d.server.record(now, n)
 	d.inFlight = max(0, d.inFlight-n)
 	d.server.release(n)
 }
