@@ -110,6 +110,13 @@ outcome). Follow it with 'rangecast send status ID'.`,
 				return nil
 			}
 			printMessage(cmd.OutOrStdout(), m)
+			// A script waiting for the outcome learns it from the exit
+			// status: a message that failed or may not have arrived is not
+			// a success.
+			switch m.GetStatus() {
+			case pb.TransactionalStatus_TRANSACTIONAL_STATUS_FAILED, pb.TransactionalStatus_TRANSACTIONAL_STATUS_UNKNOWN:
+				return fmt.Errorf("message %s is %s", m.GetId(), txStatusWord(m.GetStatus()))
+			}
 			return nil
 		},
 	}

@@ -74,6 +74,12 @@ const (
 	EventSoftBounced  EventType = "soft_bounced"
 	EventComplained   EventType = "complained"
 	EventUnsubscribed EventType = "unsubscribed"
+	// EventIgnored is an authenticated event of a kind rangecast does not
+	// track (accepted, stored, …). It is stored like any other, so its
+	// provider event id cannot be used again: Mailgun signs only a token
+	// and a timestamp, not the event, and a token seen once must not carry
+	// a forged complaint later.
+	EventIgnored EventType = "ignored"
 )
 
 // EventTypes lists every event type, for validation and metrics.
@@ -81,6 +87,9 @@ var EventTypes = []EventType{EventDelivered, EventOpened, EventClicked, EventBou
 
 // Valid reports whether t is one of EventTypes.
 func (t EventType) Valid() bool {
+	if t == EventIgnored {
+		return true
+	}
 	for _, v := range EventTypes {
 		if t == v {
 			return true

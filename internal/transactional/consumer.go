@@ -285,6 +285,22 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 func (c *Consumer) finish(ctx context.Context, log *slog.Logger, msg jetstream.Msg, r store.Receipt, n int, o store.AttemptOutcome) {
 	now := c.cfg.Clock.Now()
 	got, err := c.cfg.Store.FinishAttempt(ctx, r.ID, n, o, now)
+	// This worker knows the outcome; once it gives up, only the in-doubt
+	// rules can decide, and without a transport lookup they must call it
+	// unknown. So a store blip is retried here for a while first.
+	for wait := time.Second; err != nil && !errors.Is(err, store.ErrConflict) && wait <= 16*time.Second; wait *= 2 {
+		log.Warn("transactional outcome not recorded yet; retrying", "attempt", n, "err", err, "in", wait)
+		msg.InProgress() //nolint:errcheck // the job stays this worker's meanwhile
+		select {
+		case <-ctx.Done():
+		case <-c.cfg.Clock.After(wait):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		now = c.cfg.Clock.Now()
+		got, err = c.cfg.Store.FinishAttempt(ctx, r.ID, n, o, now)
+	}
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		// Settled by someone else (the in-doubt rules, after this send

@@ -500,6 +500,14 @@ func TestMailgunWebhook(t *testing.T) {
 	if !f.eligible(1) || f.eligible(2) {
 		t.Errorf("eligible: soft-bounced %v (want true), hard-bounced %v (want false)", f.eligible(1), f.eligible(2))
 	}
+	// Mailgun signs the token, not the event: the token of an event
+	// rangecast ignores ("accepted", e5) must not carry a complaint later.
+	if r := post(mailgunBody(t, mailgunKey, now, "e5", "complained", "", f.mid(f.contacts[1].ID))); r.status != http.StatusOK {
+		t.Fatalf("replayed token: %d %s", r.status, r.body)
+	}
+	if got := f.status(1); got != store.SendSent || !f.eligible(1) {
+		t.Errorf("a replayed token of an ignored event changed the row to %s (eligible %v)", got, f.eligible(1))
+	}
 	if r := post([]byte(`{"signature": {}}`)); r.status != http.StatusUnauthorized {
 		t.Errorf("unsigned mailgun: %d", r.status)
 	}

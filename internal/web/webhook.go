@@ -118,9 +118,12 @@ func (h *Handler) webhook(provider string, parse parser) http.Handler {
 			return
 		}
 		for _, ev := range events {
+			label := string(ev.Type)
 			if ev.Type == "" {
-				webhookEvents.WithLabelValues(provider, "other", "ignored").Inc()
-				continue
+				// Recorded all the same: its event id (a Mailgun token) is
+				// spent, so its signature cannot be replayed with other
+				// event data.
+				ev.Type, label = store.EventIgnored, "other"
 			}
 			res, err := h.cfg.Store.RecordEvent(r.Context(), ev, now)
 			if err != nil {
@@ -130,6 +133,8 @@ func (h *Handler) webhook(provider string, parse parser) http.Handler {
 			}
 			result := "applied"
 			switch {
+			case ev.Type == store.EventIgnored:
+				result = "ignored"
 			case res.Duplicate:
 				result = "duplicate"
 			case !res.Matched:
@@ -137,7 +142,7 @@ func (h *Handler) webhook(provider string, parse parser) http.Handler {
 			case !res.Changed && !res.Suppressed:
 				result = "unchanged"
 			}
-			webhookEvents.WithLabelValues(provider, string(ev.Type), result).Inc()
+			webhookEvents.WithLabelValues(provider, label, result).Inc()
 			log.Debug("webhook event", "event", ev.EventID, "type", ev.Type, "message_id", ev.MessageID, "result", result, "status", res.Status)
 			if res.Suppressed {
 				log.Info("contact suppressed by a delivery event", "type", ev.Type, "broadcast", res.BroadcastID, "contact", res.ContactID)

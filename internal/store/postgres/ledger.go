@@ -93,6 +93,13 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 			}
 			res.Suppressed = tag.RowsAffected() > 0
 		}
+		if ev.Type == store.EventUnsubscribed {
+			// The provider's unsubscribe is the person's: they get nothing
+			// from the next page on, like after our own link.
+			if err := unsubscribeTx(ctx, tx, res.ContactID, res.BroadcastID, now); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return res, err
+			}
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return store.EventResult{}, mapErr("record event", err)
@@ -111,15 +118,16 @@ func eventError(ev store.DeliveryEvent) string {
 
 const (
 	unsubscribeContact = `UPDATE contacts SET subscribed = false, updated_at = $2 WHERE id = $1`
-	// unsubscribeUnsent marks what was not sent (deferred) or not known to be
-	// sent (claimed) unsubscribed; a worker's later outcome for a claimed row
-	// then finds it no longer claimed and changes nothing.
+	// unsubscribeUnsent marks what was not sent (deferred) unsubscribed. A
+	// claimed row is being sent, or is in doubt: its outcome is the worker's
+	// or the reconciler's to record, or the ledger would call a message that
+	// went out unsent.
 	unsubscribeUnsent = `
 UPDATE broadcast_sends SET status = 'unsubscribed', updated_at = $2
-WHERE contact_id = $1 AND status IN ('claimed', 'deferred')`
+WHERE contact_id = $1 AND status = 'deferred'`
 	unsubscribeFrom = `
 UPDATE broadcast_sends SET status = 'unsubscribed', updated_at = $3
-WHERE broadcast_id = $1 AND contact_id = $2 AND ` + rankOf + ` < $4`
+WHERE broadcast_id = $1 AND contact_id = $2 AND ` + rankOf + ` BETWEEN 1 AND $4 - 1`
 )
 
 func (s *Store) UnsubscribeContact(ctx context.Context, contact, from ulid.ULID, now time.Time) error {

@@ -11,3 +11,17 @@ import (
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return testenv.Postgres(t) })
 }
+
+// TestCustomPlans: every connection plans each statement for its
+// arguments; a generic plan cached while the ledger was empty would scan it
+// for every message once it is not (see Open).
+func TestCustomPlans(t *testing.T) {
+	s := testenv.Postgres(t)
+	var mode string
+	if err := s.Pool().QueryRow(t.Context(), `SHOW plan_cache_mode`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "force_custom_plan" {
+		t.Fatalf("plan_cache_mode = %q, want force_custom_plan", mode)
+	}
+}

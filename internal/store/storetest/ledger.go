@@ -19,6 +19,7 @@ var ledgerCases = []testCase{
 	{"ConcurrentEvents", testEventsConcurrent},
 	{"UnsubscribeContact", testUnsubscribeContact},
 	{"UnsubscribeByEmailMarksUnsent", testUnsubscribeEmailMarksUnsent},
+	{"ProviderUnsubscribe", testProviderUnsubscribe},
 	{"Reputation", testReputation},
 }
 
@@ -278,10 +279,11 @@ func testEventsConcurrent(f *fixture) {
 	}
 }
 
-// UnsubscribeContact: the contact leaves the audience; its deferred and
-// claimed rows become unsubscribed (never sent, and no late outcome revives
-// them); the broadcast it unsubscribed from records it; rows already sent
-// elsewhere or failed keep their status.
+// UnsubscribeContact: the contact leaves the audience; its deferred rows
+// become unsubscribed (never sent); a claimed row keeps its claim, since the
+// message may be on the wire and its outcome is the worker's to record; the
+// broadcast it unsubscribed from records it; rows already sent elsewhere or
+// failed keep their status.
 func testUnsubscribeContact(f *fixture) {
 	ids := f.subscribers("u", 2)
 	who, other := ids[0], ids[1]
@@ -305,7 +307,7 @@ func testUnsubscribeContact(f *fixture) {
 
 	f.must(f.s.UnsubscribeContact(f.ctx, who, from.ID, at(10)), "UnsubscribeContact")
 	want := map[ulid.ULID]store.SendStatus{
-		from.ID: store.SendUnsubscribed, earlier.ID: store.SendSent, claimed.ID: store.SendUnsubscribed,
+		from.ID: store.SendUnsubscribed, earlier.ID: store.SendSent, claimed.ID: store.SendClaimed,
 		deferred.ID: store.SendUnsubscribed, failed.ID: store.SendFailed,
 	}
 	check := func(when string) {
@@ -316,6 +318,9 @@ func testUnsubscribeContact(f *fixture) {
 			}
 		}
 		// The other contact is untouched.
+		if got := f.status(claimed, who); got == store.SendUnsubscribed {
+			f.t.Errorf("%s: a claim in flight was marked unsubscribed", when)
+		}
 		if got := f.status(claimed, other); got != store.SendClaimed {
 			f.t.Errorf("%s: other contact's claim is %s", when, got)
 		}
@@ -330,13 +335,14 @@ func testUnsubscribeContact(f *fixture) {
 	if _, ok := f.eligible()[other]; !ok {
 		f.t.Error("the other contact is no longer eligible")
 	}
-	// The worker that held the claim records its outcome late, or releases:
-	// the row stays unsubscribed.
+	// The worker that held the claim records that the message went out:
+	// the ledger says so.
 	record(claimed, store.Outcome{ContactID: who, Status: store.SendSent})
 	f.must(f.s.Release(f.ctx, claimed.ID, []ulid.ULID{who}), "Release")
 	if n := f.pending(claimed); n != 1 {
 		f.t.Errorf("Pending = %d, want 1 (the other contact's claim)", n)
 	}
+	want[claimed.ID] = store.SendSent
 	// Replayed: nothing further changes, no error.
 	f.must(f.s.UnsubscribeContact(f.ctx, who, from.ID, at(11)), "UnsubscribeContact again")
 	check("after a replay")
@@ -360,12 +366,35 @@ func testUnsubscribeEmailMarksUnsent(f *fixture) {
 	ids := f.subscribers("byemail", 2)
 	b := f.running("byemail", 0)
 	f.claim(b, ids, at(2))
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{
+		{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(60)},
+		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(60)},
+	}, at(2)), "RecordOutcomes")
 	f.must(f.s.Unsubscribe(f.ctx, "BYEMAIL0000@example.org", at(3)), "Unsubscribe")
 	if got := f.status(b, ids[0]); got != store.SendUnsubscribed {
-		f.t.Errorf("claimed row of an unsubscribed address: %s, want unsubscribed", got)
+		f.t.Errorf("deferred row of an unsubscribed address: %s, want unsubscribed", got)
 	}
-	if got := f.status(b, ids[1]); got != store.SendClaimed {
-		f.t.Errorf("other claim: %s, want claimed", got)
+	if got := f.status(b, ids[1]); got != store.SendDeferred {
+		f.t.Errorf("other deferred row: %s, want deferred", got)
+	}
+	if _, ok := f.eligible()[ids[0]]; ok {
+		f.t.Error("unsubscribed address still eligible")
+	}
+}
+
+// An unsubscribe reported by the provider (its own link, a mailbox's
+// button) unsubscribes the contact, as ours does.
+func testProviderUnsubscribe(f *fixture) {
+	b, ids := f.sentRows("provunsub", 2)
+	if res := f.event(b, ids[0], store.EventUnsubscribed, ""); res.Status != store.SendUnsubscribed {
+		f.t.Errorf("unsubscribed event: %+v, want the row unsubscribed", res)
+	}
+	eligible := f.eligible()
+	if _, ok := eligible[ids[0]]; ok {
+		f.t.Error("contact unsubscribed at the provider is still eligible for the next broadcast")
+	}
+	if _, ok := eligible[ids[1]]; !ok {
+		f.t.Error("the other contact is no longer eligible")
 	}
 }
 
