@@ -3,16 +3,20 @@
 // Message-ID) to a log it fsyncs. What the log holds was accepted; what it
 // does not hold was not. The chaos harness (test/chaos) runs it as a separate
 // process (cmd/smtpsink) and counts deliveries per recipient afterwards.
+// Without a log it only counts, which is what the benchmark (bench) needs:
+// an fsync per message would measure the sink's disk, not the sender.
 package sinkproc
 
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
+	"net/http"
 	"net/textproto"
 	"os"
 	"strconv"
@@ -29,7 +33,8 @@ import (
 type Options struct {
 	// Addr to listen on; "127.0.0.1:0" picks a free port.
 	Addr string
-	// LogPath is the append-only delivery log.
+	// LogPath is the append-only delivery log; "" keeps no log and only
+	// counts (Stats).
 	LogPath string
 	// Latency delays every DATA reply, like a real relay: throughput then
 	// depends on how many messages senders keep in flight.
@@ -42,28 +47,37 @@ type Options struct {
 type Sink struct {
 	srv      *smtp.Server
 	ln       net.Listener
-	log      *logWriter
+	log      *logWriter // nil without a log
 	accepted atomic.Int64
-	served   chan error
-	closing  chan struct{}
-	once     sync.Once
+	rcpts    atomic.Int64
+	// first and last are the wall-clock times (Unix ns) of the first and
+	// latest accepted message; 0 before any.
+	first, last atomic.Int64
+	served      chan error
+	closing     chan struct{}
+	once        sync.Once
 }
 
 // Start listens and serves until Close.
 func Start(o Options) (*Sink, error) {
-	if o.LogPath == "" {
-		return nil, errors.New("sinkproc: no log path")
-	}
-	f, err := os.OpenFile(o.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("sinkproc: open log: %w", err)
+	var f *os.File
+	if o.LogPath != "" {
+		var err error
+		if f, err = os.OpenFile(o.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+			return nil, fmt.Errorf("sinkproc: open log: %w", err)
+		}
 	}
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
-		f.Close()
+		if f != nil {
+			f.Close()
+		}
 		return nil, fmt.Errorf("sinkproc: listen on %s: %w", o.Addr, err)
 	}
-	s := &Sink{ln: ln, log: newLogWriter(f), served: make(chan error, 1), closing: make(chan struct{})}
+	s := &Sink{ln: ln, served: make(chan error, 1), closing: make(chan struct{})}
+	if f != nil {
+		s.log = newLogWriter(f)
+	}
 	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) {
 		return &session{s: s, latency: o.Latency}, nil
 	}))
@@ -88,6 +102,32 @@ func (s *Sink) Addr() string { return s.ln.Addr().String() }
 // Accepted is the number of messages accepted so far.
 func (s *Sink) Accepted() int64 { return s.accepted.Load() }
 
+// Stats is what a sink has accepted so far.
+type Stats struct {
+	Messages   int64 `json:"messages"`
+	Recipients int64 `json:"recipients"`
+	// FirstUnixNano and LastUnixNano are when the first and the latest
+	// message were accepted (0 before any).
+	FirstUnixNano int64 `json:"first_unix_nano"`
+	LastUnixNano  int64 `json:"last_unix_nano"`
+}
+
+// Stats returns the counters so far.
+func (s *Sink) Stats() Stats {
+	return Stats{Messages: s.accepted.Load(), Recipients: s.rcpts.Load(), FirstUnixNano: s.first.Load(), LastUnixNano: s.last.Load()}
+}
+
+// StatsHandler serves Stats as JSON on GET /stats, for a harness in
+// another process.
+func (s *Sink) StatsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(s.Stats()) //nolint:errcheck // the reader went away
+	})
+	return mux
+}
+
 // Close stops serving and closes the log; everything accepted is on disk.
 func (s *Sink) Close() error {
 	var err error
@@ -96,7 +136,9 @@ func (s *Sink) Close() error {
 		err = s.srv.Close()
 		s.ln.Close()
 		<-s.served
-		err = errors.Join(err, s.log.close())
+		if s.log != nil {
+			err = errors.Join(err, s.log.close())
+		}
 	})
 	return err
 }
@@ -139,19 +181,31 @@ func (ss *session) Data(r io.Reader) error {
 			return &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 3, 2}, Message: "shutting down"}
 		}
 	}
-	mid := strings.Trim(strings.TrimSpace(hdr.Get("Message-Id")), "<>")
-	if mid == "" {
-		mid = "-"
+	nowNano := time.Now().UnixNano()
+	if ss.s.log != nil {
+		mid := strings.Trim(strings.TrimSpace(hdr.Get("Message-Id")), "<>")
+		if mid == "" {
+			mid = "-"
+		}
+		now := strconv.FormatInt(nowNano, 10)
+		var b bytes.Buffer
+		for _, to := range ss.to {
+			fmt.Fprintf(&b, "%s\t%s\t%s\n", now, clean(mid), clean(strings.ToLower(to)))
+		}
+		if err := ss.s.log.append(b.Bytes()); err != nil {
+			return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "could not store message"}
+		}
 	}
-	now := strconv.FormatInt(time.Now().UnixNano(), 10)
-	var b bytes.Buffer
-	for _, to := range ss.to {
-		fmt.Fprintf(&b, "%s\t%s\t%s\n", now, clean(mid), clean(strings.ToLower(to)))
-	}
-	if err := ss.s.log.append(b.Bytes()); err != nil {
-		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "could not store message"}
+	ss.s.first.CompareAndSwap(0, nowNano)
+	for {
+		// Concurrent sessions may finish out of order: keep the latest.
+		last := ss.s.last.Load()
+		if nowNano <= last || ss.s.last.CompareAndSwap(last, nowNano) {
+			break
+		}
 	}
 	ss.s.accepted.Add(1)
+	ss.s.rcpts.Add(int64(len(ss.to)))
 	return nil
 }
 

@@ -1,0 +1,306 @@
+// Package bench is rangecast's benchmark harness (`make bench`). It starts
+// its own parts on 127.0.0.1 as separate processes — a database of its own
+// on the test Postgres, nats-server with a file store, an SMTP sink,
+// a coordinator and page workers — runs broadcasts through them and
+// measures what operators ask: messages per second against a bare SMTP
+// client in the same run, CPU per message, what the coordinator and
+// Postgres do per message as the audience grows from 10k to 1M, and what a
+// crash of every worker costs. The result is one markdown table (see
+// Report), printed and written to docs/benchmarks.md.
+package bench
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config is one bench run.
+type Config struct {
+	// Short is the quick form (bench-short): 10k contacts, fewer points.
+	Short bool
+	// DatabaseURL names the Postgres server; the bench creates and drops
+	// a database rangecast_bench_<random> on it. Default TEST_DATABASE_URL,
+	// then DefaultDatabaseURL.
+	DatabaseURL string
+	// Dir holds binaries, logs, JetStream stores and profiles; "" makes a
+	// temporary folder, removed at the end unless Keep.
+	Dir  string
+	Keep bool
+	// BinDir holds prebuilt coordinator, pageworker, smtpsink and
+	// nats-server; "" builds them.
+	BinDir string
+	// Micro also runs the Go micro-benchmarks of the hot paths.
+	Micro bool
+	// Note is added to the report (what else ran on the machine).
+	Note string
+	// Only, when set, runs only the scenarios whose name it matches
+	// (e2e-2w-sync-default, latency-4x64, size-1000000, crash, …); the
+	// bare client always runs.
+	Only *regexp.Regexp
+	// Out receives progress lines.
+	Out io.Writer
+}
+
+// plan is what a run measures; Short and full differ only here.
+type plan struct {
+	ceilingConns    int
+	ceilingMessages int64
+	e2eContacts     int
+	e2eWorkers      []int
+	syncWorkers     []int // e2e worker counts repeated with sync_interval: always
+	concurrency     int
+	latency         time.Duration
+	latencyPoints   [][2]int // workers, window
+	sizes           []int
+	crashContacts   int
+	profileSeconds  int
+}
+
+func planFor(short bool) plan {
+	if short {
+		return plan{
+			ceilingConns: 32, ceilingMessages: 20_000,
+			e2eContacts: 10_000, e2eWorkers: []int{2}, syncWorkers: []int{2}, concurrency: 16,
+			latency: 50 * time.Millisecond, latencyPoints: [][2]int{{2, 32}, {4, 64}},
+			sizes: []int{2_000, 10_000}, crashContacts: 10_000, profileSeconds: 2,
+		}
+	}
+	return plan{
+		ceilingConns: 32, ceilingMessages: 100_000,
+		e2eContacts: 100_000, e2eWorkers: []int{1, 2, 4}, syncWorkers: []int{1, 2, 4}, concurrency: 16,
+		latency: 50 * time.Millisecond, latencyPoints: [][2]int{{2, 32}, {2, 64}, {4, 64}, {4, 128}},
+		sizes: []int{10_000, 100_000, 1_000_000}, crashContacts: 100_000, profileSeconds: 10,
+	}
+}
+
+// harness is one run's state.
+type harness struct {
+	cfg   Config
+	plan  plan
+	out   io.Writer
+	outMu sync.Mutex
+	runID string
+	dir   string
+	bin   string
+
+	adminURL, benchURL, dbName, pgVersion string
+	admin                                 *pgxpool.Pool
+	audiences                             map[int]audience
+
+	unsubscribeKey string
+}
+
+func (h *harness) logf(format string, args ...any) {
+	h.outMu.Lock()
+	defer h.outMu.Unlock()
+	fmt.Fprintf(h.out, "bench: "+format+"\n", args...)
+}
+
+// Run runs the whole plan and returns the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Out == nil {
+		cfg.Out = os.Stdout
+	}
+	h := &harness{cfg: cfg, plan: planFor(cfg.Short), out: cfg.Out, runID: randomHex(4), audiences: map[int]audience{}, unsubscribeKey: randomHex(32)}
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "rangecast-bench-")
+		if err != nil {
+			return nil, err
+		}
+		h.dir = d
+		if !cfg.Keep {
+			defer os.RemoveAll(d)
+		}
+	} else {
+		h.dir = cfg.Dir
+		if err := os.MkdirAll(h.dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	h.logf("run %s, work folder %s", h.runID, h.dir)
+	if err := h.build(ctx); err != nil {
+		return nil, err
+	}
+	if err := h.database(ctx); err != nil {
+		return nil, err
+	}
+	defer h.dropDatabase()
+	rep := &Report{Short: cfg.Short, Started: time.Now().UTC(), Machine: describeMachine(h.pgVersion), Note: cfg.Note}
+	if err := h.measure(ctx, rep); err != nil {
+		return rep, err
+	}
+	if cfg.Micro {
+		out, err := h.micro(ctx)
+		if err != nil {
+			// The figures above are still worth having.
+			rep.Failures = append(rep.Failures, "micro-benchmarks: "+err.Error())
+		}
+		rep.Micro = out
+	}
+	rep.Finished = time.Now().UTC()
+	return rep, nil
+}
+
+func (h *harness) build(ctx context.Context) error {
+	if h.cfg.BinDir != "" {
+		h.bin = h.cfg.BinDir
+	} else {
+		h.bin = filepath.Join(h.dir, "bin")
+		began := time.Now()
+		if err := BuildBinaries(ctx, h.bin); err != nil {
+			return err
+		}
+		h.logf("built coordinator, pageworker, smtpsink, nats-server in %s", time.Since(began).Round(100*time.Millisecond))
+	}
+	for _, b := range []string{"coordinator", "pageworker", "smtpsink", "nats-server"} {
+		if _, err := os.Stat(filepath.Join(h.bin, b)); err != nil {
+			return fmt.Errorf("bin dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// measure runs every scenario of the plan, in the order the report lists
+// them.
+func (h *harness) measure(ctx context.Context, rep *Report) error {
+	p := h.plan
+	ceil, err := h.measureCeiling(ctx, p.ceilingConns, p.ceilingMessages)
+	if err != nil {
+		return err
+	}
+	rep.Ceiling = ceil
+	h.logf("bare SMTP client: %d connections, %d messages of %d bytes: %.0f msg/s", ceil.conns, ceil.messages, ceil.bytes, ceil.rate())
+
+	var e2e2 *runResult
+	for _, always := range []bool{false, true} {
+		workers := p.e2eWorkers
+		if always {
+			workers = p.syncWorkers
+		}
+		for _, w := range workers {
+			spec := stackSpec{name: fmt.Sprintf("e2e-%dw-sync-%s", w, syncName(always)), syncAlways: always, workers: w, concurrency: p.concurrency}
+			profile := !always && w == 2
+			if !h.selected(spec.name) {
+				continue
+			}
+			r, err := h.runBroadcast(ctx, spec, p.e2eContacts, runOptions{profile: profile})
+			if err != nil {
+				if err := h.failed(ctx, rep, spec, err); err != nil {
+					return err
+				}
+				continue
+			}
+			r.kind = kindE2E
+			rep.Runs = append(rep.Runs, r)
+			if profile {
+				e2e2 = r
+			}
+		}
+	}
+	for _, pt := range p.latencyPoints {
+		w, window := pt[0], pt[1]
+		inflight := w * window
+		ideal := float64(inflight) / p.latency.Seconds()
+		n := p.e2eContacts
+		if !h.cfg.Short {
+			// About 15 s at the ideal rate, whole tens of thousands so
+			// schemas are shared.
+			n = min(100_000, max(20_000, int(ideal*15)/10_000*10_000))
+		}
+		spec := stackSpec{name: fmt.Sprintf("latency-%dx%d", w, window), sinkLatency: p.latency, workers: w, concurrency: window}
+		if !h.selected(spec.name) {
+			continue
+		}
+		r, err := h.runBroadcast(ctx, spec, n, runOptions{})
+		if err != nil {
+			if err := h.failed(ctx, rep, spec, err); err != nil {
+				return err
+			}
+			continue
+		}
+		r.kind = kindLatency
+		rep.Runs = append(rep.Runs, r)
+	}
+	for _, n := range p.sizes {
+		if n == p.e2eContacts && e2e2 != nil {
+			rep.Runs = append(rep.Runs, e2e2.asSize())
+			continue
+		}
+		spec := stackSpec{name: fmt.Sprintf("size-%d", n), workers: 2, concurrency: p.concurrency}
+		if !h.selected(spec.name) {
+			continue
+		}
+		r, err := h.runBroadcast(ctx, spec, n, runOptions{})
+		if err != nil {
+			if err := h.failed(ctx, rep, spec, err); err != nil {
+				return err
+			}
+			continue
+		}
+		r.kind = kindSize
+		rep.Runs = append(rep.Runs, r)
+	}
+	// The first broadcast of a new install: the same run as end-to-end with
+	// 2 workers, on an empty ledger (10k contacts in both forms: the cost
+	// it shows grows with the square of the audience).
+	if spec := (stackSpec{name: "fresh-ledger", workers: 2, concurrency: p.concurrency, freshLedger: true}); h.selected(spec.name) {
+		r, err := h.runBroadcast(ctx, spec, 10_000, runOptions{})
+		if err != nil {
+			if err := h.failed(ctx, rep, spec, err); err != nil {
+				return err
+			}
+		} else {
+			r.kind = kindFresh
+			rep.Runs = append(rep.Runs, r)
+		}
+	}
+	spec := stackSpec{name: "crash", workers: 2, concurrency: p.concurrency, inDoubtAfter: 15 * time.Second}
+	if !h.selected(spec.name) {
+		return nil
+	}
+	r, err := h.runBroadcast(ctx, spec, p.crashContacts, runOptions{crashAt: 0.5})
+	if err != nil {
+		return h.failed(ctx, rep, spec, err)
+	}
+	r.kind = kindCrash
+	rep.Runs = append(rep.Runs, r)
+	return nil
+}
+
+// failed records a scenario that could not be measured, so the rest of the
+// matrix still runs; it returns an error only when the run was interrupted.
+func (h *harness) failed(ctx context.Context, rep *Report, spec stackSpec, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	h.logf("%s failed: %v", spec.name, err)
+	rep.Failures = append(rep.Failures, spec.name+": "+err.Error())
+	return nil
+}
+
+func (h *harness) selected(name string) bool {
+	return h.cfg.Only == nil || h.cfg.Only.MatchString(name)
+}
+
+func syncName(always bool) string {
+	if always {
+		return "always"
+	}
+	return "default"
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	crand.Read(b) //nolint:errcheck // never fails
+	return hex.EncodeToString(b)
+}

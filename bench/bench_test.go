@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestNum(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   float64
+		want string
+	}{{0, "0"}, {999, "999"}, {1000, "1,000"}, {950000, "950,000"}, {1234567.4, "1,234,567"}, {-12345, "-12,345"}} {
+		if got := num(c.in); got != c.want {
+			t.Errorf("num(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestStatementKind(t *testing.T) {
+	t.Parallel()
+	for q, want := range map[string]string{
+		"\nINSERT INTO broadcast_sends (broadcast_id, contact_id": "claim (INSERT … ON CONFLICT)",
+		"\nUPDATE broadcast_sends SET status = $3, error = $4":    "outcome (UPDATE by key)",
+		"SELECT c.id, c.email, c.name, c.attributes FROM":         "eligible page (SELECT)",
+		"commit":   "COMMIT",
+		"SELECT 1": "SELECT 1",
+	} {
+		if got := statementKind(q); got != want {
+			t.Errorf("statementKind(%q) = %q, want %q", q, got, want)
+		}
+	}
+}
+
+// rateOver and fullSpeed read the sink's timeline: 1,000 msg/s, a stop at
+// the kill, nothing for 2 s, then 1,000 msg/s again.
+func TestCrashTimeline(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	var tl []sample
+	var n int64
+	for ms := 0; ms <= 10_000; ms += 100 {
+		at := t0.Add(time.Duration(ms) * time.Millisecond)
+		if ms < 5_000 || ms >= 7_000 {
+			n += 100
+		}
+		tl = append(tl, sample{at: at, n: n})
+	}
+	if r := rateOver(tl[:50], 3*time.Second); r < 990 || r > 1010 {
+		t.Fatalf("rate before the kill %.0f, want 1000", r)
+	}
+	c := &crashResult{preRate: 1000, killedAt: t0.Add(5 * time.Second), restartAfter: 500 * time.Millisecond}
+	got := fullSpeed(tl, c)
+	if c.firstAfter != 2*time.Second {
+		t.Errorf("first message after the kill at %s, want 2s", c.firstAfter)
+	}
+	// The window ending at 7.8 s holds 900 messages: the first at 90 %.
+	if got != 2800*time.Millisecond {
+		t.Errorf("full speed after %s, want 2.8s (the first 1 s window at 90 %% of the old rate)", got)
+	}
+}
+
+// cpuTime and statusKB read this process's own /proc entries.
+func TestProcReaders(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	pid := os.Getpid()
+	if _, err := cpuTime(pid); err != nil {
+		t.Fatal(err)
+	}
+	hwm, err := statusKB(pid, "VmHWM")
+	if err != nil || hwm <= 0 {
+		t.Fatalf("VmHWM %d, %v", hwm, err)
+	}
+}
