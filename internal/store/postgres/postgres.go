@@ -425,7 +425,7 @@ const stillClaimed = `status || '' = 'claimed'`
 // broadcast on a fresh table; a primary-key update does not (given
 // stillClaimed).
 const recordOutcome = `
-UPDATE broadcast_sends SET status = $3, error = $4, updated_at = $5, retry_at = $6
+UPDATE broadcast_sends SET status = $3, error = $4, updated_at = $5, retry_at = $6, accepted = ($3 = 'sent')
 WHERE broadcast_id = $1 AND contact_id = $2 AND ` + stillClaimed
 
 // releaseClaims deletes claims that are still claimed, by primary key.
@@ -461,19 +461,22 @@ func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, contacts []uli
 }
 
 func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, error) {
-	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM broadcast_sends WHERE broadcast_id = $1 GROUP BY status`, uid(broadcast))
+	rows, err := s.pool.Query(ctx, `SELECT status, accepted, count(*) FROM broadcast_sends WHERE broadcast_id = $1 GROUP BY status, accepted`, uid(broadcast))
 	if err != nil {
 		return store.Counts{}, mapErr("count sends", err)
 	}
 	var c store.Counts
 	var status string
+	var accepted bool
 	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&status, &accepted, &n}, func() error {
+		if accepted {
+			c.Sent += n // accepted by the SMTP server, whatever was reported since
+			return nil
+		}
 		switch store.SendStatus(status) {
 		case store.SendClaimed:
 			c.Claimed = n
-		case store.SendSent, store.SendDelivered, store.SendOpened, store.SendClicked, store.SendBounced, store.SendComplained:
-			c.Sent += n // accepted by the SMTP server, whatever was reported since
 		case store.SendFailed:
 			c.Failed = n
 		case store.SendDeferred:

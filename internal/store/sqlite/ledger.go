@@ -35,8 +35,9 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (provider, event_id) DO NOTHING`
 
 	// applyEvent is the rank guard: ?4 is the rank the new status reaches.
+	// Any report from the provider proves the message went out: accepted.
 	applyEvent = `
-UPDATE broadcast_sends SET status = ?5, error = CASE WHEN ?6 = '' THEN error ELSE ?6 END, updated_at = ?7
+UPDATE broadcast_sends SET status = ?5, error = CASE WHEN ?6 = '' THEN error ELSE ?6 END, updated_at = ?7, accepted = 1
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND ` + sameMessageID + ` AND ` + rankOf + ` < ?4
 RETURNING status`
 
@@ -181,7 +182,7 @@ func (s *Store) unsubscribeEmail(ctx context.Context, email string, now time.Tim
 func (s *Store) Reputation(ctx context.Context, broadcast ulid.ULID) (store.Reputation, error) {
 	var r store.Reputation
 	err := s.r.QueryRowContext(ctx, `
-SELECT count(*) FILTER (WHERE status IN ('sent', 'delivered', 'opened', 'clicked', 'bounced', 'complained')),
+SELECT count(*) FILTER (WHERE accepted),
        count(*) FILTER (WHERE status IN ('delivered', 'opened', 'clicked', 'complained')),
        count(*) FILTER (WHERE status = 'bounced'),
        count(*) FILTER (WHERE status = 'complained')

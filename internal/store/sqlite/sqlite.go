@@ -645,7 +645,7 @@ func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.C
 // (TestOutcomeWritesUsePrimaryKey pins the plan, with and without ANALYZE).
 const (
 	recordOutcome = `
-UPDATE broadcast_sends SET status = ?3, error = ?4, updated_at = ?5, retry_at = ?6
+UPDATE broadcast_sends SET status = ?3, error = ?4, updated_at = ?5, retry_at = ?6, accepted = (?3 = 'sent')
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'claimed'`
 	releaseClaim = `
 DELETE FROM broadcast_sends
@@ -691,7 +691,7 @@ func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, contacts []uli
 }
 
 func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT status, count(*) FROM broadcast_sends WHERE broadcast_id = ? GROUP BY status`, id(broadcast))
+	rows, err := s.r.QueryContext(ctx, `SELECT status, accepted, count(*) FROM broadcast_sends WHERE broadcast_id = ? GROUP BY status, accepted`, id(broadcast))
 	if err != nil {
 		return store.Counts{}, mapErr("count sends", err)
 	}
@@ -699,15 +699,18 @@ func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, 
 	var c store.Counts
 	for rows.Next() {
 		var status string
+		var accepted bool
 		var n int64
-		if err := rows.Scan(&status, &n); err != nil {
+		if err := rows.Scan(&status, &accepted, &n); err != nil {
 			return store.Counts{}, mapErr("count sends", err)
+		}
+		if accepted {
+			c.Sent += n // accepted by the SMTP server, whatever was reported since
+			continue
 		}
 		switch store.SendStatus(status) {
 		case store.SendClaimed:
 			c.Claimed = n
-		case store.SendSent, store.SendDelivered, store.SendOpened, store.SendClicked, store.SendBounced, store.SendComplained:
-			c.Sent += n // accepted by the SMTP server, whatever was reported since
 		case store.SendFailed:
 			c.Failed = n
 		case store.SendDeferred:

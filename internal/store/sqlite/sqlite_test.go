@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -251,8 +253,13 @@ func TestOutcomeWritesUsePrimaryKey(t *testing.T) {
 
 func explain(t *testing.T, s *Store, q string, args ...any) string {
 	t.Helper()
-	// Bind as many of args as q has parameters (?1, ?2, ...).
-	n := strings.Count(q, "?")
+	// Bind as many of args as q has parameters (?1, ?2, ...; a number may
+	// appear more than once).
+	n := 0
+	for _, m := range regexp.MustCompile(`\?(\d+)`).FindAllStringSubmatch(q, -1) {
+		k, _ := strconv.Atoi(m[1])
+		n = max(n, k)
+	}
 	rows, err := s.w.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+q, args[:n]...)
 	must(t, err, "EXPLAIN")
 	defer rows.Close()
