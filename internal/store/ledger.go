@@ -227,3 +227,17 @@ func ParseMessageID(mid string) (broadcast, contact ulid.ULID, ok bool) {
 func BareMessageID(mid string) string {
 	return strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(mid), "<"), ">")
 }
+
+// SuppressionReason is what a contact suppressed by a delivery event shows
+// as its reason (GetContact): the kind, the provider and its words.
+func SuppressionReason(ev DeliveryEvent) string {
+	kind := "hard bounce"
+	if ev.Type == EventComplained {
+		kind = "spam complaint"
+	}
+	r := kind + " reported by " + ev.Provider
+	if ev.Detail != "" {
+		r += ": " + ev.Detail
+	}
+	return r
+}

@@ -41,7 +41,12 @@ UPDATE broadcast_sends SET status = ?5, error = CASE WHEN ?6 = '' THEN error ELS
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND ` + sameMessageID + ` AND ` + rankOf + ` < ?4
 RETURNING status`
 
-	suppressContact = `UPDATE contacts SET suppressed = 1, updated_at = ?2 WHERE id = ?1`
+	// suppressContact records why, unless the contact was already
+	// suppressed for a reason of its own.
+	suppressContact = `UPDATE contacts SET suppressed = 1, updated_at = ?2,
+    suppressed_reason = CASE WHEN suppressed AND suppressed_reason <> '' THEN suppressed_reason ELSE ?3 END,
+    suppressed_at = CASE WHEN suppressed AND suppressed_at IS NOT NULL THEN suppressed_at ELSE ?2 END
+WHERE id = ?1`
 )
 
 func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now time.Time) (store.EventResult, error) {
@@ -88,7 +93,7 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 			}
 		}
 		if ev.Type.Suppresses() {
-			r, err := tx.ExecContext(ctx, suppressContact, id(res.ContactID), ts(now))
+			r, err := tx.ExecContext(ctx, suppressContact, id(res.ContactID), ts(now), store.SuppressionReason(ev))
 			if err != nil {
 				return fmt.Errorf("suppress contact: %w", err)
 			}

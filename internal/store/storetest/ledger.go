@@ -227,6 +227,9 @@ func testEventSuppresses(f *fixture) {
 	if res := f.event(b, ids[1], store.EventBounced, ""); !res.Suppressed {
 		f.t.Errorf("hard bounce: %+v, want suppressed", res)
 	}
+	if d, err := f.s.GetContact(f.ctx, ids[1]); err != nil || !strings.HasPrefix(d.SuppressedReason, "hard bounce reported by ") || d.SuppressedAt.IsZero() {
+		f.t.Errorf("hard-bounced contact shows reason %q at %v (err %v); want the bounce and its time", d.SuppressedReason, d.SuppressedAt, err)
+	}
 	f.event(b, ids[2], store.EventDelivered, "")
 	if res := f.event(b, ids[2], store.EventComplained, ""); !res.Suppressed || res.Status != store.SendComplained {
 		f.t.Errorf("complaint: %+v, want complained and suppressed", res)
