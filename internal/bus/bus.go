@@ -193,6 +193,10 @@ func ReportSubject(broadcast string) string { return "rangecast.reports." + broa
 // StateKey is the KV key of a broadcast's state record.
 func StateKey(broadcast string) string { return broadcast + ".state" }
 
+// AlarmKey is the KV key of a broadcast's reputation when an alarm last
+// paused it: counts after a resume start from there, on any leader.
+func AlarmKey(broadcast string) string { return broadcast + ".alarm" }
+
 // StateKeys matches every broadcast's state record (for workers' watch).
 const StateKeys = "*.state"
 

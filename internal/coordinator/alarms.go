@@ -2,11 +2,14 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -129,7 +132,14 @@ func (c *Coordinator) checkAlarms(ctx context.Context, a Alarms, paused map[ulid
 			c.cfg.Log.Warn("reputation alarm check failed", "broadcast", id, "err", err)
 			continue
 		}
-		reason := a.Check(r, paused[id])
+		base, ok := paused[id]
+		if !ok {
+			// A pause of an earlier term (or another leader) still sets
+			// the baseline: the bounces it paused for have been seen.
+			base = c.alarmBaseline(ctx, id)
+			paused[id] = base
+		}
+		reason := a.Check(r, base)
 		if reason == "" {
 			continue
 		}
@@ -138,8 +148,28 @@ func (c *Coordinator) checkAlarms(ctx context.Context, a Alarms, paused map[ulid
 			continue
 		}
 		paused[id] = r
+		if _, err := c.cfg.Bus.Broadcasts.Put(ctx, bus.AlarmKey(id.String()), bus.Encode(r)); err != nil {
+			c.cfg.Log.Warn("alarm baseline not stored; a new leader may pause this broadcast again for the same events", "broadcast", id, "err", err)
+		}
 		broadcastTransitions.WithLabelValues(string(store.StatePaused)).Inc()
 		c.cfg.Log.Warn("broadcast auto-paused by a reputation alarm", "broadcast", id, "reason", reason,
 			"accepted", r.Accepted, "delivered", r.Delivered, "bounced", r.Bounced, "complained", r.Complained)
 	}
+}
+
+// alarmBaseline is the reputation stored when an alarm last paused the
+// broadcast; zero when none did.
+func (c *Coordinator) alarmBaseline(ctx context.Context, id ulid.ULID) store.Reputation {
+	var r store.Reputation
+	e, err := c.cfg.Bus.Broadcasts.Get(ctx, bus.AlarmKey(id.String()))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			c.cfg.Log.Warn("alarm baseline unreadable; counting from zero", "broadcast", id, "err", err)
+		}
+		return r
+	}
+	if err := bus.Decode(e.Value(), &r); err != nil {
+		c.cfg.Log.Warn("alarm baseline malformed; counting from zero", "broadcast", id, "err", err)
+	}
+	return r
 }

@@ -116,6 +116,15 @@ func TestBounceAlarmPausesBroadcast(t *testing.T) {
 			t.Fatalf("after resume: %s (%s), want running", b.GetState(), b.GetReason())
 		}
 	}
+	// A new leader knows the baseline too: it is in KV, not in memory.
+	s.stopCoord()
+	s.startCoordinator()
+	for range 10 {
+		time.Sleep(50 * time.Millisecond)
+		if b := s.status(id); b.GetState() != pb.BroadcastState_BROADCAST_STATE_RUNNING {
+			t.Fatalf("after a coordinator restart: %s (%s), want running", b.GetState(), b.GetReason())
+		}
+	}
 	if _, err := s.client.CancelBroadcast(ctx, &pb.CancelBroadcastRequest{Id: id}); err != nil {
 		t.Fatal(err)
 	}
