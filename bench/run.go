@@ -47,8 +47,8 @@ type runResult struct {
 	// startLatency is the StartBroadcast call; bareSnapshot the audience
 	// query alone on the same schema.
 	startLatency, bareSnapshot time.Duration
-	// analyze is ANALYZE broadcast_sends on the run's ledger, which
-	// accepting a broadcast also runs.
+	// analyze is ANALYZE broadcast_sends on the run's ledger, for
+	// comparison (accepting a broadcast ran it once; no longer).
 	analyze time.Duration
 	// elapsed runs from just before StartBroadcast to the sink's last
 	// acceptance.

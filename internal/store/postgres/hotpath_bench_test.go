@@ -63,9 +63,9 @@ FROM generate_series(1, $3::bigint) AS i`, hotT0.UnixMilli(), hotT0, hotContacts
 	// The ledger after a first stretch of the broadcast: rows of other
 	// contact ids (timestamps before the audience's), all sent.
 	if _, err := pool.Exec(ctx, `
-INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at)
+INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, accepted)
 SELECT $1, (lpad(to_hex($2::bigint - i), 12, '0') || substr(md5(i::text), 1, 20))::uuid,
-       'l' || i || '@bench.example', 'sent', 'l' || i, $3, $3
+       'l' || i || '@bench.example', 'sent', 'l' || i, $3, $3, true
 FROM generate_series(1, $4::bigint) AS i`, [16]byte(bc.ID), hotT0.UnixMilli()-1, hotT0, hotLedger); err != nil {
 		b.Fatal(err)
 	}
