@@ -306,8 +306,26 @@ func (c *Coordinator) Status(ctx context.Context, id ulid.ULID) (*pb.Broadcast, 
 	c.mu.Unlock()
 	if a != nil {
 		p.WaitingFor = a.waiting()
+	} else if b.State == store.StateRunning {
+		// A follower runs no actor; what the governor waits for is in KV.
+		p.WaitingFor = c.governorWaiting(ctx, b)
 	}
 	return toProto(b, p), nil
+}
+
+// governorWaiting is what the sending domain's governor waits for, as the
+// leader last wrote it: for a follower's answer, which has no actor.
+func (c *Coordinator) governorWaiting(ctx context.Context, b store.Broadcast) string {
+	if c.cfg.Governor == nil {
+		return ""
+	}
+	addr := b.Content.FromAddress
+	domain := strings.ToLower(addr[strings.LastIndexByte(addr, '@')+1:])
+	s, err := NewGovernorAPI(c).offline(ctx, domain, false)
+	if err != nil {
+		return "" // no state yet, or KV unreachable: nothing known to wait for
+	}
+	return s.GetWaiting()
 }
 
 // position is how far a range's cursor has moved through it, 0..1. ULIDs

@@ -305,6 +305,21 @@ func TestHourlyLimitAndReset(t *testing.T) {
 		if w := s.status(id).GetProgress().GetWaitingFor(); !strings.Contains(w, "hourly limit of 40 for SMTP server relay reached") {
 			t.Fatalf("waiting_for = %q; want the hourly limit", w)
 		}
+		// A follower, which runs no actor, says so too (from KV).
+		cfg := s.coordCfg
+		cfg.Name = fmt.Sprintf("follower-%d", want)
+		f := s.runReplica(cfg)
+		resp, err := f.client.GetBroadcast(ctx, &pb.GetBroadcastRequest{Id: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.coord.Leading() {
+			t.Fatal("the second replica leads")
+		}
+		if w := resp.GetBroadcast().GetProgress().GetWaitingFor(); !strings.Contains(w, "hourly limit of 40 for SMTP server relay reached") {
+			t.Fatalf("a follower's waiting_for = %q; want the hourly limit", w)
+		}
+		f.stop()
 		r, err := s.governorClient().ResetRateLimit(ctx, &pb.ResetRateLimitRequest{Server: "relay"})
 		if err != nil {
 			t.Fatal(err)
