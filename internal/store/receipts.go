@@ -85,6 +85,9 @@ type Receipts interface {
 	CreateReceipt(ctx context.Context, r Receipt) (out Receipt, created bool, err error)
 	// GetReceipt returns one receipt, or ErrNotFound.
 	GetReceipt(ctx context.Context, id ulid.ULID) (Receipt, error)
+	// FindReceipt returns the receipt stored under kind, key and
+	// case-insensitive email, or ErrNotFound.
+	FindReceipt(ctx context.Context, kind, key, email string) (Receipt, error)
 	// ClaimReceipt moves a queued receipt whose NextAttemptAt is not after
 	// now to sending, counts the attempt and records its start, in one
 	// statement. ErrConflict if the receipt is not queued or not yet due:

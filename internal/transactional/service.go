@@ -91,6 +91,17 @@ func (s *Service) Send(ctx context.Context, req *pb.SendRequest) (*pb.SendRespon
 	p := payloadOf(req)
 	hash := p.hash() // of the request as given, before any template renders
 	if err := s.render(ctx, &p, req); err != nil {
+		// A retry of a message accepted before gets that message back,
+		// even when its template has changed since so that the original
+		// data no longer renders.
+		if r, ok := s.accepted(ctx, req, p, hash); ok {
+			m, derr := s.describe(ctx, r)
+			if derr != nil {
+				return nil, derr
+			}
+			requests.WithLabelValues("replayed").Inc()
+			return &pb.SendResponse{Message: m, Replayed: true}, nil
+		}
 		return nil, err
 	}
 	msg := p.message()
@@ -370,4 +381,17 @@ func templateToPB(t store.Template) *pb.TransactionalTemplate {
 		Name: t.Name, FromAddress: t.FromAddress, FromName: t.FromName, Subject: t.Subject, Text: t.Text, Html: t.HTML,
 		Version: int32(t.Version), UpdatedAt: ts(t.UpdatedAt),
 	}
+}
+
+// accepted finds the message a templated request already stored under its
+// key, if it was the same request.
+func (s *Service) accepted(ctx context.Context, req *pb.SendRequest, p payload, hash string) (store.Receipt, bool) {
+	if p.Template == "" {
+		return store.Receipt{}, false
+	}
+	r, err := s.cfg.Store.FindReceipt(ctx, Kind, req.GetIdempotencyKey(), p.To)
+	if err != nil || r.PayloadHash != hash {
+		return store.Receipt{}, false
+	}
+	return r, true
 }

@@ -66,14 +66,21 @@ func TestStoredTemplate(t *testing.T) {
 	if !replay.GetReplayed() || replay.GetMessage().GetId() != m.GetId() || replay.GetMessage().GetSubject() != m.GetSubject() {
 		t.Fatalf("retry after the template changed: replayed=%v %v; want the original message, unchanged", replay.GetReplayed(), replay.GetMessage())
 	}
+	// Even when the template now needs data the original call did not send.
+	e.putTemplate(&pb.TransactionalTemplate{Name: "password-reset", FromAddress: "no-reply@rangecast.test", Subject: "{{.name}}", Text: "{{.code}} {{.expires}}"})
+	replay = e.send(templated("reset:ann:1", "ann@example.org", "password-reset", map[string]any{"code": "123456", "name": "Ann <3"}))
+	if !replay.GetReplayed() || replay.GetMessage().GetId() != m.GetId() {
+		t.Fatalf("retry after the template gained a field: replayed=%v %v; want the original message", replay.GetReplayed(), replay.GetMessage())
+	}
+	e.putTemplate(&pb.TransactionalTemplate{Name: "password-reset", FromAddress: "no-reply@rangecast.test", Subject: "New subject {{.name}}", Text: "v2 {{.code}}"})
 	_, err := e.client.Send(context.Background(), templated("reset:ann:1", "ann@example.org", "password-reset", map[string]any{"name": "Ann", "code": "999999"}))
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "different data") {
 		t.Fatalf("same key, other data: %v; want FailedPrecondition naming data", err)
 	}
 	next := templated("reset:ann:2", "ann@example.org", "password-reset", map[string]any{"name": "Ann", "code": "654321"})
 	next.Wait = wait(10 * time.Second)
-	if m2 := e.send(next).GetMessage(); m2.GetTemplateVersion() != 2 || m2.GetSubject() != "New subject Ann" {
-		t.Fatalf("new message = %v; want version 2's subject", m2)
+	if m2 := e.send(next).GetMessage(); m2.GetTemplateVersion() != 4 || m2.GetSubject() != "New subject Ann" {
+		t.Fatalf("new message = %v; want version 4's subject", m2)
 	}
 	if e.sink.Count() != 2 {
 		t.Fatalf("server received %d messages, want 2", e.sink.Count())

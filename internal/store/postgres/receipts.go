@@ -62,6 +62,11 @@ func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Recei
 	return existing, false, nil
 }
 
+func (s *Store) FindReceipt(ctx context.Context, kind, key, email string) (store.Receipt, error) {
+	r, err := scanReceipt(s.pool.QueryRow(ctx, findReceipt, kind, key, email))
+	return r, mapErr("find receipt", err)
+}
+
 func (s *Store) GetReceipt(ctx context.Context, id ulid.ULID) (store.Receipt, error) {
 	r, err := scanReceipt(s.pool.QueryRow(ctx, `SELECT `+receiptColumns+` FROM outbound_receipts WHERE id = $1`, uid(id)))
 	return r, mapErr("get receipt", err)

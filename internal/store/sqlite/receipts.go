@@ -70,6 +70,11 @@ func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Recei
 	return out, created, nil
 }
 
+func (s *Store) FindReceipt(ctx context.Context, kind, key, email string) (store.Receipt, error) {
+	r, err := scanReceipt(s.r.QueryRowContext(ctx, findReceipt, kind, key, emailKey(email)))
+	return r, mapErr("find receipt", err)
+}
+
 func (s *Store) GetReceipt(ctx context.Context, rid ulid.ULID) (store.Receipt, error) {
 	r, err := scanReceipt(s.r.QueryRowContext(ctx, `SELECT `+receiptColumns+` FROM outbound_receipts WHERE id = ?1`, id(rid)))
 	return r, mapErr("get receipt", err)

@@ -68,6 +68,13 @@ func testReceiptUniqueKey(f *fixture) {
 	}
 	_, err = f.s.GetReceipt(f.ctx, f.ids.next())
 	f.wantErr(err, store.ErrNotFound, "GetReceipt of an unknown id")
+	found, err := f.s.FindReceipt(f.ctx, "transactional", "reset-1", "ANN@example.org")
+	f.must(err, "FindReceipt")
+	if found.ID != first.ID {
+		f.t.Fatalf("FindReceipt = %s, want %s (case-insensitive recipient)", found.ID, first.ID)
+	}
+	_, err = f.s.FindReceipt(f.ctx, "transactional", "reset-2", "ann@example.org")
+	f.wantErr(err, store.ErrNotFound, "FindReceipt of an unknown key")
 }
 
 // Concurrent creates under one key: exactly one inserts, all see its id.
