@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -99,17 +98,13 @@ func (v *GovernorView) State(ctx context.Context, domain string, now time.Time) 
 	if ok && !now.Before(e.read) && now.Sub(e.read) < viewTTL {
 		return e.st, nil
 	}
-	var st *governor.DomainState
-	raw, err := v.kv.Get(ctx, GovernorStateKey(domain))
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-	case err != nil:
+	st := new(governor.DomainState)
+	_, found, err := GetJSON(ctx, v.kv, GovernorStateKey(domain), st)
+	if err != nil {
 		return nil, fmt.Errorf("read governor state of %s: %w", domain, err)
-	default:
-		st = new(governor.DomainState)
-		if err := Decode(raw.Value(), st); err != nil {
-			return nil, err
-		}
+	}
+	if !found {
+		st = nil
 	}
 	v.mu.Lock()
 	v.cache[domain] = viewEntry{st: st, read: now}

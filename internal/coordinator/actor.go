@@ -268,17 +268,10 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 
 // write stores a range record by compare-and-set on the revision read.
 func (a *actor) write(ctx context.Context, i int, rec bus.RangeRecord) error {
-	key := bus.RangeKey(a.id.String(), i)
-	var rev uint64
-	var err error
-	if a.revs[i] == 0 {
-		rev, err = a.c.cfg.Bus.Broadcasts.Create(ctx, key, bus.Encode(rec))
-	} else {
-		rev, err = a.c.cfg.Bus.Broadcasts.Update(ctx, key, bus.Encode(rec), a.revs[i])
-	}
+	rev, err := bus.PutAt(ctx, a.c.cfg.Bus.Broadcasts, bus.RangeKey(a.id.String(), i), bus.Encode(rec), a.revs[i])
 	a.c.kvWrites.add(1)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence") {
+		if bus.IsConflict(err) {
 			return fmt.Errorf("range %d: %w", i, jetstream.ErrKeyExists)
 		}
 		return fmt.Errorf("write range %d: %w", i, err)

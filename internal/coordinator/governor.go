@@ -397,115 +397,95 @@ func (g *governors) publishMetrics() {
 // writeGovernorState writes d's state over revision rev (0: create it). On a
 // conflict it merges in what is stored, adopts the merge and tries again.
 func writeGovernorState(ctx context.Context, kv jetstream.KeyValue, d *governor.Domain, rev uint64) (uint64, error) {
-	for attempt := 0; ; attempt++ {
-		st := d.State()
-		key := bus.GovernorStateKey(st.Domain)
-		var next uint64
-		var err error
-		if rev == 0 {
-			next, err = kv.Create(ctx, key, bus.Encode(st))
-		} else {
-			next, err = kv.Update(ctx, key, bus.Encode(st), rev)
-		}
-		if err == nil {
-			return next, nil
-		}
-		conflict := errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence")
-		if !conflict || attempt >= 3 {
-			return 0, err
-		}
-		stored, storedRev, err := readGovernorState(ctx, kv, st.Domain)
-		if err != nil {
-			return 0, err
-		}
-		if stored != nil {
-			d.Adopt(governor.Merge(d.State(), *stored))
-		}
-		rev = storedRev
-	}
+	return casMerge(ctx, kv, bus.GovernorStateKey(d.State().Domain), rev,
+		func() []byte { return bus.Encode(d.State()) },
+		func(stored []byte) error {
+			var st governor.DomainState
+			if err := bus.Decode(stored, &st); err != nil {
+				return err
+			}
+			d.Adopt(governor.Merge(d.State(), st))
+			return nil
+		})
 }
 
-// writeHourly writes a server's hourly window like writeGovernorState
-// writes a domain's state: by compare-and-set, merging on a conflict.
+// writeHourly writes a server's hourly window the same way.
 func writeHourly(ctx context.Context, kv jetstream.KeyValue, s *governor.Server, rev uint64) (uint64, error) {
-	key := bus.GovernorHourlyKey(s.Name())
+	return casMerge(ctx, kv, bus.GovernorHourlyKey(s.Name()), rev,
+		func() []byte { return bus.Encode(s.Window()) },
+		func(stored []byte) error {
+			var w governor.HourlyWindow
+			if err := bus.Decode(stored, &w); err != nil {
+				return err
+			}
+			s.Adopt(governor.MergeHourly(s.Window(), w))
+			return nil
+		})
+}
+
+// casMerge writes encode() at key by compare-and-set over rev (0: create
+// it). When someone else wrote first, adopt merges what they stored into
+// what encode will write next, and it tries again, a few times at most.
+func casMerge(ctx context.Context, kv jetstream.KeyValue, key string, rev uint64, encode func() []byte, adopt func(stored []byte) error) (uint64, error) {
 	for attempt := 0; ; attempt++ {
-		data := bus.Encode(s.Window())
-		var next uint64
-		var err error
-		if rev == 0 {
-			next, err = kv.Create(ctx, key, data)
-		} else {
-			next, err = kv.Update(ctx, key, data, rev)
+		next, err := bus.PutAt(ctx, kv, key, encode(), rev)
+		if !bus.IsConflict(err) || attempt >= 3 {
+			return next, err
 		}
-		if err == nil {
-			return next, nil
-		}
-		conflict := errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence")
-		if !conflict || attempt >= 3 {
+		e, err := kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			rev = 0 // deleted meanwhile: create it again
+		case err != nil:
 			return 0, err
+		default:
+			if err := adopt(e.Value()); err != nil {
+				return 0, err
+			}
+			rev = e.Revision()
 		}
-		stored, storedRev, err := readHourly(ctx, kv, s.Name())
-		if err != nil {
-			return 0, err
-		}
-		s.Adopt(governor.MergeHourly(s.Window(), stored))
-		rev = storedRev
 	}
 }
 
 func readHourly(ctx context.Context, kv jetstream.KeyValue, server string) (governor.HourlyWindow, uint64, error) {
 	var w governor.HourlyWindow
-	e, err := kv.Get(ctx, bus.GovernorHourlyKey(server))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return w, 0, nil
-	}
+	rev, _, err := bus.GetJSON(ctx, kv, bus.GovernorHourlyKey(server), &w)
 	if err != nil {
 		return w, 0, fmt.Errorf("read hourly window of %s: %w", server, err)
 	}
-	return w, e.Revision(), bus.Decode(e.Value(), &w)
+	return w, rev, nil
 }
 
 func readGovernorState(ctx context.Context, kv jetstream.KeyValue, domain string) (*governor.DomainState, uint64, error) {
-	e, err := kv.Get(ctx, bus.GovernorStateKey(domain))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("read governor state of %s: %w", domain, err)
-	}
 	var st governor.DomainState
-	if err := bus.Decode(e.Value(), &st); err != nil {
-		return nil, 0, err
+	rev, found, err := bus.GetJSON(ctx, kv, bus.GovernorStateKey(domain), &st)
+	if err != nil || !found {
+		return nil, 0, wrapRead(err, "governor state", domain)
 	}
-	return &st, e.Revision(), nil
+	return &st, rev, nil
 }
 
 func readGovernorLimits(ctx context.Context, kv jetstream.KeyValue, domain string) (*bus.GovernorLimits, error) {
-	e, err := kv.Get(ctx, bus.GovernorLimitsKey(domain))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read governor limits of %s: %w", domain, err)
-	}
 	var l bus.GovernorLimits
-	if err := bus.Decode(e.Value(), &l); err != nil {
-		return nil, err
+	_, found, err := bus.GetJSON(ctx, kv, bus.GovernorLimitsKey(domain), &l)
+	if err != nil || !found {
+		return nil, wrapRead(err, "governor limits", domain)
 	}
 	return &l, nil
 }
 
 func readGovernorReset(ctx context.Context, kv jetstream.KeyValue, server string) (bus.GovernorReset, error) {
 	var r bus.GovernorReset
-	e, err := kv.Get(ctx, bus.GovernorResetKey(server))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return r, nil
+	_, _, err := bus.GetJSON(ctx, kv, bus.GovernorResetKey(server), &r)
+	return r, wrapRead(err, "rate-limit reset", server)
+}
+
+// wrapRead names what could not be read; nil stays nil.
+func wrapRead(err error, what, of string) error {
+	if err == nil {
+		return nil
 	}
-	if err != nil {
-		return r, err
-	}
-	return r, bus.Decode(e.Value(), &r)
+	return fmt.Errorf("read %s of %s: %w", what, of, err)
 }
 
 // mergeLimits lays an operator's limits over the configured defaults.

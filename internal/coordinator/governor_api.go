@@ -2,14 +2,12 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"regexp"
 	"slices"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -116,17 +114,9 @@ func (api *GovernorAPI) SetDomainLimits(ctx context.Context, req *pb.SetDomainLi
 	now := api.c.cfg.Clock.Now().UTC()
 	for attempt := 0; ; attempt++ {
 		var l bus.GovernorLimits
-		var rev uint64
-		e, err := kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
+		rev, _, err := bus.GetJSON(ctx, kv, key, &l)
+		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "read limits of %s: %v", d, err)
-		default:
-			if err := bus.Decode(e.Value(), &l); err != nil {
-				return nil, status.Errorf(codes.Internal, "stored limits of %s: %v", d, err)
-			}
-			rev = e.Revision()
 		}
 		if req.RatePerSecond != nil {
 			l.RatePerSecond = *req.RatePerSecond
@@ -138,16 +128,11 @@ func (api *GovernorAPI) SetDomainLimits(ctx context.Context, req *pb.SetDomainLi
 			l.Ceiling, l.CeilingSetAt = int(*req.DailyCeiling), now
 		}
 		data := bus.Encode(l)
-		if rev == 0 {
-			_, err = kv.Create(ctx, key, data)
-		} else {
-			_, err = kv.Update(ctx, key, data, rev)
-		}
-		conflict := err != nil && (errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence"))
-		if conflict && attempt < 3 {
+		_, err = bus.PutAt(ctx, kv, key, data, rev)
+		if bus.IsConflict(err) && attempt < 3 {
 			continue // changed by someone else meanwhile: merge into theirs
 		}
-		if conflict {
+		if bus.IsConflict(err) {
 			return nil, status.Errorf(codes.Aborted, "limits of %s are being changed by someone else at the same time; try again", d)
 		}
 		if err != nil {

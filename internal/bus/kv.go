@@ -1,0 +1,42 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// GetJSON reads the JSON value at key into v and returns its revision, for
+// a later compare-and-set. found is false, and v untouched, when the key
+// does not exist.
+func GetJSON(ctx context.Context, kv jetstream.KeyValue, key string, v any) (rev uint64, found bool, err error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if err := Decode(e.Value(), v); err != nil {
+		return 0, false, err
+	}
+	return e.Revision(), true, nil
+}
+
+// PutAt writes data at key by compare-and-set on revision rev, creating the
+// key when rev is 0. A write that lost the race reports IsConflict.
+func PutAt(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, rev uint64) (uint64, error) {
+	if rev == 0 {
+		return kv.Create(ctx, key, data)
+	}
+	return kv.Update(ctx, key, data, rev)
+}
+
+// IsConflict reports whether a KV write lost a compare-and-set: the key was
+// created or updated by someone else since it was read. The server says so
+// in words for an update, hence the string match.
+func IsConflict(err error) bool {
+	return err != nil && (errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence"))
+}
