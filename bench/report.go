@@ -3,11 +3,14 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/rangecast/rangecast/internal/governor"
 )
 
 // Report is what a run measured.
@@ -304,23 +307,8 @@ func latencyName(d time.Duration) string {
 	return d.String()
 }
 
-// num formats with thousands separators.
-func num(f float64) string {
-	s := fmt.Sprintf("%.0f", f)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+// num formats with thousands separators, rounded to a whole number.
+func num(f float64) string { return governor.Thousands(int(math.RoundToEven(f))) }
 
 func perMsg(d time.Duration, n int64) string {
 	if n == 0 {

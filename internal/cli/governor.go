@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rangecast/rangecast/internal/governor"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
@@ -135,23 +136,8 @@ func printDomain(w io.Writer, d *pb.DomainStatus) {
 	tw.Flush() //nolint:errcheck
 }
 
-// thousands formats n with comma separators.
-func thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+// thousands formats n as the governor's own reasons do.
+func thousands(n int64) string { return governor.Thousands(int(n)) }
 
 func governorSetCommand(c *client) *cobra.Command {
 	var rate float64

@@ -150,7 +150,7 @@ func TestGovernorQuotaRejection(t *testing.T) {
 		t.Fatalf("ceiling %d after a rejection at %d sent today; want max(100, sent/2)", ceiling, atRejection.GetSentToday())
 	}
 	w := s.status(id).GetProgress().GetWaitingFor()
-	if want := fmt.Sprintf("daily ceiling of %s for rangecast.test reached; resumes 00:00 UTC", thousandsOf(ceiling)); !strings.Contains(w, want) {
+	if want := fmt.Sprintf("daily ceiling of %s for rangecast.test reached; resumes 00:00 UTC", governor.Thousands(int(ceiling))); !strings.Contains(w, want) {
 		t.Fatalf("waiting_for = %q; want it to say %q", w, want)
 	}
 	t.Logf("quota rejection at %d sent: ceiling %d, google held until %v", atRejection.GetSentToday(), ceiling,
@@ -214,14 +214,6 @@ func TestGovernorQuotaRejection(t *testing.T) {
 		t.Fatal("no deferred gmail recipient was sent by the sweep")
 	}
 	t.Logf("%d gmail recipients deferred and swept after the hold", swept)
-}
-
-func thousandsOf(n int64) string {
-	s := fmt.Sprint(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }
 
 // TestGovernorStateSurvivesRestart: the ceiling, today's count, a held

@@ -238,7 +238,7 @@ func (d *Domain) why(now time.Time, got, daily, hourly int) (at time.Time, reaso
 	}
 	if daily <= got {
 		consider(nextMidnight(now), fmt.Sprintf("daily ceiling of %s for %s reached; resumes 00:00 UTC",
-			thousands(d.st.Ceiling), d.st.Domain))
+			Thousands(d.st.Ceiling), d.st.Domain))
 	}
 	if l, t := d.server.binds(now); l > 0 && hourly <= got {
 		on := d.st.Domain
@@ -246,7 +246,7 @@ func (d *Domain) why(now time.Time, got, daily, hourly int) (at time.Time, reaso
 			on = "SMTP server " + d.server.Name()
 		}
 		consider(t, fmt.Sprintf("hourly limit of %s for %s reached; resumes %s UTC",
-			thousands(l), on, clockTime(t)))
+			Thousands(l), on, clockTime(t)))
 	}
 	if reason == "" {
 		w := d.bucket.Wait(now)
@@ -624,8 +624,9 @@ func roundUp(d time.Duration) time.Duration {
 	return d
 }
 
-// thousands formats n with comma separators: 5000 → "5,000".
-func thousands(n int) string {
+// Thousands formats n with comma separators, 5000 → "5,000", as the
+// governor's reasons write numbers; displays use it to match them.
+func Thousands(n int) string {
 	s := strconv.Itoa(n)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")

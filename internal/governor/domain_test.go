@@ -287,8 +287,8 @@ func TestConcurrentUse(t *testing.T) {
 func TestThousands(t *testing.T) {
 	t.Parallel()
 	for n, want := range map[int]string{0: "0", 100: "100", 1000: "1,000", 5000: "5,000", 123456: "123,456", 5_000_000: "5,000,000", -1500: "-1,500"} {
-		if got := thousands(n); got != want {
-			t.Errorf("thousands(%d) = %q; want %q", n, got, want)
+		if got := Thousands(n); got != want {
+			t.Errorf("Thousands(%d) = %q; want %q", n, got, want)
 		}
 	}
 }
