@@ -144,13 +144,13 @@ func (h *harness) measureCeiling(ctx context.Context, conns int, n int64) (ceili
 	}
 	self := os.Getpid()
 	cpu0, err1 := cpuTime(self)
-	sink0, err2 := cpuTime(s.sink.pid())
+	sink0, err2 := cpuTime(s.sink.Pid())
 	elapsed, err := bareClient(ctx, s.sinkAddr, conns, n, m)
 	if err != nil {
 		return ceilingResult{}, err
 	}
 	cpu1, err3 := cpuTime(self)
-	sink1, err4 := cpuTime(s.sink.pid())
+	sink1, err4 := cpuTime(s.sink.Pid())
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 		return ceilingResult{}, fmt.Errorf("read /proc cpu times")
 	}

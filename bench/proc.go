@@ -3,101 +3,11 @@ package bench
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
-
-// proc is one child process. Each runs in a process group of its own, so a
-// kill takes whatever it started with it, and dies with the harness
-// (Pdeathsig), so nothing is left running after a crash of the bench.
-type proc struct {
-	name    string
-	path    string
-	args    []string
-	env     []string
-	logPath string
-
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (p *proc) start() error {
-	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(f, "=== bench: start at %s: %s %s\n", time.Now().Format(time.RFC3339Nano), p.path, strings.Join(p.args, " "))
-	cmd := exec.Command(p.path, p.args...)
-	cmd.Env = append(os.Environ(), p.env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", p.name, err)
-	}
-	done := make(chan struct{})
-	p.cmd, p.done = cmd, done
-	go func() {
-		cmd.Wait() //nolint:errcheck // exit status is in the log when it matters
-		f.Close()
-		close(done)
-	}()
-	return nil
-}
-
-// pid is the process id of the running process (0 when not started).
-func (p *proc) pid() int {
-	if p.cmd == nil {
-		return 0
-	}
-	return p.cmd.Process.Pid
-}
-
-func (p *proc) exited() bool {
-	if p.done == nil {
-		return true
-	}
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends sig to the group and waits up to wait, then kills it.
-func (p *proc) stop(sig syscall.Signal, wait time.Duration) {
-	if p.cmd == nil {
-		return
-	}
-	pgid := p.cmd.Process.Pid
-	syscall.Kill(-pgid, sig) //nolint:errcheck // already gone is fine
-	select {
-	case <-p.done:
-	case <-time.After(wait):
-		syscall.Kill(-pgid, syscall.SIGKILL) //nolint:errcheck
-		<-p.done
-	}
-	syscall.Kill(-pgid, syscall.SIGKILL) //nolint:errcheck
-}
-
-// logTail returns the last n lines of the process's log.
-func (p *proc) logTail(n int) string {
-	data, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 // clockTicks is USER_HZ, the unit of utime/stime in /proc/PID/stat. It is
 // 100 on every Linux platform Go supports.
@@ -145,30 +55,4 @@ func statusKB(pid int, key string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, key)
-}
-
-// freeAddr returns a 127.0.0.1 address with a port nothing listens on now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// waitTCP waits until addr accepts connections.
-func waitTCP(addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not accepting connections after %s: %w", addr, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

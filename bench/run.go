@@ -204,9 +204,9 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 		return nil, err
 	}
 	sampler := startCPUSampler(500*time.Millisecond, map[string]func() []int{
-		"coordinator": func() []int { return []int{s.coord.pid()} },
+		"coordinator": func() []int { return []int{s.coord.Pid()} },
 		"workers":     func() []int { return s.rangecastPIDs()[1:] },
-		"sink":        func() []int { return []int{s.sink.pid()} },
+		"sink":        func() []int { return []int{s.sink.Pid()} },
 		"postgres": func() []int {
 			pids, _ := h.backendPIDs(ctx)
 			return pids
@@ -310,14 +310,14 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 					break
 				}
 				return nil, fmt.Errorf("%s: broadcast is %s (%s) with %d of %d delivered\ncoordinator log:\n%s",
-					spec.name, stateName(b.GetState()), b.GetReason(), st.Recipients, eligible, s.coord.logTail(20))
+					spec.name, stateName(b.GetState()), b.GetReason(), st.Recipients, eligible, s.coord.LogTail(20))
 			}
 		}
 		if now.After(nextState) {
 			nextState = now.Add(time.Second)
 		}
 		if now.After(deadline) {
-			return nil, fmt.Errorf("%s: %d of %d delivered after %s; coordinator log:\n%s", spec.name, st.Recipients, eligible, time.Since(t0).Round(time.Second), s.coord.logTail(20))
+			return nil, fmt.Errorf("%s: %d of %d delivered after %s; coordinator log:\n%s", spec.name, st.Recipients, eligible, time.Since(t0).Round(time.Second), s.coord.LogTail(20))
 		}
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
 			return nil, err
@@ -326,7 +326,7 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 	cpu := sampler.stop()
 	samplerStopped = true
 	r.cpuCoordinator, r.cpuWorkers, r.cpuPostgres, r.cpuSink = cpu["coordinator"], cpu["workers"], cpu["postgres"], cpu["sink"]
-	if r.coordHWMKB, err = statusKB(s.coord.pid(), "VmHWM"); err != nil {
+	if r.coordHWMKB, err = statusKB(s.coord.Pid(), "VmHWM"); err != nil {
 		return nil, err
 	}
 	if r.crash != nil {
@@ -394,7 +394,7 @@ func (h *harness) crashWorkers(ctx context.Context, s *stack, id string, timelin
 	c := &crashResult{atDelivered: timeline[len(timeline)-1].n, preRate: rateOver(timeline, 3*time.Second), pageLimit: 200, stalled: map[int]string{}}
 	n := len(s.workers)
 	for _, w := range s.workers {
-		w.stop(syscall.SIGKILL, 10*time.Second)
+		w.Signal(syscall.SIGKILL, 10*time.Second)
 	}
 	// Reports the workers published before dying are applied within
 	// moments; after that the cursors stand still until pages re-run.

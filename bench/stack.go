@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rangecast/rangecast/internal/child"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -77,15 +78,15 @@ type stack struct {
 	spec stackSpec
 	dir  string
 
-	nats     *proc
+	nats     *child.Proc
 	natsURL  string
-	sink     *proc
+	sink     *child.Proc
 	sinkAddr string
 	sinkStat string // http://…/stats
-	coord    *proc
+	coord    *child.Proc
 	coordMet string // metrics address
 	coordWeb string // public HTTP address (unsubscribe links point here)
-	workers  []*proc
+	workers  []*child.Proc
 	workMet  []string
 	grpc     *grpc.ClientConn
 	nc       *nats.Conn
@@ -124,12 +125,12 @@ func (h *harness) startStack(ctx context.Context, spec stackSpec) (_ *stack, err
 	return s, nil
 }
 
-func (s *stack) newProc(binary, name string, args ...string) *proc {
-	return &proc{name: name, path: filepath.Join(s.h.bin, binary), args: args, logPath: filepath.Join(s.dir, "logs", name+".log")}
+func (s *stack) newProc(binary, name string, args ...string) *child.Proc {
+	return &child.Proc{Name: name, Path: filepath.Join(s.h.bin, binary), Args: args, LogPath: filepath.Join(s.dir, "logs", name+".log"), Label: "bench"}
 }
 
 func (s *stack) startNATS(ctx context.Context) error {
-	addr, err := freeAddr()
+	addr, err := child.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -144,7 +145,7 @@ func (s *stack) startNATS(ctx context.Context) error {
 		return err
 	}
 	s.nats = s.newProc("nats-server", "nats-server", "-c", confPath)
-	if err := s.nats.start(); err != nil {
+	if err := s.nats.Start(); err != nil {
 		return err
 	}
 	s.natsURL = "nats://" + addr
@@ -165,8 +166,8 @@ func (s *stack) startNATS(ctx context.Context) error {
 			nc.Close()
 			err = jerr
 		}
-		if s.nats.exited() || time.Now().After(deadline) {
-			return fmt.Errorf("nats-server did not come up: %v\n%s", err, s.nats.logTail(20))
+		if !s.nats.Running() || time.Now().After(deadline) {
+			return fmt.Errorf("nats-server did not come up: %v\n%s", err, s.nats.LogTail(20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -174,26 +175,26 @@ func (s *stack) startNATS(ctx context.Context) error {
 
 func (s *stack) startSink() error {
 	var err1, err2 error
-	s.sinkAddr, err1 = freeAddr()
-	statAddr, err2 := freeAddr()
+	s.sinkAddr, err1 = child.FreeAddr()
+	statAddr, err2 := child.FreeAddr()
 	if err := errors.Join(err1, err2); err != nil {
 		return err
 	}
 	s.sinkStat = "http://" + statAddr + "/stats"
 	s.sink = s.newProc("smtpsink", "smtpsink", "-addr", s.sinkAddr, "-log", "", "-latency", s.spec.sinkLatency.String(), "-stats", statAddr)
-	if err := s.sink.start(); err != nil {
+	if err := s.sink.Start(); err != nil {
 		return err
 	}
-	if err := errors.Join(waitTCP(s.sinkAddr, 10*time.Second), waitTCP(statAddr, 10*time.Second)); err != nil {
-		return fmt.Errorf("smtpsink: %w\n%s", err, s.sink.logTail(20))
+	if err := errors.Join(child.WaitTCP(s.sinkAddr, 10*time.Second), child.WaitTCP(statAddr, 10*time.Second)); err != nil {
+		return fmt.Errorf("smtpsink: %w\n%s", err, s.sink.LogTail(20))
 	}
 	return nil
 }
 
 func (s *stack) startCoordinator(ctx context.Context) error {
-	grpcAddr, err1 := freeAddr()
-	httpAddr, err2 := freeAddr()
-	metricsAddr, err3 := freeAddr()
+	grpcAddr, err1 := child.FreeAddr()
+	httpAddr, err2 := child.FreeAddr()
+	metricsAddr, err3 := child.FreeAddr()
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return err
 	}
@@ -205,9 +206,9 @@ func (s *stack) startCoordinator(ctx context.Context) error {
 		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--metrics-addr", metricsAddr,
 		"--in-doubt-after", inDoubt.String(), "--in-doubt-policy", "skip"}
 	s.coord = s.newProc("coordinator", "coordinator", args...)
-	s.coord.env = append([]string{"RANGECAST_PPROF=1", "RANGECAST_UNSUBSCRIBE_KEYS=" + s.h.unsubscribeKey}, GovernorEnv...)
+	s.coord.Env = append([]string{"RANGECAST_PPROF=1", "RANGECAST_UNSUBSCRIBE_KEYS=" + s.h.unsubscribeKey}, GovernorEnv...)
 	s.coordMet, s.coordWeb = metricsAddr, httpAddr
-	if err := s.coord.start(); err != nil {
+	if err := s.coord.Start(); err != nil {
 		return err
 	}
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -224,8 +225,8 @@ func (s *stack) startCoordinator(ctx context.Context) error {
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 			return waitReady(ctx, metricsAddr, s.coord, time.Until(deadline))
 		}
-		if s.coord.exited() || time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("coordinator did not become healthy: %v\n%s", err, s.coord.logTail(30))
+		if !s.coord.Running() || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("coordinator did not become healthy: %v\n%s", err, s.coord.LogTail(30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -233,7 +234,7 @@ func (s *stack) startCoordinator(ctx context.Context) error {
 
 // addWorker starts one more page worker.
 func (s *stack) addWorker() error {
-	metricsAddr, err := freeAddr()
+	metricsAddr, err := child.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -242,8 +243,8 @@ func (s *stack) addWorker() error {
 		"--smtp-url", "smtp://"+s.sinkAddr+"?tls=none", "--concurrency", strconv.Itoa(s.spec.concurrency), "--metrics-addr", metricsAddr)
 	// Workers sign every message's one-click unsubscribe link with the
 	// coordinators' key; the link points at the coordinator's public HTTP.
-	p.env = []string{"RANGECAST_PPROF=1", "RANGECAST_UNSUBSCRIBE_KEYS=" + s.h.unsubscribeKey, "RANGECAST_PUBLIC_URL=http://" + s.coordWeb}
-	if err := p.start(); err != nil {
+	p.Env = []string{"RANGECAST_PPROF=1", "RANGECAST_UNSUBSCRIBE_KEYS=" + s.h.unsubscribeKey, "RANGECAST_PUBLIC_URL=http://" + s.coordWeb}
+	if err := p.Start(); err != nil {
 		return err
 	}
 	s.workers, s.workMet = append(s.workers, p), append(s.workMet, metricsAddr)
@@ -251,7 +252,7 @@ func (s *stack) addWorker() error {
 }
 
 // waitReady polls /readyz on a metrics address.
-func waitReady(ctx context.Context, addr string, p *proc, timeout time.Duration) error {
+func waitReady(ctx context.Context, addr string, p *child.Proc, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -265,8 +266,8 @@ func waitReady(ctx context.Context, addr string, p *proc, timeout time.Duration)
 		if err == nil && resp.StatusCode == http.StatusOK {
 			return nil
 		}
-		if p.exited() || time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s did not become ready: %v\n%s", p.name, err, p.logTail(30))
+		if !p.Running() || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s did not become ready: %v\n%s", p.Name, err, p.LogTail(30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -274,10 +275,10 @@ func waitReady(ctx context.Context, addr string, p *proc, timeout time.Duration)
 
 // rangecastPIDs are the coordinator's and the workers' process ids.
 func (s *stack) rangecastPIDs() []int {
-	pids := []int{s.coord.pid()}
+	pids := []int{s.coord.Pid()}
 	for _, w := range s.workers {
-		if !w.exited() {
-			pids = append(pids, w.pid())
+		if w.Running() {
+			pids = append(pids, w.Pid())
 		}
 	}
 	return pids
@@ -288,10 +289,10 @@ func (s *stack) rangecastPIDs() []int {
 // sink and nats-server.
 func (s *stack) stop() {
 	for _, w := range s.workers {
-		w.stop(syscall.SIGTERM, 15*time.Second)
+		w.Signal(syscall.SIGTERM, 15*time.Second)
 	}
 	if s.coord != nil {
-		s.coord.stop(syscall.SIGTERM, 15*time.Second)
+		s.coord.Signal(syscall.SIGTERM, 15*time.Second)
 	}
 	if s.grpc != nil {
 		s.grpc.Close()
@@ -300,9 +301,9 @@ func (s *stack) stop() {
 		s.nc.Close()
 	}
 	if s.sink != nil {
-		s.sink.stop(syscall.SIGTERM, 10*time.Second)
+		s.sink.Signal(syscall.SIGTERM, 10*time.Second)
 	}
 	if s.nats != nil {
-		s.nats.stop(syscall.SIGTERM, 10*time.Second)
+		s.nats.Signal(syscall.SIGTERM, 10*time.Second)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/rangecast/rangecast/internal/child"
 	"github.com/rangecast/rangecast/internal/sinkproc"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -154,14 +155,14 @@ type harness struct {
 	ownSchema bool
 	baseURL   string
 
-	nats        *proc
+	nats        *child.Proc
 	natsAddr    string
-	sink        *proc
+	sink        *child.Proc
 	sinkAddr    string
-	coords      []*proc
+	coords      []*child.Proc
 	coordGRPC   []string
 	coordMetric []string
-	workers     []*proc
+	workers     []*child.Proc
 	conns       []*grpc.ClientConn
 
 	broadcastID string
@@ -176,7 +177,7 @@ type harness struct {
 	supervisorRestarts                    atomic.Int64
 
 	procsMu sync.Mutex
-	procs   []*proc
+	procs   []*child.Proc
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -376,8 +377,8 @@ func (h *harness) dropSchema() {
 	}
 }
 
-func (h *harness) newProc(binary, name string, args ...string) *proc {
-	p := &proc{name: name, path: filepath.Join(h.bin, binary), args: args, logPath: filepath.Join(h.dir, "logs", name+".log")}
+func (h *harness) newProc(binary, name string, args ...string) *child.Proc {
+	p := &child.Proc{Name: name, Path: filepath.Join(h.bin, binary), Args: args, LogPath: filepath.Join(h.dir, "logs", name+".log"), Label: "chaos"}
 	h.procsMu.Lock()
 	h.procs = append(h.procs, p)
 	h.procsMu.Unlock()
@@ -387,7 +388,7 @@ func (h *harness) newProc(binary, name string, args ...string) *proc {
 // stopAll kills every process the harness started; safe to call twice.
 func (h *harness) stopAll() {
 	h.procsMu.Lock()
-	procs := append([]*proc(nil), h.procs...)
+	procs := append([]*child.Proc(nil), h.procs...)
 	h.procsMu.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range procs {
@@ -395,10 +396,10 @@ func (h *harness) stopAll() {
 		go func() {
 			defer wg.Done()
 			if p == h.sink {
-				p.signal(syscall.SIGTERM, 10*time.Second) // flushes nothing it has not fsynced; just tidy
+				p.Signal(syscall.SIGTERM, 10*time.Second) // flushes nothing it has not fsynced; just tidy
 				return
 			}
-			p.kill9()
+			p.Kill9()
 		}()
 	}
 	wg.Wait()
@@ -409,7 +410,7 @@ func (h *harness) startAll(ctx context.Context) error {
 		return err
 	}
 	var err error
-	if h.natsAddr, err = freeAddr(); err != nil {
+	if h.natsAddr, err = child.FreeAddr(); err != nil {
 		return err
 	}
 	_, port, _ := strings.Cut(h.natsAddr, ":")
@@ -417,15 +418,15 @@ func (h *harness) startAll(ctx context.Context) error {
 	if err := h.startNATS(ctx); err != nil {
 		return err
 	}
-	if h.sinkAddr, err = freeAddr(); err != nil {
+	if h.sinkAddr, err = child.FreeAddr(); err != nil {
 		return err
 	}
 	h.sink = h.newProc("smtpsink", "smtpsink", "-addr", h.sinkAddr, "-log", h.sinkLog(), "-latency", h.cfg.SinkLatency.String())
-	if err := h.sink.start(); err != nil {
+	if err := h.sink.Start(); err != nil {
 		return err
 	}
-	if err := waitTCP(h.sinkAddr, 10*time.Second); err != nil {
-		return fmt.Errorf("smtpsink: %w\n%s", err, h.sink.logTail(20))
+	if err := child.WaitTCP(h.sinkAddr, 10*time.Second); err != nil {
+		return fmt.Errorf("smtpsink: %w\n%s", err, h.sink.LogTail(20))
 	}
 	natsURL := "nats://" + h.natsAddr
 	// Coordinators verify and workers sign one-click unsubscribe links
@@ -436,9 +437,9 @@ func (h *harness) startAll(ctx context.Context) error {
 	}
 	var publicURL string
 	for i := range h.cfg.Coordinators {
-		grpcAddr, err1 := freeAddr()
-		httpAddr, err2 := freeAddr()
-		metricsAddr, err3 := freeAddr()
+		grpcAddr, err1 := child.FreeAddr()
+		httpAddr, err2 := child.FreeAddr()
+		metricsAddr, err3 := child.FreeAddr()
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return err
 		}
@@ -460,7 +461,7 @@ func (h *harness) startAll(ctx context.Context) error {
 		h.conns = append(h.conns, conn)
 	}
 	for i := range h.coords {
-		if err := h.coords[i].start(); err != nil {
+		if err := h.coords[i].Start(); err != nil {
 			return err
 		}
 	}
@@ -471,7 +472,7 @@ func (h *harness) startAll(ctx context.Context) error {
 	}
 	smtpURL := "smtp://" + h.sinkAddr + "?tls=none"
 	for i := range h.cfg.Workers {
-		metricsAddr, err := freeAddr()
+		metricsAddr, err := child.FreeAddr()
 		if err != nil {
 			return err
 		}
@@ -479,7 +480,7 @@ func (h *harness) startAll(ctx context.Context) error {
 			"--smtp-url", smtpURL, "--concurrency", fmt.Sprint(h.cfg.Concurrency), "--metrics-addr", metricsAddr,
 			"--public-url", publicURL, "--unsubscribe-keys-file", keys)
 		h.workers = append(h.workers, p)
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			return err
 		}
 	}
@@ -492,7 +493,7 @@ func (h *harness) sinkLog() string { return filepath.Join(h.dir, "sink.log") }
 
 // startNATS starts nats-server and waits until JetStream answers.
 func (h *harness) startNATS(ctx context.Context) error {
-	if err := h.nats.start(); err != nil {
+	if err := h.nats.Start(); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -515,8 +516,8 @@ func (h *harness) startNATS(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if !h.nats.running() || time.Now().After(deadline) {
-			return fmt.Errorf("nats-server did not come up: %v\n%s", err, h.nats.logTail(20))
+		if !h.nats.Running() || time.Now().After(deadline) {
+			return fmt.Errorf("nats-server did not come up: %v\n%s", err, h.nats.LogTail(20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -534,7 +535,7 @@ func (h *harness) waitCoordinator(ctx context.Context, i int, timeout time.Durat
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s did not become healthy: %v\n%s", h.coords[i].name, err, h.coords[i].logTail(30))
+			return fmt.Errorf("%s did not become healthy: %v\n%s", h.coords[i].Name, err, h.coords[i].LogTail(30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -548,7 +549,7 @@ func (h *harness) call(ctx context.Context, timeout time.Duration, f func(ctx co
 	var last error
 	for attempt := 0; ; attempt++ {
 		i := (start + attempt) % len(h.conns)
-		if h.coords[i].running() {
+		if h.coords[i].Running() {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			last = f(cctx, h.conns[i])
 			cancel()
@@ -774,15 +775,12 @@ func (h *harness) supervise(ctx context.Context) {
 			return
 		case <-time.After(time.Second):
 		}
-		for _, p := range append(append([]*proc(nil), h.coords...), h.workers...) {
-			p.mu.Lock()
-			dead := p.cmd != nil && p.exited() && !p.intended
-			p.mu.Unlock()
-			if dead {
-				h.logf("t=%s %s exited by itself; restarting it: %s", h.elapsed(), p.name, lastLine(p.logTail(3)))
+		for _, p := range append(append([]*child.Proc(nil), h.coords...), h.workers...) {
+			if p.DiedByItself() {
+				h.logf("t=%s %s exited by itself; restarting it: %s", h.elapsed(), p.Name, lastLine(p.LogTail(3)))
 				h.supervisorRestarts.Add(1)
-				if err := p.start(); err != nil {
-					h.logf("restart %s: %v", p.name, err)
+				if err := p.Start(); err != nil {
+					h.logf("restart %s: %v", p.Name, err)
 				}
 			}
 		}
@@ -810,13 +808,13 @@ func (h *harness) killWorkers(ctx context.Context) {
 		case <-time.After(h.randDur(h.cfg.WorkerKillMin, h.cfg.WorkerKillMax)):
 		}
 		w := h.workers[h.randInt(len(h.workers))]
-		if !w.running() {
+		if !w.Running() {
 			continue
 		}
-		w.kill9()
+		w.Kill9()
 		h.workerKills.Add(1)
-		if err := w.start(); err != nil {
-			h.logf("restart %s: %v", w.name, err)
+		if err := w.Start(); err != nil {
+			h.logf("restart %s: %v", w.Name, err)
 		}
 	}
 }
@@ -863,7 +861,7 @@ func (h *harness) schedule(ctx context.Context) {
 func (h *harness) leader() int {
 	client := http.Client{Timeout: 2 * time.Second}
 	for i, addr := range h.coordMetric {
-		if !h.coords[i].running() {
+		if !h.coords[i].Running() {
 			continue
 		}
 		resp, err := client.Get("http://" + addr + "/metrics")
@@ -892,11 +890,11 @@ func (h *harness) killCoordinator(ctx context.Context) error {
 		h.leaderKills.Add(1)
 	}
 	p := h.coords[i]
-	p.kill9()
+	p.Kill9()
 	h.coordKills.Add(1)
-	h.logf("t=%s kill -9 %s (%s)", h.elapsed(), p.name, how)
+	h.logf("t=%s kill -9 %s (%s)", h.elapsed(), p.Name, how)
 	time.Sleep(time.Second)
-	if err := p.start(); err != nil {
+	if err := p.Start(); err != nil {
 		return err
 	}
 	return h.waitCoordinator(context.WithoutCancel(ctx), i, 60*time.Second)
@@ -907,9 +905,9 @@ func (h *harness) killCoordinator(ctx context.Context) error {
 func (h *harness) restartNATS(ctx context.Context) error {
 	began := time.Now()
 	if h.cfg.NATSKill {
-		h.nats.kill9()
+		h.nats.Kill9()
 	} else {
-		h.nats.signal(syscall.SIGTERM, 20*time.Second)
+		h.nats.Signal(syscall.SIGTERM, 20*time.Second)
 	}
 	time.Sleep(2 * time.Second)
 	if err := h.startNATS(context.WithoutCancel(ctx)); err != nil {
@@ -1123,8 +1121,8 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 	if g := h.gaps(recs, 3, 2*time.Second); g != "" {
 		res.Notes = append(res.Notes, "longest stretches with nothing accepted at the sink: "+g)
 	}
-	for _, pr := range append(append([]*proc{h.nats, h.sink}, h.coords...), h.workers...) {
-		exits = append(exits, pr.ownExits()...)
+	for _, pr := range append(append([]*child.Proc{h.nats, h.sink}, h.coords...), h.workers...) {
+		exits = append(exits, pr.OwnExits()...)
 	}
 	res.Figures = fmt.Sprintf("contacts=%d eligible=%d received=%d sent=%d failed=%d unknown=%d in_doubt=%d "+
 		"worker_kills=%d coordinator_kills=%d (by leader gauge %d) nats_restarts=%d pg_terminations=%d (backends %d) "+
