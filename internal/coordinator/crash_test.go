@@ -29,10 +29,10 @@ type freezingTransport struct {
 	frozen chan struct{}
 }
 
-func (f *freezingTransport) Send(ctx context.Context, m message.Rendered) error {
+func (f *freezingTransport) Send(ctx context.Context, m message.Rendered) (string, error) {
 	if f.sent.Add(1) > f.after {
 		<-f.frozen
-		return context.Canceled
+		return "", context.Canceled
 	}
 	return f.Transport.Send(ctx, m)
 }

@@ -504,7 +504,8 @@ func (w *Worker) send(ctx context.Context, l *loaded, c store.Contact, now time.
 	if err != nil {
 		return &renderError{err}
 	}
-	return w.cfg.Transport.Send(ctx, m)
+	_, err = w.cfg.Transport.Send(ctx, m)
+	return err
 }
 
 func busClass(c transport.Class) bus.ErrorClass {

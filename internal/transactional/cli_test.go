@@ -54,7 +54,7 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("send --wait: %v\n%s", err, out)
 	}
 	id, _, _ := strings.Cut(out, " ")
-	if len(id) != 26 || !strings.Contains(out, "sent") || !strings.Contains(out, "#1") || !strings.Contains(out, "250 accepted") {
+	if len(id) != 26 || !strings.Contains(out, "sent") || !strings.Contains(out, "#1") || !strings.Contains(out, "250 2.0.0") {
 		t.Fatalf("send --wait printed:\n%s\nwant the id, sent, and attempt #1", out)
 	}
 	out, err = run(args...)

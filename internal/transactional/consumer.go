@@ -241,7 +241,7 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 		return
 	}
 	msg.InProgress() //nolint:errcheck // the ack wait starts again for the send
-	sendErr := c.cfg.Transport.Send(ctx, rendered)
+	reply, sendErr := c.cfg.Transport.Send(ctx, rendered)
 	done := c.cfg.Clock.Now()
 	class := transport.Classify(sendErr)
 	if g := c.cfg.Governor; g != nil {
@@ -251,7 +251,7 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 	switch {
 	case sendErr == nil:
 		sendSeconds.Observe(done.Sub(r.CreatedAt).Seconds())
-		c.finish(ctx, log, msg, r, n, store.AttemptOutcome{Status: store.ReceiptSent, Result: "sent", Reply: "250 accepted"})
+		c.finish(ctx, log, msg, r, n, store.AttemptOutcome{Status: store.ReceiptSent, Result: "sent", Reply: reply})
 	case errors.As(sendErr, &se) && se.MaybeDelivered && c.cfg.Lookup == nil:
 		// The server may have the message and nothing can ask it: sending
 		// again could deliver a second copy, so it is never resent.

@@ -213,15 +213,15 @@ type freezingTransport struct {
 	once    sync.Once
 }
 
-func (f *freezingTransport) Send(ctx context.Context, m message.Rendered) error {
+func (f *freezingTransport) Send(ctx context.Context, m message.Rendered) (string, error) {
 	if f.deliver {
-		if err := f.Transport.Send(ctx, m); err != nil {
-			return err
+		if _, err := f.Transport.Send(ctx, m); err != nil {
+			return "", err
 		}
 	}
 	f.once.Do(func() { close(f.entered) })
 	<-f.frozen
-	return context.Canceled
+	return "", context.Canceled
 }
 
 func attemptsSummary(m *pb.TransactionalMessage) string {

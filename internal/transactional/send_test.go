@@ -64,6 +64,11 @@ func TestTransientTwiceThenDelivered(t *testing.T) {
 		if want == "transient" && !strings.Contains(a.GetReply(), "451") {
 			t.Fatalf("attempt %d reply %q does not show the server's 451", i+1, a.GetReply())
 		}
+		// The delivery's reply is the server's own answer to the data,
+		// queue id and all, not a fixed word.
+		if want == "sent" && (!strings.HasPrefix(a.GetReply(), "250 2.0.0 ") || !strings.Contains(a.GetReply(), "queued")) {
+			t.Fatalf("attempt %d reply %q is not the server's 250", i+1, a.GetReply())
+		}
 	}
 	// The retries waited their backoff (20 ms each, no jitter).
 	if gap := as[1].GetStartedAt().AsTime().Sub(as[0].GetFinishedAt().AsTime()); gap < 20*time.Millisecond {
@@ -445,11 +450,11 @@ func counter(t *testing.T, name string) float64 {
 // before the server's reply: the outcome is in doubt.
 type maybeDelivered struct{ transport.Transport }
 
-func (m maybeDelivered) Send(ctx context.Context, msg message.Rendered) error {
-	if err := m.Transport.Send(ctx, msg); err != nil {
-		return err
+func (m maybeDelivered) Send(ctx context.Context, msg message.Rendered) (string, error) {
+	if _, err := m.Transport.Send(ctx, msg); err != nil {
+		return "", err
 	}
-	return &transport.SendError{Stage: transport.StageData, Err: io.ErrUnexpectedEOF, MaybeDelivered: true}
+	return "", &transport.SendError{Stage: transport.StageData, Err: io.ErrUnexpectedEOF, MaybeDelivered: true}
 }
 
 // A connection lost after the data: never resent. Without a lookup the

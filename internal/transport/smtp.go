@@ -200,22 +200,22 @@ func (s *SMTP) String() string { return s.redacted }
 
 // Send delivers m: MAIL FROM m.From, RCPT TO m.To, DATA m.Bytes. The whole
 // attempt, connecting included, is bounded by the URL's timeout and by ctx.
-func (s *SMTP) Send(ctx context.Context, m message.Rendered) error {
+func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 	if m.From == "" || m.To == "" {
-		return fmt.Errorf("transport: send %s: envelope sender and recipient are required", m.MessageID)
+		return "", fmt.Errorf("transport: send %s: envelope sender and recipient are required", m.MessageID)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 
 	for attempt := 0; ; attempt++ {
 		if s.isClosed() {
-			return ErrClosed
+			return "", ErrClosed
 		}
 		pc, reused := s.takeIdle()
 		if pc == nil {
 			nc, err := s.dial(ctx)
 			if err != nil {
-				return stageError(ctx, StageConnect, err)
+				return "", stageError(ctx, StageConnect, err)
 			}
 			pc = &conn{nc: nc}
 		}
@@ -224,7 +224,7 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) error {
 		// per-command timeouts; closing the socket is the one way to make
 		// them return as soon as ctx ends.
 		stop := context.AfterFunc(ctx, func() { pc.nc.Close() })
-		err := s.use(ctx, pc, m)
+		reply, err := s.use(ctx, pc, m)
 		var se *SendError
 		isSendErr := errors.As(err, &se)
 		// After a reply that leaves the connection usable, RSET while still
@@ -242,7 +242,7 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) error {
 		}
 		switch {
 		case err == nil:
-			return nil
+			return reply, nil
 		case errors.Is(err, errRedial):
 			continue
 		}
@@ -253,7 +253,7 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) error {
 		if isSendErr && reused && attempt == 0 && se.Stage == StageMail && (se.Code == 0 || se.Code == 421) && ctx.Err() == nil {
 			continue
 		}
-		return err
+		return "", err
 	}
 }
 
@@ -262,19 +262,19 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) error {
 var errRedial = errors.New("transport: redial for STARTTLS")
 
 // use runs the handshake on a new connection, then one mail transaction.
-func (s *SMTP) use(ctx context.Context, pc *conn, m message.Rendered) error {
+func (s *SMTP) use(ctx context.Context, pc *conn, m message.Rendered) (string, error) {
 	if pc.c == nil {
 		c, err := s.handshake(pc.nc)
 		if err != nil {
 			pc.nc.Close()
 			if errors.Is(err, errRedial) {
-				return err
+				return "", err
 			}
 			var se *SendError
 			if errors.As(err, &se) {
-				return withContext(ctx, se)
+				return "", withContext(ctx, se)
 			}
-			return stageError(ctx, StageConnect, err)
+			return "", stageError(ctx, StageConnect, err)
 		}
 		pc.c = c
 	}
@@ -338,34 +338,37 @@ func (s *SMTP) handshake(nc net.Conn) (*smtp.Client, error) {
 	return c, nil
 }
 
-// transact runs MAIL, RCPT, DATA on an established connection.
-func (s *SMTP) transact(ctx context.Context, c *smtp.Client, m message.Rendered) error {
+// transact runs MAIL, RCPT, DATA on an established connection and returns
+// the server's reply to the final dot.
+func (s *SMTP) transact(ctx context.Context, c *smtp.Client, m message.Rendered) (string, error) {
 	opts := &smtp.MailOptions{Size: int64(len(m.Bytes))}
 	if !isASCII(m.From) || !isASCII(m.To) {
 		opts.UTF8 = true
 	}
 	if err := c.Mail(m.From, opts); err != nil {
-		return stageError(ctx, StageMail, err)
+		return "", stageError(ctx, StageMail, err)
 	}
 	if err := c.Rcpt(m.To, nil); err != nil {
-		return stageError(ctx, StageRcpt, err)
+		return "", stageError(ctx, StageRcpt, err)
 	}
 	w, err := c.Data()
 	if err != nil {
-		return stageError(ctx, StageData, err)
+		return "", stageError(ctx, StageData, err)
 	}
 	// The writer dot-stuffs lines that start with '.'.
 	if _, err := w.Write(m.Bytes); err != nil {
-		return stageError(ctx, StageData, err)
+		return "", stageError(ctx, StageData, err)
 	}
-	if err := w.Close(); err != nil {
+	resp, err := w.CloseWithResponse()
+	if err != nil {
 		se := stageError(ctx, StageData, err)
 		// Close writes the final ".\r\n" and reads the reply. Without a
 		// reply we cannot know whether the server queued the message.
 		se.MaybeDelivered = se.Code == 0
-		return se
+		return "", se
 	}
-	return nil
+	// go-smtp accepts only 250 here and keeps the text after the code.
+	return strings.TrimSpace("250 " + resp.StatusText), nil
 }
 
 // reusableAfter reports whether a connection is still in a known state after

@@ -56,7 +56,7 @@ func TestConcurrentSendsOverPool(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for i := range jobs {
-				if err := tr.Send(t.Context(), msg(i, fmt.Sprintf("user%03d@example.org", i))); err != nil {
+				if _, err := tr.Send(t.Context(), msg(i, fmt.Sprintf("user%03d@example.org", i))); err != nil {
 					t.Errorf("send %d: %v", i, err)
 				}
 			}
@@ -97,10 +97,16 @@ func TestRecipientRejectedConnectionReused(t *testing.T) {
 	tr := newSMTP(t, srv.URL())
 	ctx := t.Context()
 
-	if err := tr.Send(ctx, msg(1, "ok1@example.org")); err != nil {
+	reply, err := tr.Send(ctx, msg(1, "ok1@example.org"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	err := tr.Send(ctx, msg(2, "gone@example.org"))
+	// What the server said is kept for the record (transactional attempts
+	// show it): go-smtp's server answers the final dot with "2.0.0 OK: queued".
+	if !strings.HasPrefix(reply, "250 2.0.0 ") || !strings.Contains(reply, "queued") {
+		t.Errorf("reply = %q, want the server's 250 with its text", reply)
+	}
+	_, err = tr.Send(ctx, msg(2, "gone@example.org"))
 	var se *SendError
 	if !errors.As(err, &se) {
 		t.Fatalf("err = %v (%T), want *SendError", err, err)
@@ -111,7 +117,7 @@ func TestRecipientRejectedConnectionReused(t *testing.T) {
 	if c := Classify(err); c != Recipient {
 		t.Errorf("Classify = %v, want Recipient", c)
 	}
-	if err := tr.Send(ctx, msg(3, "ok2@example.org")); err != nil {
+	if _, err := tr.Send(ctx, msg(3, "ok2@example.org")); err != nil {
 		t.Fatal(err)
 	}
 	if c := srv.Connections(); c != 1 {
@@ -181,7 +187,7 @@ func TestServerRepliesClassified(t *testing.T) {
 				u = tc.url(u)
 			}
 			tr := newSMTP(t, u)
-			err := tr.Send(t.Context(), msg(1, "someone@example.org"))
+			_, err := tr.Send(t.Context(), msg(1, "someone@example.org"))
 			var se *SendError
 			if !errors.As(err, &se) {
 				t.Fatalf("err = %v, want *SendError", err)
@@ -192,7 +198,7 @@ func TestServerRepliesClassified(t *testing.T) {
 			if got := Classify(err); got != tc.class {
 				t.Errorf("Classify = %v, want %v", got, tc.class)
 			}
-			_ = tr.Send(t.Context(), msg(2, "someone@example.org"))
+			_, _ = tr.Send(t.Context(), msg(2, "someone@example.org"))
 			wantConns := 2
 			if tc.reused {
 				wantConns = 1
@@ -212,7 +218,7 @@ func TestServerGoneIsTransient(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := newSMTP(t, url)
-	err := tr.Send(t.Context(), msg(1, "a@example.org"))
+	_, err := tr.Send(t.Context(), msg(1, "a@example.org"))
 	var se *SendError
 	if !errors.As(err, &se) || se.Stage != StageConnect || se.Code != 0 || se.Err == nil {
 		t.Fatalf("err = %#v, want a connect-stage SendError without reply", err)
@@ -226,14 +232,14 @@ func TestServerClosesPooledConnection(t *testing.T) {
 	t.Parallel()
 	srv := startCapture(t)
 	tr := newSMTP(t, srv.URL())
-	if err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+	if _, err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
 		t.Fatal(err)
 	}
 	// Close the server; every pooled connection is now dead.
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}
-	err := tr.Send(t.Context(), msg(2, "b@example.org"))
+	_, err := tr.Send(t.Context(), msg(2, "b@example.org"))
 	if c := Classify(err); c != Transient {
 		t.Errorf("Classify(%v) = %v, want Transient", err, c)
 	}
@@ -243,7 +249,7 @@ func TestStalePooledConnectionRetried(t *testing.T) {
 	t.Parallel()
 	srv := startCapture(t)
 	tr := newSMTP(t, srv.URL())
-	if err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+	if _, err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
 		t.Fatal(err)
 	}
 	// Simulate the server having dropped the idle connection.
@@ -251,7 +257,7 @@ func TestStalePooledConnectionRetried(t *testing.T) {
 	pc.nc.Close()
 	tr.idle <- pc
 
-	if err := tr.Send(t.Context(), msg(2, "b@example.org")); err != nil {
+	if _, err := tr.Send(t.Context(), msg(2, "b@example.org")); err != nil {
 		t.Fatalf("send over a stale pooled connection was not retried: %v", err)
 	}
 	if srv.Count() != 2 || srv.Connections() != 2 {
@@ -267,7 +273,7 @@ func TestContextTimeoutIsTransient(t *testing.T) {
 	defer cancel()
 
 	begin := time.Now()
-	err := tr.Send(ctx, msg(1, "a@example.org"))
+	_, err := tr.Send(ctx, msg(1, "a@example.org"))
 	if took := time.Since(begin); took > 10*time.Second {
 		t.Errorf("Send took %v; the context deadline was not respected", took)
 	}
@@ -294,7 +300,7 @@ func TestURLTimeoutBoundsSend(t *testing.T) {
 	t.Parallel()
 	srv := startCapture(t, capture.WithLatency(time.Minute))
 	tr := newSMTP(t, srv.URL()+"&timeout=150ms")
-	err := tr.Send(context.Background(), msg(1, "a@example.org"))
+	_, err := tr.Send(context.Background(), msg(1, "a@example.org"))
 	if !errors.Is(err, context.DeadlineExceeded) || Classify(err) != Transient {
 		t.Fatalf("err = %v (%v), want a transient deadline error", err, Classify(err))
 	}
@@ -306,7 +312,7 @@ func TestDotStuffing(t *testing.T) {
 	tr := newSMTP(t, srv.URL())
 	body := "Subject: dots\r\nMessage-ID: <dots@example.com>\r\n\r\n.\r\n.leading dot\r\n..two\r\nend\r\n.\r\n"
 	m := message.Rendered{MessageID: "dots@example.com", From: "news@example.com", To: "a@example.org", Bytes: []byte(body)}
-	if err := tr.Send(t.Context(), m); err != nil {
+	if _, err := tr.Send(t.Context(), m); err != nil {
 		t.Fatal(err)
 	}
 	got := srv.Messages()
@@ -334,7 +340,7 @@ func TestRenderedMessageEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Send(t.Context(), r); err != nil {
+	if _, err := tr.Send(t.Context(), r); err != nil {
 		t.Fatal(err)
 	}
 	got := srv.Messages()
@@ -352,7 +358,7 @@ func TestTLS(t *testing.T) {
 		u := "smtp://u:p@" + srv.Addr() + "?insecure_skip_verify=1"
 		tr := newSMTP(t, u)
 		for i := range 3 {
-			if err := tr.Send(t.Context(), msg(i, "a@example.org")); err != nil {
+			if _, err := tr.Send(t.Context(), msg(i, "a@example.org")); err != nil {
 				t.Fatalf("send %d: %v", i, err)
 			}
 		}
@@ -368,7 +374,7 @@ func TestTLS(t *testing.T) {
 		t.Parallel()
 		srv := startCapture(t, capture.WithStartTLS())
 		tr := newSMTP(t, srv.URL())
-		if err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+		if _, err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -376,7 +382,7 @@ func TestTLS(t *testing.T) {
 		t.Parallel()
 		srv := startCapture(t)
 		tr := newSMTP(t, "smtp://"+srv.Addr()+"?tls=starttls")
-		err := tr.Send(t.Context(), msg(1, "a@example.org"))
+		_, err := tr.Send(t.Context(), msg(1, "a@example.org"))
 		var se *SendError
 		if !errors.As(err, &se) || se.Stage != StageConnect || Classify(err) != Channel {
 			t.Fatalf("err = %v (%v), want a channel error at connect", err, Classify(err))
@@ -386,7 +392,7 @@ func TestTLS(t *testing.T) {
 		t.Parallel()
 		srv := startCapture(t, capture.WithImplicitTLS())
 		tr := newSMTP(t, srv.URL())
-		if err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+		if _, err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -394,7 +400,7 @@ func TestTLS(t *testing.T) {
 		t.Parallel()
 		srv := startCapture(t, capture.WithImplicitTLS())
 		tr := newSMTP(t, "smtps://"+srv.Addr())
-		err := tr.Send(t.Context(), msg(1, "a@example.org"))
+		_, err := tr.Send(t.Context(), msg(1, "a@example.org"))
 		if err == nil || Classify(err) != Channel {
 			t.Fatalf("err = %v (%v), want a channel error for an untrusted certificate", err, Classify(err))
 		}
@@ -405,13 +411,13 @@ func TestSendAfterClose(t *testing.T) {
 	t.Parallel()
 	srv := startCapture(t)
 	tr := newSMTP(t, srv.URL())
-	if err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+	if _, err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Send(t.Context(), msg(2, "a@example.org")); !errors.Is(err, ErrClosed) {
+	if _, err := tr.Send(t.Context(), msg(2, "a@example.org")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Send after Close = %v, want ErrClosed", err)
 	}
 	if err := tr.Close(); err != nil {

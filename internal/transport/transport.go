@@ -14,9 +14,12 @@ import (
 )
 
 // Transport delivers one rendered message. A returned error is a *SendError
-// when the server replied or the exchange failed at a known stage.
+// when the server replied or the exchange failed at a known stage. On
+// success reply is the server's answer to the end of the message, e.g.
+// "250 2.0.0 Ok: queued as 4F2A1C": it often names the server's queue id,
+// which is what an operator quotes to the relay's support.
 type Transport interface {
-	Send(ctx context.Context, m message.Rendered) error
+	Send(ctx context.Context, m message.Rendered) (reply string, err error)
 	Close() error
 }
 
