@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/governor"
 )
 
@@ -246,7 +247,7 @@ func (r *Report) crashNotes(w io.Writer, run *runResult) {
 		p("never back to 90 %% of the earlier rate for a whole second before the end.\n")
 	}
 	if c.resumedAfter > 0 {
-		p("- The %d ranges whose page died with the workers moved again %s after the kill: their page jobs are redelivered only when JetStream's ack wait for them runs out (`bus.Options.PageAckWait`, 20 s), so those ranges sat idle until then.\n", len(c.stalled), dur(c.resumedAfter))
+		p("- The %d ranges whose page died with the workers moved again %s after the kill: their page jobs are redelivered only when JetStream's ack wait for them runs out (`bus.Options.PageAckWait`, %s), so those ranges sat idle until then.\n", len(c.stalled), dur(c.resumedAfter), bus.DefaultPageAckWait)
 	} else if len(c.stalled) > 0 {
 		p("- The %d ranges whose page died with the workers had not moved again when the run ended.\n", len(c.stalled))
 	}

@@ -45,6 +45,13 @@ const (
 // a page (InProgress), whatever a slow SMTP server does.
 const PageHeartbeat = 5 * time.Second
 
+// DefaultPageAckWait is PageAckWait's default: a live worker's heartbeat
+// may be lost once (a gap of two intervals) without its page being handed
+// on, while a dead worker's ranges sit idle for at most this long. At 20 s
+// that idle time was the whole tail of a broadcast whose workers were
+// killed near its end (see docs/benchmarks.md, the crash run).
+const DefaultPageAckWait = 12 * time.Second
+
 // Options tunes what Setup creates.
 type Options struct {
 	// PageAckWait is how long a worker may hold a page without a progress
@@ -65,7 +72,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.PageAckWait == 0 {
-		o.PageAckWait = 20 * time.Second
+		o.PageAckWait = DefaultPageAckWait
 	}
 	if o.Replicas == 0 {
 		o.Replicas = 1
