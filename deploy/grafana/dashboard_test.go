@@ -5,10 +5,11 @@ package grafana
 import (
 	"encoding/json"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rangecast/rangecast/internal/metricsref"
 )
 
 type target struct {
@@ -128,55 +129,23 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
-// documented parses docs/metrics.md's table: metric name (first column) to
-// type (second column).
-func documented(t *testing.T) map[string]string {
-	t.Helper()
-	raw, err := os.ReadFile("../../docs/metrics.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]string{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if !strings.HasPrefix(line, "|") {
-			continue
-		}
-		cols := strings.Split(line, "|")
-		if len(cols) < 3 {
-			continue
-		}
-		name := strings.Trim(strings.TrimSpace(cols[1]), "`")
-		if strings.HasPrefix(name, "rangecast_") {
-			m[name] = strings.TrimSpace(cols[2])
-		}
-	}
-	if len(m) == 0 {
-		t.Fatal("docs/metrics.md: no rangecast_* rows in the table")
-	}
-	return m
-}
-
-var metricName = regexp.MustCompile(`\brangecast_[a-zA-Z0-9_]+`)
-
 // TestMetricsDocumented: every rangecast_* series a panel queries is a
 // documented metric (a histogram's _bucket/_sum/_count series count as the
 // histogram).
 func TestMetricsDocumented(t *testing.T) {
-	docs := documented(t)
+	docs, err := metricsref.Load("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	used := map[string]bool{}
 	for _, p := range all(load(t).Panels) {
 		for _, tg := range p.Targets {
-			for _, name := range metricName.FindAllString(tg.Expr, -1) {
-				base := name
-				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-					if b, ok := strings.CutSuffix(name, suffix); ok && docs[b] == "histogram" {
-						base = b
-					}
-				}
-				if _, ok := docs[base]; !ok {
-					t.Errorf("%s: %s is not in docs/metrics.md", p.Title, name)
-				}
-				used[base] = true
+			names, unknown := metricsref.Used(tg.Expr, docs)
+			for _, name := range unknown {
+				t.Errorf("%s: %s is not in docs/metrics.md", p.Title, name)
+			}
+			for _, name := range names {
+				used[name] = true
 			}
 		}
 	}
