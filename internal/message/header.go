@@ -1,7 +1,6 @@
 package message
 
 import (
-	"bytes"
 	"fmt"
 	"mime"
 	"strings"
@@ -21,10 +20,10 @@ func encodeSubject(s string) string {
 	return mime.QEncoding.Encode("utf-8", s)
 }
 
-// headerWriter writes folded header fields with CRLF endings. The first error
-// sticks, so callers check once at the end.
+// headerWriter appends folded header fields with CRLF endings to b. The
+// first error sticks, so callers check once at the end.
 type headerWriter struct {
-	buf *bytes.Buffer
+	b   []byte
 	err error
 }
 
@@ -40,25 +39,29 @@ func (h *headerWriter) write(name, value string) {
 		h.err = err
 		return
 	}
-	line := name + ":"
-	lineLen := len(line)
-	h.buf.WriteString(line)
-	words := strings.Split(value, " ")
-	for i, w := range words {
+	h.b = append(h.b, name...)
+	h.b = append(h.b, ':')
+	lineLen := len(name) + 1
+	for i, rest := 0, value; ; i++ {
+		w, after, more := strings.Cut(rest, " ")
 		// Each word is preceded by the single space it was split on (the
 		// space after the colon for the first one). Never fold before an
 		// empty word: that would leave a whitespace-only line.
 		if i > 0 && w != "" && lineLen+1+len(w) > softLineLimit {
-			h.buf.WriteString("\r\n")
+			h.b = append(h.b, "\r\n"...)
 			lineLen = 0
 		}
-		h.buf.WriteByte(' ')
-		h.buf.WriteString(w)
+		h.b = append(h.b, ' ')
+		h.b = append(h.b, w...)
 		lineLen += 1 + len(w)
 		if lineLen > hardLineLimit {
 			h.err = fmt.Errorf("header %s has a word longer than %d characters, which cannot be folded", name, hardLineLimit)
 			return
 		}
+		if !more {
+			break
+		}
+		rest = after
 	}
-	h.buf.WriteString("\r\n")
+	h.b = append(h.b, "\r\n"...)
 }

@@ -16,13 +16,10 @@ import (
 	"errors"
 	"fmt"
 	htmltemplate "html/template"
-	"mime"
-	"mime/multipart"
-	"mime/quotedprintable"
 	"net/mail"
-	"net/textproto"
 	"net/url"
 	"strings"
+	"sync"
 	texttemplate "text/template"
 	"time"
 
@@ -77,6 +74,8 @@ type Compiled struct {
 	subject *texttemplate.Template
 	html    *htmltemplate.Template
 	text    *texttemplate.Template // nil when Template.Text is empty
+
+	fromHeader string // From field value; the same for every contact
 }
 
 // templateData is what templates see. Field names are part of the template
@@ -121,6 +120,7 @@ func Compile(t Template) (*Compiled, error) {
 	}
 
 	c := &Compiled{tmpl: t, from: from, domain: domain}
+	c.fromHeader = (&mail.Address{Name: t.FromName, Address: from}).String()
 
 	if c.subject, err = texttemplate.New(fieldSubject).Option("missingkey=error").Parse(t.Subject); err != nil {
 		return nil, templateError(fieldSubject, err)
@@ -147,10 +147,11 @@ func Compile(t Template) (*Compiled, error) {
 	// (wrong argument types, fields on strings) surface now. Required
 	// attributes get placeholder values; see the package comment.
 	sample := templateData{Email: "sample@example.com", Name: "Sample", Attributes: attrs}
-	if _, err := c.execSubject(sample); err != nil {
+	var subject, html, text bytes.Buffer
+	if _, err := c.execSubject(sample, &subject); err != nil {
 		return nil, err
 	}
-	if _, _, err := c.execBodies(sample); err != nil {
+	if err := c.execBodies(sample, &html, &text); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -184,23 +185,21 @@ func (c *Compiled) Render(p Params) (Rendered, error) {
 	}
 
 	data := templateData{ID: p.Contact.ID, Email: p.Contact.Email, Name: p.Contact.Name, Attributes: p.Contact.Attributes}
-	subject, err := c.execSubject(data)
+	rb := getRenderBuf()
+	defer putRenderBuf(rb)
+	subject, err := c.execSubject(data, &rb.subject)
 	if err != nil {
 		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
 	}
-	text, html, err := c.execBodies(data)
-	if err != nil {
+	if err := c.execBodies(data, &rb.html, &rb.text); err != nil {
 		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
 	}
 
 	id := MessageID(p.BroadcastID, p.Contact.ID, c.domain)
-	fromHdr := (&mail.Address{Name: c.tmpl.FromName, Address: c.from}).String()
 	toHdr := (&mail.Address{Name: p.Contact.Name, Address: to}).String()
 
-	var buf bytes.Buffer
-	buf.Grow(len(html) + len(text) + 1024)
-	hw := headerWriter{buf: &buf}
-	hw.write("From", fromHdr)
+	hw := headerWriter{b: rb.msg[:0]}
+	hw.write("From", c.fromHeader)
 	hw.write("To", toHdr)
 	hw.write("Subject", encodeSubject(subject))
 	hw.write("Date", p.Date.Format(time.RFC1123Z))
@@ -214,37 +213,59 @@ func (c *Compiled) Render(p Params) (Rendered, error) {
 	// The boundary is derived from the message identity so re-rendering gives
 	// identical bytes. It starts with "=_", which quoted-printable output can
 	// never contain ('=' is always escaped as =3D, soft breaks are "=\r\n"),
-	// so no body can collide with it.
+	// so no body can collide with it. It is ULID characters and "=_." only,
+	// so the quoted parameter below is what mime.FormatMediaType would write.
 	boundary := "=_rc." + p.BroadcastID.String() + "." + p.Contact.ID.String()
-	hw.write("Content-Type", mime.FormatMediaType("multipart/alternative", map[string]string{"boundary": boundary}))
+	hw.write("Content-Type", `multipart/alternative; boundary="`+boundary+`"`)
+	rb.msg = hw.b
 	if hw.err != nil {
 		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, hw.err)
 	}
-	buf.WriteString("\r\n")
+	rb.msg = append(rb.msg, "\r\n"...)
+	rb.msg = appendAlternative(rb.msg, boundary, rb.text.Bytes(), rb.html.Bytes())
 
-	mw := multipart.NewWriter(&buf)
-	if err := mw.SetBoundary(boundary); err != nil {
-		return Rendered{}, fmt.Errorf("message: render: boundary: %w", err)
-	}
-	if err := writeQPPart(mw, "text/plain; charset=utf-8", text); err != nil {
-		return Rendered{}, fmt.Errorf("message: render text part: %w", err)
-	}
-	if err := writeQPPart(mw, "text/html; charset=utf-8", html); err != nil {
-		return Rendered{}, fmt.Errorf("message: render html part: %w", err)
-	}
-	if err := mw.Close(); err != nil {
-		return Rendered{}, fmt.Errorf("message: render: close multipart: %w", err)
-	}
-
-	return Rendered{MessageID: id, From: c.from, To: to, Bytes: buf.Bytes()}, nil
+	// The buffer goes back to the pool; the caller keeps its own copy.
+	return Rendered{MessageID: id, From: c.from, To: to, Bytes: bytes.Clone(rb.msg)}, nil
 }
 
-func (c *Compiled) execSubject(d templateData) (string, error) {
-	var sb strings.Builder
-	if err := c.subject.Execute(&sb, d); err != nil {
+// renderBuf is one Render's scratch space. Pooled because a page worker
+// renders every contact of a broadcast, and growing these buffers anew for
+// each message was a large share of its allocations.
+type renderBuf struct {
+	subject, html, text bytes.Buffer // template output
+	msg                 []byte
+}
+
+var renderBufs = sync.Pool{New: func() any { return new(renderBuf) }}
+
+// maxPooledRenderBuf keeps one unusually large broadcast from pinning its
+// buffers in the pool for the rest of the process.
+const maxPooledRenderBuf = 1 << 20
+
+func getRenderBuf() *renderBuf {
+	rb := renderBufs.Get().(*renderBuf)
+	rb.subject.Reset()
+	rb.html.Reset()
+	rb.text.Reset()
+	rb.msg = rb.msg[:0]
+	return rb
+}
+
+func putRenderBuf(rb *renderBuf) {
+	for _, n := range []int{rb.subject.Cap(), rb.html.Cap(), rb.text.Cap(), cap(rb.msg)} {
+		if n > maxPooledRenderBuf {
+			return
+		}
+	}
+	renderBufs.Put(rb)
+}
+
+// execSubject renders the subject, using buf as scratch space.
+func (c *Compiled) execSubject(d templateData, buf *bytes.Buffer) (string, error) {
+	if err := c.subject.Execute(buf, d); err != nil {
 		return "", templateError(fieldSubject, err)
 	}
-	s := sb.String()
+	s := buf.String()
 	// Contact data can smuggle a newline into the subject; that would let a
 	// contact record inject headers, so it fails this contact.
 	if err := ValidateHeaderValue(fieldSubject, s); err != nil {
@@ -256,39 +277,21 @@ func (c *Compiled) execSubject(d templateData) (string, error) {
 	return s, nil
 }
 
-// execBodies returns the plain-text and HTML bodies. Without a Text template
-// the plain part is derived from the rendered HTML, so it carries the same
-// personalisation.
-func (c *Compiled) execBodies(d templateData) (text, html string, err error) {
-	var hb strings.Builder
-	if err := c.html.Execute(&hb, d); err != nil {
-		return "", "", templateError(fieldHTML, err)
+// execBodies renders the HTML and plain-text bodies into html and text.
+// Without a Text template the plain part is derived from the rendered HTML,
+// so it carries the same personalisation.
+func (c *Compiled) execBodies(d templateData, html, text *bytes.Buffer) error {
+	if err := c.html.Execute(html, d); err != nil {
+		return templateError(fieldHTML, err)
 	}
-	html = hb.String()
 	if c.text == nil {
-		return htmlToText(html), html, nil
+		text.Write(appendHTMLText(text.AvailableBuffer(), html.String()))
+		return nil
 	}
-	var tb strings.Builder
-	if err := c.text.Execute(&tb, d); err != nil {
-		return "", "", templateError(fieldText, err)
+	if err := c.text.Execute(text, d); err != nil {
+		return templateError(fieldText, err)
 	}
-	return tb.String(), html, nil
-}
-
-func writeQPPart(mw *multipart.Writer, contentType, body string) error {
-	h := textproto.MIMEHeader{}
-	h.Set("Content-Type", contentType)
-	h.Set("Content-Transfer-Encoding", "quoted-printable")
-	pw, err := mw.CreatePart(h)
-	if err != nil {
-		return err
-	}
-	// Binary=false: the writer turns bare \n into CRLF, as SMTP requires.
-	qp := quotedprintable.NewWriter(pw)
-	if _, err := qp.Write([]byte(body)); err != nil {
-		return err
-	}
-	return qp.Close()
+	return nil
 }
 
 // parseFromAddress accepts exactly one bare addr-spec with a host-name domain.

@@ -1,8 +1,8 @@
 package message
 
 import (
+	"bytes"
 	"html"
-	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -13,17 +13,25 @@ import (
 // and comments; turn block boundaries into line breaks; keep link targets,
 // because a text reader has no other way to follow a call-to-action.
 func htmlToText(src string) string {
-	var out strings.Builder
+	return string(appendHTMLText(nil, src))
+}
+
+// appendHTMLText appends htmlToText(src) to dst. Render keeps dst in a pool:
+// this runs on every recipient's HTML, so it works in one buffer instead of
+// building and splitting intermediate strings.
+func appendHTMLText(dst []byte, src string) []byte {
+	start := len(dst)
+	out := dst
 	var linkHref string
 	var linkStart int
 	i := 0
 	for i < len(src) {
 		lt := strings.IndexByte(src[i:], '<')
 		if lt < 0 {
-			writeText(&out, src[i:])
+			out = appendCollapsed(out, src[i:])
 			break
 		}
-		writeText(&out, src[i:i+lt])
+		out = appendCollapsed(out, src[i:i+lt])
 		i += lt
 		if strings.HasPrefix(src[i:], "<!--") {
 			end := strings.Index(src[i+4:], "-->")
@@ -36,7 +44,7 @@ func htmlToText(src string) string {
 		end := tagEnd(src, i)
 		if end < 0 {
 			// A lone '<' that opens no tag is text.
-			writeText(&out, src[i:])
+			out = appendCollapsed(out, src[i:])
 			break
 		}
 		tag := src[i+1 : end]
@@ -49,55 +57,77 @@ func htmlToText(src string) string {
 				i = skipElement(src, i, name)
 			}
 		case "br":
-			out.WriteString("\n")
+			out = append(out, '\n')
 		case "p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "table", "tr", "ul", "ol", "blockquote", "section", "article", "header", "footer", "hr":
-			out.WriteString("\n\n")
+			out = append(out, "\n\n"...)
 		case "li":
 			if !closing {
-				out.WriteString("\n- ")
+				out = append(out, "\n- "...)
 			}
 		case "td", "th":
 			if closing {
-				out.WriteString(" ")
+				out = append(out, ' ')
 			}
 		case "a":
 			if !closing {
 				linkHref = attrHref(tag)
-				linkStart = out.Len()
+				linkStart = len(out)
 			} else if linkHref != "" {
-				text := strings.TrimSpace(out.String()[linkStart:])
-				if text != linkHref && !strings.HasPrefix(linkHref, "#") && !strings.HasPrefix(strings.ToLower(linkHref), "mailto:") {
-					out.WriteString(" (" + linkHref + ")")
+				text := bytes.TrimSpace(out[linkStart:])
+				if string(text) != linkHref && !strings.HasPrefix(linkHref, "#") && !strings.HasPrefix(strings.ToLower(linkHref), "mailto:") {
+					out = append(out, " ("...)
+					out = append(out, linkHref...)
+					out = append(out, ')')
 				}
 				linkHref = ""
 			}
 		}
 	}
-	return tidyLines(out.String())
+	n := tidyLines(out[start:])
+	return append(out[:start+n], '\n')
 }
 
-// writeText appends character data with HTML's whitespace collapsing: any
-// run of whitespace becomes one space.
-func writeText(out *strings.Builder, s string) {
+// appendCollapsed appends character data with HTML's whitespace collapsing:
+// any run of whitespace (as unicode.IsSpace defines it) becomes one space.
+func appendCollapsed(out []byte, s string) []byte {
 	if s == "" {
-		return
+		return out
 	}
 	s = html.UnescapeString(s)
-	fields := strings.Fields(s)
-	if len(fields) == 0 {
-		out.WriteString(" ")
-		return
+	space := false // a whitespace run is pending
+	for i := 0; i < len(s); {
+		// j ends the run of non-space characters starting at i.
+		j := i
+		for j < len(s) && s[j] < utf8.RuneSelf && !asciiSpace[s[j]] {
+			j++
+		}
+		if j == i {
+			r, size := rune(s[i]), 1
+			if r >= utf8.RuneSelf {
+				r, size = utf8.DecodeRuneInString(s[i:])
+			}
+			if unicode.IsSpace(r) {
+				space = true
+				i += size
+				continue
+			}
+			j += size
+		}
+		if space {
+			out = append(out, ' ')
+			space = false
+		}
+		out = append(out, s[i:j]...)
+		i = j
 	}
-	first, _ := utf8.DecodeRuneInString(s)
-	last, _ := utf8.DecodeLastRuneInString(s)
-	if unicode.IsSpace(first) {
-		out.WriteString(" ")
+	if space {
+		out = append(out, ' ')
 	}
-	out.WriteString(strings.Join(fields, " "))
-	if unicode.IsSpace(last) {
-		out.WriteString(" ")
-	}
+	return out
 }
+
+// asciiSpace holds the ASCII characters unicode.IsSpace accepts.
+var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
 
 // tagEnd returns the index of the '>' closing the tag that starts at i,
 // skipping quoted attribute values, or -1 if src[i] does not start a tag.
@@ -135,9 +165,30 @@ func tagName(tag string) string {
 }
 
 // skipElement returns the index just after the closing tag of name, or the
-// end of src if it is never closed.
+// end of src if it is never closed. The closing tag is matched in the
+// lowercased rest of src.
 func skipElement(src string, i int, name string) int {
-	lower := strings.ToLower(src[i:])
+	rest := src[i:]
+	// Lowercasing the rest copies most of the document whenever it holds a
+	// capital letter, so first search its leading ASCII part without
+	// copying. That is the same search: lowercasing ASCII keeps offsets.
+	ascii := len(rest)
+	for k := 0; k < len(rest); k++ {
+		if rest[k] >= utf8.RuneSelf {
+			ascii = k
+			break
+		}
+	}
+	if end, ok := closeTagASCII(rest[:ascii], name); ok {
+		return i + end
+	}
+	if ascii == len(rest) {
+		return len(src)
+	}
+	// Lowercasing non-ASCII text can change its length, and the offsets
+	// below are those of the lowercased text; they are kept as they were
+	// so the derived text does not change.
+	lower := strings.ToLower(rest)
 	end := strings.Index(lower, "</"+name)
 	if end < 0 {
 		return len(src)
@@ -149,35 +200,103 @@ func skipElement(src string, i int, name string) int {
 	return i + end + gt + 1
 }
 
-var reHref = regexp.MustCompile(`(?i)\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))`)
-
-func attrHref(tag string) string {
-	m := reHref.FindStringSubmatch(tag)
-	if m == nil {
-		return ""
+// closeTagASCII finds "</name" case-insensitively in s, which is ASCII,
+// and returns the index just after the next '>'.
+func closeTagASCII(s, name string) (int, bool) {
+	for k := 0; ; {
+		lt := strings.Index(s[k:], "</")
+		if lt < 0 {
+			return 0, false
+		}
+		k += lt
+		if k+2+len(name) <= len(s) && strings.EqualFold(s[k+2:k+2+len(name)], name) {
+			gt := strings.IndexByte(s[k:], '>')
+			if gt < 0 {
+				return 0, false
+			}
+			return k + gt + 1, true
+		}
+		k += 2
 	}
-	return html.UnescapeString(m[1] + m[2] + m[3])
 }
 
-// tidyLines trims each line and keeps at most one blank line in a row.
-func tidyLines(s string) string {
-	lines := strings.Split(s, "\n")
-	out := make([]string, 0, len(lines))
-	blank := true // drop leading blank lines
-	for _, l := range lines {
-		l = strings.TrimSpace(l)
-		if l == "" {
-			if !blank {
-				out = append(out, "")
+// attrHref returns the unescaped value of the tag's href attribute: the
+// first match of (?i)\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+)), found by
+// hand because a regexp per link was a visible share of rendering. An
+// unterminated quote is part of an unquoted value, as in that pattern.
+func attrHref(tag string) string {
+	for i := 0; i+4 <= len(tag); i++ {
+		if i > 0 && isWordByte(tag[i-1]) || !strings.EqualFold(tag[i:i+4], "href") {
+			continue
+		}
+		j := skipRESpace(tag, i+4)
+		if j == len(tag) || tag[j] != '=' {
+			continue
+		}
+		j = skipRESpace(tag, j+1)
+		if j == len(tag) {
+			continue
+		}
+		if q := tag[j]; q == '"' || q == '\'' {
+			if k := strings.IndexByte(tag[j+1:], q); k >= 0 {
+				return html.UnescapeString(tag[j+1 : j+1+k])
 			}
+		}
+		k := j
+		for k < len(tag) && !reSpace(tag[k]) && tag[k] != '>' {
+			k++
+		}
+		if k > j {
+			return html.UnescapeString(tag[j:k])
+		}
+	}
+	return ""
+}
+
+// isWordByte and reSpace are regexp's \w and \s, which are ASCII-only.
+func isWordByte(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_'
+}
+
+func reSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r'
+}
+
+func skipRESpace(s string, i int) int {
+	for i < len(s) && reSpace(s[i]) {
+		i++
+	}
+	return i
+}
+
+// tidyLines trims each line of b, keeps at most one blank line in a row and
+// drops leading and trailing blank lines, leaving the lines joined by LF (no
+// final one) in b[:n]. It works in place: every line moves towards the front.
+func tidyLines(b []byte) (n int) {
+	emitted, blank := false, false
+	for pos := 0; pos <= len(b); {
+		end := bytes.IndexByte(b[pos:], '\n')
+		if end < 0 {
+			end = len(b)
+		} else {
+			end += pos
+		}
+		line := bytes.TrimSpace(b[pos:end])
+		pos = end + 1
+		if len(line) == 0 {
 			blank = true
 			continue
 		}
-		out = append(out, l)
-		blank = false
+		if emitted {
+			b[n] = '\n'
+			n++
+			if blank {
+				b[n] = '\n'
+				n++
+			}
+		}
+		n += copy(b[n:], line)
+		emitted, blank = true, false
 	}
-	for len(out) > 0 && out[len(out)-1] == "" {
-		out = out[:len(out)-1]
-	}
-	return strings.Join(out, "\n") + "\n"
+	return n
 }

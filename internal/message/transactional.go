@@ -1,12 +1,9 @@
 package message
 
 import (
-	"bytes"
 	"fmt"
 	htmltemplate "html/template"
 	"mime"
-	"mime/multipart"
-	"mime/quotedprintable"
 	"net/mail"
 	"strings"
 	texttemplate "text/template"
@@ -141,9 +138,7 @@ func RenderTransactional(t Transactional, messageID string, date time.Time) (Ren
 	from, _, _ := parseFromAddress(t.FromAddress)
 	to, _ := recipientAddress(t.To)
 
-	var buf bytes.Buffer
-	buf.Grow(len(t.Text) + len(t.HTML) + 1024)
-	hw := headerWriter{buf: &buf}
+	hw := headerWriter{b: make([]byte, 0, len(t.Text)+len(t.HTML)+1024)}
 	hw.write("From", (&mail.Address{Name: t.FromName, Address: from}).String())
 	hw.write("To", (&mail.Address{Name: t.ToName, Address: to}).String())
 	hw.write("Subject", encodeSubject(t.Subject))
@@ -161,11 +156,9 @@ func RenderTransactional(t Transactional, messageID string, date time.Time) (Ren
 		if hw.err != nil {
 			return Rendered{}, fmt.Errorf("message: render transactional: %w", hw.err)
 		}
-		buf.WriteString("\r\n")
-		if err := writeQPBody(&buf, text); err != nil {
-			return Rendered{}, fmt.Errorf("message: render transactional body: %w", err)
-		}
-		return Rendered{MessageID: messageID, From: from, To: to, Bytes: buf.Bytes()}, nil
+		b := append(hw.b, "\r\n"...)
+		b = appendQP(b, []byte(text))
+		return Rendered{MessageID: messageID, From: from, To: to, Bytes: b}, nil
 	}
 	if strings.TrimSpace(text) == "" {
 		text = htmlToText(html)
@@ -177,31 +170,12 @@ func RenderTransactional(t Transactional, messageID string, date time.Time) (Ren
 	if hw.err != nil {
 		return Rendered{}, fmt.Errorf("message: render transactional: %w", hw.err)
 	}
-	buf.WriteString("\r\n")
-	mw := multipart.NewWriter(&buf)
-	if err := mw.SetBoundary(boundary); err != nil {
+	if err := checkBoundary(boundary); err != nil {
 		return Rendered{}, fmt.Errorf("message: render transactional: boundary: %w", err)
 	}
-	if err := writeQPPart(mw, "text/plain; charset=utf-8", text); err != nil {
-		return Rendered{}, fmt.Errorf("message: render transactional text part: %w", err)
-	}
-	if err := writeQPPart(mw, "text/html; charset=utf-8", html); err != nil {
-		return Rendered{}, fmt.Errorf("message: render transactional html part: %w", err)
-	}
-	if err := mw.Close(); err != nil {
-		return Rendered{}, fmt.Errorf("message: render transactional: close multipart: %w", err)
-	}
-	return Rendered{MessageID: messageID, From: from, To: to, Bytes: buf.Bytes()}, nil
-}
-
-// writeQPBody writes body quoted-printable; bare LF becomes CRLF, as SMTP
-// requires.
-func writeQPBody(buf *bytes.Buffer, body string) error {
-	qp := quotedprintable.NewWriter(buf)
-	if _, err := qp.Write([]byte(body)); err != nil {
-		return err
-	}
-	return qp.Close()
+	b := append(hw.b, "\r\n"...)
+	b = appendAlternative(b, boundary, []byte(text), []byte(html))
+	return Rendered{MessageID: messageID, From: from, To: to, Bytes: b}, nil
 }
 
 // TransactionalTemplate is the source of a stored template: Subject and
