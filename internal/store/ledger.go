@@ -183,6 +183,36 @@ type Reputation struct {
 	Complained int64
 }
 
+// ReputationOf is what one ledger row with this status and accepted flag
+// adds to its broadcast's Reputation. Stores keep Reputation as a running
+// sum, so every statement that changes a row's status or flag adds
+// ReputationOf(new) - ReputationOf(old) in its own transaction.
+func ReputationOf(s SendStatus, accepted bool) Reputation {
+	var r Reputation
+	if accepted {
+		r.Accepted = 1
+	}
+	switch s {
+	case SendDelivered, SendOpened, SendClicked:
+		r.Delivered = 1
+	case SendComplained:
+		r.Delivered, r.Complained = 1, 1
+	case SendBounced:
+		r.Bounced = 1
+	}
+	return r
+}
+
+// Plus is r + o, field by field.
+func (r Reputation) Plus(o Reputation) Reputation {
+	return Reputation{r.Accepted + o.Accepted, r.Delivered + o.Delivered, r.Bounced + o.Bounced, r.Complained + o.Complained}
+}
+
+// Minus is r - o, field by field.
+func (r Reputation) Minus(o Reputation) Reputation {
+	return Reputation{r.Accepted - o.Accepted, r.Delivered - o.Delivered, r.Bounced - o.Bounced, r.Complained - o.Complained}
+}
+
 // Ledger is the per-recipient record past the send: delivery events and
 // unsubscribes.
 type Ledger interface {
@@ -199,7 +229,9 @@ type Ledger interface {
 	// message the person unsubscribed from). ErrNotFound when no such
 	// contact exists. Repeating it changes nothing further.
 	UnsubscribeContact(ctx context.Context, contact, from ulid.ULID, now time.Time) error
-	// Reputation counts the broadcast's ledger for the reputation alarms.
+	// Reputation counts the broadcast's ledger for the reputation alarms,
+	// exactly as of one moment. Its cost does not grow with the audience:
+	// stores keep the sums as every change commits, not by counting rows.
 	Reputation(ctx context.Context, broadcast ulid.ULID) (Reputation, error)
 }
 

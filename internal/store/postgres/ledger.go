@@ -25,9 +25,13 @@ const rankOf = `(CASE status WHEN 'claimed' THEN 0 WHEN 'deferred' THEN 0 WHEN '
 const sameMessageID = `lower(trim(both '<>' from message_id)) = lower($3)`
 
 const (
+	// matchEvent locks the row, so the status and flag it reads are the ones
+	// applyEvent replaces: the reputation delta is exact under concurrent
+	// events.
 	matchEvent = `
-SELECT status FROM broadcast_sends
-WHERE broadcast_id = $1 AND contact_id = $2 AND ` + sameMessageID
+SELECT status, accepted FROM broadcast_sends
+WHERE broadcast_id = $1 AND contact_id = $2 AND ` + sameMessageID + `
+FOR UPDATE`
 
 	insertEvent = `
 INSERT INTO delivery_events (provider, event_id, type, message_id, broadcast_id, contact_id, detail, occurred_at, received_at)
@@ -61,9 +65,10 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 	ev.MessageID = store.BareMessageID(ev.MessageID)
 	defer tx.Rollback(ctx) //nolint:errcheck
 	var bid, cid *[16]byte
+	var accepted bool
 	if b, c, ok := store.ParseMessageID(ev.MessageID); ok {
 		var status string
-		err := tx.QueryRow(ctx, matchEvent, uid(b), uid(c), ev.MessageID).Scan(&status)
+		err := tx.QueryRow(ctx, matchEvent, uid(b), uid(c), ev.MessageID).Scan(&status, &accepted)
 		switch {
 		case err == nil:
 			res.Matched, res.BroadcastID, res.ContactID, res.Status = true, b, c, store.SendStatus(status)
@@ -87,6 +92,10 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 				ev.Type.TargetRank(), string(to), eventError(ev), now).Scan(&status)
 			switch {
 			case err == nil:
+				d := store.ReputationOf(store.SendStatus(status), true).Minus(store.ReputationOf(res.Status, accepted))
+				if err := addReputation(ctx, tx, res.BroadcastID, d); err != nil {
+					return res, mapErr("record event", err)
+				}
 				res.Changed, res.Status = true, store.SendStatus(status)
 			case !errors.Is(err, pgx.ErrNoRows):
 				return res, mapErr("record event: apply", err)
@@ -131,6 +140,10 @@ const (
 	unsubscribeUnsent = `
 UPDATE broadcast_sends SET status = 'unsubscribed', updated_at = $2
 WHERE contact_id = $1 AND status = 'deferred'`
+	// lockFrom reads the row unsubscribeFrom may move, locked, for its
+	// reputation delta.
+	lockFrom = `
+SELECT status, accepted FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2 FOR UPDATE`
 	unsubscribeFrom = `
 UPDATE broadcast_sends SET status = 'unsubscribed', updated_at = $3
 WHERE broadcast_id = $1 AND contact_id = $2 AND ` + rankOf + ` BETWEEN 1 AND $4 - 1`
@@ -156,15 +169,34 @@ func unsubscribeTx(ctx context.Context, tx pgx.Tx, contact, from ulid.ULID, now 
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("unsubscribe contact %s: %w", contact, store.ErrNotFound)
 	}
+	// A deferred row is neither accepted nor delivered: marking it
+	// unsubscribed changes no reputation sum.
 	if _, err := tx.Exec(ctx, unsubscribeUnsent, uid(contact), now); err != nil {
 		return mapErr("unsubscribe contact: ledger", err)
 	}
-	if from != (ulid.ULID{}) {
-		if _, err := tx.Exec(ctx, unsubscribeFrom, uid(from), uid(contact), now, store.EventUnsubscribed.TargetRank()); err != nil {
-			return mapErr("unsubscribe contact: ledger", err)
-		}
+	if from == (ulid.ULID{}) {
+		return nil
 	}
-	return nil
+	var status string
+	var accepted bool
+	err = tx.QueryRow(ctx, lockFrom, uid(from), uid(contact)).Scan(&status, &accepted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // never claimed for that broadcast: nothing to move
+	}
+	if err != nil {
+		return mapErr("unsubscribe contact: ledger", err)
+	}
+	tag, err = tx.Exec(ctx, unsubscribeFrom, uid(from), uid(contact), now, store.EventUnsubscribed.TargetRank())
+	if err != nil {
+		return mapErr("unsubscribe contact: ledger", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil
+	}
+	// The message went out all the same: the flag stays, only a delivered
+	// row leaves Delivered.
+	d := store.ReputationOf(store.SendUnsubscribed, accepted).Minus(store.ReputationOf(store.SendStatus(status), accepted))
+	return mapErr("unsubscribe contact: ledger", addReputation(ctx, tx, from, d))
 }
 
 // unsubscribeEmail is Unsubscribe: the contact found by address, then what
@@ -189,13 +221,49 @@ func (s *Store) unsubscribeEmail(ctx context.Context, email string, now time.Tim
 	return mapErr("unsubscribe", tx.Commit(ctx))
 }
 
+// addDelta appends one transaction's change of a broadcast's reputation
+// sums (migration 008): an insert, so concurrent page workers never wait on
+// each other for it.
+const addDelta = `
+INSERT INTO broadcast_reputation_deltas (broadcast_id, accepted, delivered, bounced, complained)
+VALUES ($1, $2, $3, $4, $5)`
+
+// addReputation records d for broadcast in tx, the transaction that changed
+// the ledger by d.
+func addReputation(ctx context.Context, tx pgx.Tx, broadcast ulid.ULID, d store.Reputation) error {
+	if d == (store.Reputation{}) {
+		return nil
+	}
+	_, err := tx.Exec(ctx, addDelta, uid(broadcast), d.Accepted, d.Delivered, d.Bounced, d.Complained)
+	return err
+}
+
+// foldReputation moves the broadcast's deltas into its sums and returns the
+// sums, in one statement. ON CONFLICT DO UPDATE adds to the latest committed
+// sums, so of two concurrent folds the second waits for the first and
+// returns what both folded: each result is the ledger at one moment. A
+// broadcast that does not exist returns no row.
+const foldReputation = `
+WITH gone AS (
+    DELETE FROM broadcast_reputation_deltas WHERE broadcast_id = $1
+    RETURNING accepted, delivered, bounced, complained
+)
+INSERT INTO broadcast_reputation AS r (broadcast_id, accepted, delivered, bounced, complained)
+SELECT $1, coalesce(sum(accepted), 0), coalesce(sum(delivered), 0), coalesce(sum(bounced), 0), coalesce(sum(complained), 0)
+FROM gone
+HAVING EXISTS (SELECT 1 FROM broadcasts WHERE id = $1)
+ON CONFLICT (broadcast_id) DO UPDATE SET
+    accepted = r.accepted + excluded.accepted, delivered = r.delivered + excluded.delivered,
+    bounced = r.bounced + excluded.bounced, complained = r.complained + excluded.complained
+RETURNING accepted, delivered, bounced, complained`
+
+// Reputation writes (it folds), but only the leader's alarm calls it, every
+// 30 s per running broadcast; it reads the deltas of that interval.
 func (s *Store) Reputation(ctx context.Context, broadcast ulid.ULID) (store.Reputation, error) {
 	var r store.Reputation
-	err := s.pool.QueryRow(ctx, `
-SELECT count(*) FILTER (WHERE accepted),
-       count(*) FILTER (WHERE status IN ('delivered', 'opened', 'clicked', 'complained')),
-       count(*) FILTER (WHERE status = 'bounced'),
-       count(*) FILTER (WHERE status = 'complained')
-FROM broadcast_sends WHERE broadcast_id = $1`, uid(broadcast)).Scan(&r.Accepted, &r.Delivered, &r.Bounced, &r.Complained)
+	err := s.pool.QueryRow(ctx, foldReputation, uid(broadcast)).Scan(&r.Accepted, &r.Delivered, &r.Bounced, &r.Complained)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Reputation{}, nil
+	}
 	return r, mapErr("reputation", err)
 }

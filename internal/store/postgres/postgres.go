@@ -446,7 +446,26 @@ func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcome
 		return mapErr("record outcomes", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+	// A claimed row is neither accepted nor delivered (an event that marks a
+	// row accepted also moves it off claimed, and only claimed rows get an
+	// outcome), so each row written adds what its outcome is worth to the
+	// reputation sums.
+	var d store.Reputation
+	results := tx.SendBatch(ctx, batch)
+	for _, o := range outcomes {
+		tag, err := results.Exec()
+		if err != nil {
+			results.Close()
+			return mapErr("record outcomes", err)
+		}
+		if tag.RowsAffected() > 0 {
+			d = d.Plus(store.ReputationOf(o.Status, o.Status == store.SendSent))
+		}
+	}
+	if err := results.Close(); err != nil {
+		return mapErr("record outcomes", err)
+	}
+	if err := addReputation(ctx, tx, broadcast, d); err != nil {
 		return mapErr("record outcomes", err)
 	}
 	return mapErr("record outcomes", tx.Commit(ctx))

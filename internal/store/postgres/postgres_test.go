@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/store/postgres"
 	"github.com/rangecast/rangecast/internal/store/storetest"
 	"github.com/rangecast/rangecast/internal/testenv"
 )
@@ -24,4 +25,20 @@ func TestCustomPlans(t *testing.T) {
 	if mode != "force_custom_plan" {
 		t.Fatalf("plan_cache_mode = %q, want force_custom_plan", mode)
 	}
+}
+
+// Upgrading to migration 008 mid-broadcast backfills its sums.
+func TestReputationBackfill(t *testing.T) {
+	s := testenv.Postgres(t)
+	storetest.ReputationBackfill(t, s, func(t *testing.T) {
+		ctx := t.Context()
+		if _, err := s.Pool().Exec(ctx, `
+DROP TABLE broadcast_reputation, broadcast_reputation_deltas;
+DELETE FROM schema_migrations WHERE version = 8`); err != nil {
+			t.Fatal(err)
+		}
+		if err := postgres.Migrate(ctx, s.Pool()); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

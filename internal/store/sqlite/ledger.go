@@ -26,7 +26,7 @@ const sameMessageID = `lower(trim(message_id, '<>')) = lower(?3)`
 
 const (
 	matchEvent = `
-SELECT status FROM broadcast_sends
+SELECT status, accepted FROM broadcast_sends
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND ` + sameMessageID
 
 	insertEvent = `
@@ -57,9 +57,10 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 	ev.MessageID = store.BareMessageID(ev.MessageID)
 	err := s.write(ctx, "record event", func(tx *sql.Tx) error {
 		var bid, cid any
+		var accepted bool
 		if b, c, ok := store.ParseMessageID(ev.MessageID); ok {
 			var status string
-			err := tx.QueryRowContext(ctx, matchEvent, id(b), id(c), ev.MessageID).Scan(&status)
+			err := tx.QueryRowContext(ctx, matchEvent, id(b), id(c), ev.MessageID).Scan(&status, &accepted)
 			switch {
 			case err == nil:
 				res.Matched, res.BroadcastID, res.ContactID, res.Status = true, b, c, store.SendStatus(status)
@@ -87,6 +88,11 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 				ev.Type.TargetRank(), string(to), eventError(ev), ts(now)).Scan(&status)
 			switch {
 			case err == nil:
+				// One writer: the row matched above is the row replaced.
+				d := store.ReputationOf(store.SendStatus(status), true).Minus(store.ReputationOf(res.Status, accepted))
+				if err := addReputation(ctx, tx, res.BroadcastID, d); err != nil {
+					return err
+				}
 				res.Changed, res.Status = true, store.SendStatus(status)
 			case !errors.Is(err, sql.ErrNoRows):
 				return fmt.Errorf("apply: %w", err)
@@ -139,6 +145,9 @@ WHERE contact_id = ?1 AND status = 'deferred'`
 	unsubscribeFrom = `
 UPDATE broadcast_sends SET status = 'unsubscribed', updated_at = ?3
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND ` + rankOf + ` BETWEEN 1 AND ?4 - 1`
+	// fromRow reads the row unsubscribeFrom may move, for its reputation
+	// delta (one writer: nothing changes it in between).
+	fromRow = `SELECT status, accepted FROM broadcast_sends WHERE broadcast_id = ?1 AND contact_id = ?2`
 )
 
 func (s *Store) UnsubscribeContact(ctx context.Context, contact, from ulid.ULID, now time.Time) error {
@@ -157,15 +166,34 @@ func unsubscribeTx(ctx context.Context, tx *sql.Tx, contact, from ulid.ULID, now
 	} else if n == 0 {
 		return fmt.Errorf("contact %s: %w", contact, store.ErrNotFound)
 	}
+	// A deferred row is neither accepted nor delivered: marking it
+	// unsubscribed changes no reputation sum.
 	if _, err := tx.ExecContext(ctx, unsubscribeUnsent, id(contact), ts(now)); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	if from != (ulid.ULID{}) {
-		if _, err := tx.ExecContext(ctx, unsubscribeFrom, id(from), id(contact), ts(now), store.EventUnsubscribed.TargetRank()); err != nil {
-			return fmt.Errorf("ledger: %w", err)
-		}
+	if from == (ulid.ULID{}) {
+		return nil
 	}
-	return nil
+	var status string
+	var accepted bool
+	err = tx.QueryRowContext(ctx, fromRow, id(from), id(contact)).Scan(&status, &accepted)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil // never claimed for that broadcast: nothing to move
+	}
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	r, err = tx.ExecContext(ctx, unsubscribeFrom, id(from), id(contact), ts(now), store.EventUnsubscribed.TargetRank())
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	if n, err := r.RowsAffected(); err != nil || n == 0 {
+		return err
+	}
+	// The message went out all the same: the flag stays, only a delivered
+	// row leaves Delivered.
+	d := store.ReputationOf(store.SendUnsubscribed, accepted).Minus(store.ReputationOf(store.SendStatus(status), accepted))
+	return addReputation(ctx, tx, from, d)
 }
 
 // unsubscribeEmail is Unsubscribe: the contact found by address, then what
@@ -184,13 +212,33 @@ func (s *Store) unsubscribeEmail(ctx context.Context, email string, now time.Tim
 	})
 }
 
+// addSums adds one change to a broadcast's reputation sums (migration 008).
+// SQLite has one writer, so one row per broadcast serializes nothing that
+// was not serialized already.
+const addSums = `
+INSERT INTO broadcast_reputation (broadcast_id, accepted, delivered, bounced, complained)
+VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (broadcast_id) DO UPDATE SET
+    accepted = accepted + excluded.accepted, delivered = delivered + excluded.delivered,
+    bounced = bounced + excluded.bounced, complained = complained + excluded.complained`
+
+// addReputation records d for broadcast in tx, the transaction that changed
+// the ledger by d.
+func addReputation(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, d store.Reputation) error {
+	if d == (store.Reputation{}) {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, addSums, id(broadcast), d.Accepted, d.Delivered, d.Bounced, d.Complained)
+	return err
+}
+
 func (s *Store) Reputation(ctx context.Context, broadcast ulid.ULID) (store.Reputation, error) {
 	var r store.Reputation
 	err := s.r.QueryRowContext(ctx, `
-SELECT count(*) FILTER (WHERE accepted),
-       count(*) FILTER (WHERE status IN ('delivered', 'opened', 'clicked', 'complained')),
-       count(*) FILTER (WHERE status = 'bounced'),
-       count(*) FILTER (WHERE status = 'complained')
-FROM broadcast_sends WHERE broadcast_id = ?`, id(broadcast)).Scan(&r.Accepted, &r.Delivered, &r.Bounced, &r.Complained)
+SELECT accepted, delivered, bounced, complained FROM broadcast_reputation WHERE broadcast_id = ?`,
+		id(broadcast)).Scan(&r.Accepted, &r.Delivered, &r.Bounced, &r.Complained)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Reputation{}, nil // nothing recorded yet
+	}
 	return r, mapErr("reputation", err)
 }

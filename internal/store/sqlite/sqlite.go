@@ -662,12 +662,23 @@ func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcome
 			return err
 		}
 		defer stmt.Close()
+		// A claimed row is neither accepted nor delivered (an event that
+		// marks a row accepted also moves it off claimed, and only claimed
+		// rows get an outcome), so each row written adds what its outcome
+		// is worth to the reputation sums.
+		var d store.Reputation
 		for _, o := range outcomes {
-			if _, err := stmt.ExecContext(ctx, id(broadcast), id(o.ContactID), string(o.Status), o.Error, ts(now), retryAt(o)); err != nil {
+			r, err := stmt.ExecContext(ctx, id(broadcast), id(o.ContactID), string(o.Status), o.Error, ts(now), retryAt(o))
+			if err != nil {
 				return err
 			}
+			if n, err := r.RowsAffected(); err != nil {
+				return err
+			} else if n > 0 {
+				d = d.Plus(store.ReputationOf(o.Status, o.Status == store.SendSent))
+			}
 		}
-		return nil
+		return addReputation(ctx, tx, broadcast, d)
 	})
 }
 

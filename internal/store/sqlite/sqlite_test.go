@@ -389,3 +389,19 @@ func (zeroReader) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
+
+// Upgrading to migration 008 mid-broadcast backfills its sums.
+func TestReputationBackfill(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "rangecast.db"))
+	storetest.ReputationBackfill(t, s, func(t *testing.T) {
+		ctx := t.Context()
+		for _, q := range []string{`DROP TABLE broadcast_reputation`, `DELETE FROM schema_migrations WHERE version = 8`} {
+			if _, err := s.w.ExecContext(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := migrate(ctx, s.w); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

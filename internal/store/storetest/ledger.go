@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -21,6 +22,8 @@ var ledgerCases = []testCase{
 	{"UnsubscribeByEmailMarksUnsent", testUnsubscribeEmailMarksUnsent},
 	{"ProviderUnsubscribe", testProviderUnsubscribe},
 	{"Reputation", testReputation},
+	{"ReputationMatchesLedger", testReputationMatchesLedger},
+	{"ReputationUnderConcurrentWrites", testReputationConcurrent},
 }
 
 // sentRows runs a broadcast to n fresh contacts and records each as sent.
@@ -425,4 +428,186 @@ func testReputation(f *fixture) {
 	if r != (store.Reputation{}) {
 		f.t.Errorf("Reputation of a broadcast with no rows = %+v", r)
 	}
+}
+
+// ledgerReputation counts Reputation the slow way, row by row: Accepted is
+// Counts.Sent (the accepted flag), the rest is each row's status as
+// store.Reputation documents it.
+func (f *fixture) ledgerReputation(b store.Broadcast, ids []ulid.ULID) store.Reputation {
+	f.t.Helper()
+	r := store.Reputation{Accepted: f.counts(b).Sent}
+	for _, id := range ids {
+		s, err := f.s.GetSend(f.ctx, b.ID, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		f.must(err, "GetSend")
+		switch s.Status {
+		case store.SendDelivered, store.SendOpened, store.SendClicked:
+			r.Delivered++
+		case store.SendComplained:
+			r.Delivered++
+			r.Complained++
+		case store.SendBounced:
+			r.Bounced++
+		}
+	}
+	return r
+}
+
+// sameReputation fails unless Reputation agrees with the ledger counted
+// row by row.
+func (f *fixture) sameReputation(when string, b store.Broadcast, ids []ulid.ULID) {
+	f.t.Helper()
+	got, err := f.s.Reputation(f.ctx, b.ID)
+	f.must(err, "Reputation")
+	if want := f.ledgerReputation(b, ids); got != want {
+		f.t.Fatalf("%s: Reputation = %+v, the ledger counts %+v", when, got, want)
+	}
+}
+
+// Reputation is kept as running sums (it must not count the ledger on
+// every alarm check): after every kind of change to a row, in every order,
+// repeated, it still agrees with the ledger counted row by row.
+func testReputationMatchesLedger(f *fixture) {
+	ids := f.subscribers("repsum", 16)
+	b := f.running("repsum", 0)
+	other := f.running("repsum-other", 0)
+	check := func(when string) {
+		f.t.Helper()
+		f.sameReputation(when, b, ids)
+		f.sameReputation(when+" (other broadcast)", other, ids)
+	}
+	check("before any claim")
+	f.claim(b, ids, at(2))
+	f.claim(other, ids[:4], at(2))
+	check("claimed")
+	// A delivery report before the worker's outcome, a late outcome for
+	// that row, and a release that finds it no longer claimed.
+	f.event(b, ids[0], store.EventDelivered, "")
+	check("delivered while claimed")
+	outcomes := []store.Outcome{
+		{ContactID: ids[8], Status: store.SendFailed, Error: "550 no such user"},
+		{ContactID: ids[9], Status: store.SendDeferred, RetryAt: at(30)},
+		{ContactID: ids[10], Status: store.SendUnknown},
+		{ContactID: ids[14], Status: store.SendDeferred, RetryAt: at(30)},
+		{ContactID: ids[15], Status: store.SendDeferred, RetryAt: at(30)},
+	}
+	for _, id := range ids[:8] {
+		outcomes = append(outcomes, store.Outcome{ContactID: id, Status: store.SendSent})
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, outcomes, at(3)), "RecordOutcomes")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, outcomes, at(3)), "RecordOutcomes again")
+	f.must(f.s.Release(f.ctx, b.ID, ids[:1]), "Release")
+	check("outcomes")
+	f.must(f.s.RecordOutcomes(f.ctx, other.ID, []store.Outcome{
+		{ContactID: ids[0], Status: store.SendSent}, {ContactID: ids[1], Status: store.SendSent},
+	}, at(3)), "RecordOutcomes(other)")
+	f.must(f.s.Release(f.ctx, other.ID, ids[2:4]), "Release(other)")
+	check("other broadcast's outcomes")
+
+	steps := []struct {
+		what    string
+		contact int
+		typ     store.EventType
+		id      string
+	}{
+		{"open before delivered", 1, store.EventOpened, ""},
+		{"delivered after open", 1, store.EventDelivered, ""},
+		{"complaint after open", 1, store.EventComplained, ""},
+		{"open after complaint", 1, store.EventOpened, ""},
+		{"delivered", 2, store.EventDelivered, ""},
+		{"bounce after delivered", 2, store.EventBounced, "bounce-2"},
+		{"the same bounce again", 2, store.EventBounced, "bounce-2"},
+		{"another bounce of a bounced row", 2, store.EventBounced, ""},
+		{"bounce of a sent row", 3, store.EventBounced, "bounce-3"},
+		{"a duplicate id on another row", 4, store.EventComplained, "bounce-3"},
+		{"click", 4, store.EventClicked, ""},
+		{"provider unsubscribe after click", 4, store.EventUnsubscribed, ""},
+		{"complaint after unsubscribe", 4, store.EventComplained, ""},
+		{"soft bounce", 6, store.EventSoftBounced, ""},
+		{"complaint without a delivery report", 6, store.EventComplained, ""},
+		{"delivered on a failed row", 8, store.EventDelivered, ""},
+		{"delivered on a deferred row", 9, store.EventDelivered, ""},
+		{"bounce on an unknown row", 10, store.EventBounced, ""},
+		{"complaint on a claimed row", 11, store.EventComplained, ""},
+		{"delivered on a claimed row", 12, store.EventDelivered, ""},
+	}
+	for _, st := range steps {
+		f.event(b, ids[st.contact], st.typ, st.id)
+		check(st.what)
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{{ContactID: ids[11], Status: store.SendSent}}, at(6)), "late outcome")
+	check("late outcome of a complained row")
+
+	// Our own unsubscribe link: from a delivered row, from a sent row,
+	// repeated, and without a source broadcast (only deferred rows move).
+	f.event(b, ids[5], store.EventDelivered, "")
+	f.must(f.s.UnsubscribeContact(f.ctx, ids[5], b.ID, at(7)), "UnsubscribeContact(delivered)")
+	check("unsubscribe from a delivered row")
+	f.must(f.s.UnsubscribeContact(f.ctx, ids[7], b.ID, at(7)), "UnsubscribeContact(sent)")
+	f.must(f.s.UnsubscribeContact(f.ctx, ids[7], b.ID, at(8)), "UnsubscribeContact(sent) again")
+	check("unsubscribe from a sent row")
+	f.must(f.s.UnsubscribeContact(f.ctx, ids[3], other.ID, at(8)), "UnsubscribeContact(released row)")
+	f.must(f.s.Unsubscribe(f.ctx, "repsum0014@example.org", at(8)), "Unsubscribe(deferred)")
+	check("unsubscribe of a deferred row")
+
+	// Deferred rows swept: the one whose contact bounced elsewhere is
+	// dropped, the other claimed again and sent on the second attempt.
+	f.claim(other, ids[15:], at(8))
+	f.event(other, ids[15], store.EventBounced, "")
+	due, err := f.s.ClaimDue(f.ctx, b, at(30), 10)
+	f.must(err, "ClaimDue")
+	check("deferred rows swept")
+	for _, d := range due {
+		f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{{ContactID: d.ID, Status: store.SendSent}}, at(31)), "RecordOutcomes(swept)")
+	}
+	check("swept rows sent")
+	if r, err := f.s.Reputation(f.ctx, b.ID); err != nil || r.Accepted == 0 || r.Delivered == 0 || r.Bounced == 0 || r.Complained == 0 {
+		f.t.Errorf("Reputation = %+v (err %v): the case should leave every sum above zero", r, err)
+	}
+}
+
+// Outcomes and events written at once by many writers, as page workers and
+// webhooks do, leave sums that agree with the ledger.
+func testReputationConcurrent(f *fixture) {
+	ids := f.subscribers("repconc", 120)
+	b := f.running("repconc", 0)
+	f.claim(b, ids, at(2))
+	types := []store.EventType{store.EventDelivered, store.EventOpened, store.EventClicked, store.EventBounced, store.EventComplained, store.EventUnsubscribed, store.EventDelivered}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ids)*len(types))
+	// Outcomes in windows of 10, as workers write them, while events for
+	// the same rows arrive: some before their outcome, some after.
+	for w := range 12 {
+		wg.Go(func() {
+			var outs []store.Outcome
+			for _, id := range ids[w*10 : w*10+10] {
+				outs = append(outs, store.Outcome{ContactID: id, Status: store.SendSent})
+			}
+			if err := f.s.RecordOutcomes(f.ctx, b.ID, outs, at(3)); err != nil {
+				errs <- err
+			}
+		})
+	}
+	for k, id := range ids {
+		for i := range 2 {
+			typ := types[(k+i*3)%len(types)]
+			wg.Go(func() {
+				_, err := f.s.RecordEvent(f.ctx, store.DeliveryEvent{
+					Provider: "test", EventID: fmt.Sprintf("rc-%d-%d", k, i), Type: typ,
+					MessageID: strings.Trim(messageID(b.ID, id), "<>"), OccurredAt: at(4),
+				}, at(5))
+				if err != nil {
+					errs <- err
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		f.must(err, "concurrent write")
+	}
+	f.sameReputation("after concurrent outcomes and events", b, ids)
 }
