@@ -327,6 +327,16 @@ type releaseRacingStore struct {
 
 func (r *releaseRacingStore) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	got, err := r.Store.Claim(ctx, broadcast, claims, now)
+	return r.hold(ctx, broadcast, claims, got, err)
+}
+
+// RecordAndClaim claims a page's later windows: held the same way.
+func (r *releaseRacingStore) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	got, err := r.Store.RecordAndClaim(ctx, broadcast, outcomes, next, now)
+	return r.hold(ctx, broadcast, next, got, err)
+}
+
+func (r *releaseRacingStore) hold(ctx context.Context, broadcast ulid.ULID, claims []store.Claim, got []ulid.ULID, err error) ([]ulid.ULID, error) {
 	if err != nil || r.raced.Load() {
 		return got, err
 	}

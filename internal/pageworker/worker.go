@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -285,27 +286,56 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bu
 	if err != nil {
 		return rep, err
 	}
-	next := from
 	h := newHolds(job)
-	for i := 0; i < len(contacts); i += w.cfg.Concurrency {
-		window := contacts[i:min(i+w.cfg.Concurrency, len(contacts))]
-		if ctx.Err() != nil {
-			rep.Next = next.String()
-			return rep, nil // draining: report how far we got
-		}
-		if state, err := w.states.get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning {
-			rep.Next = next.String()
-			rep.Class = bus.ClassPaused
-			if state.Finished() {
-				rep.Class = bus.ClassCancelled
+	windows := slices.Collect(slices.Chunk(contacts, w.cfg.Concurrency))
+	if len(windows) == 0 {
+		rep.Done = true // nobody eligible is left in the range
+		return rep, nil
+	}
+	if stop, class := w.stopBefore(ctx, pageCtx, job); stop {
+		rep.Class = class
+		return rep, nil
+	}
+	// Claim before send: only rows this attempt inserted may be sent. The
+	// first window's claim is a commit of its own; every later window is
+	// claimed in the commit that records the outcomes of the one before, so
+	// a window costs one commit and the claims still never run ahead of the
+	// window in flight.
+	claimed, err := w.cfg.Store.Claim(pageCtx, l.b.ID, w.claimsFor(l, windows[0]), w.cfg.Clock.Now())
+	if err != nil {
+		return rep, err
+	}
+	next := from
+	for i, window := range windows {
+		w.refreshHolds(pageCtx, l, h)
+		res, outcomes, release := w.deliver(pageCtx, l, window, ids(claimed), h, w.cfg.Clock.Now())
+		res.claimed = len(claimed)
+
+		// Claim the next window only if it will be sent: a page that stops
+		// here (a send error, a drain, a pause) must not leave claims
+		// nobody sends.
+		var following []store.Contact
+		stop, class := res.stopAt >= 0, bus.ClassNone
+		if !stop && i+1 < len(windows) {
+			if stop, class = w.stopBefore(ctx, pageCtx, job); !stop {
+				following = windows[i+1]
 			}
+		}
+		claimed, err = w.cfg.Store.RecordAndClaim(pageCtx, l.b.ID, outcomes, w.claimsFor(l, following), w.cfg.Clock.Now())
+		if err != nil {
+			// Outcomes of this window are not recorded: the cursor must
+			// not pass it. Report what is safe.
+			if i == 0 {
+				return rep, err
+			}
+			rep.Next = next.String()
+			rep.Class, rep.Error = bus.ClassTransient, err.Error()
 			return rep, nil
 		}
-		w.refreshHolds(pageCtx, l, h)
-		res, err := w.sendWindow(pageCtx, l, window, h)
-		if err != nil {
-			// Outcomes of this window are not recorded: the cursor must not
-			// pass it. Report what is safe.
+		w.count(res)
+		if err := w.cfg.Store.Release(pageCtx, l.b.ID, release); err != nil {
+			// Recorded, but claims that were not sent are still held; the
+			// reconciler settles them as in doubt.
 			if i == 0 {
 				return rep, err
 			}
@@ -327,6 +357,11 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bu
 			return rep, nil
 		}
 		next = n
+		if stop {
+			rep.Next = next.String()
+			rep.Class = class // ClassNone when draining: report how far we got
+			return rep, nil
+		}
 	}
 	rep.Next = next.String()
 	rep.Done = len(contacts) < limit
@@ -343,6 +378,45 @@ func wholeWindows(limit, window int) int {
 		return limit
 	}
 	return limit - limit%window
+}
+
+// stopBefore says whether the page must stop before its next window: the
+// worker is draining (ClassNone: report how far it got), or the broadcast
+// is no longer running (paused, or cancelled and finished).
+func (w *Worker) stopBefore(ctx, pageCtx context.Context, job bus.PageJob) (bool, bus.ErrorClass) {
+	if ctx.Err() != nil {
+		return true, bus.ClassNone
+	}
+	state, err := w.states.get(pageCtx, job.Broadcast)
+	switch {
+	case err == nil && state == store.StateRunning:
+		return false, bus.ClassNone
+	case state.Finished():
+		return true, bus.ClassCancelled
+	default:
+		return true, bus.ClassPaused
+	}
+}
+
+// claimsFor is the ledger claims of a window's contacts.
+func (w *Worker) claimsFor(l *loaded, window []store.Contact) []store.Claim {
+	if len(window) == 0 {
+		return nil
+	}
+	domain := l.compiled.SendingDomain()
+	claims := make([]store.Claim, len(window))
+	for i, c := range window {
+		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: message.MessageID(l.b.ID, c.ID, domain)}
+	}
+	return claims
+}
+
+func ids(claimed []ulid.ULID) map[ulid.ULID]bool {
+	mine := make(map[ulid.ULID]bool, len(claimed))
+	for _, id := range claimed {
+		mine[id] = true
+	}
+	return mine
 }
 
 // windowResult is what one in-flight window did.
@@ -382,38 +456,6 @@ func (r *windowResult) provider(p string, f func(*bus.ProviderResult)) {
 	pr := r.providers[p]
 	f(&pr)
 	r.providers[p] = pr
-}
-
-// sendWindow claims the window, sends what this attempt claimed, and records
-// every outcome in one batch. Claims whose send failed for a reason that is
-// not the recipient's are released, and the page stops there. Recipients
-// whose provider the governor holds are recorded deferred, not sent.
-func (w *Worker) sendWindow(ctx context.Context, l *loaded, window []store.Contact, h *holds) (windowResult, error) {
-	domain := l.compiled.SendingDomain()
-	now := w.cfg.Clock.Now()
-	claims := make([]store.Claim, len(window))
-	for i, c := range window {
-		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: message.MessageID(l.b.ID, c.ID, domain)}
-	}
-	// Claim before send: only rows this attempt inserted may be sent.
-	claimed, err := w.cfg.Store.Claim(ctx, l.b.ID, claims, now)
-	if err != nil {
-		return windowResult{stopAt: -1}, err
-	}
-	mine := make(map[ulid.ULID]bool, len(claimed))
-	for _, id := range claimed {
-		mine[id] = true
-	}
-	res, outcomes, release := w.deliver(ctx, l, window, mine, h, now)
-	res.claimed = len(claimed)
-	if err := w.cfg.Store.RecordOutcomes(ctx, l.b.ID, outcomes, w.cfg.Clock.Now()); err != nil {
-		return res, err
-	}
-	w.count(res)
-	if err := w.cfg.Store.Release(ctx, l.b.ID, release); err != nil {
-		return res, err
-	}
-	return res, nil
 }
 
 func (w *Worker) count(res windowResult) {

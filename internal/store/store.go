@@ -178,6 +178,11 @@ type Store interface {
 	Claim(ctx context.Context, broadcast ulid.ULID, claims []Claim, now time.Time) ([]ulid.ULID, error)
 	// RecordOutcomes writes outcomes for rows still claimed, in one batch.
 	RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcomes []Outcome, now time.Time) error
+	// RecordAndClaim is RecordOutcomes of one window and Claim of the next in
+	// one transaction: a page worker commits once per window rather than
+	// twice, and a crash leaves either both or neither. It returns what
+	// Claim would.
+	RecordAndClaim(ctx context.Context, broadcast ulid.ULID, outcomes []Outcome, next []Claim, now time.Time) ([]ulid.ULID, error)
 	// Release deletes claims that are still claimed (not sent), so a later
 	// page can claim them again.
 	Release(ctx context.Context, broadcast ulid.ULID, contacts []ulid.ULID) error

@@ -385,9 +385,18 @@ ON CONFLICT DO NOTHING
 RETURNING contact_id`
 
 func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
-	// Insert in contact id order: two concurrent claims of overlapping sets
-	// in different orders would otherwise deadlock, each waiting on a row
-	// the other has inserted.
+	rows, err := s.pool.Query(ctx, claimQuery, claimArgs(broadcast, claims, now)...)
+	if err != nil {
+		return nil, mapErr("claim", err)
+	}
+	out, err := claimedIDs(rows)
+	return out, mapErr("claim", err)
+}
+
+// claimArgs are claimQuery's arguments, the claims in contact id order: two
+// concurrent claims of overlapping sets in different orders would otherwise
+// deadlock, each waiting on a row the other has inserted.
+func claimArgs(broadcast ulid.ULID, claims []store.Claim, now time.Time) []any {
 	claims = slices.SortedFunc(slices.Values(claims), func(a, b store.Claim) int { return a.ContactID.Compare(b.ContactID) })
 	ids := make([][16]byte, len(claims))
 	emails := make([]string, len(claims))
@@ -395,17 +404,18 @@ func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.C
 	for i, c := range claims {
 		ids[i], emails[i], mids[i] = uid(c.ContactID), c.Email, c.MessageID
 	}
-	rows, err := s.pool.Query(ctx, claimQuery, uid(broadcast), ids, emails, mids, now)
-	if err != nil {
-		return nil, mapErr("claim", err)
-	}
+	return []any{uid(broadcast), ids, emails, mids, now}
+}
+
+// claimedIDs reads claimQuery's result: the contacts this call inserted.
+func claimedIDs(rows pgx.Rows) ([]ulid.ULID, error) {
 	var out []ulid.ULID
 	var id [16]byte
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
 		out = append(out, ulid.ULID(id))
 		return nil
 	})
-	return out, mapErr("claim", err)
+	return out, err
 }
 
 // stillClaimed is the guard "status = 'claimed'" for statements that find
@@ -437,13 +447,29 @@ func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcome
 	if len(outcomes) == 0 {
 		return nil
 	}
+	_, err := s.recordAndClaim(ctx, broadcast, outcomes, nil, now)
+	return mapErr("record outcomes", err)
+}
+
+func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	claimed, err := s.recordAndClaim(ctx, broadcast, outcomes, next, now)
+	return claimed, mapErr("record outcomes and claim", err)
+}
+
+// recordAndClaim writes outcomes and inserts the next claims in one
+// transaction, the statements pipelined in one batch: one commit (one WAL
+// flush) for both.
+func (s *Store) recordAndClaim(ctx context.Context, broadcast ulid.ULID, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	batch := &pgx.Batch{}
 	for _, o := range outcomes {
 		batch.Queue(recordOutcome, uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, now, retryAt(o))
 	}
+	if len(next) > 0 {
+		batch.Queue(claimQuery, claimArgs(broadcast, next, now)...)
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return mapErr("record outcomes", err)
+		return nil, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
 	// A claimed row is neither accepted nor delivered (an event that marks a
@@ -456,19 +482,30 @@ func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcome
 		tag, err := results.Exec()
 		if err != nil {
 			results.Close()
-			return mapErr("record outcomes", err)
+			return nil, err
 		}
 		if tag.RowsAffected() > 0 {
 			d = d.Plus(store.ReputationOf(o.Status, o.Status == store.SendSent))
 		}
 	}
+	var claimed []ulid.ULID
+	if len(next) > 0 {
+		rows, err := results.Query()
+		if err == nil {
+			claimed, err = claimedIDs(rows)
+		}
+		if err != nil {
+			results.Close()
+			return nil, err
+		}
+	}
 	if err := results.Close(); err != nil {
-		return mapErr("record outcomes", err)
+		return nil, err
 	}
 	if err := addReputation(ctx, tx, broadcast, d); err != nil {
-		return mapErr("record outcomes", err)
+		return nil, err
 	}
-	return mapErr("record outcomes", tx.Commit(ctx))
+	return claimed, tx.Commit(ctx)
 }
 
 func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, contacts []ulid.ULID) error {

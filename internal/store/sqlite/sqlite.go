@@ -596,45 +596,53 @@ func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.C
 	if len(claims) == 0 {
 		return nil, nil
 	}
+	var out []ulid.ULID
+	err := s.write(ctx, "claim", func(tx *sql.Tx) error {
+		var err error
+		out, err = claimTx(ctx, tx, broadcast, claims, now)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// claimTx inserts claims in tx and returns the contacts it inserted.
+func claimTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	// In contact id order, like Postgres (where it avoids deadlocks): the
 	// same rows in the same order whatever order the caller had.
 	claims = slices.SortedFunc(slices.Values(claims), func(a, b store.Claim) int { return a.ContactID.Compare(b.ContactID) })
 	var out []ulid.ULID
-	err := s.write(ctx, "claim", func(tx *sql.Tx) error {
-		for chunk := range slices.Chunk(claims, claimChunk) {
-			args := make([]any, 0, 2+3*len(chunk))
-			args = append(args, id(broadcast), ts(now))
-			for _, c := range chunk {
-				args = append(args, id(c.ContactID), c.Email, c.MessageID)
-			}
-			rows, err := tx.QueryContext(ctx, claimQuery(len(chunk)), args...)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var cid []byte
-				if err := rows.Scan(&cid); err != nil {
-					rows.Close()
-					return err
-				}
-				u, err := fromBlob(cid)
-				if err != nil {
-					rows.Close()
-					return err
-				}
-				out = append(out, u)
-			}
-			if err := rows.Close(); err != nil {
-				return err
-			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
+	for chunk := range slices.Chunk(claims, claimChunk) {
+		args := make([]any, 0, 2+3*len(chunk))
+		args = append(args, id(broadcast), ts(now))
+		for _, c := range chunk {
+			args = append(args, id(c.ContactID), c.Email, c.MessageID)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		rows, err := tx.QueryContext(ctx, claimQuery(len(chunk)), args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var cid []byte
+			if err := rows.Scan(&cid); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			u, err := fromBlob(cid)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, u)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
@@ -657,29 +665,55 @@ func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcome
 		return nil
 	}
 	return s.write(ctx, "record outcomes", func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, recordOutcome)
+		return recordOutcomesTx(ctx, tx, broadcast, outcomes, now)
+	})
+}
+
+func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	var claimed []ulid.ULID
+	err := s.write(ctx, "record outcomes and claim", func(tx *sql.Tx) error {
+		if err := recordOutcomesTx(ctx, tx, broadcast, outcomes, now); err != nil {
+			return err
+		}
+		if len(next) == 0 {
+			return nil
+		}
+		var err error
+		claimed, err = claimTx(ctx, tx, broadcast, next, now)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return claimed, nil
+}
+
+func recordOutcomesTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, outcomes []store.Outcome, now time.Time) error {
+	if len(outcomes) == 0 {
+		return nil
+	}
+	stmt, err := tx.PrepareContext(ctx, recordOutcome)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	// A claimed row is neither accepted nor delivered (an event that marks
+	// a row accepted also moves it off claimed, and only claimed rows get
+	// an outcome), so each row written adds what its outcome is worth to
+	// the reputation sums.
+	var d store.Reputation
+	for _, o := range outcomes {
+		r, err := stmt.ExecContext(ctx, id(broadcast), id(o.ContactID), string(o.Status), o.Error, ts(now), retryAt(o))
 		if err != nil {
 			return err
 		}
-		defer stmt.Close()
-		// A claimed row is neither accepted nor delivered (an event that
-		// marks a row accepted also moves it off claimed, and only claimed
-		// rows get an outcome), so each row written adds what its outcome
-		// is worth to the reputation sums.
-		var d store.Reputation
-		for _, o := range outcomes {
-			r, err := stmt.ExecContext(ctx, id(broadcast), id(o.ContactID), string(o.Status), o.Error, ts(now), retryAt(o))
-			if err != nil {
-				return err
-			}
-			if n, err := r.RowsAffected(); err != nil {
-				return err
-			} else if n > 0 {
-				d = d.Plus(store.ReputationOf(o.Status, o.Status == store.SendSent))
-			}
+		if n, err := r.RowsAffected(); err != nil {
+			return err
+		} else if n > 0 {
+			d = d.Plus(store.ReputationOf(o.Status, o.Status == store.SendSent))
 		}
-		return addReputation(ctx, tx, broadcast, d)
-	})
+	}
+	return addReputation(ctx, tx, broadcast, d)
 }
 
 func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, contacts []ulid.ULID) error {

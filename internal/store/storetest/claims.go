@@ -19,6 +19,7 @@ var claimCases = []testCase{
 var outcomeCases = []testCase{
 	{"OnlyClaimedRows", testOutcomesOnlyClaimed},
 	{"ReleaseOnlyClaimed", testReleaseOnlyClaimed},
+	{"RecordAndClaim", testRecordAndClaim},
 }
 
 // Claim returns only the rows this call inserted; a second claim of the same
@@ -255,5 +256,56 @@ func testReleaseOnlyClaimed(f *fixture) {
 	}
 	if n := f.pending(b); n != 2 {
 		f.t.Errorf("Pending after reclaim = %d, want 2", n)
+	}
+}
+
+// RecordAndClaim records one window's outcomes and claims the next in one
+// call, each part with the rules it has alone: outcomes only for rows still
+// claimed, and back only the claims this call inserted.
+func testRecordAndClaim(f *fixture) {
+	ids := f.subscribers("rc", 8)
+	b := f.running("record-and-claim", 0)
+	f.sameSet("first window", f.claim(b, ids[:3], at(2)), ids[:3])
+
+	// The next window overlaps a row of this one (already claimed, so not
+	// returned) and another attempt's claim (ids[5]).
+	f.sameSet("other attempt", f.claim(b, ids[5:6], at(2)), ids[5:6])
+	got, err := f.s.RecordAndClaim(f.ctx, b.ID, []store.Outcome{
+		{ContactID: ids[0], Status: store.SendSent},
+		{ContactID: ids[1], Status: store.SendFailed, Error: "550 5.1.1 no such user"},
+		{ContactID: ids[6], Status: store.SendSent}, // not claimed: no row
+	}, f.claims(b, ids[2:6]), at(3))
+	f.must(err, "RecordAndClaim")
+	f.sameSet("claimed with the outcomes", got, ids[3:5])
+	for i, want := range []store.SendStatus{store.SendSent, store.SendFailed, store.SendClaimed, store.SendClaimed, store.SendClaimed, store.SendClaimed} {
+		s, err := f.s.GetSend(f.ctx, b.ID, ids[i])
+		f.must(err, "GetSend(%d)", i)
+		if s.Status != want {
+			f.t.Errorf("row %d = %s, want %s", i, s.Status, want)
+		}
+		if i >= 3 && i < 5 && !s.ClaimedAt.Equal(at(3)) {
+			f.t.Errorf("row %d claimed at %v, want %v", i, s.ClaimedAt, at(3))
+		}
+	}
+	_, err = f.s.GetSend(f.ctx, b.ID, ids[6])
+	f.wantErr(err, store.ErrNotFound, "GetSend of a contact that only got an outcome")
+
+	// The last window: outcomes and nothing to claim; then a claim with no
+	// outcomes (a page's first window).
+	got, err = f.s.RecordAndClaim(f.ctx, b.ID, []store.Outcome{
+		{ContactID: ids[2], Status: store.SendSent},
+		{ContactID: ids[3], Status: store.SendSent},
+		{ContactID: ids[4], Status: store.SendDeferred},
+	}, nil, at(4))
+	f.must(err, "RecordAndClaim without a next window")
+	f.sameSet("nothing to claim", got, nil)
+	got, err = f.s.RecordAndClaim(f.ctx, b.ID, nil, f.claims(b, ids[6:]), at(5))
+	f.must(err, "RecordAndClaim without outcomes")
+	f.sameSet("claim alone", got, ids[6:])
+	if c := f.counts(b); c != (store.Counts{Claimed: 3, Sent: 3, Failed: 1, Deferred: 1}) {
+		f.t.Errorf("Counts = %+v, want 3 claimed, 3 sent, 1 failed, 1 deferred", c)
+	}
+	if r, err := f.s.Reputation(f.ctx, b.ID); err != nil || r != (store.Reputation{Accepted: 3}) {
+		f.t.Errorf("Reputation = %+v, %v; want 3 accepted", r, err)
 	}
 }
