@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
 
 	"github.com/rangecast/rangecast/internal/message"
@@ -69,9 +68,10 @@ type SMTP struct {
 
 // conn is one pooled connection. nc is the raw network connection under the
 // client, kept so a cancelled context can close it from another goroutine.
+// c is nil until the handshake is done.
 type conn struct {
 	nc net.Conn
-	c  *smtp.Client
+	c  *client
 }
 
 var _ Transport = (*SMTP)(nil)
@@ -220,17 +220,26 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 			pc = &conn{nc: nc}
 		}
 
-		// Blocking reads and writes inside go-smtp only know their own
-		// per-command timeouts; closing the socket is the one way to make
-		// them return as soon as ctx ends.
+		// One deadline, ctx's own, bounds every read and write of this
+		// attempt (setting one per command cost a timer update each). It
+		// is set again by every Send, so an idle connection's stale one
+		// never fires. A failure here is a dead socket, which the first
+		// write reports at a stage Send knows how to retry.
+		deadline, _ := ctx.Deadline() // always set: ctx has s.timeout
+		_ = pc.nc.SetDeadline(deadline)
+		// The deadline does not cover a cancellation; closing the socket
+		// makes a blocked read or write return as soon as ctx ends.
 		stop := context.AfterFunc(ctx, func() { pc.nc.Close() })
 		reply, err := s.use(ctx, pc, m)
 		var se *SendError
 		isSendErr := errors.As(err, &se)
 		// After a reply that leaves the connection usable, RSET while still
 		// guarded by ctx so the transaction state is clean for the next
-		// message. A successful DATA already ends the transaction.
-		reuse := err == nil || (isSendErr && reusableAfter(se) && pc.c.Reset() == nil)
+		// message. A successful DATA already ends the transaction. A
+		// broken client has lost step with the server (say, pipelined
+		// replies it could not read), whatever the first reply was.
+		reuse := pc.c != nil && !pc.c.broken &&
+			(err == nil || (isSendErr && reusableAfter(se) && pc.c.reset() == nil))
 		if !stop() {
 			reuse = false // ctx closed the socket under us
 		}
@@ -258,7 +267,9 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 }
 
 // errRedial asks Send to dial again: the probe connection found that the
-// server offers STARTTLS, and go-smtp can only start TLS on a fresh client.
+// server offers STARTTLS. The client could upgrade the probe connection in
+// place and save one connection per transport; redialing is what the
+// transport did with go-smtp (which could not upgrade), and TestTLS pins it.
 var errRedial = errors.New("transport: redial for STARTTLS")
 
 // use runs the handshake on a new connection, then one mail transaction.
@@ -290,49 +301,53 @@ func (s *SMTP) dial(ctx context.Context) (net.Conn, error) {
 }
 
 // handshake reads the greeting, says EHLO, negotiates TLS and authenticates.
-func (s *SMTP) handshake(nc net.Conn) (*smtp.Client, error) {
-	var c *smtp.Client
+func (s *SMTP) handshake(nc net.Conn) (*client, error) {
+	bg := context.Background() // use adds ctx to the errors
+	c := newClient(nc)
+	if err := c.greet(); err != nil {
+		return nil, stageError(bg, StageConnect, err)
+	}
+	if err := c.hello(s.helo); err != nil {
+		return nil, stageError(bg, StageConnect, err)
+	}
+
 	useStartTLS := s.mode == tlsStartTLS || (s.mode == tlsOpportunistic && s.startTLS.Load() == startTLSOffered)
 	if useStartTLS {
 		var err error
-		if c, err = smtp.NewClientStartTLS(nc, s.tlsConf); err != nil {
-			se := stageError(context.Background(), StageConnect, err)
+		if !c.ext.startTLS {
+			err = errors.New("smtp: server doesn't support STARTTLS")
+		} else {
+			err = c.startTLS(s.tlsConf)
+		}
+		if err != nil {
+			se := stageError(bg, StageConnect, err)
 			if se.Code == 0 {
 				se.Err = fmt.Errorf("STARTTLS with %s: %w", s.addr, err)
 			}
 			return nil, se
 		}
-	} else {
-		c = smtp.NewClient(nc)
-	}
-	c.CommandTimeout = s.timeout
-	c.SubmissionTimeout = s.timeout
-	if err := c.Hello(s.helo); err != nil {
-		c.Close()
-		return nil, stageError(context.Background(), StageConnect, err)
+		if err := c.hello(s.helo); err != nil {
+			return nil, stageError(bg, StageConnect, err)
+		}
 	}
 
 	if s.mode == tlsOpportunistic && s.startTLS.Load() == startTLSUnknown {
-		if ok, _ := c.Extension("STARTTLS"); ok {
+		if c.ext.startTLS {
 			s.startTLS.Store(startTLSOffered)
-			c.Close()
 			return nil, errRedial
 		}
 		s.startTLS.Store(startTLSAbsent)
 	}
 
 	if s.hasAuth {
-		if _, isTLS := c.TLSConnectionState(); !isTLS && s.mode != tlsNone && !isLoopback(s.host) {
-			c.Close()
+		if !c.isTLS() && s.mode != tlsNone && !isLoopback(s.host) {
 			return nil, &SendError{Stage: StageAuth, Err: fmt.Errorf("refusing to send credentials to %s without TLS: the server did not offer STARTTLS (use smtps://, or tls=none to accept plaintext)", s.addr)}
 		}
-		if ok, _ := c.Extension("AUTH"); !ok {
-			c.Close()
+		if !c.ext.auth {
 			return nil, &SendError{Stage: StageAuth, Err: fmt.Errorf("the URL has credentials but %s does not offer AUTH", s.addr)}
 		}
-		if err := c.Auth(sasl.NewPlainClient("", s.user, s.pass)); err != nil {
-			c.Close()
-			return nil, stageError(context.Background(), StageAuth, err)
+		if err := c.auth(s.user, s.pass); err != nil {
+			return nil, stageError(bg, StageAuth, err)
 		}
 	}
 	return c, nil
@@ -340,35 +355,112 @@ func (s *SMTP) handshake(nc net.Conn) (*smtp.Client, error) {
 
 // transact runs MAIL, RCPT, DATA on an established connection and returns
 // the server's reply to the final dot.
-func (s *SMTP) transact(ctx context.Context, c *smtp.Client, m message.Rendered) (string, error) {
-	opts := &smtp.MailOptions{Size: int64(len(m.Bytes))}
-	if !isASCII(m.From) || !isASCII(m.To) {
-		opts.UTF8 = true
-	}
-	if err := c.Mail(m.From, opts); err != nil {
+//
+// With PIPELINING (RFC 2920) the three commands leave in one write and the
+// three replies are read in order; the body goes only after DATA got 354,
+// so a refused MAIL or RCPT never lets the message out. Every reply is read
+// even after a refusal, to keep the connection in step for the next
+// message, and the first refusal is the one reported: it says why, the
+// later ones (503/554 "no valid recipients") only follow from it. Without
+// PIPELINING each command waits for its reply, and the first refusal ends
+// the transaction, as with go-smtp.
+func (s *SMTP) transact(ctx context.Context, c *client, m message.Rendered) (string, error) {
+	// Refusals of our own come before a byte is written, so they never
+	// leave a command half sent.
+	if err := validateLine(m.From); err != nil {
 		return "", stageError(ctx, StageMail, err)
 	}
-	if err := c.Rcpt(m.To, nil); err != nil {
+	if err := validateLine(m.To); err != nil {
 		return "", stageError(ctx, StageRcpt, err)
 	}
-	w, err := c.Data()
-	if err != nil {
-		return "", stageError(ctx, StageData, err)
+	utf8 := !isASCII(m.From) || !isASCII(m.To)
+	if utf8 && !c.ext.smtpUTF8 {
+		return "", stageError(ctx, StageMail, errors.New("smtp: server does not support SMTPUTF8"))
 	}
-	// The writer dot-stuffs lines that start with '.'.
-	if _, err := w.Write(m.Bytes); err != nil {
-		return "", stageError(ctx, StageData, err)
+
+	steps := [...]struct {
+		stage  string
+		expect int
+	}{
+		{StageMail, 250},
+		{StageRcpt, 25}, // 250 or 251
+		{StageData, 354},
 	}
-	resp, err := w.CloseWithResponse()
-	if err != nil {
+	queue := func(i int) {
+		switch i {
+		case 0:
+			c.queueMail(m.From, len(m.Bytes), utf8)
+		case 1:
+			c.queue("RCPT TO:<", m.To, ">")
+		case 2:
+			c.queue("DATA")
+		}
+	}
+	pipelined := c.ext.pipelining
+	if pipelined {
+		for i := range steps {
+			queue(i)
+		}
+	}
+	var refused *SendError
+	for i, st := range steps {
+		if !pipelined {
+			queue(i)
+		}
+		if len(c.wbuf) > 0 {
+			if _, err := c.flush(); err != nil {
+				return "", stageError(ctx, st.stage, err)
+			}
+		}
+		code, err := c.readReply()
+		if err != nil {
+			if refused != nil {
+				return "", refused // the client is broken: not reused
+			}
+			return "", stageError(ctx, st.stage, err)
+		}
+		ok := codeIs(code, st.expect)
+		switch {
+		case !ok && refused == nil:
+			refused = stageError(ctx, st.stage, c.replyError(code))
+			if !pipelined {
+				return "", refused
+			}
+		case ok && refused != nil && st.stage == StageData:
+			// A server that says 354 after refusing MAIL or RCPT now waits
+			// for a body. Dropping the connection aborts the transaction
+			// (RFC 5321 3.8) without giving the server anything to deliver.
+			c.broken = true
+		}
+	}
+	if refused != nil {
+		return "", refused
+	}
+
+	// The body and the final dot in one write.
+	c.wbuf = appendData(c.wbuf, m.Bytes)
+	size := len(c.wbuf)
+	if n, err := c.flush(); err != nil {
 		se := stageError(ctx, StageData, err)
-		// Close writes the final ".\r\n" and reads the reply. Without a
-		// reply we cannot know whether the server queued the message.
-		se.MaybeDelivered = se.Code == 0
+		// The final ".\r\n" ends what was being written: a write that
+		// failed short of it never gave the server the end of the message,
+		// which therefore cannot have been accepted. Only a failure with
+		// every byte gone out leaves the outcome unknown.
+		se.MaybeDelivered = n == size
 		return "", se
 	}
-	// go-smtp accepts only 250 here and keeps the text after the code.
-	return strings.TrimSpace("250 " + resp.StatusText), nil
+	code, err := c.readReply()
+	if err != nil {
+		// The whole message went out and no answer came back: the server
+		// may have queued it.
+		se := stageError(ctx, StageData, err)
+		se.MaybeDelivered = true
+		return "", se
+	}
+	if code != 250 {
+		return "", stageError(ctx, StageData, c.replyError(code))
+	}
+	return strings.TrimSpace("250 " + string(c.text)), nil
 }
 
 // reusableAfter reports whether a connection is still in a known state after
@@ -409,7 +501,7 @@ func (s *SMTP) put(pc *conn) {
 		default:
 		}
 	}
-	pc.c.Close()
+	pc.nc.Close()
 }
 
 // Close says QUIT on idle connections and closes them. Connections in use by
@@ -425,18 +517,18 @@ func (s *SMTP) Close() error {
 	for {
 		select {
 		case pc := <-s.idle:
-			pc.c.CommandTimeout = min(s.timeout, 5*time.Second)
-			if err := pc.c.Quit(); err != nil {
-				pc.c.Close()
-			}
+			_ = pc.nc.SetDeadline(time.Now().Add(min(s.timeout, 5*time.Second)))
+			_ = pc.c.quit() // a polite goodbye; the socket is closed either way
+			pc.nc.Close()
 		default:
 			return nil
 		}
 	}
 }
 
-// stageError converts an error from go-smtp into a SendError, keeping the
-// server's reply when there was one.
+// stageError converts an error from the client (or go-smtp's, whose reply
+// type it shares) into a SendError, keeping the server's reply when there
+// was one.
 func stageError(ctx context.Context, stage string, err error) *SendError {
 	se := &SendError{Stage: stage}
 	var reply *smtp.SMTPError
