@@ -30,8 +30,10 @@ import (
 // 5.1.1 …" for the last one).
 type wire []string
 
-// realReply plays one SMTP exchange between the go-smtp client (the library
-// the transport uses) and a scripted server over an in-memory pipe. The
+// realReply plays one SMTP exchange between the go-smtp client and a
+// scripted server over an in-memory pipe. The transport has its own client
+// (client.go); TestRealRepliesParsedLikeGoSMTP holds its parser to
+// go-smtp's on every line here, so these cases hold for both. The
 // server accepts everything up to stage and answers the command of that
 // stage with raw. The client's error is converted by stageError, as in
 // SMTP.Send, so the *SendError is exactly what a send would return: the
