@@ -21,9 +21,11 @@ func TestNum(t *testing.T) {
 func TestStatementKind(t *testing.T) {
 	t.Parallel()
 	for q, want := range map[string]string{
-		"\nINSERT INTO broadcast_sends (broadcast_id, contact_id": "claim (INSERT … ON CONFLICT)",
-		"\nUPDATE broadcast_sends SET status = $3, error = $4":    "outcome (UPDATE by key)",
-		"SELECT c.id, c.email, c.name, c.attributes FROM":         "eligible page (SELECT)",
+		"\nINSERT INTO broadcast_sends (broadcast_id, contact_id":       "claim (INSERT … ON CONFLICT)",
+		"\nUPDATE broadcast_sends SET status = $3, error = $4":          "outcome (UPDATE by key)",
+		"SELECT c.id, c.email, c.name, c.attributes FROM":               "eligible page (SELECT)",
+		"\nINSERT INTO broadcast_reputation_deltas (broadcast_id":       "reputation delta (INSERT)",
+		"\nWITH gone AS (\n    DELETE FROM broadcast_reputation_deltas": "reputation fold (alarm read)",
 		"commit":   "COMMIT",
 		"SELECT 1": "SELECT 1",
 	} {

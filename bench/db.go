@@ -295,6 +295,8 @@ func statementKind(q string) string {
 		{"SELECT status, count(*)", "ledger counts (SELECT count by status)"},
 		{"SELECT count(*), min(retry_at)", "next deferral due (SELECT count, min)"},
 		{"DELETE FROM broadcast_sends", "release (DELETE)"},
+		{"INSERT INTO broadcast_reputation_deltas", "reputation delta (INSERT)"},
+		{"WITH gone AS ( DELETE FROM broadcast_reputation_deltas", "reputation fold (alarm read)"},
 		{"begin", "BEGIN"},
 		{"commit", "COMMIT"},
 	} {
