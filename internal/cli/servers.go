@@ -38,6 +38,9 @@ Every flag can be set by the environment variable named in its help.`,
 				return err
 			}
 			o.Log = log
+			if err := o.Retention.Check(); err != nil {
+				return err
+			}
 			o.Tokens = coordinator.ParseTokens(os.Getenv("RANGECAST_TOKENS"))
 			o.Governor = &gov
 			o.Secrets = publicSecrets(keysFile)
@@ -55,6 +58,10 @@ Every flag can be set by the environment variable named in its help.`,
 	f.StringVar(&o.TokensFile, "tokens-file", env("RANGECAST_TOKENS_FILE", ""), "file of accepted gRPC bearer tokens, one per line, # comments; re-read when it changes, so a mounted Kubernetes Secret rotates without a restart. RANGECAST_TOKENS adds comma-separated tokens. With neither, the API is unauthenticated; health and reflection are always open (env RANGECAST_TOKENS_FILE)")
 	governorFlags(cmd, &gov.Limits)
 	publicFlags(cmd, &keysFile, &o.Alarms)
+	f.DurationVar(&o.Retention.Events, "event-retention", envDuration("RANGECAST_EVENT_RETENTION", coordinator.DefaultEventRetention),
+		"how long delivery webhook events are kept after they arrive; the ledger keeps each recipient's status without them (env RANGECAST_EVENT_RETENTION)")
+	f.DurationVar(&o.Retention.Receipts, "transactional-retention", envDuration("RANGECAST_TRANSACTIONAL_RETENTION", coordinator.DefaultReceiptRetention),
+		"how long a finished transactional message (payload, attempts, idempotency key) is kept after its last attempt; at least 24h. A retry with its key after that is a new message (env RANGECAST_TRANSACTIONAL_RETENTION)")
 	f.StringVar(&o.InDoubtPolicy, "in-doubt-policy", env("RANGECAST_IN_DOUBT_POLICY", "skip"), "what to do with in-doubt claims the transport cannot look up: skip (mark unknown, never risk a second copy) or resend (env RANGECAST_IN_DOUBT_POLICY)")
 	return cmd
 }

@@ -63,6 +63,9 @@ type Config struct {
 	// Alarms pause a running broadcast whose hard-bounce or complaint
 	// rate passes its threshold (alarms.go; zero values are the defaults).
 	Alarms Alarms
+	// Retention bounds how long delivery events and finished transactional
+	// messages are kept (retention.go; zero values are the defaults).
+	Retention Retention
 	// MaxFruitless is how many resumptions of a range in a row may make no
 	// progress before the broadcast is failed.
 	MaxFruitless int
@@ -241,7 +244,8 @@ func (c *Coordinator) runLeader(ctx context.Context) error {
 			}
 		}
 	}
-	c.runAlarms(ctx) // reputation alarms (alarms.go)
+	c.runAlarms(ctx)    // reputation alarms (alarms.go)
+	c.runRetention(ctx) // purges (retention.go)
 	cc, err := c.cfg.Bus.Reports.Consume(func(msg jetstream.Msg) { c.onReport(ctx, msg) })
 	if err != nil {
 		return fmt.Errorf("coordinator: consume reports: %w", err)

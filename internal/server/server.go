@@ -196,6 +196,9 @@ type CoordinatorOptions struct {
 	// the reputation alarms that pause a broadcast.
 	Secrets Secrets
 	Alarms  coordinator.Alarms
+	// Retention bounds how long delivery events and finished
+	// transactional messages are kept.
+	Retention coordinator.Retention
 
 	auth      *coordinator.Auth // built by RunCoordinator before connecting
 	publicLis net.Listener      // bound by StartStack, which needs its address first
@@ -270,7 +273,7 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 	c := coordinator.New(coordinator.Config{
 		Store: st, Bus: b, Clock: clock.Real{}, Log: o.Log,
 		InDoubtAfter: o.InDoubtAfter, InDoubtPolicy: coordinator.InDoubtPolicy(o.InDoubtPolicy), Lookup: o.Lookup,
-		Governor: o.Governor, Alarms: o.Alarms,
+		Governor: o.Governor, Alarms: o.Alarms, Retention: o.Retention,
 	})
 	auth := o.auth
 	if auth == nil {

@@ -233,6 +233,11 @@ type Ledger interface {
 	// exactly as of one moment. Its cost does not grow with the audience:
 	// stores keep the sums as every change commits, not by counting rows.
 	Reputation(ctx context.Context, broadcast ulid.ULID) (Reputation, error)
+	// PurgeEvents deletes up to limit delivery events received before
+	// receivedBefore and returns how many it deleted. The ledger rows they
+	// moved keep their status; only the raw events (and the provider ids
+	// that made a repeated event count once) go.
+	PurgeEvents(ctx context.Context, receivedBefore time.Time, limit int) (int64, error)
 }
 
 // ParseMessageID splits one of our Message-IDs, "<broadcast>.<contact>@<sending

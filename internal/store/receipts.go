@@ -103,6 +103,11 @@ type Receipts interface {
 	// job: queued ones due before dueBefore and sending ones claimed
 	// before claimedBefore, oldest first.
 	StaleReceipts(ctx context.Context, dueBefore, claimedBefore time.Time, limit int) ([]Receipt, error)
+	// PurgeReceipts deletes up to limit finished receipts (sent, failed,
+	// unknown) last updated before finishedBefore, with their attempts, and
+	// returns how many it deleted. Queued and sending receipts are never
+	// purged. A client retry with a purged receipt's key is a new message.
+	PurgeReceipts(ctx context.Context, finishedBefore time.Time, limit int) (int64, error)
 
 	// PutTemplate stores t under t.Name, creating it at version 1 or
 	// replacing it with the version raised by one; returns what is stored.

@@ -267,3 +267,17 @@ func (s *Store) Reputation(ctx context.Context, broadcast ulid.ULID) (store.Repu
 	}
 	return r, mapErr("reputation", err)
 }
+
+// purgeEvents deletes a batch of old events, found through
+// delivery_events_received.
+const purgeEvents = `
+DELETE FROM delivery_events WHERE (provider, event_id) IN (
+    SELECT provider, event_id FROM delivery_events WHERE received_at < $1 LIMIT $2)`
+
+func (s *Store) PurgeEvents(ctx context.Context, receivedBefore time.Time, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, purgeEvents, receivedBefore, limit)
+	if err != nil {
+		return 0, mapErr("purge events", err)
+	}
+	return tag.RowsAffected(), nil
+}

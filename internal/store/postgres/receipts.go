@@ -193,3 +193,19 @@ func (s *Store) GetTemplate(ctx context.Context, name string) (store.Template, e
 	t, err := scanTemplate(s.pool.QueryRow(ctx, `SELECT `+templateColumns+` FROM transactional_templates WHERE name = $1`, name))
 	return t, mapErr("get template", err)
 }
+
+// purgeReceipts deletes a batch of finished receipts (their attempts go by
+// ON DELETE CASCADE), found through outbound_receipts_finished.
+const purgeReceipts = `
+DELETE FROM outbound_receipts WHERE id IN (
+    SELECT id FROM outbound_receipts
+    WHERE status IN ('sent', 'failed', 'unknown') AND updated_at < $1
+    LIMIT $2)`
+
+func (s *Store) PurgeReceipts(ctx context.Context, finishedBefore time.Time, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, purgeReceipts, finishedBefore, limit)
+	if err != nil {
+		return 0, mapErr("purge receipts", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -242,3 +242,22 @@ SELECT accepted, delivered, bounced, complained FROM broadcast_reputation WHERE 
 	}
 	return r, mapErr("reputation", err)
 }
+
+// purgeEvents deletes a batch of old events, found through
+// delivery_events_received.
+const purgeEvents = `
+DELETE FROM delivery_events WHERE (provider, event_id) IN (
+    SELECT provider, event_id FROM delivery_events WHERE received_at < ?1 LIMIT ?2)`
+
+func (s *Store) PurgeEvents(ctx context.Context, receivedBefore time.Time, limit int) (int64, error) {
+	var n int64
+	err := s.write(ctx, "purge events", func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, purgeEvents, ts(receivedBefore), limit)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	return n, err
+}

@@ -220,3 +220,24 @@ func (s *Store) GetTemplate(ctx context.Context, name string) (store.Template, e
 	t, err := scanTemplate(s.r.QueryRowContext(ctx, `SELECT `+templateColumns+` FROM transactional_templates WHERE name = ?1`, name))
 	return t, mapErr("get template", err)
 }
+
+// purgeReceipts deletes a batch of finished receipts (their attempts go by
+// ON DELETE CASCADE), found through outbound_receipts_finished.
+const purgeReceipts = `
+DELETE FROM outbound_receipts WHERE id IN (
+    SELECT id FROM outbound_receipts
+    WHERE status IN ('sent', 'failed', 'unknown') AND updated_at < ?1
+    LIMIT ?2)`
+
+func (s *Store) PurgeReceipts(ctx context.Context, finishedBefore time.Time, limit int) (int64, error) {
+	var n int64
+	err := s.write(ctx, "purge receipts", func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, purgeReceipts, ts(finishedBefore), limit)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	return n, err
+}

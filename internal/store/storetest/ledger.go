@@ -24,6 +24,7 @@ var ledgerCases = []testCase{
 	{"Reputation", testReputation},
 	{"ReputationMatchesLedger", testReputationMatchesLedger},
 	{"ReputationUnderConcurrentWrites", testReputationConcurrent},
+	{"PurgeEvents", testPurgeEvents},
 }
 
 // sentRows runs a broadcast to n fresh contacts and records each as sent.
@@ -610,4 +611,42 @@ func testReputationConcurrent(f *fixture) {
 		f.must(err, "concurrent write")
 	}
 	f.sameReputation("after concurrent outcomes and events", b, ids)
+}
+
+// PurgeEvents deletes events received before the cutoff, in batches; the
+// ledger rows they moved keep their status.
+func testPurgeEvents(f *fixture) {
+	b, ids := f.sentRows("purge", 3)
+	for i, id := range ids {
+		_, err := f.s.RecordEvent(f.ctx, store.DeliveryEvent{
+			Provider: "test", EventID: fmt.Sprintf("p-%d", i), Type: store.EventDelivered,
+			MessageID: strings.Trim(messageID(b.ID, id), "<>"), OccurredAt: at(4),
+		}, at(5+10*i)) // received at 5, 15, 25
+		f.must(err, "RecordEvent %d", i)
+	}
+	n, err := f.s.PurgeEvents(f.ctx, at(20), 1)
+	f.must(err, "PurgeEvents")
+	if n != 1 {
+		f.t.Errorf("first batch purged %d, want 1 (the limit)", n)
+	}
+	n, err = f.s.PurgeEvents(f.ctx, at(20), 10)
+	f.must(err, "PurgeEvents")
+	if n != 1 {
+		f.t.Errorf("second batch purged %d, want 1 (the other event before the cutoff)", n)
+	}
+	for _, id := range ids {
+		if got := f.status(b, id); got != store.SendDelivered {
+			f.t.Errorf("status after the purge = %s, want delivered (the ledger keeps it)", got)
+		}
+	}
+	// The kept event is still recognised as a repeat; a purged one is
+	// stored again and, going through the rank guard, changes nothing.
+	kept := store.DeliveryEvent{Provider: "test", EventID: "p-2", Type: store.EventDelivered, MessageID: strings.Trim(messageID(b.ID, ids[2]), "<>"), OccurredAt: at(4)}
+	if res, err := f.s.RecordEvent(f.ctx, kept, at(30)); err != nil || !res.Duplicate {
+		f.t.Errorf("kept event again: %+v, %v; want Duplicate", res, err)
+	}
+	purged := store.DeliveryEvent{Provider: "test", EventID: "p-0", Type: store.EventDelivered, MessageID: strings.Trim(messageID(b.ID, ids[0]), "<>"), OccurredAt: at(4)}
+	if res, err := f.s.RecordEvent(f.ctx, purged, at(30)); err != nil || res.Duplicate || res.Changed {
+		f.t.Errorf("purged event again: %+v, %v; want stored, changing nothing", res, err)
+	}
 }

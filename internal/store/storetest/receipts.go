@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ var receiptCases = []testCase{
 	{"FinishOnlyTheCurrentAttempt", testReceiptFinishGuard},
 	{"StaleQueuedAndSending", testReceiptStale},
 	{"Templates", testTemplates},
+	{"PurgeFinishedOnly", testReceiptPurge},
 }
 
 func (f *fixture) receipt(key, email string, now time.Time) store.Receipt {
@@ -258,4 +260,58 @@ func testTemplates(f *fixture) {
 	if v2.Version != 2 || got != v2 || got.Text != "" || got.FromAddress != "" || got.HTML != "<p>{{.name}}</p>" || !got.CreatedAt.Equal(at(1)) || !got.UpdatedAt.Equal(at(2)) {
 		f.t.Fatalf("after replace: put %+v, get %+v; want version 2, every field replaced, created time kept", v2, got)
 	}
+}
+
+// PurgeReceipts deletes finished receipts older than the cutoff, with their
+// attempts, in batches; never a queued or sending one, however old.
+func testReceiptPurge(f *fixture) {
+	finish := func(r store.Receipt, status store.ReceiptStatus, when int) {
+		f.t.Helper()
+		_, err := f.s.ClaimReceipt(f.ctx, r.ID, at(when))
+		f.must(err, "claim %s", r.Key)
+		_, err = f.s.FinishAttempt(f.ctx, r.ID, 1, store.AttemptOutcome{Status: status, Result: string(status), Reply: "reply"}, at(when))
+		f.must(err, "finish %s", r.Key)
+	}
+	var old []store.Receipt
+	for i, st := range []store.ReceiptStatus{store.ReceiptSent, store.ReceiptFailed, store.ReceiptUnknown} {
+		r := f.receipt(fmt.Sprintf("old-%d", i), "p@example.org", at(0))
+		finish(r, st, 1)
+		old = append(old, r)
+	}
+	recent := f.receipt("recent", "p@example.org", at(0))
+	finish(recent, store.ReceiptSent, 50)
+	queued := f.receipt("queued", "p@example.org", at(0))
+	sending := f.receipt("sending", "p@example.org", at(0))
+	_, err := f.s.ClaimReceipt(f.ctx, sending.ID, at(1))
+	f.must(err, "claim sending")
+
+	n, err := f.s.PurgeReceipts(f.ctx, at(10), 2)
+	f.must(err, "PurgeReceipts")
+	if n != 2 {
+		f.t.Errorf("first batch purged %d, want 2 (the limit)", n)
+	}
+	n, err = f.s.PurgeReceipts(f.ctx, at(10), 2)
+	f.must(err, "PurgeReceipts")
+	if n != 1 {
+		f.t.Errorf("second batch purged %d, want the last old one", n)
+	}
+	if n, err = f.s.PurgeReceipts(f.ctx, at(10), 2); err != nil || n != 0 {
+		f.t.Errorf("third batch purged %d (%v), want 0", n, err)
+	}
+	for _, r := range old {
+		_, err := f.s.GetReceipt(f.ctx, r.ID)
+		f.wantErr(err, store.ErrNotFound, "GetReceipt of purged %s", r.Key)
+		as, err := f.s.ReceiptAttempts(f.ctx, r.ID)
+		if err == nil && len(as) != 0 {
+			f.t.Errorf("attempts of purged %s are still there: %+v", r.Key, as)
+		}
+		_, err = f.s.FindReceipt(f.ctx, "transactional", r.Key, "p@example.org")
+		f.wantErr(err, store.ErrNotFound, "FindReceipt of purged %s", r.Key)
+	}
+	for _, r := range []store.Receipt{recent, queued, sending} {
+		_, err := f.s.GetReceipt(f.ctx, r.ID)
+		f.must(err, "GetReceipt(%s) after the purge", r.Key)
+	}
+	// A purged key is free again: the same key is a new message.
+	f.receipt("old-0", "p@example.org", at(60))
 }
