@@ -624,16 +624,8 @@ func testPurgeEvents(f *fixture) {
 		}, at(5+10*i)) // received at 5, 15, 25
 		f.must(err, "RecordEvent %d", i)
 	}
-	n, err := f.s.PurgeEvents(f.ctx, at(20), 1)
-	f.must(err, "PurgeEvents")
-	if n != 1 {
-		f.t.Errorf("first batch purged %d, want 1 (the limit)", n)
-	}
-	n, err = f.s.PurgeEvents(f.ctx, at(20), 10)
-	f.must(err, "PurgeEvents")
-	if n != 1 {
-		f.t.Errorf("second batch purged %d, want 1 (the other event before the cutoff)", n)
-	}
+	f.purged("first batch (the limit)", 1)(f.s.PurgeEvents(f.ctx, at(20), 1))
+	f.purged("second batch (the other event before the cutoff)", 1)(f.s.PurgeEvents(f.ctx, at(20), 10))
 	for _, id := range ids {
 		if got := f.status(b, id); got != store.SendDelivered {
 			f.t.Errorf("status after the purge = %s, want delivered (the ledger keeps it)", got)

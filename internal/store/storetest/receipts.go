@@ -285,19 +285,9 @@ func testReceiptPurge(f *fixture) {
 	_, err := f.s.ClaimReceipt(f.ctx, sending.ID, at(1))
 	f.must(err, "claim sending")
 
-	n, err := f.s.PurgeReceipts(f.ctx, at(10), 2)
-	f.must(err, "PurgeReceipts")
-	if n != 2 {
-		f.t.Errorf("first batch purged %d, want 2 (the limit)", n)
-	}
-	n, err = f.s.PurgeReceipts(f.ctx, at(10), 2)
-	f.must(err, "PurgeReceipts")
-	if n != 1 {
-		f.t.Errorf("second batch purged %d, want the last old one", n)
-	}
-	if n, err = f.s.PurgeReceipts(f.ctx, at(10), 2); err != nil || n != 0 {
-		f.t.Errorf("third batch purged %d (%v), want 0", n, err)
-	}
+	f.purged("first batch (the limit)", 2)(f.s.PurgeReceipts(f.ctx, at(10), 2))
+	f.purged("second batch (the last old one)", 1)(f.s.PurgeReceipts(f.ctx, at(10), 2))
+	f.purged("third batch", 0)(f.s.PurgeReceipts(f.ctx, at(10), 2))
 	for _, r := range old {
 		_, err := f.s.GetReceipt(f.ctx, r.ID)
 		f.wantErr(err, store.ErrNotFound, "GetReceipt of purged %s", r.Key)

@@ -297,3 +297,15 @@ func sorted(ids []ulid.ULID) []ulid.ULID {
 	slices.SortFunc(out, func(a, b ulid.ULID) int { return a.Compare(b) })
 	return out
 }
+
+// purged checks what one purge batch returned:
+// f.purged("first batch", 2)(f.s.PurgeReceipts(…)).
+func (f *fixture) purged(what string, want int64) func(int64, error) {
+	return func(n int64, err error) {
+		f.t.Helper()
+		f.must(err, "purge: %s", what)
+		if n != want {
+			f.t.Errorf("purge: %s deleted %d rows, want %d", what, n, want)
+		}
+	}
+}
