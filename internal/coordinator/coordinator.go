@@ -238,6 +238,15 @@ func (c *Coordinator) runLeader(ctx context.Context) error {
 		return fmt.Errorf("coordinator: load broadcasts: %w", err)
 	}
 	for _, b := range bs {
+		if b.State != store.StateRunning && b.State != store.StatePaused {
+			continue
+		}
+		// KV may not say yet what the store says (a Start or Resume
+		// between its two writes, or one that died there); workers drop
+		// the pages of a broadcast KV does not show running.
+		if b, err = c.mirrorState(ctx, b.ID); err != nil {
+			return fmt.Errorf("coordinator: mirror broadcast state: %w", err)
+		}
 		if b.State == store.StateRunning || b.State == store.StatePaused {
 			if _, err := c.actorFor(ctx, b); err != nil {
 				return err
@@ -447,6 +456,31 @@ func (c *Coordinator) putState(ctx context.Context, b store.Broadcast) error {
 		return fmt.Errorf("publish broadcast state: %w", err)
 	}
 	return nil
+}
+
+// mirrorState makes a broadcast's state in KV what the store has, before an
+// actor dispatches its pages, and returns the broadcast as read. The write is
+// a compare-and-set on the revision read before the store, so a transition
+// written meanwhile (store first, then KV) is never overwritten with the
+// older state.
+func (c *Coordinator) mirrorState(ctx context.Context, id ulid.ULID) (store.Broadcast, error) {
+	key := bus.StateKey(id.String())
+	for attempt := 0; ; attempt++ {
+		var rec bus.StateRecord
+		rev, _, err := bus.GetJSON(ctx, c.cfg.Bus.Broadcasts, key, &rec)
+		if err != nil {
+			return store.Broadcast{}, err
+		}
+		b, err := c.cfg.Store.GetBroadcast(ctx, id)
+		if err != nil || rec.State == string(b.State) {
+			return b, err
+		}
+		_, err = bus.PutAt(ctx, c.cfg.Bus.Broadcasts, key, bus.Encode(bus.StateRecord{State: string(b.State), Reason: b.Reason}), rev)
+		c.kvWrites.add(1)
+		if !bus.IsConflict(err) || attempt >= 3 {
+			return b, err
+		}
+	}
 }
 
 // writeRanges creates the range records of a newly accepted broadcast.

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -114,5 +116,25 @@ func TestSplitBrainSendsNobodyTwice(t *testing.T) {
 	id := s.create("", 0)
 	s.start(id)
 	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(a.eligible(false))
+}
+
+// TestLeaderMirrorsStateOfAHalfDoneStart: a Start whose process stopped
+// after the store accepted the broadcast but before KV had its state record.
+// Workers drop the pages of a broadcast KV does not show running, so the
+// next leader must write the state from the store before it dispatches:
+// otherwise every first page is dropped and waits minutes to be re-issued.
+func TestLeaderMirrorsStateOfAHalfDoneStart(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 50})
+	a := s.seed(200)
+	id := s.create("", 0)
+	s.stopCoord()
+	// The store half of Start, and nothing in KV.
+	if _, err := s.store.AcceptBroadcast(context.Background(), ulid.MustParseStrict(id), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s.startCoordinator()
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 30*time.Second)
 	s.exactlyOnce(a.eligible(false))
 }
