@@ -59,7 +59,7 @@ Every flag can be set by the environment variable named in its help.`,
 	governorFlags(cmd, &gov.Limits)
 	publicFlags(cmd, &keysFile, &o.Alarms)
 	f.DurationVar(&o.Retention.Events, "event-retention", envDuration("RANGECAST_EVENT_RETENTION", coordinator.DefaultEventRetention),
-		"how long delivery webhook events are kept after they arrive; the ledger keeps each recipient's status without them (env RANGECAST_EVENT_RETENTION)")
+		"how long delivery webhook events are kept after they arrive; at least 168h; the ledger keeps each recipient's status without them (env RANGECAST_EVENT_RETENTION)")
 	f.DurationVar(&o.Retention.Receipts, "transactional-retention", envDuration("RANGECAST_TRANSACTIONAL_RETENTION", coordinator.DefaultReceiptRetention),
 		"how long a finished transactional message (payload, attempts, idempotency key) is kept after its last attempt; at least 24h. A retry with its key after that is a new message (env RANGECAST_TRANSACTIONAL_RETENTION)")
 	f.StringVar(&o.InDoubtPolicy, "in-doubt-policy", env("RANGECAST_IN_DOUBT_POLICY", "skip"), "what to do with in-doubt claims the transport cannot look up: skip (mark unknown, never risk a second copy) or resend (env RANGECAST_IN_DOUBT_POLICY)")

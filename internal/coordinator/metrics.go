@@ -20,7 +20,7 @@ var (
 	}, []string{"result"})
 	purged = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_purged_rows_total",
-		Help: "Rows deleted past their retention, by table: delivery_events (webhook events) and outbound_receipts (finished transactional messages, with their attempts).",
+		Help: "Rows deleted past their retention, by table: delivery_events (webhook events) and outbound_receipts (finished transactional messages, with their attempts); broadcast_reputation_deltas counts pending reputation changes folded into their broadcast's sums.",
 	}, []string{"table"})
 	kvWrites = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_kv_writes_total",
@@ -77,7 +77,7 @@ func init() {
 	for _, r := range []string{"granted", "shrunk", "ceiling", "hourly", "rate", "unavailable"} {
 		governorGrants.WithLabelValues(r)
 	}
-	for _, t := range []string{"delivery_events", "outbound_receipts"} {
+	for _, t := range []string{"delivery_events", "outbound_receipts", "broadcast_reputation_deltas"} {
 		purged.WithLabelValues(t)
 	}
 	for _, s := range []string{"completed", "paused", "failed"} {

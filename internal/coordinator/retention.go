@@ -13,8 +13,9 @@ import (
 // retry is matched against.
 type Retention struct {
 	// Events is how long a delivery event is kept after it was received
-	// (default 90 days). It must outlast the webhooks' replay window, so a
-	// replayed event is still recognised as one.
+	// (default 90 days, at least 7 days). It must outlast providers'
+	// redelivery of an event, so a redelivered event is still recognised
+	// as one.
 	Events time.Duration
 	// Receipts is how long a finished (sent, failed, unknown) transactional
 	// message is kept after its last attempt (default 7 days; at least
@@ -29,22 +30,25 @@ const (
 	DefaultEventRetention   = 90 * 24 * time.Hour
 	DefaultReceiptRetention = 7 * 24 * time.Hour
 	MinReceiptRetention     = 24 * time.Hour
-	MinEventRetention       = time.Hour
-	DefaultPurgeInterval    = time.Hour
+	// MinEventRetention outlasts providers' webhook redelivery (they retry
+	// the same event id for up to a few days), so a redelivered event is
+	// still recognised as a repeat.
+	MinEventRetention    = 7 * 24 * time.Hour
+	DefaultPurgeInterval = time.Hour
 	// purgeBatch bounds one DELETE, so a first purge of a large backlog
 	// holds no lock for long and is spread over many short statements.
 	purgeBatch = 5000
 )
 
 // Check refuses retentions shorter than what rangecast promises: a
-// transactional replay within 24 h, and a replayed webhook recognised as
-// such (its replay window is minutes).
+// transactional replay within 24 h, and a redelivered webhook event
+// recognised as such.
 func (r Retention) Check() error {
 	if r.Receipts != 0 && r.Receipts < MinReceiptRetention {
 		return fmt.Errorf("transactional retention %s is too short: a client may retry Send with the same idempotency key for %s and must get the same message back", r.Receipts, MinReceiptRetention)
 	}
 	if r.Events != 0 && r.Events < MinEventRetention {
-		return fmt.Errorf("event retention %s is too short: keep delivery events at least %s, well past the webhooks' replay window, so a replayed event is recognised", r.Events, MinEventRetention)
+		return fmt.Errorf("event retention %s is too short: keep delivery events at least %s, past the days a provider may redeliver an event, so a redelivered event is recognised", r.Events, MinEventRetention)
 	}
 	return nil
 }
@@ -94,6 +98,11 @@ func (c *Coordinator) purge(ctx context.Context, r Retention) {
 	}{
 		{"delivery_events", c.cfg.Store.PurgeEvents, r.Events},
 		{"outbound_receipts", c.cfg.Store.PurgeReceipts, r.Receipts},
+		// Not a purge by age: pending reputation changes of broadcasts no
+		// alarm reads any more, folded into their sums.
+		{"broadcast_reputation_deltas", func(ctx context.Context, _ time.Time, limit int) (int64, error) {
+			return c.cfg.Store.FoldReputation(ctx, limit)
+		}, 0},
 	} {
 		var total int64
 		for ctx.Err() == nil {
@@ -110,7 +119,7 @@ func (c *Coordinator) purge(ctx context.Context, r Retention) {
 				break
 			}
 		}
-		if total > 0 {
+		if total > 0 && p.keep > 0 {
 			c.cfg.Log.Info("purged rows past their retention", "table", p.table, "rows", total, "kept", p.keep)
 		}
 	}

@@ -22,7 +22,7 @@ func TestRetentionCheck(t *testing.T) {
 		{coordinator.Retention{}, ""},
 		{coordinator.Retention{Events: 30 * 24 * time.Hour, Receipts: 48 * time.Hour}, ""},
 		{coordinator.Retention{Receipts: 12 * time.Hour}, "transactional retention 12h0m0s is too short"},
-		{coordinator.Retention{Events: time.Minute}, "event retention 1m0s is too short"},
+		{coordinator.Retention{Events: 48 * time.Hour}, "event retention 48h0m0s is too short"},
 	} {
 		err := c.r.Check()
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
@@ -40,7 +40,7 @@ func TestLeaderPurgesPastRetention(t *testing.T) {
 	s.stopCoord()
 	ctx := context.Background()
 	now := time.Now()
-	old, recent := now.Add(-72*time.Hour), now.Add(-time.Hour)
+	old, recent := now.Add(-10*24*time.Hour), now.Add(-time.Hour)
 
 	event := func(id string, received time.Time) store.DeliveryEvent {
 		ev := store.DeliveryEvent{Provider: "test", EventID: id, Type: store.EventDelivered, MessageID: id + "@elsewhere.example", OccurredAt: received}
@@ -71,7 +71,7 @@ func TestLeaderPurgesPastRetention(t *testing.T) {
 	}
 	oldSent, oldQueued, recentSent := receipt("old-sent", old, store.ReceiptSent), receipt("old-queued", old, store.ReceiptQueued), receipt("recent-sent", recent, store.ReceiptSent)
 
-	s.coordCfg.Retention = coordinator.Retention{Events: 48 * time.Hour, Receipts: 48 * time.Hour}
+	s.coordCfg.Retention = coordinator.Retention{Events: 8 * 24 * time.Hour, Receipts: 8 * 24 * time.Hour}
 	s.startCoordinator()
 
 	deadline := time.Now().Add(20 * time.Second)

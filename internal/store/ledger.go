@@ -238,6 +238,13 @@ type Ledger interface {
 	// moved keep their status; only the raw events (and the provider ids
 	// that made a repeated event count once) go.
 	PurgeEvents(ctx context.Context, receivedBefore time.Time, limit int) (int64, error)
+	// FoldReputation brings up to limit pending changes of any broadcast's
+	// reputation sums into the sums and returns how many it folded.
+	// Reputation folds its own broadcast's as it reads; this serves the
+	// broadcasts nobody reads any more (finished ones still get delivery
+	// events for days), so their pending changes do not pile up. Stores
+	// that keep the sums directly return 0.
+	FoldReputation(ctx context.Context, limit int) (int64, error)
 }
 
 // ParseMessageID splits one of our Message-IDs, "<broadcast>.<contact>@<sending

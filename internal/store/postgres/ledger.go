@@ -281,3 +281,28 @@ func (s *Store) PurgeEvents(ctx context.Context, receivedBefore time.Time, limit
 	}
 	return tag.RowsAffected(), nil
 }
+
+// foldAllReputation is foldReputation for every broadcast at once, a batch
+// of deltas at a time.
+const foldAllReputation = `
+WITH gone AS (
+    DELETE FROM broadcast_reputation_deltas WHERE ctid IN (SELECT ctid FROM broadcast_reputation_deltas LIMIT $1)
+    RETURNING broadcast_id, accepted, delivered, bounced, complained
+), sums AS (
+    SELECT broadcast_id, count(*) AS n, sum(accepted) AS accepted, sum(delivered) AS delivered,
+           sum(bounced) AS bounced, sum(complained) AS complained
+    FROM gone GROUP BY broadcast_id
+), folded AS (
+    INSERT INTO broadcast_reputation AS r (broadcast_id, accepted, delivered, bounced, complained)
+    SELECT broadcast_id, accepted, delivered, bounced, complained FROM sums
+    ON CONFLICT (broadcast_id) DO UPDATE SET
+        accepted = r.accepted + excluded.accepted, delivered = r.delivered + excluded.delivered,
+        bounced = r.bounced + excluded.bounced, complained = r.complained + excluded.complained
+)
+SELECT coalesce(sum(n), 0) FROM sums`
+
+func (s *Store) FoldReputation(ctx context.Context, limit int) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, foldAllReputation, limit).Scan(&n)
+	return n, mapErr("fold reputation", err)
+}

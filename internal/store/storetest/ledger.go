@@ -25,6 +25,7 @@ var ledgerCases = []testCase{
 	{"ReputationMatchesLedger", testReputationMatchesLedger},
 	{"ReputationUnderConcurrentWrites", testReputationConcurrent},
 	{"PurgeEvents", testPurgeEvents},
+	{"FoldReputation", testFoldReputation},
 }
 
 // sentRows runs a broadcast to n fresh contacts and records each as sent.
@@ -640,5 +641,39 @@ func testPurgeEvents(f *fixture) {
 	purged := store.DeliveryEvent{Provider: "test", EventID: "p-0", Type: store.EventDelivered, MessageID: strings.Trim(messageID(b.ID, ids[0]), "<>"), OccurredAt: at(4)}
 	if res, err := f.s.RecordEvent(f.ctx, purged, at(30)); err != nil || res.Duplicate || res.Changed {
 		f.t.Errorf("purged event again: %+v, %v; want stored, changing nothing", res, err)
+	}
+}
+
+// FoldReputation folds every broadcast's pending changes in batches, and the
+// sums read afterwards are still exactly the ledger's.
+func testFoldReputation(f *fixture) {
+	var bs []store.Broadcast
+	var all [][]ulid.ULID
+	for k := range 2 {
+		b, ids := f.sentRows(fmt.Sprintf("fold-%d", k), 3)
+		for i, id := range ids {
+			_, err := f.s.RecordEvent(f.ctx, store.DeliveryEvent{
+				Provider: "test", EventID: fmt.Sprintf("f-%d-%d", k, i), Type: []store.EventType{store.EventDelivered, store.EventBounced, store.EventComplained}[i],
+				MessageID: strings.Trim(messageID(b.ID, id), "<>"), OccurredAt: at(4),
+			}, at(5))
+			f.must(err, "RecordEvent")
+		}
+		bs, all = append(bs, b), append(all, ids)
+	}
+	for range 20 {
+		n, err := f.s.FoldReputation(f.ctx, 2)
+		f.must(err, "FoldReputation")
+		if n > 2 {
+			f.t.Fatalf("FoldReputation(limit 2) folded %d", n)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if n, err := f.s.FoldReputation(f.ctx, 2); err != nil || n != 0 {
+		f.t.Errorf("FoldReputation after everything was folded = %d, %v; want 0", n, err)
+	}
+	for k, b := range bs {
+		f.sameReputation("after FoldReputation", b, all[k])
 	}
 }
