@@ -250,16 +250,7 @@ DELETE FROM delivery_events WHERE (provider, event_id) IN (
     SELECT provider, event_id FROM delivery_events WHERE received_at < ?1 LIMIT ?2)`
 
 func (s *Store) PurgeEvents(ctx context.Context, receivedBefore time.Time, limit int) (int64, error) {
-	var n int64
-	err := s.write(ctx, "purge events", func(tx *sql.Tx) error {
-		r, err := tx.ExecContext(ctx, purgeEvents, ts(receivedBefore), limit)
-		if err != nil {
-			return err
-		}
-		n, err = r.RowsAffected()
-		return err
-	})
-	return n, err
+	return s.execCount(ctx, "purge events", purgeEvents, ts(receivedBefore), limit)
 }
 
 // FoldReputation has nothing to do: SQLite has one writer, so every change

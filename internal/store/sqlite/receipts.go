@@ -230,14 +230,5 @@ DELETE FROM outbound_receipts WHERE id IN (
     LIMIT ?2)`
 
 func (s *Store) PurgeReceipts(ctx context.Context, finishedBefore time.Time, limit int) (int64, error) {
-	var n int64
-	err := s.write(ctx, "purge receipts", func(tx *sql.Tx) error {
-		r, err := tx.ExecContext(ctx, purgeReceipts, ts(finishedBefore), limit)
-		if err != nil {
-			return err
-		}
-		n, err = r.RowsAffected()
-		return err
-	})
-	return n, err
+	return s.execCount(ctx, "purge receipts", purgeReceipts, ts(finishedBefore), limit)
 }

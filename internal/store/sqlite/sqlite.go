@@ -147,6 +147,21 @@ func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error)
 	return mapErr(op, tx.Commit())
 }
 
+// execCount runs one statement in a write transaction and returns how many
+// rows it changed.
+func (s *Store) execCount(ctx context.Context, op, query string, args ...any) (int64, error) {
+	var n int64
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
 // querier is what *sql.DB and *sql.Tx have in common.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
