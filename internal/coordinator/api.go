@@ -249,6 +249,14 @@ func (c *Coordinator) transition(ctx context.Context, rawID, verb string, from [
 		return nil, err
 	}
 	b, err := c.cfg.Store.SetState(ctx, id, from, to, reason, c.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) && b.State == to {
+		// Most likely a retry of a transition whose KV write failed: the
+		// store has it, KV may not, and workers follow KV. Bring KV level
+		// before saying there was nothing to do.
+		if _, err := c.mirrorState(ctx, id); err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+	}
 	if errors.Is(err, store.ErrConflict) {
 		names := make([]string, len(from))
 		for i, f := range from {

@@ -6,9 +6,12 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/store"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
@@ -137,4 +140,33 @@ func TestLeaderMirrorsStateOfAHalfDoneStart(t *testing.T) {
 	s.startCoordinator()
 	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 30*time.Second)
 	s.exactlyOnce(a.eligible(false))
+}
+
+// TestRetriedTransitionRepairsKV: a Cancel whose store write landed but
+// whose KV write did not leaves workers running the broadcast's pages. The
+// client's retry is refused (it is cancelled already) but brings KV level
+// first, so the workers stop.
+func TestRetriedTransitionRepairsKV(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 20})
+	s.seed(200)
+	id := s.create("", 3600) // 1 a second: running for the whole test
+	s.start(id)
+	ctx := context.Background()
+	bid := ulid.MustParseStrict(id)
+	// The store half of Cancel, and nothing in KV.
+	if _, err := s.store.SetState(ctx, bid, []store.State{store.StateRunning}, store.StateCancelled, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.client.CancelBroadcast(ctx, &pb.CancelBroadcastRequest{Id: id})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("retried cancel: %v, want FailedPrecondition (it is cancelled already)", err)
+	}
+	var rec bus.StateRecord
+	if _, _, err := bus.GetJSON(ctx, s.bus.Broadcasts, bus.StateKey(id), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != string(store.StateCancelled) {
+		t.Fatalf("KV state after the retried cancel = %q, want cancelled", rec.State)
+	}
 }
