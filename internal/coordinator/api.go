@@ -226,6 +226,13 @@ func (c *Coordinator) Start(ctx context.Context, rawID string) (*pb.Broadcast, e
 		return nil, err
 	}
 	b, err := c.cfg.Store.AcceptBroadcast(ctx, id, c.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) {
+		// Perhaps the retry of a Start whose KV writes failed: finish them
+		// (both are idempotent) before saying it was started already.
+		if err := c.completeStart(ctx, id); err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+	}
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -241,6 +248,23 @@ func (c *Coordinator) Start(ctx context.Context, rawID string) (*pb.Broadcast, e
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	return c.Status(ctx, id)
+}
+
+// completeStart writes what Start writes after the store (range records,
+// the state in KV) for a broadcast the store already has running or paused,
+// and hands it to its actor: a Start that stopped half-way is whole again.
+func (c *Coordinator) completeStart(ctx context.Context, id ulid.ULID) error {
+	b, err := c.cfg.Store.GetBroadcast(ctx, id)
+	if err != nil || (b.State != store.StateRunning && b.State != store.StatePaused) {
+		return nil // a draft that failed to start, or finished: nothing to complete
+	}
+	if err := c.writeRanges(ctx, b); err != nil {
+		return err
+	}
+	if b, err = c.mirrorState(ctx, id); err != nil {
+		return err
+	}
+	return c.kick(ctx, b)
 }
 
 func (c *Coordinator) transition(ctx context.Context, rawID, verb string, from []store.State, to store.State, reason string) (*pb.Broadcast, error) {

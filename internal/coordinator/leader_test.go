@@ -170,3 +170,24 @@ func TestRetriedTransitionRepairsKV(t *testing.T) {
 		t.Fatalf("KV state after the retried cancel = %q, want cancelled", rec.State)
 	}
 }
+
+// TestRetriedStartCompletesIt: a Start that stopped after the store
+// accepted the broadcast (no range records, nothing in KV) while this
+// coordinator kept leading. The client's retry is refused (it is running
+// already) but completes the start, and the broadcast goes out.
+func TestRetriedStartCompletesIt(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 50})
+	a := s.seed(200)
+	id := s.create("", 0)
+	ctx := context.Background()
+	if _, err := s.store.AcceptBroadcast(ctx, ulid.MustParseStrict(id), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.client.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: id})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("retried start: %v, want FailedPrecondition (it is running already)", err)
+	}
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 30*time.Second)
+	s.exactlyOnce(a.eligible(false))
+}
