@@ -165,51 +165,28 @@ func tagName(tag string) string {
 }
 
 // skipElement returns the index just after the closing tag of name, or the
-// end of src if it is never closed. The closing tag is matched in the
-// lowercased rest of src.
+// end of src if it is never closed.
 func skipElement(src string, i int, name string) int {
-	rest := src[i:]
-	// Lowercasing the rest copies most of the document whenever it holds a
-	// capital letter, so first search its leading ASCII part without
-	// copying. That is the same search: lowercasing ASCII keeps offsets.
-	ascii := len(rest)
-	for k := 0; k < len(rest); k++ {
-		if rest[k] >= utf8.RuneSelf {
-			ascii = k
-			break
-		}
-	}
-	if end, ok := closeTagASCII(rest[:ascii], name); ok {
+	if end, ok := closeTag(src[i:], name); ok {
 		return i + end
 	}
-	if ascii == len(rest) {
-		return len(src)
-	}
-	// Lowercasing non-ASCII text can change its length, and the offsets
-	// below are those of the lowercased text; they are kept as they were
-	// so the derived text does not change.
-	lower := strings.ToLower(rest)
-	end := strings.Index(lower, "</"+name)
-	if end < 0 {
-		return len(src)
-	}
-	gt := strings.IndexByte(lower[end:], '>')
-	if gt < 0 {
-		return len(src)
-	}
-	return i + end + gt + 1
+	return len(src)
 }
 
-// closeTagASCII finds "</name" case-insensitively in s, which is ASCII,
-// and returns the index just after the next '>'.
-func closeTagASCII(s, name string) (int, bool) {
+// closeTag finds the end tag "</name" in s, the name matched ASCII-case-
+// insensitively as HTML parsers match it (no Unicode folding: "</SCRİPT>"
+// and "</KEY>" are text), and returns the index just after the next
+// '>'. Working on the bytes as they are keeps the offsets those of src;
+// lowercasing first shifted them wherever lowercasing changes a
+// character's length (İ, the Kelvin sign), and the skip ended early.
+func closeTag(s, name string) (int, bool) {
 	for k := 0; ; {
 		lt := strings.Index(s[k:], "</")
 		if lt < 0 {
 			return 0, false
 		}
 		k += lt
-		if k+2+len(name) <= len(s) && strings.EqualFold(s[k+2:k+2+len(name)], name) {
+		if k+2+len(name) <= len(s) && asciiEqualFold(s[k+2:k+2+len(name)], name) {
 			gt := strings.IndexByte(s[k:], '>')
 			if gt < 0 {
 				return 0, false
@@ -218,6 +195,27 @@ func closeTagASCII(s, name string) (int, bool) {
 		}
 		k += 2
 	}
+}
+
+// asciiEqualFold reports whether a and b are equal with ASCII letters
+// compared without case; other bytes must be equal.
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // attrHref returns the unescaped value of the tag's href attribute: the
