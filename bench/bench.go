@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rangecast/rangecast/internal/child"
 )
 
 // Config is one bench run.
@@ -30,7 +32,7 @@ type Config struct {
 	Short bool
 	// DatabaseURL names the Postgres server; the bench creates and drops
 	// a database rangecast_bench_<random> on it. Default TEST_DATABASE_URL,
-	// then DefaultDatabaseURL.
+	// then child.DefaultDatabaseURL.
 	DatabaseURL string
 	// Dir holds binaries, logs, JetStream stores and profiles; "" makes a
 	// temporary folder, removed at the end unless Keep.
@@ -112,21 +114,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Out = os.Stdout
 	}
 	h := &harness{cfg: cfg, plan: planFor(cfg.Short), out: cfg.Out, runID: randomHex(4), audiences: map[int]audience{}, unsubscribeKey: randomHex(32)}
-	if cfg.Dir == "" {
-		d, err := os.MkdirTemp("", "rangecast-bench-")
-		if err != nil {
-			return nil, err
-		}
-		h.dir = d
-		if !cfg.Keep {
-			defer os.RemoveAll(d)
-		}
-	} else {
-		h.dir = cfg.Dir
-		if err := os.MkdirAll(h.dir, 0o755); err != nil {
-			return nil, err
-		}
+	dir, cleanup, err := child.WorkDir(cfg.Dir, "rangecast-bench-", cfg.Keep)
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
+	h.dir = dir
 	h.logf("run %s, work folder %s", h.runID, h.dir)
 	if err := h.build(ctx); err != nil {
 		return nil, err
@@ -190,19 +183,11 @@ func (h *harness) measure(ctx context.Context, rep *Report) error {
 		for _, w := range workers {
 			spec := stackSpec{name: fmt.Sprintf("e2e-%dw-sync-%s", w, syncName(always)), syncAlways: always, workers: w, concurrency: p.concurrency}
 			profile := !always && w == 2
-			if !h.selected(spec.name) {
-				continue
-			}
-			r, err := h.runBroadcast(ctx, spec, p.e2eContacts, runOptions{profile: profile})
+			r, err := h.scenario(ctx, rep, spec, p.e2eContacts, runOptions{profile: profile}, kindE2E)
 			if err != nil {
-				if err := h.failed(ctx, rep, spec, err); err != nil {
-					return err
-				}
-				continue
+				return err
 			}
-			r.kind = kindE2E
-			rep.Runs = append(rep.Runs, r)
-			if profile {
+			if profile && r != nil {
 				e2e2 = r
 			}
 		}
@@ -218,18 +203,9 @@ func (h *harness) measure(ctx context.Context, rep *Report) error {
 			n = min(100_000, max(20_000, int(ideal*15)/10_000*10_000))
 		}
 		spec := stackSpec{name: fmt.Sprintf("latency-%dx%d", w, window), sinkLatency: p.latency, workers: w, concurrency: window}
-		if !h.selected(spec.name) {
-			continue
+		if _, err := h.scenario(ctx, rep, spec, n, runOptions{}, kindLatency); err != nil {
+			return err
 		}
-		r, err := h.runBroadcast(ctx, spec, n, runOptions{})
-		if err != nil {
-			if err := h.failed(ctx, rep, spec, err); err != nil {
-				return err
-			}
-			continue
-		}
-		r.kind = kindLatency
-		rep.Runs = append(rep.Runs, r)
 	}
 	for _, n := range p.sizes {
 		if n == p.e2eContacts && e2e2 != nil {
@@ -237,44 +213,37 @@ func (h *harness) measure(ctx context.Context, rep *Report) error {
 			continue
 		}
 		spec := stackSpec{name: fmt.Sprintf("size-%d", n), workers: 2, concurrency: p.concurrency}
-		if !h.selected(spec.name) {
-			continue
+		if _, err := h.scenario(ctx, rep, spec, n, runOptions{}, kindSize); err != nil {
+			return err
 		}
-		r, err := h.runBroadcast(ctx, spec, n, runOptions{})
-		if err != nil {
-			if err := h.failed(ctx, rep, spec, err); err != nil {
-				return err
-			}
-			continue
-		}
-		r.kind = kindSize
-		rep.Runs = append(rep.Runs, r)
 	}
 	// The first broadcast of a new install: the same run as end-to-end with
 	// 2 workers, on an empty ledger (10k contacts in both forms: the cost
 	// it shows grows with the square of the audience).
-	if spec := (stackSpec{name: "fresh-ledger", workers: 2, concurrency: p.concurrency, freshLedger: true}); h.selected(spec.name) {
-		r, err := h.runBroadcast(ctx, spec, 10_000, runOptions{})
-		if err != nil {
-			if err := h.failed(ctx, rep, spec, err); err != nil {
-				return err
-			}
-		} else {
-			r.kind = kindFresh
-			rep.Runs = append(rep.Runs, r)
-		}
+	fresh := stackSpec{name: "fresh-ledger", workers: 2, concurrency: p.concurrency, freshLedger: true}
+	if _, err := h.scenario(ctx, rep, fresh, 10_000, runOptions{}, kindFresh); err != nil {
+		return err
 	}
-	spec := stackSpec{name: "crash", workers: 2, concurrency: p.concurrency, inDoubtAfter: 15 * time.Second}
+	crash := stackSpec{name: "crash", workers: 2, concurrency: p.concurrency, inDoubtAfter: 15 * time.Second}
+	_, err = h.scenario(ctx, rep, crash, p.crashContacts, runOptions{crashAt: 0.5}, kindCrash)
+	return err
+}
+
+// scenario runs one measured broadcast, unless -only leaves it out, and
+// adds it to rep. A scenario that could not be measured is recorded as a
+// failure and the run goes on; only a cancelled ctx ends it (the error).
+// The result is nil when nothing was measured.
+func (h *harness) scenario(ctx context.Context, rep *Report, spec stackSpec, n int, opts runOptions, kind runKind) (*runResult, error) {
 	if !h.selected(spec.name) {
-		return nil
+		return nil, nil
 	}
-	r, err := h.runBroadcast(ctx, spec, p.crashContacts, runOptions{crashAt: 0.5})
+	r, err := h.runBroadcast(ctx, spec, n, opts)
 	if err != nil {
-		return h.failed(ctx, rep, spec, err)
+		return nil, h.failed(ctx, rep, spec, err)
 	}
-	r.kind = kindCrash
+	r.kind = kind
 	rep.Runs = append(rep.Runs, r)
-	return nil
+	return r, nil
 }
 
 // failed records a scenario that could not be measured, so the rest of the

@@ -134,7 +134,7 @@ func (h *harness) measureCeiling(ctx context.Context, conns int, n int64) (ceili
 	if err := os.MkdirAll(s.dir+"/logs", 0o755); err != nil {
 		return ceilingResult{}, err
 	}
-	if err := s.startSink(); err != nil {
+	if err := s.startSink(ctx); err != nil {
 		return ceilingResult{}, err
 	}
 	defer s.stop()

@@ -4,19 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rangecast/rangecast/internal/child"
 	"github.com/rangecast/rangecast/internal/store/postgres"
 )
-
-// DefaultDatabaseURL is the Postgres server used when TEST_DATABASE_URL is
-// unset; the bench creates a database of its own on it.
-const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // Application names mark the sessions of rangecast's processes, so their
 // Postgres backends (and only theirs) are found in pg_stat_activity.
@@ -29,14 +25,7 @@ const (
 // Postgres about the run (pg_stat_activity, pg_stat_database) it asks from
 // the server's original database, so its own queries do not count.
 func (h *harness) database(ctx context.Context) error {
-	raw := h.cfg.DatabaseURL
-	if raw == "" {
-		raw = os.Getenv("TEST_DATABASE_URL")
-	}
-	if raw == "" {
-		raw = DefaultDatabaseURL
-	}
-	u, err := url.Parse(raw)
+	u, err := url.Parse(child.DatabaseURL(h.cfg.DatabaseURL))
 	if err != nil {
 		return fmt.Errorf("database url: %w", err)
 	}

@@ -106,7 +106,7 @@ func (h *harness) startStack(ctx context.Context, spec stackSpec) (_ *stack, err
 	if err := s.startNATS(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.startSink(); err != nil {
+	if err := s.startSink(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.startCoordinator(ctx); err != nil {
@@ -173,7 +173,7 @@ func (s *stack) startNATS(ctx context.Context) error {
 	}
 }
 
-func (s *stack) startSink() error {
+func (s *stack) startSink(ctx context.Context) error {
 	var err1, err2 error
 	s.sinkAddr, err1 = child.FreeAddr()
 	statAddr, err2 := child.FreeAddr()
@@ -185,7 +185,7 @@ func (s *stack) startSink() error {
 	if err := s.sink.Start(); err != nil {
 		return err
 	}
-	if err := errors.Join(child.WaitTCP(s.sinkAddr, 10*time.Second), child.WaitTCP(statAddr, 10*time.Second)); err != nil {
+	if err := errors.Join(child.WaitTCP(ctx, s.sinkAddr, 10*time.Second), child.WaitTCP(ctx, statAddr, 10*time.Second)); err != nil {
 		return fmt.Errorf("smtpsink: %w\n%s", err, s.sink.LogTail(20))
 	}
 	return nil

@@ -16,12 +16,13 @@ import (
 	"syscall"
 
 	"github.com/rangecast/rangecast/bench"
+	"github.com/rangecast/rangecast/internal/child"
 )
 
 func main() {
 	var cfg bench.Config
 	flag.BoolVar(&cfg.Short, "short", os.Getenv("BENCH_SHORT") == "1", "quick form: 10k contacts, fewer points (also BENCH_SHORT=1)")
-	flag.StringVar(&cfg.DatabaseURL, "database-url", "", "Postgres server to create the bench database on (default TEST_DATABASE_URL, then "+bench.DefaultDatabaseURL+")")
+	flag.StringVar(&cfg.DatabaseURL, "database-url", "", "Postgres server to create the bench database on (default TEST_DATABASE_URL, then "+child.DefaultDatabaseURL+")")
 	flag.StringVar(&cfg.Dir, "dir", "", "work folder: binaries, logs, JetStream stores, profiles (default a temporary one)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work folder")
 	flag.StringVar(&cfg.BinDir, "bin", "", "folder with prebuilt coordinator, pageworker, smtpsink and nats-server (default: build them)")

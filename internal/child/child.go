@@ -1,9 +1,12 @@
 // Package child runs the separate processes of a test or benchmark harness
 // (nats-server, the SMTP sink, coordinators, page workers): it starts,
 // signals, kills and restarts them, and keeps their output in a log file.
+// It also holds the rest the harnesses (make bench, make chaos) share: their
+// work folder and the Postgres server they default to.
 package child
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -177,18 +180,55 @@ func FreeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// WaitTCP waits until addr accepts connections.
-func WaitTCP(addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+// WaitTCP waits until addr accepts connections, for at most timeout or
+// until ctx ends.
+func WaitTCP(ctx context.Context, addr string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			c.Close()
 			return nil
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-ctx.Done():
 			return fmt.Errorf("%s not accepting connections after %s: %w", addr, timeout, err)
+		case <-time.After(50 * time.Millisecond):
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// DefaultDatabaseURL is the Postgres server a harness uses when neither
+// its flag nor TEST_DATABASE_URL names one (the tests' default too).
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// DatabaseURL is the server a harness runs against: explicit (its flag)
+// if set, else TEST_DATABASE_URL, else DefaultDatabaseURL.
+func DatabaseURL(explicit string) string {
+	if explicit != "" {
+		return explicit
+	}
+	if env := os.Getenv("TEST_DATABASE_URL"); env != "" {
+		return env
+	}
+	return DefaultDatabaseURL
+}
+
+// WorkDir returns the harness's work folder: dir, created if needed, or a
+// new temporary one named after prefix. cleanup removes a temporary folder
+// unless keep is set, and never removes a folder the caller named.
+func WorkDir(dir, prefix string, keep bool) (path string, cleanup func(), err error) {
+	if dir != "" {
+		return dir, func() {}, os.MkdirAll(dir, 0o755)
+	}
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	if keep {
+		return d, func() {}, nil
+	}
+	return d, func() { os.RemoveAll(d) }, nil
 }

@@ -37,9 +37,6 @@ import (
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
-// DefaultDatabaseURL is used when TEST_DATABASE_URL is unset.
-const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
 // Config is one chaos run.
 type Config struct {
 	// Contacts to import; every 20th is unsubscribed and every 50th
@@ -213,21 +210,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		cfg.Seed = uint64(time.Now().UnixNano())
 	}
 	h := &harness{cfg: cfg, out: cfg.Out, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)), runID: randomHex(4)}
-	if cfg.Dir == "" {
-		d, err := os.MkdirTemp("", "rangecast-chaos-")
-		if err != nil {
-			return nil, err
-		}
-		h.dir = d
-		if !cfg.Keep {
-			defer os.RemoveAll(d)
-		}
-	} else {
-		h.dir = cfg.Dir
-		if err := os.MkdirAll(h.dir, 0o755); err != nil {
-			return nil, err
-		}
+	dir, cleanup, err := child.WorkDir(cfg.Dir, "rangecast-chaos-", cfg.Keep)
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
+	h.dir = dir
 	defer h.stopAll()
 	defer func() {
 		for _, c := range h.conns {
@@ -306,14 +294,7 @@ var schemaRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // search_path, and an application_name only this run's processes carry, so
 // terminating "our" backends touches nothing else on the server.
 func (h *harness) database(ctx context.Context) error {
-	raw := h.cfg.DatabaseURL
-	if raw == "" {
-		raw = os.Getenv("TEST_DATABASE_URL")
-	}
-	if raw == "" {
-		raw = DefaultDatabaseURL
-	}
-	u, err := url.Parse(raw)
+	u, err := url.Parse(child.DatabaseURL(h.cfg.DatabaseURL))
 	if err != nil {
 		return fmt.Errorf("database url: %w", err)
 	}
@@ -425,7 +406,7 @@ func (h *harness) startAll(ctx context.Context) error {
 	if err := h.sink.Start(); err != nil {
 		return err
 	}
-	if err := child.WaitTCP(h.sinkAddr, 10*time.Second); err != nil {
+	if err := child.WaitTCP(ctx, h.sinkAddr, 10*time.Second); err != nil {
 		return fmt.Errorf("smtpsink: %w\n%s", err, h.sink.LogTail(20))
 	}
 	natsURL := "nats://" + h.natsAddr
