@@ -17,23 +17,18 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rangecast/rangecast/internal/child"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/store/postgres"
 	"github.com/rangecast/rangecast/internal/store/sqlite"
 )
-
-// DefaultDatabaseURL is the server tests use when TEST_DATABASE_URL is unset.
-const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // DatabaseURL returns a connection string for a fresh schema of the test's
 // own, dropped when the test ends. Without a reachable Postgres the test is
 // skipped, unless RANGECAST_REQUIRE_PG=1 (as in CI), where it fails.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
-	base := os.Getenv("TEST_DATABASE_URL")
-	if base == "" {
-		base = DefaultDatabaseURL
-	}
+	base := child.DatabaseURL("") // TEST_DATABASE_URL, else the default server
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, base)
@@ -105,10 +100,7 @@ func Store(t testing.TB) store.Store {
 }
 
 func postgresReachable() bool {
-	base := os.Getenv("TEST_DATABASE_URL")
-	if base == "" {
-		base = DefaultDatabaseURL
-	}
+	base := child.DatabaseURL("") // TEST_DATABASE_URL, else the default server
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, base)
