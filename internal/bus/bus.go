@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,6 +36,14 @@ const (
 	// LeaseTTL after their last write, so a dead leader's lease lapses.
 	LeaseBucket = "rangecast_leader"
 	LeaseTTL    = 6 * time.Second
+
+	// WorkerBucket holds one key per live page worker, rewritten every
+	// WorkerBeat; a worker that stops writing (killed, partitioned) lapses
+	// after WorkerTTL. The reconciler reads it to tell a dead owner's claims
+	// (in doubt) from a live one's (in flight).
+	WorkerBucket = "rangecast_workers"
+	WorkerTTL    = 15 * time.Second
+	WorkerBeat   = 3 * time.Second
 
 	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id. A page
 	// dispatched twice within it is stored once.
@@ -92,6 +101,7 @@ type Bus struct {
 	Broadcasts jetstream.KeyValue
 	Lease      jetstream.KeyValue
 	Governors  jetstream.KeyValue
+	Workers    jetstream.KeyValue
 }
 
 // Setup creates (or updates) every stream, consumer and bucket.
@@ -171,7 +181,17 @@ func Setup(ctx context.Context, js jetstream.JetStream, o Options) (*Bus, error)
 	if err != nil {
 		return nil, fmt.Errorf("bus: lease bucket: %w", err)
 	}
-	return &Bus{JS: js, PageStream: pageStream, Pages: pages, Reports: reports, Broadcasts: kv, Lease: lease, Governors: governors}, nil
+	workers, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:   WorkerBucket,
+		History:  1,
+		TTL:      WorkerTTL,
+		Storage:  jetstream.StorageType(storage),
+		Replicas: o.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: worker bucket: %w", err)
+	}
+	return &Bus{JS: js, PageStream: pageStream, Pages: pages, Reports: reports, Broadcasts: kv, Lease: lease, Governors: governors, Workers: workers}, nil
 }
 
 // MaxDeliveriesAdvisory is where JetStream announces a page job that reached
@@ -196,6 +216,17 @@ func PageSubject(broadcast string, rangeIndex int) string {
 
 // ReportSubject is where reports for one broadcast are published.
 func ReportSubject(broadcast string) string { return "rangecast.reports." + broadcast }
+
+// WorkerKey is the liveness key of one page worker.
+func WorkerKey(worker string) string { return "w." + worker }
+
+// OwnerWorker is the worker part of a claim owner ("worker/run").
+func OwnerWorker(owner string) string {
+	if i := strings.IndexByte(owner, '/'); i >= 0 {
+		return owner[:i]
+	}
+	return owner
+}
 
 // StateKey is the KV key of a broadcast's state record.
 func StateKey(broadcast string) string { return broadcast + ".state" }
@@ -382,4 +413,12 @@ func Decode(data []byte, v any) error {
 		return fmt.Errorf("bus: decode %T: %w", v, err)
 	}
 	return nil
+}
+
+// WorkerRecord is a live page worker's liveness record (WorkerKey): the claim
+// owners ("worker/run") of the page runs it is making progress on. A run
+// missing from it, or a worker whose key lapsed, holds its claims no more:
+// the reconciler settles them.
+type WorkerRecord struct {
+	Runs []string `json:"runs"`
 }

@@ -101,10 +101,10 @@ func TestContactsAndSegmentsCommands(t *testing.T) {
 	if _, err := st.AcceptBroadcast(context.Background(), b.ID, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Claim(context.Background(), b.ID, []store.Claim{{ContactID: ann.ID, Email: ann.Email, MessageID: "<m@example.org>"}}, time.Now()); err != nil {
+	if _, err := st.Claim(context.Background(), b.ID, "w1/1", []store.Claim{{ContactID: ann.ID, Email: ann.Email, MessageID: "<m@example.org>"}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.RecordOutcomes(context.Background(), b.ID, []store.Outcome{{ContactID: ann.ID, Status: store.SendFailed, Error: "550 5.1.1 no such user"}}, time.Now()); err != nil {
+	if err := st.RecordOutcomes(context.Background(), b.ID, "w1/1", []store.Outcome{{ContactID: ann.ID, Status: store.SendFailed, Error: "550 5.1.1 no such user"}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	out = mustRun("", "contacts", "show", "Ann@Example.org")

@@ -52,7 +52,7 @@ Every flag can be set by the environment variable named in its help.`,
 	natsReplicasFlag(cmd, &o.NATSReplicas)
 	f.StringVar(&o.GRPCAddr, "grpc-addr", env("RANGECAST_GRPC_ADDR", server.DefaultGRPCAddr), "gRPC listen address (env RANGECAST_GRPC_ADDR)")
 	f.StringVar(&o.HTTPAddr, "http-addr", env("RANGECAST_HTTP_ADDR", server.DefaultHTTPAddr), "public HTTP listen address: unsubscribe, webhooks (env RANGECAST_HTTP_ADDR)")
-	f.DurationVar(&o.InDoubtAfter, "in-doubt-after", envDuration("RANGECAST_IN_DOUBT_AFTER", 5*time.Minute), "a claim with no outcome this old is in doubt; longer than any page takes (env RANGECAST_IN_DOUBT_AFTER)")
+	f.DurationVar(&o.InDoubtAfter, "in-doubt-after", envDuration("RANGECAST_IN_DOUBT_AFTER", 20*time.Second), "a claim whose worker has been gone this long (liveness record lapsed, or its page run stalled) is in doubt and settled (env RANGECAST_IN_DOUBT_AFTER)")
 	// Tokens themselves are never flags (they would show in ps); the file
 	// or RANGECAST_TOKENS holds them.
 	f.StringVar(&o.TokensFile, "tokens-file", env("RANGECAST_TOKENS_FILE", ""), "file of accepted gRPC bearer tokens, one per line, # comments; re-read when it changes, so a mounted Kubernetes Secret rotates without a restart. RANGECAST_TOKENS adds comma-separated tokens. With neither, the API is unauthenticated; health and reflection are always open (env RANGECAST_TOKENS_FILE)")
@@ -149,7 +149,7 @@ func (s *stackFlags) register(cmd *cobra.Command, level string) {
 	f.StringVar(&s.o.SMTPURL, "smtp-url", "", "send through this SMTP server instead of capturing mail in-process")
 	f.IntVar(&s.o.Workers, "workers", 2, "page workers to run")
 	f.IntVar(&s.o.Concurrency, "concurrency", 16, "each worker's in-flight window")
-	f.DurationVar(&s.o.InDoubtAfter, "in-doubt-after", time.Minute, "a claim with no outcome this old is in doubt and is settled against the capture server")
+	f.DurationVar(&s.o.InDoubtAfter, "in-doubt-after", 20*time.Second, "a claim whose worker has been gone this long is in doubt and is settled against the capture server")
 	f.StringVar(&s.level, "log-level", level, "debug, info, warn or error")
 	f.StringVar(&s.format, "log-format", env("RANGECAST_LOG_FORMAT", "text"), "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
 }

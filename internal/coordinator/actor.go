@@ -43,8 +43,16 @@ type actor struct {
 	throttle     *governor.Bucket
 	// reloaded is when the range records were last re-read from KV.
 	reloaded time.Time
-	// nextReconcile is when in-doubt claims are next looked for.
+	// nextReconcile is when in-doubt claims are next looked for;
+	// goneSince is when each claim owner was first seen gone.
 	nextReconcile time.Time
+	goneSince     map[string]time.Time
+	// refusedPages counts page reports in a row, across ranges, that sent
+	// nothing because the server refused every recipient they tried.
+	refusedPages int
+	// mirrored is when the state in KV was last brought level with the
+	// store.
+	mirrored time.Time
 	// sweeping is the outstanding sweep of due deferred rows, if any;
 	// nextSweep is when deferred rows are next looked for.
 	sweeping  *page
@@ -78,6 +86,7 @@ func newActor(ctx context.Context, c *Coordinator, b store.Broadcast) (*actor, e
 	a := &actor{
 		c: c, id: b.ID, b: b, recs: recs, revs: revs,
 		reports:     make(chan reportReq),
+		goneSince:   map[string]time.Time{},
 		kicks:       make(chan store.Broadcast, 1),
 		poisoned:    make(chan poisoned, 8),
 		outstanding: map[int]page{},
@@ -167,14 +176,7 @@ func (a *actor) run(ctx context.Context) {
 				a.log().Error("cannot fail the broadcast of a poison page", "err", err)
 			}
 		case b := <-a.kicks:
-			if a.b.State == store.StatePaused && b.State == store.StateRunning {
-				// Workers dropped the pages of the paused broadcast: issue
-				// every range's page afresh from its cursor, under a new
-				// dedupe id (a copy being dropped right now must not hide it).
-				a.dropOutstanding()
-				a.issue++
-			}
-			a.b.State, a.b.Reason = b.State, b.Reason
+			a.adopt(b)
 		case <-clk.After(tick):
 			// KV is the record of the cursors; re-read it once a tick so an
 			// actor that missed writes (another coordinator's, during a
@@ -184,6 +186,20 @@ func (a *actor) run(ctx context.Context) {
 				if err := a.reload(ctx); err != nil {
 					a.log().Warn("cannot re-read range records", "err", err)
 				}
+			}
+		}
+		// The store is the truth and KV the workers' copy of it: once a
+		// tick, bring KV level with the store (a lost or out-of-order write
+		// would otherwise have workers drop every page of a running
+		// broadcast, or send for a paused one), and follow the store here
+		// too. Gated on time, not on the tick firing: reports keep the loop
+		// busy.
+		if now := clk.Now(); now.Sub(a.mirrored) >= a.c.cfg.Tick || now.Before(a.mirrored) {
+			a.mirrored = now
+			if b, err := a.c.mirrorState(ctx, a.id); err != nil {
+				a.log().Warn("cannot bring the broadcast state in KV level with the store", "err", err)
+			} else {
+				a.adopt(b)
 			}
 		}
 		if a.b.State.Finished() {
@@ -196,6 +212,18 @@ func (a *actor) run(ctx context.Context) {
 		}
 		a.dispatch(ctx)
 	}
+}
+
+// adopt follows the store's state of the broadcast.
+func (a *actor) adopt(b store.Broadcast) {
+	if a.b.State == store.StatePaused && b.State == store.StateRunning {
+		// Workers dropped the pages of the paused broadcast: issue every
+		// range's page afresh from its cursor, under a new dedupe id (a copy
+		// being dropped right now must not hide it).
+		a.dropOutstanding()
+		a.issue++
+	}
+	a.b.State, a.b.Reason = b.State, b.Reason
 }
 
 // apply moves a range's cursor by compare-and-set. A report that does not
@@ -221,6 +249,21 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 		delete(a.outstanding, i)
 		a.settle(o.limit, rep)
 	}
+	// A server that refuses everyone shows on every range at once: many
+	// pages in a row, whatever their ranges, that sent nothing and stopped
+	// on a transient refusal. Ranges of a few contacts each would never
+	// reach MaxFruitless on their own. One recipient refused for ever
+	// (others sent) is that recipient's, bounded by its attempts.
+	switch {
+	case rep.Sent > 0:
+		a.refusedPages = 0
+	case rep.Class == bus.ClassTransient || rep.Class == bus.ClassQuota:
+		a.refusedPages++
+		if a.refusedPages >= a.c.cfg.MaxFruitless {
+			reason := fmt.Sprintf("%d pages in a row made no progress: every recipient tried was refused; last error: %s", a.refusedPages, rep.Error)
+			return a.transition(ctx, []store.State{store.StateRunning}, store.StateFailed, reason)
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		rec := a.recs[i]
 		advanced := !rec.Done && (rep.Done || after(rep.Next, rec.Next))
@@ -239,7 +282,9 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 		rec.Sent += int64(rep.Sent)
 		rec.Failed += int64(rep.Failed)
 		rec.Dispatched += a.dispatched[i]
-		rec.Fruitless = 0
+		if rep.Sent > 0 {
+			rec.Fruitless = 0 // a page that sent nothing and met no error proves nothing either way
+		}
 		err := a.write(ctx, i, rec)
 		if errors.Is(err, jetstream.ErrKeyExists) && attempt < 5 {
 			// Someone else wrote the record (a previous leader): re-read and
@@ -258,6 +303,11 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 	}
 	switch rep.Class {
 	case bus.ClassTransient, bus.ClassQuota:
+		if rep.Sent == 0 {
+			// The cursor moved past rows recorded deferred, but nothing
+			// went out: no progress, for the range and for the broadcast.
+			return a.fruitless(ctx, i, rep, now)
+		}
 		a.notBefore[i] = now.Add(a.c.backoff(1))
 		a.lastErr[i] = rep.Error
 	case bus.ClassChannel:

@@ -52,8 +52,11 @@ type Config struct {
 	// without it InDoubtPolicy decides.
 	Lookup        Lookup
 	InDoubtPolicy InDoubtPolicy
-	// InDoubtAfter is the lease: a claim older than this with no outcome
-	// is in doubt. Longer than any page can take.
+	// InDoubtAfter is how long a claim's owner must have been seen gone
+	// (its worker's liveness record lapsed, or its run no longer listed)
+	// before the claim is in doubt and settled. It covers a liveness record
+	// rewritten late; a dead worker's claims are settled about
+	// bus.WorkerTTL + InDoubtAfter after the death.
 	InDoubtAfter time.Duration
 	// Name identifies this replica in the leader lease and logs.
 	Name string
@@ -98,7 +101,7 @@ func (c Config) withDefaults() Config {
 		c.LeaseKey = "coordinator"
 	}
 	if c.InDoubtAfter == 0 {
-		c.InDoubtAfter = 5 * time.Minute
+		c.InDoubtAfter = 20 * time.Second
 	}
 	if c.InDoubtPolicy == "" {
 		c.InDoubtPolicy = InDoubtSkip
@@ -135,6 +138,11 @@ type Pacer interface {
 // Coordinator runs one actor per unfinished broadcast and feeds them reports.
 type Coordinator struct {
 	cfg Config
+
+	// live caches the claim owners live workers list (liveOwners).
+	liveMu   sync.Mutex
+	live     map[string]bool
+	liveRead time.Time
 
 	mu      sync.Mutex
 	actors  map[ulid.ULID]*actor
@@ -450,9 +458,11 @@ func (c *Coordinator) kick(ctx context.Context, b store.Broadcast) error {
 
 // putState mirrors a broadcast's state to KV, where workers watch it.
 func (c *Coordinator) putState(ctx context.Context, b store.Broadcast) error {
-	_, err := c.cfg.Bus.Broadcasts.Put(ctx, bus.StateKey(b.ID.String()), bus.Encode(bus.StateRecord{State: string(b.State), Reason: b.Reason}))
-	c.kvWrites.add(1)
-	if err != nil {
+	// Not a plain Put: two racing transitions (a pause and a resume, an
+	// alarm's halt and an operator's resume) could then leave KV with the
+	// older state for good. mirrorState reads the store after the revision
+	// it writes at, so the last write always carries the store's state.
+	if _, err := c.mirrorState(ctx, b.ID); err != nil {
 		return fmt.Errorf("publish broadcast state: %w", err)
 	}
 	return nil

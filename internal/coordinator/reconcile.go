@@ -2,10 +2,13 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/bus"
 
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
@@ -38,18 +41,62 @@ func (a *actor) policy() InDoubtPolicy {
 // reconcileBatch bounds the in-doubt claims settled in one round.
 const reconcileBatch = 500
 
-// reconcile settles claims older than the lease that still have no outcome:
-// their worker died between claim and outcome. Accepted ones (by Lookup) are
-// recorded sent; the rest are released and their range's cursor moved back
-// to them (a new epoch, so reports of older pages cannot jump past), or, with
-// no Lookup and the skip policy, recorded unknown.
+// reconcile settles claims whose owner is gone: its worker died (its
+// liveness record lapsed), its run stopped making progress, or it handed the
+// claim over (a connection lost after the data). An owner must have been
+// seen gone for InDoubtAfter, on this coordinator's clock, before its claims
+// are in doubt: nothing compares the worker's clock with ours. Accepted ones
+// (by Lookup) are recorded sent; the rest are released and their range's
+// cursor moved back to them (a new epoch, so reports of older pages cannot
+// jump past), or, with no Lookup and the skip policy, recorded unknown.
+// Paused broadcasts are reconciled too, so a pause after a crash does not
+// leave claims in doubt until the resume.
 func (a *actor) reconcile(ctx context.Context) {
 	now := a.c.cfg.Clock.Now()
-	if a.b.State != store.StateRunning || now.Before(a.nextReconcile) {
+	if a.b.State.Finished() || a.b.State == store.StateDraft || now.Before(a.nextReconcile) {
 		return
 	}
-	a.nextReconcile = now.Add(max(a.c.cfg.InDoubtAfter/4, time.Second))
-	doubts, err := a.c.cfg.Store.InDoubt(ctx, a.id, now.Add(-a.c.cfg.InDoubtAfter), reconcileBatch)
+	a.nextReconcile = now.Add(min(max(a.c.cfg.InDoubtAfter/4, time.Second), 10*time.Second))
+	owners, err := a.c.cfg.Store.ClaimOwners(ctx, a.id)
+	if err != nil {
+		a.log().Warn("cannot read claim owners", "err", err)
+		return
+	}
+	if len(owners) == 0 {
+		clear(a.goneSince)
+		return
+	}
+	live, err := a.c.liveOwners(ctx, now)
+	if err != nil {
+		a.log().Warn("cannot read worker liveness; in-doubt claims wait", "err", err)
+		return
+	}
+	present := map[string]bool{}
+	for _, owner := range owners {
+		present[owner] = true
+		if live[owner] {
+			delete(a.goneSince, owner)
+			continue
+		}
+		since, seen := a.goneSince[owner]
+		if !seen {
+			a.goneSince[owner] = now
+			continue
+		}
+		if now.Sub(since) >= a.c.cfg.InDoubtAfter {
+			a.settleGone(ctx, owner)
+		}
+	}
+	for owner := range a.goneSince {
+		if !present[owner] {
+			delete(a.goneSince, owner)
+		}
+	}
+}
+
+// settleGone settles up to reconcileBatch in-doubt claims of one gone owner.
+func (a *actor) settleGone(ctx context.Context, owner string) {
+	doubts, err := a.c.cfg.Store.InDoubt(ctx, a.id, owner, reconcileBatch)
 	if err != nil || len(doubts) == 0 {
 		if err != nil {
 			a.log().Warn("cannot read in-doubt claims", "err", err)
@@ -78,7 +125,7 @@ func (a *actor) reconcile(ctx context.Context) {
 				Error: "in doubt: the worker stopped between send and outcome, and the transport cannot say whether it was accepted"})
 		}
 	}
-	if err := a.c.cfg.Store.RecordOutcomes(ctx, a.id, settled, now); err != nil {
+	if err := a.c.cfg.Store.RecordOutcomes(ctx, a.id, owner, settled, a.c.cfg.Clock.Now()); err != nil {
 		a.log().Warn("cannot record settled in-doubt claims", "err", err)
 		return
 	}
@@ -89,7 +136,7 @@ func (a *actor) reconcile(ctx context.Context) {
 		a.log().Warn("cannot move cursors back for in-doubt claims", "err", err)
 		return
 	}
-	if err := a.c.cfg.Store.Release(ctx, a.id, release); err != nil {
+	if err := a.c.cfg.Store.Release(ctx, a.id, owner, release); err != nil {
 		a.log().Warn("cannot release in-doubt claims", "err", err)
 		return
 	}
@@ -97,7 +144,42 @@ func (a *actor) reconcile(ctx context.Context) {
 		inDoubtSettled.WithLabelValues(string(o.Status)).Inc()
 	}
 	inDoubtSettled.WithLabelValues("released").Add(float64(len(release)))
-	a.log().Info("in-doubt claims settled", "recorded", len(settled), "released", len(release), "ranges_rewound", rewound)
+	a.log().Info("in-doubt claims settled", "owner", owner, "recorded", len(settled), "released", len(release), "ranges_rewound", rewound)
+}
+
+// liveOwners is the set of claim owners whose runs live workers list in
+// their liveness records, read at most once per bus.WorkerBeat for all
+// broadcasts. An error means "unknown": nobody's claims are settled on it.
+func (c *Coordinator) liveOwners(ctx context.Context, now time.Time) (map[string]bool, error) {
+	c.liveMu.Lock()
+	defer c.liveMu.Unlock()
+	if c.live != nil && now.Sub(c.liveRead) < bus.WorkerBeat && !now.Before(c.liveRead) {
+		return c.live, nil
+	}
+	kv := c.cfg.Bus.Workers
+	if kv == nil {
+		return nil, errors.New("no worker liveness bucket")
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	live := map[string]bool{}
+	for key := range keys.Keys() {
+		var rec bus.WorkerRecord
+		_, found, err := bus.GetJSON(ctx, kv, key, &rec)
+		if err != nil {
+			keys.Stop() //nolint:errcheck
+			return nil, fmt.Errorf("read worker %s: %w", key, err)
+		}
+		if found {
+			for _, owner := range rec.Runs {
+				live[owner] = true
+			}
+		}
+	}
+	c.live, c.liveRead = live, now
+	return live, nil
 }
 
 // rewind moves the cursor of every range holding one of ids back to its

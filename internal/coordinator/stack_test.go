@@ -91,6 +91,9 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if s.clock == nil {
 		s.clock = clock.Real{}
 	}
+	if s.sweepRetry == 0 {
+		s.sweepRetry = 200 * time.Millisecond // a refused row is tried again soon
+	}
 	s.coordCfg = coordinator.Config{Store: st, Bus: b, Log: testLogger(t), PageLimit: o.pageLimit, Tick: 500 * time.Millisecond,
 		Clock: s.clock, Governor: o.governor}
 	s.startCoordinator()
@@ -164,7 +167,8 @@ func (s *stack) startWorker() {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := pageworker.New(pageworker.Config{
 		Store: s.store, Bus: s.bus, Transport: tr, Log: testLogger(t), Clock: s.clock,
-		Concurrency: s.workerConc, SweepRetry: s.sweepRetry, ParkDelay: 300 * time.Millisecond, FetchWait: 200 * time.Millisecond,
+		Concurrency: s.workerConc, SweepRetry: s.sweepRetry, RetryAfter: 200 * time.Millisecond,
+		ParkDelay: 300 * time.Millisecond, FetchWait: 200 * time.Millisecond,
 	})
 	done := make(chan struct{})
 	go func() {

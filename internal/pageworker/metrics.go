@@ -9,12 +9,16 @@ import (
 var (
 	pagesRun = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_pageworker_pages_total",
-		Help: "Page jobs handled, by outcome: done (range finished), walked (more to come), stopped (an error or pause ended it early), parked (broadcast paused), dropped (broadcast finished), failed (not walked; retried).",
+		Help: "Page jobs handled, by outcome: done (range finished), walked (more to come), stopped (an error or pause ended it early), parked (broadcast paused), dropped (broadcast finished), failed (not walked; retried), waiting (a dependency outage held the page; counted once per wait).",
 	}, []string{"outcome"})
 	messages = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_pageworker_messages_total",
-		Help: "Claimed messages by outcome: sent, failed (the recipient's fault), released (a transient or channel error; retried later), in_doubt (connection lost after the data was sent).",
+		Help: "Claimed messages by outcome: sent, failed (the recipient's fault), deferred (the governor held the provider), retry (a transient, quota or channel error; recorded deferred and sent later), in_doubt (connection lost after the data was sent; left to the reconciler).",
 	}, []string{"outcome"})
+	storeRetries = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rangecast_pageworker_store_retries_total",
+		Help: "Store writes of known outcomes retried after an error (a failover, a dropped connection, an ambiguous commit).",
+	})
 	pageSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "rangecast_pageworker_page_seconds",
 		Help:    "Time to walk one page, from fetch to report.",
@@ -24,10 +28,10 @@ var (
 
 // Create every labelled series at zero (see the coordinator's metrics.go).
 func init() {
-	for _, o := range []string{"done", "walked", "stopped", "parked", "dropped", "failed"} {
+	for _, o := range []string{"done", "walked", "stopped", "parked", "dropped", "failed", "waiting"} {
 		pagesRun.WithLabelValues(o)
 	}
-	for _, o := range []string{"sent", "failed", "released", "in_doubt"} {
+	for _, o := range []string{"sent", "failed", "deferred", "retry", "in_doubt"} {
 		messages.WithLabelValues(o)
 	}
 }

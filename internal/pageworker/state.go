@@ -21,6 +21,9 @@ type stateCache struct {
 	states map[string]store.State
 }
 
+// errStateNotMirrored: KV holds no state for the broadcast.
+var errStateNotMirrored = errors.New("broadcast state not in KV")
+
 func newStateCache(kv jetstream.KeyValue) *stateCache {
 	return &stateCache{kv: kv, states: map[string]store.State{}}
 }
@@ -62,23 +65,26 @@ func (s *stateCache) set(id string, st store.State) {
 
 // get returns the cached state, falling back to a KV read for a broadcast
 // the watch has not delivered yet.
-func (s *stateCache) get(ctx context.Context, id string) (store.State, error) {
+func (s *stateCache) Get(ctx context.Context, id string) (store.State, error) {
 	s.mu.RLock()
 	st, ok := s.states[id]
 	s.mu.RUnlock()
 	if ok {
 		return st, nil
 	}
-	return s.fresh(ctx, id)
+	return s.Fresh(ctx, id)
 }
 
-// fresh reads the state from KV itself, past the watch. The coordinator
+// Fresh reads the state from KV itself, past the watch. The coordinator
 // writes the state before it dispatches, so a page dispatched on resume
 // never meets the stale "paused" a lagging watch may still hold.
-func (s *stateCache) fresh(ctx context.Context, id string) (store.State, error) {
+func (s *stateCache) Fresh(ctx context.Context, id string) (store.State, error) {
 	e, err := s.kv.Get(ctx, bus.StateKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return store.StateCancelled, nil // no such broadcast: nothing to send
+		// Not mirrored yet, or a KV write was lost: unknown, not
+		// cancelled. The worker asks the store; the leader puts the key
+		// back.
+		return "", errStateNotMirrored
 	}
 	if err != nil {
 		return "", err

@@ -3,9 +3,6 @@ package pageworker
 import (
 	"context"
 	"fmt"
-	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/bus"
@@ -13,13 +10,13 @@ import (
 )
 
 // runSweep sends a broadcast's deferred rows whose retry time has come. The
-// rows are claimed by moving them from deferred back to claimed (only the
-// sweep that moved a row sends it); the cursor of their range passed them
-// long ago, so a row this sweep cannot send goes back to deferred, never
-// released: a released row would be skipped for good. A failed window's
-// row can still be in doubt (connection lost after the data): the
-// reconciler settles it like any other.
-func (w *Worker) runSweep(ctx, pageCtx context.Context, _ jetstream.Msg, job bus.PageJob) (bus.Report, error) {
+// rows are claimed by moving them from deferred back to claimed, held by
+// owner (only the sweep that moved a row sends it); the cursor of their
+// range passed them long ago, so a row this sweep cannot send goes back to
+// deferred, never released: a released row would be skipped for good. A
+// failed window's row can still be in doubt (connection lost after the
+// data): the reconciler settles it like any other.
+func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner string) (bus.Report, error) {
 	rep := bus.Report{Broadcast: job.Broadcast, Range: bus.SweepRange, Epoch: job.Epoch, Limit: job.Limit, Sweep: true, Done: true}
 	id, err := ulid.ParseStrict(job.Broadcast)
 	if err != nil {
@@ -32,20 +29,19 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, _ jetstream.Msg, job bus
 	rep.Domain = l.compiled.SendingDomain()
 	h := newHolds(job)
 	// One window at a time: claimed rows never outnumber the in-flight
-	// window, so a kill -9 leaves at most a window in doubt, and no claim
-	// waits long enough for the reconciler to take it for a dead worker's.
+	// window, so a kill -9 leaves at most a window in doubt.
 	for taken := 0; taken < job.Limit && ctx.Err() == nil; {
-		if state, err := w.states.get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning {
+		if state, err := w.states.Get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning {
 			break
 		}
 		w.refreshHolds(pageCtx, l, h)
 		now := w.cfg.Clock.Now()
 		// Eligibility is decided again now: ClaimDue drops rows whose
 		// contact left the audience while deferred.
-		due, err := w.cfg.Store.ClaimDue(pageCtx, l.b, now, min(w.cfg.Concurrency, job.Limit-taken))
+		due, err := w.cfg.Store.ClaimDue(pageCtx, l.b, owner, now, min(w.cfg.Concurrency, job.Limit-taken))
 		if err != nil {
 			if taken == 0 {
-				return rep, err
+				return rep, outage(err)
 			}
 			rep.Class, rep.Error = bus.ClassTransient, err.Error()
 			break
@@ -60,33 +56,35 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, _ jetstream.Msg, job bus
 		for k, d := range due {
 			window[k], mine[d.ID], attempt[d.ID] = d.Contact, true, d.Attempt
 		}
-		res, outcomes, notSent := w.deliver(pageCtx, l, window, mine, h, now)
+		res, outcomes := w.deliver(pageCtx, l, window, mine, h, now)
 		res.claimed = len(window)
+		w.live.progress(owner, w.cfg.Clock.Now())
 		// A row cannot wait for ever: after MaxAttempts it fails with the
 		// reason, so the broadcast finishes and the failure is seen.
 		for k, o := range outcomes {
-			if o.Status == store.SendDeferred && attempt[o.ContactID] >= w.cfg.MaxAttempts {
-				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendFailed,
-					Error: fmt.Sprintf("gave up after %d attempts: %s", attempt[o.ContactID], o.Error)}
-				res.deferred--
-				res.failed++
+			if o.Status != store.SendDeferred {
+				continue
 			}
-		}
-		var again []ulid.ULID
-		for _, id := range notSent {
-			if attempt[id] >= w.cfg.MaxAttempts {
-				outcomes = append(outcomes, store.Outcome{ContactID: id, Status: store.SendFailed,
-					Error: fmt.Sprintf("gave up after %d attempts; last: %s", attempt[id], res.err)})
+			if attempt[o.ContactID] >= w.cfg.MaxAttempts {
+				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendFailed,
+					Error: fmt.Sprintf("gave up after %d attempts; last: %s", attempt[o.ContactID], o.Error)}
+				res.deferred--
 				res.failed++
 				continue
 			}
-			again = append(again, id)
+			if !res.held[o.ContactID] {
+				outcomes[k].RetryAt = now.Add(w.cfg.SweepRetry)
+				outcomes[k].Error = "deferred again: " + o.Error
+			}
 		}
-		if err := w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, outcomes, w.cfg.Clock.Now()); err != nil {
-			return rep, err
-		}
-		if err := w.redefer(pageCtx, l, again, w.cfg.Clock.Now().Add(w.cfg.SweepRetry), "deferred again: "+res.err); err != nil {
-			return rep, err
+		err = w.persist(ctx, owner, func() error {
+			return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())
+		})
+		if err != nil {
+			// Not recorded: the rows stay this run's claims until the
+			// reconciler finds the run gone.
+			rep.Class, rep.Error = bus.ClassTransient, err.Error()
+			break
 		}
 		w.count(res)
 		res.addTo(&rep)
@@ -96,13 +94,4 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, _ jetstream.Msg, job bus
 		}
 	}
 	return rep, nil
-}
-
-// redefer puts swept rows that were not sent back to deferred, due at due.
-func (w *Worker) redefer(ctx context.Context, l *loaded, ids []ulid.ULID, due time.Time, reason string) error {
-	outcomes := make([]store.Outcome, len(ids))
-	for i, id := range ids {
-		outcomes[i] = store.Outcome{ContactID: id, Status: store.SendDeferred, RetryAt: due, Error: reason}
-	}
-	return w.cfg.Store.RecordOutcomes(ctx, l.b.ID, outcomes, w.cfg.Clock.Now())
 }

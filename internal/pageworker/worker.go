@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -54,6 +55,29 @@ type Config struct {
 	// MaxAttempts bounds how often a deferred row is tried: the sweep that
 	// reaches it without sending records the row failed, with the reason.
 	MaxAttempts int
+	// ID names the worker in the owner of every claim it makes ("ID/run")
+	// and in its liveness record; a random ULID when empty. Two workers
+	// must never share one.
+	ID string
+	// RetryAfter is when a recipient refused with a transient error on a
+	// page is due again (recorded deferred; jittered by up to half). Never
+	// a release: another copy of the page may already have moved the
+	// cursor past it.
+	RetryAfter time.Duration
+	// StoreRetryFor bounds how long a page keeps retrying a store write
+	// whose outcome it knows (sent, failed) before it gives the rows up as
+	// in doubt. A store outage shorter than this loses no knowledge.
+	StoreRetryFor time.Duration
+	// States overrides where the worker reads a broadcast's state (tests
+	// and the simulation); the KV watch otherwise.
+	States StateSource
+}
+
+// StateSource reads broadcasts' states. Get may answer from a cache;
+// Fresh asks the source itself.
+type StateSource interface {
+	Get(ctx context.Context, broadcast string) (store.State, error)
+	Fresh(ctx context.Context, broadcast string) (store.State, error)
 }
 
 func (c Config) withDefaults() Config {
@@ -75,6 +99,15 @@ func (c Config) withDefaults() Config {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 10
 	}
+	if c.ID == "" {
+		c.ID = ulid.Make().String()
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = 10 * time.Second
+	}
+	if c.StoreRetryFor == 0 {
+		c.StoreRetryFor = 15 * time.Minute
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
@@ -87,7 +120,8 @@ func (c Config) withDefaults() Config {
 // Worker pulls page jobs and runs them one at a time.
 type Worker struct {
 	cfg    Config
-	states *stateCache
+	states StateSource
+	live   *liveness
 	// governors follows the holds the leader's governors write, between
 	// the page's dispatch and each window.
 	governors *bus.GovernorView
@@ -105,8 +139,8 @@ type loaded struct {
 // New returns a worker; Run starts it.
 func New(cfg Config) *Worker {
 	cfg = cfg.withDefaults()
-	w := &Worker{cfg: cfg, states: newStateCache(cfg.Bus.Broadcasts), broadcasts: map[ulid.ULID]*loaded{}}
-	if cfg.Bus.Governors != nil {
+	w := &Worker{cfg: cfg, states: cfg.States, live: newLiveness(cfg.ID, cfg.MaxPageTime), broadcasts: map[ulid.ULID]*loaded{}}
+	if cfg.Bus != nil && cfg.Bus.Governors != nil {
 		w.governors = bus.NewGovernorView(cfg.Bus.Governors)
 	}
 	return w
@@ -116,9 +150,16 @@ func New(cfg Config) *Worker {
 // ctx ends is not abandoned: sends in flight finish, outcomes are recorded,
 // the partial cursor is reported, then Run returns.
 func (w *Worker) Run(ctx context.Context) error {
-	if err := w.states.start(ctx); err != nil {
-		return err
+	if w.states == nil {
+		cache := newStateCache(w.cfg.Bus.Broadcasts)
+		if err := cache.start(ctx); err != nil {
+			return err
+		}
+		w.states = cache
 	}
+	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLive()
+	w.publishLiveness(liveCtx)
 	for ctx.Err() == nil {
 		msg, err := w.cfg.Bus.Pages.Next(jetstream.FetchMaxWait(w.cfg.FetchWait))
 		if err != nil {
@@ -151,50 +192,88 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	// Sends in flight must finish even when the worker is asked to stop, so
 	// the page runs on a context that is not cancelled with ctx.
 	pageCtx := context.WithoutCancel(ctx)
-	state, err := w.states.get(pageCtx, job.Broadcast)
-	if err == nil && state != store.StateRunning {
-		state, err = w.states.fresh(pageCtx, job.Broadcast)
-	}
-	if err != nil {
-		log.Warn("broadcast state unknown; page retried later", "err", err)
-		msg.NakWithDelay(w.cfg.ParkDelay) //nolint:errcheck
-		return
-	}
-	switch {
-	case state == store.StatePaused:
-		// Parked by dropping it: the coordinator re-issues every range's
-		// page from its cursor on resume. A NAK would count against the
-		// job's delivery limit, which is for pages that crash workers.
-		pagesRun.WithLabelValues("parked").Inc()
-		msg.Ack() //nolint:errcheck
-		return
-	case state != store.StateRunning:
-		pagesRun.WithLabelValues("dropped").Inc()
-		log.Info("page dropped", "state", state)
-		msg.Ack() //nolint:errcheck
-		return
-	}
 	began := w.cfg.Clock.Now()
-	stopBeat := w.heartbeat(msg)
-	run := w.runPage
-	if job.Sweep {
-		run = w.runSweep
+	owner := w.live.start(began)
+	defer w.live.end(owner)
+	stopBeat := w.heartbeat(msg, owner)
+	defer stopBeat()
+	// A dependency outage (the store, KV) is not the page's fault: the page
+	// waits here, kept ours by the heartbeat, and runs again when the
+	// dependency answers. A NAK would count towards the delivery limit,
+	// which is for pages that crash or hang workers, and would fail the
+	// broadcast after a minute's outage.
+	var rep bus.Report
+	for attempt := 0; ; attempt++ {
+		state, err := w.state(pageCtx, job.Broadcast)
+		if err == nil {
+			switch {
+			case state == store.StatePaused:
+				// Parked by dropping it: the coordinator re-issues every
+				// range's page from its cursor on resume.
+				pagesRun.WithLabelValues("parked").Inc()
+				msg.Ack() //nolint:errcheck
+				return
+			case state != store.StateRunning:
+				pagesRun.WithLabelValues("dropped").Inc()
+				log.Info("page dropped", "state", state)
+				msg.Ack() //nolint:errcheck
+				return
+			}
+			run := w.runPage
+			if job.Sweep {
+				run = w.runSweep
+			}
+			rep, err = run(ctx, pageCtx, job, owner)
+			if err == nil {
+				break
+			}
+			if !isOutage(err) {
+				pagesRun.WithLabelValues("failed").Inc()
+				// Nothing was reported: the coordinator's cursor did not
+				// move, and JetStream offers the page again (to this or
+				// another worker), up to the delivery limit.
+				log.Error("page failed", "err", err)
+				msg.NakWithDelay(w.cfg.ParkDelay) //nolint:errcheck
+				return
+			}
+		}
+		if !w.live.alive(owner, w.cfg.Clock.Now()) {
+			// The run went quiet for longer than a page may (a call hung
+			// before it failed): its heartbeat stopped and JetStream has
+			// handed the page on, towards its delivery limit. Waiting on
+			// would hold this worker for a page that is no longer its.
+			log.Warn("page given up: it made no progress for the longest a page may take", "err", err)
+			return
+		}
+		if ctx.Err() != nil {
+			// Stopping: hand the page on rather than wait out the outage.
+			log.Warn("page not run: a dependency is unavailable and the worker is stopping", "err", err)
+			msg.NakWithDelay(w.cfg.ParkDelay) //nolint:errcheck
+			return
+		}
+		pagesRun.WithLabelValues("waiting").Inc()
+		log.Warn("page waits: a dependency is unavailable", "err", err, "attempt", attempt+1)
+		w.live.progress(owner, w.cfg.Clock.Now())
+		select {
+		case <-ctx.Done():
+		case <-w.cfg.Clock.After(backoff(attempt, w.cfg.ParkDelay)):
+		}
 	}
-	rep, err := run(ctx, pageCtx, msg, job)
-	stopBeat()
 	pageSeconds.Observe(w.cfg.Clock.Now().Sub(began).Seconds())
-	if err != nil {
-		pagesRun.WithLabelValues("failed").Inc()
-		// Nothing was reported: the coordinator's cursor did not move, and
-		// JetStream offers the page again (to this or another worker).
-		log.Error("page failed", "err", err)
-		msg.NakWithDelay(w.cfg.ParkDelay) //nolint:errcheck
-		return
-	}
-	if _, err := w.cfg.Bus.JS.Publish(pageCtx, bus.ReportSubject(job.Broadcast), bus.Encode(rep)); err != nil {
-		log.Error("report not published; page will run again", "err", err)
-		msg.NakWithDelay(w.cfg.ParkDelay) //nolint:errcheck
-		return
+	// The report is what the page learnt; a NATS hiccup should not cost a
+	// delivery of the page, so it is retried for a while in place.
+	for attempt := 0; ; attempt++ {
+		_, err := w.cfg.Bus.JS.Publish(pageCtx, bus.ReportSubject(job.Broadcast), bus.Encode(rep))
+		if err == nil {
+			break
+		}
+		if attempt >= 8 || ctx.Err() != nil {
+			log.Error("report not published; page will run again", "err", err)
+			msg.NakWithDelay(w.cfg.ParkDelay) //nolint:errcheck
+			return
+		}
+		w.live.progress(owner, w.cfg.Clock.Now())
+		<-w.cfg.Clock.After(backoff(attempt, 5*time.Second))
 	}
 	if err := msg.DoubleAck(pageCtx); err != nil {
 		// The report is out; running the page again finds its claims and
@@ -216,26 +295,106 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	log.Debug("page done", "sent", rep.Sent, "failed", rep.Failed, "deferred", rep.Deferred, "done", rep.Done)
 }
 
-// heartbeat keeps the page ours while it runs, however long one window's
-// sends take; a dead worker's page goes to another worker once the ack wait
-// passes without one.
-func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
+// heartbeat keeps the page ours while its run makes progress, however long
+// one window's sends take or a store outage lasts; a dead worker's page goes
+// to another worker once the ack wait passes without one, and so does a run
+// that made no progress for MaxPageTime (a wedged send).
+func (w *Worker) heartbeat(msg jetstream.Msg, owner string) (stop func()) {
 	done := make(chan struct{})
-	giveUp := w.cfg.Clock.After(w.cfg.MaxPageTime)
 	go func() {
 		for {
 			select {
 			case <-done:
 				return
-			case <-giveUp:
-				w.cfg.Log.Warn("page still running after the longest a page may take; letting JetStream hand it on", "max", w.cfg.MaxPageTime)
-				return
 			case <-w.cfg.Clock.After(bus.PageHeartbeat):
+				if !w.live.alive(owner, w.cfg.Clock.Now()) {
+					w.cfg.Log.Warn("page made no progress for the longest a page may take; letting JetStream hand it on", "max", w.cfg.MaxPageTime)
+					return
+				}
 				msg.InProgress() //nolint:errcheck // a lost heartbeat at worst lets the page run twice, which sends nothing twice
 			}
 		}
 	}()
 	return func() { close(done) }
+}
+
+// state is the broadcast's state: KV's (a watch, cheap), else the store's,
+// which is the truth. A missing KV key is "not known yet" (a lagging mirror,
+// a lost write), never "cancelled".
+func (w *Worker) state(ctx context.Context, broadcast string) (store.State, error) {
+	state, err := w.states.Get(ctx, broadcast)
+	if err == nil && state != store.StateRunning {
+		state, err = w.states.Fresh(ctx, broadcast)
+	}
+	if err == nil {
+		return state, nil
+	}
+	id, perr := ulid.ParseStrict(broadcast)
+	if perr != nil {
+		return store.StateCancelled, nil // no broadcast can have this id: nothing to send
+	}
+	b, serr := w.cfg.Store.GetBroadcast(ctx, id)
+	if errors.Is(serr, store.ErrNotFound) {
+		return store.StateCancelled, nil
+	}
+	if serr != nil {
+		return "", outage(fmt.Errorf("broadcast state: kv: %w; store: %w", err, serr))
+	}
+	return b.State, nil
+}
+
+// outageError marks an error of a dependency (the store, KV), not of the
+// page: the page waits for it instead of counting a failed delivery.
+type outageError struct{ err error }
+
+func (e *outageError) Error() string { return e.err.Error() }
+func (e *outageError) Unwrap() error { return e.err }
+
+func outage(err error) error {
+	if err == nil || errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return &outageError{err}
+}
+
+func isOutage(err error) bool {
+	var o *outageError
+	return errors.As(err, &o)
+}
+
+// backoff is the wait before retry attempt+1: doubling from 200 ms, at most
+// limit.
+func backoff(attempt int, limit time.Duration) time.Duration {
+	d := 200 * time.Millisecond << min(attempt, 10)
+	return min(d, limit)
+}
+
+// persist runs a store write whose outcome the page knows (what was sent,
+// what failed) until it commits: a failover, a dropped connection or an
+// ambiguous COMMIT must not turn known facts into "unknown". Every such
+// write is safe to repeat (outcomes are fenced on the claim's owner and
+// status; a claim returns the owner's rows again). It gives up after
+// StoreRetryFor, or a few seconds after the worker is asked to stop.
+func (w *Worker) persist(ctx context.Context, owner string, write func() error) error {
+	clk := w.cfg.Clock
+	start := clk.Now()
+	var stopAt time.Time
+	for attempt := 0; ; attempt++ {
+		err := write()
+		if err == nil {
+			return nil
+		}
+		now := clk.Now()
+		if ctx.Err() != nil && stopAt.IsZero() {
+			stopAt = now.Add(5 * time.Second)
+		}
+		if now.Sub(start) >= w.cfg.StoreRetryFor || (!stopAt.IsZero() && !now.Before(stopAt)) {
+			return outage(err)
+		}
+		storeRetries.Inc()
+		w.live.progress(owner, now)
+		<-clk.After(backoff(attempt, 5*time.Second))
+	}
 }
 
 func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
@@ -247,7 +406,7 @@ func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
 	}
 	b, err := w.cfg.Store.GetBroadcast(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, outage(err)
 	}
 	c := b.Content
 	compiled, err := message.Compile(message.Template{FromName: c.FromName, FromAddress: c.FromAddress, Subject: c.Subject, HTML: c.HTML, Text: c.Text})
@@ -261,9 +420,10 @@ func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
 	return l, nil
 }
 
-// runPage walks one page window by window. It returns the report to publish,
-// or an error when the page could not be walked at all.
-func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bus.PageJob) (bus.Report, error) {
+// runPage walks one page window by window, every claim held by owner. It
+// returns the report to publish, or an error when the page could not be
+// walked at all (an outage error when a dependency did not answer).
+func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner string) (bus.Report, error) {
 	rep := bus.Report{Broadcast: job.Broadcast, Range: job.Range, Epoch: job.Epoch, From: job.From, Next: job.From, Limit: job.Limit}
 	id, err := ulid.ParseStrict(job.Broadcast)
 	if err != nil {
@@ -284,7 +444,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bu
 	limit := wholeWindows(job.Limit, w.cfg.Concurrency)
 	contacts, err := w.cfg.Store.EligiblePage(pageCtx, l.b, from, until, limit)
 	if err != nil {
-		return rep, err
+		return rep, outage(err)
 	}
 	h := newHolds(job)
 	windows := slices.Collect(slices.Chunk(contacts, w.cfg.Concurrency))
@@ -296,20 +456,22 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bu
 		rep.Class = class
 		return rep, nil
 	}
-	// Claim before send: only rows this attempt inserted may be sent. The
-	// first window's claim is a commit of its own; every later window is
-	// claimed in the commit that records the outcomes of the one before, so
-	// a window costs one commit and the claims still never run ahead of the
-	// window in flight.
-	claimed, err := w.cfg.Store.Claim(pageCtx, l.b.ID, w.claimsFor(l, windows[0]), w.cfg.Clock.Now())
+	// Claim before send: only rows this run holds may be sent. The first
+	// window's claim is a commit of its own; every later window is claimed
+	// in the commit that records the outcomes of the one before, so a
+	// window costs one commit and the claims still never run ahead of the
+	// window in flight. Nothing sent yet: a failure here is an outage the
+	// whole page waits out.
+	claimed, err := w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[0]), w.cfg.Clock.Now())
 	if err != nil {
-		return rep, err
+		return rep, outage(err)
 	}
 	next := from
 	for i, window := range windows {
 		w.refreshHolds(pageCtx, l, h)
-		res, outcomes, release := w.deliver(pageCtx, l, window, ids(claimed), h, w.cfg.Clock.Now())
+		res, outcomes := w.deliver(pageCtx, l, window, ids(claimed), h, w.cfg.Clock.Now())
 		res.claimed = len(claimed)
+		w.live.progress(owner, w.cfg.Clock.Now())
 
 		// Claim the next window only if it will be sent: a page that stops
 		// here (a send error, a drain, a pause) must not leave claims
@@ -321,28 +483,20 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, msg jetstream.Msg, job bu
 				following = windows[i+1]
 			}
 		}
-		claimed, err = w.cfg.Store.RecordAndClaim(pageCtx, l.b.ID, outcomes, w.claimsFor(l, following), w.cfg.Clock.Now())
+		err := w.persist(ctx, owner, func() error {
+			var err error
+			claimed, err = w.cfg.Store.RecordAndClaim(pageCtx, l.b.ID, owner, outcomes, w.claimsFor(l, following), w.cfg.Clock.Now())
+			return err
+		})
 		if err != nil {
-			// Outcomes of this window are not recorded: the cursor must
-			// not pass it. Report what is safe.
-			if i == 0 {
-				return rep, err
-			}
+			// The outcomes of this window are not recorded: the cursor must
+			// not pass it, and its claims stay this run's until the
+			// reconciler finds the run gone. Report what is safe.
 			rep.Next = next.String()
 			rep.Class, rep.Error = bus.ClassTransient, err.Error()
 			return rep, nil
 		}
 		w.count(res)
-		if err := w.cfg.Store.Release(pageCtx, l.b.ID, release); err != nil {
-			// Recorded, but claims that were not sent are still held; the
-			// reconciler settles them as in doubt.
-			if i == 0 {
-				return rep, err
-			}
-			rep.Next = next.String()
-			rep.Class, rep.Error = bus.ClassTransient, err.Error()
-			return rep, nil
-		}
 		res.addTo(&rep)
 		if res.stopAt >= 0 {
 			rep.Next = window[res.stopAt].ID.String()
@@ -387,7 +541,7 @@ func (w *Worker) stopBefore(ctx, pageCtx context.Context, job bus.PageJob) (bool
 	if ctx.Err() != nil {
 		return true, bus.ClassNone
 	}
-	state, err := w.states.get(pageCtx, job.Broadcast)
+	state, err := w.states.Get(pageCtx, job.Broadcast)
 	switch {
 	case err == nil && state == store.StateRunning:
 		return false, bus.ClassNone
@@ -429,6 +583,9 @@ type windowResult struct {
 	stopAt int
 	class  bus.ErrorClass
 	err    string
+	// held is the contacts deferred because the governor holds their
+	// provider: not an attempt, so never counted against them.
+	held map[ulid.ULID]bool
 }
 
 func (r windowResult) addTo(rep *bus.Report) {
@@ -464,12 +621,14 @@ func (w *Worker) count(res windowResult) {
 	messages.WithLabelValues("deferred").Add(float64(res.deferred))
 }
 
-// deliver sends the window's contacts that are mine (claimed by this
-// attempt) with bounded concurrency, deferring those whose provider is held,
-// and says what became of each: the outcomes to record and the claims to
-// release (not sent, safe to send later). stopAt is the first contact that
-// was not sent for a reason that is not the recipient's.
-func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) (res windowResult, outcomes []store.Outcome, release []ulid.ULID) {
+// deliver sends the window's contacts that are mine (claimed by this run)
+// with bounded concurrency, deferring those whose provider is held, and
+// says what became of each: the outcome to record for every claimed
+// contact. A contact not sent for a reason that is not its own (a transient
+// refusal, a quota, a channel error) is recorded deferred with a retry
+// time, never released: another copy of this page may be past it already,
+// and the cursor only moves forward. stopAt is the first such contact.
+func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) (res windowResult, outcomes []store.Outcome) {
 	res.stopAt = -1
 	providers := make([]string, len(window))
 	deferUntil := make([]time.Time, len(window))
@@ -500,6 +659,10 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: deferUntil[i],
 				Error: "deferred: " + providers[i] + " held by the governor"})
 			res.deferred++
+			if res.held == nil {
+				res.held = map[ulid.ULID]bool{}
+			}
+			res.held[c.ID] = true
 			continue
 		}
 		err := errs[i]
@@ -525,21 +688,31 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 		case transport.Transient:
 			res.provider(providers[i], func(p *bus.ProviderResult) { p.Transient++ })
 		}
-		// A connection lost after the final dot may have delivered the
-		// message: keep the claim (in doubt, for the reconciler) rather than
-		// release it and risk a second copy.
 		var se *transport.SendError
-		if !errors.As(err, &se) || !se.MaybeDelivered {
-			release = append(release, c.ID)
-			messages.WithLabelValues("released").Inc()
-		} else {
+		if errors.As(err, &se) && se.MaybeDelivered {
+			// A connection lost after the final dot may have delivered the
+			// message: hand the claim to the reconciler (no owner) rather
+			// than risk a second copy.
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendClaimed, Error: "in doubt: " + err.Error()})
 			messages.WithLabelValues("in_doubt").Inc()
+		} else {
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now), Error: err.Error()})
+			res.deferred++
+			messages.WithLabelValues("retry").Inc()
 		}
 		if res.stopAt < 0 {
 			res.stopAt, res.class, res.err = i, busClass(class), err.Error()
 		}
 	}
-	return res, outcomes, release
+	return res, outcomes
+}
+
+// retryAt is when a row deferred after a transient refusal is due again:
+// RetryAfter, jittered by up to half so rows refused together do not all
+// come back in one burst.
+func (w *Worker) retryAt(now time.Time) time.Time {
+	d := w.cfg.RetryAfter
+	return now.Add(d/2 + time.Duration(rand.Int64N(int64(d/2)+1)))
 }
 
 // renderError marks a message that could not be built for one contact (bad

@@ -20,13 +20,14 @@ type Due struct {
 // sweep later sends the due ones through the same claim rules.
 type Deferrals interface {
 	// ClaimDue moves up to limit deferred rows of broadcast b whose retry
-	// time has come (retry_at <= now) back to claimed, in contact id order,
+	// time has come (retry_at <= now) back to claimed, held by owner, in
+	// contact id order,
 	// and returns their contacts: only the caller that moved a row may send
 	// it, so two sweeps can never both send one. Due rows whose contact no
 	// longer passes the suppression gate (unsubscribed, suppressed, left the
 	// segment since) are deleted instead, exactly as a page skips an
 	// ineligible contact.
-	ClaimDue(ctx context.Context, b Broadcast, now time.Time, limit int) ([]Due, error)
+	ClaimDue(ctx context.Context, b Broadcast, owner string, now time.Time, limit int) ([]Due, error)
 	// NextDue counts the broadcast's deferred rows and returns the earliest
 	// retry time among them (zero when there are none).
 	NextDue(ctx context.Context, broadcast ulid.ULID) (n int64, at time.Time, err error)

@@ -101,6 +101,11 @@ type Audience struct {
 	MinID, MaxID ulid.ULID
 }
 
+// OwnerNone is the owner of a claim nobody holds: one handed to the
+// reconciler, or one made before claims had owners. No live worker has it,
+// so the reconciler settles such claims after its grace.
+const OwnerNone = ""
+
 // Claim is a ledger row to insert before a message may be sent.
 type Claim struct {
 	ContactID ulid.ULID
@@ -108,7 +113,10 @@ type Claim struct {
 	MessageID string
 }
 
-// Outcome records what happened to one claimed message.
+// Outcome records what happened to one claimed message. Status
+// SendClaimed hands the row to the reconciler: it stays claimed, with no
+// owner (OwnerNone), because the sender cannot tell whether it went out (a
+// connection lost after the final dot).
 type Outcome struct {
 	ContactID ulid.ULID
 	Status    SendStatus
@@ -126,6 +134,9 @@ type Send struct {
 	MessageID              string
 	Error                  string
 	ClaimedAt, UpdatedAt   time.Time
+	// Owner holds the claim ("worker/run"); "" for rows claimed before
+	// owners were recorded.
+	Owner string
 }
 
 // Counts sums a broadcast's ledger by status. Sent counts every row the SMTP
@@ -172,27 +183,37 @@ type Store interface {
 	// address, in the segment) with from <= id <= until, in id order. It is
 	// the same gate that AcceptBroadcast counts.
 	EligiblePage(ctx context.Context, b Broadcast, from, until ulid.ULID, limit int) ([]Contact, error)
-	// Claim inserts ledger rows (status claimed) and returns the contact ids
-	// this call inserted; rows that already existed are not returned and must
-	// not be sent.
-	Claim(ctx context.Context, broadcast ulid.ULID, claims []Claim, now time.Time) ([]ulid.ULID, error)
-	// RecordOutcomes writes outcomes for rows still claimed, in one batch.
-	RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcomes []Outcome, now time.Time) error
+	// Claim inserts ledger rows (status claimed) held by owner and returns
+	// the contact ids this owner holds among them: the rows it inserted, and
+	// rows it inserted before (a retry after an ambiguous commit gets its own
+	// claims back). Rows another owner holds, or that have an outcome, are
+	// not returned and must not be sent.
+	Claim(ctx context.Context, broadcast ulid.ULID, owner string, claims []Claim, now time.Time) ([]ulid.ULID, error)
+	// RecordOutcomes writes outcomes for rows still claimed by owner, in one
+	// batch. A row another owner holds, or that has an outcome already, is
+	// left as it is, so repeating a write that may have committed is safe.
+	RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []Outcome, now time.Time) error
 	// RecordAndClaim is RecordOutcomes of one window and Claim of the next in
 	// one transaction: a page worker commits once per window rather than
 	// twice, and a crash leaves either both or neither. It returns what
-	// Claim would.
-	RecordAndClaim(ctx context.Context, broadcast ulid.ULID, outcomes []Outcome, next []Claim, now time.Time) ([]ulid.ULID, error)
-	// Release deletes claims that are still claimed (not sent), so a later
-	// page can claim them again.
-	Release(ctx context.Context, broadcast ulid.ULID, contacts []ulid.ULID) error
+	// Claim would, and is as safe to repeat.
+	RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []Outcome, next []Claim, now time.Time) ([]ulid.ULID, error)
+	// Release deletes claims that owner still holds (not sent), so a later
+	// page can claim them again. Only the reconciler releases, and it rewinds
+	// the range under a new epoch in the same step: a claim a cursor may
+	// already have passed is never simply deleted.
+	Release(ctx context.Context, broadcast ulid.ULID, owner string, contacts []ulid.ULID) error
 	// GetSend returns one ledger row, or ErrNotFound.
 	GetSend(ctx context.Context, broadcast, contact ulid.ULID) (Send, error)
 	// Counts sums the broadcast's ledger by status.
 	Counts(ctx context.Context, broadcast ulid.ULID) (Counts, error)
-	// InDoubt returns up to limit claims still without an outcome that were
-	// made before claimedBefore, in contact id order.
-	InDoubt(ctx context.Context, broadcast ulid.ULID, claimedBefore time.Time, limit int) ([]Send, error)
+	// ClaimOwners lists the owners of the broadcast's claims still without
+	// an outcome (in flight, or in doubt when the owner is gone).
+	ClaimOwners(ctx context.Context, broadcast ulid.ULID) ([]string, error)
+	// InDoubt returns up to limit claims still without an outcome held by
+	// owner, in contact id order: the reconciler calls it for owners that
+	// are gone.
+	InDoubt(ctx context.Context, broadcast ulid.ULID, owner string, limit int) ([]Send, error)
 	// Failures returns up to limit failed rows, the latest first, with the
 	// server's reply: what a person needs to see why mail did not go out.
 	Failures(ctx context.Context, broadcast ulid.ULID, limit int) ([]Send, error)

@@ -79,10 +79,10 @@ func setup(t *testing.T, n int) *fixture {
 		claims = append(claims, store.Claim{ContactID: c.ID, Email: c.Email, MessageID: f.mid(c.ID)})
 		outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendSent})
 	}
-	if _, err := st.Claim(ctx, f.b.ID, claims, t0); err != nil {
+	if _, err := st.Claim(ctx, f.b.ID, "w1/1", claims, t0); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.RecordOutcomes(ctx, f.b.ID, outcomes, t0); err != nil {
+	if err := st.RecordOutcomes(ctx, f.b.ID, "w1/1", outcomes, t0); err != nil {
 		t.Fatal(err)
 	}
 	h, err := web.New(web.Config{

@@ -22,9 +22,9 @@ func retryAt(o store.Outcome) any {
 // claimDueQuery locks the due deferred rows (SKIP LOCKED: a concurrent sweep
 // takes other rows, never the same), deletes those whose contact no longer
 // passes the gate, and moves the rest back to claimed. The two statements
-// touch disjoint rows. $1 broadcast, $2 now, $3 limit, $4 segment.
+// touch disjoint rows. $1 broadcast, $2 now, $3 limit, $4 owner, $5 segment.
 func claimDueQuery(segment int64) string {
-	g := gate(segmentParam(segment, "$4"))
+	g := gate(segmentParam(segment, "$5"))
 	return `
 WITH due AS (
     SELECT s.contact_id FROM broadcast_sends s
@@ -37,14 +37,14 @@ WITH due AS (
       AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id AND ` + g + `)
 )
 UPDATE broadcast_sends s
-SET status = 'claimed', attempt = s.attempt + 1, claimed_at = $2, updated_at = $2, retry_at = NULL
+SET status = 'claimed', attempt = s.attempt + 1, claimed_at = $2, updated_at = $2, retry_at = NULL, owner = $4
 FROM due, contacts c
 WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id AND c.id = due.contact_id AND ` + g + `
 RETURNING c.id, c.email, c.name, c.attributes, s.attempt`
 }
 
-func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, now time.Time, limit int) ([]store.Due, error) {
-	args := []any{uid(b.ID), now, limit}
+func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error) {
+	args := []any{uid(b.ID), now, limit, owner}
 	if b.SegmentID != 0 {
 		args = append(args, b.SegmentID)
 	}

@@ -124,7 +124,7 @@ func BenchmarkClaimBatch(b *testing.B) {
 	entropy := ulid.Monotonic(ulid.DefaultEntropy(), 0)
 	at := hotT0.Add(time.Hour)
 	for b.Loop() {
-		got, err := s.Claim(ctx, bc.ID, freshClaims(entropy, at), at)
+		got, err := s.Claim(ctx, bc.ID, "w1/1", freshClaims(entropy, at), at)
 		if err != nil || len(got) != hotWindow {
 			b.Fatalf("claimed %d, %v", len(got), err)
 		}
@@ -142,7 +142,7 @@ func BenchmarkRecordOutcomes(b *testing.B) {
 	outcomes := make([]store.Outcome, hotWindow)
 	for b.Loop() {
 		b.StopTimer()
-		got, err := s.Claim(ctx, bc.ID, freshClaims(entropy, at), at)
+		got, err := s.Claim(ctx, bc.ID, "w1/1", freshClaims(entropy, at), at)
 		if err != nil || len(got) != hotWindow {
 			b.Fatalf("claimed %d, %v", len(got), err)
 		}
@@ -150,7 +150,7 @@ func BenchmarkRecordOutcomes(b *testing.B) {
 			outcomes[i] = store.Outcome{ContactID: id, Status: store.SendSent}
 		}
 		b.StartTimer()
-		if err := s.RecordOutcomes(ctx, bc.ID, outcomes, at); err != nil {
+		if err := s.RecordOutcomes(ctx, bc.ID, "w1/1", outcomes, at); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -58,8 +58,8 @@ func TestOutcomeWriteUsesPrimaryKey(t *testing.T) {
 			// contact ids ascending like ULIDs.
 			start := time.Now()
 			_, err = pool.Exec(ctx, `
-INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at)
-SELECT $1, lpad(to_hex(g), 32, '0')::uuid, 'c' || g || '@example.org', 'claimed', '<' || g || '@example.org>', $2, $2
+INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner)
+SELECT $1, lpad(to_hex(g), 32, '0')::uuid, 'c' || g || '@example.org', 'claimed', '<' || g || '@example.org>', $2, $2, 'w1/1'
 FROM generate_series(1, $3::int) AS g`, b.ID[:], t0, grownRows)
 			if err != nil {
 				t.Fatal(err)
@@ -85,10 +85,10 @@ SELECT (SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND ta
 			statements := []struct {
 				name, params, sql, args string
 			}{
-				{"outcome UPDATE", "uuid, uuid, text, text, timestamptz, timestamptz", postgres.RecordOutcomeSQL,
-					fmt.Sprintf(`'%s', '%032x', 'sent', '', '%s', NULL`, bid, 0x2a, t0.Format(time.RFC3339))},
-				{"release DELETE", "uuid, uuid[]", postgres.ReleaseSQL,
-					fmt.Sprintf(`'%s', ARRAY['%032x', '%032x']::uuid[]`, bid, 0x2a, 0x2b)},
+				{"outcome UPDATE", "uuid, uuid, text, text, timestamptz, timestamptz, text", postgres.RecordOutcomeSQL,
+					fmt.Sprintf(`'%s', '%032x', 'sent', '', '%s', NULL, 'w1/1'`, bid, 0x2a, t0.Format(time.RFC3339))},
+				{"release DELETE", "uuid, uuid[], text", postgres.ReleaseSQL,
+					fmt.Sprintf(`'%s', ARRAY['%032x', '%032x']::uuid[], 'w1/1'`, bid, 0x2a, 0x2b)},
 			}
 			for _, st := range statements {
 				for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
@@ -105,7 +105,7 @@ SELECT (SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND ta
 				outcomes = append(outcomes, store.Outcome{ContactID: id, Status: store.SendSent})
 			}
 			start = time.Now()
-			if err := s.RecordOutcomes(ctx, b.ID, outcomes, t0.Add(time.Minute)); err != nil {
+			if err := s.RecordOutcomes(ctx, b.ID, "w1/1", outcomes, t0.Add(time.Minute)); err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("RecordOutcomes of 16 on %d rows: %v", grownRows, time.Since(start).Round(time.Microsecond))

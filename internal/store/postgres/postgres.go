@@ -377,15 +377,19 @@ func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until
 	return out, mapErr("eligible page", err)
 }
 
+// claimQuery inserts claims held by $6. A row that exists already is
+// returned only when $6 holds it still (the same run retrying after an
+// ambiguous commit); the no-op update is what makes RETURNING report it.
 const claimQuery = `
-INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at)
-SELECT $1, u.id, u.email, 'claimed', u.message_id, $5, $5
+INSERT INTO broadcast_sends AS s (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner)
+SELECT $1, u.id, u.email, 'claimed', u.message_id, $5, $5, $6
 FROM unnest($2::uuid[], $3::text[], $4::text[]) AS u(id, email, message_id)
-ON CONFLICT DO NOTHING
+ON CONFLICT (broadcast_id, contact_id) DO UPDATE SET owner = excluded.owner
+WHERE s.owner = excluded.owner AND s.status = 'claimed'
 RETURNING contact_id`
 
-func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
-	rows, err := s.pool.Query(ctx, claimQuery, claimArgs(broadcast, claims, now)...)
+func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	rows, err := s.pool.Query(ctx, claimQuery, claimArgs(broadcast, owner, claims, now)...)
 	if err != nil {
 		return nil, mapErr("claim", err)
 	}
@@ -396,7 +400,7 @@ func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.C
 // claimArgs are claimQuery's arguments, the claims in contact id order: two
 // concurrent claims of overlapping sets in different orders would otherwise
 // deadlock, each waiting on a row the other has inserted.
-func claimArgs(broadcast ulid.ULID, claims []store.Claim, now time.Time) []any {
+func claimArgs(broadcast ulid.ULID, owner string, claims []store.Claim, now time.Time) []any {
 	claims = slices.SortedFunc(slices.Values(claims), func(a, b store.Claim) int { return a.ContactID.Compare(b.ContactID) })
 	ids := make([][16]byte, len(claims))
 	emails := make([]string, len(claims))
@@ -404,7 +408,7 @@ func claimArgs(broadcast ulid.ULID, claims []store.Claim, now time.Time) []any {
 	for i, c := range claims {
 		ids[i], emails[i], mids[i] = uid(c.ContactID), c.Email, c.MessageID
 	}
-	return []any{uid(broadcast), ids, emails, mids, now}
+	return []any{uid(broadcast), ids, emails, mids, now, owner}
 }
 
 // claimedIDs reads claimQuery's result: the contacts this call inserted.
@@ -435,37 +439,38 @@ const stillClaimed = `status || '' = 'claimed'`
 // broadcast on a fresh table; a primary-key update does not (given
 // stillClaimed).
 const recordOutcome = `
-UPDATE broadcast_sends SET status = $3, error = $4, updated_at = $5, retry_at = $6, accepted = ($3 = 'sent')
-WHERE broadcast_id = $1 AND contact_id = $2 AND ` + stillClaimed
+UPDATE broadcast_sends SET status = $3, error = $4, updated_at = $5, retry_at = $6, accepted = ($3 = 'sent'),
+    owner = CASE WHEN $3 = 'claimed' THEN '' ELSE owner END
+WHERE broadcast_id = $1 AND contact_id = $2 AND ` + stillClaimed + ` AND owner = $7`
 
-// releaseClaims deletes claims that are still claimed, by primary key.
+// releaseClaims deletes claims that $3 still holds, by primary key.
 const releaseClaims = `
 DELETE FROM broadcast_sends
-WHERE broadcast_id = $1 AND contact_id = ANY($2::uuid[]) AND ` + stillClaimed
+WHERE broadcast_id = $1 AND contact_id = ANY($2::uuid[]) AND ` + stillClaimed + ` AND owner = $3`
 
-func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcomes []store.Outcome, now time.Time) error {
+func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {
 	if len(outcomes) == 0 {
 		return nil
 	}
-	_, err := s.recordAndClaim(ctx, broadcast, outcomes, nil, now)
+	_, err := s.recordAndClaim(ctx, broadcast, owner, outcomes, nil, now)
 	return mapErr("record outcomes", err)
 }
 
-func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
-	claimed, err := s.recordAndClaim(ctx, broadcast, outcomes, next, now)
+func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	claimed, err := s.recordAndClaim(ctx, broadcast, owner, outcomes, next, now)
 	return claimed, mapErr("record outcomes and claim", err)
 }
 
 // recordAndClaim writes outcomes and inserts the next claims in one
 // transaction, the statements pipelined in one batch: one commit (one WAL
 // flush) for both.
-func (s *Store) recordAndClaim(ctx context.Context, broadcast ulid.ULID, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
+func (s *Store) recordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	batch := &pgx.Batch{}
 	for _, o := range outcomes {
-		batch.Queue(recordOutcome, uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, now, retryAt(o))
+		batch.Queue(recordOutcome, uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, now, retryAt(o), owner)
 	}
 	if len(next) > 0 {
-		batch.Queue(claimQuery, claimArgs(broadcast, next, now)...)
+		batch.Queue(claimQuery, claimArgs(broadcast, owner, next, now)...)
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -508,11 +513,11 @@ func (s *Store) recordAndClaim(ctx context.Context, broadcast ulid.ULID, outcome
 	return claimed, tx.Commit(ctx)
 }
 
-func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, contacts []ulid.ULID) error {
+func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, owner string, contacts []ulid.ULID) error {
 	if len(contacts) == 0 {
 		return nil
 	}
-	_, err := s.pool.Exec(ctx, releaseClaims, uid(broadcast), uids(contacts))
+	_, err := s.pool.Exec(ctx, releaseClaims, uid(broadcast), uids(contacts), owner)
 	return mapErr("release claims", err)
 }
 
@@ -555,17 +560,28 @@ func (s *Store) GetSend(ctx context.Context, broadcast, contact ulid.ULID) (stor
 	out := store.Send{BroadcastID: broadcast, ContactID: contact}
 	var status string
 	err := s.pool.QueryRow(ctx, `
-SELECT email, status, attempt, message_id, error, claimed_at, updated_at
+SELECT email, status, attempt, message_id, error, claimed_at, updated_at, owner
 FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2`, uid(broadcast), uid(contact)).
-		Scan(&out.Email, &status, &out.Attempt, &out.MessageID, &out.Error, &out.ClaimedAt, &out.UpdatedAt)
+		Scan(&out.Email, &status, &out.Attempt, &out.MessageID, &out.Error, &out.ClaimedAt, &out.UpdatedAt, &out.Owner)
 	out.Status = store.SendStatus(status)
 	return out, mapErr("ledger row", err)
 }
 
-func (s *Store) InDoubt(ctx context.Context, broadcast ulid.ULID, claimedBefore time.Time, limit int) ([]store.Send, error) {
+// ClaimOwners reads the partial index of claimed rows: its cost is the
+// claims in flight, not the broadcast's size.
+func (s *Store) ClaimOwners(ctx context.Context, broadcast ulid.ULID) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT owner FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'claimed'`, uid(broadcast))
+	if err != nil {
+		return nil, mapErr("claim owners", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, mapErr("claim owners", err)
+}
+
+func (s *Store) InDoubt(ctx context.Context, broadcast ulid.ULID, owner string, limit int) ([]store.Send, error) {
 	return s.sends(ctx, "in-doubt claims", broadcast, `
-WHERE broadcast_id = $1 AND status = 'claimed' AND claimed_at < $2
-ORDER BY contact_id LIMIT $3`, uid(broadcast), claimedBefore, limit)
+WHERE broadcast_id = $1 AND status = 'claimed' AND owner = $2
+ORDER BY contact_id LIMIT $3`, uid(broadcast), owner, limit)
 }
 
 func (s *Store) Failures(ctx context.Context, broadcast ulid.ULID, limit int) ([]store.Send, error) {
@@ -577,7 +593,7 @@ ORDER BY updated_at DESC, contact_id LIMIT $2`, uid(broadcast), limit)
 // sends reads ledger rows of one broadcast selected by where.
 func (s *Store) sends(ctx context.Context, op string, broadcast ulid.ULID, where string, args ...any) ([]store.Send, error) {
 	rows, err := s.pool.Query(ctx, `
-SELECT contact_id, email, status, attempt, message_id, error, claimed_at, updated_at
+SELECT contact_id, email, status, attempt, message_id, error, claimed_at, updated_at, owner
 FROM broadcast_sends`+where, args...)
 	if err != nil {
 		return nil, mapErr(op, err)
@@ -586,7 +602,7 @@ FROM broadcast_sends`+where, args...)
 	var id [16]byte
 	var status string
 	r := store.Send{BroadcastID: broadcast}
-	_, err = pgx.ForEachRow(rows, []any{&id, &r.Email, &status, &r.Attempt, &r.MessageID, &r.Error, &r.ClaimedAt, &r.UpdatedAt}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &r.Email, &status, &r.Attempt, &r.MessageID, &r.Error, &r.ClaimedAt, &r.UpdatedAt, &r.Owner}, func() error {
 		r.ContactID, r.Status = ulid.ULID(id), store.SendStatus(status)
 		out = append(out, r)
 		return nil

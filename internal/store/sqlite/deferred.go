@@ -31,12 +31,12 @@ ORDER BY s.contact_id LIMIT :limit`
 }
 
 const (
-	reclaimDue = `UPDATE broadcast_sends SET status = 'claimed', attempt = attempt + 1, claimed_at = ?3, updated_at = ?3, retry_at = NULL
+	reclaimDue = `UPDATE broadcast_sends SET status = 'claimed', attempt = attempt + 1, claimed_at = ?3, updated_at = ?3, retry_at = NULL, owner = ?4
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'deferred'`
 	dropDue = `DELETE FROM broadcast_sends WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'deferred'`
 )
 
-func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, now time.Time, limit int) ([]store.Due, error) {
+func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error) {
 	if limit < 0 {
 		return nil, fmt.Errorf("claim due deferrals: negative limit %d", limit)
 	}
@@ -81,7 +81,7 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, now time.Time, 
 			return err
 		}
 		for _, c := range out {
-			if _, err := tx.ExecContext(ctx, reclaimDue, id(b.ID), id(c.ID), ts(now)); err != nil {
+			if _, err := tx.ExecContext(ctx, reclaimDue, id(b.ID), id(c.ID), ts(now), owner); err != nil {
 				return err
 			}
 		}

@@ -591,30 +591,33 @@ func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until
 // under SQLite's 32766).
 const claimChunk = 1000
 
-// claimQuery inserts n claims; ?1 is the broadcast, ?2 the time, then
-// contact id, address and Message-ID of each claim. Only the rows it
-// inserted are returned.
+// claimQuery inserts n claims; ?1 is the broadcast, ?2 the time, ?3 the
+// owner, then contact id, address and Message-ID of each claim. A row that
+// exists already is returned only when ?3 holds it still (the same run
+// retrying after an ambiguous commit); the no-op update is what makes
+// RETURNING report it.
 func claimQuery(n int) string {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at) VALUES `)
+	b.WriteString(`INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner) VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "(?1, ?%d, ?%d, 'claimed', ?%d, ?2, ?2)", 3+3*i, 4+3*i, 5+3*i)
+		fmt.Fprintf(&b, "(?1, ?%d, ?%d, 'claimed', ?%d, ?2, ?2, ?3)", 4+3*i, 5+3*i, 6+3*i)
 	}
-	b.WriteString(` ON CONFLICT DO NOTHING RETURNING contact_id`)
+	b.WriteString(` ON CONFLICT (broadcast_id, contact_id) DO UPDATE SET owner = excluded.owner
+WHERE broadcast_sends.owner = excluded.owner AND broadcast_sends.status = 'claimed' RETURNING contact_id`)
 	return b.String()
 }
 
-func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
+func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	if len(claims) == 0 {
 		return nil, nil
 	}
 	var out []ulid.ULID
 	err := s.write(ctx, "claim", func(tx *sql.Tx) error {
 		var err error
-		out, err = claimTx(ctx, tx, broadcast, claims, now)
+		out, err = claimTx(ctx, tx, broadcast, owner, claims, now)
 		return err
 	})
 	if err != nil {
@@ -624,14 +627,14 @@ func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, claims []store.C
 }
 
 // claimTx inserts claims in tx and returns the contacts it inserted.
-func claimTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
+func claimTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	// In contact id order, like Postgres (where it avoids deadlocks): the
 	// same rows in the same order whatever order the caller had.
 	claims = slices.SortedFunc(slices.Values(claims), func(a, b store.Claim) int { return a.ContactID.Compare(b.ContactID) })
 	var out []ulid.ULID
 	for chunk := range slices.Chunk(claims, claimChunk) {
-		args := make([]any, 0, 2+3*len(chunk))
-		args = append(args, id(broadcast), ts(now))
+		args := make([]any, 0, 3+3*len(chunk))
+		args = append(args, id(broadcast), ts(now), owner)
 		for _, c := range chunk {
 			args = append(args, id(c.ContactID), c.Email, c.MessageID)
 		}
@@ -668,33 +671,34 @@ func claimTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, claims []stor
 // (TestOutcomeWritesUsePrimaryKey pins the plan, with and without ANALYZE).
 const (
 	recordOutcome = `
-UPDATE broadcast_sends SET status = ?3, error = ?4, updated_at = ?5, retry_at = ?6, accepted = (?3 = 'sent')
-WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'claimed'`
+UPDATE broadcast_sends SET status = ?3, error = ?4, updated_at = ?5, retry_at = ?6, accepted = (?3 = 'sent'),
+    owner = CASE WHEN ?3 = 'claimed' THEN '' ELSE owner END
+WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'claimed' AND owner = ?7`
 	releaseClaim = `
 DELETE FROM broadcast_sends
-WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'claimed'`
+WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'claimed' AND owner = ?3`
 )
 
-func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, outcomes []store.Outcome, now time.Time) error {
+func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {
 	if len(outcomes) == 0 {
 		return nil
 	}
 	return s.write(ctx, "record outcomes", func(tx *sql.Tx) error {
-		return recordOutcomesTx(ctx, tx, broadcast, outcomes, now)
+		return recordOutcomesTx(ctx, tx, broadcast, owner, outcomes, now)
 	})
 }
 
-func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
+func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	var claimed []ulid.ULID
 	err := s.write(ctx, "record outcomes and claim", func(tx *sql.Tx) error {
-		if err := recordOutcomesTx(ctx, tx, broadcast, outcomes, now); err != nil {
+		if err := recordOutcomesTx(ctx, tx, broadcast, owner, outcomes, now); err != nil {
 			return err
 		}
 		if len(next) == 0 {
 			return nil
 		}
 		var err error
-		claimed, err = claimTx(ctx, tx, broadcast, next, now)
+		claimed, err = claimTx(ctx, tx, broadcast, owner, next, now)
 		return err
 	})
 	if err != nil {
@@ -703,7 +707,7 @@ func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, outcome
 	return claimed, nil
 }
 
-func recordOutcomesTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, outcomes []store.Outcome, now time.Time) error {
+func recordOutcomesTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {
 	if len(outcomes) == 0 {
 		return nil
 	}
@@ -718,7 +722,7 @@ func recordOutcomesTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, outc
 	// the reputation sums.
 	var d store.Reputation
 	for _, o := range outcomes {
-		r, err := stmt.ExecContext(ctx, id(broadcast), id(o.ContactID), string(o.Status), o.Error, ts(now), retryAt(o))
+		r, err := stmt.ExecContext(ctx, id(broadcast), id(o.ContactID), string(o.Status), o.Error, ts(now), retryAt(o), owner)
 		if err != nil {
 			return err
 		}
@@ -731,7 +735,7 @@ func recordOutcomesTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, outc
 	return addReputation(ctx, tx, broadcast, d)
 }
 
-func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, contacts []ulid.ULID) error {
+func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, owner string, contacts []ulid.ULID) error {
 	if len(contacts) == 0 {
 		return nil
 	}
@@ -742,7 +746,7 @@ func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, contacts []uli
 		}
 		defer stmt.Close()
 		for _, c := range contacts {
-			if _, err := stmt.ExecContext(ctx, id(broadcast), id(c)); err != nil {
+			if _, err := stmt.ExecContext(ctx, id(broadcast), id(c), owner); err != nil {
 				return err
 			}
 		}
@@ -788,14 +792,14 @@ func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (int64, error)
 	return n, mapErr("count pending", err)
 }
 
-const sendColumns = `contact_id, email, status, attempt, message_id, error, claimed_at, updated_at`
+const sendColumns = `contact_id, email, status, attempt, message_id, error, claimed_at, updated_at, owner`
 
 func scanSend(row interface{ Scan(...any) error }, broadcast ulid.ULID) (store.Send, error) {
 	out := store.Send{BroadcastID: broadcast}
 	var cid []byte
 	var status string
 	var claimed, updated int64
-	if err := row.Scan(&cid, &out.Email, &status, &out.Attempt, &out.MessageID, &out.Error, &claimed, &updated); err != nil {
+	if err := row.Scan(&cid, &out.Email, &status, &out.Attempt, &out.MessageID, &out.Error, &claimed, &updated, &out.Owner); err != nil {
 		return store.Send{}, err
 	}
 	var err error
@@ -813,10 +817,27 @@ FROM broadcast_sends WHERE broadcast_id = ? AND contact_id = ?`, id(broadcast), 
 	return out, mapErr("ledger row", err)
 }
 
-func (s *Store) InDoubt(ctx context.Context, broadcast ulid.ULID, claimedBefore time.Time, limit int) ([]store.Send, error) {
+func (s *Store) ClaimOwners(ctx context.Context, broadcast ulid.ULID) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT owner FROM broadcast_sends WHERE broadcast_id = ? AND status = 'claimed'`, id(broadcast))
+	if err != nil {
+		return nil, mapErr("claim owners", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var o string
+		if err := rows.Scan(&o); err != nil {
+			return nil, mapErr("claim owners", err)
+		}
+		out = append(out, o)
+	}
+	return out, mapErr("claim owners", rows.Err())
+}
+
+func (s *Store) InDoubt(ctx context.Context, broadcast ulid.ULID, owner string, limit int) ([]store.Send, error) {
 	return s.sends(ctx, "in-doubt claims", broadcast, limit, `
-WHERE broadcast_id = ? AND status = 'claimed' AND claimed_at < ?
-ORDER BY contact_id LIMIT ?`, id(broadcast), ts(claimedBefore), limit)
+WHERE broadcast_id = ? AND status = 'claimed' AND owner = ?
+ORDER BY contact_id LIMIT ?`, id(broadcast), owner, limit)
 }
 
 func (s *Store) Failures(ctx context.Context, broadcast ulid.ULID, limit int) ([]store.Send, error) {

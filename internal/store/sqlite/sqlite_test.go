@@ -90,9 +90,9 @@ func TestReopenKeepsData(t *testing.T) {
 		{ContactID: ids[0], Email: "c0@example.org", MessageID: "<m0>"},
 		{ContactID: ids[1], Email: "c1@example.org", MessageID: "<m1>"},
 	}
-	_, err = s.Claim(ctx, b.ID, claims, t0.Add(2*time.Minute))
+	_, err = s.Claim(ctx, b.ID, "w1/1", claims, t0.Add(2*time.Minute))
 	must(t, err, "Claim")
-	must(t, s.RecordOutcomes(ctx, b.ID, []store.Outcome{{ContactID: ids[0], Status: store.SendSent}}, t0.Add(3*time.Minute)), "RecordOutcomes")
+	must(t, s.RecordOutcomes(ctx, b.ID, "w1/1", []store.Outcome{{ContactID: ids[0], Status: store.SendSent}}, t0.Add(3*time.Minute)), "RecordOutcomes")
 	s.Close()
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("database file: %v", err)
@@ -123,7 +123,7 @@ func TestReopenKeepsData(t *testing.T) {
 		if send.Status != store.SendSent || send.MessageID != "<m0>" || !send.ClaimedAt.Equal(t0.Add(2*time.Minute)) || !send.UpdatedAt.Equal(t0.Add(3*time.Minute)) {
 			t.Fatalf("round %d: ledger row after reopen = %+v", round, send)
 		}
-		if again, err := s.Claim(ctx, b.ID, claims, t0.Add(4*time.Minute)); err != nil || len(again) != 0 {
+		if again, err := s.Claim(ctx, b.ID, "w2/1", claims, t0.Add(4*time.Minute)); err != nil || len(again) != 0 {
 			t.Fatalf("round %d: claim after reopen = %v, %v; want nothing", round, again, err)
 		}
 		if got, err := s.SegmentID(ctx, "vip"); err != nil || got != seg {
@@ -234,16 +234,16 @@ func TestOutcomeWritesUsePrimaryKey(t *testing.T) {
 	for i, c := range ids {
 		claims[i] = store.Claim{ContactID: c, Email: "x", MessageID: "m"}
 	}
-	_, err := s.Claim(ctx, b.ID, claims, t0)
+	_, err := s.Claim(ctx, b.ID, "w1/1", claims, t0)
 	must(t, err, "Claim")
-	must(t, s.RecordOutcomes(ctx, b.ID, []store.Outcome{{ContactID: ids[0], Status: store.SendSent}}, t0), "RecordOutcomes")
+	must(t, s.RecordOutcomes(ctx, b.ID, "w1/1", []store.Outcome{{ContactID: ids[0], Status: store.SendSent}}, t0), "RecordOutcomes")
 	for _, analyzed := range []bool{false, true} {
 		if analyzed {
 			_, err := s.w.ExecContext(ctx, `ANALYZE`)
 			must(t, err, "ANALYZE")
 		}
 		for name, q := range map[string]string{"record outcome": recordOutcome, "release": releaseClaim} {
-			plan := explain(t, s, q, id(b.ID), id(ids[7]), "sent", "", int64(0), nil)
+			plan := explain(t, s, q, id(b.ID), id(ids[7]), "sent", "", int64(0), nil, "w1/1")
 			if !strings.Contains(plan, "USING PRIMARY KEY (broadcast_id=? AND contact_id=?)") || strings.Contains(plan, "broadcast_sends_pending") {
 				t.Errorf("%s (analyzed %v): plan %q, want a primary-key lookup", name, analyzed, plan)
 			}
@@ -327,7 +327,7 @@ func TestTwoStoresOnOneFile(t *testing.T) {
 		}
 		wg.Go(func() {
 			for lo := 0; lo < len(order); lo += 10 {
-				mine, err := s.Claim(t.Context(), bc.ID, order[lo:min(lo+10, len(order))], t0)
+				mine, err := s.Claim(t.Context(), bc.ID, fmt.Sprintf("w%d/1", w), order[lo:min(lo+10, len(order))], t0)
 				if err != nil {
 					errs[w] = err
 					return
@@ -336,7 +336,7 @@ func TestTwoStoresOnOneFile(t *testing.T) {
 				for i, c := range mine {
 					outcomes[i] = store.Outcome{ContactID: c, Status: store.SendSent}
 				}
-				if err := s.RecordOutcomes(t.Context(), bc.ID, outcomes, t0); err != nil {
+				if err := s.RecordOutcomes(t.Context(), bc.ID, fmt.Sprintf("w%d/1", w), outcomes, t0); err != nil {
 					errs[w] = err
 					return
 				}

@@ -15,7 +15,7 @@ func ReputationBackfill(t *testing.T, s store.Store, remigrate func(t *testing.T
 	ids := f.subscribers("backfill", 6)
 	b := f.running("backfill", 0)
 	f.claim(b, ids, at(2))
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{
 		{ContactID: ids[0], Status: store.SendSent}, {ContactID: ids[1], Status: store.SendSent},
 		{ContactID: ids[2], Status: store.SendSent}, {ContactID: ids[3], Status: store.SendSent},
 		{ContactID: ids[4], Status: store.SendFailed, Error: "550"},

@@ -94,7 +94,7 @@ func walk(b *testing.B, s store.Store, bc store.Broadcast, pageSize, window int,
 			for i, c := range win {
 				claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: "<" + c.ID.String() + "@example.org>"}
 			}
-			claimed, err := s.Claim(ctx, bc.ID, claims, now)
+			claimed, err := s.Claim(ctx, bc.ID, "w1/1", claims, now)
 			if err != nil {
 				return sent, err
 			}
@@ -102,7 +102,7 @@ func walk(b *testing.B, s store.Store, bc store.Broadcast, pageSize, window int,
 			for i, id := range claimed {
 				outcomes[i] = store.Outcome{ContactID: id, Status: store.SendSent}
 			}
-			if err := s.RecordOutcomes(ctx, bc.ID, outcomes, now); err != nil {
+			if err := s.RecordOutcomes(ctx, bc.ID, "w1/1", outcomes, now); err != nil {
 				return sent, err
 			}
 			sent += int64(len(outcomes))

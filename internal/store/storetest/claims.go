@@ -22,17 +22,17 @@ var outcomeCases = []testCase{
 	{"RecordAndClaim", testRecordAndClaim},
 }
 
-// Claim returns only the rows this call inserted; a second claim of the same
-// contacts gets none; the ledger row keeps the address and Message-ID.
+// Claim returns only the rows this call inserted (of other runs' claims,
+// none); the ledger row keeps the address and Message-ID.
 func testClaimOnlyInserted(f *fixture) {
 	ids := f.subscribers("c", 4)
 	b := f.running("claims", 0)
 
 	f.sameSet("first claim", f.claim(b, ids[:2], at(2)), ids[:2])
-	f.sameSet("overlapping claim", f.claim(b, ids[1:3], at(3)), ids[2:3])
-	f.sameSet("claim of claimed rows", f.claim(b, ids[:3], at(4)), nil)
-	f.sameSet("claim of the rest", f.claim(b, ids, at(5)), ids[3:])
-	f.sameSet("empty claim", f.claim(b, nil, at(6)), nil)
+	f.sameSet("overlapping claim", f.claimAs("w2/1", b, ids[1:3], at(3)), ids[2:3])
+	f.sameSet("claim of claimed rows", f.claimAs("w3/1", b, ids[:3], at(4)), nil)
+	f.sameSet("claim of the rest", f.claimAs("w4/1", b, ids, at(5)), ids[3:])
+	f.sameSet("empty claim", f.claimAs("w5/1", b, nil, at(6)), nil)
 
 	for i, id := range ids {
 		s, err := f.s.GetSend(f.ctx, b.ID, id)
@@ -41,6 +41,7 @@ func testClaimOnlyInserted(f *fixture) {
 		want := store.Send{
 			BroadcastID: b.ID, ContactID: id, Email: "c-" + id.String() + "@example.org",
 			Status: store.SendClaimed, Attempt: 1, MessageID: messageID(b.ID, id),
+			Owner: []string{"w1/1", "w1/1", "w2/1", "w4/1"}[i],
 		}
 		got := s
 		got.ClaimedAt, got.UpdatedAt = want.ClaimedAt, want.UpdatedAt
@@ -81,7 +82,7 @@ func testClaimConcurrent(f *fixture) {
 		wg.Go(func() {
 			<-start
 			for lo := 0; lo < contacts; lo += window {
-				mine, err := f.s.Claim(f.ctx, b.ID, order[lo:min(lo+window, contacts)], at(2))
+				mine, err := f.s.Claim(f.ctx, b.ID, fmt.Sprintf("w%d/1", w), order[lo:min(lo+window, contacts)], at(2))
 				if err != nil {
 					errs[w] = fmt.Errorf("worker %d window %d: %w", w, lo/window, err)
 					return
@@ -140,9 +141,9 @@ func testClaimPerBroadcast(f *fixture) {
 	a := f.running("a", 0)
 	b := f.running("b", 0)
 	f.sameSet("claim in a", f.claim(a, ids, at(2)), ids)
-	f.must(f.s.RecordOutcomes(f.ctx, a.ID, []store.Outcome{{ContactID: ids[0], Status: store.SendSent}}, at(3)), "RecordOutcomes(a)")
+	f.must(f.s.RecordOutcomes(f.ctx, a.ID, "w1/1", []store.Outcome{{ContactID: ids[0], Status: store.SendSent}}, at(3)), "RecordOutcomes(a)")
 	f.sameSet("claim in b", f.claim(b, ids, at(4)), ids)
-	f.must(f.s.Release(f.ctx, b.ID, ids[1:2]), "Release(b)")
+	f.must(f.s.Release(f.ctx, b.ID, "w1/1", ids[1:2]), "Release(b)")
 	if c := f.counts(a); c != (store.Counts{Claimed: 2, Sent: 1}) {
 		f.t.Errorf("Counts(a) = %+v, want 2 claimed 1 sent", c)
 	}
@@ -161,12 +162,12 @@ func testOutcomesOnlyClaimed(f *fixture) {
 	b := f.running("outcomes", 0)
 	f.claim(b, ids, at(2))
 
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{
 		{ContactID: ids[0], Status: store.SendSent},
 		{ContactID: ids[1], Status: store.SendFailed, Error: "550 5.1.1 no such user"},
 		{ContactID: ids[2], Status: store.SendDeferred},
 	}, at(3)), "RecordOutcomes")
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, nil, at(3)), "RecordOutcomes(nil)")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", nil, at(3)), "RecordOutcomes(nil)")
 	if c := f.counts(b); c != (store.Counts{Claimed: 2, Sent: 1, Failed: 1, Deferred: 1}) {
 		f.t.Errorf("Counts = %+v, want 2 claimed, 1 sent, 1 failed, 1 deferred", c)
 	}
@@ -178,7 +179,7 @@ func testOutcomesOnlyClaimed(f *fixture) {
 	// claimed rows in the same batch are written; an unclaimed contact
 	// gets no row.
 	stranger := f.ids.next()
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{
 		{ContactID: ids[0], Status: store.SendFailed, Error: "late failure"},
 		{ContactID: ids[1], Status: store.SendSent},
 		{ContactID: ids[2], Status: store.SendSent},
@@ -221,13 +222,13 @@ func testReleaseOnlyClaimed(f *fixture) {
 	ids := f.subscribers("r", 4)
 	b := f.running("release", 0)
 	f.claim(b, ids, at(2))
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{
 		{ContactID: ids[0], Status: store.SendSent},
 		{ContactID: ids[1], Status: store.SendFailed, Error: "550 rejected"},
 	}, at(3)), "RecordOutcomes")
 
-	f.must(f.s.Release(f.ctx, b.ID, ids[:3]), "Release")
-	f.must(f.s.Release(f.ctx, b.ID, nil), "Release(nil)")
+	f.must(f.s.Release(f.ctx, b.ID, "w1/1", ids[:3]), "Release")
+	f.must(f.s.Release(f.ctx, b.ID, "w1/1", nil), "Release(nil)")
 	for i, want := range []store.SendStatus{store.SendSent, store.SendFailed} {
 		s, err := f.s.GetSend(f.ctx, b.ID, ids[i])
 		f.must(err, "GetSend(%d) after Release", i)
@@ -267,16 +268,16 @@ func testRecordAndClaim(f *fixture) {
 	b := f.running("record-and-claim", 0)
 	f.sameSet("first window", f.claim(b, ids[:3], at(2)), ids[:3])
 
-	// The next window overlaps a row of this one (already claimed, so not
-	// returned) and another attempt's claim (ids[5]).
-	f.sameSet("other attempt", f.claim(b, ids[5:6], at(2)), ids[5:6])
-	got, err := f.s.RecordAndClaim(f.ctx, b.ID, []store.Outcome{
+	// The next window overlaps a row this run holds still (returned again,
+	// as to a retry) and another run's claim (ids[5], not returned).
+	f.sameSet("other attempt", f.claimAs("w2/1", b, ids[5:6], at(2)), ids[5:6])
+	got, err := f.s.RecordAndClaim(f.ctx, b.ID, "w1/1", []store.Outcome{
 		{ContactID: ids[0], Status: store.SendSent},
 		{ContactID: ids[1], Status: store.SendFailed, Error: "550 5.1.1 no such user"},
 		{ContactID: ids[6], Status: store.SendSent}, // not claimed: no row
 	}, f.claims(b, ids[2:6]), at(3))
 	f.must(err, "RecordAndClaim")
-	f.sameSet("claimed with the outcomes", got, ids[3:5])
+	f.sameSet("claimed with the outcomes", got, ids[2:5])
 	for i, want := range []store.SendStatus{store.SendSent, store.SendFailed, store.SendClaimed, store.SendClaimed, store.SendClaimed, store.SendClaimed} {
 		s, err := f.s.GetSend(f.ctx, b.ID, ids[i])
 		f.must(err, "GetSend(%d)", i)
@@ -292,14 +293,14 @@ func testRecordAndClaim(f *fixture) {
 
 	// The last window: outcomes and nothing to claim; then a claim with no
 	// outcomes (a page's first window).
-	got, err = f.s.RecordAndClaim(f.ctx, b.ID, []store.Outcome{
+	got, err = f.s.RecordAndClaim(f.ctx, b.ID, "w1/1", []store.Outcome{
 		{ContactID: ids[2], Status: store.SendSent},
 		{ContactID: ids[3], Status: store.SendSent},
 		{ContactID: ids[4], Status: store.SendDeferred},
 	}, nil, at(4))
 	f.must(err, "RecordAndClaim without a next window")
 	f.sameSet("nothing to claim", got, nil)
-	got, err = f.s.RecordAndClaim(f.ctx, b.ID, nil, f.claims(b, ids[6:]), at(5))
+	got, err = f.s.RecordAndClaim(f.ctx, b.ID, "w1/1", nil, f.claims(b, ids[6:]), at(5))
 	f.must(err, "RecordAndClaim without outcomes")
 	f.sameSet("claim alone", got, ids[6:])
 	if c := f.counts(b); c != (store.Counts{Claimed: 3, Sent: 3, Failed: 1, Deferred: 1}) {

@@ -24,7 +24,7 @@ func (f *fixture) deferAll(b store.Broadcast, ids []ulid.ULID, now, due time.Tim
 	for i, id := range ids {
 		outs[i] = store.Outcome{ContactID: id, Status: store.SendDeferred, Error: "452 4.5.3 rate limit", RetryAt: due}
 	}
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, outs, now), "RecordOutcomes deferred")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outs, now), "RecordOutcomes deferred")
 }
 
 // A deferred row is not due before its retry time; at it, the sweep moves
@@ -40,12 +40,12 @@ func testClaimDueInOrderOnce(f *fixture) {
 	if n != 5 || !next.Equal(at(10)) {
 		f.t.Fatalf("NextDue = %d, %v; want 5, %v", n, next, at(10))
 	}
-	early, err := f.s.ClaimDue(f.ctx, b, at(10).Add(-time.Microsecond), 100)
+	early, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(10).Add(-time.Microsecond), 100)
 	f.must(err, "ClaimDue early")
 	if len(early) != 0 {
 		f.t.Fatalf("ClaimDue before the retry time returned %d rows", len(early))
 	}
-	got, err := f.s.ClaimDue(f.ctx, b, at(10), 2)
+	got, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(10), 2)
 	f.must(err, "ClaimDue")
 	if len(got) != 2 || got[0].ID != ids[0] || got[1].ID != ids[1] || got[0].Email == "" || got[0].Attempt != 2 || got[1].Attempt != 2 {
 		f.t.Fatalf("ClaimDue(limit 2) = %+v; want the first two due contacts with their addresses", got)
@@ -55,7 +55,7 @@ func testClaimDueInOrderOnce(f *fixture) {
 	if row.Status != store.SendClaimed || row.Attempt != 2 || !row.ClaimedAt.Equal(at(10)) {
 		f.t.Errorf("swept row %+v; want claimed again at %v, attempt 2", row, at(10))
 	}
-	rest, err := f.s.ClaimDue(f.ctx, b, at(15), 100)
+	rest, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(15), 100)
 	f.must(err, "ClaimDue rest")
 	if len(rest) != 1 || rest[0].ID != ids[2] {
 		f.t.Fatalf("second sweep = %+v; want only the third due row", rest)
@@ -84,7 +84,7 @@ func testClaimDueConcurrent(f *fixture) {
 	for range 4 {
 		wg.Go(func() {
 			for {
-				got, err := f.s.ClaimDue(f.ctx, b, at(3), 7)
+				got, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(3), 7)
 				if err != nil {
 					errs <- err
 					return
@@ -122,7 +122,7 @@ func testClaimDueDropsIneligible(f *fixture) {
 	b := f.running("deferred gate", 0)
 	f.deferAll(b, ids, at(1), at(2))
 	f.must(f.s.Unsubscribe(f.ctx, "gone0001@example.org", at(2)), "Unsubscribe")
-	got, err := f.s.ClaimDue(f.ctx, b, at(3), 100)
+	got, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(3), 100)
 	f.must(err, "ClaimDue")
 	if len(got) != 2 || got[0].ID != ids[0] || got[1].ID != ids[2] {
 		f.t.Fatalf("ClaimDue = %+v; want the two contacts still eligible", got)

@@ -38,7 +38,7 @@ func (f *fixture) sentRows(name string, n int) (store.Broadcast, []ulid.ULID) {
 	for i, id := range ids {
 		outcomes[i] = store.Outcome{ContactID: id, Status: store.SendSent}
 	}
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, outcomes, at(3)), "RecordOutcomes(sent)")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outcomes, at(3)), "RecordOutcomes(sent)")
 	return b, ids
 }
 
@@ -207,8 +207,8 @@ func testEventOnClaimedRow(f *fixture) {
 	if res := f.event(b, ids[0], store.EventDelivered, ""); !res.Changed || res.Status != store.SendDelivered {
 		f.t.Fatalf("delivered on a claimed row: %+v", res)
 	}
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{{ContactID: ids[0], Status: store.SendSent}}, at(6)), "RecordOutcomes")
-	f.must(f.s.Release(f.ctx, b.ID, ids[:1]), "Release")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{{ContactID: ids[0], Status: store.SendSent}}, at(6)), "RecordOutcomes")
+	f.must(f.s.Release(f.ctx, b.ID, "w1/1", ids[:1]), "Release")
 	if got := f.status(b, ids[0]); got != store.SendDelivered {
 		f.t.Errorf("status %s after a late outcome and release, want delivered", got)
 	}
@@ -216,7 +216,7 @@ func testEventOnClaimedRow(f *fixture) {
 		f.t.Errorf("Pending = %d, want 1 (only the other claim)", n)
 	}
 	// A failed row is terminal: no report moves it.
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{{ContactID: ids[1], Status: store.SendFailed, Error: "550 no such user"}}, at(6)), "RecordOutcomes(failed)")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{{ContactID: ids[1], Status: store.SendFailed, Error: "550 no such user"}}, at(6)), "RecordOutcomes(failed)")
 	if res := f.event(b, ids[1], store.EventDelivered, ""); res.Changed {
 		f.t.Errorf("delivered moved a failed row: %+v", res)
 	}
@@ -304,7 +304,7 @@ func testUnsubscribeContact(f *fixture) {
 		f.claim(b, ids, at(2))
 	}
 	record := func(b store.Broadcast, o store.Outcome) {
-		f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{o}, at(3)), "RecordOutcomes")
+		f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{o}, at(3)), "RecordOutcomes")
 	}
 	for _, id := range ids {
 		record(from, store.Outcome{ContactID: id, Status: store.SendSent})
@@ -346,7 +346,7 @@ func testUnsubscribeContact(f *fixture) {
 	// The worker that held the claim records that the message went out:
 	// the ledger says so.
 	record(claimed, store.Outcome{ContactID: who, Status: store.SendSent})
-	f.must(f.s.Release(f.ctx, claimed.ID, []ulid.ULID{who}), "Release")
+	f.must(f.s.Release(f.ctx, claimed.ID, "w1/1", []ulid.ULID{who}), "Release")
 	if n := f.pending(claimed); n != 1 {
 		f.t.Errorf("Pending = %d, want 1 (the other contact's claim)", n)
 	}
@@ -374,7 +374,7 @@ func testUnsubscribeEmailMarksUnsent(f *fixture) {
 	ids := f.subscribers("byemail", 2)
 	b := f.running("byemail", 0)
 	f.claim(b, ids, at(2))
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{
 		{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(60)},
 		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(60)},
 	}, at(2)), "RecordOutcomes")
@@ -498,14 +498,14 @@ func testReputationMatchesLedger(f *fixture) {
 	for _, id := range ids[:8] {
 		outcomes = append(outcomes, store.Outcome{ContactID: id, Status: store.SendSent})
 	}
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, outcomes, at(3)), "RecordOutcomes")
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, outcomes, at(3)), "RecordOutcomes again")
-	f.must(f.s.Release(f.ctx, b.ID, ids[:1]), "Release")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outcomes, at(3)), "RecordOutcomes")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outcomes, at(3)), "RecordOutcomes again")
+	f.must(f.s.Release(f.ctx, b.ID, "w1/1", ids[:1]), "Release")
 	check("outcomes")
-	f.must(f.s.RecordOutcomes(f.ctx, other.ID, []store.Outcome{
+	f.must(f.s.RecordOutcomes(f.ctx, other.ID, "w1/1", []store.Outcome{
 		{ContactID: ids[0], Status: store.SendSent}, {ContactID: ids[1], Status: store.SendSent},
 	}, at(3)), "RecordOutcomes(other)")
-	f.must(f.s.Release(f.ctx, other.ID, ids[2:4]), "Release(other)")
+	f.must(f.s.Release(f.ctx, other.ID, "w1/1", ids[2:4]), "Release(other)")
 	check("other broadcast's outcomes")
 
 	steps := []struct {
@@ -539,7 +539,7 @@ func testReputationMatchesLedger(f *fixture) {
 		f.event(b, ids[st.contact], st.typ, st.id)
 		check(st.what)
 	}
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{{ContactID: ids[11], Status: store.SendSent}}, at(6)), "late outcome")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{{ContactID: ids[11], Status: store.SendSent}}, at(6)), "late outcome")
 	check("late outcome of a complained row")
 
 	// Our own unsubscribe link: from a delivered row, from a sent row,
@@ -558,11 +558,11 @@ func testReputationMatchesLedger(f *fixture) {
 	// dropped, the other claimed again and sent on the second attempt.
 	f.claim(other, ids[15:], at(8))
 	f.event(other, ids[15], store.EventBounced, "")
-	due, err := f.s.ClaimDue(f.ctx, b, at(30), 10)
+	due, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(30), 10)
 	f.must(err, "ClaimDue")
 	check("deferred rows swept")
 	for _, d := range due {
-		f.must(f.s.RecordOutcomes(f.ctx, b.ID, []store.Outcome{{ContactID: d.ID, Status: store.SendSent}}, at(31)), "RecordOutcomes(swept)")
+		f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{{ContactID: d.ID, Status: store.SendSent}}, at(31)), "RecordOutcomes(swept)")
 	}
 	check("swept rows sent")
 	if r, err := f.s.Reputation(f.ctx, b.ID); err != nil || r.Accepted == 0 || r.Delivered == 0 || r.Bounced == 0 || r.Complained == 0 {
@@ -587,7 +587,7 @@ func testReputationConcurrent(f *fixture) {
 			for _, id := range ids[w*10 : w*10+10] {
 				outs = append(outs, store.Outcome{ContactID: id, Status: store.SendSent})
 			}
-			if err := f.s.RecordOutcomes(f.ctx, b.ID, outs, at(3)); err != nil {
+			if err := f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outs, at(3)); err != nil {
 				errs <- err
 			}
 		})

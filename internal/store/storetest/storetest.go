@@ -262,9 +262,15 @@ func (f *fixture) claims(b store.Broadcast, ids []ulid.ULID) []store.Claim {
 
 func messageID(b, c ulid.ULID) string { return fmt.Sprintf("<%s.%s@mail.example.org>", b, c) }
 
+// claim claims ids for b as the run "w1/1".
 func (f *fixture) claim(b store.Broadcast, ids []ulid.ULID, now time.Time) []ulid.ULID {
 	f.t.Helper()
-	got, err := f.s.Claim(f.ctx, b.ID, f.claims(b, ids), now)
+	return f.claimAs("w1/1", b, ids, now)
+}
+
+func (f *fixture) claimAs(owner string, b store.Broadcast, ids []ulid.ULID, now time.Time) []ulid.ULID {
+	f.t.Helper()
+	got, err := f.s.Claim(f.ctx, b.ID, owner, f.claims(b, ids), now)
 	f.must(err, "Claim(%d)", len(ids))
 	return got
 }

@@ -1,0 +1,167 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/store"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// kvState reads the state workers see for a broadcast ("" when the key is
+// missing).
+func (s *stack) kvState(id string) string {
+	s.t.Helper()
+	var rec bus.StateRecord
+	_, found, err := bus.GetJSON(context.Background(), s.bus.Broadcasts, bus.StateKey(id), &rec)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if !found {
+		return ""
+	}
+	return rec.State
+}
+
+func (s *stack) putKVState(id string, state store.State) {
+	s.t.Helper()
+	if _, err := s.bus.Broadcasts.Put(context.Background(), bus.StateKey(id), bus.Encode(bus.StateRecord{State: string(state)})); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// waitKVState polls KV until the broadcast's state there is want.
+func (s *stack) waitKVState(id string, want store.State, within time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for s.kvState(id) != string(want) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("KV state of %s is %q after %v, want %q (store: %v)", id, s.kvState(id), within, want, s.status(id).GetState())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestKVStateConvergesToTheStore is hole 2 of the reliability issue: the
+// store is the truth and KV the workers' copy. A KV state that says paused
+// while the store says running (two racing transitions, a lost write) would
+// have every worker drop every page for ever; one that says running while
+// the store says paused would keep workers sending; a missing key used to
+// read as cancelled. The leader brings KV back to the store, and workers
+// that find no key ask the store.
+func TestKVStateConvergesToTheStore(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 2, concurrency: 4, pageLimit: 20})
+	a := s.seed(300)
+	id := s.create("", 72000) // 20 a second: slow enough to meddle with
+	s.start(id)
+	bid := ulid.MustParseStrict(id)
+
+	// Store running, KV paused.
+	s.putKVState(id, store.StatePaused)
+	s.waitKVState(id, store.StateRunning, 5*time.Second)
+
+	// Store paused behind the leader's back, KV still running: workers
+	// must stop within a tick or so.
+	if _, err := s.store.SetState(context.Background(), bid, []store.State{store.StateRunning}, store.StatePaused, "paused directly in the store", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s.waitKVState(id, store.StatePaused, 5*time.Second)
+	quiet := s.waitQuiet(500 * time.Millisecond)
+	time.Sleep(time.Second)
+	if n := s.sink.Count(); n != quiet {
+		t.Fatalf("%d messages sent while the store says paused (was %d)", n-quiet, quiet)
+	}
+
+	// Resumed in the store, and the KV key lost: nothing reads that as
+	// cancelled; the leader puts it back and the broadcast completes.
+	if _, err := s.store.SetState(context.Background(), bid, []store.State{store.StatePaused}, store.StateRunning, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.bus.Broadcasts.Delete(context.Background(), bus.StateKey(id)); err != nil {
+		t.Fatal(err)
+	}
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(a.eligible(false))
+}
+
+// downStore fails every call while down is set: a Postgres failover or a
+// dropped network, as the coordinator and the workers both see it.
+type downStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+var errStoreDown = errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+
+func (d *downStore) EligiblePage(ctx context.Context, b store.Broadcast, from, until ulid.ULID, limit int) ([]store.Contact, error) {
+	if d.down.Load() {
+		return nil, errStoreDown
+	}
+	return d.Store.EligiblePage(ctx, b, from, until, limit)
+}
+
+func (d *downStore) Claim(ctx context.Context, b ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	if d.down.Load() {
+		return nil, errStoreDown
+	}
+	return d.Store.Claim(ctx, b, owner, claims, now)
+}
+
+func (d *downStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	if d.down.Load() {
+		return nil, errStoreDown
+	}
+	return d.Store.RecordAndClaim(ctx, b, owner, outcomes, next, now)
+}
+
+func (d *downStore) GetBroadcast(ctx context.Context, id ulid.ULID) (store.Broadcast, error) {
+	if d.down.Load() {
+		return store.Broadcast{}, errStoreDown
+	}
+	return d.Store.GetBroadcast(ctx, id)
+}
+
+func (d *downStore) Counts(ctx context.Context, id ulid.ULID) (store.Counts, error) {
+	if d.down.Load() {
+		return store.Counts{}, errStoreDown
+	}
+	return d.Store.Counts(ctx, id)
+}
+
+// TestStoreOutageIsNotAPoisonPage is hole 3: while the store is down, pages
+// used to be NAK'd every few seconds until the delivery limit called them
+// poison and failed the broadcast, which cannot be resumed. An outage is
+// waited out in place; the broadcast carries on when the store is back and
+// nobody is sent twice.
+func TestStoreOutageIsNotAPoisonPage(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 0, concurrency: 4, pageLimit: 20})
+	if _, err := bus.Setup(context.Background(), s.bus.JS, bus.Options{Memory: true, PageAckWait: 2 * time.Second, PageMaxDeliver: 3}); err != nil {
+		t.Fatal(err)
+	}
+	down := &downStore{Store: s.store}
+	s.stopCoord()
+	s.coordCfg.Store = down
+	s.startCoordinator()
+	s.store = down
+	s.startWorker()
+	s.startWorker()
+	a := s.seed(400)
+	id := s.create("", 72000) // 20 a second: the outage lands mid-broadcast
+	s.start(id)
+	for s.sink.Count() < 40 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	down.down.Store(true)
+	time.Sleep(8 * time.Second) // many ack waits and park delays: old code failed here
+	down.down.Store(false)
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 2*time.Minute)
+	s.exactlyOnce(a.eligible(false))
+}

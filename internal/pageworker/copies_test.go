@@ -1,0 +1,241 @@
+package pageworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/clock"
+	"github.com/rangecast/rangecast/internal/message"
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
+	"github.com/rangecast/rangecast/internal/transport"
+)
+
+// running is a StateSource for which every broadcast runs.
+type running struct{}
+
+func (running) Get(context.Context, string) (store.State, error)   { return store.StateRunning, nil }
+func (running) Fresh(context.Context, string) (store.State, error) { return store.StateRunning, nil }
+
+// scripted is a transport whose answer per recipient a test decides; it
+// counts what it accepted.
+type scripted struct {
+	mu       sync.Mutex
+	accepted map[string]int
+	answer   func(to string) error
+}
+
+func (s *scripted) Send(_ context.Context, m message.Rendered) (string, error) {
+	if err := s.answer(m.To); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.accepted[m.To]++
+	return "250 ok", nil
+}
+
+func (s *scripted) Close() error { return nil }
+
+// copiesFixture is a running broadcast of n contacts on st and a worker
+// sending through tr, with no NATS: the page walk alone.
+type copiesFixture struct {
+	st       store.Store
+	b        store.Broadcast
+	contacts []store.Contact
+	w        *Worker
+	clk      *clock.Fake
+}
+
+func newCopiesFixture(t *testing.T, st store.Store, n int, tr transport.Transport) *copiesFixture {
+	t.Helper()
+	ctx := t.Context()
+	clk := clock.NewFake(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC))
+	cs := make([]store.Contact, n)
+	for i := range cs {
+		cs[i] = store.Contact{ID: ulid.Make(), Email: fmt.Sprintf("p%02d@example.org", i), Name: "P", Subscribed: true}
+	}
+	ids, err := st.ImportContacts(ctx, cs, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cs {
+		cs[i].ID = ids[i]
+	}
+	b, _, err := st.CreateBroadcast(ctx, store.Broadcast{ID: ulid.Make(), Name: "copies", CreatedAt: clk.Now(),
+		Content: store.Content{FromAddress: "news@example.com", Subject: "Hi", HTML: "<p>Hi</p>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err = st.AcceptBroadcast(ctx, b.ID, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	w := New(Config{Store: st, Transport: tr, Clock: clk, Log: slog.New(slog.DiscardHandler), Concurrency: 4,
+		States: running{}, ID: "w"})
+	return &copiesFixture{st: st, b: b, contacts: cs, w: w, clk: clk}
+}
+
+func (f *copiesFixture) job() bus.PageJob {
+	return bus.PageJob{Broadcast: f.b.ID.String(), Range: 0, From: f.b.MinID.String(), Until: f.b.MaxID.String(), Limit: 200}
+}
+
+// TestTwoCopiesOfAPageLoseNobody is hole 1 of the reliability issue: copy A
+// holds the claim on a window and one of its sends gets a 451; meanwhile
+// copy B finds that window claimed, walks past it and reports the range
+// done. The cursor only moves forward, so a claim A released would be a
+// contact nobody ever mails. The refused contact must stay in the ledger
+// (deferred) and go out once through the sweep.
+func TestTwoCopiesOfAPageLoseNobody(t *testing.T) {
+	t.Parallel()
+	for name, open := range map[string]func(testing.TB) store.Store{
+		"sqlite":   func(t testing.TB) store.Store { return testenv.SQLite(t) },
+		"postgres": func(t testing.TB) store.Store { return testenv.Postgres(t) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st := open(t)
+			inSend, releaseA := make(chan struct{}), make(chan struct{})
+			var refuse sync.Once
+			tr := &scripted{accepted: map[string]int{}}
+			f := newCopiesFixture(t, st, 41, tr)
+			victim := f.contacts[1].Email
+			tr.answer = func(to string) error {
+				if to != victim {
+					return nil
+				}
+				var err error
+				refuse.Do(func() {
+					close(inSend)
+					<-releaseA
+					err = &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}
+				})
+				return err
+			}
+			ctx := t.Context()
+			var repA bus.Report
+			var errA error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				repA, errA = f.w.runPage(ctx, ctx, f.job(), "w/A")
+			}()
+			<-inSend
+			repB, errB := f.w.runPage(ctx, ctx, f.job(), "w/B")
+			if errB != nil || !repB.Done {
+				t.Fatalf("copy B: %+v, %v; want the range walked to its end", repB, errB)
+			}
+			close(releaseA)
+			<-done
+			if errA != nil || repA.Class != bus.ClassTransient {
+				t.Fatalf("copy A: %+v, %v; want a transient stop", repA, errA)
+			}
+			row, err := st.GetSend(ctx, f.b.ID, f.contacts[1].ID)
+			if err != nil {
+				t.Fatalf("the refused contact has no ledger row (%v): the cursor is past it, so it would never be mailed", err)
+			}
+			if row.Status != store.SendDeferred {
+				t.Fatalf("refused contact's row = %+v, want deferred for a retry", row)
+			}
+
+			// The sweep sends it once its retry time has come.
+			f.clk.Advance(time.Minute)
+			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
+			if rep, err := f.w.runSweep(ctx, ctx, sweep, "w/S"); err != nil || rep.Sent != 1 {
+				t.Fatalf("sweep: %+v, %v; want the deferred contact sent", rep, err)
+			}
+			c, err := st.Counts(ctx, f.b.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c != (store.Counts{Sent: 41}) {
+				t.Errorf("ledger = %+v, want all 41 sent", c)
+			}
+			for _, ct := range f.contacts {
+				if n := tr.accepted[ct.Email]; n != 1 {
+					t.Errorf("%s received %d copies, want 1", ct.Email, n)
+				}
+			}
+		})
+	}
+}
+
+// flakyStore fails the next failures outcome writes; with commitFirst the
+// write commits before the error (an ambiguous COMMIT: the client never
+// hears the answer).
+type flakyStore struct {
+	store.Store
+	mu          sync.Mutex
+	failures    int
+	commitFirst bool
+}
+
+func (s *flakyStore) fail() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failures == 0 {
+		return false
+	}
+	s.failures--
+	return true
+}
+
+func (s *flakyStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	if !s.fail() {
+		return s.Store.RecordAndClaim(ctx, b, owner, outcomes, next, now)
+	}
+	if s.commitFirst {
+		if _, err := s.Store.RecordAndClaim(ctx, b, owner, outcomes, next, now); err != nil {
+			return nil, err
+		}
+	}
+	return nil, errors.New("conn closed: unexpected EOF")
+}
+
+// TestFailedOutcomeWritesKeepWhatIsKnown is hole 4: a failover, a dropped
+// connection or an ambiguous COMMIT on the write that records a window's
+// outcomes (and claims the next) must not leave contacts known sent, or
+// known unsent, as claims the reconciler can only call unknown. The write is
+// retried; an ambiguous commit is resolved by the retry itself (fenced
+// outcomes change nothing twice; the owner's claims come back).
+func TestFailedOutcomeWritesKeepWhatIsKnown(t *testing.T) {
+	t.Parallel()
+	for _, ambiguous := range []bool{false, true} {
+		for name, open := range map[string]func(testing.TB) store.Store{
+			"sqlite":   func(t testing.TB) store.Store { return testenv.SQLite(t) },
+			"postgres": func(t testing.TB) store.Store { return testenv.Postgres(t) },
+		} {
+			t.Run(fmt.Sprintf("%s/ambiguous=%v", name, ambiguous), func(t *testing.T) {
+				t.Parallel()
+				flaky := &flakyStore{Store: open(t), failures: 3, commitFirst: ambiguous}
+				tr := &scripted{accepted: map[string]int{}, answer: func(string) error { return nil }}
+				f := newCopiesFixture(t, flaky, 20, tr)
+				f.w.cfg.Clock = clock.Real{} // the retries' backoff runs on real time
+				ctx := t.Context()
+				rep, err := f.w.runPage(ctx, ctx, f.job(), "w/1")
+				if err != nil || !rep.Done || rep.Class != bus.ClassNone || rep.Sent != 20 {
+					t.Fatalf("page: %+v, %v; want all 20 sent and the range done", rep, err)
+				}
+				c, err := flaky.Counts(ctx, f.b.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c != (store.Counts{Sent: 20}) {
+					t.Errorf("ledger = %+v; want 20 sent, nothing left claimed or unknown", c)
+				}
+				for _, ct := range f.contacts {
+					if n := tr.accepted[ct.Email]; n != 1 {
+						t.Errorf("%s received %d copies, want 1", ct.Email, n)
+					}
+				}
+			})
+		}
+	}
+}
