@@ -249,23 +249,20 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 		delete(a.outstanding, i)
 		a.settle(o.limit, rep)
 	}
-	// A server that refuses everyone shows on every range at once: many
-	// pages in a row, whatever their ranges, that sent nothing and stopped
-	// on a transient refusal. Ranges of a few contacts each would never
-	// reach MaxFruitless on their own. One recipient refused for ever
-	// (others sent) is that recipient's, bounded by its attempts.
-	switch {
-	case rep.Sent > 0:
+	if rep.Sent > 0 {
 		a.refusedPages = 0
-	case rep.Class == bus.ClassTransient || rep.Class == bus.ClassQuota:
-		a.refusedPages++
-		if a.refusedPages >= a.c.cfg.MaxFruitless {
-			reason := fmt.Sprintf("%d pages in a row made no progress: every recipient tried was refused; last error: %s", a.refusedPages, rep.Error)
-			return a.transition(ctx, []store.State{store.StateRunning}, store.StateFailed, reason)
-		}
 	}
 	for attempt := 0; ; attempt++ {
 		rec := a.recs[i]
+		if rep.Epoch != rec.Epoch {
+			// Re-read after a lost compare-and-set: another leader's
+			// reconciler moved the range back meanwhile, and this page's
+			// report no longer counts (found by the simulation: split
+			// brain with a rewind carried a stale page past a released
+			// claim).
+			reportsApplied.WithLabelValues("ignored").Inc()
+			return nil
+		}
 		advanced := !rec.Done && (rep.Done || after(rep.Next, rec.Next))
 		if !advanced {
 			reportsApplied.WithLabelValues("ignored").Inc()
@@ -305,7 +302,17 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 	case bus.ClassTransient, bus.ClassQuota:
 		if rep.Sent == 0 {
 			// The cursor moved past rows recorded deferred, but nothing
-			// went out: no progress, for the range and for the broadcast.
+			// went out. A server that refuses everyone shows on every
+			// range at once: many pages in a row, whatever their ranges
+			// (ranges of a few contacts each would never reach
+			// MaxFruitless on their own). One recipient refused for ever
+			// while others are sent is that recipient's, bounded by its
+			// attempts.
+			a.refusedPages++
+			if a.refusedPages >= a.c.cfg.MaxFruitless {
+				reason := fmt.Sprintf("%d pages in a row made no progress: every recipient tried was refused; last error: %s", a.refusedPages, rep.Error)
+				return a.transition(ctx, []store.State{store.StateRunning}, store.StateFailed, reason)
+			}
 			return a.fruitless(ctx, i, rep, now)
 		}
 		a.notBefore[i] = now.Add(a.c.backoff(1))
@@ -410,6 +417,19 @@ func (a *actor) finish(ctx context.Context) bool {
 		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages in flight or in doubt", counts.Claimed))
 		return false
 	}
+	// This actor's records may be stale (a split brain, a handover): another
+	// leader's reconciler may have moved a range back and released its
+	// claim for a re-walk. It writes KV before it releases, and the counts
+	// above were read first, so the records read now show that rewind.
+	if err := a.reload(ctx); err != nil {
+		a.log().Warn("cannot re-read range records before completing", "err", err)
+		return false
+	}
+	for _, r := range a.recs {
+		if !r.Done {
+			return false
+		}
+	}
 	if counts.Deferred > 0 {
 		_, due, err := a.c.cfg.Store.NextDue(ctx, a.id)
 		if err != nil {
@@ -502,7 +522,7 @@ func (a *actor) dispatch(ctx context.Context) {
 		if pacer := a.c.pacer(); pacer != nil {
 			job.Defer, _ = pacer.Holds(now, a.domain(), false)
 		}
-		if err := a.c.cfg.Bus.PublishPage(ctx, job, now); err != nil {
+		if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {
 			a.log().Warn("dispatch failed; retried on the next tick", "range", i, "err", err)
 			a.giveBack(limit)
 			break

@@ -72,6 +72,17 @@ type Config struct {
 	// MaxFruitless is how many resumptions of a range in a row may make no
 	// progress before the broadcast is failed.
 	MaxFruitless int
+	// Pages publishes page jobs; Bus when nil. The simulation replaces it
+	// (and Bus's buckets) to drive the engine without NATS.
+	Pages PagePublisher
+	// Jitter returns a random number in [0, n]; backoffs are jittered with
+	// it. rand.Int64N when nil; the simulation seeds its own.
+	Jitter func(n int64) int64
+}
+
+// PagePublisher hands page jobs to workers.
+type PagePublisher interface {
+	PublishPage(ctx context.Context, job bus.PageJob, now time.Time) error
 }
 
 func (c Config) withDefaults() Config {
@@ -108,6 +119,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxFruitless == 0 {
 		c.MaxFruitless = 8
+	}
+	if c.Pages == nil && c.Bus != nil {
+		c.Pages = c.Bus
+	}
+	if c.Jitter == nil {
+		c.Jitter = func(n int64) int64 { return rand.Int64N(n + 1) }
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
@@ -554,7 +571,7 @@ func (c *Coordinator) backoff(n int) time.Duration {
 		d *= 2
 	}
 	d = min(d, c.cfg.MaxBackoff)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	return d/2 + time.Duration(c.cfg.Jitter(int64(d/2)))
 }
 
 type counter struct {

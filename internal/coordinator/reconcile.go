@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oklog/ulid/v2"
-
 	"github.com/rangecast/rangecast/internal/bus"
 
-	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -46,9 +43,9 @@ const reconcileBatch = 500
 // claim over (a connection lost after the data). An owner must have been
 // seen gone for InDoubtAfter, on this coordinator's clock, before its claims
 // are in doubt: nothing compares the worker's clock with ours. Accepted ones
-// (by Lookup) are recorded sent; the rest are released and their range's
-// cursor moved back to them (a new epoch, so reports of older pages cannot
-// jump past), or, with no Lookup and the skip policy, recorded unknown.
+// (by Lookup) are recorded sent; the rest are recorded deferred and due now,
+// for the sweep to send again (a claim the cursor may have passed is never
+// deleted), or, with no Lookup and the skip policy, recorded unknown.
 // Paused broadcasts are reconciled too, so a pause after a crash does not
 // leave claims in doubt until the resume.
 func (a *actor) reconcile(ctx context.Context) {
@@ -103,9 +100,15 @@ func (a *actor) settleGone(ctx context.Context, owner string) {
 		}
 		return
 	}
+	now := a.c.cfg.Clock.Now()
 	var settled []store.Outcome
-	var release []ulid.ULID
+	resend := 0
 	for _, d := range doubts {
+		// To send one again, the row is recorded deferred and due now: the
+		// sweep sends it through the claim rules, gate included. Deleting
+		// the claim and moving the cursor back would lean on KV, a hint: a
+		// lost rewind would leave the cursor past a contact with no row.
+		again := store.Outcome{ContactID: d.ContactID, Status: store.SendDeferred, RetryAt: now}
 		switch {
 		case a.c.cfg.Lookup != nil:
 			accepted, err := a.c.cfg.Lookup(ctx, d.MessageID)
@@ -115,36 +118,33 @@ func (a *actor) settleGone(ctx context.Context, owner string) {
 			}
 			if accepted {
 				settled = append(settled, store.Outcome{ContactID: d.ContactID, Status: store.SendSent})
-			} else {
-				release = append(release, d.ContactID)
+				continue
 			}
+			again.Error = "in doubt: the server has no record of it; sent again"
+			settled, resend = append(settled, again), resend+1
 		case a.policy() == InDoubtResend:
-			release = append(release, d.ContactID)
+			again.Error = "in doubt: sent again (in-doubt policy resend)"
+			settled, resend = append(settled, again), resend+1
 		default:
 			settled = append(settled, store.Outcome{ContactID: d.ContactID, Status: store.SendUnknown,
 				Error: "in doubt: the worker stopped between send and outcome, and the transport cannot say whether it was accepted"})
 		}
 	}
-	if err := a.c.cfg.Store.RecordOutcomes(ctx, a.id, owner, settled, a.c.cfg.Clock.Now()); err != nil {
+	if err := a.c.cfg.Store.RecordOutcomes(ctx, a.id, owner, settled, now); err != nil {
 		a.log().Warn("cannot record settled in-doubt claims", "err", err)
 		return
 	}
-	// Move cursors back before releasing: if this stops half way, the
-	// claims stay in doubt and the next round finds them again.
-	rewound, err := a.rewind(ctx, release)
-	if err != nil {
-		a.log().Warn("cannot move cursors back for in-doubt claims", "err", err)
-		return
-	}
-	if err := a.c.cfg.Store.Release(ctx, a.id, owner, release); err != nil {
-		a.log().Warn("cannot release in-doubt claims", "err", err)
-		return
-	}
 	for _, o := range settled {
-		inDoubtSettled.WithLabelValues(string(o.Status)).Inc()
+		if o.Status == store.SendDeferred {
+			inDoubtSettled.WithLabelValues("released").Inc()
+		} else {
+			inDoubtSettled.WithLabelValues(string(o.Status)).Inc()
+		}
 	}
-	inDoubtSettled.WithLabelValues("released").Add(float64(len(release)))
-	a.log().Info("in-doubt claims settled", "owner", owner, "recorded", len(settled), "released", len(release), "ranges_rewound", rewound)
+	if resend > 0 {
+		a.nextSweep = now // send them soon
+	}
+	a.log().Info("in-doubt claims settled", "owner", owner, "recorded", len(settled)-resend, "to_send_again", resend)
 }
 
 // liveOwners is the set of claim owners whose runs live workers list in
@@ -180,46 +180,4 @@ func (c *Coordinator) liveOwners(ctx context.Context, now time.Time) (map[string
 	}
 	c.live, c.liveRead = live, now
 	return live, nil
-}
-
-// rewind moves the cursor of every range holding one of ids back to its
-// lowest such id, under a new epoch.
-func (a *actor) rewind(ctx context.Context, ids []ulid.ULID) (int, error) {
-	rs := make([]ranges.Range, len(a.recs))
-	for i, r := range a.recs {
-		start, err1 := ulid.ParseStrict(r.Start)
-		end, err2 := ulid.ParseStrict(r.End)
-		if err1 != nil || err2 != nil {
-			return 0, fmt.Errorf("range %d has malformed bounds", i)
-		}
-		rs[i] = ranges.Range{Index: i, Start: start, End: end}
-	}
-	lowest := map[int]ulid.ULID{}
-	for _, id := range ids {
-		i := ranges.Find(rs, id)
-		if i < 0 {
-			continue
-		}
-		if cur, ok := lowest[i]; !ok || id.Compare(cur) < 0 {
-			lowest[i] = id
-		}
-	}
-	for i, id := range lowest {
-		rec := a.recs[i]
-		// Even when the cursor has not passed the id yet, a page in flight
-		// may have skipped it (it was still claimed when the page read it):
-		// a new epoch voids that page's report, and the range is walked
-		// again from the lower of the cursor and the id.
-		rec.Next = minID(rec.Next, id.String())
-		rec.Done, rec.Epoch = false, rec.Epoch+1
-		if err := a.write(ctx, i, rec); err != nil {
-			return 0, err
-		}
-		if o, ok := a.outstanding[i]; ok {
-			a.giveBack(o.limit)
-			delete(a.outstanding, i)
-		}
-		delete(a.notBefore, i)
-	}
-	return len(lowest), nil
 }

@@ -60,7 +60,7 @@ func (a *actor) sweep(ctx context.Context) {
 		// has none.
 		job.Defer, job.Probe = pacer.Holds(now, a.domain(), true)
 	}
-	if err := a.c.cfg.Bus.PublishPage(ctx, job, now); err != nil {
+	if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {
 		a.log().Warn("sweep dispatch failed; retried on the next tick", "err", err)
 		a.giveBack(limit)
 		return

@@ -38,10 +38,17 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		now := w.cfg.Clock.Now()
 		// Eligibility is decided again now: ClaimDue drops rows whose
 		// contact left the audience while deferred.
-		due, err := w.cfg.Store.ClaimDue(pageCtx, l.b, owner, now, min(w.cfg.Concurrency, job.Limit-taken))
+		// Retried as it is when it may have committed: ClaimDue returns
+		// the rows this run holds already.
+		var due []store.Due
+		err := w.persist(ctx, owner, func() error {
+			var err error
+			due, err = w.cfg.Store.ClaimDue(pageCtx, l.b, owner, now, min(w.cfg.Concurrency, job.Limit-taken))
+			return err
+		})
 		if err != nil {
 			if taken == 0 {
-				return rep, outage(err)
+				return rep, err
 			}
 			rep.Class, rep.Error = bus.ClassTransient, err.Error()
 			break

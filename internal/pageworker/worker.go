@@ -71,6 +71,9 @@ type Config struct {
 	// States overrides where the worker reads a broadcast's state (tests
 	// and the simulation); the KV watch otherwise.
 	States StateSource
+	// Jitter returns a random number in [0, n] for retry times;
+	// rand.Int64N when nil. The simulation seeds its own.
+	Jitter func(n int64) int64
 }
 
 // StateSource reads broadcasts' states. Get may answer from a cache;
@@ -107,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StoreRetryFor == 0 {
 		c.StoreRetryFor = 15 * time.Minute
+	}
+	if c.Jitter == nil {
+		c.Jitter = func(n int64) int64 { return rand.Int64N(n + 1) }
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
@@ -460,11 +466,17 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	// window's claim is a commit of its own; every later window is claimed
 	// in the commit that records the outcomes of the one before, so a
 	// window costs one commit and the claims still never run ahead of the
-	// window in flight. Nothing sent yet: a failure here is an outage the
-	// whole page waits out.
-	claimed, err := w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[0]), w.cfg.Clock.Now())
+	// window in flight. A claim that may have committed is retried as it
+	// is: the retry gets this run's claims back, so none is left behind
+	// unsent for the reconciler to call unknown.
+	var claimed []ulid.ULID
+	err = w.persist(ctx, owner, func() error {
+		var err error
+		claimed, err = w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[0]), w.cfg.Clock.Now())
+		return err
+	})
 	if err != nil {
-		return rep, outage(err)
+		return rep, err
 	}
 	next := from
 	for i, window := range windows {
@@ -520,6 +532,17 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	rep.Next = next.String()
 	rep.Done = len(contacts) < limit
 	return rep, nil
+}
+
+// RunPage walks one page job (a range's page or a sweep) with every claim
+// held by owner, and returns the report it would publish. It is the page
+// walk without JetStream: no heartbeat, no ack, no waiting out outages
+// (an outage is an error); the simulation drives it directly.
+func (w *Worker) RunPage(ctx context.Context, job bus.PageJob, owner string) (bus.Report, error) {
+	if job.Sweep {
+		return w.runSweep(ctx, ctx, job, owner)
+	}
+	return w.runPage(ctx, ctx, job, owner)
 }
 
 // wholeWindows trims a page's limit to a whole number of in-flight windows.
@@ -712,7 +735,7 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 // come back in one burst.
 func (w *Worker) retryAt(now time.Time) time.Time {
 	d := w.cfg.RetryAfter
-	return now.Add(d/2 + time.Duration(rand.Int64N(int64(d/2)+1)))
+	return now.Add(d/2 + time.Duration(w.cfg.Jitter(int64(d/2))))
 }
 
 // renderError marks a message that could not be built for one contact (bad

@@ -21,9 +21,10 @@ type Due struct {
 type Deferrals interface {
 	// ClaimDue moves up to limit deferred rows of broadcast b whose retry
 	// time has come (retry_at <= now) back to claimed, held by owner, in
-	// contact id order,
-	// and returns their contacts: only the caller that moved a row may send
-	// it, so two sweeps can never both send one. Due rows whose contact no
+	// contact id order, and returns their contacts, with the rows owner
+	// holds claimed already (a retry after an ambiguous commit gets them
+	// back): only the caller that moved a row may send it, so two sweeps
+	// can never both send one. Due rows whose contact no
 	// longer passes the suppression gate (unsubscribed, suppressed, left the
 	// segment since) are deleted instead, exactly as a page skips an
 	// ineligible contact.

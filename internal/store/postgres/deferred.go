@@ -19,8 +19,9 @@ func retryAt(o store.Outcome) any {
 	return o.RetryAt
 }
 
-// claimDueQuery locks the due deferred rows (SKIP LOCKED: a concurrent sweep
-// takes other rows, never the same), deletes those whose contact no longer
+// claimDueQuery locks the due deferred rows, and those $4 holds claimed
+// already (SKIP LOCKED: a concurrent sweep takes other rows, never the
+// same), deletes those whose contact no longer
 // passes the gate, and moves the rest back to claimed. The two statements
 // touch disjoint rows. $1 broadcast, $2 now, $3 limit, $4 owner, $5 segment.
 func claimDueQuery(segment int64) string {
@@ -28,7 +29,7 @@ func claimDueQuery(segment int64) string {
 	return `
 WITH due AS (
     SELECT s.contact_id FROM broadcast_sends s
-    WHERE s.broadcast_id = $1 AND s.status = 'deferred' AND s.retry_at <= $2
+    WHERE s.broadcast_id = $1 AND ((s.status = 'deferred' AND s.retry_at <= $2) OR (s.status = 'claimed' AND s.owner = $4))
     ORDER BY s.contact_id LIMIT $3
     FOR UPDATE SKIP LOCKED
 ), gone AS (

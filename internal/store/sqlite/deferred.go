@@ -26,14 +26,14 @@ func retryAt(o store.Outcome) any {
 func dueQuery(segment int64) string {
 	return `SELECT s.contact_id, c.email, c.name, c.attributes, s.attempt, (c.id IS NOT NULL AND ` + gate(segment) + `)
 FROM broadcast_sends s LEFT JOIN contacts c ON c.id = s.contact_id
-WHERE s.broadcast_id = :broadcast AND s.status = 'deferred' AND s.retry_at <= :now
+WHERE s.broadcast_id = :broadcast AND ((s.status = 'deferred' AND s.retry_at <= :now) OR (s.status = 'claimed' AND s.owner = :owner))
 ORDER BY s.contact_id LIMIT :limit`
 }
 
 const (
 	reclaimDue = `UPDATE broadcast_sends SET status = 'claimed', attempt = attempt + 1, claimed_at = ?3, updated_at = ?3, retry_at = NULL, owner = ?4
-WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'deferred'`
-	dropDue = `DELETE FROM broadcast_sends WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'deferred'`
+WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?4))`
+	dropDue = `DELETE FROM broadcast_sends WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?3))`
 )
 
 func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error) {
@@ -44,7 +44,7 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 	err := s.write(ctx, "claim due deferrals", func(tx *sql.Tx) error {
 		out = out[:0]
 		rows, err := tx.QueryContext(ctx, dueQuery(b.SegmentID),
-			gateArgs(b.SegmentID, sql.Named("broadcast", id(b.ID)), sql.Named("now", ts(now)), sql.Named("limit", limit))...)
+			gateArgs(b.SegmentID, sql.Named("broadcast", id(b.ID)), sql.Named("now", ts(now)), sql.Named("limit", limit), sql.Named("owner", owner))...)
 		if err != nil {
 			return err
 		}
@@ -86,7 +86,7 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 			}
 		}
 		for _, u := range gone {
-			if _, err := tx.ExecContext(ctx, dropDue, id(b.ID), id(u)); err != nil {
+			if _, err := tx.ExecContext(ctx, dropDue, id(b.ID), id(u), owner); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,997 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/message"
+	"github.com/rangecast/rangecast/internal/pageworker"
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/store/sqlite"
+	"github.com/rangecast/rangecast/internal/transport"
+)
+
+// The simulation of the fault model (DESIGN.md). One schedule is one
+// broadcast driven, step by step, by a scheduler seeded with one number:
+// the engine's own decisions (apply a report, dispatch, reconcile, sweep,
+// finish, follow the store's state) and the real page walk, on a real store,
+// with JetStream replaced by stand-ins that keep its contract, a scripted
+// SMTP server, and faults injected between any two store calls of any page
+// copy. Every page copy runs in a goroutine of its own but only one thing
+// runs at a time: a copy runs until its next store call and waits there for
+// the scheduler, so a seed replays the same interleaving. After the faults
+// stop the schedule runs to the end and the invariants are checked.
+//
+//	go test ./internal/coordinator -run TestSimulation                      # a few hundred schedules
+//	go test ./internal/coordinator -run TestSimulation -sim.schedules=20000  # make sim
+//	go test ./internal/coordinator -run TestSimulation -sim.seed=1234 -v     # replay one, with its schedule
+var (
+	simSchedules = flag.Int("sim.schedules", 0, "schedules the simulation runs (default 300, 40 with -short)")
+	simSeed      = flag.Uint64("sim.seed", 0, "replay the one schedule with this seed, printing its steps")
+	simFirstSeed = flag.Uint64("sim.first", 1, "seed of the first schedule")
+)
+
+// simTotals sums what all schedules did, for the closing report.
+type simTotals struct {
+	mu         sync.Mutex
+	schedules  int
+	steps      int
+	faults     map[string]int
+	sent       int
+	unknown    int
+	violations int
+}
+
+func (t *simTotals) add(s *sim) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.schedules++
+	t.steps += s.steps
+	for k, v := range s.faults {
+		t.faults[k] += v
+	}
+	t.sent += s.sentTotal
+	t.unknown += s.unknownTotal
+	t.violations += len(s.violations)
+}
+
+func TestSimulation(t *testing.T) {
+	if *simSeed != 0 {
+		s := runSchedule(t, *simSeed, true)
+		for _, v := range s.violations {
+			t.Error(v)
+		}
+		return
+	}
+	n := *simSchedules
+	if n == 0 {
+		n = 300
+		if testing.Short() {
+			n = 40
+		}
+	}
+	totals := &simTotals{faults: map[string]int{}}
+	workers := max(runtime.GOMAXPROCS(0), 1)
+	var next atomic.Uint64
+	next.Store(*simFirstSeed)
+	var wg sync.WaitGroup
+	var failedMu sync.Mutex
+	var failed []string
+	for range workers {
+		wg.Go(func() {
+			for {
+				seed := next.Add(1) - 1
+				if seed >= *simFirstSeed+uint64(n) {
+					return
+				}
+				s := runSchedule(t, seed, false)
+				totals.add(s)
+				if len(s.violations) > 0 {
+					failedMu.Lock()
+					failed = append(failed, fmt.Sprintf("seed %d: %s\n  replay: go test ./internal/coordinator -run 'TestSimulation$' -sim.seed=%d -v\n  last steps:\n    %s",
+						seed, strings.Join(s.violations, "; "), seed, strings.Join(s.tail(40), "\n    ")))
+					failedMu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var kinds []string
+	for k, v := range totals.faults {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
+	}
+	slices.Sort(kinds)
+	t.Logf("simulation: %d schedules, %d steps, %d messages accepted, %d unknown, faults injected: %s; invariant violations: %d",
+		totals.schedules, totals.steps, totals.sent, totals.unknown, strings.Join(kinds, ", "), totals.violations)
+	for _, f := range failed {
+		t.Error(f)
+	}
+}
+
+// sim is one schedule.
+type sim struct {
+	t       testing.TB
+	seed    uint64
+	rng     *rand.Rand
+	verbose bool
+	ctx     context.Context
+
+	st       store.Store
+	kv       *fakeKV // broadcasts: range records and state
+	workers  *fakeKV // liveness records
+	clk      *simClock
+	c        *Coordinator
+	leaders  []*actor // the actors taking reports; two during a split brain
+	b        store.Broadcast
+	contacts []store.Contact
+	policy   InDoubtPolicy
+	lookup   bool
+
+	// knobs drawn from the seed
+	window, pageLimit                          int
+	pTransient, pRecipient, pLostAfterDot      float64
+	pStoreErr, pAmbiguous, pKill, pDupCopy     float64
+	faultSteps                                 int
+
+	queue   []*simJob
+	copies  []*copyRun
+	reports []bus.Report
+	nextID  int
+
+	tr           *simTransport
+	unsubscribed map[ulid.ULID]bool
+	cancelled    bool
+	cursorBroken bool
+	kills        int
+	handedOff    int
+
+	steps        int
+	log          []string
+	faults       map[string]int
+	violations   []string
+	sentTotal    int
+	unknownTotal int
+}
+
+type simJob struct {
+	job        bus.PageJob
+	deliveries int
+}
+
+func (s *sim) logf(format string, args ...any) {
+	line := fmt.Sprintf("%5d %s ", s.steps, s.clk.Now().Format("15:04:05.000")) + fmt.Sprintf(format, args...)
+	s.log = append(s.log, line)
+	if s.verbose {
+		s.t.Log(line)
+	}
+}
+
+func (s *sim) tail(n int) []string { return s.log[max(0, len(s.log)-n):] }
+
+func (s *sim) fault(kind string) { s.faults[kind]++ }
+
+func (s *sim) violate(format string, args ...any) {
+	s.violations = append(s.violations, fmt.Sprintf("step %d: ", s.steps)+fmt.Sprintf(format, args...))
+	s.logf("VIOLATION: "+format, args...)
+}
+
+func (s *sim) chance(p float64) bool { return s.rng.Float64() < p }
+
+// simClock is the schedule's time: it moves only when the scheduler says.
+// After fires at once: a worker's retry backoff is a step like any other,
+// and the scheduler decides what happens before the retry.
+type simClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *simClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *simClock) After(time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	ch <- c.Now()
+	return ch
+}
+
+func (c *simClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// simTransport is the scripted SMTP server: each recipient's answer to each
+// attempt is drawn from the seed alone, so concurrent sends of a window
+// cannot change a schedule. It counts what each recipient received.
+type simTransport struct {
+	s        *sim
+	mu       sync.Mutex
+	attempts map[string]int
+	received map[string]int
+	accepted map[string]bool // by Message-ID, for the Lookup
+	// maybe counts the recipients whose connection was lost after the
+	// final dot (the server may or may not have taken the message).
+	maybe map[string]int
+}
+
+func (tr *simTransport) draw(to string, attempt int) float64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s/%d", tr.s.seed, to, attempt)
+	return float64(h.Sum64()%1_000_000) / 1_000_000
+}
+
+func (tr *simTransport) Send(_ context.Context, m message.Rendered) (string, error) {
+	tr.mu.Lock()
+	tr.attempts[m.To]++
+	attempt := tr.attempts[m.To]
+	tr.mu.Unlock()
+	s := tr.s
+	if tr.draw(m.To, 0) < s.pRecipient {
+		// A recipient refusal is the same answer every time.
+		return "", &transport.SendError{Code: 550, Enhanced: "5.1.1", Text: "no such user", Stage: transport.StageRcpt}
+	}
+	x := tr.draw(m.To, attempt)
+	pt, pl := s.pTransient, s.pLostAfterDot
+	switch {
+	case x < pt*0.5:
+		return "", &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}
+	case x < pt*0.7:
+		return "", &transport.SendError{Code: 421, Enhanced: "4.7.0", Text: "[TSS04] deferred", Stage: transport.StageMail}
+	case x < pt*0.85:
+		return "", &transport.SendError{Stage: transport.StageMail, Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}
+	case x < pt:
+		return "", &transport.SendError{Stage: transport.StageRcpt, Err: &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}}
+	case x < pt+pl:
+		// The final dot went out and the reply never came; half the time
+		// the server had queued the message.
+		tr.mu.Lock()
+		tr.maybe[m.To]++
+		if tr.draw(m.To, -attempt) < 0.5 {
+			tr.received[m.To]++
+			tr.accepted[m.MessageID] = true
+		}
+		tr.mu.Unlock()
+		return "", &transport.SendError{Stage: transport.StageData, Err: &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, MaybeDelivered: true}
+	}
+	tr.mu.Lock()
+	tr.received[m.To]++
+	tr.accepted[m.MessageID] = true
+	tr.mu.Unlock()
+	return "250 2.0.0 queued", nil
+}
+
+func (tr *simTransport) Close() error { return nil }
+
+// gateFault is the scheduler's answer to a page copy waiting at a store call.
+type gateFault int
+
+const (
+	gateGo        gateFault = iota
+	gateErr                 // the call fails without reaching the store
+	gateAmbiguous           // the call commits, and the answer is lost
+	gateKill                // the worker dies here (kill -9)
+)
+
+// copyRun is one copy of a page running in a worker.
+type copyRun struct {
+	id     int
+	owner  string
+	job    *simJob
+	dup    bool // a duplicate copy (the job stays queued)
+	gateCh chan string
+	resume chan gateFault
+	done   chan copyResult
+	op     string
+}
+
+type copyResult struct {
+	rep    bus.Report
+	err    error
+	killed bool
+}
+
+// gatedStore is the store as one page copy sees it: every call waits for
+// the scheduler first.
+type gatedStore struct {
+	store.Store
+	c *copyRun
+}
+
+func (g *gatedStore) gate(op string) gateFault {
+	g.c.gateCh <- op
+	f := <-g.c.resume
+	if f == gateKill {
+		runtime.Goexit()
+	}
+	return f
+}
+
+var errSimStore = errors.New("sim: connection reset by peer")
+
+func (g *gatedStore) EligiblePage(ctx context.Context, b store.Broadcast, from, until ulid.ULID, limit int) ([]store.Contact, error) {
+	if g.gate("eligible") != gateGo {
+		return nil, errSimStore
+	}
+	return g.Store.EligiblePage(ctx, b, from, until, limit)
+}
+
+func (g *gatedStore) Claim(ctx context.Context, b ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	switch g.gate("claim") {
+	case gateErr:
+		return nil, errSimStore
+	case gateAmbiguous:
+		g.Store.Claim(ctx, b, owner, claims, now) //nolint:errcheck
+		return nil, errSimStore
+	}
+	return g.Store.Claim(ctx, b, owner, claims, now)
+}
+
+func (g *gatedStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	switch g.gate("record+claim") {
+	case gateErr:
+		return nil, errSimStore
+	case gateAmbiguous:
+		g.Store.RecordAndClaim(ctx, b, owner, outcomes, next, now) //nolint:errcheck
+		return nil, errSimStore
+	}
+	return g.Store.RecordAndClaim(ctx, b, owner, outcomes, next, now)
+}
+
+func (g *gatedStore) RecordOutcomes(ctx context.Context, b ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {
+	switch g.gate("record") {
+	case gateErr:
+		return errSimStore
+	case gateAmbiguous:
+		g.Store.RecordOutcomes(ctx, b, owner, outcomes, now) //nolint:errcheck
+		return errSimStore
+	}
+	return g.Store.RecordOutcomes(ctx, b, owner, outcomes, now)
+}
+
+func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error) {
+	switch g.gate("claim-due") {
+	case gateErr:
+		return nil, errSimStore
+	case gateAmbiguous:
+		g.Store.ClaimDue(ctx, b, owner, now, limit) //nolint:errcheck
+		return nil, errSimStore
+	}
+	return g.Store.ClaimDue(ctx, b, owner, now, limit)
+}
+
+// simStates is the workers' view of broadcast states: the KV stand-in.
+type simStates struct{ kv *fakeKV }
+
+func (s simStates) Get(ctx context.Context, id string) (store.State, error) { return s.Fresh(ctx, id) }
+func (s simStates) Fresh(ctx context.Context, id string) (store.State, error) {
+	var rec bus.StateRecord
+	_, found, err := bus.GetJSON(ctx, s.kv, bus.StateKey(id), &rec)
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		return "", errors.New("sim: state not in KV")
+	}
+	return store.State(rec.State), nil
+}
+
+// simPublisher is the page stream: a work queue that stores one copy of a
+// job per dedupe id.
+type simPublisher struct{ s *sim }
+
+func (p simPublisher) PublishPage(_ context.Context, job bus.PageJob, _ time.Time) error {
+	for _, q := range p.s.queue {
+		if q.job.MsgID() == job.MsgID() {
+			return nil
+		}
+	}
+	p.s.queue = append(p.s.queue, &simJob{job: job})
+	return nil
+}
+
+func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	s := &sim{t: t, seed: seed, rng: rng, verbose: verbose, ctx: context.Background(),
+		kv: newFakeKV(), workers: newFakeKV(), clk: &simClock{now: time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)},
+		unsubscribed: map[ulid.ULID]bool{}, faults: map[string]int{}}
+	s.tr = &simTransport{s: s, attempts: map[string]int{}, received: map[string]int{}, accepted: map[string]bool{}, maybe: map[string]int{}}
+	s.window = 1 + rng.IntN(5)
+	s.pageLimit = s.window * (1 + rng.IntN(4))
+	s.pTransient = []float64{0, 0.01, 0.03, 0.1}[rng.IntN(4)]
+	s.pRecipient = []float64{0, 0.02}[rng.IntN(2)]
+	s.pLostAfterDot = []float64{0, 0, 0.02}[rng.IntN(3)]
+	s.pStoreErr = []float64{0, 0.02, 0.08}[rng.IntN(3)]
+	s.pAmbiguous = []float64{0, 0.02}[rng.IntN(2)]
+	s.pKill = []float64{0, 0.01, 0.03}[rng.IntN(3)]
+	s.pDupCopy = []float64{0, 0.1, 0.3}[rng.IntN(3)]
+	s.faultSteps = 200 + rng.IntN(600)
+	switch rng.IntN(3) {
+	case 0:
+		s.lookup = true
+	case 1:
+		s.policy = InDoubtSkip
+	default:
+		s.policy = InDoubtResend
+	}
+	if s.policy == "" {
+		s.policy = InDoubtSkip
+	}
+
+	st, err := sqlite.Open(s.ctx, ":memory:")
+	if err != nil {
+		t.Fatalf("seed %d: open store: %v", seed, err)
+	}
+	defer st.Close()
+	s.st = st
+	s.setup()
+	s.run()
+	s.check()
+	s.stopCopies()
+	return s
+}
+
+// setup stores the audience, accepts the broadcast and starts its leader.
+func (s *sim) setup() {
+	n := 10 + s.rng.IntN(50)
+	ms := uint64(s.clk.Now().UnixMilli())
+	entropy := rand.New(rand.NewPCG(s.seed, 7))
+	cs := make([]store.Contact, n)
+	for i := range cs {
+		ms += 1 + uint64(s.rng.IntN(3_000_000)) // spread over the id space, unevenly
+		id := ulid.MustNew(ms, &pcgReader{entropy})
+		cs[i] = store.Contact{ID: id, Email: fmt.Sprintf("p%03d@example.org", i), Name: "P", Subscribed: true}
+		if s.chance(0.1) {
+			cs[i].DoNotContact = true
+		}
+	}
+	if _, err := s.st.ImportContacts(s.ctx, cs, s.clk.Now()); err != nil {
+		s.t.Fatalf("seed %d: import: %v", s.seed, err)
+	}
+	s.contacts = cs
+	lookup := Lookup(nil)
+	if s.lookup {
+		lookup = func(_ context.Context, mid string) (bool, error) {
+			s.tr.mu.Lock()
+			defer s.tr.mu.Unlock()
+			return s.tr.accepted[strings.Trim(mid, "<>")], nil
+		}
+	}
+	s.c = New(Config{Store: s.st, Bus: &bus.Bus{Broadcasts: s.kv, Workers: s.workers}, Pages: simPublisher{s}, Clock: s.clk,
+		Log: slog.New(simLog{s}), PageLimit: s.pageLimit, Tick: time.Second, InDoubtAfter: 20 * time.Second,
+		InDoubtPolicy: s.policy, Lookup: lookup, Backoff: time.Second, MaxBackoff: 30 * time.Second,
+		Jitter: func(n int64) int64 { return s.rng.Int64N(n + 1) }})
+	b, _, err := s.st.CreateBroadcast(s.ctx, store.Broadcast{ID: ulid.MustNew(ms, &pcgReader{entropy}), Name: "sim", CreatedAt: s.clk.Now(),
+		Content: store.Content{FromAddress: "news@example.com", Subject: "Hi {{.Name}}", HTML: "<p>Hi</p>"}})
+	if err != nil {
+		s.t.Fatalf("seed %d: create: %v", s.seed, err)
+	}
+	if b, err = s.st.AcceptBroadcast(s.ctx, b.ID, s.clk.Now()); err != nil {
+		s.t.Fatalf("seed %d: accept: %v", s.seed, err)
+	}
+	s.b = b
+	if err := s.c.writeRanges(s.ctx, b); err != nil {
+		s.t.Fatalf("seed %d: ranges: %v", s.seed, err)
+	}
+	if err := s.c.putState(s.ctx, b); err != nil {
+		s.t.Fatalf("seed %d: state: %v", s.seed, err)
+	}
+	s.leaders = []*actor{s.newLeader()}
+	s.logf("broadcast of %d contacts; window %d, page %d; transient %.2f recipient %.2f lost-after-dot %.2f; store errors %.2f ambiguous %.2f kills %.2f copies %.2f; policy %s lookup %v",
+		n, s.window, s.pageLimit, s.pTransient, s.pRecipient, s.pLostAfterDot, s.pStoreErr, s.pAmbiguous, s.pKill, s.pDupCopy, s.policy, s.lookup)
+}
+
+// simLog puts the engine's own log lines (reconciler, transitions) in the
+// schedule's log.
+type simLog struct{ s *sim }
+
+func (h simLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h simLog) WithAttrs([]slog.Attr) slog.Handler      { return h }
+func (h simLog) WithGroup(string) slog.Handler           { return h }
+func (h simLog) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString("engine: " + r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	h.s.logf("%s", b.String())
+	return nil
+}
+
+// pcgReader makes ULID entropy from the schedule's seed.
+type pcgReader struct{ r *rand.Rand }
+
+func (p *pcgReader) Read(b []byte) (int, error) {
+	for i := range b {
+		b[i] = byte(p.r.Uint32())
+	}
+	return len(b), nil
+}
+
+func (s *sim) newLeader() *actor {
+	b, err := s.st.GetBroadcast(s.ctx, s.b.ID)
+	if err != nil {
+		s.t.Fatalf("seed %d: %v", s.seed, err)
+	}
+	a, err := newActor(s.ctx, s.c, b)
+	if err != nil {
+		s.t.Fatalf("seed %d: new actor: %v", s.seed, err)
+	}
+	return a
+}
+
+// run drives the schedule: faults for faultSteps, then none until the
+// broadcast finishes (bounded).
+func (s *sim) run() {
+	const maxSteps = 20000
+	for s.steps = 0; s.steps < maxSteps; s.steps++ {
+		faults := s.steps < s.faultSteps
+		if !faults && s.finished() {
+			return
+		}
+		if !faults && s.steps == s.faultSteps {
+			s.endFaults()
+		}
+		s.step(faults)
+	}
+	b, _ := s.st.GetBroadcast(s.ctx, s.b.ID)
+	s.violate("broadcast still %s (%s) %d steps after the faults stopped; waiting for: %s", b.State, b.Reason, maxSteps-s.faultSteps, s.leaders[0].waiting())
+}
+
+// endFaults heals what the faults left: one leader, running (unless
+// cancelled), KV writes working.
+func (s *sim) endFaults() {
+	s.leaders = s.leaders[:1]
+	s.kv.failNext, s.kv.loseNext = false, false
+	b, err := s.st.GetBroadcast(s.ctx, s.b.ID)
+	if err == nil && b.State == store.StatePaused {
+		s.operator(store.StatePaused, store.StateRunning)
+	}
+	s.logf("faults stop")
+}
+
+func (s *sim) finished() bool {
+	b, err := s.st.GetBroadcast(s.ctx, s.b.ID)
+	return err == nil && b.State.Finished() && len(s.copies) == 0
+}
+
+// step takes one action, chosen by weight among those possible now.
+func (s *sim) step(faults bool) {
+	type action struct {
+		w  float64
+		do func()
+	}
+	var acts []action
+	add := func(w float64, do func()) {
+		if w > 0 {
+			acts = append(acts, action{w, do})
+		}
+	}
+	if len(s.queue) > 0 {
+		add(20, func() { s.startCopy(false) })
+		if faults {
+			add(20*s.pDupCopy, func() { s.startCopy(true) })
+		}
+	}
+	if len(s.copies) > 0 {
+		add(40, func() { s.advanceCopy(faults) })
+	}
+	if len(s.reports) > 0 {
+		add(20, func() { s.deliverReport(faults) })
+	}
+	add(8, s.tick)
+	add(4, func() { s.clk.advance(time.Duration(500+s.rng.IntN(20_000)) * time.Millisecond) })
+	if faults {
+		add(0.6, func() { s.operator(store.StateRunning, store.StatePaused) })
+		add(0.6, func() { s.operator(store.StatePaused, store.StateRunning) })
+		add(0.05, func() { s.operator(store.StateRunning, store.StateCancelled) })
+		add(0.8, s.unsubscribeOne)
+		add(0.5, func() {
+			if s.chance(0.5) {
+				s.kv.failNext = true
+				s.fault("kv write fails")
+			} else {
+				s.kv.loseNext = true
+				s.fault("kv write lost")
+			}
+		})
+		add(0.3, func() {
+			s.leaders = []*actor{s.newLeader()}
+			s.fault("failover")
+			s.logf("failover: a new leader starts from KV")
+		})
+		add(0.15, func() {
+			if len(s.leaders) == 1 {
+				s.leaders = append(s.leaders, s.newLeader())
+				s.fault("two leaders")
+				s.logf("split brain: a second leader")
+			}
+		})
+	}
+	var total float64
+	for _, a := range acts {
+		total += a.w
+	}
+	x := s.rng.Float64() * total
+	for _, a := range acts {
+		if x -= a.w; x < 0 {
+			a.do()
+			return
+		}
+	}
+	acts[len(acts)-1].do()
+}
+
+// tick is one pass of an actor's loop: follow the store, reconcile, sweep,
+// finish, dispatch.
+func (s *sim) tick() {
+	a := s.leaders[s.rng.IntN(len(s.leaders))]
+	if s.chance(0.2) {
+		if err := a.reload(s.ctx); err != nil {
+			s.logf("reload failed: %v", err)
+		}
+	}
+	if b, err := s.c.mirrorState(s.ctx, a.id); err == nil {
+		a.adopt(b)
+	}
+	if a.b.State.Finished() {
+		return
+	}
+	a.reconcile(s.ctx)
+	a.sweep(s.ctx)
+	if a.finish(s.ctx) {
+		s.logf("finished: %s", a.b.Reason)
+		return
+	}
+	a.dispatch(s.ctx)
+}
+
+func (s *sim) startCopy(dup bool) {
+	i := s.rng.IntN(len(s.queue))
+	j := s.queue[i]
+	// What the worker's handle does before the walk: a paused broadcast's
+	// page is dropped (re-issued on resume), a finished one's too.
+	state, err := simStates{s.kv}.Fresh(s.ctx, j.job.Broadcast)
+	if err != nil {
+		b, serr := s.st.GetBroadcast(s.ctx, s.b.ID)
+		if serr != nil {
+			return
+		}
+		state = b.State
+	}
+	if !dup {
+		s.queue = slices.Delete(s.queue, i, i+1)
+	} else {
+		s.fault("duplicate page copy")
+	}
+	if state != store.StateRunning {
+		s.logf("page %s dropped: broadcast %s", jobName(j.job), state)
+		return
+	}
+	s.nextID++
+	c := &copyRun{id: s.nextID, owner: fmt.Sprintf("w%d/1", s.nextID), job: j, dup: dup,
+		gateCh: make(chan string), resume: make(chan gateFault), done: make(chan copyResult, 1)}
+	s.setLive(c.owner, true)
+	w := pageworker.New(pageworker.Config{Store: &gatedStore{Store: s.st, c: c}, Transport: s.tr, Clock: s.clk,
+		Log: slog.New(slog.DiscardHandler), Concurrency: s.window, States: simStates{s.kv}, ID: fmt.Sprintf("w%d", c.id),
+		RetryAfter: 10 * time.Second, SweepRetry: time.Minute, MaxAttempts: 10, StoreRetryFor: 15 * time.Minute,
+		Jitter: func(n int64) int64 { return s.rng.Int64N(n + 1) }})
+	s.logf("copy %d starts %s%s", c.id, jobName(j.job), map[bool]string{true: " (duplicate)"}[dup])
+	go func() {
+		res := copyResult{killed: true}
+		defer func() { c.done <- res }()
+		// As the worker's handle does: an outage is waited out in place and
+		// the page walked again under the same owner.
+		for attempt := 0; ; attempt++ {
+			rep, err := w.RunPage(s.ctx, j.job, c.owner)
+			if err == nil || attempt == 20 {
+				res = copyResult{rep: rep, err: err}
+				return
+			}
+		}
+	}()
+	s.copies = append(s.copies, c)
+	s.await(c)
+}
+
+func jobName(j bus.PageJob) string {
+	if j.Sweep {
+		return "sweep"
+	}
+	return fmt.Sprintf("range %d from …%s epoch %d", j.Range, j.From[20:], j.Epoch)
+}
+
+// await lets copy c run to its next store call or to its end.
+func (s *sim) await(c *copyRun) {
+	select {
+	case op := <-c.gateCh:
+		c.op = op
+	case res := <-c.done:
+		s.endCopy(c, res)
+	}
+}
+
+func (s *sim) advanceCopy(faults bool) {
+	c := s.copies[s.rng.IntN(len(s.copies))]
+	f := gateGo
+	if faults {
+		switch x := s.rng.Float64(); {
+		case x < s.pKill:
+			f = gateKill
+		case x < s.pKill+s.pStoreErr:
+			f = gateErr
+		case x < s.pKill+s.pStoreErr+s.pAmbiguous && c.op != "eligible":
+			f = gateAmbiguous
+		}
+	}
+	switch f {
+	case gateKill:
+		s.kills++
+		s.fault("worker killed at " + c.op)
+		s.logf("copy %d killed before %s", c.id, c.op)
+	case gateErr:
+		s.fault("store error at " + c.op)
+		s.logf("copy %d: %s fails", c.id, c.op)
+	case gateAmbiguous:
+		s.fault("ambiguous commit at " + c.op)
+		s.logf("copy %d: %s commits, answer lost", c.id, c.op)
+	}
+	c.resume <- f
+	s.await(c)
+}
+
+// endCopy handles a copy that returned or died.
+func (s *sim) endCopy(c *copyRun, res copyResult) {
+	s.copies = slices.DeleteFunc(s.copies, func(x *copyRun) bool { return x == c })
+	s.setLive(c.owner, false)
+	switch {
+	case res.killed:
+		// JetStream hands the job on after the ack wait, towards its
+		// delivery limit.
+		if c.dup {
+			return
+		}
+		c.job.deliveries++
+		if c.job.deliveries >= 10 {
+			s.logf("page %s reached its delivery limit", jobName(c.job.job))
+			if err := s.leaders[0].poison(s.ctx, c.job.job, c.job.deliveries); err != nil {
+				s.logf("poison: %v", err)
+			}
+			return
+		}
+		s.queue = append(s.queue, c.job)
+	case res.err != nil:
+		// The worker waits the outage out in place and walks again: the
+		// same as the job coming back, without a delivery counted.
+		s.logf("copy %d: page not walked: %v", c.id, res.err)
+		if !c.dup {
+			s.queue = append(s.queue, c.job)
+		}
+	default:
+		r := res.rep
+		s.logf("copy %d reports %s: next …%s done %v sent %d failed %d deferred %d class %q", c.id, jobName(c.job.job), tailID(r.Next), r.Done, r.Sent, r.Failed, r.Deferred, r.Class)
+		s.reports = append(s.reports, r)
+	}
+}
+
+func tailID(id string) string {
+	if len(id) < 26 {
+		return id
+	}
+	return id[20:]
+}
+
+// setLive adds or removes a page run from its worker's liveness record.
+func (s *sim) setLive(owner string, live bool) {
+	key := bus.WorkerKey(bus.OwnerWorker(owner))
+	if !live {
+		s.workers.Delete(s.ctx, key) //nolint:errcheck
+		return
+	}
+	s.workers.Put(s.ctx, key, bus.Encode(bus.WorkerRecord{Runs: []string{owner}})) //nolint:errcheck
+}
+
+func (s *sim) deliverReport(faults bool) {
+	i := s.rng.IntN(len(s.reports))
+	r := s.reports[i]
+	if !faults || !s.chance(0.1) {
+		s.reports = slices.Delete(s.reports, i, i+1)
+	} else {
+		s.fault("report duplicated")
+	}
+	a := s.leaders[s.rng.IntN(len(s.leaders))]
+	if err := a.apply(s.ctx, r); err != nil {
+		s.logf("apply failed (redelivered later): %v", err)
+		s.reports = append(s.reports, r)
+		return
+	}
+	s.checkCursors()
+}
+
+// checkCursors: no cursor has passed an eligible contact that has no ledger
+// row (an outcome, or a claim some copy still holds), once the reconciler's
+// releases are done: a release comes after its rewind.
+func (s *sim) checkCursors() {
+	if s.cursorBroken {
+		return // reported once
+	}
+	// The cursors are KV's records, which any new leader starts from; an
+	// actor's copy in memory may be stale, and finish re-reads KV.
+	recs, _, err := s.c.rangeRecords(s.ctx, s.b)
+	if err != nil {
+		return
+	}
+	for _, rec := range recs {
+		next, err := ulid.ParseStrict(rec.Next)
+		if err != nil {
+			continue
+		}
+		start, _ := ulid.ParseStrict(rec.Start)
+		end, _ := ulid.ParseStrict(rec.End)
+		for _, c := range s.contacts {
+			if c.DoNotContact || s.unsubscribed[c.ID] || c.ID.Compare(start) < 0 || c.ID.Compare(end) > 0 {
+				continue
+			}
+			passed := c.ID.Compare(next) < 0 || (rec.Done && c.ID.Compare(end) <= 0)
+			if !passed {
+				continue
+			}
+			if _, err := s.st.GetSend(s.ctx, s.b.ID, c.ID); errors.Is(err, store.ErrNotFound) {
+				s.violate("cursor of range %d (epoch %d, done %v) passed %s, which has no ledger row", rec.Index, rec.Epoch, rec.Done, c.Email)
+				s.cursorBroken = true
+				return
+			}
+		}
+	}
+}
+
+// operator moves the broadcast from one state to another, as the API does:
+// the store, then KV, then the leader is told.
+func (s *sim) operator(from, to store.State) {
+	b, err := s.st.SetState(s.ctx, s.b.ID, []store.State{from}, to, "operator", s.clk.Now())
+	if err != nil {
+		return // not in that state
+	}
+	s.fault("operator " + string(to))
+	s.logf("operator: %s → %s", from, to)
+	if to == store.StateCancelled {
+		s.cancelled = true
+	}
+	if err := s.c.putState(s.ctx, b); err != nil {
+		s.logf("state not mirrored: %v (the leader converges it)", err)
+	}
+	s.leaders[0].adopt(b)
+}
+
+func (s *sim) unsubscribeOne() {
+	c := s.contacts[s.rng.IntN(len(s.contacts))]
+	if err := s.st.UnsubscribeContact(s.ctx, c.ID, ulid.ULID{}, s.clk.Now()); err != nil {
+		return
+	}
+	s.unsubscribed[c.ID] = true
+	s.fault("unsubscribe mid-broadcast")
+	s.logf("%s unsubscribes", c.Email)
+}
+
+// stopCopies ends the goroutines of copies still waiting at a gate.
+func (s *sim) stopCopies() {
+	for _, c := range s.copies {
+		c.resume <- gateKill
+		<-c.done
+	}
+	s.copies = nil
+}
+
+// check holds the schedule's outcome to the invariants.
+func (s *sim) check() {
+	b, err := s.st.GetBroadcast(s.ctx, s.b.ID)
+	if err != nil {
+		s.violate("read broadcast: %v", err)
+		return
+	}
+	if !s.cancelled && b.State != store.StateCompleted {
+		s.violate("broadcast ended %s (%s), want completed", b.State, b.Reason)
+	}
+	maybe := 0
+	for _, n := range s.tr.maybe {
+		maybe += n
+	}
+	unknown, dups := 0, 0
+	for _, c := range s.contacts {
+		n := s.tr.received[c.Email]
+		s.sentTotal += n
+		if n > 1 {
+			if s.policy == InDoubtResend && !s.lookup {
+				dups += n - 1 // resend chose this risk: bounded below
+			} else {
+				s.violate("%s received %d copies", c.Email, n)
+			}
+		}
+		row, err := s.st.GetSend(s.ctx, s.b.ID, c.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			// Under resend without a lookup, a dead worker's claim is
+			// deleted to be walked again; one who unsubscribed meanwhile
+			// (or whose broadcast was cancelled) is then rightly skipped,
+			// though the first try may have reached them. The policy
+			// accepts not knowing.
+			if n > 0 && !(s.policy == InDoubtResend && !s.lookup && (s.unsubscribed[c.ID] || s.cancelled)) {
+				s.violate("%s received a message but has no ledger row", c.Email)
+			}
+			if !c.DoNotContact && !s.unsubscribed[c.ID] && !s.cancelled {
+				s.violate("%s is eligible and has no ledger row: skipped silently", c.Email)
+			}
+			continue
+		}
+		if err != nil {
+			s.violate("ledger row of %s: %v", c.Email, err)
+			continue
+		}
+		switch {
+		case row.Status.Accepted():
+			if n == 0 {
+				s.violate("%s is recorded sent but received nothing", c.Email)
+			}
+		case row.Status == store.SendFailed:
+			if row.Error == "" {
+				s.violate("%s failed without the server's reply", c.Email)
+			}
+			if n > 0 {
+				s.violate("%s received its message but is recorded failed", c.Email)
+			}
+		case row.Status == store.SendUnknown:
+			unknown++
+		case row.Status == store.SendUnsubscribed:
+		case s.cancelled && (row.Status == store.SendClaimed || row.Status == store.SendDeferred):
+			// A cancelled broadcast keeps what it had not sent yet.
+		default:
+			s.violate("%s left %s after the faults stopped (%s)", c.Email, row.Status, row.Error)
+		}
+	}
+	s.unknownTotal = unknown
+	if bound := s.kills*s.window + maybe; dups > bound {
+		s.violate("%d second copies under the resend policy, more than the window × kills + lost-after-dot bound %d", dups, bound)
+	}
+	if bound := s.kills*s.window + maybe; unknown > bound {
+		s.violate("%d unknown, more than the window × kills + lost-after-dot bound %d", unknown, bound)
+	}
+}
+
+// TestSimulationRegressions replays the schedules of the holes the
+// reliability issue named; each failed on the code before its fix.
+func TestSimulationRegressions(t *testing.T) {
+	t.Parallel()
+	for name, seed := range simRegressions {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := runSchedule(t, seed, false)
+			for _, v := range s.violations {
+				t.Errorf("seed %d: %s\n%s", seed, v, strings.Join(s.tail(30), "\n"))
+			}
+		})
+	}
+}
+
+// simRegressions names schedules that found holes; see the test above.
+var simRegressions = map[string]uint64{}
