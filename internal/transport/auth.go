@@ -26,7 +26,7 @@ const supportedMechs = "PLAIN and LOGIN (user and password in the URL), XOAUTH2 
 // credentials are what the URL says to authenticate with.
 type credentials struct {
 	user, pass string
-	mech       string        // forced by auth=; "" picks from what the server offers
+	mech       string     // forced by auth=; "" picks from what the server offers
 	token      *tokenFile // XOAUTH2's bearer token; nil without token_file
 	addr       string     // for messages
 }
