@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/emersion/go-msgauth/dkim"
 )
@@ -162,6 +163,19 @@ func parsePrivateKey(raw []byte) (crypto.Signer, error) {
 type DKIM struct {
 	keys    []DKIMKey            // in the order given
 	domains map[string][]DKIMKey // by domain
+
+	onUnsigned func(domain string)
+	unsigned   sync.Map // From domains reported to onUnsigned
+}
+
+// OnUnsigned sets f to be called, once per domain, when Sign meets mail
+// from a domain no key covers: the From domains are not known when a page
+// worker starts (broadcasts are created later), so a key for the wrong
+// domain shows only then. Call it before the first Sign.
+func (d *DKIM) OnUnsigned(f func(domain string)) {
+	if d != nil {
+		d.onUnsigned = f
+	}
 }
 
 // NewDKIM checks keys (one domain and selector at most once) and returns a
@@ -300,9 +314,15 @@ func (d *DKIM) CheckDomains(fromDomains []string) error {
 // the time of signing, so a re-rendered message differs in it and in b=
 // only.
 func (d *DKIM) Sign(m Rendered) (out Rendered, signed bool, err error) {
-	at := strings.LastIndexByte(m.From, '@')
-	keys := d.For(m.From[at+1:])
+	if d == nil {
+		return m, false, nil
+	}
+	domain := strings.ToLower(m.From[strings.LastIndexByte(m.From, '@')+1:])
+	keys := d.For(domain)
 	if len(keys) == 0 {
+		if _, seen := d.unsigned.LoadOrStore(domain, true); !seen && d.onUnsigned != nil {
+			d.onUnsigned(domain)
+		}
 		return m, false, nil
 	}
 	sigs := make([]string, 0, len(keys))

@@ -422,3 +422,17 @@ func validateUnsubscribeURL(s string) error {
 	}
 	return nil
 }
+
+// CheckBroadcast is the create-time check of a broadcast's content: it
+// compiles, and, unless noUnsubscribeLink, shows its reader an unsubscribe
+// link. Transactional mail has no such rule.
+func CheckBroadcast(t Template, noUnsubscribeLink bool) error {
+	c, err := Compile(t)
+	if err != nil {
+		return err
+	}
+	if noUnsubscribeLink {
+		return nil
+	}
+	return c.CheckUnsubscribeLink()
+}
