@@ -72,7 +72,7 @@ func validRequest() *pb.CreateBroadcastRequest {
 		Name: "November news",
 		Content: &pb.BroadcastContent{
 			FromName: "Rangecast News", FromAddress: "news@rangecast.test",
-			Subject: "Hello {{.Name}}", Html: "<p>Hi {{.Name}}</p>",
+			Subject: "Hello {{.Name}}", Html: "<p>Hi {{.Name}}</p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a>",
 		},
 	}
 }
