@@ -302,7 +302,7 @@ func (d *DKIM) CheckDomains(fromDomains []string) error {
 		}
 	}
 	if len(unused) > 0 {
-		return fmt.Errorf("dkim keys for %s sign no mail: the From domains are %s; fix the DOMAIN part of --dkim-key", strings.Join(unused, ", "), strings.Join(fromDomains, ", "))
+		return fmt.Errorf("dkim keys for %s would sign no mail from %s (a key signs its own domain and the subdomains that have no key of their own); fix the DOMAIN part of --dkim-key", strings.Join(unused, ", "), strings.Join(fromDomains, ", "))
 	}
 	return nil
 }
