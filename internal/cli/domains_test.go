@@ -91,3 +91,24 @@ func TestDomainsRecords(t *testing.T) {
 		t.Errorf("bare selector: %v\n%s", err, out)
 	}
 }
+
+// A body without {{.UnsubscribeURL}} is refused with the way to fix it;
+// --no-unsubscribe-link accepts it, and status says so.
+func TestBroadcastsCreateUnsubscribeLink(t *testing.T) {
+	t.Parallel()
+	addr, _ := testServer(t)
+	html := writeFile(t, "plain.html", "<p>Hi {{.Name}}</p>")
+	base := []string{"--addr", addr, "broadcasts", "create", "--name", "News", "--from", "news@example.com", "--subject", "Hello", "--html", html}
+	out, err := rangecast(t, "", base...)
+	if err == nil || !strings.Contains(describe(err), `<a href="{{.UnsubscribeURL}}">Unsubscribe</a>`) || !strings.Contains(describe(err), "--no-unsubscribe-link") {
+		t.Fatalf("create without a link: %v\n%s", err, out)
+	}
+	out, err = rangecast(t, "", append(base, "--no-unsubscribe-link")...)
+	if err != nil {
+		t.Fatalf("create --no-unsubscribe-link: %v\n%s", err, out)
+	}
+	status, err := rangecast(t, "", "--addr", addr, "broadcasts", "status", strings.TrimSpace(out))
+	if err != nil || !strings.Contains(status, "--no-unsubscribe-link") {
+		t.Errorf("status: %v\n%s", err, status)
+	}
+}
