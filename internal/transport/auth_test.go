@@ -130,3 +130,21 @@ func TestParseEHLOAuth(t *testing.T) {
 		}
 	}
 }
+
+// A server that ignores LOGIN's initial response asks for the user name.
+func TestLoginClientAnswersUsernamePrompt(t *testing.T) {
+	t.Parallel()
+	cr := &credentials{user: "u", pass: "p", addr: "relay:587"}
+	sc, err := cr.client([]string{"LOGIN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mech, ir, err := sc.Start(); mech != "LOGIN" || string(ir) != "u" || err != nil {
+		t.Fatalf("Start = %s %q %v", mech, ir, err)
+	}
+	for challenge, want := range map[string]string{"Username:": "u", "User Name\x00": "u", "Password:": "p"} {
+		if got, err := sc.Next([]byte(challenge)); err != nil || string(got) != want {
+			t.Errorf("Next(%q) = %q, %v; want %q", challenge, got, err, want)
+		}
+	}
+}
