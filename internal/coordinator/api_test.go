@@ -203,7 +203,8 @@ func TestCreateBroadcastIdempotent(t *testing.T) {
 	for _, change := range []func(*pb.CreateBroadcastRequest){
 		func(r *pb.CreateBroadcastRequest) { r.Name = "Other name" },
 		func(r *pb.CreateBroadcastRequest) { r.ThrottlePerHour = 100 },
-		func(r *pb.CreateBroadcastRequest) { r.Content.Text = "plain" },
+		func(r *pb.CreateBroadcastRequest) { r.Content.Text = "plain {{.UnsubscribeURL}}" },
+		func(r *pb.CreateBroadcastRequest) { r.NoUnsubscribeLink = true },
 	} {
 		r := validRequestWithID("nov-2025-news")
 		change(r)
