@@ -33,7 +33,7 @@ cillum dolore eu fugiat nulla pariatur.</p>
 est laborum. Sed ut perspiciatis unde omnis iste natus error sit voluptatem accusantium doloremque
 laudantium, totam rem aperiam.</p>
 <p><a href="https://bench.example/read">Read it on the web</a></p>
-<p style="font-size:small">You get this because you subscribed at bench.example.</p>
+<p style="font-size:small">You get this because you subscribed at bench.example. <a href="{{.UnsubscribeURL}}">Unsubscribe</a></p>
 </body></html>`,
 }
 

@@ -164,7 +164,7 @@ func TestDevSurvivesInterruptAndKill(t *testing.T) {
 	}
 	bc := pb.NewBroadcastServiceClient(conn)
 	created, err := bc.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{Name: "survivor", Content: &pb.BroadcastContent{
-		FromAddress: "news@example.com", Subject: "Hi {{.Name}}", Html: "<p>Hello {{.Name}}</p>"}})
+		FromAddress: "news@example.com", Subject: "Hi {{.Name}}", Html: "<p>Hello {{.Name}}</p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a>"}})
 	if err != nil {
 		t.Fatal(err)
 	}

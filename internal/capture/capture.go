@@ -57,6 +57,7 @@ type config struct {
 	user     string
 	pass     string
 	needAuth bool
+	mechs    []string // offered AUTH mechanisms; default PLAIN
 	startTLS bool
 	implicit bool
 	now      func() time.Time
@@ -98,6 +99,15 @@ func WithDir(dir string) Option {
 // this option any credentials are accepted and AUTH is optional.
 func WithAuth(username, password string) Option {
 	return func(c *config) { c.user, c.pass, c.needAuth = username, password, true }
+}
+
+// WithAuthMechanisms sets the SASL mechanisms AUTH offers, in order
+// (default PLAIN). PLAIN and LOGIN check WithAuth's user name and password;
+// XOAUTH2 checks its user name and takes the password as the bearer token.
+// Any other name is offered but refused when used (504), as a server
+// offering only mechanisms the client cannot speak would be.
+func WithAuthMechanisms(mechs ...string) Option {
+	return func(c *config) { c.mechs = mechs }
 }
 
 // WithStartTLS offers STARTTLS with a freshly generated self-signed
@@ -432,20 +442,94 @@ var (
 	errShuttingDown = &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 3, 2}, Message: "Capture server shutting down"}
 )
 
-func (ss *session) AuthMechanisms() []string { return []string{sasl.Plain} }
+func (ss *session) AuthMechanisms() []string {
+	if m := ss.srv.cfg.mechs; m != nil {
+		return m
+	}
+	return []string{sasl.Plain}
+}
+
+// check is every mechanism's verdict on a user name and secret.
+func (ss *session) check(username, secret string) error {
+	cfg := ss.srv.cfg
+	if cfg.needAuth && (username != cfg.user || secret != cfg.pass) {
+		return smtp.ErrAuthFailed
+	}
+	ss.authed = true
+	return nil
+}
 
 func (ss *session) Auth(mech string) (sasl.Server, error) {
-	if mech != sasl.Plain {
+	offered := false
+	for _, m := range ss.AuthMechanisms() {
+		offered = offered || strings.EqualFold(m, mech)
+	}
+	if !offered {
 		return nil, smtp.ErrAuthUnknownMechanism
 	}
-	return sasl.NewPlainServer(func(identity, username, password string) error {
-		cfg := ss.srv.cfg
-		if cfg.needAuth && (username != cfg.user || password != cfg.pass) {
-			return smtp.ErrAuthFailed
+	switch strings.ToUpper(mech) {
+	case sasl.Plain:
+		return sasl.NewPlainServer(func(_, username, password string) error { return ss.check(username, password) }), nil
+	case sasl.Login:
+		return &loginServer{check: ss.check}, nil
+	case "XOAUTH2":
+		return &xoauth2Server{check: ss.check}, nil
+	}
+	return nil, smtp.ErrAuthUnknownMechanism
+}
+
+// loginServer is the server side of LOGIN, which go-sasl no longer has:
+// prompts "Username:" and "Password:", accepting the user name as an
+// initial response.
+type loginServer struct {
+	check      func(user, pass string) error
+	user       []byte
+	state      int // 0: want user, 1: want password
+	askedFirst bool
+}
+
+func (s *loginServer) Next(resp []byte) ([]byte, bool, error) {
+	switch {
+	case s.state == 0 && resp == nil && !s.askedFirst:
+		s.askedFirst = true
+		return []byte("Username:"), false, nil
+	case s.state == 0:
+		s.user, s.state = resp, 1
+		return []byte("Password:"), false, nil
+	}
+	return nil, true, s.check(string(s.user), string(resp))
+}
+
+// xoauth2Server checks "user=U\x01auth=Bearer T\x01\x01"; a bad token gets
+// the JSON challenge real servers send, then 535 after the empty reply.
+type xoauth2Server struct {
+	check   func(user, token string) error
+	asked   bool
+	refused bool
+}
+
+func (s *xoauth2Server) Next(resp []byte) ([]byte, bool, error) {
+	switch {
+	case s.refused:
+		return nil, true, smtp.ErrAuthFailed
+	case resp == nil && !s.asked:
+		s.asked = true
+		return nil, false, nil // "334 ": send the response now
+	}
+	var user, token string
+	for _, kv := range strings.Split(string(resp), "\x01") {
+		if v, ok := strings.CutPrefix(kv, "user="); ok {
+			user = v
 		}
-		ss.authed = true
-		return nil
-	}), nil
+		if v, ok := strings.CutPrefix(kv, "auth=Bearer "); ok {
+			token = v
+		}
+	}
+	if err := s.check(user, token); err != nil {
+		s.refused = true
+		return []byte(`{"status":"401","schemes":"bearer","scope":"https://mail.google.com/"}`), false, nil
+	}
+	return nil, true, nil
 }
 
 func (ss *session) Mail(from string, _ *smtp.MailOptions) error {

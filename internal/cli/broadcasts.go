@@ -64,6 +64,7 @@ func broadcastsCommand(c *client) *cobra.Command {
 func createCommand(c *client) *cobra.Command {
 	var name, from, fromName, subject, htmlFile, textFile, segment, requestID, inDoubt string
 	var throttle int64
+	var noUnsubLink bool
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a draft broadcast (prints its id)",
@@ -92,7 +93,8 @@ func createCommand(c *client) *cobra.Command {
 			}
 			resp, err := bc.CreateBroadcast(cmd.Context(), &pb.CreateBroadcastRequest{
 				Name: name, Segment: segment, ThrottlePerHour: throttle, RequestId: requestID, InDoubtPolicy: policy,
-				Content: &pb.BroadcastContent{FromName: fromName, FromAddress: from, Subject: subject, Html: string(html), Text: string(text)},
+				NoUnsubscribeLink: noUnsubLink,
+				Content:           &pb.BroadcastContent{FromName: fromName, FromAddress: from, Subject: subject, Html: string(html), Text: string(text)},
 			})
 			if err != nil {
 				return err
@@ -106,8 +108,9 @@ func createCommand(c *client) *cobra.Command {
 	f.StringVar(&from, "from", "", "From address, e.g. news@example.com (required)")
 	f.StringVar(&fromName, "from-name", "", "From display name")
 	f.StringVar(&subject, "subject", "", "subject, a Go template over the contact: {{.Name}}, {{.Email}}, {{.Attributes.key}} (required)")
-	f.StringVar(&htmlFile, "html", "", "file with the HTML body template (required)")
-	f.StringVar(&textFile, "text", "", "file with the plain-text body template (default: derived from the HTML)")
+	f.StringVar(&htmlFile, "html", "", `file with the HTML body template (required); it must show the contact's unsubscribe link, e.g. <a href="{{.UnsubscribeURL}}">Unsubscribe</a>`)
+	f.StringVar(&textFile, "text", "", "file with the plain-text body template (default: derived from the HTML); when given, it must contain {{.UnsubscribeURL}} too")
+	f.BoolVar(&noUnsubLink, "no-unsubscribe-link", false, "accept a body without a visible unsubscribe link (it links to a preference page of your own); the List-Unsubscribe header is sent either way, and status shows the choice")
 	f.StringVar(&segment, "segment", "", "send only to this segment's members")
 	f.Int64Var(&throttle, "throttle", 0, "at most this many messages per hour (0: no throttle)")
 	f.StringVar(&requestID, "request-id", "", "idempotency key: repeating the command with it returns the same draft")
@@ -255,6 +258,9 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 	fmt.Fprintln(w)
 	if b.GetSegment() != "" {
 		fmt.Fprintf(w, "segment    %s\n", b.GetSegment())
+	}
+	if b.GetNoUnsubscribeLink() {
+		fmt.Fprintf(w, "unsubscribe  no link in the body (created with --no-unsubscribe-link); List-Unsubscribe header only\n")
 	}
 	if b.GetState() == pb.BroadcastState_BROADCAST_STATE_DRAFT {
 		return

@@ -285,7 +285,7 @@ func TestContactsImportCommand(t *testing.T) {
 	}
 
 	// A draft to the imported segment, from the command line.
-	html := writeFile(t, "news.html", "<p>Hi {{.Name}}, you are on {{.Attributes.plan}}.</p>")
+	html := writeFile(t, "news.html", "<p>Hi {{.Name}}, you are on {{.Attributes.plan}}.</p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a>")
 	out, err = rangecast(t, "", "--addr", addr, "broadcasts", "create", "--name", "News", "--from", "news@example.com",
 		"--subject", "Hello {{.Name}}", "--html", html, "--segment", "newsletter")
 	if err != nil {

@@ -64,6 +64,7 @@ func Rangecast() *cobra.Command {
 	root.AddCommand(broadcastsCommand(c), contactsCommand(c), mailCommand(), devCommand(), demoCommand())
 	root.AddCommand(sendCommand(c))
 	root.AddCommand(segmentsCommand(c))
+	root.AddCommand(domainsCommand())
 	return root
 }
 

@@ -89,17 +89,26 @@ Every flag can be set by the environment variable named in its help.`,
 			}
 			o.Log = log
 			o.Secrets = publicSecrets(keysFile)
+			o.DKIMKeys = append(o.DKIMKeys, server.DKIMKeysFromEnv()...)
 			return server.RunWorker(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
 	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, &format, server.DefaultWorkerMetricsAddr)
 	natsReplicasFlag(cmd, &o.NATSReplicas)
-	f.StringVar(&o.SMTPURL, "smtp-url", env("RANGECAST_SMTP_URL", ""), "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s (env RANGECAST_SMTP_URL)")
+	f.StringVar(&o.SMTPURL, "smtp-url", env("RANGECAST_SMTP_URL", ""), "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s, ?auth=plain|login|xoauth2 (default: what the server offers), ?token_file=PATH (XOAUTH2 token, re-read when it changes) (env RANGECAST_SMTP_URL)")
 	f.IntVar(&o.Concurrency, "concurrency", envInt("RANGECAST_CONCURRENCY", 16), "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
 	f.IntVar(&o.TxSlots, "tx-slots", envInt("RANGECAST_TX_SLOTS", 4), "transactional messages sent at once, apart from the page window, so they never wait behind a broadcast (env RANGECAST_TX_SLOTS)")
 	workerPublicFlags(cmd, &o.PublicURL, &keysFile)
+	dkimKeyFlag(cmd, &o.DKIMKeys)
 	return cmd
+}
+
+// dkimKeyFlag is --dkim-key, repeatable; RANGECAST_DKIM_KEYS adds more.
+func dkimKeyFlag(cmd *cobra.Command, keys *[]string) {
+	cmd.Flags().StringArrayVar(keys, "dkim-key", nil,
+		"DOMAIN=SELECTOR:KEYFILE: sign mail from DOMAIN (and its subdomains) with this PEM key, RSA of 2048 bits or Ed25519; repeat it, e.g. for two selectors of one domain while rotating (both sign). "+
+			"'rangecast domains records DOMAIN --dkim-key …' prints the DNS records to publish (env "+server.EnvDKIMKeys+", comma-separated)")
 }
 
 // governorFlags configure the per-sending-domain governor's defaults; an
@@ -146,7 +155,8 @@ func (s *stackFlags) register(cmd *cobra.Command, level string) {
 	f := cmd.Flags()
 	f.StringVar(&s.o.Dir, "dir", ".rangecast", "folder for the embedded JetStream store and captured mail")
 	f.StringVar(&s.postgres, "postgres", "", "use this Postgres (postgres://…) instead of a SQLite file in --dir; rangecast keeps to a schema of its own")
-	f.StringVar(&s.o.SMTPURL, "smtp-url", "", "send through this SMTP server instead of capturing mail in-process")
+	f.StringVar(&s.o.SMTPURL, "smtp-url", "", "send through this SMTP server instead of capturing mail in-process (parameters as the pageworker's --smtp-url)")
+	dkimKeyFlag(cmd, &s.o.DKIMKeys)
 	f.IntVar(&s.o.Workers, "workers", 2, "page workers to run")
 	f.IntVar(&s.o.Concurrency, "concurrency", 16, "each worker's in-flight window")
 	f.DurationVar(&s.o.InDoubtAfter, "in-doubt-after", 20*time.Second, "a claim whose worker has been gone this long is in doubt and is settled against the capture server")
@@ -175,6 +185,7 @@ func devCommand() *cobra.Command {
 				}
 				s.o.DatabaseURL, where = url, "Postgres schema rangecast_dev"
 			}
+			s.o.DKIMKeys = append(s.o.DKIMKeys, server.DKIMKeysFromEnv()...)
 			st, err := server.StartStack(ctx, s.o)
 			if err != nil {
 				return err
@@ -217,6 +228,7 @@ func demoCommand() *cobra.Command {
 			}
 			s.o.Log = log
 			s.o.GRPCAddr = "127.0.0.1:0"
+			s.o.DKIMKeys = append(s.o.DKIMKeys, server.DKIMKeysFromEnv()...)
 			o.Stack, o.Postgres = s.o, s.postgres
 			if s.o.Dir == ".rangecast" && !o.Keep {
 				dir, err := os.MkdirTemp("", "rangecast-demo-")

@@ -103,8 +103,9 @@ func (api *BroadcastAPI) CreateBroadcast(ctx context.Context, req *pb.CreateBroa
 	}
 	content := store.Content{FromName: c.GetFromName(), FromAddress: c.GetFromAddress(), Subject: c.GetSubject(), HTML: c.GetHtml(), Text: c.GetText()}
 	// Rendering against a sample contact now catches template mistakes before
-	// anyone is sent a broken message.
-	if _, err := message.Compile(message.Template(content)); err != nil {
+	// anyone is sent a broken message, and a body without a visible
+	// unsubscribe link before it reaches anyone.
+	if err := message.CheckBroadcast(message.Template(content), req.GetNoUnsubscribeLink()); err != nil {
 		return nil, invalid("content: %v", err)
 	}
 	var segment int64
@@ -126,13 +127,13 @@ func (api *BroadcastAPI) CreateBroadcast(ctx context.Context, req *pb.CreateBroa
 	b := store.Broadcast{
 		ID: api.ids.make(now), Name: req.GetName(), RequestID: req.GetRequestId(), Content: content,
 		SegmentID: segment, Segment: req.GetSegment(), ThrottlePerHour: req.GetThrottlePerHour(),
-		InDoubtPolicy: policy, State: store.StateDraft, CreatedAt: now,
+		InDoubtPolicy: policy, NoUnsubscribeLink: req.GetNoUnsubscribeLink(), State: store.StateDraft, CreatedAt: now,
 	}
 	out, created, err := api.c.cfg.Store.CreateBroadcast(ctx, b)
 	if err != nil {
 		return nil, storeError(err)
 	}
-	if !created && (out.Name != b.Name || out.Content != b.Content || out.SegmentID != b.SegmentID || out.ThrottlePerHour != b.ThrottlePerHour || out.InDoubtPolicy != b.InDoubtPolicy) {
+	if !created && (out.Name != b.Name || out.Content != b.Content || out.SegmentID != b.SegmentID || out.ThrottlePerHour != b.ThrottlePerHour || out.InDoubtPolicy != b.InDoubtPolicy || out.NoUnsubscribeLink != b.NoUnsubscribeLink) {
 		return nil, status.Errorf(codes.AlreadyExists, "request_id %q was already used for broadcast %s with a different definition", b.RequestID, out.ID)
 	}
 	return &pb.CreateBroadcastResponse{Broadcast: toProto(out, nil)}, nil
@@ -423,6 +424,6 @@ func toProto(b store.Broadcast, p *pb.Progress) *pb.Broadcast {
 		Content:         &pb.BroadcastContent{FromName: c.FromName, FromAddress: c.FromAddress, Subject: c.Subject, Html: c.HTML, Text: c.Text},
 		SnapshotTotal:   b.SnapshotTotal,
 		CreatedAt:       timestamp(b.CreatedAt), StartedAt: timestamp(b.StartedAt), FinishedAt: timestamp(b.FinishedAt),
-		Progress: p, InDoubtPolicy: policyValue(b.InDoubtPolicy),
+		Progress: p, InDoubtPolicy: policyValue(b.InDoubtPolicy), NoUnsubscribeLink: b.NoUnsubscribeLink,
 	}
 }

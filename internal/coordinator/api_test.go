@@ -72,7 +72,7 @@ func validRequest() *pb.CreateBroadcastRequest {
 		Name: "November news",
 		Content: &pb.BroadcastContent{
 			FromName: "Rangecast News", FromAddress: "news@rangecast.test",
-			Subject: "Hello {{.Name}}", Html: "<p>Hi {{.Name}}</p>",
+			Subject: "Hello {{.Name}}", Html: "<p>Hi {{.Name}}</p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a>",
 		},
 	}
 }
@@ -203,7 +203,8 @@ func TestCreateBroadcastIdempotent(t *testing.T) {
 	for _, change := range []func(*pb.CreateBroadcastRequest){
 		func(r *pb.CreateBroadcastRequest) { r.Name = "Other name" },
 		func(r *pb.CreateBroadcastRequest) { r.ThrottlePerHour = 100 },
-		func(r *pb.CreateBroadcastRequest) { r.Content.Text = "plain" },
+		func(r *pb.CreateBroadcastRequest) { r.Content.Text = "plain {{.UnsubscribeURL}}" },
+		func(r *pb.CreateBroadcastRequest) { r.NoUnsubscribeLink = true },
 	} {
 		r := validRequestWithID("nov-2025-news")
 		change(r)

@@ -288,7 +288,7 @@ func TestReconcilerResendPolicy(t *testing.T) {
 	}, func(s *stack) string {
 		resp, err := s.client.CreateBroadcast(context.Background(), &pb.CreateBroadcastRequest{
 			Name: "resend", InDoubtPolicy: pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND,
-			Content: &pb.BroadcastContent{FromAddress: "news@rangecast.test", Subject: "Hi", Html: "<p>Hi</p>"},
+			Content: &pb.BroadcastContent{FromAddress: "news@rangecast.test", Subject: "Hi", Html: "<p>Hi</p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a>"},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -545,7 +545,7 @@ func TestHourlyLimitSharedByDomains(t *testing.T) {
 	var ids []string
 	for _, from := range []string{"news@a.example", "news@b.example"} {
 		resp, err := s.client.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{Name: from,
-			Content: &pb.BroadcastContent{FromAddress: from, Subject: "Hi", Html: "<p>Hi {{.Name}}</p>"}})
+			Content: &pb.BroadcastContent{FromAddress: from, Subject: "Hi", Html: "<p>Hi {{.Name}}</p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a>"}})
 		if err != nil {
 			t.Fatal(err)
 		}

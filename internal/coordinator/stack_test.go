@@ -258,7 +258,7 @@ func (s *stack) create(segment string, throttle int64) string {
 		Segment: segment,
 		Content: &pb.BroadcastContent{
 			FromName: "Rangecast News", FromAddress: "news@rangecast.test",
-			Subject: "Hello {{.Name}}", Html: "<p>Hi {{.Name}}, you are on the {{.Attributes.plan}} plan.</p>",
+			Subject: "Hello {{.Name}}", Html: "<p>Hi {{.Name}}, you are on the {{.Attributes.plan}} plan.</p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a>",
 		},
 		ThrottlePerHour: throttle,
 	})

@@ -83,7 +83,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		Content: &pb.BroadcastContent{
 			FromName: "Rangecast Demo", FromAddress: "hello@demo.rangecast.test",
 			Subject: "Hello {{.Name}}, news from {{.Attributes.city}}",
-			Html:    "<h1>Hi {{.Name}}!</h1><p>This message was sent exactly once to {{.Email}}.</p>",
+			Html:    "<h1>Hi {{.Name}}!</h1><p>This message was sent exactly once to {{.Email}}.</p><p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a></p>",
 		},
 	})
 	if err != nil {

@@ -4,7 +4,9 @@
 // every time the same (broadcast, contact) pair is rendered (Message-ID, MIME
 // boundary), so a retried or reconciled send is recognisably the same message.
 //
-// Templates see one value with the fields .ID, .Email, .Name and .Attributes.
+// Templates see one value with the fields .ID, .Email, .Name, .Attributes and
+// .UnsubscribeURL (the contact's one-click link, the same URL as the
+// List-Unsubscribe header).
 // A field chain such as {{.Attributes.plan}} declares a required attribute:
 // rendering fails for a contact that lacks it, rather than sending "<no value>"
 // to a person. Optional attributes are read with index, which yields nothing
@@ -76,15 +78,20 @@ type Compiled struct {
 	text    *texttemplate.Template // nil when Template.Text is empty
 
 	fromHeader string // From field value; the same for every contact
+
+	// unsubLink is why the sample render shows no unsubscribe link, or nil
+	// when it shows one (CheckUnsubscribeLink).
+	unsubLink error
 }
 
 // templateData is what templates see. Field names are part of the template
 // language users write, so they must not change.
 type templateData struct {
-	ID         ulid.ULID
-	Email      string
-	Name       string
-	Attributes map[string]any
+	ID             ulid.ULID
+	Email          string
+	Name           string
+	Attributes     map[string]any
+	UnsubscribeURL string
 }
 
 // Template names double as the Field of a ValidationError.
@@ -146,7 +153,7 @@ func Compile(t Template) (*Compiled, error) {
 	// Render once against a sample contact, so execution-time mistakes
 	// (wrong argument types, fields on strings) surface now. Required
 	// attributes get placeholder values; see the package comment.
-	sample := templateData{Email: "sample@example.com", Name: "Sample", Attributes: attrs}
+	sample := templateData{Email: "sample@example.com", Name: "Sample", Attributes: attrs, UnsubscribeURL: sampleUnsubscribeURL}
 	var subject, html, text bytes.Buffer
 	if _, err := c.execSubject(sample, &subject); err != nil {
 		return nil, err
@@ -154,8 +161,41 @@ func Compile(t Template) (*Compiled, error) {
 	if err := c.execBodies(sample, &html, &text); err != nil {
 		return nil, err
 	}
+	c.unsubLink = checkUnsubscribeLink(html.String(), text.String(), c.text != nil)
 	return c, nil
 }
+
+// sampleUnsubscribeURL stands in for .UnsubscribeURL in the sample render.
+// Its characters need no escaping in any HTML or URL context, so wherever
+// a template puts the link as a link or as text, it appears verbatim.
+const sampleUnsubscribeURL = "https://unsubscribe.invalid/u/rangecast-sample-link"
+
+// checkUnsubscribeLink says whether a reader of either part can see the
+// link: in the HTML as a link target or text outside comments, scripts,
+// styles and the head (what the derived plain text keeps), and in the
+// plain-text part written for the broadcast, if there is one.
+func checkUnsubscribeLink(html, text string, ownText bool) error {
+	const how = `add <a href="{{.UnsubscribeURL}}">Unsubscribe</a> to the HTML body`
+	const orFlag = "; or, if the body already links to a preference page of your own, create the broadcast with --no-unsubscribe-link"
+	if !strings.Contains(htmlToText(html), sampleUnsubscribeURL) {
+		reason := "has no visible unsubscribe link, which Gmail, Yahoo and Microsoft require of bulk mail; " + how
+		if ownText {
+			reason += " and {{.UnsubscribeURL}} to the text part"
+		}
+		return &ValidationError{Field: fieldHTML, Reason: reason + orFlag}
+	}
+	if ownText && !strings.Contains(text, sampleUnsubscribeURL) {
+		return &ValidationError{Field: fieldText, Reason: "has no unsubscribe link, so a plain-text reader cannot unsubscribe; add {{.UnsubscribeURL}} to the text part" + orFlag}
+	}
+	return nil
+}
+
+// CheckUnsubscribeLink returns a *ValidationError saying how to add one
+// when a message rendered from the template would show its reader no
+// unsubscribe link. It judges by the sample render Compile made, so a link
+// inside a branch the sample does not take counts as missing only if
+// every branch the sample takes lacks it.
+func (c *Compiled) CheckUnsubscribeLink() error { return c.unsubLink }
 
 // SendingDomain is the lowercased domain of the from address. It names the
 // Message-ID domain.
@@ -166,6 +206,24 @@ func (c *Compiled) SendingDomain() string { return c.domain }
 // ledger row alone, so it must not depend on anything else.
 func MessageID(broadcast, contact ulid.ULID, sendingDomain string) string {
 	return broadcast.String() + "." + contact.String() + "@" + strings.ToLower(sendingDomain)
+}
+
+// FeedbackSenderID is the SenderId field of every Feedback-ID rangecast
+// writes: the constant Gmail's Feedback Loop groups a sender's mail by.
+const FeedbackSenderID = "rangecast"
+
+// BroadcastFeedbackID is the Feedback-ID field of a broadcast's messages,
+// "broadcast:domain:broadcast:rangecast" (Gmail's
+// CampaignId:CustomerId:MailType:SenderId): Gmail's Postmaster Tools then
+// reports complaint rates per broadcast and per sending domain.
+func BroadcastFeedbackID(broadcast ulid.ULID, sendingDomain string) string {
+	return broadcast.String() + ":" + strings.ToLower(sendingDomain) + ":broadcast:" + FeedbackSenderID
+}
+
+// TransactionalFeedbackID is the Feedback-ID of transactional mail from
+// sendingDomain, unless the caller set its own.
+func TransactionalFeedbackID(sendingDomain string) string {
+	return "transactional:" + strings.ToLower(sendingDomain) + ":transactional:" + FeedbackSenderID
 }
 
 // Render builds the full message for one contact.
@@ -184,7 +242,7 @@ func (c *Compiled) Render(p Params) (Rendered, error) {
 		}
 	}
 
-	data := templateData{ID: p.Contact.ID, Email: p.Contact.Email, Name: p.Contact.Name, Attributes: p.Contact.Attributes}
+	data := templateData{ID: p.Contact.ID, Email: p.Contact.Email, Name: p.Contact.Name, Attributes: p.Contact.Attributes, UnsubscribeURL: unsub}
 	rb := getRenderBuf()
 	defer putRenderBuf(rb)
 	subject, err := c.execSubject(data, &rb.subject)
@@ -209,6 +267,7 @@ func (c *Compiled) Render(p Params) (Rendered, error) {
 		hw.write("List-Unsubscribe", "<"+unsub+">")
 		hw.write("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
 	}
+	hw.write("Feedback-ID", BroadcastFeedbackID(p.BroadcastID, c.domain))
 
 	// The boundary is derived from the message identity so re-rendering gives
 	// identical bytes. It starts with "=_", which quoted-printable output can
@@ -362,4 +421,18 @@ func validateUnsubscribeURL(s string) error {
 		return &ValidationError{Field: "unsubscribe_url", Reason: fmt.Sprintf("%q is not an absolute http(s) URL", s)}
 	}
 	return nil
+}
+
+// CheckBroadcast is the create-time check of a broadcast's content: it
+// compiles, and, unless noUnsubscribeLink, shows its reader an unsubscribe
+// link. Transactional mail has no such rule.
+func CheckBroadcast(t Template, noUnsubscribeLink bool) error {
+	c, err := Compile(t)
+	if err != nil {
+		return err
+	}
+	if noUnsubscribeLink {
+		return nil
+	}
+	return c.CheckUnsubscribeLink()
 }

@@ -145,8 +145,14 @@ func RenderTransactional(t Transactional, messageID string, date time.Time) (Ren
 	hw.write("Date", date.Format(time.RFC1123Z))
 	hw.write("Message-ID", "<"+messageID+">")
 	hw.write("MIME-Version", "1.0")
+	ownFeedbackID := false
 	for _, h := range t.Headers {
 		hw.write(h.Name, mime.QEncoding.Encode("utf-8", h.Value))
+		ownFeedbackID = ownFeedbackID || strings.EqualFold(strings.TrimSpace(h.Name), "Feedback-ID")
+	}
+	if !ownFeedbackID {
+		_, domain, _ := parseFromAddress(t.FromAddress)
+		hw.write("Feedback-ID", TransactionalFeedbackID(domain))
 	}
 
 	text, html := t.Text, t.HTML

@@ -2,6 +2,7 @@ package message
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 
@@ -168,4 +169,52 @@ func FuzzVerifyUnsubscribeToken(f *testing.F) {
 			t.Fatalf("token %q verified but is not the canonical token for %s %s", tok, b, c)
 		}
 	})
+}
+
+func TestUnsubscribeLinkInTemplates(t *testing.T) {
+	t.Parallel()
+	link := `<a href="{{.UnsubscribeURL}}">Unsubscribe</a>`
+	for _, tc := range []struct {
+		name       string
+		html, text string
+		want       string // "" accepted; else the field refused
+	}{
+		{"none", `<p>Hi</p>`, "", "html"},
+		{"html link, derived text", `<p>Hi</p>` + link, "", ""},
+		{"link as text", `<p>Unsubscribe: {{.UnsubscribeURL}}</p>`, "", ""},
+		{"in a comment only", `<p>Hi</p><!-- {{.UnsubscribeURL}} -->`, "", "html"},
+		{"in a style only", `<style>/* {{.UnsubscribeURL}} */</style><p>Hi</p>`, "", "html"},
+		{"html and own text", `<p>Hi</p>` + link, "Hi\nUnsubscribe: {{.UnsubscribeURL}}\n", ""},
+		{"own text lacks it", `<p>Hi</p>` + link, "Hi\n", "text"},
+		{"text only has it", `<p>Hi</p>`, "Unsubscribe: {{.UnsubscribeURL}}", "html"},
+	} {
+		tmpl := baseTemplate()
+		tmpl.HTML, tmpl.Text = tc.html, tc.text
+		c := mustCompile(t, tmpl)
+		err := c.CheckUnsubscribeLink()
+		var ve *ValidationError
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.want != "" && (!errors.As(err, &ve) || ve.Field != tc.want):
+			t.Errorf("%s: err = %v, want a ValidationError on %s", tc.name, err, tc.want)
+		case tc.want != "" && !strings.Contains(err.Error(), "{{.UnsubscribeURL}}") || tc.want != "" && !strings.Contains(err.Error(), "--no-unsubscribe-link"):
+			t.Errorf("%s: %v does not say how to add a link", tc.name, err)
+		}
+	}
+
+	// The rendered link is the List-Unsubscribe URL, in both parts.
+	tmpl := baseTemplate()
+	tmpl.HTML += link
+	tmpl.Text += "Unsubscribe: {{.UnsubscribeURL}}\n"
+	p := baseParams()
+	p.UnsubscribeURL = "https://mail.example.com/u/TOKEN-a_b"
+	m := mustRender(t, mustCompile(t, tmpl), p)
+	msg, bodies := parts(t, m.Bytes)
+	if got := msg.Header.Get("List-Unsubscribe"); got != "<"+p.UnsubscribeURL+">" {
+		t.Fatalf("List-Unsubscribe = %q", got)
+	}
+	if !strings.Contains(bodies["text/html"], `href="`+p.UnsubscribeURL+`"`) || !strings.Contains(bodies["text/plain"], p.UnsubscribeURL) {
+		t.Errorf("bodies lack the header's link:\n%v", bodies)
+	}
 }

@@ -58,7 +58,7 @@ func location(msg string) string {
 	return msg
 }
 
-const availableFields = ".Name, .Email, .ID and .Attributes.<key>"
+const availableFields = ".Name, .Email, .ID, .UnsubscribeURL and .Attributes.<key>"
 
 type namedTree struct {
 	field string // ValidationError field
@@ -165,7 +165,7 @@ func (w *fieldWalker) check(n parse.Node, ident []string) {
 	loc, _ := w.tree.ErrorContext(n)
 	switch ident[0] {
 	case "ID":
-	case "Name", "Email":
+	case "Name", "Email", "UnsubscribeURL":
 		if len(ident) > 1 {
 			w.err = &ValidationError{Field: w.field, Reason: fmt.Sprintf("%s: .%s is text and has no field .%s", loc, ident[0], ident[1])}
 		}

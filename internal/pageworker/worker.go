@@ -49,6 +49,9 @@ type Config struct {
 	// Unsubscribe makes each message's one-click List-Unsubscribe link
 	// (public base URL and signing key); nil sends none.
 	Unsubscribe *message.Unsubscribe
+	// DKIM signs each message with its From domain's keys; nil signs
+	// nothing.
+	DKIM *message.DKIM
 	// SweepRetry is when a swept deferred row that could not be sent (a
 	// transient error) is due again.
 	SweepRetry time.Duration
@@ -752,6 +755,9 @@ func (w *Worker) send(ctx context.Context, l *loaded, c store.Contact, now time.
 		Date:           now,
 		UnsubscribeURL: w.cfg.Unsubscribe.URL(l.b.ID, c.ID),
 	})
+	if err == nil {
+		m, _, err = w.cfg.DKIM.Sign(m)
+	}
 	if err != nil {
 		return &renderError{err}
 	}

@@ -157,7 +157,7 @@ func TestMetricsDocumented(t *testing.T) {
 		Name: "metrics",
 		Content: &pb.BroadcastContent{
 			FromName: "Metrics", FromAddress: "metrics@rangecast.test",
-			Subject: "Hi {{.Name}}", Html: "<p>Hi {{.Name}}</p>",
+			Subject: "Hi {{.Name}}", Html: "<p>Hi {{.Name}}</p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a>",
 		},
 	})
 	if err != nil {

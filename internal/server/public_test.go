@@ -64,7 +64,7 @@ func TestDevStackOneClick(t *testing.T) {
 	run := func(name string) {
 		t.Helper()
 		created, err := bc.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{Name: name, Content: &pb.BroadcastContent{
-			FromAddress: "news@rangecast.test", Subject: "Hi {{.Name}}", Html: "<p>Hi</p>"}})
+			FromAddress: "news@rangecast.test", Subject: "Hi {{.Name}}", Html: "<p>Hi</p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a>"}})
 		if err != nil {
 			t.Fatal(err)
 		}

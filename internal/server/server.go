@@ -25,6 +25,7 @@ import (
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/store/postgres"
@@ -307,6 +308,9 @@ type WorkerOptions struct {
 	// its unsubscribe keys: every message's one-click link (public.go).
 	PublicURL string
 	Secrets   Secrets
+	// DKIMKeys are DOMAIN=SELECTOR:KEYFILE specs; broadcast and
+	// transactional mail is signed with its From domain's keys.
+	DKIMKeys []string
 }
 
 // RunWorker runs a page worker until ctx ends, then drains: the page in
@@ -314,6 +318,9 @@ type WorkerOptions struct {
 func RunWorker(ctx context.Context, o WorkerOptions) error {
 	if _, err := unsubscribeLinks(o.PublicURL, o.Secrets); err != nil {
 		return err // before waiting for NATS: a configuration error
+	}
+	if _, err := message.LoadDKIM(o.DKIMKeys); err != nil {
+		return err // likewise
 	}
 	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas)
 	if err != nil {
@@ -331,6 +338,11 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 	if err != nil {
 		return err
 	}
+	signer, err := loadDKIM(o.DKIMKeys, o.Log)
+	if err != nil {
+		return err
+	}
+	warnUnusedDKIM(ctx, st, signer, o.Log)
 	tr, err := transport.NewSMTP(withPool(o.SMTPURL, o.Concurrency))
 	if err != nil {
 		return err
@@ -344,10 +356,10 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 		}
 		o.Log.Info("metrics listening", "addr", addr)
 	}
-	w := pageworker.New(pageworker.Config{Store: st, Bus: b, Transport: tr, Clock: clock.Real{}, Log: o.Log, Concurrency: o.Concurrency, Unsubscribe: links})
+	w := pageworker.New(pageworker.Config{Store: st, Bus: b, Transport: tr, Clock: clock.Real{}, Log: o.Log, Concurrency: o.Concurrency, Unsubscribe: links, DKIM: signer})
 	health.ready.Store(true)
 	o.Log.Info("page worker running", "concurrency", o.Concurrency, "smtp", tr.String())
-	tx := transactional.NewConsumer(transactional.ConsumerConfig{Store: st, JS: b.JS, Transport: tr, Clock: clock.Real{}, Log: o.Log.With("component", "transactional"), Slots: o.TxSlots, Lookup: o.TxLookup,
+	tx := transactional.NewConsumer(transactional.ConsumerConfig{Store: st, JS: b.JS, Transport: tr, DKIM: signer, Clock: clock.Real{}, Log: o.Log.With("component", "transactional"), Slots: o.TxSlots, Lookup: o.TxLookup,
 		Governor: transactional.NewKVGovernor(b, o.Log.With("component", "transactional"))})
 	txDone := make(chan error, 1)
 	go func() { txDone <- tx.Run(ctx) }()

@@ -18,6 +18,7 @@ import (
 	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -39,6 +40,8 @@ type StackOptions struct {
 	Governor                        *coordinator.GovernorConfig
 	GRPCAddr, HTTPAddr, MetricsAddr string
 	Log                             *slog.Logger
+	// DKIMKeys sign the workers' mail (WorkerOptions.DKIMKeys).
+	DKIMKeys []string
 }
 
 // DevGovernor is the governor of `rangecast dev`: every rule runs as in
@@ -92,6 +95,9 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("stack dir: %w", err)
+	}
+	if _, err := message.LoadDKIM(o.DKIMKeys); err != nil {
+		return nil, err // before anything starts: the workers would fail one by one
 	}
 	lock, err := lockDir(o.Dir)
 	if err != nil {
@@ -175,7 +181,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	for i := range o.Workers {
 		log := o.Log.With("worker", i)
 		s.run(func() error {
-			wo := WorkerOptions{SMTPURL: smtpURL, Concurrency: o.Concurrency, Log: log, PublicURL: s.PublicURL, Secrets: secrets}
+			wo := WorkerOptions{SMTPURL: smtpURL, Concurrency: o.Concurrency, Log: log, PublicURL: s.PublicURL, Secrets: secrets, DKIMKeys: o.DKIMKeys}
 			if s.Capture != nil {
 				wo.TxLookup = func(_ context.Context, messageID string) (bool, error) { return s.Capture.Accepted(messageID), nil }
 			}

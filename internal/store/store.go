@@ -84,8 +84,11 @@ type Broadcast struct {
 	// InDoubtPolicy is "skip", "resend", or "" for the coordinator's
 	// default: what becomes of in-doubt claims no transport can look up.
 	InDoubtPolicy string
-	State         State
-	Reason        string
+	// NoUnsubscribeLink: created without the check that the body shows an
+	// unsubscribe link (the sender links to a preference page of its own).
+	NoUnsubscribeLink bool
+	State             State
+	Reason            string
 	// SnapshotTotal, MinID and MaxID are read once when the broadcast is
 	// accepted. The total is for display only; MinID/MaxID bound the ranges.
 	SnapshotTotal int64

@@ -32,6 +32,9 @@ type ConsumerConfig struct {
 	Transport transport.Transport
 	Clock     clock.Clock
 	Log       *slog.Logger
+	// DKIM signs each message with its From domain's keys; nil signs
+	// nothing.
+	DKIM *message.DKIM
 	// Slots is how many messages are sent at once. They are the consumer's
 	// own, apart from the page worker's window, so a running broadcast
 	// never makes transactional mail wait for a slot.
@@ -234,6 +237,9 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 	}
 	n := r.Attempts
 	rendered, err := message.RenderTransactional(m, r.MessageID, now)
+	if err == nil {
+		rendered, _, err = c.cfg.DKIM.Sign(rendered)
+	}
 	if err != nil {
 		// Validated when it was accepted, so this is a bug or a changed
 		// rule; retrying cannot help.

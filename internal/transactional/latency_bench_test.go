@@ -185,7 +185,7 @@ func startBroadcast(b *testing.B, ctx context.Context, st store.Store, bc pb.Bro
 		}
 	}
 	created, err := bc.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{
-		Name: "bench", Content: &pb.BroadcastContent{FromAddress: "news@rangecast.test", Subject: "News for {{.Name}}", Html: "<p>Hello {{.Name}}</p>"},
+		Name: "bench", Content: &pb.BroadcastContent{FromAddress: "news@rangecast.test", Subject: "News for {{.Name}}", Html: "<p>Hello {{.Name}}</p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a>"},
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
 )
 
@@ -44,6 +46,9 @@ type client struct {
 // extensions are the EHLO keywords the transport acts on.
 type extensions struct {
 	pipelining, startTLS, auth, size, eightBitMIME, smtpUTF8 bool
+	// authMechs are the SASL mechanisms AUTH offers, upper-cased, in the
+	// server's order.
+	authMechs []string
 }
 
 // maxReplyLine bounds one reply line. go-smtp's client allows 2000 bytes
@@ -226,7 +231,12 @@ func parseEHLO(text []byte) extensions {
 	var e extensions
 	lines := bytes.Split(text, []byte{'\n'})
 	for _, l := range lines[1:] {
-		kw, _, _ := bytes.Cut(l, []byte{' '})
+		kw, params, _ := bytes.Cut(l, []byte{' '})
+		// "AUTH=LOGIN PLAIN" is how servers written for pre-RFC 2554
+		// clients (old Outlook) announce AUTH; many relays send both forms.
+		if k, old, ok := bytes.Cut(kw, []byte{'='}); ok && strings.EqualFold(string(k), "AUTH") {
+			kw, params = k, slices.Concat(old, []byte{' '}, params)
+		}
 		switch strings.ToUpper(string(kw)) {
 		case "PIPELINING":
 			e.pipelining = true
@@ -234,6 +244,11 @@ func parseEHLO(text []byte) extensions {
 			e.startTLS = true
 		case "AUTH":
 			e.auth = true
+			for _, m := range strings.Fields(strings.ToUpper(string(params))) {
+				if !slices.Contains(e.authMechs, m) {
+					e.authMechs = append(e.authMechs, m)
+				}
+			}
 		case "SIZE":
 			e.size = true
 		case "8BITMIME":
@@ -273,31 +288,71 @@ func (c *client) isTLS() bool {
 	return ok
 }
 
-// auth authenticates with AUTH PLAIN and an initial response, as go-smtp
-// did.
-func (c *client) auth(user, pass string) error {
-	resp := base64.StdEncoding.EncodeToString([]byte("\x00" + user + "\x00" + pass))
-	c.queue("AUTH PLAIN ", resp)
+// maxAuthLine is RFC 4954 4's bound on the AUTH command line: an initial
+// response that would make the line longer (an OAuth token, typically) is
+// sent after the server's empty challenge instead.
+const maxAuthLine = 512
+
+// auth runs one SASL exchange (RFC 4954) with sc. A mechanism's error
+// cancels the exchange with "*" before it is returned, so the connection
+// stays in step.
+func (c *client) auth(sc sasl.Client) error {
+	mech, ir, err := sc.Start()
+	if err != nil {
+		return err
+	}
+	c.queue("AUTH ", mech)
+	pending := []byte(nil) // an initial response held back until the first challenge
+	switch {
+	case ir == nil:
+	case len(ir) == 0:
+		c.wbuf = append(c.wbuf[:len(c.wbuf)-2], " =\r\n"...) // an empty initial response
+	case len("AUTH ")+len(mech)+1+base64.StdEncoding.EncodedLen(len(ir))+2 > maxAuthLine:
+		pending = ir
+	default:
+		c.wbuf = append(c.wbuf[:len(c.wbuf)-2], ' ')
+		c.wbuf = base64.StdEncoding.AppendEncode(c.wbuf, ir)
+		c.wbuf = append(c.wbuf, '\r', '\n')
+	}
 	if _, err := c.flush(); err != nil {
 		return err
 	}
-	code, err := c.readReply()
-	switch {
-	case err != nil:
-		return err
-	case code == 235:
-		return nil
-	case code == 334:
-		// PLAIN has nothing more to say; cancel the exchange (RFC 4954 4).
-		if err := c.cmd(5, "*"); err != nil {
-			var se *smtp.SMTPError
-			if !errors.As(err, &se) {
-				return err
+	for {
+		code, err := c.readReply()
+		switch {
+		case err != nil:
+			return err
+		case code == 235:
+			return nil
+		case code != 334:
+			return c.replyError(code)
+		}
+		var resp []byte
+		if pending != nil {
+			resp, pending = pending, nil
+		} else {
+			challenge, derr := base64.StdEncoding.DecodeString(strings.TrimSpace(string(c.text)))
+			if derr != nil {
+				err = fmt.Errorf("smtp: AUTH %s challenge is not base64: %w", mech, derr)
+			} else {
+				resp, err = sc.Next(challenge)
 			}
 		}
-		return errors.New("smtp: unexpected server challenge to AUTH PLAIN")
+		if err != nil {
+			// Cancel the exchange (RFC 4954 4): the server answers 501.
+			if cerr := c.cmd(5, "*"); cerr != nil {
+				var se *smtp.SMTPError
+				if !errors.As(cerr, &se) {
+					return cerr
+				}
+			}
+			return fmt.Errorf("smtp: AUTH %s: %w", mech, err)
+		}
+		c.queue(base64.StdEncoding.EncodeToString(resp))
+		if _, err := c.flush(); err != nil {
+			return err
+		}
 	}
-	return c.replyError(code)
 }
 
 // queueMail adds MAIL FROM with the parameters go-smtp added: BODY=8BITMIME

@@ -52,9 +52,7 @@ type SMTP struct {
 	redacted string // the URL without the password, for messages
 	mode     tlsMode
 	tlsConf  *tls.Config
-	user     string
-	pass     string
-	hasAuth  bool
+	creds    *credentials // nil: no AUTH
 	helo     string
 	timeout  time.Duration
 	dialer   net.Dialer
@@ -89,6 +87,10 @@ var _ Transport = (*SMTP)(nil)
 //	pool=N                  idle connections kept for reuse (default 16)
 //	timeout=30s             bound on one Send, including connecting
 //	helo=name               name sent in EHLO (default "localhost")
+//	auth=plain|login|xoauth2  the AUTH mechanism (default: PLAIN, else LOGIN,
+//	                        whichever the server offers; XOAUTH2 with token_file)
+//	token_file=/path        XOAUTH2 bearer token, re-read when the file changes;
+//	                        the URL names the user (smtp://user@host:587?token_file=…)
 //
 // Credentials are only sent over TLS, unless the server is on a loopback
 // address or tls=none was asked for explicitly.
@@ -134,16 +136,16 @@ func NewSMTP(rawURL string) (*SMTP, error) {
 	}
 	s.addr = net.JoinHostPort(s.host, port)
 	if u.User != nil {
-		s.user = u.User.Username()
-		s.pass, _ = u.User.Password()
-		s.hasAuth = true
-		if s.user == "" {
+		pass, _ := u.User.Password()
+		s.creds = &credentials{user: u.User.Username(), pass: pass, addr: s.addr}
+		if s.creds.user == "" {
 			return bad("empty user name before '@'")
 		}
 	}
 
 	pool := defaultPool
 	insecure := false
+	var authMech, tokenPath string
 	q := u.Query()
 	for key, vals := range q {
 		if len(vals) != 1 {
@@ -181,14 +183,47 @@ func NewSMTP(rawURL string) (*SMTP, error) {
 				return bad("timeout=%q: must be a positive duration such as 30s", v)
 			}
 			s.timeout = d
+		case "auth":
+			m := strings.ToUpper(v)
+			if m != mechPlain && m != mechLogin && m != mechXOAuth2 {
+				return bad("auth=%q: use plain, login or xoauth2 (or leave it out to use what the server offers)", v)
+			}
+			authMech = m
+		case "token_file":
+			if v == "" {
+				return bad("token_file= is empty")
+			}
+			tokenPath = v
 		case "helo":
 			if v == "" || strings.ContainsAny(v, " \t\r\n") {
 				return bad("helo=%q: must be a host name", v)
 			}
 			s.helo = v
 		default:
-			return bad("unknown parameter %q (known: tls, insecure_skip_verify, pool, timeout, helo)", key)
+			return bad("unknown parameter %q (known: tls, insecure_skip_verify, pool, timeout, helo, auth, token_file)", key)
 		}
+	}
+	if authMech != "" || tokenPath != "" {
+		if s.creds == nil {
+			return bad("auth= and token_file= need the user name in the URL (smtp://user@host:587?...)")
+		}
+		s.creds.mech = authMech
+	}
+	if tokenPath != "" {
+		if authMech != "" && authMech != mechXOAuth2 {
+			return bad("token_file= is for auth=xoauth2, not auth=%s", strings.ToLower(authMech))
+		}
+		if s.creds.pass != "" {
+			return bad("give either a password or token_file=, not both")
+		}
+		s.creds.token = &tokenFile{path: tokenPath}
+		// Read now, so a missing or empty file fails at start rather than
+		// at the first message.
+		if _, err := s.creds.token.read(); err != nil {
+			return bad("%v", err)
+		}
+	} else if authMech == mechXOAuth2 {
+		return bad("auth=xoauth2 needs token_file=/path/to/token")
 	}
 	s.tlsConf = &tls.Config{ServerName: s.host, InsecureSkipVerify: insecure, MinVersion: tls.VersionTLS12}
 	s.idle = make(chan *conn, pool)
@@ -339,14 +374,18 @@ func (s *SMTP) handshake(nc net.Conn) (*client, error) {
 		s.startTLS.Store(startTLSAbsent)
 	}
 
-	if s.hasAuth {
+	if s.creds != nil {
 		if !c.isTLS() && s.mode != tlsNone && !isLoopback(s.host) {
 			return nil, &SendError{Stage: StageAuth, Err: fmt.Errorf("refusing to send credentials to %s without TLS: the server did not offer STARTTLS (use smtps://, or tls=none to accept plaintext)", s.addr)}
 		}
 		if !c.ext.auth {
 			return nil, &SendError{Stage: StageAuth, Err: fmt.Errorf("the URL has credentials but %s does not offer AUTH", s.addr)}
 		}
-		if err := c.auth(s.user, s.pass); err != nil {
+		sc, err := s.creds.client(c.ext.authMechs)
+		if err != nil {
+			return nil, &SendError{Stage: StageAuth, Err: err}
+		}
+		if err := c.auth(sc); err != nil {
 			return nil, stageError(bg, StageAuth, err)
 		}
 	}

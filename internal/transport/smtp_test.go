@@ -446,8 +446,12 @@ func TestNewSMTP(t *testing.T) {
 			t.Errorf("NewSMTP(%q): %v", g.url, err)
 			continue
 		}
-		if tr.mode != g.mode || cap(tr.idle) != g.pool || tr.timeout != g.timeout || tr.user != g.user {
-			t.Errorf("NewSMTP(%q) = mode %v pool %d timeout %v user %q", g.url, tr.mode, cap(tr.idle), tr.timeout, tr.user)
+		user := ""
+		if tr.creds != nil {
+			user = tr.creds.user
+		}
+		if tr.mode != g.mode || cap(tr.idle) != g.pool || tr.timeout != g.timeout || user != g.user {
+			t.Errorf("NewSMTP(%q) = mode %v pool %d timeout %v user %q", g.url, tr.mode, cap(tr.idle), tr.timeout, user)
 		}
 	}
 
@@ -458,6 +462,12 @@ func TestNewSMTP(t *testing.T) {
 		{"smtp://mail.example.com:99999", "port"},
 		{"smtp://mail.example.com:25/path", "path"},
 		{"smtp://mail.example.com:25?tls=yes", "tls="},
+		{"smtp://u:p@mail.example.com:25?auth=cram-md5", "auth="},
+		{"smtp://mail.example.com:25?auth=login", "need the user name"},
+		{"smtp://u@mail.example.com:25?auth=xoauth2", "needs token_file"},
+		{"smtp://u@mail.example.com:25?token_file=/nonexistent/token", "no such file"},
+		{"smtp://u:p@mail.example.com:25?token_file=/nonexistent/token", "not both"},
+		{"smtp://u@mail.example.com:25?auth=plain&token_file=/nonexistent/token", "for auth=xoauth2"},
 		{"smtps://mail.example.com:465?tls=none", "contradicts"},
 		{"smtp://mail.example.com:25?pool=0", "pool="},
 		{"smtp://mail.example.com:25?pool=x", "pool="},

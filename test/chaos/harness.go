@@ -610,7 +610,7 @@ func (h *harness) startBroadcast(ctx context.Context, eligible int) error {
 		resp, err := pb.NewBroadcastServiceClient(conn).CreateBroadcast(cctx, &pb.CreateBroadcastRequest{
 			Name: "chaos " + h.runID, RequestId: "chaos-" + h.runID, ThrottlePerHour: throttle,
 			Content: &pb.BroadcastContent{FromName: "Chaos", FromAddress: "news@chaos.example",
-				Subject: "Chaos {{.Name}}", Html: "<p>Hello {{.Name}}, this is run " + h.runID + ".</p>"},
+				Subject: "Chaos {{.Name}}", Html: "<p>Hello {{.Name}}, this is run " + h.runID + ".</p><p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a></p>"},
 		})
 		if err != nil {
 			return err

@@ -178,7 +178,7 @@ ON CONFLICT DO NOTHING`, segment, uids(contacts))
 
 const broadcastColumns = `b.id, b.name, coalesce(b.request_id, ''), b.from_name, b.from_address, b.subject, b.html, b.text_body,
 coalesce(b.segment_id, 0), coalesce(s.name, ''), b.throttle_per_hour, b.in_doubt_policy, b.state, b.reason, b.snapshot_total, b.min_id, b.max_id,
-b.created_at, b.started_at, b.finished_at`
+b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link`
 
 const broadcastFrom = ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
 
@@ -190,7 +190,7 @@ func scanBroadcast(row pgx.Row) (store.Broadcast, error) {
 	var state string
 	err := row.Scan(&id, &b.Name, &b.RequestID, &b.Content.FromName, &b.Content.FromAddress, &b.Content.Subject,
 		&b.Content.HTML, &b.Content.Text, &b.SegmentID, &b.Segment, &b.ThrottlePerHour, &b.InDoubtPolicy, &state, &b.Reason,
-		&b.SnapshotTotal, &minID, &maxID, &b.CreatedAt, &started, &finished)
+		&b.SnapshotTotal, &minID, &maxID, &b.CreatedAt, &started, &finished, &b.NoUnsubscribeLink)
 	if err != nil {
 		return b, err
 	}
@@ -217,11 +217,11 @@ func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast) (store.B
 	}
 	tag, err := s.pool.Exec(ctx, `
 INSERT INTO broadcasts (id, name, request_id, from_name, from_address, subject, html, text_body, segment_id,
-                        throttle_per_hour, in_doubt_policy, state, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12, 'draft', $11, $11)
+                        throttle_per_hour, in_doubt_policy, no_unsubscribe_link, state, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12, $13, 'draft', $11, $11)
 ON CONFLICT (request_id) DO NOTHING`,
 		uid(b.ID), b.Name, requestID, b.Content.FromName, b.Content.FromAddress, b.Content.Subject, b.Content.HTML,
-		b.Content.Text, segment, b.ThrottlePerHour, b.CreatedAt, b.InDoubtPolicy)
+		b.Content.Text, segment, b.ThrottlePerHour, b.CreatedAt, b.InDoubtPolicy, b.NoUnsubscribeLink)
 	if err != nil {
 		return store.Broadcast{}, false, mapErr("create broadcast", err)
 	}

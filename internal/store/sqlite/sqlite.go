@@ -367,7 +367,7 @@ func (s *Store) AddSegmentMembers(ctx context.Context, segment int64, contacts [
 
 const broadcastColumns = `b.id, b.name, coalesce(b.request_id, ''), b.from_name, b.from_address, b.subject, b.html, b.text_body,
 coalesce(b.segment_id, 0), coalesce(s.name, ''), b.throttle_per_hour, b.in_doubt_policy, b.state, b.reason, b.snapshot_total, b.min_id, b.max_id,
-b.created_at, b.started_at, b.finished_at`
+b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link`
 
 const selectBroadcast = `SELECT ` + broadcastColumns + ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
 
@@ -379,7 +379,7 @@ func scanBroadcast(row interface{ Scan(...any) error }) (store.Broadcast, error)
 	var state string
 	err := row.Scan(&bid, &b.Name, &b.RequestID, &b.Content.FromName, &b.Content.FromAddress, &b.Content.Subject,
 		&b.Content.HTML, &b.Content.Text, &b.SegmentID, &b.Segment, &b.ThrottlePerHour, &b.InDoubtPolicy, &state, &b.Reason,
-		&b.SnapshotTotal, &minID, &maxID, &created, &started, &finished)
+		&b.SnapshotTotal, &minID, &maxID, &created, &started, &finished, &b.NoUnsubscribeLink)
 	if err != nil {
 		return b, err
 	}
@@ -414,11 +414,11 @@ func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast) (store.B
 	err := s.write(ctx, "create broadcast", func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `
 INSERT INTO broadcasts (id, name, request_id, from_name, from_address, subject, html, text_body, segment_id,
-                        throttle_per_hour, in_doubt_policy, state, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12, 'draft', ?11, ?11)
+                        throttle_per_hour, in_doubt_policy, no_unsubscribe_link, state, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12, ?13, 'draft', ?11, ?11)
 ON CONFLICT (request_id) DO NOTHING`,
 			id(b.ID), b.Name, requestID, b.Content.FromName, b.Content.FromAddress, b.Content.Subject, b.Content.HTML,
-			b.Content.Text, segment, b.ThrottlePerHour, ts(b.CreatedAt), b.InDoubtPolicy)
+			b.Content.Text, segment, b.ThrottlePerHour, ts(b.CreatedAt), b.InDoubtPolicy, b.NoUnsubscribeLink)
 		if err != nil {
 			return err
 		}

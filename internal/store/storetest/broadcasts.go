@@ -196,7 +196,7 @@ func testBroadcastRoundTrip(f *fixture) {
 	f.must(err, "EnsureSegment")
 	in := store.Broadcast{
 		ID: f.ids.next(), Name: "Spring", RequestID: "r-spring", Content: content,
-		SegmentID: seg, ThrottlePerHour: 3600, InDoubtPolicy: "resend", CreatedAt: at(0),
+		SegmentID: seg, ThrottlePerHour: 3600, InDoubtPolicy: "resend", NoUnsubscribeLink: true, CreatedAt: at(0),
 	}
 	out, created, err := f.s.CreateBroadcast(f.ctx, in)
 	f.must(err, "CreateBroadcast")
@@ -208,7 +208,7 @@ func testBroadcastRoundTrip(f *fixture) {
 	for _, b := range []store.Broadcast{out, got} {
 		if b.ID != in.ID || b.Name != in.Name || b.RequestID != in.RequestID || b.Content != in.Content ||
 			b.SegmentID != seg || b.Segment != "Spring readers" || b.ThrottlePerHour != 3600 || b.InDoubtPolicy != "resend" ||
-			b.State != store.StateDraft || b.Reason != "" || b.SnapshotTotal != 0 ||
+			!b.NoUnsubscribeLink || b.State != store.StateDraft || b.Reason != "" || b.SnapshotTotal != 0 ||
 			!b.CreatedAt.Equal(at(0)) || !b.StartedAt.IsZero() || !b.FinishedAt.IsZero() {
 			f.t.Errorf("round trip: got %+v, want %+v with segment %q, state draft", b, in, "Spring readers")
 		}
@@ -219,7 +219,7 @@ func testBroadcastRoundTrip(f *fixture) {
 		f.t.Errorf("ListBroadcasts = %+v", list)
 	}
 	whole := f.draft("everyone", 0)
-	if whole.SegmentID != 0 || whole.Segment != "" {
+	if whole.SegmentID != 0 || whole.Segment != "" || whole.NoUnsubscribeLink {
 		f.t.Errorf("whole-audience broadcast has segment %d %q", whole.SegmentID, whole.Segment)
 	}
 }

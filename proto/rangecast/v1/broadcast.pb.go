@@ -225,8 +225,13 @@ type CreateBroadcastRequest struct {
 	// request_id makes the call idempotent: the same id returns the same draft.
 	RequestId     string        `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	InDoubtPolicy InDoubtPolicy `protobuf:"varint,6,opt,name=in_doubt_policy,json=inDoubtPolicy,proto3,enum=rangecast.v1.InDoubtPolicy" json:"in_doubt_policy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// no_unsubscribe_link accepts a body that shows no unsubscribe link. By
+	// default create refuses one: bulk mail must carry a visible link
+	// ({{.UnsubscribeURL}}) besides the List-Unsubscribe header. Set it only
+	// when the body links to a preference page of the sender's own.
+	NoUnsubscribeLink bool `protobuf:"varint,7,opt,name=no_unsubscribe_link,json=noUnsubscribeLink,proto3" json:"no_unsubscribe_link,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CreateBroadcastRequest) Reset() {
@@ -299,6 +304,13 @@ func (x *CreateBroadcastRequest) GetInDoubtPolicy() InDoubtPolicy {
 		return x.InDoubtPolicy
 	}
 	return InDoubtPolicy_IN_DOUBT_POLICY_UNSPECIFIED
+}
+
+func (x *CreateBroadcastRequest) GetNoUnsubscribeLink() bool {
+	if x != nil {
+		return x.NoUnsubscribeLink
+	}
+	return false
 }
 
 type CreateBroadcastResponse struct {
@@ -972,8 +984,11 @@ type Broadcast struct {
 	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	Progress      *Progress              `protobuf:"bytes,12,opt,name=progress,proto3" json:"progress,omitempty"`
 	InDoubtPolicy InDoubtPolicy          `protobuf:"varint,13,opt,name=in_doubt_policy,json=inDoubtPolicy,proto3,enum=rangecast.v1.InDoubtPolicy" json:"in_doubt_policy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// no_unsubscribe_link is true when the broadcast was created without the
+	// visible unsubscribe link check (CreateBroadcastRequest).
+	NoUnsubscribeLink bool `protobuf:"varint,14,opt,name=no_unsubscribe_link,json=noUnsubscribeLink,proto3" json:"no_unsubscribe_link,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Broadcast) Reset() {
@@ -1095,6 +1110,13 @@ func (x *Broadcast) GetInDoubtPolicy() InDoubtPolicy {
 		return x.InDoubtPolicy
 	}
 	return InDoubtPolicy_IN_DOUBT_POLICY_UNSPECIFIED
+}
+
+func (x *Broadcast) GetNoUnsubscribeLink() bool {
+	if x != nil {
+		return x.NoUnsubscribeLink
+	}
+	return false
 }
 
 type Progress struct {
@@ -1330,7 +1352,7 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\ffrom_address\x18\x02 \x01(\tR\vfromAddress\x12\x18\n" +
 	"\asubject\x18\x03 \x01(\tR\asubject\x12\x12\n" +
 	"\x04html\x18\x04 \x01(\tR\x04html\x12\x12\n" +
-	"\x04text\x18\x05 \x01(\tR\x04text\"\x90\x02\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\"\xc0\x02\n" +
 	"\x16CreateBroadcastRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\acontent\x18\x02 \x01(\v2\x1e.rangecast.v1.BroadcastContentR\acontent\x12\x18\n" +
@@ -1338,7 +1360,8 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\x11throttle_per_hour\x18\x04 \x01(\x03R\x0fthrottlePerHour\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12C\n" +
-	"\x0fin_doubt_policy\x18\x06 \x01(\x0e2\x1b.rangecast.v1.InDoubtPolicyR\rinDoubtPolicy\"P\n" +
+	"\x0fin_doubt_policy\x18\x06 \x01(\x0e2\x1b.rangecast.v1.InDoubtPolicyR\rinDoubtPolicy\x12.\n" +
+	"\x13no_unsubscribe_link\x18\a \x01(\bR\x11noUnsubscribeLink\"P\n" +
 	"\x17CreateBroadcastResponse\x125\n" +
 	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\"'\n" +
 	"\x15StartBroadcastRequest\x12\x0e\n" +
@@ -1369,7 +1392,7 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\x16ListBroadcastsResponse\x127\n" +
 	"\n" +
 	"broadcasts\x18\x01 \x03(\v2\x17.rangecast.v1.BroadcastR\n" +
-	"broadcasts\"\xce\x04\n" +
+	"broadcasts\"\xfe\x04\n" +
 	"\tBroadcast\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x122\n" +
@@ -1387,7 +1410,8 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\vfinished_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x122\n" +
 	"\bprogress\x18\f \x01(\v2\x16.rangecast.v1.ProgressR\bprogress\x12C\n" +
-	"\x0fin_doubt_policy\x18\r \x01(\x0e2\x1b.rangecast.v1.InDoubtPolicyR\rinDoubtPolicy\"\xcc\x02\n" +
+	"\x0fin_doubt_policy\x18\r \x01(\x0e2\x1b.rangecast.v1.InDoubtPolicyR\rinDoubtPolicy\x12.\n" +
+	"\x13no_unsubscribe_link\x18\x0e \x01(\bR\x11noUnsubscribeLink\"\xcc\x02\n" +
 	"\bProgress\x12!\n" +
 	"\franges_total\x18\x01 \x01(\x05R\vrangesTotal\x12\x1f\n" +
 	"\vranges_done\x18\x02 \x01(\x05R\n" +

@@ -1,0 +1,150 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/capture"
+)
+
+// A relay that offers only LOGIN (many Exchange and hosting relays) gets
+// LOGIN, not the PLAIN the transport used to send regardless.
+func TestAuthLoginOnlyServer(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t, capture.WithAuth("user", "s3cret"), capture.WithAuthMechanisms("LOGIN"))
+	tr := newSMTP(t, strings.Replace(srv.URL(), "smtp://", "smtp://user:s3cret@", 1))
+	for i := range 3 { // a new connection, then a pooled one
+		if _, err := tr.Send(context.Background(), msg(i, "a@example.org")); err != nil {
+			t.Fatalf("send %d through a LOGIN-only relay: %v", i, err)
+		}
+	}
+	if srv.Count() != 3 {
+		t.Fatalf("server holds %d messages, want 3", srv.Count())
+	}
+
+	bad := newSMTP(t, strings.Replace(srv.URL(), "smtp://", "smtp://user:wrong@", 1))
+	_, err := bad.Send(context.Background(), msg(9, "a@example.org"))
+	var se *SendError
+	if !errors.As(err, &se) || se.Stage != StageAuth || se.Code != 535 || Classify(err) != Channel {
+		t.Fatalf("wrong password over LOGIN: %v, want a channel-wide 535 at auth", err)
+	}
+}
+
+// A server whose mechanisms rangecast cannot speak is refused before any
+// credentials are sent, naming what was offered and what is supported.
+func TestAuthNoCommonMechanism(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t, capture.WithAuth("user", "pw"), capture.WithAuthMechanisms("CRAM-MD5", "GSSAPI"))
+	tr := newSMTP(t, strings.Replace(srv.URL(), "smtp://", "smtp://user:pw@", 1))
+	_, err := tr.Send(context.Background(), msg(1, "a@example.org"))
+	var se *SendError
+	if !errors.As(err, &se) || se.Stage != StageAuth || Classify(err) != Channel {
+		t.Fatalf("err = %v, want a channel-wide auth failure", err)
+	}
+	for _, want := range []string{"AUTH CRAM-MD5 GSSAPI", "PLAIN", "LOGIN", "XOAUTH2"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not name %s", err, want)
+		}
+	}
+
+	// Forcing a mechanism the server does not offer says so too.
+	srv2 := startCapture(t, capture.WithAuth("user", "pw"), capture.WithAuthMechanisms("PLAIN"))
+	tr2 := newSMTP(t, strings.Replace(srv2.URL(), "smtp://", "smtp://user:pw@", 1)+"&auth=login")
+	if _, err := tr2.Send(context.Background(), msg(1, "a@example.org")); err == nil || !strings.Contains(err.Error(), "offers AUTH PLAIN") {
+		t.Fatalf("auth=login against a PLAIN-only server: %v", err)
+	}
+}
+
+// XOAUTH2 reads its token from a file and reads it again when the file
+// changes, so a refreshed token is used by the next connection. A long
+// token goes after the server's empty challenge, keeping the AUTH line
+// within RFC 4954's 512 bytes.
+func TestAuthXOAuth2TokenFile(t *testing.T) {
+	t.Parallel()
+	tokenPath := filepath.Join(t.TempDir(), "token")
+	writeToken := func(tok string, mod time.Time) {
+		t.Helper()
+		if err := os.WriteFile(tokenPath, []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(tokenPath, mod, mod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := "ya29." + strings.Repeat("a", 700)
+	writeToken(first, time.Unix(1_700_000_000, 0))
+
+	srv1 := startCapture(t, capture.WithAuth("sender@example.com", first), capture.WithAuthMechanisms("LOGIN", "XOAUTH2"))
+	url := func(s *capture.Server) string {
+		return strings.Replace(s.URL(), "smtp://", "smtp://sender%40example.com@", 1) + "&token_file=" + tokenPath + "&pool=1"
+	}
+	tr := newSMTP(t, url(srv1))
+	if _, err := tr.Send(context.Background(), msg(1, "a@example.org")); err != nil {
+		t.Fatalf("XOAUTH2 with a %d-byte token: %v", len(first), err)
+	}
+
+	// The token is refreshed; a server that accepts only the new one sees
+	// it on the next connection.
+	second := "ya29.second"
+	writeToken(second, time.Unix(1_700_003_600, 0))
+	srv2 := startCapture(t, capture.WithAuth("sender@example.com", second), capture.WithAuthMechanisms("XOAUTH2"))
+	tr2 := newSMTP(t, url(srv2))
+	tr2.creds.token = tr.creds.token // the same file, as one process would hold it
+	if _, err := tr2.Send(context.Background(), msg(2, "a@example.org")); err != nil {
+		t.Fatalf("after the token file changed: %v", err)
+	}
+
+	// An expired token: the server's JSON challenge, an empty reply, 535.
+	writeToken("ya29.expired", time.Unix(1_700_007_200, 0))
+	tr3 := newSMTP(t, url(srv2))
+	_, err := tr3.Send(context.Background(), msg(3, "a@example.org"))
+	var se *SendError
+	if !errors.As(err, &se) || se.Stage != StageAuth || se.Code != 535 {
+		t.Fatalf("expired token: %v, want 535 at auth", err)
+	}
+	if srv1.Count()+srv2.Count() != 2 {
+		t.Fatalf("%d + %d messages received, want 2", srv1.Count(), srv2.Count())
+	}
+}
+
+func TestParseEHLOAuth(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		reply string
+		want  []string
+	}{
+		{"mx.example.com\nPIPELINING\nAUTH PLAIN LOGIN", []string{"PLAIN", "LOGIN"}},
+		{"mx.example.com\nAUTH=LOGIN PLAIN\nauth login xoauth2", []string{"LOGIN", "PLAIN", "XOAUTH2"}},
+		{"mx.example.com\nAUTH LOGIN PLAIN XOAUTH2 OAUTHBEARER", []string{"LOGIN", "PLAIN", "XOAUTH2", "OAUTHBEARER"}},
+		{"mx.example.com\nSIZE 100", nil},
+	} {
+		e := parseEHLO([]byte(tc.reply))
+		if !slices.Equal(e.authMechs, tc.want) || e.auth != (tc.want != nil) {
+			t.Errorf("%q: auth %v mechs %q, want %q", tc.reply, e.auth, e.authMechs, tc.want)
+		}
+	}
+}
+
+// A server that ignores LOGIN's initial response asks for the user name.
+func TestLoginClientAnswersUsernamePrompt(t *testing.T) {
+	t.Parallel()
+	cr := &credentials{user: "u", pass: "p", addr: "relay:587"}
+	sc, err := cr.client([]string{"LOGIN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mech, ir, err := sc.Start(); mech != "LOGIN" || string(ir) != "u" || err != nil {
+		t.Fatalf("Start = %s %q %v", mech, ir, err)
+	}
+	for challenge, want := range map[string]string{"Username:": "u", "User Name\x00": "u", "Password:": "p"} {
+		if got, err := sc.Next([]byte(challenge)); err != nil || string(got) != want {
+			t.Errorf("Next(%q) = %q, %v; want %q", challenge, got, err, want)
+		}
+	}
+}
