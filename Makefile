@@ -10,7 +10,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 VERSION_PKG := github.com/rangecast/rangecast/internal/version
 LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT)
 
-.PHONY: build test test-race lint run bench chaos fmt-check
+.PHONY: build test test-race lint run bench chaos fmt-check sim
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' $(PKGS)
@@ -47,6 +47,14 @@ bench-short:
 	$(GO) run ./cmd/bench -short
 
 include mk/generate.mk
+
+# The simulation of the fault model (internal/coordinator/sim_test.go):
+# 20,000 seeded schedules of faults against the engine and the real page
+# walk, with the invariants checked after each; a failure prints its seed
+# and the command that replays it. `make test` runs 300 of them.
+SIM_SCHEDULES ?= 20000
+sim:
+	$(GO) test -count=1 -timeout 90m -run 'TestSimulation$$' -v ./internal/coordinator/ -sim.schedules=$(SIM_SCHEDULES) | grep -v '^=== '
 
 # Chaos: separate processes (nats-server built from the module, with a file
 # store; an fsyncing SMTP sink; 2 coordinators; 4 workers) on Postgres
