@@ -10,7 +10,9 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/transport"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
@@ -163,5 +165,45 @@ func TestStoreOutageIsNotAPoisonPage(t *testing.T) {
 	time.Sleep(8 * time.Second) // many ack waits and park delays: old code failed here
 	down.down.Store(false)
 	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 2*time.Minute)
+	s.exactlyOnce(a.eligible(false))
+}
+
+// TestWorkerStopsDuringAnOutage: a worker holding a page while the store is
+// down (waiting, retrying its writes) still stops promptly when asked to,
+// handing the page back; it does not wait the outage out.
+func TestWorkerStopsDuringAnOutage(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 0, concurrency: 4, pageLimit: 20})
+	down := &downStore{Store: s.store}
+	a := s.seed(200)
+	id := s.create("", 0)
+	down.down.Store(true)
+	tr, err := transport.NewSMTP(s.sink.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := pageworker.New(pageworker.Config{Store: down, Bus: s.bus, Transport: tr, Log: testLogger(t), Concurrency: 4,
+		FetchWait: 100 * time.Millisecond, ParkDelay: 200 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	s.start(id) // the coordinator's store is up; the worker's is not
+	time.Sleep(3 * time.Second)
+	stopped := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		t.Logf("worker stopped %v after the signal, during the outage", time.Since(stopped).Round(time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("worker still running 15 s after it was asked to stop during a store outage")
+	}
+	// The pages it held go to a healthy worker; nobody is lost or doubled.
+	down.down.Store(false)
+	s.startWorker()
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
 	s.exactlyOnce(a.eligible(false))
 }

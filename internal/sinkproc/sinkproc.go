@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -39,6 +40,10 @@ type Options struct {
 	// Latency delays every DATA reply, like a real relay: throughput then
 	// depends on how many messages senders keep in flight.
 	Latency time.Duration
+	// RefuseRcpt is the share of RCPT commands answered 451 4.3.0 at
+	// random, as Yahoo's and Gmail's deferrals and greylisting do; 0 for
+	// none.
+	RefuseRcpt float64
 	// ErrorLog receives go-smtp's connection errors; nil discards them.
 	ErrorLog *log.Logger
 }
@@ -50,6 +55,7 @@ type Sink struct {
 	log      *logWriter // nil without a log
 	accepted atomic.Int64
 	rcpts    atomic.Int64
+	refused  atomic.Int64
 	// first and last are the wall-clock times (Unix ns) of the first and
 	// latest accepted message; 0 before any.
 	first, last atomic.Int64
@@ -79,7 +85,7 @@ func Start(o Options) (*Sink, error) {
 		s.log = newLogWriter(f)
 	}
 	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) {
-		return &session{s: s, latency: o.Latency}, nil
+		return &session{s: s, latency: o.Latency, refuse: o.RefuseRcpt}, nil
 	}))
 	srv.Domain = "localhost"
 	srv.AllowInsecureAuth = true
@@ -106,6 +112,8 @@ func (s *Sink) Accepted() int64 { return s.accepted.Load() }
 type Stats struct {
 	Messages   int64 `json:"messages"`
 	Recipients int64 `json:"recipients"`
+	// Refused counts RCPTs answered with a random 451 (Options.RefuseRcpt).
+	Refused int64 `json:"refused"`
 	// FirstUnixNano and LastUnixNano are when the first and the latest
 	// message were accepted (0 before any).
 	FirstUnixNano int64 `json:"first_unix_nano"`
@@ -114,7 +122,7 @@ type Stats struct {
 
 // Stats returns the counters so far.
 func (s *Sink) Stats() Stats {
-	return Stats{Messages: s.accepted.Load(), Recipients: s.rcpts.Load(), FirstUnixNano: s.first.Load(), LastUnixNano: s.last.Load()}
+	return Stats{Messages: s.accepted.Load(), Recipients: s.rcpts.Load(), Refused: s.refused.Load(), FirstUnixNano: s.first.Load(), LastUnixNano: s.last.Load()}
 }
 
 // StatsHandler serves Stats as JSON on GET /stats, for a harness in
@@ -146,6 +154,7 @@ func (s *Sink) Close() error {
 type session struct {
 	s       *Sink
 	latency time.Duration
+	refuse  float64
 	to      []string
 }
 
@@ -158,6 +167,10 @@ func (ss *session) Auth(string) (sasl.Server, error) {
 func (ss *session) Mail(string, *smtp.MailOptions) error { ss.to = nil; return nil }
 
 func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	if ss.refuse > 0 && rand.Float64() < ss.refuse {
+		ss.s.refused.Add(1)
+		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "Temporary local problem, please try again later"}
+	}
 	ss.to = append(ss.to, to)
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -59,6 +60,12 @@ type Config struct {
 	PGTerminations int
 	PauseResume    bool
 	PauseFor       time.Duration
+	// PauseStorm pauses and resumes the broadcast every few seconds for
+	// the whole chaos phase (besides the one measured pause).
+	PauseStorm bool
+	// RefuseRcpt is the share of RCPTs the sink answers 451 at random, as
+	// providers' deferrals and greylisting do.
+	RefuseRcpt float64
 
 	SinkLatency  time.Duration
 	InDoubtAfter time.Duration
@@ -88,6 +95,7 @@ func LongConfig() Config {
 		Coordinators: 2, Workers: 4, Concurrency: 16,
 		WorkerKillMin: time.Second, WorkerKillMax: 3 * time.Second,
 		CoordinatorKills: 3, NATSRestarts: 1, PGTerminations: 1, PauseResume: true, PauseFor: 4 * time.Second,
+		PauseStorm: true, RefuseRcpt: 0.03,
 		SinkLatency: 20 * time.Millisecond, InDoubtAfter: 5 * time.Second, CompleteTimeout: 5 * time.Minute,
 	}
 }
@@ -170,6 +178,10 @@ type harness struct {
 	pgTerminated, pgTerminations          atomic.Int64
 	leaderKills                           atomic.Int64 // coordinator kills aimed by the leader gauge
 	pausedFor                             time.Duration
+	// pauseMu keeps the pause storm out of the measured pause; storms
+	// counts the storm's pauses.
+	pauseMu sync.Mutex
+	storms  atomic.Int64
 	sentWhilePaused                       int64
 	supervisorRestarts                    atomic.Int64
 
@@ -402,7 +414,8 @@ func (h *harness) startAll(ctx context.Context) error {
 	if h.sinkAddr, err = child.FreeAddr(); err != nil {
 		return err
 	}
-	h.sink = h.newProc("smtpsink", "smtpsink", "-addr", h.sinkAddr, "-log", h.sinkLog(), "-latency", h.cfg.SinkLatency.String())
+	h.sink = h.newProc("smtpsink", "smtpsink", "-addr", h.sinkAddr, "-log", h.sinkLog(), "-latency", h.cfg.SinkLatency.String(),
+		"-refuse-rcpt", strconv.FormatFloat(h.cfg.RefuseRcpt, 'f', -1, 64))
 	if err := h.sink.Start(); err != nil {
 		return err
 	}
@@ -704,6 +717,10 @@ func (h *harness) chaosAndWait(ctx context.Context) (*pb.Broadcast, error) {
 	go func() { defer wg.Done(); h.killWorkers(chaosCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); h.schedule(chaosCtx) }()
+	if h.cfg.PauseStorm {
+		wg.Add(1)
+		go func() { defer wg.Done(); h.pauseStorm(chaosCtx) }()
+	}
 
 	// Progress, and the end of the chaos phase once the broadcast is done.
 	deadline := time.Now().Add(h.cfg.Duration + h.cfg.CompleteTimeout)
@@ -922,10 +939,55 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_n
 	return nil
 }
 
+// pauseStorm pauses and resumes the broadcast every few seconds until the
+// chaos phase ends, leaving it running; it stands aside during the measured
+// pause (pauseMu).
+func (h *harness) pauseStorm(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(h.randDur(2*time.Second, 5*time.Second)):
+		}
+		h.pauseMu.Lock()
+		if err := h.transition(ctx, true); err != nil {
+			h.pauseMu.Unlock()
+			h.logf("t=%s storm: pause failed: %v", h.elapsed(), err)
+			continue
+		}
+		h.storms.Add(1)
+		time.Sleep(h.randDur(500*time.Millisecond, 2*time.Second))
+		if err := h.transition(context.WithoutCancel(ctx), false); err != nil {
+			h.logf("t=%s storm: resume failed: %v", h.elapsed(), err)
+		}
+		h.pauseMu.Unlock()
+	}
+}
+
+// transition pauses or resumes the broadcast; a FailedPrecondition (already
+// there, or finished) counts as done.
+func (h *harness) transition(ctx context.Context, pause bool) error {
+	return h.call(ctx, 30*time.Second, func(cctx context.Context, conn *grpc.ClientConn) error {
+		c := pb.NewBroadcastServiceClient(conn)
+		var err error
+		if pause {
+			_, err = c.PauseBroadcast(cctx, &pb.PauseBroadcastRequest{Id: h.broadcastID})
+		} else {
+			_, err = c.ResumeBroadcast(cctx, &pb.ResumeBroadcastRequest{Id: h.broadcastID})
+		}
+		if status.Code(err) == codes.FailedPrecondition {
+			return nil
+		}
+		return err
+	})
+}
+
 // pauseResume pauses the broadcast, measures what the sink still accepts
 // once in-flight windows have had a second to drain, and resumes.
 func (h *harness) pauseResume(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
+	h.pauseMu.Lock() // the storm stands aside
+	defer h.pauseMu.Unlock()
 	transition := func(pause bool) error {
 		return h.call(ctx, 30*time.Second, func(cctx context.Context, conn *grpc.ClientConn) error {
 			c := pb.NewBroadcastServiceClient(conn)
@@ -1092,6 +1154,15 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 	add(completed, "final state", "%s%s", state, reason)
 	add(ineligible == 0, "ineligible or unknown recipients at the sink", "%s", withExamples(ineligible, ineligibleExamples))
 	add(sentNotAtSink == 0, "ledger says sent but the sink never accepted it", "%s", withExamples(sentNotAtSink, lieExamples))
+	failed := 0
+	for _, row := range ledger {
+		if row.status == "failed" {
+			failed++
+		}
+	}
+	// Every address is good: a 451 at random is no reason to fail anyone
+	// (ten in a row for one address is about one in 10^15).
+	add(failed == 0, "failed (random 451s are deferrals, not failures)", "%d; the sink refused %.0f%% of RCPTs at random; pause storm: %d pauses", failed, h.cfg.RefuseRcpt*100, h.storms.Load())
 	if completed {
 		add(true, "time to complete", "%s (%.0f msg/s, including a %s pause)", took.Round(100*time.Millisecond), rate, h.pausedFor.Round(100*time.Millisecond))
 	} else {

@@ -2,7 +2,9 @@
 // file store, an SMTP sink, coordinators, page workers, on Postgres) and
 // breaks them while a broadcast runs: kill -9 of workers every 1–3 s and of
 // the leading coordinator, a nats-server restart, Postgres backends
-// terminated, a pause and a resume. Then it checks, one line per check,
+// terminated, a measured pause and a pause storm (pause and resume every few
+// seconds), while the SMTP sink refuses 3 % of RCPTs with 451 at random.
+// Then it checks, one line per check,
 // that nobody got two copies and nobody eligible was skipped unless counted
 // as in doubt, and exits non-zero on any breach.
 //
@@ -38,7 +40,9 @@ func main() {
 	flag.IntVar(&cfg.NATSRestarts, "nats-restarts", cfg.NATSRestarts, "nats-server restarts")
 	flag.BoolVar(&cfg.NATSKill, "nats-kill", cfg.NATSKill, "restart nats-server with kill -9 rather than SIGTERM")
 	flag.IntVar(&cfg.PGTerminations, "pg-terminations", cfg.PGTerminations, "times every Postgres backend of the run is terminated")
-	flag.BoolVar(&cfg.PauseResume, "pause", cfg.PauseResume, "pause and resume the broadcast once")
+	flag.BoolVar(&cfg.PauseResume, "pause", cfg.PauseResume, "pause and resume the broadcast once, measuring what is still sent")
+	flag.BoolVar(&cfg.PauseStorm, "pause-storm", cfg.PauseStorm, "pause and resume the broadcast every few seconds during the chaos phase")
+	flag.Float64Var(&cfg.RefuseRcpt, "refuse-rcpt", cfg.RefuseRcpt, "share of RCPTs the sink answers 451 at random (0.03: 3 %)")
 	flag.DurationVar(&cfg.SinkLatency, "sink-latency", cfg.SinkLatency, "the sink's delay before each 250, like a real relay")
 	flag.DurationVar(&cfg.InDoubtAfter, "in-doubt-after", cfg.InDoubtAfter, "coordinators' --in-doubt-after")
 	flag.DurationVar(&cfg.CompleteTimeout, "complete-timeout", cfg.CompleteTimeout, "how long to wait for completion after the chaos phase")
