@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/address"
 )
 
 // Template is a broadcast's content, validated at create time.
@@ -196,7 +198,7 @@ func (c *Compiled) Render(p Params) (Rendered, error) {
 	}
 
 	id := MessageID(p.BroadcastID, p.Contact.ID, c.domain)
-	toHdr := (&mail.Address{Name: p.Contact.Name, Address: to}).String()
+	toHdr := (&mail.Address{Name: p.Contact.Name, Address: headerAddress(to)}).String()
 
 	hw := headerWriter{b: rb.msg[:0]}
 	hw.write("From", c.fromHeader)
@@ -351,6 +353,17 @@ func contactAddress(c Contact) (string, error) {
 		return "", &ValidationError{Field: "contact email", Reason: fmt.Sprintf("%q is not a bare email address", c.Email)}
 	}
 	return a.Address, nil
+}
+
+// headerAddress writes an address's domain as IDNA A-labels, as the
+// transport does in the envelope, so a message to an ASCII mailbox at an
+// IDN domain is plain ASCII and needs no SMTPUTF8. A non-ASCII local part
+// needs SMTPUTF8 anyway and keeps its domain as written.
+func headerAddress(addr string) string {
+	if a, utf8Local, err := address.ASCIIDomain(addr); err == nil && !utf8Local {
+		return a
+	}
+	return addr
 }
 
 func validateUnsubscribeURL(s string) error {
