@@ -100,7 +100,7 @@ type facts struct {
 	sendErr        bool   // err is or wraps a *SendError
 	stage          string // "" when the error is not a SendError
 	maybeDelivered bool
-	refused        bool // the transport refused the recipient before any command
+	refused        bool   // the transport refused the recipient before any command
 	code           int    // SMTP reply code; 0: no reply
 	enhanced       string // "5.1.1"; "" when absent or malformed
 	class          int    // enhanced code parts; -1 when absent
