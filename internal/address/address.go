@@ -50,9 +50,9 @@ type Error struct {
 
 func (e *Error) Error() string {
 	if e.Detail == "" {
-		return "address: " + string(e.Reason)
+		return "email: " + string(e.Reason)
 	}
-	return "address: " + e.Detail
+	return e.Detail
 }
 
 // ErrInvalid matches every *Error with errors.Is.
@@ -126,21 +126,28 @@ func ASCIIDomain(addr string) (out string, utf8Local bool, err error) {
 
 func parse(s string) (local, domain string, err error) {
 	if s == "" {
-		return "", "", refuse(ReasonEmpty, "the address is empty")
+		return "", "", refuse(ReasonEmpty, "email is empty")
 	}
 	if !utf8.ValidString(s) {
-		return "", "", refuse(ReasonEncoding, "the address is not valid UTF-8")
+		return "", "", refuse(ReasonEncoding, "email is not valid UTF-8")
 	}
 	if r, i, ok := invisible(s); ok {
-		return "", "", refuse(ReasonControl, "the address contains %U at byte %d (a control, space or invisible character)", r, i)
+		what := fmt.Sprintf("%U (a control, space or invisible character)", r)
+		switch r {
+		case '\r', '\n':
+			what = "a line break"
+		case 0:
+			what = "a NUL byte"
+		}
+		return "", "", refuse(ReasonControl, "email contains %s at byte %d; it is not a valid email address", what, i)
 	}
 	s = norm.NFC.String(s)
 	if len(s) > MaxLen {
-		return "", "", refuse(ReasonTooLong, "the address is %d bytes; at most %d are allowed", len(s), MaxLen)
+		return "", "", refuse(ReasonTooLong, "email is %d characters; at most %d are allowed", len(s), MaxLen)
 	}
 	at := strings.LastIndexByte(s, '@')
 	if at < 0 {
-		return "", "", refuse(ReasonSyntax, "%q has no @", s)
+		return "", "", refuse(ReasonSyntax, "%q is not a valid email address (no @)", s)
 	}
 	local, domain = s[:at], s[at+1:]
 	if err := checkLocal(s, local); err != nil {

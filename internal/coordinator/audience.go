@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
-	"net/mail"
 	"strings"
 	"unicode/utf8"
 
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/store"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -58,27 +58,11 @@ type AudienceAPI struct {
 // NewAudienceAPI returns the gRPC audience service backed by c's store.
 func NewAudienceAPI(c *Coordinator) *AudienceAPI { return &AudienceAPI{c: c, ids: newIDSource()} }
 
-// ValidateEmail accepts a bare addr-spec with a domain: what a contact's
-// address must be before it may be stored.
+// ValidateEmail accepts an address that can be delivered: what a contact's
+// address must be before it may be stored (address.Canonical's rules).
 func ValidateEmail(email string) error {
-	if email == "" {
-		return errors.New("email is empty")
-	}
-	if len(email) > maxEmailLen {
-		return fmt.Errorf("email is %d characters; at most %d are allowed", len(email), maxEmailLen)
-	}
-	if err := message.ValidateHeaderValue("email", email); err != nil {
-		return err
-	}
-	a, err := mail.ParseAddress(email)
-	if err != nil || a.Address != email || a.Name != "" {
-		return fmt.Errorf("%q is not a valid email address", email)
-	}
-	at := strings.LastIndexByte(email, '@')
-	if at <= 0 || !strings.Contains(email[at+1:], ".") {
-		return fmt.Errorf("%q has no domain", email)
-	}
-	return nil
+	_, err := address.Canonical(email)
+	return err
 }
 
 // validateSegmentName is the rule for a segment's name, wherever it is given.
@@ -159,7 +143,7 @@ func newEmailSet() *emailSet {
 
 // add records email at row, or returns the row that had it first.
 func (e *emailSet) add(email string, row int64) (first int64, dup bool) {
-	key := strings.ToLower(email)
+	key := address.Key(email)
 	h := [2]uint64{maphash.String(e.s1, key), maphash.String(e.s2, key)}
 	if first, dup := e.rows[h]; dup {
 		return first, true
@@ -236,8 +220,12 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 		now := api.c.cfg.Clock.Now()
 		for _, r := range req.GetRows() {
 			row++
-			email := strings.TrimSpace(r.GetEmail())
+			given := strings.TrimSpace(r.GetEmail())
+			email := given
 			reason := validateRow(email, r)
+			if reason == "" {
+				email, _ = address.Canonical(email)
+			}
 			if reason == "" {
 				if first, dup := seen.add(email, row); dup {
 					reason = fmt.Sprintf("duplicate of row %d", first)
@@ -246,7 +234,7 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 			if reason != "" {
 				resp.Rejected++
 				if len(resp.Errors) < maxRowErrors {
-					resp.Errors = append(resp.Errors, &pb.RowError{Row: row, Email: shown(email), Error: reason})
+					resp.Errors = append(resp.Errors, &pb.RowError{Row: row, Email: shown(given), Error: reason})
 				}
 				continue
 			}

@@ -1,6 +1,7 @@
 package message
 
 import (
+	"errors"
 	"fmt"
 	htmltemplate "html/template"
 	"mime"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	texttemplate "text/template"
 	"time"
+
+	"github.com/rangecast/rangecast/internal/address"
 )
 
 // Transactional is one message to one recipient, not part of a broadcast
@@ -100,6 +103,13 @@ func recipientAddress(s string) (string, error) {
 	a, err := mail.ParseAddress(s)
 	if err != nil || a.Name != "" || a.Address != strings.TrimSpace(s) {
 		return "", &ValidationError{Field: "to", Reason: fmt.Sprintf("%q is not a bare email address; put the display name in to_name", s)}
+	}
+	if _, err := address.Canonical(a.Address); err != nil {
+		var ae *address.Error
+		if errors.As(err, &ae) {
+			return "", &ValidationError{Field: "to", Reason: ae.Detail}
+		}
+		return "", &ValidationError{Field: "to", Reason: err.Error()}
 	}
 	return a.Address, nil
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -88,17 +88,27 @@ func uids(ids []ulid.ULID) [][16]byte {
 	return out
 }
 
+// keys is address.Key of each email: the stored identity every lookup and
+// conflict target compares.
+func keys(emails []string) []string {
+	out := make([]string, len(emails))
+	for i, e := range emails {
+		out[i] = address.Key(e)
+	}
+	return out
+}
+
 const upsertContacts = `
-INSERT INTO contacts AS c (id, email, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
-SELECT u.id, u.email, u.name, u.attributes, u.subscribed, u.dnc, u.suppressed, $7, $7
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bool[], $6::bool[], $8::bool[])
-     AS u(id, email, name, attributes, subscribed, dnc, suppressed)
+INSERT INTO contacts AS c (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
+SELECT u.id, u.email, u.email_key, u.name, u.attributes, u.subscribed, u.dnc, u.suppressed, $7, $7
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bool[], $6::bool[], $8::bool[], $9::text[])
+     AS u(id, email, name, attributes, subscribed, dnc, suppressed, email_key)
 ` + mergeContact + `
-RETURNING id, lower(email)`
+RETURNING id, email_key`
 
 // mergeContact is how an upsert changes an existing contact (alias c), for
 // UpsertContacts and the bulk ImportContacts alike.
-const mergeContact = `ON CONFLICT (lower(email)) DO UPDATE SET
+const mergeContact = `ON CONFLICT (email_key) DO UPDATE SET
     name = EXCLUDED.name,
     attributes = c.attributes || EXCLUDED.attributes,
     -- An import may unsubscribe, flag or suppress a contact, never undo an
@@ -127,7 +137,7 @@ func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time
 			attrs[i] = map[string]any{}
 		}
 	}
-	rows, err := s.pool.Query(ctx, upsertContacts, ids, emails, names, attrs, subscribed, dnc, now, suppressed)
+	rows, err := s.pool.Query(ctx, upsertContacts, ids, emails, names, attrs, subscribed, dnc, now, suppressed, keys(emails))
 	if err != nil {
 		return nil, mapErr("upsert contacts", err)
 	}
@@ -143,7 +153,7 @@ func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time
 	}
 	out := make([]ulid.ULID, len(cs))
 	for i, c := range cs {
-		out[i] = byEmail[strings.ToLower(c.Email)]
+		out[i] = byEmail[address.Key(c.Email)]
 	}
 	return out, nil
 }

@@ -16,6 +16,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -204,11 +205,10 @@ func nullTS(v sql.NullInt64) time.Time {
 	return fromTS(v.Int64)
 }
 
-// emailKey is the case-insensitive identity of an address, kept in
-// contacts.email_key under a unique index. Go lowercases all of Unicode;
-// SQLite's lower() folds ASCII only, which is why the key is computed here
-// and not by an index on lower(email).
-func emailKey(email string) string { return strings.ToLower(email) }
+// emailKey is the identity of an address (address.Key), kept in
+// contacts.email_key under a unique index. SQLite's lower() folds ASCII
+// only, which is why the key is computed in Go and not by an index.
+func emailKey(email string) string { return address.Key(email) }
 
 const (
 	findContact = `SELECT id, attributes FROM contacts WHERE email_key = ?`

@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		cases []testCase
 	}{
 		{"Contacts", contactCases},
+		{"Identity", identityCases},
 		{"Gate", gateCases},
 		{"Claims", claimCases},
 		{"Outcomes", outcomeCases},
