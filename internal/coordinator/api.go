@@ -66,6 +66,8 @@ func storeError(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, store.ErrConflict):
 		return status.Error(codes.FailedPrecondition, msg)
+	case errors.Is(err, store.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	default:

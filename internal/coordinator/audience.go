@@ -84,6 +84,9 @@ func validateRow(email string, r *pb.ContactRow) string {
 	if err := ValidateEmail(email); err != nil {
 		return err.Error()
 	}
+	if err := store.CheckRowText(r.GetName(), r.GetAttributes(), r.GetSegments()); err != nil {
+		return err.Error()
+	}
 	if n := utf8.RuneCountInString(r.GetName()); n > maxNameLen {
 		return fmt.Sprintf("name is %d characters; at most %d are allowed", n, maxNameLen)
 	}

@@ -80,6 +80,9 @@ WITH up AS (
 SELECT u.i, up.id FROM contacts_import u JOIN up ON up.email_key = u.email_key`
 
 func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
+	if err := store.CheckContacts(cs); err != nil {
+		return nil, fmt.Errorf("import contacts: %w", err)
+	}
 	if len(cs) < copyThreshold {
 		return s.UpsertContacts(ctx, cs, now)
 	}
@@ -243,6 +246,9 @@ WHERE id = $1`, uid(contact), reason, now)
 }
 
 func (s *Store) CreateSegment(ctx context.Context, name string, now time.Time) (store.Segment, error) {
+	if err := store.CheckText("segment name", name); err != nil {
+		return store.Segment{}, fmt.Errorf("create segment: %w", err)
+	}
 	seg := store.Segment{Name: name}
 	err := s.pool.QueryRow(ctx, `
 INSERT INTO segments (name, created_at) VALUES ($1, $2)

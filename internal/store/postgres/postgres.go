@@ -75,6 +75,12 @@ func mapErr(op string, err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		return fmt.Errorf("%s: %w: %s", op, store.ErrConflict, pgErr.Detail)
 	}
+	// Text the database cannot hold. The stores refuse it before writing
+	// (store.CheckText); this is the net under that, without the driver's
+	// words.
+	if errors.As(err, &pgErr) && (pgErr.Code == "22021" || pgErr.Code == "22P05") {
+		return fmt.Errorf("%s: %w: a text value contains a NUL byte or invalid UTF-8", op, store.ErrInvalid)
+	}
 	return fmt.Errorf("%s: %w", op, err)
 }
 
@@ -119,6 +125,9 @@ const mergeContact = `ON CONFLICT (email_key) DO UPDATE SET
     updated_at = EXCLUDED.updated_at`
 
 func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
+	if err := store.CheckContacts(cs); err != nil {
+		return nil, fmt.Errorf("upsert contacts: %w", err)
+	}
 	if len(cs) == 0 {
 		return nil, nil
 	}
@@ -217,6 +226,9 @@ func scanBroadcast(row pgx.Row) (store.Broadcast, error) {
 }
 
 func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast) (store.Broadcast, bool, error) {
+	if err := store.CheckBroadcast(b); err != nil {
+		return store.Broadcast{}, false, fmt.Errorf("create broadcast: %w", err)
+	}
 	var requestID *string
 	if b.RequestID != "" {
 		requestID = &b.RequestID

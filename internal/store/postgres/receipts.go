@@ -48,6 +48,9 @@ RETURNING ` + receiptColumns
 )
 
 func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Receipt, bool, error) {
+	if err := store.CheckFields("kind", r.Kind, "idempotency key", r.Key, "email", r.Email); err != nil {
+		return store.Receipt{}, false, fmt.Errorf("create receipt: %w", err)
+	}
 	created, err := scanReceipt(s.pool.QueryRow(ctx, insertReceipt, uid(r.ID), r.Kind, r.Key, r.Email, r.PayloadHash, r.Payload,
 		r.MessageID, r.NextAttemptAt, r.CreatedAt, address.Key(r.Email)))
 	if err == nil {
@@ -186,6 +189,9 @@ func scanTemplate(row pgx.Row) (store.Template, error) {
 }
 
 func (s *Store) PutTemplate(ctx context.Context, t store.Template, now time.Time) (store.Template, error) {
+	if err := store.CheckTemplate(t); err != nil {
+		return store.Template{}, fmt.Errorf("put template: %w", err)
+	}
 	out, err := scanTemplate(s.pool.QueryRow(ctx, putTemplate, t.Name, t.FromAddress, t.FromName, t.Subject, t.Text, t.HTML, now))
 	return out, mapErr("put template", err)
 }

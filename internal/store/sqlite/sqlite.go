@@ -230,6 +230,9 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)`
 )
 
 func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
+	if err := store.CheckContacts(cs); err != nil {
+		return nil, fmt.Errorf("upsert contacts: %w", err)
+	}
 	if len(cs) == 0 {
 		return nil, nil
 	}
@@ -402,6 +405,9 @@ func getBroadcast(ctx context.Context, q querier, bid ulid.ULID) (store.Broadcas
 }
 
 func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast) (store.Broadcast, bool, error) {
+	if err := store.CheckBroadcast(b); err != nil {
+		return store.Broadcast{}, false, fmt.Errorf("create broadcast: %w", err)
+	}
 	var requestID, segment any
 	if b.RequestID != "" {
 		requestID = b.RequestID

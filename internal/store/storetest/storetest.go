@@ -34,6 +34,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}{
 		{"Contacts", contactCases},
 		{"Identity", identityCases},
+		{"Text", textCases},
 		{"Gate", gateCases},
 		{"Claims", claimCases},
 		{"Outcomes", outcomeCases},
