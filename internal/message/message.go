@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	htmltemplate "html/template"
+	"io"
 	"net/mail"
 	"net/url"
 	"strings"
@@ -78,6 +79,7 @@ type Compiled struct {
 	text    *texttemplate.Template // nil when Template.Text is empty
 
 	fromHeader string // From field value; the same for every contact
+	budget     Budget
 }
 
 // templateData is what templates see. Field names are part of the template
@@ -101,7 +103,18 @@ const (
 // Compile parses and validates t. Everything that can be wrong with a template
 // independently of the contact is reported here, at create time, rather than
 // halfway through a broadcast. Errors are *ValidationError.
-func Compile(t Template) (*Compiled, error) {
+func Compile(t Template) (*Compiled, error) { return CompileBudget(t, DefaultBudget) }
+
+// CompileBudget is Compile with the budget every execution of the
+// template gets, at compile and in Render.
+func CompileBudget(t Template, budget Budget) (*Compiled, error) {
+	for _, f := range [...]struct{ field, src string }{
+		{fieldFromName, t.FromName}, {fieldFromAddress, t.FromAddress}, {fieldSubject, t.Subject}, {fieldHTML, t.HTML}, {fieldText, t.Text},
+	} {
+		if err := checkTemplateText(f.field, f.src); err != nil {
+			return nil, err
+		}
+	}
 	if err := ValidateHeaderValue(fieldFromName, t.FromName); err != nil {
 		return nil, err
 	}
@@ -121,7 +134,7 @@ func Compile(t Template) (*Compiled, error) {
 		return nil, &ValidationError{Field: fieldHTML, Reason: "is empty; the HTML body is required (the plain-text part can be derived from it)"}
 	}
 
-	c := &Compiled{tmpl: t, from: from, domain: domain}
+	c := &Compiled{tmpl: t, from: from, domain: domain, budget: budget}
 	c.fromHeader = (&mail.Address{Name: t.FromName, Address: from}).String()
 
 	if c.subject, err = texttemplate.New(fieldSubject).Option("missingkey=error").Parse(t.Subject); err != nil {
@@ -134,6 +147,10 @@ func Compile(t Template) (*Compiled, error) {
 		if c.text, err = texttemplate.New(fieldText).Option("missingkey=error").Parse(t.Text); err != nil {
 			return nil, templateError(fieldText, err)
 		}
+	}
+
+	if err := c.limitLoops(); err != nil {
+		return nil, err
 	}
 
 	// Static check first: it sees every branch, while the sample render below
@@ -264,7 +281,7 @@ func putRenderBuf(rb *renderBuf) {
 
 // execSubject renders the subject, using buf as scratch space.
 func (c *Compiled) execSubject(d templateData, buf *bytes.Buffer) (string, error) {
-	if err := c.subject.Execute(buf, d); err != nil {
+	if err := c.budget.meter(fieldSubject, buf, func(w io.Writer) error { return c.subject.Execute(w, d) }); err != nil {
 		return "", templateError(fieldSubject, err)
 	}
 	s := buf.String()
@@ -283,14 +300,14 @@ func (c *Compiled) execSubject(d templateData, buf *bytes.Buffer) (string, error
 // Without a Text template the plain part is derived from the rendered HTML,
 // so it carries the same personalisation.
 func (c *Compiled) execBodies(d templateData, html, text *bytes.Buffer) error {
-	if err := c.html.Execute(html, d); err != nil {
+	if err := c.budget.meter(fieldHTML, html, func(w io.Writer) error { return c.html.Execute(w, d) }); err != nil {
 		return templateError(fieldHTML, err)
 	}
 	if c.text == nil {
 		text.Write(appendHTMLText(text.AvailableBuffer(), html.String()))
 		return nil
 	}
-	if err := c.text.Execute(text, d); err != nil {
+	if err := c.budget.meter(fieldText, text, func(w io.Writer) error { return c.text.Execute(w, d) }); err != nil {
 		return templateError(fieldText, err)
 	}
 	return nil
