@@ -124,6 +124,9 @@ func (api *BroadcastAPI) CreateBroadcast(ctx context.Context, req *pb.CreateBroa
 	if !ok {
 		return nil, invalid("in_doubt_policy %v is not one of skip or resend", req.GetInDoubtPolicy())
 	}
+	if err := api.c.preflightDraft(ctx, store.Broadcast{Content: content, SegmentID: segment}, codes.InvalidArgument); err != nil {
+		return nil, err
+	}
 	now := api.c.cfg.Clock.Now()
 	b := store.Broadcast{
 		ID: api.ids.make(now), Name: req.GetName(), RequestID: req.GetRequestId(), Content: content,
@@ -225,6 +228,9 @@ func (api *BroadcastAPI) ListBroadcasts(ctx context.Context, _ *pb.ListBroadcast
 func (c *Coordinator) Start(ctx context.Context, rawID string) (*pb.Broadcast, error) {
 	id, err := parseID(rawID)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.preflightStart(ctx, id); err != nil {
 		return nil, err
 	}
 	b, err := c.cfg.Store.AcceptBroadcast(ctx, id, c.cfg.Clock.Now())
