@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -25,12 +24,6 @@ func (c *client) governor() (pb.GovernorServiceClient, error) {
 	return pb.NewGovernorServiceClient(conn), nil
 }
 
-func envFloat(name string, def float64) float64 {
-	if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil {
-		return v
-	}
-	return def
-}
 
 func governorCommand(c *client) *cobra.Command {
 	cmd := &cobra.Command{Use: "governor", Short: "Show and adjust the per-sending-domain limits (daily ceiling, rate, hourly limit, provider breakers)"}

@@ -10,10 +10,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -24,28 +22,6 @@ import (
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
-// env returns the environment variable's value, or def.
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
 // Rangecast is the `rangecast` command.
 func Rangecast() *cobra.Command {
 	root := &cobra.Command{
@@ -54,9 +30,11 @@ func Rangecast() *cobra.Command {
 		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Every subcommand's flags take their (env NAME) values.
+		PersistentPreRunE: envHook,
 	}
 	c := &client{}
-	root.PersistentFlags().StringVar(&c.addr, "addr", env("RANGECAST_ADDR", server.DefaultGRPCAddr), "coordinator gRPC address (env RANGECAST_ADDR)")
+	root.PersistentFlags().StringVar(&c.addr, "addr", server.DefaultGRPCAddr, "coordinator gRPC address (env RANGECAST_ADDR)")
 	// The token's default is read at dial time, not shown as the flag's
 	// default, so --help never prints it.
 	root.PersistentFlags().StringVar(&c.token, "token", "", "bearer token for the coordinator's gRPC API (env RANGECAST_TOKEN)")
