@@ -24,7 +24,6 @@ func (c *client) governor() (pb.GovernorServiceClient, error) {
 	return pb.NewGovernorServiceClient(conn), nil
 }
 
-
 func governorCommand(c *client) *cobra.Command {
 	cmd := &cobra.Command{Use: "governor", Short: "Show and adjust the per-sending-domain limits (daily ceiling, rate, hourly limit, provider breakers)"}
 	cmd.AddCommand(governorStatusCommand(c), governorSetCommand(c), governorResetCommand(c))
