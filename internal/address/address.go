@@ -147,7 +147,7 @@ func parse(s string) (local, domain string, err error) {
 	}
 	at := strings.LastIndexByte(s, '@')
 	if at < 0 {
-		return "", "", refuse(ReasonSyntax, "%q is not a valid email address (no @)", s)
+		return "", "", refuse(ReasonSyntax, "%q is not a valid email address", s)
 	}
 	local, domain = s[:at], s[at+1:]
 	if err := checkLocal(s, local); err != nil {

@@ -142,7 +142,7 @@ func listCommand(c *client) *cobra.Command {
 			}
 			fmt.Fprintf(w, "%-26s  %-10s  %10s  %s\n", "ID", "STATE", "AUDIENCE", "NAME")
 			for _, b := range resp.GetBroadcasts() {
-				fmt.Fprintf(w, "%-26s  %-10s  %10d  %s\n", b.GetId(), stateWord(b.GetState()), b.GetSnapshotTotal(), b.GetName())
+				fmt.Fprintf(w, "%-26s  %-10s  %10d  %s\n", b.GetId(), stateWord(b.GetState()), b.GetSnapshotTotal(), shown(b.GetName()))
 			}
 			return nil
 		},
@@ -247,14 +247,14 @@ func progressLine(b *pb.Broadcast) string {
 
 func printStatus(w io.Writer, b *pb.Broadcast) {
 	p := b.GetProgress()
-	fmt.Fprintf(w, "broadcast  %s  %q\n", b.GetId(), b.GetName())
+	fmt.Fprintf(w, "broadcast  %s  %q\n", b.GetId(), b.GetName()) // %q escapes
 	fmt.Fprintf(w, "state      %s", stateWord(b.GetState()))
 	if b.GetReason() != "" {
-		fmt.Fprintf(w, " (%s)", b.GetReason())
+		fmt.Fprintf(w, " (%s)", shown(b.GetReason()))
 	}
 	fmt.Fprintln(w)
 	if b.GetSegment() != "" {
-		fmt.Fprintf(w, "segment    %s\n", b.GetSegment())
+		fmt.Fprintf(w, "segment    %s\n", shown(b.GetSegment()))
 	}
 	if b.GetState() == pb.BroadcastState_BROADCAST_STATE_DRAFT {
 		return
@@ -264,7 +264,7 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 	fmt.Fprintf(w, "sent %d  failed %d  deferred %d  in flight or in doubt %d  pages %d\n",
 		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetPagesDispatched())
 	if p.GetWaitingFor() != "" {
-		fmt.Fprintf(w, "waiting    %s\n", p.GetWaitingFor())
+		fmt.Fprintf(w, "waiting    %s\n", shown(p.GetWaitingFor()))
 	}
 	var cells strings.Builder
 	for _, r := range p.GetRanges() {

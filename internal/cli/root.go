@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/rangecast/rangecast/internal/redact"
 	"github.com/rangecast/rangecast/internal/server"
 	"github.com/rangecast/rangecast/internal/version"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -50,7 +51,7 @@ func Main(cmd *cobra.Command) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", describe(err))
+		fmt.Fprintln(os.Stderr, "error:", shown(redact.String(describe(err))))
 		os.Exit(1)
 	}
 }
