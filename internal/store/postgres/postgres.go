@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -200,6 +201,29 @@ coalesce(b.segment_id, 0), coalesce(s.name, ''), b.throttle_per_hour, b.in_doubt
 b.created_at, b.started_at, b.finished_at`
 
 const broadcastFrom = ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
+
+// broadcastListColumns are broadcastColumns without the bodies.
+var broadcastListColumns = strings.Replace(broadcastColumns, "b.html, b.text_body", "'', ''", 1)
+
+func (s *Store) BroadcastPage(ctx context.Context, before ulid.ULID, limit int) ([]store.Broadcast, error) {
+	if before == (ulid.ULID{}) {
+		before = ulid.MustParse("7ZZZZZZZZZZZZZZZZZZZZZZZZZ")
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+broadcastListColumns+broadcastFrom+`WHERE b.id < $1 ORDER BY b.id DESC LIMIT $2`, uid(before), limit)
+	if err != nil {
+		return nil, mapErr("list broadcasts", err)
+	}
+	defer rows.Close()
+	var out []store.Broadcast
+	for rows.Next() {
+		b, err := scanBroadcast(rows)
+		if err != nil {
+			return nil, mapErr("list broadcasts", err)
+		}
+		out = append(out, b)
+	}
+	return out, mapErr("list broadcasts", rows.Err())
+}
 
 func scanBroadcast(row pgx.Row) (store.Broadcast, error) {
 	var b store.Broadcast

@@ -374,6 +374,29 @@ b.created_at, b.started_at, b.finished_at`
 
 const selectBroadcast = `SELECT ` + broadcastColumns + ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
 
+// selectBroadcastList is selectBroadcast without the bodies.
+var selectBroadcastList = strings.Replace(selectBroadcast, "b.html, b.text_body", "'', ''", 1)
+
+func (s *Store) BroadcastPage(ctx context.Context, before ulid.ULID, limit int) ([]store.Broadcast, error) {
+	if before == (ulid.ULID{}) {
+		before = ulid.MustParse("7ZZZZZZZZZZZZZZZZZZZZZZZZZ")
+	}
+	rows, err := s.r.QueryContext(ctx, selectBroadcastList+`WHERE b.id < ? ORDER BY b.id DESC LIMIT ?`, id(before), limit)
+	if err != nil {
+		return nil, mapErr("list broadcasts", err)
+	}
+	defer rows.Close()
+	var out []store.Broadcast
+	for rows.Next() {
+		b, err := scanBroadcast(rows)
+		if err != nil {
+			return nil, mapErr("list broadcasts", err)
+		}
+		out = append(out, b)
+	}
+	return out, mapErr("list broadcasts", rows.Err())
+}
+
 func scanBroadcast(row interface{ Scan(...any) error }) (store.Broadcast, error) {
 	var b store.Broadcast
 	var bid, minID, maxID []byte
