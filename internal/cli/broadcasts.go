@@ -120,6 +120,7 @@ func createCommand(c *client) *cobra.Command {
 
 func listCommand(c *client) *cobra.Command {
 	var asJSON bool
+	var limit int
 	cmd := &cobra.Command{
 		Use: "list", Short: "List broadcasts, newest first", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -127,9 +128,23 @@ func listCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			resp, err := bc.ListBroadcasts(cmd.Context(), &pb.ListBroadcastsRequest{})
-			if err != nil {
-				return err
+			// Page by page: the server answers at most 500 at a time.
+			resp := &pb.ListBroadcastsResponse{}
+			for token := ""; ; {
+				size := 500
+				if limit > 0 {
+					size = min(size, limit-len(resp.Broadcasts))
+				}
+				page, err := bc.ListBroadcasts(cmd.Context(), &pb.ListBroadcastsRequest{PageSize: int32(size), PageToken: token})
+				if err != nil {
+					return err
+				}
+				resp.Broadcasts = append(resp.Broadcasts, page.GetBroadcasts()...)
+				token = page.GetNextPageToken()
+				if token == "" || (limit > 0 && len(resp.Broadcasts) >= limit) {
+					resp.NextPageToken = token
+					break
+				}
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
@@ -144,10 +159,14 @@ func listCommand(c *client) *cobra.Command {
 			for _, b := range resp.GetBroadcasts() {
 				fmt.Fprintf(w, "%-26s  %-10s  %10d  %s\n", b.GetId(), stateWord(b.GetState()), b.GetSnapshotTotal(), shown(b.GetName()))
 			}
+			if resp.GetNextPageToken() != "" {
+				fmt.Fprintf(w, "(the newest %d; --limit 0 lists every one)\n", len(resp.GetBroadcasts()))
+			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&limit, "limit", 100, "list at most this many, newest first; 0 for all")
 	return cmd
 }
 

@@ -23,6 +23,9 @@ import (
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
+// maxRecv is the largest answer the CLI accepts.
+const maxRecv = 256 << 20
+
 // Rangecast is the `rangecast` command.
 func Rangecast() *cobra.Command {
 	root := &cobra.Command{
@@ -79,7 +82,11 @@ func (c *client) dial() (*grpc.ClientConn, error) {
 		if _, _, err := net.SplitHostPort(c.addr); err != nil {
 			return nil, fmt.Errorf("--addr %q: use host:port, e.g. 127.0.0.1:7070", c.addr)
 		}
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		// The CLI takes whatever the server sends (an import's answer
+		// with its capped list of rejected rows, a long history): gRPC's
+		// default 4 MiB receive limit is a server-side concern.
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecv))}
 		token := c.token
 		if token == "" {
 			token = os.Getenv("RANGECAST_TOKEN")

@@ -212,12 +212,20 @@ func (api *BroadcastAPI) WatchBroadcast(req *pb.WatchBroadcastRequest, stream pb
 	}
 }
 
-func (api *BroadcastAPI) ListBroadcasts(ctx context.Context, _ *pb.ListBroadcastsRequest) (*pb.ListBroadcastsResponse, error) {
-	bs, err := api.c.cfg.Store.ListBroadcasts(ctx)
+func (api *BroadcastAPI) ListBroadcasts(ctx context.Context, req *pb.ListBroadcastsRequest) (*pb.ListBroadcastsResponse, error) {
+	size, before, err := listPage(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	bs, err := api.c.cfg.Store.BroadcastPage(ctx, before, size+1)
 	if err != nil {
 		return nil, storeError(err)
 	}
 	out := &pb.ListBroadcastsResponse{}
+	if len(bs) > size {
+		bs = bs[:size]
+		out.NextPageToken = bs[size-1].ID.String()
+	}
 	for _, b := range bs {
 		out.Broadcasts = append(out.Broadcasts, toProto(b, nil))
 	}

@@ -38,8 +38,10 @@ const (
 	// loses little work and memory stays flat.
 	importBatch = 5000
 	// maxRowErrors bounds the rejected rows listed in one response (each
-	// is counted regardless), so the response stays far below gRPC's 4 MB.
-	maxRowErrors = 10_000
+	// is counted regardless), and maxRowError each one's reason, so the
+	// response stays far below gRPC's 4 MB (1,000 × ~1 KB).
+	maxRowErrors = 1_000
+	maxRowError  = 400
 	// maxMembers bounds the contacts named in one membership call; the CLI
 	// sends larger files in chunks.
 	maxMembers = 10_000
@@ -125,6 +127,18 @@ func shown(email string) string {
 		return email
 	}
 	cut := email[:maxEmailLen]
+	for !utf8.ValidString(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return cut + "…"
+}
+
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := s[:n]
 	for !utf8.ValidString(cut) {
 		cut = cut[:len(cut)-1]
 	}
@@ -237,7 +251,7 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 			if reason != "" {
 				resp.Rejected++
 				if len(resp.Errors) < maxRowErrors {
-					resp.Errors = append(resp.Errors, &pb.RowError{Row: row, Email: shown(given), Error: reason})
+					resp.Errors = append(resp.Errors, &pb.RowError{Row: row, Email: shown(given), Error: clip(reason, maxRowError)})
 				}
 				continue
 			}

@@ -180,3 +180,44 @@ func newAudienceClient(t *testing.T, s *stack) pb.AudienceServiceClient {
 	t.Helper()
 	return pb.NewAudienceServiceClient(s.conn)
 }
+
+// ListBroadcasts pages, and listed broadcasts carry no bodies.
+func TestListBroadcastsPaginatedWithoutBodies(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	ctx := context.Background()
+	var want []string
+	for range 5 {
+		want = append([]string{s.create("", 0)}, want...)
+	}
+	var got []string
+	token := ""
+	for pages := 0; pages < 10; pages++ {
+		resp, err := s.client.ListBroadcasts(ctx, &pb.ListBroadcastsRequest{PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetBroadcasts()) > 2 {
+			t.Fatalf("page of %d, asked for 2", len(resp.GetBroadcasts()))
+		}
+		for _, b := range resp.GetBroadcasts() {
+			if b.GetContent().GetHtml() != "" || b.GetContent().GetText() != "" {
+				t.Errorf("listed broadcast %s has its body", b.GetId())
+			}
+			got = append(got, b.GetId())
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("listed %v, want %v", got, want)
+	}
+	if b := s.status(want[0]); b.GetContent().GetHtml() == "" {
+		t.Error("GetBroadcast lost the body")
+	}
+	_, err := s.client.ListBroadcasts(ctx, &pb.ListBroadcastsRequest{PageSize: 100000})
+	wantStatus(t, "page_size", err, codes.InvalidArgument, "page_size")
+	_, err = s.client.ListBroadcasts(ctx, &pb.ListBroadcastsRequest{PageToken: "nope"})
+	wantStatus(t, "page_token", err, codes.InvalidArgument, "page_token")
+}
