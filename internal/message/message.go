@@ -369,6 +369,13 @@ func contactAddress(c Contact) (string, error) {
 	if err != nil || a.Name != "" || a.Address != strings.TrimSpace(c.Email) {
 		return "", &ValidationError{Field: "contact email", Reason: fmt.Sprintf("%q is not a bare email address", c.Email)}
 	}
+	// An address stored before import refused the undeliverable (an IP
+	// literal, percent routing, an invisible character) fails here, for
+	// that contact alone, rather than reach the relay.
+	var ae *address.Error
+	if _, err := address.Canonical(a.Address); errors.As(err, &ae) {
+		return "", &ValidationError{Field: "contact email", Reason: ae.Detail}
+	}
 	return a.Address, nil
 }
 

@@ -472,3 +472,20 @@ func TestToHeaderIDNDomain(t *testing.T) {
 		t.Errorf("To field not in A-labels:\n%s", m.Bytes)
 	}
 }
+
+// A contact stored before import refused undeliverable addresses fails at
+// render, as that contact's own error, and never reaches the relay.
+func TestRenderRefusesUndeliverable(t *testing.T) {
+	t.Parallel()
+	c, err := Compile(Template{FromAddress: "news@example.com", Subject: "Hi", HTML: "<p>hi</p>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, email := range []string{"ip@[127.0.0.1]", "a%b@example.org", "a@-x.com"} {
+		_, err := c.Render(Params{Contact: Contact{Email: email}, Date: time.Unix(0, 0)})
+		var ve *ValidationError
+		if !errors.As(err, &ve) || ve.Field != "contact email" {
+			t.Errorf("Render to %q: %v; want a contact email error", email, err)
+		}
+	}
+}
