@@ -73,14 +73,16 @@ func mapErr(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	}
 	var pgErr *pgconn.PgError
+	// The sentinel says what a caller can act on; the driver's own words
+	// (which quote the row) stay out of errors that reach clients.
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return fmt.Errorf("%s: %w: %s", op, store.ErrConflict, pgErr.Detail)
+		return fmt.Errorf("%s: %w", op, store.ErrConflict)
 	}
-	// Text the database cannot hold. The stores refuse it before writing
-	// (store.CheckText); this is the net under that, without the driver's
-	// words.
-	if errors.As(err, &pgErr) && (pgErr.Code == "22021" || pgErr.Code == "22P05") {
-		return fmt.Errorf("%s: %w: a text value contains a NUL byte or invalid UTF-8", op, store.ErrInvalid)
+	// A value the database cannot hold (class 22, data exception: a NUL
+	// or invalid UTF-8 in text, a number out of range). The stores refuse
+	// text before writing (store.CheckText); this is the net under that.
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		return fmt.Errorf("%s: %w: a value the database cannot store (SQLSTATE %s)", op, store.ErrInvalid, pgErr.Code)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }

@@ -127,7 +127,7 @@ func mapErr(op string, err error) error {
 	if errors.As(err, &se) {
 		switch se.Code() {
 		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-			return fmt.Errorf("%s: %w: %s", op, store.ErrConflict, se.Error())
+			return fmt.Errorf("%s: %w", op, store.ErrConflict)
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)

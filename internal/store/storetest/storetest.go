@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Contacts", contactCases},
 		{"Identity", identityCases},
 		{"Text", textCases},
+		{"Errors", errorCases},
 		{"Gate", gateCases},
 		{"Claims", claimCases},
 		{"Outcomes", outcomeCases},
