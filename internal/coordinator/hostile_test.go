@@ -221,3 +221,35 @@ func TestListBroadcastsPaginatedWithoutBodies(t *testing.T) {
 	_, err = s.client.ListBroadcasts(ctx, &pb.ListBroadcastsRequest{PageToken: "nope"})
 	wantStatus(t, "page_token", err, codes.InvalidArgument, "page_token")
 }
+
+// Start repeats the pre-flight: a contact added after create that the
+// template cannot render for stops the start, named, before anyone is sent
+// anything.
+func TestStartRepeatsPreflight(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, sqlite bool) {
+		s := newStack(t, stackOptions{sqlite: sqlite, workers: 1})
+		ctx := context.Background()
+		with := store.Contact{ID: ulid.Make(), Email: "with@example.org", Subscribed: true, Attributes: map[string]any{"city": "Lyon"}}
+		if _, err := s.store.UpsertContacts(ctx, []store.Contact{with}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := s.client.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{Name: "b", Content: &pb.BroadcastContent{
+			FromAddress: "news@rangecast.test", Subject: "Hi", Html: `<p>{{.Attributes.city}}</p>`}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		without := store.Contact{ID: ulid.Make(), Email: "without@example.org", Subscribed: true}
+		if _, err := s.store.UpsertContacts(ctx, []store.Contact{without}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.client.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: resp.GetBroadcast().GetId()})
+		wantStatus(t, "start", err, codes.FailedPrecondition, without.ID.String(), "without@example.org", "html", "city")
+		if b := s.status(resp.GetBroadcast().GetId()); b.GetState() != pb.BroadcastState_BROADCAST_STATE_DRAFT {
+			t.Errorf("state %s after a refused start, want draft", b.GetState())
+		}
+		if n := s.sink.Count(); n != 0 {
+			t.Errorf("%d messages sent", n)
+		}
+	})
+}
