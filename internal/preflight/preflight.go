@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -40,9 +41,9 @@ func (f *Failure) Error() string {
 	return fmt.Sprintf("the content does not render for contact %s (%s): %s: %s", f.Contact, f.Email, f.Field, f.Reason)
 }
 
-// Check renders c for the first eligible contact of b's audience and a
-// few from each of the ranges between it and now (contact ids are ULIDs,
-// so time-ordered), and returns a *Failure for the first that fails in a
+// Check renders c for the first and the last eligible contact of b's
+// audience and a few from each of the ranges between them (contact ids
+// are ULIDs, so time-ordered), and returns a *Failure for the first that fails in a
 // template. A contact whose own address or name cannot be used is not the
 // template's fault (the page worker fails that contact alone) and does not
 // fail the check. An empty audience passes: there is nothing to render.
@@ -57,6 +58,14 @@ func Check(ctx context.Context, pages Pages, b store.Broadcast, c *message.Compi
 	}
 	sample := first
 	upper := idAt(now.Add(time.Hour))
+	if first[0].ID.Compare(upper) > 0 {
+		upper = all
+	}
+	last, err := lastContact(ctx, pages, b, first[0], upper)
+	if err != nil {
+		return err
+	}
+	sample = append(sample, last)
 	if rs, err := ranges.Split(first[0].ID, upper); err == nil {
 		for _, r := range rs {
 			page, err := pages.EligiblePage(ctx, b, r.Start, r.End, PerRange)
@@ -90,6 +99,39 @@ func templateFailure(ct store.Contact, err error) *Failure {
 		return nil
 	}
 	return &Failure{Contact: ct.ID, Email: ct.Email, Field: ve.Field, Reason: ve.Reason}
+}
+
+// lastContact finds the eligible contact with the highest id in
+// [from.ID, upper] by bisecting the id space with the one query the store
+// has (the first contact at or above an id): at most 128 index lookups,
+// fewer because each hit jumps to a real contact.
+func lastContact(ctx context.Context, pages Pages, b store.Broadcast, from store.Contact, upper ulid.ULID) (store.Contact, error) {
+	last := from
+	lo := new(big.Int).SetBytes(from.ID[:])
+	hi := new(big.Int).SetBytes(upper[:])
+	one := big.NewInt(1)
+	for lo.Cmp(hi) < 0 {
+		// mid is above lo, so a hit moves lo up and a miss moves hi down.
+		mid := new(big.Int).Add(lo, hi)
+		mid.Add(mid, one).Rsh(mid, 1)
+		page, err := pages.EligiblePage(ctx, b, toID(mid), toID(hi), 1)
+		if err != nil {
+			return store.Contact{}, fmt.Errorf("preflight: read contacts: %w", err)
+		}
+		if len(page) == 0 {
+			hi.Sub(mid, one)
+			continue
+		}
+		last = page[0]
+		lo.SetBytes(last.ID[:])
+	}
+	return last, nil
+}
+
+func toID(n *big.Int) ulid.ULID {
+	var u ulid.ULID
+	n.FillBytes(u[:])
+	return u
 }
 
 func maxID() ulid.ULID {
