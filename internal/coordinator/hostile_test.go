@@ -131,7 +131,7 @@ func TestTemplateMistakesRefusedOrPause(t *testing.T) {
 		contacts := make([]store.Contact, 40)
 		for i := range contacts {
 			contacts[i] = store.Contact{ID: ulid.Make(), Email: fmt.Sprintf("c%02d@example.org", i), Name: "C", Subscribed: true}
-			if i < 4 {
+			if i < 4 || i == len(contacts)-1 {
 				contacts[i].Attributes = map[string]any{"city": "Lyon"}
 			}
 		}
@@ -156,8 +156,8 @@ func TestTemplateMistakesRefusedOrPause(t *testing.T) {
 			}
 		}
 
-		// The sample (the first contacts) has the attribute; the rest of
-		// the list does not.
+		// The sample (the first and the last contacts) has the attribute;
+		// the rest of the list does not.
 		id, err := create(`<p>{{.Attributes.city}}</p>`)
 		if err != nil {
 			t.Fatal(err)
