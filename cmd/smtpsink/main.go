@@ -23,6 +23,7 @@ func main() {
 	flag.StringVar(&o.Addr, "addr", "127.0.0.1:2525", "listen address (127.0.0.1:0 picks a free port)")
 	flag.StringVar(&o.LogPath, "log", "sink.log", `append-only delivery log: one line per accepted recipient ("" keeps none and only counts)`)
 	flag.DurationVar(&o.Latency, "latency", 0, "delay before each DATA reply, like a real relay")
+	flag.Float64Var(&o.RefuseRcpt, "refuse-rcpt", 0, "share of RCPTs answered 451 4.3.0 at random (0.03: 3 %), like providers' deferrals")
 	stats := flag.String("stats", "", "serve the counters as JSON on http://ADDR/stats (messages, recipients, first and last acceptance)")
 	flag.Parse()
 	s, err := sinkproc.Start(o)

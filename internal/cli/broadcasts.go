@@ -123,6 +123,7 @@ func createCommand(c *client) *cobra.Command {
 
 func listCommand(c *client) *cobra.Command {
 	var asJSON bool
+	var limit int
 	cmd := &cobra.Command{
 		Use: "list", Short: "List broadcasts, newest first", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -130,9 +131,23 @@ func listCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			resp, err := bc.ListBroadcasts(cmd.Context(), &pb.ListBroadcastsRequest{})
-			if err != nil {
-				return err
+			// Page by page: the server answers at most 500 at a time.
+			resp := &pb.ListBroadcastsResponse{}
+			for token := ""; ; {
+				size := 500
+				if limit > 0 {
+					size = min(size, limit-len(resp.Broadcasts))
+				}
+				page, err := bc.ListBroadcasts(cmd.Context(), &pb.ListBroadcastsRequest{PageSize: int32(size), PageToken: token})
+				if err != nil {
+					return err
+				}
+				resp.Broadcasts = append(resp.Broadcasts, page.GetBroadcasts()...)
+				token = page.GetNextPageToken()
+				if token == "" || (limit > 0 && len(resp.Broadcasts) >= limit) {
+					resp.NextPageToken = token
+					break
+				}
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
@@ -145,12 +160,16 @@ func listCommand(c *client) *cobra.Command {
 			}
 			fmt.Fprintf(w, "%-26s  %-10s  %10s  %s\n", "ID", "STATE", "AUDIENCE", "NAME")
 			for _, b := range resp.GetBroadcasts() {
-				fmt.Fprintf(w, "%-26s  %-10s  %10d  %s\n", b.GetId(), stateWord(b.GetState()), b.GetSnapshotTotal(), b.GetName())
+				fmt.Fprintf(w, "%-26s  %-10s  %10d  %s\n", b.GetId(), stateWord(b.GetState()), b.GetSnapshotTotal(), shown(b.GetName()))
+			}
+			if resp.GetNextPageToken() != "" {
+				fmt.Fprintf(w, "(the newest %d; --limit 0 lists every one)\n", len(resp.GetBroadcasts()))
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&limit, "limit", 100, "list at most this many, newest first; 0 for all")
 	return cmd
 }
 
@@ -250,14 +269,14 @@ func progressLine(b *pb.Broadcast) string {
 
 func printStatus(w io.Writer, b *pb.Broadcast) {
 	p := b.GetProgress()
-	fmt.Fprintf(w, "broadcast  %s  %q\n", b.GetId(), b.GetName())
+	fmt.Fprintf(w, "broadcast  %s  %q\n", b.GetId(), b.GetName()) // %q escapes
 	fmt.Fprintf(w, "state      %s", stateWord(b.GetState()))
 	if b.GetReason() != "" {
-		fmt.Fprintf(w, " (%s)", b.GetReason())
+		fmt.Fprintf(w, " (%s)", shown(b.GetReason()))
 	}
 	fmt.Fprintln(w)
 	if b.GetSegment() != "" {
-		fmt.Fprintf(w, "segment    %s\n", b.GetSegment())
+		fmt.Fprintf(w, "segment    %s\n", shown(b.GetSegment()))
 	}
 	if b.GetNoUnsubscribeLink() {
 		fmt.Fprintf(w, "unsubscribe  no link in the body (created with --no-unsubscribe-link); List-Unsubscribe header only\n")
@@ -270,7 +289,7 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 	fmt.Fprintf(w, "sent %d  failed %d  deferred %d  in flight or in doubt %d  pages %d\n",
 		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetPagesDispatched())
 	if p.GetWaitingFor() != "" {
-		fmt.Fprintf(w, "waiting    %s\n", p.GetWaitingFor())
+		fmt.Fprintf(w, "waiting    %s\n", shown(p.GetWaitingFor()))
 	}
 	var cells strings.Builder
 	for _, r := range p.GetRanges() {

@@ -89,7 +89,7 @@ imported. The file is streamed, so millions of rows work.`,
 				return err
 			}
 			for _, e := range resp.GetErrors() {
-				res.rejected = append(res.rejected, fmt.Sprintf("line %d: %s: %s", res.line(e.GetRow()), e.GetEmail(), res.serverError(e.GetError())))
+				res.rejected = append(res.rejected, fmt.Sprintf("line %d: %s: %s", res.line(e.GetRow()), shown(e.GetEmail()), shown(res.serverError(e.GetError()))))
 			}
 			// The server lists its first rejections only; it counts all.
 			unlisted := max(resp.GetRejected()-int64(len(resp.GetErrors())), 0)
@@ -215,18 +215,18 @@ func statusLabel(s pb.SendStatus) string {
 func printContact(w io.Writer, resp *pb.GetContactResponse) {
 	c := resp.GetContact()
 	fmt.Fprintf(w, "id          %s\n", c.GetId())
-	fmt.Fprintf(w, "email       %s\n", c.GetEmail())
-	fmt.Fprintf(w, "name        %s\n", c.GetName())
+	fmt.Fprintf(w, "email       %s\n", shown(c.GetEmail()))
+	fmt.Fprintf(w, "name        %s\n", shown(c.GetName()))
 	fmt.Fprintf(w, "status      %s\n", eligibility(c))
 	segments := strings.Join(c.GetSegments(), ", ")
 	if segments == "" {
 		segments = "-"
 	}
-	fmt.Fprintf(w, "segments    %s\n", segments)
+	fmt.Fprintf(w, "segments    %s\n", shown(segments))
 	keys := slices.Sorted(maps.Keys(c.GetAttributes()))
 	attrs := make([]string, len(keys))
 	for i, k := range keys {
-		attrs[i] = k + "=" + strconv.Quote(c.GetAttributes()[k])
+		attrs[i] = shown(k) + "=" + strconv.Quote(c.GetAttributes()[k])
 	}
 	if len(attrs) == 0 {
 		attrs = []string{"-"}
@@ -242,7 +242,7 @@ func printContact(w io.Writer, resp *pb.GetContactResponse) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BROADCAST\tNAME\tSTATUS\tUPDATED\tREPLY")
 	for _, h := range resp.GetHistory() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.GetBroadcastId(), h.GetBroadcastName(), statusLabel(h.GetStatus()), when(h.GetUpdatedAt()), h.GetReply())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.GetBroadcastId(), shown(h.GetBroadcastName()), statusLabel(h.GetStatus()), when(h.GetUpdatedAt()), shown(h.GetReply()))
 	}
 	tw.Flush() //nolint:errcheck
 	if resp.GetHistoryTruncated() {
@@ -270,7 +270,7 @@ lifts a suppression.`,
 				return err
 			}
 			ct := resp.GetContact()
-			fmt.Fprintf(cmd.OutOrStdout(), "suppressed %s (%s): %s\n", ct.GetEmail(), ct.GetId(), ct.GetSuppressedReason())
+			fmt.Fprintf(cmd.OutOrStdout(), "suppressed %s (%s): %s\n", shown(ct.GetEmail()), ct.GetId(), shown(ct.GetSuppressedReason()))
 			return nil
 		},
 	}

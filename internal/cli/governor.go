@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -23,13 +22,6 @@ func (c *client) governor() (pb.GovernorServiceClient, error) {
 		return nil, err
 	}
 	return pb.NewGovernorServiceClient(conn), nil
-}
-
-func envFloat(name string, def float64) float64 {
-	if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil {
-		return v
-	}
-	return def
 }
 
 func governorCommand(c *client) *cobra.Command {

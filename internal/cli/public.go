@@ -25,12 +25,12 @@ func publicSecrets(keysFile string) server.Secrets {
 // its secret is set.
 func publicFlags(cmd *cobra.Command, keysFile *string, a *coordinator.Alarms) {
 	f := cmd.Flags()
-	f.StringVar(keysFile, "unsubscribe-keys-file", env("RANGECAST_UNSUBSCRIBE_KEYS_FILE", ""), unsubscribeKeysFileHelp)
-	f.Float64Var(&a.BounceRate, "bounce-alarm", envFloat("RANGECAST_BOUNCE_ALARM", coordinator.DefaultBounceAlarm),
+	f.StringVar(keysFile, "unsubscribe-keys-file", "", unsubscribeKeysFileHelp)
+	f.Float64Var(&a.BounceRate, "bounce-alarm", coordinator.DefaultBounceAlarm,
 		"pause a running broadcast whose hard bounces pass this share of accepted messages; -1 turns it off (env RANGECAST_BOUNCE_ALARM)")
-	f.Float64Var(&a.ComplaintRate, "complaint-alarm", envFloat("RANGECAST_COMPLAINT_ALARM", coordinator.DefaultComplaintAlarm),
+	f.Float64Var(&a.ComplaintRate, "complaint-alarm", coordinator.DefaultComplaintAlarm,
 		"pause a running broadcast whose spam complaints pass this share of delivered messages; -1 turns it off (env RANGECAST_COMPLAINT_ALARM)")
-	f.Int64Var(&a.MinSample, "alarm-min-sample", int64(envInt("RANGECAST_ALARM_MIN_SAMPLE", coordinator.DefaultAlarmSample)),
+	f.Int64Var(&a.MinSample, "alarm-min-sample", int64(coordinator.DefaultAlarmSample),
 		"messages a rate needs (accepted for bounces, delivered for complaints) before an alarm can pause (env RANGECAST_ALARM_MIN_SAMPLE)")
 }
 
@@ -38,7 +38,7 @@ func publicFlags(cmd *cobra.Command, keysFile *string, a *coordinator.Alarms) {
 // the key file they are signed with.
 func workerPublicFlags(cmd *cobra.Command, publicURL, keysFile *string) {
 	f := cmd.Flags()
-	f.StringVar(publicURL, "public-url", env("RANGECAST_PUBLIC_URL", ""),
+	f.StringVar(publicURL, "public-url", "",
 		"the coordinators' public HTTP as mail readers reach it (https://mail.example.com); every message's List-Unsubscribe link points here. Required, with the unsubscribe keys (env RANGECAST_PUBLIC_URL)")
-	f.StringVar(keysFile, "unsubscribe-keys-file", env("RANGECAST_UNSUBSCRIBE_KEYS_FILE", ""), unsubscribeKeysFileHelp)
+	f.StringVar(keysFile, "unsubscribe-keys-file", "", unsubscribeKeysFileHelp)
 }

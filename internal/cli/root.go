@@ -10,41 +10,21 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/rangecast/rangecast/internal/redact"
 	"github.com/rangecast/rangecast/internal/server"
 	"github.com/rangecast/rangecast/internal/version"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
-// env returns the environment variable's value, or def.
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
+// maxRecv is the largest answer the CLI accepts.
+const maxRecv = 256 << 20
 
 // Rangecast is the `rangecast` command.
 func Rangecast() *cobra.Command {
@@ -54,9 +34,11 @@ func Rangecast() *cobra.Command {
 		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Every subcommand's flags take their (env NAME) values.
+		PersistentPreRunE: envHook,
 	}
 	c := &client{}
-	root.PersistentFlags().StringVar(&c.addr, "addr", env("RANGECAST_ADDR", server.DefaultGRPCAddr), "coordinator gRPC address (env RANGECAST_ADDR)")
+	root.PersistentFlags().StringVar(&c.addr, "addr", server.DefaultGRPCAddr, "coordinator gRPC address (env RANGECAST_ADDR)")
 	// The token's default is read at dial time, not shown as the flag's
 	// default, so --help never prints it.
 	root.PersistentFlags().StringVar(&c.token, "token", "", "bearer token for the coordinator's gRPC API (env RANGECAST_TOKEN)")
@@ -73,7 +55,7 @@ func Main(cmd *cobra.Command) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", describe(err))
+		fmt.Fprintln(os.Stderr, "error:", shown(redact.String(describe(err))))
 		os.Exit(1)
 	}
 }
@@ -101,7 +83,11 @@ func (c *client) dial() (*grpc.ClientConn, error) {
 		if _, _, err := net.SplitHostPort(c.addr); err != nil {
 			return nil, fmt.Errorf("--addr %q: use host:port, e.g. 127.0.0.1:7070", c.addr)
 		}
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		// The CLI takes whatever the server sends (an import's answer
+		// with its capped list of rejected rows, a long history): gRPC's
+		// default 4 MiB receive limit is a server-side concern.
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecv))}
 		token := c.token
 		if token == "" {
 			token = os.Getenv("RANGECAST_TOKEN")

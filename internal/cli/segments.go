@@ -46,7 +46,7 @@ func createSegmentCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "created segment %s\n", resp.GetSegment().GetName())
+			fmt.Fprintf(cmd.OutOrStdout(), "created segment %s\n", shown(resp.GetSegment().GetName()))
 			return nil
 		},
 	}

@@ -180,7 +180,7 @@ func txStatusWord(s pb.TransactionalStatus) string {
 
 func printMessage(w io.Writer, m *pb.TransactionalMessage) {
 	fmt.Fprintf(w, "%s  %s\n", m.GetId(), txStatusWord(m.GetStatus()))
-	fmt.Fprintf(w, "to %s   from %s   subject %q\n", m.GetTo(), m.GetFromAddress(), m.GetSubject())
+	fmt.Fprintf(w, "to %s   from %s   subject %q\n", shown(m.GetTo()), shown(m.GetFromAddress()), m.GetSubject())
 	fmt.Fprintf(w, "key %q   message-id <%s>\n", m.GetIdempotencyKey(), m.GetMessageId())
 	if m.GetStatus() == pb.TransactionalStatus_TRANSACTIONAL_STATUS_QUEUED && m.GetNextAttemptAt() != nil {
 		fmt.Fprintf(w, "next attempt %s\n", m.GetNextAttemptAt().AsTime().Local().Format(time.DateTime))
@@ -193,7 +193,7 @@ func printMessage(w io.Writer, m *pb.TransactionalMessage) {
 	}
 	for _, a := range m.GetAttempts() {
 		when := a.GetStartedAt().AsTime().Local().Format(time.DateTime)
-		fmt.Fprintf(w, "  #%d  %s  %-10s %s\n", a.GetNumber(), when, a.GetResult(), a.GetReply())
+		fmt.Fprintf(w, "  #%d  %s  %-10s %s\n", a.GetNumber(), when, a.GetResult(), shown(a.GetReply()))
 	}
 }
 
@@ -257,7 +257,7 @@ that a message's data lacks refuses that message instead of sending "<no value>"
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s version %d\n", resp.GetTemplate().GetName(), resp.GetTemplate().GetVersion())
+			fmt.Fprintf(cmd.OutOrStdout(), "%s version %d\n", shown(resp.GetTemplate().GetName()), resp.GetTemplate().GetVersion())
 			return nil
 		},
 	}
@@ -286,8 +286,8 @@ that a message's data lacks refuses that message instead of sending "<no value>"
 				return printProtoJSON(cmd.OutOrStdout(), t)
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "%s  version %d  updated %s\n", t.GetName(), t.GetVersion(), t.GetUpdatedAt().AsTime().Local().Format(time.DateTime))
-			fmt.Fprintf(w, "from %s\nsubject %s\n", strings.TrimSpace(t.GetFromName()+" "+t.GetFromAddress()), t.GetSubject())
+			fmt.Fprintf(w, "%s  version %d  updated %s\n", shown(t.GetName()), t.GetVersion(), t.GetUpdatedAt().AsTime().Local().Format(time.DateTime))
+			fmt.Fprintf(w, "from %s\nsubject %s\n", shown(strings.TrimSpace(t.GetFromName()+" "+t.GetFromAddress())), shown(t.GetSubject()))
 			if t.GetText() != "" {
 				fmt.Fprintf(w, "--- text\n%s\n", strings.TrimRight(t.GetText(), "\n"))
 			}

@@ -29,9 +29,10 @@ func Coordinator() *cobra.Command {
 reflection), keeps one cursor per range of every running broadcast in NATS
 JetStream KV, dispatches page jobs and applies workers' reports.
 Every flag can be set by the environment variable named in its help.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Args:              cobra.NoArgs,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		PersistentPreRunE: envHook,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := logger(level, format)
 			if err != nil {
@@ -50,19 +51,19 @@ Every flag can be set by the environment variable named in its help.`,
 	f := cmd.Flags()
 	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, &format, server.DefaultMetricsAddr)
 	natsReplicasFlag(cmd, &o.NATSReplicas)
-	f.StringVar(&o.GRPCAddr, "grpc-addr", env("RANGECAST_GRPC_ADDR", server.DefaultGRPCAddr), "gRPC listen address (env RANGECAST_GRPC_ADDR)")
-	f.StringVar(&o.HTTPAddr, "http-addr", env("RANGECAST_HTTP_ADDR", server.DefaultHTTPAddr), "public HTTP listen address: unsubscribe, webhooks (env RANGECAST_HTTP_ADDR)")
-	f.DurationVar(&o.InDoubtAfter, "in-doubt-after", envDuration("RANGECAST_IN_DOUBT_AFTER", 20*time.Second), "a claim whose worker has been gone this long (liveness record lapsed, or its page run stalled) is in doubt and settled (env RANGECAST_IN_DOUBT_AFTER)")
+	f.StringVar(&o.GRPCAddr, "grpc-addr", server.DefaultGRPCAddr, "gRPC listen address (env RANGECAST_GRPC_ADDR)")
+	f.StringVar(&o.HTTPAddr, "http-addr", server.DefaultHTTPAddr, "public HTTP listen address: unsubscribe, webhooks (env RANGECAST_HTTP_ADDR)")
+	f.DurationVar(&o.InDoubtAfter, "in-doubt-after", 20*time.Second, "a claim whose worker has been gone this long (liveness record lapsed, or its page run stalled) is in doubt and settled (env RANGECAST_IN_DOUBT_AFTER)")
 	// Tokens themselves are never flags (they would show in ps); the file
 	// or RANGECAST_TOKENS holds them.
-	f.StringVar(&o.TokensFile, "tokens-file", env("RANGECAST_TOKENS_FILE", ""), "file of accepted gRPC bearer tokens, one per line, # comments; re-read when it changes, so a mounted Kubernetes Secret rotates without a restart. RANGECAST_TOKENS adds comma-separated tokens. With neither, the API is unauthenticated; health and reflection are always open (env RANGECAST_TOKENS_FILE)")
+	f.StringVar(&o.TokensFile, "tokens-file", "", "file of accepted gRPC bearer tokens, one per line, # comments; re-read when it changes, so a mounted Kubernetes Secret rotates without a restart. RANGECAST_TOKENS adds comma-separated tokens. With neither, the API is unauthenticated; health and reflection are always open (env RANGECAST_TOKENS_FILE)")
 	governorFlags(cmd, &gov.Limits)
 	publicFlags(cmd, &keysFile, &o.Alarms)
-	f.DurationVar(&o.Retention.Events, "event-retention", envDuration("RANGECAST_EVENT_RETENTION", coordinator.DefaultEventRetention),
+	f.DurationVar(&o.Retention.Events, "event-retention", coordinator.DefaultEventRetention,
 		"how long delivery webhook events are kept after they arrive; at least 168h; the ledger keeps each recipient's status without them (env RANGECAST_EVENT_RETENTION)")
-	f.DurationVar(&o.Retention.Receipts, "transactional-retention", envDuration("RANGECAST_TRANSACTIONAL_RETENTION", coordinator.DefaultReceiptRetention),
+	f.DurationVar(&o.Retention.Receipts, "transactional-retention", coordinator.DefaultReceiptRetention,
 		"how long a finished transactional message (payload, attempts, idempotency key) is kept after its last attempt; at least 24h. A retry with its key after that is a new message (env RANGECAST_TRANSACTIONAL_RETENTION)")
-	f.StringVar(&o.InDoubtPolicy, "in-doubt-policy", env("RANGECAST_IN_DOUBT_POLICY", "skip"), "what to do with in-doubt claims the transport cannot look up: skip (mark unknown, never risk a second copy) or resend (env RANGECAST_IN_DOUBT_POLICY)")
+	f.StringVar(&o.InDoubtPolicy, "in-doubt-policy", "skip", "what to do with in-doubt claims the transport cannot look up: skip (mark unknown, never risk a second copy) or resend (env RANGECAST_IN_DOUBT_POLICY)")
 	return cmd
 }
 
@@ -79,9 +80,10 @@ contacts, claims them in the ledger, sends through SMTP and reports back.
 Workers are stateless: run as many as you like. On SIGTERM a worker stops
 fetching, lets in-flight sends finish, records them, reports and exits.
 Every flag can be set by the environment variable named in its help.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Args:              cobra.NoArgs,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		PersistentPreRunE: envHook,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := logger(level, format)
 			if err != nil {
@@ -96,9 +98,9 @@ Every flag can be set by the environment variable named in its help.`,
 	f := cmd.Flags()
 	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, &format, server.DefaultWorkerMetricsAddr)
 	natsReplicasFlag(cmd, &o.NATSReplicas)
-	f.StringVar(&o.SMTPURL, "smtp-url", env("RANGECAST_SMTP_URL", ""), "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s, ?auth=plain|login|xoauth2 (default: what the server offers), ?token_file=PATH (XOAUTH2 token, re-read when it changes) (env RANGECAST_SMTP_URL)")
-	f.IntVar(&o.Concurrency, "concurrency", envInt("RANGECAST_CONCURRENCY", 16), "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
-	f.IntVar(&o.TxSlots, "tx-slots", envInt("RANGECAST_TX_SLOTS", 4), "transactional messages sent at once, apart from the page window, so they never wait behind a broadcast (env RANGECAST_TX_SLOTS)")
+	f.StringVar(&o.SMTPURL, "smtp-url", "", "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s, ?auth=plain|login|xoauth2 (default: what the server offers), ?token_file=PATH (XOAUTH2 token, re-read when it changes) (env RANGECAST_SMTP_URL)")
+	f.IntVar(&o.Concurrency, "concurrency", 16, "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
+	f.IntVar(&o.TxSlots, "tx-slots", 4, "transactional messages sent at once, apart from the page window, so they never wait behind a broadcast (env RANGECAST_TX_SLOTS)")
 	workerPublicFlags(cmd, &o.PublicURL, &keysFile)
 	dkimKeyFlag(cmd, &o.DKIMKeys)
 	return cmd
@@ -115,31 +117,31 @@ func dkimKeyFlag(cmd *cobra.Command, keys *[]string) {
 // operator's SetDomainLimits overrides them per domain.
 func governorFlags(cmd *cobra.Command, l *governor.Limits) {
 	f := cmd.Flags()
-	f.IntVar(&l.InitialCeiling, "initial-daily-ceiling", envInt("RANGECAST_INITIAL_DAILY_CEILING", governor.DefaultCeiling),
+	f.IntVar(&l.InitialCeiling, "initial-daily-ceiling", governor.DefaultCeiling,
 		"daily ceiling a sending domain with no history starts at; learning doubles it after clean days (env RANGECAST_INITIAL_DAILY_CEILING)")
-	f.Float64Var(&l.RatePerSecond, "domain-rate", envFloat("RANGECAST_DOMAIN_RATE", governor.DefaultRatePerSecond),
+	f.Float64Var(&l.RatePerSecond, "domain-rate", governor.DefaultRatePerSecond,
 		"messages per second each sending domain may send (token bucket) (env RANGECAST_DOMAIN_RATE)")
-	f.IntVar(&l.Burst, "domain-burst", envInt("RANGECAST_DOMAIN_BURST", governor.DefaultBurst),
+	f.IntVar(&l.Burst, "domain-burst", governor.DefaultBurst,
 		"burst of each sending domain's token bucket (env RANGECAST_DOMAIN_BURST)")
-	f.StringVar(&l.Server, "smtp-server-name", env("RANGECAST_SMTP_SERVER_NAME", coordinator.DefaultServer),
+	f.StringVar(&l.Server, "smtp-server-name", coordinator.DefaultServer,
 		"name of the SMTP server the workers send through, for its hourly limit and `governor reset-rate-limit` (env RANGECAST_SMTP_SERVER_NAME)")
-	f.IntVar(&l.EmailsPerHour, "emails-per-hour", envInt("RANGECAST_EMAILS_PER_HOUR", 0),
+	f.IntVar(&l.EmailsPerHour, "emails-per-hour", 0,
 		"hourly limit of that SMTP server, 0 for none (env RANGECAST_EMAILS_PER_HOUR)")
 }
 
 // serverFlags are the flags every server process has.
 func serverFlags(cmd *cobra.Command, databaseURL, natsURL, metricsAddr, level, format *string, defaultMetrics string) {
 	f := cmd.Flags()
-	f.StringVar(databaseURL, "database-url", env("RANGECAST_DATABASE_URL", ""), "postgres://… or, for a single machine, sqlite:PATH (env RANGECAST_DATABASE_URL)")
-	f.StringVar(natsURL, "nats-url", env("RANGECAST_NATS_URL", server.DefaultNATSURL), "NATS server with JetStream, 2.12.3 or newer (env RANGECAST_NATS_URL)")
-	f.StringVar(metricsAddr, "metrics-addr", env("RANGECAST_METRICS_ADDR", defaultMetrics), "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
-	f.StringVar(level, "log-level", env("RANGECAST_LOG_LEVEL", "info"), "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
-	f.StringVar(format, "log-format", env("RANGECAST_LOG_FORMAT", "text"), "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
+	f.StringVar(databaseURL, "database-url", "", "postgres://… or, for a single machine, sqlite:PATH (env RANGECAST_DATABASE_URL)")
+	f.StringVar(natsURL, "nats-url", server.DefaultNATSURL, "NATS server with JetStream, 2.12.3 or newer (env RANGECAST_NATS_URL)")
+	f.StringVar(metricsAddr, "metrics-addr", defaultMetrics, "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
+	f.StringVar(level, "log-level", "info", "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
+	f.StringVar(format, "log-format", "text", "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
 }
 
 // natsReplicasFlag sets how many NATS servers hold each stream and bucket.
 func natsReplicasFlag(cmd *cobra.Command, replicas *int) {
-	cmd.Flags().IntVar(replicas, "nats-replicas", envInt("RANGECAST_NATS_REPLICAS", 1),
+	cmd.Flags().IntVar(replicas, "nats-replicas", 1,
 		"replicas of every JetStream stream and KV bucket: 3 on a NATS cluster; every coordinator and worker must use the same value (env RANGECAST_NATS_REPLICAS)")
 }
 
@@ -161,7 +163,7 @@ func (s *stackFlags) register(cmd *cobra.Command, level string) {
 	f.IntVar(&s.o.Concurrency, "concurrency", 16, "each worker's in-flight window")
 	f.DurationVar(&s.o.InDoubtAfter, "in-doubt-after", 20*time.Second, "a claim whose worker has been gone this long is in doubt and is settled against the capture server")
 	f.StringVar(&s.level, "log-level", level, "debug, info, warn or error")
-	f.StringVar(&s.format, "log-format", env("RANGECAST_LOG_FORMAT", "text"), "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
+	f.StringVar(&s.format, "log-format", "text", "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
 }
 
 func devCommand() *cobra.Command {

@@ -89,7 +89,7 @@ func TestLogFormat(t *testing.T) {
 	}
 }
 
-// TestLogFormatFlag: the servers and dev/demo take --log-format, default it
+// TestLogFormatFlag: the servers and dev/demo take --log-format, take it
 // from RANGECAST_LOG_FORMAT, and refuse an unknown format before starting.
 func TestLogFormatFlag(t *testing.T) {
 	t.Setenv("RANGECAST_LOG_FORMAT", "json")
@@ -99,8 +99,11 @@ func TestLogFormatFlag(t *testing.T) {
 		if f == nil {
 			t.Fatalf("%s: no --log-format", cmd.Name())
 		}
-		if f.DefValue != "json" {
-			t.Errorf("%s: --log-format default %q with RANGECAST_LOG_FORMAT=json", cmd.Name(), f.DefValue)
+		if err := applyEnv(cmd.Flags()); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Value.String(); got != "json" {
+			t.Errorf("%s: --log-format %q with RANGECAST_LOG_FORMAT=json", cmd.Name(), got)
 		}
 	}
 	for _, cmd := range []*cobra.Command{Coordinator(), PageWorker()} {

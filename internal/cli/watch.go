@@ -135,9 +135,9 @@ func (m watchModel) View() string {
 func renderWatch(b *pb.Broadcast, per float64, err error) string {
 	p := b.GetProgress()
 	var s strings.Builder
-	fmt.Fprintf(&s, "%s  %s  %s\n", titleStyle.Render(b.GetName()), dimStyle.Render(b.GetId()), stateWord(b.GetState()))
+	fmt.Fprintf(&s, "%s  %s  %s\n", titleStyle.Render(shown(b.GetName())), dimStyle.Render(b.GetId()), stateWord(b.GetState()))
 	if b.GetReason() != "" {
-		s.WriteString(warnStyle.Render(b.GetReason()) + "\n")
+		s.WriteString(warnStyle.Render(shown(b.GetReason())) + "\n")
 	}
 	fmt.Fprintf(&s, "ranges %d/%d done   audience %d (snapshot)   %.0f msg/s\n\n", p.GetRangesDone(), p.GetRangesTotal(), b.GetSnapshotTotal(), per)
 	const cols, barWidth = 4, 12

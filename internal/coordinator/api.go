@@ -66,6 +66,8 @@ func storeError(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, store.ErrConflict):
 		return status.Error(codes.FailedPrecondition, msg)
+	case errors.Is(err, store.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	default:
@@ -122,6 +124,9 @@ func (api *BroadcastAPI) CreateBroadcast(ctx context.Context, req *pb.CreateBroa
 	policy, ok := policyNames[req.GetInDoubtPolicy()]
 	if !ok {
 		return nil, invalid("in_doubt_policy %v is not one of skip or resend", req.GetInDoubtPolicy())
+	}
+	if err := api.c.preflightDraft(ctx, store.Broadcast{Content: content, SegmentID: segment}, codes.InvalidArgument); err != nil {
+		return nil, err
 	}
 	now := api.c.cfg.Clock.Now()
 	b := store.Broadcast{
@@ -208,12 +213,20 @@ func (api *BroadcastAPI) WatchBroadcast(req *pb.WatchBroadcastRequest, stream pb
 	}
 }
 
-func (api *BroadcastAPI) ListBroadcasts(ctx context.Context, _ *pb.ListBroadcastsRequest) (*pb.ListBroadcastsResponse, error) {
-	bs, err := api.c.cfg.Store.ListBroadcasts(ctx)
+func (api *BroadcastAPI) ListBroadcasts(ctx context.Context, req *pb.ListBroadcastsRequest) (*pb.ListBroadcastsResponse, error) {
+	size, before, err := listPage(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	bs, err := api.c.cfg.Store.BroadcastPage(ctx, before, size+1)
 	if err != nil {
 		return nil, storeError(err)
 	}
 	out := &pb.ListBroadcastsResponse{}
+	if len(bs) > size {
+		bs = bs[:size]
+		out.NextPageToken = bs[size-1].ID.String()
+	}
 	for _, b := range bs {
 		out.Broadcasts = append(out.Broadcasts, toProto(b, nil))
 	}
@@ -224,6 +237,9 @@ func (api *BroadcastAPI) ListBroadcasts(ctx context.Context, _ *pb.ListBroadcast
 func (c *Coordinator) Start(ctx context.Context, rawID string) (*pb.Broadcast, error) {
 	id, err := parseID(rawID)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.preflightStart(ctx, id); err != nil {
 		return nil, err
 	}
 	b, err := c.cfg.Store.AcceptBroadcast(ctx, id, c.cfg.Clock.Now())

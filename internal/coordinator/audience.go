@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
-	"net/mail"
 	"strings"
 	"unicode/utf8"
 
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/store"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -38,8 +38,10 @@ const (
 	// loses little work and memory stays flat.
 	importBatch = 5000
 	// maxRowErrors bounds the rejected rows listed in one response (each
-	// is counted regardless), so the response stays far below gRPC's 4 MB.
-	maxRowErrors = 10_000
+	// is counted regardless), and maxRowError each one's reason, so the
+	// response stays far below gRPC's 4 MB (1,000 × ~1 KB).
+	maxRowErrors = 1_000
+	maxRowError  = 400
 	// maxMembers bounds the contacts named in one membership call; the CLI
 	// sends larger files in chunks.
 	maxMembers = 10_000
@@ -58,27 +60,11 @@ type AudienceAPI struct {
 // NewAudienceAPI returns the gRPC audience service backed by c's store.
 func NewAudienceAPI(c *Coordinator) *AudienceAPI { return &AudienceAPI{c: c, ids: newIDSource()} }
 
-// ValidateEmail accepts a bare addr-spec with a domain: what a contact's
-// address must be before it may be stored.
+// ValidateEmail accepts an address that can be delivered: what a contact's
+// address must be before it may be stored (address.Canonical's rules).
 func ValidateEmail(email string) error {
-	if email == "" {
-		return errors.New("email is empty")
-	}
-	if len(email) > maxEmailLen {
-		return fmt.Errorf("email is %d characters; at most %d are allowed", len(email), maxEmailLen)
-	}
-	if err := message.ValidateHeaderValue("email", email); err != nil {
-		return err
-	}
-	a, err := mail.ParseAddress(email)
-	if err != nil || a.Address != email || a.Name != "" {
-		return fmt.Errorf("%q is not a valid email address", email)
-	}
-	at := strings.LastIndexByte(email, '@')
-	if at <= 0 || !strings.Contains(email[at+1:], ".") {
-		return fmt.Errorf("%q has no domain", email)
-	}
-	return nil
+	_, err := address.Canonical(email)
+	return err
 }
 
 // validateSegmentName is the rule for a segment's name, wherever it is given.
@@ -98,6 +84,9 @@ func validateSegmentName(name string) error {
 // validateRow returns why a row cannot be imported, or "" if it can.
 func validateRow(email string, r *pb.ContactRow) string {
 	if err := ValidateEmail(email); err != nil {
+		return err.Error()
+	}
+	if err := store.CheckRowText(r.GetName(), r.GetAttributes(), r.GetSegments()); err != nil {
 		return err.Error()
 	}
 	if n := utf8.RuneCountInString(r.GetName()); n > maxNameLen {
@@ -144,6 +133,18 @@ func shown(email string) string {
 	return cut + "…"
 }
 
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := s[:n]
+	for !utf8.ValidString(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return cut + "…"
+}
+
 // emailSet remembers the addresses of an import stream, case-insensitively,
 // as 128-bit hashes (16 bytes per row, whatever the address's length), so
 // the memory of a long import stays small. A false "duplicate" needs a
@@ -159,7 +160,7 @@ func newEmailSet() *emailSet {
 
 // add records email at row, or returns the row that had it first.
 func (e *emailSet) add(email string, row int64) (first int64, dup bool) {
-	key := strings.ToLower(email)
+	key := address.Key(email)
 	h := [2]uint64{maphash.String(e.s1, key), maphash.String(e.s2, key)}
 	if first, dup := e.rows[h]; dup {
 		return first, true
@@ -236,8 +237,12 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 		now := api.c.cfg.Clock.Now()
 		for _, r := range req.GetRows() {
 			row++
-			email := strings.TrimSpace(r.GetEmail())
+			given := strings.TrimSpace(r.GetEmail())
+			email := given
 			reason := validateRow(email, r)
+			if reason == "" {
+				email, _ = address.Canonical(email)
+			}
 			if reason == "" {
 				if first, dup := seen.add(email, row); dup {
 					reason = fmt.Sprintf("duplicate of row %d", first)
@@ -246,7 +251,7 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 			if reason != "" {
 				resp.Rejected++
 				if len(resp.Errors) < maxRowErrors {
-					resp.Errors = append(resp.Errors, &pb.RowError{Row: row, Email: shown(email), Error: reason})
+					resp.Errors = append(resp.Errors, &pb.RowError{Row: row, Email: shown(given), Error: clip(reason, maxRowError)})
 				}
 				continue
 			}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	htmltemplate "html/template"
+	"io"
 	"net/mail"
 	"net/url"
 	"strings"
@@ -26,6 +27,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/address"
 )
 
 // Template is a broadcast's content, validated at create time.
@@ -78,6 +81,7 @@ type Compiled struct {
 	text    *texttemplate.Template // nil when Template.Text is empty
 
 	fromHeader string // From field value; the same for every contact
+	budget     Budget
 
 	// unsubLink is why the sample render shows no unsubscribe link, or nil
 	// when it shows one (CheckUnsubscribeLink).
@@ -106,7 +110,18 @@ const (
 // Compile parses and validates t. Everything that can be wrong with a template
 // independently of the contact is reported here, at create time, rather than
 // halfway through a broadcast. Errors are *ValidationError.
-func Compile(t Template) (*Compiled, error) {
+func Compile(t Template) (*Compiled, error) { return CompileBudget(t, DefaultBudget) }
+
+// CompileBudget is Compile with the budget every execution of the
+// template gets, at compile and in Render.
+func CompileBudget(t Template, budget Budget) (*Compiled, error) {
+	for _, f := range [...]struct{ field, src string }{
+		{fieldFromName, t.FromName}, {fieldFromAddress, t.FromAddress}, {fieldSubject, t.Subject}, {fieldHTML, t.HTML}, {fieldText, t.Text},
+	} {
+		if err := checkTemplateText(f.field, f.src); err != nil {
+			return nil, err
+		}
+	}
 	if err := ValidateHeaderValue(fieldFromName, t.FromName); err != nil {
 		return nil, err
 	}
@@ -126,7 +141,7 @@ func Compile(t Template) (*Compiled, error) {
 		return nil, &ValidationError{Field: fieldHTML, Reason: "is empty; the HTML body is required (the plain-text part can be derived from it)"}
 	}
 
-	c := &Compiled{tmpl: t, from: from, domain: domain}
+	c := &Compiled{tmpl: t, from: from, domain: domain, budget: budget}
 	c.fromHeader = (&mail.Address{Name: t.FromName, Address: from}).String()
 
 	if c.subject, err = texttemplate.New(fieldSubject).Option("missingkey=error").Parse(t.Subject); err != nil {
@@ -139,6 +154,10 @@ func Compile(t Template) (*Compiled, error) {
 		if c.text, err = texttemplate.New(fieldText).Option("missingkey=error").Parse(t.Text); err != nil {
 			return nil, templateError(fieldText, err)
 		}
+	}
+
+	if err := c.limitLoops(); err != nil {
+		return nil, err
 	}
 
 	// Static check first: it sees every branch, while the sample render below
@@ -254,7 +273,7 @@ func (c *Compiled) Render(p Params) (Rendered, error) {
 	}
 
 	id := MessageID(p.BroadcastID, p.Contact.ID, c.domain)
-	toHdr := (&mail.Address{Name: p.Contact.Name, Address: to}).String()
+	toHdr := (&mail.Address{Name: p.Contact.Name, Address: headerAddress(to)}).String()
 
 	hw := headerWriter{b: rb.msg[:0]}
 	hw.write("From", c.fromHeader)
@@ -321,7 +340,7 @@ func putRenderBuf(rb *renderBuf) {
 
 // execSubject renders the subject, using buf as scratch space.
 func (c *Compiled) execSubject(d templateData, buf *bytes.Buffer) (string, error) {
-	if err := c.subject.Execute(buf, d); err != nil {
+	if err := c.budget.meter(fieldSubject, buf, func(w io.Writer) error { return c.subject.Execute(w, d) }); err != nil {
 		return "", templateError(fieldSubject, err)
 	}
 	s := buf.String()
@@ -340,14 +359,14 @@ func (c *Compiled) execSubject(d templateData, buf *bytes.Buffer) (string, error
 // Without a Text template the plain part is derived from the rendered HTML,
 // so it carries the same personalisation.
 func (c *Compiled) execBodies(d templateData, html, text *bytes.Buffer) error {
-	if err := c.html.Execute(html, d); err != nil {
+	if err := c.budget.meter(fieldHTML, html, func(w io.Writer) error { return c.html.Execute(w, d) }); err != nil {
 		return templateError(fieldHTML, err)
 	}
 	if c.text == nil {
 		text.Write(appendHTMLText(text.AvailableBuffer(), html.String()))
 		return nil
 	}
-	if err := c.text.Execute(text, d); err != nil {
+	if err := c.budget.meter(fieldText, text, func(w io.Writer) error { return c.text.Execute(w, d) }); err != nil {
 		return templateError(fieldText, err)
 	}
 	return nil
@@ -409,7 +428,25 @@ func contactAddress(c Contact) (string, error) {
 	if err != nil || a.Name != "" || a.Address != strings.TrimSpace(c.Email) {
 		return "", &ValidationError{Field: "contact email", Reason: fmt.Sprintf("%q is not a bare email address", c.Email)}
 	}
+	// An address stored before import refused the undeliverable (an IP
+	// literal, percent routing, an invisible character) fails here, for
+	// that contact alone, rather than reach the relay.
+	var ae *address.Error
+	if _, err := address.Canonical(a.Address); errors.As(err, &ae) {
+		return "", &ValidationError{Field: "contact email", Reason: ae.Detail}
+	}
 	return a.Address, nil
+}
+
+// headerAddress writes an address's domain as IDNA A-labels, as the
+// transport does in the envelope, so a message to an ASCII mailbox at an
+// IDN domain is plain ASCII and needs no SMTPUTF8. A non-ASCII local part
+// needs SMTPUTF8 anyway and keeps its domain as written.
+func headerAddress(addr string) string {
+	if a, utf8Local, err := address.ASCIIDomain(addr); err == nil && !utf8Local {
+		return a
+	}
+	return addr
 }
 
 func validateUnsubscribeURL(s string) error {

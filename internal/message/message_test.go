@@ -455,3 +455,37 @@ func TestConcurrentRender(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// An ASCII mailbox at an IDN domain is addressed in A-labels in the To
+// field, as in the envelope, so the message needs no SMTPUTF8.
+func TestToHeaderIDNDomain(t *testing.T) {
+	t.Parallel()
+	c, err := Compile(Template{FromAddress: "news@example.com", Subject: "Hi", HTML: "<p>hi</p>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Render(Params{Contact: Contact{Email: "joerg@bücher.example"}, Date: time.Unix(0, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(m.Bytes, []byte("To: <joerg@xn--bcher-kva.example>\r\n")) {
+		t.Errorf("To field not in A-labels:\n%s", m.Bytes)
+	}
+}
+
+// A contact stored before import refused undeliverable addresses fails at
+// render, as that contact's own error, and never reaches the relay.
+func TestRenderRefusesUndeliverable(t *testing.T) {
+	t.Parallel()
+	c, err := Compile(Template{FromAddress: "news@example.com", Subject: "Hi", HTML: "<p>hi</p>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, email := range []string{"ip@[127.0.0.1]", "a%b@example.org", "a@-x.com"} {
+		_, err := c.Render(Params{Contact: Contact{Email: email}, Date: time.Unix(0, 0)})
+		var ve *ValidationError
+		if !errors.As(err, &ve) || ve.Field != "contact email" {
+			t.Errorf("Render to %q: %v; want a contact email error", email, err)
+		}
+	}
+}

@@ -79,7 +79,7 @@ func TestRenderGolden(t *testing.T) {
 			FromAddress: "news@example.com",
 			Subject:     "Dots",
 			HTML:        "<p>.</p>\n.starts with dot\r\n..two\n",
-			Text:        "before\n.\n.hidden\nFrom the start\r\ncrlf\r\nbare\rcr\r\r\n\ntrailing space \ntrailing tab\t\n\x00nul\x7fdel=eq\r=\n\n\n",
+			Text:        "before\n.\n.hidden\nFrom the start\r\ncrlf\r\nbare\rcr\r\r\n\ntrailing space \ntrailing tab\t\nnul\x7fdel=eq\r=\n\n\n",
 		}},
 		{name: "attributes", tmpl: Template{
 			FromName:    "News",

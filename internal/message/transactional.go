@@ -1,13 +1,19 @@
 package message
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	htmltemplate "html/template"
+	"io"
 	"mime"
 	"net/mail"
 	"strings"
 	texttemplate "text/template"
+	"text/template/parse"
 	"time"
+
+	"github.com/rangecast/rangecast/internal/address"
 )
 
 // Transactional is one message to one recipient, not part of a broadcast
@@ -100,6 +106,13 @@ func recipientAddress(s string) (string, error) {
 	a, err := mail.ParseAddress(s)
 	if err != nil || a.Name != "" || a.Address != strings.TrimSpace(s) {
 		return "", &ValidationError{Field: "to", Reason: fmt.Sprintf("%q is not a bare email address; put the display name in to_name", s)}
+	}
+	if _, err := address.Canonical(a.Address); err != nil {
+		var ae *address.Error
+		if errors.As(err, &ae) {
+			return "", &ValidationError{Field: "to", Reason: ae.Detail}
+		}
+		return "", &ValidationError{Field: "to", Reason: err.Error()}
 	}
 	return a.Address, nil
 }
@@ -194,11 +207,17 @@ type TransactionalTemplate struct{ Subject, Text, HTML string }
 type CompiledTransactional struct {
 	subject, text *texttemplate.Template
 	html          *htmltemplate.Template
+	budget        Budget
 }
 
 // CompileTransactional parses t. A field the template uses that the data
 // lacks fails Execute, so nobody receives "<no value>".
 func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, error) {
+	for _, f := range [...]struct{ field, src string }{{fieldSubject, t.Subject}, {fieldText, t.Text}, {fieldHTML, t.HTML}} {
+		if err := checkTemplateText(f.field, f.src); err != nil {
+			return nil, err
+		}
+	}
 	if strings.TrimSpace(t.Subject) == "" {
 		return nil, &ValidationError{Field: fieldSubject, Reason: "is empty; a template needs a subject line"}
 	}
@@ -223,13 +242,38 @@ func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, erro
 			return nil, dataTemplateError(fieldHTML, err)
 		}
 	}
+	c.budget = DefaultBudget
+	sets := map[string]map[string]*parse.Tree{fieldSubject: {}, fieldText: {}, fieldHTML: {}}
+	for _, st := range c.subject.Templates() {
+		sets[fieldSubject][st.Name()] = st.Tree
+	}
+	if c.text != nil {
+		for _, tt := range c.text.Templates() {
+			sets[fieldText][tt.Name()] = tt.Tree
+		}
+	}
+	if c.html != nil {
+		for _, ht := range c.html.Templates() {
+			sets[fieldHTML][ht.Name()] = ht.Tree
+		}
+	}
+	for field, trees := range sets {
+		if err := checkLoops("template "+field, trees); err != nil {
+			return nil, err
+		}
+	}
+	for _, trees := range sets {
+		for _, tree := range trees {
+			instrument(tree)
+		}
+	}
 	return c, nil
 }
 
-// Execute renders the template with data.
+// Execute renders the template with data, within the template budget.
 func (c *CompiledTransactional) Execute(data map[string]any) (subject, text, html string, err error) {
-	var sb strings.Builder
-	if err := c.subject.Execute(&sb, data); err != nil {
+	var sb bytes.Buffer
+	if err := c.budget.meter("template "+fieldSubject, &sb, func(w io.Writer) error { return c.subject.Execute(w, data) }); err != nil {
 		return "", "", "", dataTemplateError(fieldSubject, err)
 	}
 	subject = sb.String()
@@ -238,14 +282,14 @@ func (c *CompiledTransactional) Execute(data map[string]any) (subject, text, htm
 	}
 	if c.text != nil {
 		sb.Reset()
-		if err := c.text.Execute(&sb, data); err != nil {
+		if err := c.budget.meter("template "+fieldText, &sb, func(w io.Writer) error { return c.text.Execute(w, data) }); err != nil {
 			return "", "", "", dataTemplateError(fieldText, err)
 		}
 		text = sb.String()
 	}
 	if c.html != nil {
 		sb.Reset()
-		if err := c.html.Execute(&sb, data); err != nil {
+		if err := c.budget.meter("template "+fieldHTML, &sb, func(w io.Writer) error { return c.html.Execute(w, data) }); err != nil {
 			return "", "", "", dataTemplateError(fieldHTML, err)
 		}
 		html = sb.String()
@@ -256,6 +300,10 @@ func (c *CompiledTransactional) Execute(data map[string]any) (subject, text, htm
 // dataTemplateError names the template part and, for a missing key, the
 // fix.
 func dataTemplateError(field string, err error) error {
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		return ve
+	}
 	msg := strings.TrimPrefix(err.Error(), "template: ")
 	if m := reMissingKey.FindStringSubmatch(msg); m != nil {
 		msg = fmt.Sprintf("%s: data has no field %q; add it to data, or write {{index . %q}} in the template if it is optional", location(msg), m[1], m[1])

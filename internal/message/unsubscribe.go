@@ -119,10 +119,38 @@ func ParseUnsubscribeKeys(s string) ([][]byte, error) {
 		if len(k) < MinUnsubscribeKeyLen {
 			return nil, fmt.Errorf("unsubscribe key %d is %d characters; use at least %d random characters (e.g. openssl rand -hex 32)", i+1, len(k), MinUnsubscribeKeyLen)
 		}
+		if why := WeakSecret(k); why != "" {
+			return nil, fmt.Errorf("unsubscribe key %d %s; use at least %d random characters (e.g. openssl rand -hex 32)", i+1, why, MinUnsubscribeKeyLen)
+		}
 		keys = append(keys, []byte(k))
 	}
 	if len(keys) == 0 {
 		return nil, errors.New("no unsubscribe keys")
 	}
 	return keys, nil
+}
+
+// placeholderWords are what templates and examples put where a secret goes.
+var placeholderWords = []string{"change-me", "changeme", "change_me", "replace-me", "replaceme", "placeholder", "example", "xxxxxx"}
+
+// WeakSecret says why s cannot be a randomly generated secret ("" when it
+// may be one): it is or contains a placeholder (deploy/k8s/base's
+// CHANGE-ME), or has too few distinct characters to be random (a hex key
+// of 32 random bytes has all 16 digits; "aaaa…" has one). A process that
+// starts with such a key signs links anyone can forge.
+func WeakSecret(s string) string {
+	lower := strings.ToLower(s)
+	for _, w := range placeholderWords {
+		if strings.Contains(lower, w) {
+			return fmt.Sprintf("looks like a placeholder (it contains %q)", w)
+		}
+	}
+	distinct := map[rune]bool{}
+	for _, r := range s {
+		distinct[r] = true
+	}
+	if len(distinct) < 10 {
+		return fmt.Sprintf("has only %d distinct characters, so it is not random", len(distinct))
+	}
+	return ""
 }

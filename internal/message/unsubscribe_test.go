@@ -218,3 +218,25 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		t.Errorf("bodies lack the header's link:\n%v", bodies)
 	}
 }
+
+// The placeholders of deploy/k8s and keys that are not random are refused
+// at start, however long they are.
+func TestPlaceholderKeysRefused(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{
+		"CHANGE-ME-CHANGE-ME-CHANGE-ME-CHANGE-ME",           // deploy/k8s/base/secret.yaml
+		"CHANGE-ME-openssl-rand-hex-32-CHANGE-ME-CHANGE-ME", // overlays/production
+		strings.Repeat("a", 64),
+		strings.Repeat("0123", 10),
+		"replace-me-with-a-real-key-of-32-chars-at-least",
+	} {
+		if _, err := ParseUnsubscribeKeys(k); err == nil {
+			t.Errorf("ParseUnsubscribeKeys(%q) accepted", k)
+		}
+	}
+	for _, k := range []string{"dev-only-unsubscribe-key-not-secret-0123456789", "3f9a1c0e7b2d4a6f8e1c3b5d7f9a0c2e4b6d8f0a1c3e5b7d9f1a3c5e7b9d1f3a"} {
+		if _, err := ParseUnsubscribeKeys(k); err != nil {
+			t.Errorf("ParseUnsubscribeKeys(%q): %v", k, err)
+		}
+	}
+}

@@ -1,10 +1,12 @@
 package message
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"text/template/parse"
+	"unicode/utf8"
 )
 
 // ValidationError says which input is wrong and what to do about it. Reason
@@ -41,6 +43,10 @@ var (
 // templateError turns a text/template or html/template error into a
 // ValidationError whose reason names the template and the fix.
 func templateError(field string, err error) error {
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		return ve // the budget's own, already in a person's words
+	}
 	msg := strings.TrimPrefix(err.Error(), "template: ")
 	if m := reUnknownField.FindStringSubmatch(msg); m != nil {
 		msg = fmt.Sprintf("%s: unknown field .%s; available fields are %s", location(msg), m[1], availableFields)
@@ -193,4 +199,39 @@ func addSampleAttr(m map[string]any, path []string) {
 		}
 		m = next
 	}
+}
+
+// checkTemplateText refuses a template source no store can hold or no
+// renderer should parse: a NUL byte, invalid UTF-8, or more than MaxSource
+// bytes.
+func checkTemplateText(field, src string) error {
+	if i := strings.IndexByte(src, 0); i >= 0 {
+		return &ValidationError{Field: field, Reason: fmt.Sprintf("contains a NUL byte at byte %d", i)}
+	}
+	if !utf8.ValidString(src) {
+		return &ValidationError{Field: field, Reason: "is not valid UTF-8"}
+	}
+	return checkSource(field, src)
+}
+
+// limitLoops checks each template set's loops and instruments every tree
+// for the budget's meter. It runs before the first execution: html/template
+// escapes (and copies) the trees then.
+func (c *Compiled) limitLoops() error {
+	sets := map[string]map[string]*parse.Tree{}
+	for _, tr := range c.trees() {
+		if sets[tr.field] == nil {
+			sets[tr.field] = map[string]*parse.Tree{}
+		}
+		sets[tr.field][tr.name] = tr.tree
+	}
+	for field, trees := range sets {
+		if err := checkLoops(field, trees); err != nil {
+			return err
+		}
+	}
+	for _, tr := range c.trees() {
+		instrument(tr.tree)
+	}
+	return nil
 }

@@ -143,6 +143,7 @@ type Worker struct {
 type loaded struct {
 	b        store.Broadcast
 	compiled *message.Compiled
+	renders  renderTally // template errors seen, see haltRepeatedRenderErrors
 }
 
 // New returns a worker; Run starts it.
@@ -665,10 +666,12 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 	}
 	errs := make([]error, len(window))
 	var wg sync.WaitGroup
+	attempted := 0
 	for i, c := range window {
 		if !mine[c.ID] || !deferUntil[i].IsZero() {
 			continue
 		}
+		attempted++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -676,6 +679,7 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 		}()
 	}
 	wg.Wait()
+	haltRepeatedRenderErrors(errs, attempted, &l.renders)
 
 	for i, c := range window {
 		if !mine[c.ID] {

@@ -77,6 +77,11 @@ func (s Secrets) unsubscribeKeys() ([][]byte, error) {
 	return message.ParseUnsubscribeKeys(strings.Join(list, ","))
 }
 
+// minWebhookSecret is the shortest webhook secret accepted: providers
+// generate longer ones (Mailgun's signing keys are 32 hex digits, Resend's
+// whsec_ 32 bytes of base64).
+const minWebhookSecret = 16
+
 func splitSecrets(s string) [][]byte {
 	var out [][]byte
 	for _, v := range strings.Split(s, ",") {
@@ -92,6 +97,16 @@ func (s Secrets) webConfig() (web.Config, error) {
 	keys, err := s.unsubscribeKeys()
 	if err != nil {
 		return web.Config{}, err
+	}
+	for _, sec := range []struct{ env, v string }{{EnvWebhookSecret, s.GenericWebhook}, {EnvMailgunKey, s.MailgunSigningKey}, {EnvResendSecret, s.ResendWebhook}} {
+		for i, v := range splitSecrets(sec.v) {
+			if len(v) < minWebhookSecret {
+				return web.Config{}, fmt.Errorf("%s: secret %d is %d characters; use at least %d", sec.env, i+1, len(v), minWebhookSecret)
+			}
+			if why := message.WeakSecret(string(v)); why != "" {
+				return web.Config{}, fmt.Errorf("%s: secret %d %s", sec.env, i+1, why)
+			}
+		}
 	}
 	cfg := web.Config{UnsubscribeKeys: keys, GenericSecrets: splitSecrets(s.GenericWebhook), MailgunKeys: splitSecrets(s.MailgunSigningKey)}
 	for _, r := range splitSecrets(s.ResendWebhook) {

@@ -27,6 +27,7 @@ import (
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/pageworker"
+	"github.com/rangecast/rangecast/internal/redact"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/store/postgres"
 	"github.com/rangecast/rangecast/internal/store/sqlite"
@@ -57,7 +58,7 @@ func OpenStore(ctx context.Context, url string) (store.Store, error) {
 	case strings.HasPrefix(url, "sqlite:"):
 		return sqlite.Open(ctx, strings.TrimPrefix(strings.TrimPrefix(url, "sqlite:"), "//"))
 	}
-	return nil, fmt.Errorf("database url %q: use postgres://… or sqlite:PATH", url)
+	return nil, fmt.Errorf("database url %q: use postgres://… or sqlite:PATH", redact.String(url))
 }
 
 // ConnectBus connects to NATS and creates the streams and buckets. A NATS
@@ -69,7 +70,7 @@ func ConnectBus(ctx context.Context, url string, replicas int, opts ...nats.Opti
 	}, opts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, nil, redact.Error(fmt.Errorf("connect to NATS at %s: %w", redact.String(url), err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -85,9 +86,9 @@ func ConnectBus(ctx context.Context, url string, replicas int, opts ...nats.Opti
 		}
 		if ctx.Err() != nil {
 			nc.Close()
-			return nil, nil, fmt.Errorf("NATS at %s: %w", url, err)
+			return nil, nil, redact.Error(fmt.Errorf("NATS at %s: %w", redact.String(url), err))
 		}
-		slog.Warn("NATS not ready; retrying", "url", url, "attempt", attempt, "err", err)
+		slog.Warn("NATS not ready; retrying", "url", redact.String(url), "attempt", attempt, "err", redact.Error(err))
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -220,7 +221,7 @@ func (o CoordinatorOptions) newAuth() (*coordinator.Auth, error) {
 func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int) (store.Store, *nats.Conn, *bus.Bus, func(), error) {
 	st, err := OpenStore(ctx, databaseURL)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, redact.Error(err)
 	}
 	nc, b, err := ConnectBus(ctx, natsURL, natsReplicas)
 	if err != nil {

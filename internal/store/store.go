@@ -173,6 +173,10 @@ type Store interface {
 	CreateBroadcast(ctx context.Context, b Broadcast) (out Broadcast, created bool, err error)
 	GetBroadcast(ctx context.Context, id ulid.ULID) (Broadcast, error)
 	ListBroadcasts(ctx context.Context) ([]Broadcast, error)
+	// BroadcastPage returns up to limit broadcasts with ids below before
+	// (the zero id: from the newest), newest first, without their bodies
+	// (Content.HTML and Content.Text are empty): a list for people.
+	BroadcastPage(ctx context.Context, before ulid.ULID, limit int) ([]Broadcast, error)
 	// AcceptBroadcast snapshots the eligible audience (count and id bounds,
 	// one indexed query) and moves a draft to running. ErrConflict if the
 	// broadcast is not a draft.

@@ -138,3 +138,29 @@ func TestTemplateValidation(t *testing.T) {
 		t.Errorf("GetTemplate = %v, %v", got, err)
 	}
 }
+
+// Template bombs: PutTemplate refuses one that loops over a huge integer,
+// and a template that is fine to store but explodes on its data (a loop
+// over the data, nested) is stopped by the budget at Send: both
+// InvalidArgument in well under a second, nothing sent.
+func TestTemplateBudgets(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOptions{sqlite: true})
+	start := time.Now()
+	_, err := e.client.PutTemplate(context.Background(), &pb.PutTemplateRequest{Template: &pb.TransactionalTemplate{
+		Name: "bomb", FromAddress: "no-reply@rangecast.test", Subject: "s", Text: "{{range 100000000000}}{{end}}"}})
+	if status.Code(err) != codes.InvalidArgument || time.Since(start) > time.Second {
+		t.Fatalf("PutTemplate bomb: %v after %s; want InvalidArgument at once", err, time.Since(start))
+	}
+	e.putTemplate(&pb.TransactionalTemplate{Name: "rows", FromAddress: "no-reply@rangecast.test", Subject: "s",
+		Html: "{{range .rows}}{{range $.rows}}{{range $.rows}}<td>{{.}}</td>{{end}}{{end}}{{end}}"})
+	rows := make([]any, 300)
+	for i := range rows {
+		rows[i] = "r"
+	}
+	start = time.Now()
+	_, err = e.client.Send(context.Background(), templated("bomb:1", "ann@example.org", "rows", map[string]any{"rows": rows}))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "to render") || time.Since(start) > time.Second {
+		t.Fatalf("Send with an exploding template: %v after %s; want InvalidArgument from the budget at once", err, time.Since(start))
+	}
+}

@@ -100,6 +100,7 @@ type facts struct {
 	sendErr        bool   // err is or wraps a *SendError
 	stage          string // "" when the error is not a SendError
 	maybeDelivered bool
+	refused        bool   // the transport refused the recipient before any command
 	code           int    // SMTP reply code; 0: no reply
 	enhanced       string // "5.1.1"; "" when absent or malformed
 	class          int    // enhanced code parts; -1 when absent
@@ -115,7 +116,7 @@ func newFacts(err error) facts {
 	switch {
 	case errors.As(err, &se):
 		f.sendErr = true
-		f.stage, f.maybeDelivered = se.Stage, se.MaybeDelivered
+		f.stage, f.maybeDelivered, f.refused = se.Stage, se.MaybeDelivered, se.Refused
 		f.code, f.enhanced, f.text = se.Code, se.Enhanced, se.Text
 		if f.code == 0 && errors.As(se.Err, &reply) {
 			// A SendError built around a reply it did not unpack.
@@ -250,6 +251,12 @@ type rule struct {
 var rules = []rule{
 	// --- Outcome unknown -------------------------------------------------
 	{"connection lost after the final dot (in doubt)", Transient, func(f *facts) bool { return f.maybeDelivered }},
+	// The transport itself could not write this one address for this
+	// server (SMTPUTF8 not offered, a domain with no A-label form): no
+	// command was sent, and another address would have gone through.
+	{"recipient refused by the transport before sending", Recipient, func(f *facts) bool {
+		return f.refused && f.stage == StageRcpt && !f.replied()
+	}},
 
 	// --- No reply: network, TLS, DNS, lifecycle --------------------------
 	{"deadline or cancellation", Transient, func(f *facts) bool {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/textproto"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -365,20 +366,64 @@ func TestMailParameters(t *testing.T) {
 		t.Errorf("commands = %q, want %q second", cmds, want)
 	}
 
-	// Without SMTPUTF8 a non-ASCII address is refused before anything is
-	// written.
+	// Without SMTPUTF8 a non-ASCII local part is refused before anything
+	// is written: that recipient's failure, not the channel's.
 	plain := startRaw(t, &rawServer{ext: []string{"PIPELINING"}, record: true})
 	tr2 := newSMTP(t, plain.url())
 	_, err := tr2.Send(t.Context(), m)
-	if se := sendErr(t, err); se.Stage != StageMail || se.Code != 0 {
-		t.Errorf("SendError = %+v, want a local refusal at MAIL", *se)
+	if se := sendErr(t, err); se.Stage != StageRcpt || se.Code != 0 || !se.Refused {
+		t.Errorf("SendError = %+v, want a local refusal at RCPT", *se)
+	}
+	if c := Classify(err); c != Recipient {
+		t.Errorf("Classify = %v, want recipient", c)
 	}
 	if _, cmds, _ := plain.received(); len(cmds) != 1 {
 		t.Errorf("commands = %q, want only EHLO", cmds)
 	}
 	_, err = tr2.Send(t.Context(), message.Rendered{MessageID: "x", From: "a@x", To: "b@y>\r\nRCPT TO:<c@z", Bytes: []byte("x\r\n")})
-	if se := sendErr(t, err); se.Stage != StageRcpt || se.Code != 0 {
+	if se := sendErr(t, err); se.Stage != StageRcpt || se.Code != 0 || !se.Refused || Classify(err) != Recipient {
 		t.Errorf("SendError = %+v, want a local refusal at RCPT", *se)
+	}
+}
+
+// One recipient the server cannot take fails alone: the same connection
+// then delivers the next message. A domain goes out as IDNA A-labels, so
+// an ASCII local part at an IDN domain needs no SMTPUTF8. A sender that
+// needs SMTPUTF8 is every message's problem: Channel.
+func TestRecipientRefusedAlone(t *testing.T) {
+	t.Parallel()
+	srv := startRaw(t, &rawServer{ext: []string{"PIPELINING"}, record: true})
+	tr := newSMTP(t, srv.url())
+	for _, to := range []string{"jürgen@example.org", "a@-bad-.example", "ok@bücher.example"} {
+		_, err := tr.Send(t.Context(), msg(1, to))
+		switch to {
+		case "ok@bücher.example":
+			if err != nil {
+				t.Fatalf("send to %s: %v", to, err)
+			}
+		default:
+			if c := Classify(err); c != Recipient {
+				t.Errorf("send to %s: %v classified %v, want recipient", to, err, c)
+			}
+		}
+	}
+	_, cmds, _ := srv.received()
+	if !slices.Contains(cmds, "RCPT TO:<ok@xn--bcher-kva.example>") {
+		t.Errorf("commands = %q, want the domain as A-labels", cmds)
+	}
+	if srv.connections() != 1 {
+		t.Errorf("connections = %d, want 1 (a local refusal keeps the connection)", srv.connections())
+	}
+
+	m := msg(2, "x@example.org")
+	m.From = "nachrichten@bücher.example"
+	if _, err := tr.Send(t.Context(), m); err != nil {
+		t.Errorf("ASCII sender at an IDN domain: %v", err)
+	}
+	m.From = "jürgen@example.com"
+	_, err := tr.Send(t.Context(), m)
+	if c := Classify(err); c != Channel {
+		t.Errorf("non-ASCII sender without SMTPUTF8: %v classified %v, want channel", err, c)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/emersion/go-smtp"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/message"
 )
 
@@ -272,9 +273,10 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 		// guarded by ctx so the transaction state is clean for the next
 		// message. A successful DATA already ends the transaction. A
 		// broken client has lost step with the server (say, pipelined
-		// replies it could not read), whatever the first reply was.
+		// replies it could not read), whatever the first reply was. A
+		// recipient refused before any command leaves nothing to reset.
 		reuse := pc.c != nil && !pc.c.broken &&
-			(err == nil || (isSendErr && reusableAfter(se) && pc.c.reset() == nil))
+			(err == nil || (isSendErr && se.Refused) || (isSendErr && reusableAfter(se) && pc.c.reset() == nil))
 		if !stop() {
 			reuse = false // ctx closed the socket under us
 		}
@@ -406,16 +408,17 @@ func (s *SMTP) handshake(nc net.Conn) (*client, error) {
 func (s *SMTP) transact(ctx context.Context, c *client, m message.Rendered) (string, error) {
 	// Refusals of our own come before a byte is written, so they never
 	// leave a command half sent.
-	if err := validateLine(m.From); err != nil {
-		return "", stageError(ctx, StageMail, err)
+	// The sender is the same for every message: a sender the server cannot
+	// take is the channel's problem. The recipient is this message's.
+	from, err := envelopeAddress(m.From, c.ext.smtpUTF8)
+	if err != nil {
+		return "", stageError(ctx, StageMail, fmt.Errorf("sender: %w", err))
 	}
-	if err := validateLine(m.To); err != nil {
-		return "", stageError(ctx, StageRcpt, err)
+	to, err := envelopeAddress(m.To, c.ext.smtpUTF8)
+	if err != nil {
+		return "", &SendError{Stage: StageRcpt, Err: fmt.Errorf("recipient: %w", err), Refused: true}
 	}
-	utf8 := !isASCII(m.From) || !isASCII(m.To)
-	if utf8 && !c.ext.smtpUTF8 {
-		return "", stageError(ctx, StageMail, errors.New("smtp: server does not support SMTPUTF8"))
-	}
+	utf8 := !isASCII(from) || !isASCII(to)
 
 	steps := [...]struct {
 		stage  string
@@ -428,9 +431,9 @@ func (s *SMTP) transact(ctx context.Context, c *client, m message.Rendered) (str
 	queue := func(i int) {
 		switch i {
 		case 0:
-			c.queueMail(m.From, len(m.Bytes), utf8)
+			c.queueMail(from, len(m.Bytes), utf8)
 		case 1:
-			c.queue("RCPT TO:<", m.To, ">")
+			c.queue("RCPT TO:<", to, ">")
 		case 2:
 			c.queue("DATA")
 		}
@@ -604,6 +607,23 @@ func enhancedString(ec smtp.EnhancedCode) string {
 		return ""
 	}
 	return fmt.Sprintf("%d.%d.%d", ec[0], ec[1], ec[2])
+}
+
+// envelopeAddress is the MAIL FROM or RCPT TO argument for addr: its
+// domain as IDNA A-labels, which every server accepts, and its local part
+// as written, which needs SMTPUTF8 when it is not ASCII.
+func envelopeAddress(addr string, smtpUTF8 bool) (string, error) {
+	if err := validateLine(addr); err != nil {
+		return "", err
+	}
+	out, utf8Local, err := address.ASCIIDomain(addr)
+	if err != nil {
+		return "", fmt.Errorf("smtp: %q: %w", addr, err)
+	}
+	if utf8Local && !smtpUTF8 {
+		return "", fmt.Errorf("smtp: %q has a non-ASCII local part and the server does not support SMTPUTF8", addr)
+	}
+	return out, nil
 }
 
 func isLoopback(host string) bool {

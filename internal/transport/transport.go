@@ -49,6 +49,13 @@ type SendError struct {
 	// second copy, so the caller should treat the outcome as in doubt
 	// rather than as a plain retryable failure.
 	MaybeDelivered bool
+
+	// Refused is true when the transport itself refused this recipient
+	// before sending a command (an address it cannot encode, a local part
+	// that needs SMTPUTF8 from a server that does not offer it). Nothing
+	// reached the server, and the reason is the one address: Classify
+	// calls it Recipient.
+	Refused bool
 }
 
 func (e *SendError) Error() string {
@@ -62,6 +69,9 @@ func (e *SendError) Error() string {
 		s = fmt.Sprintf("smtp %s: %v", e.Stage, e.Err)
 	default:
 		s = fmt.Sprintf("smtp %s: failed", e.Stage)
+	}
+	if e.Refused {
+		s += " (refused before sending; nothing reached the server)"
 	}
 	if e.MaybeDelivered {
 		s += " (the server may have accepted the message)"

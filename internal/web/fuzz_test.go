@@ -23,7 +23,9 @@ func checkParsed(t *testing.T, provider string, evs []store.DeliveryEvent, err e
 		if !errors.As(err, &rej) || rej.Status < 400 || rej.Status > 499 || rej.Reason == "" {
 			t.Fatalf("error %v is not a 4xx *Rejection", err)
 		}
-		if evs != nil {
+		// Only a Mailgun token whose signature verified comes back with
+		// an error: one untyped event, to be recorded as spent.
+		if evs != nil && (provider != web.ProviderMailgun || len(evs) != 1 || evs[0].Type != "" || evs[0].EventID == "") {
 			t.Fatalf("events returned with an error: %v", evs)
 		}
 		return

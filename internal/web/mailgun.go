@@ -3,6 +3,7 @@ package web
 import (
 	"crypto/hmac"
 	"encoding/hex"
+	"encoding/json"
 	"math"
 	"strconv"
 	"strings"
@@ -28,12 +29,19 @@ import (
 // (event-data.id is only unique within a day.) A Mailgun retry signed
 // afresh is applied again, which the ledger's rank guard makes harmless.
 
-type mailgunRequest struct {
+// mailgunEnvelope is read first: only the signature, so a request whose
+// signature verifies spends its token even when its event data is
+// malformed (else the signed token could be replayed with other data).
+type mailgunEnvelope struct {
 	Signature struct {
 		Timestamp string `json:"timestamp"`
 		Token     string `json:"token"`
 		Signature string `json:"signature"`
 	} `json:"signature"`
+	EventData json.RawMessage `json:"event-data"`
+}
+
+type mailgunRequest struct {
 	EventData *struct {
 		ID        string  `json:"id"`
 		Event     string  `json:"event"`
@@ -61,12 +69,16 @@ func MailgunSignature(key []byte, timestamp, token string) string {
 
 // ParseMailgun authenticates and parses a Mailgun webhook. Events rangecast
 // does not track (accepted, stored, …) come back with an empty Type.
+//
+// Once the signature verifies, the token is spent whatever follows: an
+// error after that point comes with one event of no Type under the token,
+// which the handler records (as ignored) before refusing the request.
 func ParseMailgun(keys [][]byte, body []byte, now time.Time, window time.Duration) ([]store.DeliveryEvent, error) {
-	var req mailgunRequest
-	if err := strictJSON(body, &req); err != nil {
+	var env mailgunEnvelope
+	if err := strictJSON(body, &env); err != nil {
 		return nil, malformed("body: %v", err)
 	}
-	sig := req.Signature
+	sig := env.Signature
 	if sig.Signature == "" || sig.Token == "" {
 		return nil, unsigned("no signature object")
 	}
@@ -86,12 +98,19 @@ func ParseMailgun(keys [][]byte, body []byte, now time.Time, window time.Duratio
 	if !ok {
 		return nil, badSignature("signature does not match the signing key")
 	}
-	ed := req.EventData
-	if ed == nil {
-		return nil, malformed("no event-data")
-	}
 	if err := checkID("signature.token", sig.Token); err != nil {
 		return nil, err
+	}
+	spent := []store.DeliveryEvent{{Provider: ProviderMailgun, EventID: sig.Token, OccurredAt: now}}
+	var req mailgunRequest
+	if len(env.EventData) > 0 && string(env.EventData) != "null" {
+		if err := json.Unmarshal(env.EventData, &req.EventData); err != nil {
+			return spent, malformed("event-data: %v", err)
+		}
+	}
+	ed := req.EventData
+	if ed == nil {
+		return spent, malformed("no event-data")
 	}
 	ev := store.DeliveryEvent{Provider: ProviderMailgun, EventID: sig.Token, MessageID: ed.Message.Headers.MessageID, OccurredAt: now}
 	if ed.Timestamp > 0 && ed.Timestamp < math.MaxInt32*4 {
@@ -116,12 +135,12 @@ func ParseMailgun(keys [][]byte, body []byte, now time.Time, window time.Duratio
 		}
 		ev.Detail = mailgunReply(ed.DeliveryStatus.Code, ed.DeliveryStatus.Message, ed.DeliveryStatus.Description, ed.Reason)
 	case "":
-		return nil, malformed("event-data.event is empty")
+		return spent, malformed("event-data.event is empty")
 	default:
 		// accepted, rejected, stored, list events…: not a ledger event.
 	}
 	if ev.Type != "" && ev.MessageID == "" {
-		return nil, malformed("event-data.message.headers.message-id is empty")
+		return spent, malformed("event-data.message.headers.message-id is empty")
 	}
 	return []store.DeliveryEvent{ev}, nil
 }

@@ -50,16 +50,22 @@ type Config struct {
 	ReplayWindow time.Duration
 	// MaxBody bounds a webhook body (default 1 MiB).
 	MaxBody int64
+	// MaxReads bounds the webhook bodies read at once (DefaultMaxReads).
+	MaxReads int
 }
 
 // DefaultReplayWindow is the default Config.ReplayWindow.
 const DefaultReplayWindow = 5 * time.Minute
+
+// DefaultMaxReads is how many webhook bodies are read at once by default.
+const DefaultMaxReads = 32
 
 // Handler serves the public HTTP.
 type Handler struct {
 	cfg    Config
 	resend [][]byte // decoded Svix keys
 	mux    *http.ServeMux
+	reads  chan struct{} // webhook bodies being read, at most MaxReads
 }
 
 // New checks cfg and returns the handler.
@@ -79,7 +85,10 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 1 << 20
 	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux()}
+	if cfg.MaxReads <= 0 {
+		cfg.MaxReads = DefaultMaxReads
+	}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), reads: make(chan struct{}, cfg.MaxReads)}
 	for i, s := range cfg.ResendSecrets {
 		k, err := DecodeSvixSecret(s)
 		if err != nil {
@@ -91,17 +100,22 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("POST /u/{token}", h.unsubscribe)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	if len(cfg.GenericSecrets) > 0 {
-		h.mux.Handle("POST /webhooks/generic", h.webhook(ProviderGeneric, func(r *http.Request, body []byte, now time.Time) ([]store.DeliveryEvent, error) {
+		pre := signedHeaders(cfg.ReplayWindow, func(h http.Header) string { return h.Get(GenericTimestampHeader) },
+			func(h http.Header) string { return h.Get(GenericSignatureHeader) })
+		h.mux.Handle("POST /webhooks/generic", h.webhook(ProviderGeneric, pre, func(r *http.Request, body []byte, now time.Time) ([]store.DeliveryEvent, error) {
 			return ParseGeneric(cfg.GenericSecrets, r.Header, body, now, cfg.ReplayWindow)
 		}))
 	}
 	if len(cfg.MailgunKeys) > 0 {
-		h.mux.Handle("POST /webhooks/mailgun", h.webhook(ProviderMailgun, func(_ *http.Request, body []byte, now time.Time) ([]store.DeliveryEvent, error) {
+		// Mailgun signs inside the body: nothing to check before reading it.
+		h.mux.Handle("POST /webhooks/mailgun", h.webhook(ProviderMailgun, nil, func(_ *http.Request, body []byte, now time.Time) ([]store.DeliveryEvent, error) {
 			return ParseMailgun(cfg.MailgunKeys, body, now, cfg.ReplayWindow)
 		}))
 	}
 	if len(h.resend) > 0 {
-		h.mux.Handle("POST /webhooks/resend", h.webhook(ProviderResend, func(r *http.Request, body []byte, now time.Time) ([]store.DeliveryEvent, error) {
+		pre := signedHeaders(cfg.ReplayWindow, func(h http.Header) string { return svixHeader(h, "timestamp") },
+			func(h http.Header) string { return svixHeader(h, "id") }, func(h http.Header) string { return svixHeader(h, "signature") })
+		h.mux.Handle("POST /webhooks/resend", h.webhook(ProviderResend, pre, func(r *http.Request, body []byte, now time.Time) ([]store.DeliveryEvent, error) {
 			return ParseResend(h.resend, r.Header, body, now, cfg.ReplayWindow)
 		}))
 	}

@@ -30,6 +30,7 @@ const (
 	reasonStale        = "stale"
 	reasonMalformed    = "malformed"
 	reasonTooLarge     = "too_large"
+	reasonBusy         = "busy"
 )
 
 // Rejection is why a webhook request was refused: Status is 401 for
@@ -91,12 +92,54 @@ func truncate(s string) string {
 // *Rejection.
 type parser func(r *http.Request, body []byte, now time.Time) ([]store.DeliveryEvent, error)
 
+// A precheck refuses a request from its headers alone, before its body is
+// read: a request without the provider's signature headers, or with a
+// timestamp outside the replay window, costs no read of up to MaxBody.
+type precheck func(h http.Header, now time.Time) error
+
+// signedHeaders is a precheck for providers that sign in headers.
+func signedHeaders(window time.Duration, timestamp func(http.Header) string, required ...func(http.Header) string) precheck {
+	return func(h http.Header, now time.Time) error {
+		for _, get := range required {
+			if get(h) == "" {
+				return unsigned("no signature headers")
+			}
+		}
+		return checkTimestamp(timestamp(h), now, window)
+	}
+}
+
 // webhook reads, authenticates and applies one provider's request. Events
 // are applied one by one, each idempotent: a failure part-way answers 500,
 // the provider retries, and what was applied is recognised as a duplicate.
-func (h *Handler) webhook(provider string, parse parser) http.Handler {
+//
+// Headers are checked before the body is read (pre may be nil), a body
+// longer than MaxBody is refused as it is read, and at most MaxReads
+// bodies are read at once: the others are answered 503 with Retry-After,
+// which every provider retries, so a flood cannot hold MaxBody bytes per
+// connection.
+func (h *Handler) webhook(provider string, pre precheck, parse parser) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		log := h.cfg.Log.With("provider", provider)
+		if pre != nil {
+			if err := pre(r.Header, h.cfg.Clock.Now()); err != nil {
+				var rej *Rejection
+				if !errors.As(err, &rej) {
+					rej = &Rejection{http.StatusBadRequest, reasonMalformed, err.Error()}
+				}
+				h.reject(w, log, provider, rej)
+				return
+			}
+		}
+		select {
+		case h.reads <- struct{}{}:
+			defer func() { <-h.reads }()
+		default:
+			webhookRejected.WithLabelValues(provider, reasonBusy).Inc()
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "busy: too many webhook requests at once; retry", http.StatusServiceUnavailable)
+			return
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
 		if err != nil {
 			var tooLarge *http.MaxBytesError
@@ -110,6 +153,15 @@ func (h *Handler) webhook(provider string, parse parser) http.Handler {
 		now := h.cfg.Clock.Now()
 		events, err := parse(r, body, now)
 		if err != nil {
+			// Events that come with an error are spent ids (a Mailgun token
+			// whose signature verified): record them, so the signature
+			// cannot be replayed with other data, then refuse.
+			for _, ev := range events {
+				ev.Type = store.EventIgnored
+				if _, rerr := h.cfg.Store.RecordEvent(r.Context(), ev, now); rerr != nil {
+					log.Error("webhook token not recorded as spent", "event", ev.EventID, "err", rerr)
+				}
+			}
 			var rej *Rejection
 			if !errors.As(err, &rej) {
 				rej = &Rejection{http.StatusBadRequest, reasonMalformed, err.Error()}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -28,6 +29,7 @@ CREATE TEMPORARY TABLE contacts_import (
     i              integer NOT NULL,
     id             uuid NOT NULL,
     email          text NOT NULL,
+    email_key      text NOT NULL,
     name           text NOT NULL,
     attributes     jsonb NOT NULL,
     subscribed     boolean NOT NULL,
@@ -35,7 +37,7 @@ CREATE TEMPORARY TABLE contacts_import (
     suppressed     boolean NOT NULL
 ) ON COMMIT DROP`
 
-var importColumns = []string{"i", "id", "email", "name", "attributes", "subscribed", "do_not_contact", "suppressed"}
+var importColumns = []string{"i", "id", "email", "email_key", "name", "attributes", "subscribed", "do_not_contact", "suppressed"}
 
 // importNew inserts the loaded rows whose address is new with a plain
 // INSERT: without the speculative insertion every row of an ON CONFLICT
@@ -43,7 +45,7 @@ var importColumns = []string{"i", "id", "email", "name", "attributes", "subscrib
 // 1.1-1.3 s on the development machine), and a first import of a list is
 // nearly all new rows. If another writer inserts one of these addresses
 // meanwhile, the unique index fails the statement, and the batch falls back
-// to importUpsert for every row. (lower(email) order, as in importUpsert:
+// to importUpsert for every row. (email_key order, as in importUpsert:
 // two imports inserting the same new addresses wait for each other in one
 // order and cannot deadlock.)
 //
@@ -53,31 +55,34 @@ var importColumns = []string{"i", "id", "email", "name", "attributes", "subscrib
 // contacts table for every batch (a million-row import took 49-72 s
 // instead of ~20 s). A scalar subquery stays a per-row probe of the index.
 const importNew = `
-INSERT INTO contacts (id, email, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
-SELECT u.id, u.email, u.name, u.attributes, u.subscribed, u.do_not_contact, u.suppressed, $1, $1
+INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
+SELECT u.id, u.email, u.email_key, u.name, u.attributes, u.subscribed, u.do_not_contact, u.suppressed, $1, $1
 FROM contacts_import u
-WHERE (SELECT true FROM contacts c WHERE lower(c.email) = lower(u.email)) IS NULL
-ORDER BY lower(u.email)`
+WHERE (SELECT true FROM contacts c WHERE c.email_key = u.email_key) IS NULL
+ORDER BY u.email_key`
 
 // importUpsert upserts the loaded rows importNew did not insert, with
 // UpsertContacts's merge rule, and maps each (i) to its contact's id. Rows
-// go in in lower(email) order, so two imports touching the same contacts
+// go in in email_key order, so two imports touching the same contacts
 // lock them in the same order and cannot deadlock. The id is matched by
-// lower(email) as Postgres computes it on both sides, which is what the
-// unique index compares.
+// email_key (address.Key, computed in Go), which is what the unique index
+// compares.
 const importUpsert = `
 WITH up AS (
-    INSERT INTO contacts AS c (id, email, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
-    SELECT u.id, u.email, u.name, u.attributes, u.subscribed, u.do_not_contact, u.suppressed, $1, $1
+    INSERT INTO contacts AS c (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
+    SELECT u.id, u.email, u.email_key, u.name, u.attributes, u.subscribed, u.do_not_contact, u.suppressed, $1, $1
     FROM contacts_import u
     WHERE (SELECT true FROM contacts n WHERE n.id = u.id) IS NULL
-    ORDER BY lower(u.email)
+    ORDER BY u.email_key
     ` + mergeContact + `
-    RETURNING c.id, lower(c.email) AS email_key
+    RETURNING c.id, c.email_key
 )
-SELECT u.i, up.id FROM contacts_import u JOIN up ON up.email_key = lower(u.email)`
+SELECT u.i, up.id FROM contacts_import u JOIN up ON up.email_key = u.email_key`
 
 func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
+	if err := store.CheckContacts(cs); err != nil {
+		return nil, fmt.Errorf("import contacts: %w", err)
+	}
 	if len(cs) < copyThreshold {
 		return s.UpsertContacts(ctx, cs, now)
 	}
@@ -96,7 +101,7 @@ func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time
 			if attrs == nil {
 				attrs = map[string]any{}
 			}
-			return []any{int32(i), uid(c.ID), c.Email, c.Name, attrs, c.Subscribed, c.DoNotContact, c.Suppressed}, nil
+			return []any{int32(i), uid(c.ID), c.Email, address.Key(c.Email), c.Name, attrs, c.Subscribed, c.DoNotContact, c.Suppressed}, nil
 		}))
 	if err != nil {
 		return nil, mapErr("import contacts: copy", err)
@@ -180,7 +185,7 @@ func (s *Store) GetContact(ctx context.Context, id ulid.ULID) (store.ContactDeta
 }
 
 func (s *Store) ContactByEmail(ctx context.Context, email string) (store.ContactDetail, error) {
-	d, err := scanContactDetail(s.pool.QueryRow(ctx, `SELECT `+contactDetailColumns+` FROM contacts c WHERE lower(c.email) = lower($1)`, email))
+	d, err := scanContactDetail(s.pool.QueryRow(ctx, `SELECT `+contactDetailColumns+` FROM contacts c WHERE c.email_key = $1`, address.Key(email)))
 	return d, mapErr("contact "+email, err)
 }
 
@@ -191,7 +196,7 @@ func (s *Store) ContactIDs(ctx context.Context, emails []string) ([]ulid.ULID, e
 	}
 	rows, err := s.pool.Query(ctx, `
 SELECT u.i, c.id FROM unnest($1::text[]) WITH ORDINALITY AS u(email, i)
-JOIN contacts c ON lower(c.email) = lower(u.email)`, emails)
+JOIN contacts c ON c.email_key = u.email`, keys(emails))
 	if err != nil {
 		return nil, mapErr("contact ids", err)
 	}
@@ -241,6 +246,9 @@ WHERE id = $1`, uid(contact), reason, now)
 }
 
 func (s *Store) CreateSegment(ctx context.Context, name string, now time.Time) (store.Segment, error) {
+	if err := store.CheckText("segment name", name); err != nil {
+		return store.Segment{}, fmt.Errorf("create segment: %w", err)
+	}
 	seg := store.Segment{Name: name}
 	err := s.pool.QueryRow(ctx, `
 INSERT INTO segments (name, created_at) VALUES ($1, $2)

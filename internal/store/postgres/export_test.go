@@ -13,3 +13,6 @@ const ReleaseSQL = releaseClaims
 
 // Pool returns the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// RekeyEmails is migration 011's Go step.
+var RekeyEmails = rekeyEmails

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -208,7 +209,7 @@ func (s *Store) unsubscribeEmail(ctx context.Context, email string, now time.Tim
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
 	var id [16]byte
-	err = tx.QueryRow(ctx, `SELECT id FROM contacts WHERE lower(email) = lower($1)`, email).Scan(&id)
+	err = tx.QueryRow(ctx, `SELECT id FROM contacts WHERE email_key = $1`, address.Key(email)).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("unsubscribe %s: %w", email, store.ErrNotFound)
 	}

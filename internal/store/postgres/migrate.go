@@ -9,7 +9,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rangecast/rangecast/internal/address"
 )
 
 //go:embed migrations/*.sql
@@ -65,12 +68,65 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 			tx.Rollback(ctx) //nolint:errcheck
 			return fmt.Errorf("migrate %s: %w", base, err)
 		}
+		if step := goSteps[version]; step != nil {
+			if err := step(ctx, tx); err != nil {
+				tx.Rollback(ctx) //nolint:errcheck
+				return fmt.Errorf("migrate %s: %w", base, err)
+			}
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, version); err != nil {
 			tx.Rollback(ctx) //nolint:errcheck
 			return fmt.Errorf("migrate %s: %w", base, err)
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return fmt.Errorf("migrate %s: %w", base, err)
+		}
+	}
+	return nil
+}
+
+// goSteps run after a version's SQL, in its transaction, for what SQL
+// cannot compute.
+var goSteps = map[int]func(context.Context, pgx.Tx) error{
+	11: rekeyEmails,
+}
+
+// rekeyEmails recomputes the email keys of addresses that are not ASCII
+// with address.Key: for them lower() under the C locale is not the key
+// (ASCII ones fold the same either way). A row whose new key another row
+// already holds keeps its old key: the two contacts stay two, as they
+// were, rather than fail the migration.
+func rekeyEmails(ctx context.Context, tx pgx.Tx) error {
+	for _, q := range []struct{ sel, upd string }{
+		{`SELECT id, email, email_key FROM contacts WHERE email ~ '[^\x01-\x7e]'`,
+			`UPDATE contacts SET email_key = $2 WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM contacts WHERE email_key = $2)`},
+		{`SELECT id, email, email_key FROM outbound_receipts WHERE email ~ '[^\x01-\x7e]'`,
+			`UPDATE outbound_receipts r SET email_key = $2 WHERE id = $1 AND NOT EXISTS
+			   (SELECT 1 FROM outbound_receipts o WHERE o.kind = r.kind AND o.key = r.key AND o.email_key = $2)`},
+	} {
+		rows, err := tx.Query(ctx, q.sel)
+		if err != nil {
+			return err
+		}
+		type row struct {
+			id  [16]byte
+			key string
+		}
+		var todo []row
+		var r row
+		var email string
+		if _, err := pgx.ForEachRow(rows, []any{&r.id, &email, &r.key}, func() error {
+			if k := address.Key(email); k != r.key {
+				todo = append(todo, row{r.id, k})
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, r := range todo {
+			if _, err := tx.Exec(ctx, q.upd, r.id, r.key); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -72,8 +73,16 @@ func mapErr(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	}
 	var pgErr *pgconn.PgError
+	// The sentinel says what a caller can act on; the driver's own words
+	// (which quote the row) stay out of errors that reach clients.
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return fmt.Errorf("%s: %w: %s", op, store.ErrConflict, pgErr.Detail)
+		return fmt.Errorf("%s: %w", op, store.ErrConflict)
+	}
+	// A value the database cannot hold (class 22, data exception: a NUL
+	// or invalid UTF-8 in text, a number out of range). The stores refuse
+	// text before writing (store.CheckText); this is the net under that.
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		return fmt.Errorf("%s: %w: a value the database cannot store (SQLSTATE %s)", op, store.ErrInvalid, pgErr.Code)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
@@ -88,17 +97,27 @@ func uids(ids []ulid.ULID) [][16]byte {
 	return out
 }
 
+// keys is address.Key of each email: the stored identity every lookup and
+// conflict target compares.
+func keys(emails []string) []string {
+	out := make([]string, len(emails))
+	for i, e := range emails {
+		out[i] = address.Key(e)
+	}
+	return out
+}
+
 const upsertContacts = `
-INSERT INTO contacts AS c (id, email, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
-SELECT u.id, u.email, u.name, u.attributes, u.subscribed, u.dnc, u.suppressed, $7, $7
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bool[], $6::bool[], $8::bool[])
-     AS u(id, email, name, attributes, subscribed, dnc, suppressed)
+INSERT INTO contacts AS c (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
+SELECT u.id, u.email, u.email_key, u.name, u.attributes, u.subscribed, u.dnc, u.suppressed, $7, $7
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bool[], $6::bool[], $8::bool[], $9::text[])
+     AS u(id, email, name, attributes, subscribed, dnc, suppressed, email_key)
 ` + mergeContact + `
-RETURNING id, lower(email)`
+RETURNING id, email_key`
 
 // mergeContact is how an upsert changes an existing contact (alias c), for
 // UpsertContacts and the bulk ImportContacts alike.
-const mergeContact = `ON CONFLICT (lower(email)) DO UPDATE SET
+const mergeContact = `ON CONFLICT (email_key) DO UPDATE SET
     name = EXCLUDED.name,
     attributes = c.attributes || EXCLUDED.attributes,
     -- An import may unsubscribe, flag or suppress a contact, never undo an
@@ -109,6 +128,9 @@ const mergeContact = `ON CONFLICT (lower(email)) DO UPDATE SET
     updated_at = EXCLUDED.updated_at`
 
 func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
+	if err := store.CheckContacts(cs); err != nil {
+		return nil, fmt.Errorf("upsert contacts: %w", err)
+	}
 	if len(cs) == 0 {
 		return nil, nil
 	}
@@ -127,7 +149,7 @@ func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time
 			attrs[i] = map[string]any{}
 		}
 	}
-	rows, err := s.pool.Query(ctx, upsertContacts, ids, emails, names, attrs, subscribed, dnc, now, suppressed)
+	rows, err := s.pool.Query(ctx, upsertContacts, ids, emails, names, attrs, subscribed, dnc, now, suppressed, keys(emails))
 	if err != nil {
 		return nil, mapErr("upsert contacts", err)
 	}
@@ -143,7 +165,7 @@ func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time
 	}
 	out := make([]ulid.ULID, len(cs))
 	for i, c := range cs {
-		out[i] = byEmail[strings.ToLower(c.Email)]
+		out[i] = byEmail[address.Key(c.Email)]
 	}
 	return out, nil
 }
@@ -182,6 +204,29 @@ b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link`
 
 const broadcastFrom = ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
 
+// broadcastListColumns are broadcastColumns without the bodies.
+var broadcastListColumns = strings.Replace(broadcastColumns, "b.html, b.text_body", "'', ''", 1)
+
+func (s *Store) BroadcastPage(ctx context.Context, before ulid.ULID, limit int) ([]store.Broadcast, error) {
+	if before == (ulid.ULID{}) {
+		before = ulid.MustParse("7ZZZZZZZZZZZZZZZZZZZZZZZZZ")
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+broadcastListColumns+broadcastFrom+`WHERE b.id < $1 ORDER BY b.id DESC LIMIT $2`, uid(before), limit)
+	if err != nil {
+		return nil, mapErr("list broadcasts", err)
+	}
+	defer rows.Close()
+	var out []store.Broadcast
+	for rows.Next() {
+		b, err := scanBroadcast(rows)
+		if err != nil {
+			return nil, mapErr("list broadcasts", err)
+		}
+		out = append(out, b)
+	}
+	return out, mapErr("list broadcasts", rows.Err())
+}
+
 func scanBroadcast(row pgx.Row) (store.Broadcast, error) {
 	var b store.Broadcast
 	var id [16]byte
@@ -207,6 +252,9 @@ func scanBroadcast(row pgx.Row) (store.Broadcast, error) {
 }
 
 func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast) (store.Broadcast, bool, error) {
+	if err := store.CheckBroadcast(b); err != nil {
+		return store.Broadcast{}, false, fmt.Errorf("create broadcast: %w", err)
+	}
 	var requestID *string
 	if b.RequestID != "" {
 		requestID = &b.RequestID

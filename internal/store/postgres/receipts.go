@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -35,27 +36,30 @@ func scanReceipt(row pgx.Row) (store.Receipt, error) {
 }
 
 const (
-	// The conflict target is the unique index on (kind, key, lower(email)):
+	// The conflict target is the unique index on (kind, key, email_key):
 	// of any number of concurrent inserts under one key exactly one
 	// returns a row; the others wait for its commit and find nothing to do.
 	insertReceipt = `
-INSERT INTO outbound_receipts (id, kind, key, email, payload_hash, payload, message_id, status, next_attempt_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8, $9, $9)
-ON CONFLICT (kind, key, lower(email)) DO NOTHING
+INSERT INTO outbound_receipts (id, kind, key, email, email_key, payload_hash, payload, message_id, status, next_attempt_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $10, $5, $6, $7, 'queued', $8, $9, $9)
+ON CONFLICT (kind, key, email_key) DO NOTHING
 RETURNING ` + receiptColumns
-	findReceipt = `SELECT ` + receiptColumns + ` FROM outbound_receipts WHERE kind = $1 AND key = $2 AND lower(email) = lower($3)`
+	findReceipt = `SELECT ` + receiptColumns + ` FROM outbound_receipts WHERE kind = $1 AND key = $2 AND email_key = $3`
 )
 
 func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Receipt, bool, error) {
+	if err := store.CheckFields("kind", r.Kind, "idempotency key", r.Key, "email", r.Email); err != nil {
+		return store.Receipt{}, false, fmt.Errorf("create receipt: %w", err)
+	}
 	created, err := scanReceipt(s.pool.QueryRow(ctx, insertReceipt, uid(r.ID), r.Kind, r.Key, r.Email, r.PayloadHash, r.Payload,
-		r.MessageID, r.NextAttemptAt, r.CreatedAt))
+		r.MessageID, r.NextAttemptAt, r.CreatedAt, address.Key(r.Email)))
 	if err == nil {
 		return created, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return store.Receipt{}, false, mapErr("create receipt", err)
 	}
-	existing, err := scanReceipt(s.pool.QueryRow(ctx, findReceipt, r.Kind, r.Key, r.Email))
+	existing, err := scanReceipt(s.pool.QueryRow(ctx, findReceipt, r.Kind, r.Key, address.Key(r.Email)))
 	if err != nil {
 		return store.Receipt{}, false, mapErr("create receipt: read existing", err)
 	}
@@ -63,7 +67,7 @@ func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Recei
 }
 
 func (s *Store) FindReceipt(ctx context.Context, kind, key, email string) (store.Receipt, error) {
-	r, err := scanReceipt(s.pool.QueryRow(ctx, findReceipt, kind, key, email))
+	r, err := scanReceipt(s.pool.QueryRow(ctx, findReceipt, kind, key, address.Key(email)))
 	return r, mapErr("find receipt", err)
 }
 
@@ -185,6 +189,9 @@ func scanTemplate(row pgx.Row) (store.Template, error) {
 }
 
 func (s *Store) PutTemplate(ctx context.Context, t store.Template, now time.Time) (store.Template, error) {
+	if err := store.CheckTemplate(t); err != nil {
+		return store.Template{}, fmt.Errorf("put template: %w", err)
+	}
 	out, err := scanTemplate(s.pool.QueryRow(ctx, putTemplate, t.Name, t.FromAddress, t.FromName, t.Subject, t.Text, t.HTML, now))
 	return out, mapErr("put template", err)
 }

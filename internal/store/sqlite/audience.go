@@ -153,6 +153,9 @@ WHERE id = ?1`, id(contact), reason, ts(now))
 }
 
 func (s *Store) CreateSegment(ctx context.Context, name string, now time.Time) (store.Segment, error) {
+	if err := store.CheckText("segment name", name); err != nil {
+		return store.Segment{}, fmt.Errorf("create segment: %w", err)
+	}
 	seg := store.Segment{Name: name}
 	var created int64
 	err := s.w.QueryRowContext(ctx, `

@@ -48,6 +48,9 @@ ON CONFLICT (kind, key, email_key) DO NOTHING`
 // writer connection serialises concurrent calls, so the first inserts and
 // every later one finds its row.
 func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Receipt, bool, error) {
+	if err := store.CheckFields("kind", r.Kind, "idempotency key", r.Key, "email", r.Email); err != nil {
+		return store.Receipt{}, false, fmt.Errorf("create receipt: %w", err)
+	}
 	var out store.Receipt
 	var created bool
 	err := s.write(ctx, "create receipt", func(tx *sql.Tx) error {
@@ -207,6 +210,9 @@ func scanTemplate(row interface{ Scan(...any) error }) (store.Template, error) {
 }
 
 func (s *Store) PutTemplate(ctx context.Context, t store.Template, now time.Time) (store.Template, error) {
+	if err := store.CheckTemplate(t); err != nil {
+		return store.Template{}, fmt.Errorf("put template: %w", err)
+	}
 	var out store.Template
 	err := s.write(ctx, "put template", func(tx *sql.Tx) error {
 		var err error

@@ -16,6 +16,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -126,7 +127,7 @@ func mapErr(op string, err error) error {
 	if errors.As(err, &se) {
 		switch se.Code() {
 		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-			return fmt.Errorf("%s: %w: %s", op, store.ErrConflict, se.Error())
+			return fmt.Errorf("%s: %w", op, store.ErrConflict)
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)
@@ -204,11 +205,10 @@ func nullTS(v sql.NullInt64) time.Time {
 	return fromTS(v.Int64)
 }
 
-// emailKey is the case-insensitive identity of an address, kept in
-// contacts.email_key under a unique index. Go lowercases all of Unicode;
-// SQLite's lower() folds ASCII only, which is why the key is computed here
-// and not by an index on lower(email).
-func emailKey(email string) string { return strings.ToLower(email) }
+// emailKey is the identity of an address (address.Key), kept in
+// contacts.email_key under a unique index. SQLite's lower() folds ASCII
+// only, which is why the key is computed in Go and not by an index.
+func emailKey(email string) string { return address.Key(email) }
 
 const (
 	findContact = `SELECT id, attributes FROM contacts WHERE email_key = ?`
@@ -230,6 +230,9 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)`
 )
 
 func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
+	if err := store.CheckContacts(cs); err != nil {
+		return nil, fmt.Errorf("upsert contacts: %w", err)
+	}
 	if len(cs) == 0 {
 		return nil, nil
 	}
@@ -371,6 +374,29 @@ b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link`
 
 const selectBroadcast = `SELECT ` + broadcastColumns + ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
 
+// selectBroadcastList is selectBroadcast without the bodies.
+var selectBroadcastList = strings.Replace(selectBroadcast, "b.html, b.text_body", "'', ''", 1)
+
+func (s *Store) BroadcastPage(ctx context.Context, before ulid.ULID, limit int) ([]store.Broadcast, error) {
+	if before == (ulid.ULID{}) {
+		before = ulid.MustParse("7ZZZZZZZZZZZZZZZZZZZZZZZZZ")
+	}
+	rows, err := s.r.QueryContext(ctx, selectBroadcastList+`WHERE b.id < ? ORDER BY b.id DESC LIMIT ?`, id(before), limit)
+	if err != nil {
+		return nil, mapErr("list broadcasts", err)
+	}
+	defer rows.Close()
+	var out []store.Broadcast
+	for rows.Next() {
+		b, err := scanBroadcast(rows)
+		if err != nil {
+			return nil, mapErr("list broadcasts", err)
+		}
+		out = append(out, b)
+	}
+	return out, mapErr("list broadcasts", rows.Err())
+}
+
 func scanBroadcast(row interface{ Scan(...any) error }) (store.Broadcast, error) {
 	var b store.Broadcast
 	var bid, minID, maxID []byte
@@ -402,6 +428,9 @@ func getBroadcast(ctx context.Context, q querier, bid ulid.ULID) (store.Broadcas
 }
 
 func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast) (store.Broadcast, bool, error) {
+	if err := store.CheckBroadcast(b); err != nil {
+		return store.Broadcast{}, false, fmt.Errorf("create broadcast: %w", err)
+	}
 	var requestID, segment any
 	if b.RequestID != "" {
 		requestID = b.RequestID

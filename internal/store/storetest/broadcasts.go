@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -19,6 +20,7 @@ var broadcastCases = []testCase{
 	{"RequestIDIdempotent", testCreateRequestID},
 	{"WithoutRequestID", testCreateWithoutRequestID},
 	{"ListNewestFirst", testListNewestFirst},
+	{"PageWithoutBodies", testBroadcastPage},
 	{"RoundTrip", testBroadcastRoundTrip},
 	{"GetUnknown", testGetUnknown},
 }
@@ -248,5 +250,38 @@ func testUnsubscribeCaseInsensitive(f *fixture) {
 		if _, ok := eligible[id]; ok {
 			f.t.Errorf("contact %d still eligible after Unsubscribe", i)
 		}
+	}
+}
+
+// BroadcastPage walks every broadcast newest first, limit at a time, and
+// carries no bodies: a list of a thousand broadcasts is not a thousand
+// HTML documents.
+func testBroadcastPage(f *fixture) {
+	var want []ulid.ULID
+	for i := range 7 {
+		want = append(want, f.draft(fmt.Sprintf("b%d", i), 0).ID)
+	}
+	slices.Reverse(want)
+	var got []ulid.ULID
+	var before ulid.ULID
+	for pages := 0; ; pages++ {
+		page, err := f.s.BroadcastPage(f.ctx, before, 3)
+		f.must(err, "BroadcastPage")
+		for _, b := range page {
+			if b.Content.HTML != "" || b.Content.Text != "" || b.Content.Subject != content.Subject || b.Name == "" {
+				f.t.Errorf("listed broadcast %s: content %+v; want no bodies, the rest kept", b.ID, b.Content)
+			}
+			got = append(got, b.ID)
+		}
+		if len(page) < 3 {
+			break
+		}
+		before = page[len(page)-1].ID
+		if pages > 5 {
+			f.t.Fatal("pagination does not end")
+		}
+	}
+	if !slices.Equal(got, want) {
+		f.t.Errorf("pages gave %v, want %v", got, want)
 	}
 }

@@ -33,6 +33,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		cases []testCase
 	}{
 		{"Contacts", contactCases},
+		{"Identity", identityCases},
+		{"Text", textCases},
+		{"Errors", errorCases},
 		{"Gate", gateCases},
 		{"Claims", claimCases},
 		{"Outcomes", outcomeCases},

@@ -885,8 +885,16 @@ func (x *WatchBroadcastResponse) GetBroadcast() *Broadcast {
 	return nil
 }
 
+// ListBroadcasts pages through broadcasts, newest first. Listed broadcasts
+// carry no bodies (content.html and content.text are empty); GetBroadcast
+// has them.
 type ListBroadcastsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size is how many to return: 1 to 500, 0 for 100.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token; empty starts at
+	// the newest.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -921,9 +929,25 @@ func (*ListBroadcastsRequest) Descriptor() ([]byte, []int) {
 	return file_rangecast_v1_broadcast_proto_rawDescGZIP(), []int{15}
 }
 
+func (x *ListBroadcastsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListBroadcastsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListBroadcastsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Broadcasts    []*Broadcast           `protobuf:"bytes,1,rep,name=broadcasts,proto3" json:"broadcasts,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Broadcasts []*Broadcast           `protobuf:"bytes,1,rep,name=broadcasts,proto3" json:"broadcasts,omitempty"`
+	// next_page_token asks for the next page; empty when this one is the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -963,6 +987,13 @@ func (x *ListBroadcastsResponse) GetBroadcasts() []*Broadcast {
 		return x.Broadcasts
 	}
 	return nil
+}
+
+func (x *ListBroadcastsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type Broadcast struct {
@@ -1387,12 +1418,16 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\x15WatchBroadcastRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"O\n" +
 	"\x16WatchBroadcastResponse\x125\n" +
-	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\"\x17\n" +
-	"\x15ListBroadcastsRequest\"Q\n" +
+	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\"S\n" +
+	"\x15ListBroadcastsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"y\n" +
 	"\x16ListBroadcastsResponse\x127\n" +
 	"\n" +
 	"broadcasts\x18\x01 \x03(\v2\x17.rangecast.v1.BroadcastR\n" +
-	"broadcasts\"\xfe\x04\n" +
+	"broadcasts\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xfe\x04\n" +
 	"\tBroadcast\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x122\n" +

@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// A malformed environment value is an error naming the variable, not a
+// silent default; a well-formed one sets the flag; a flag given on the
+// command line wins.
+func TestEnvStrict(t *testing.T) {
+	for _, tc := range []struct {
+		cmd      func() *cobra.Command
+		name, v  string
+		wantFlag string
+	}{
+		{PageWorker, "RANGECAST_CONCURRENCY", "abc", "concurrency"},
+		{Coordinator, "RANGECAST_IN_DOUBT_AFTER", "30", "in-doubt-after"},
+		{Coordinator, "RANGECAST_BOUNCE_ALARM", "2%", "bounce-alarm"},
+		{Coordinator, "RANGECAST_NATS_REPLICAS", "three", "nats-replicas"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tc.name, tc.v)
+			cmd := tc.cmd()
+			cmd.SetArgs(nil)
+			cmd.SetOut(new(bytes.Buffer))
+			err := cmd.Execute()
+			if err == nil || !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), "--"+tc.wantFlag) {
+				t.Errorf("%s=%q: error %v; want one naming the variable and the flag", tc.name, tc.v, err)
+			}
+		})
+	}
+
+	t.Run("valid and overridden", func(t *testing.T) {
+		t.Setenv("RANGECAST_CONCURRENCY", "64")
+		t.Setenv("RANGECAST_TX_SLOTS", "abc")
+		cmd := PageWorker()
+		if err := cmd.ParseFlags([]string{"--tx-slots", "2"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := applyEnv(cmd.Flags()); err != nil {
+			t.Fatalf("applyEnv: %v (a flag on the command line must win over the environment)", err)
+		}
+		if got := cmd.Flags().Lookup("concurrency").Value.String(); got != "64" {
+			t.Errorf("--concurrency = %s with RANGECAST_CONCURRENCY=64", got)
+		}
+	})
+}
+
+// --help never shows a value from the environment: an SMTP URL's password
+// stayed in the pod's logs and terminals.
+func TestHelpShowsNoSecrets(t *testing.T) {
+	t.Setenv("RANGECAST_SMTP_URL", "smtp://u:s3cret@relay.example.com:587")
+	t.Setenv("RANGECAST_DATABASE_URL", "postgres://app:s3cret@db/rc")
+	t.Setenv("RANGECAST_NATS_URL", "nats://n:s3cret@nats:4222")
+	for _, cmd := range []*cobra.Command{PageWorker(), Coordinator()} {
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetArgs([]string{"--help"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out.String(), "s3cret") {
+			t.Errorf("%s --help shows a secret:\n%s", cmd.Name(), out.String())
+		}
+	}
+}
