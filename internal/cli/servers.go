@@ -127,6 +127,10 @@ func governorFlags(cmd *cobra.Command, l *governor.Limits) {
 		"name of the SMTP server the workers send through, for its hourly limit and `governor reset-rate-limit` (env RANGECAST_SMTP_SERVER_NAME)")
 	f.IntVar(&l.EmailsPerHour, "emails-per-hour", 0,
 		"hourly limit of that SMTP server, 0 for none (env RANGECAST_EMAILS_PER_HOUR)")
+	f.IntVar(&l.BreakerFailures, "breaker-failures", governor.BreakerFailures,
+		"a receiving provider's breaker opens after at least this many transient failures in 5 minutes... (env RANGECAST_BREAKER_FAILURES)")
+	f.Float64Var(&l.BreakerShare, "breaker-share", governor.BreakerShare,
+		"...that are at least this share of its attempts in the window (0.2: 20 %), so ordinary deferrals at volume never open it (env RANGECAST_BREAKER_SHARE)")
 }
 
 // serverFlags are the flags every server process has.

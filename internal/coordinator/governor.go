@@ -251,7 +251,7 @@ func (g *governors) Observe(now time.Time, domain string, rep bus.Report) {
 	// closes it before any later failure in the same page counts.
 	for _, p := range slices.Sorted(maps.Keys(rep.Providers)) {
 		if r := rep.Providers[p]; r.Sent > 0 {
-			h.d.RecordSuccess(now, p)
+			h.d.RecordSuccess(now, p, r.Sent)
 		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(rep.Providers)) {

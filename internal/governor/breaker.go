@@ -9,6 +9,13 @@ const (
 	// us to back off, and more attempts only hurt the sender's reputation.
 	BreakerFailures = 5
 	BreakerWindow   = 5 * time.Minute
+	// BreakerShare is the share of the attempts in BreakerWindow that must
+	// have failed, as well as BreakerFailures of them, for the breaker to
+	// open. The count alone was made for ~14 messages a second, where five
+	// failures are 0.12 % of the window; at hundreds a second it held the
+	// breaker open nearly all the time on a provider's ordinary 1-5 %
+	// deferrals. Five failures stay the floor for small volumes.
+	BreakerShare = 0.2
 	// BreakerOpen is how long an open breaker refuses before it lets one
 	// probe through: short, because transient trouble is usually short.
 	BreakerOpen = 30 * time.Second
@@ -32,11 +39,74 @@ const (
 // Open: now is before OpenUntil. Half-open: OpenUntil has passed; one probe
 // may go (ProbeAt records when it went) and its outcome closes or re-opens.
 type BreakerState struct {
-	// Failures are the transient failures in the last BreakerWindow, oldest
-	// first, at most BreakerFailures of them.
-	Failures  []time.Time `json:"failures,omitempty"`
-	OpenUntil time.Time   `json:"open_until,omitzero"`
-	ProbeAt   time.Time   `json:"probe_at,omitzero"`
+	// Failures are the latest transient failures in the last
+	// BreakerWindow, oldest first, at most BreakerFailures of them.
+	Failures []time.Time `json:"failures,omitempty"`
+	// Minutes count the failures per minute of the last BreakerWindow,
+	// oldest first: the share rule's failures, a few entries whatever the
+	// volume. The accepted sends it compares them with are counted in
+	// memory (sendWindow), for every provider, and not stored.
+	Minutes   []BreakerMinute `json:"minutes,omitempty"`
+	OpenUntil time.Time       `json:"open_until,omitzero"`
+	ProbeAt   time.Time       `json:"probe_at,omitzero"`
+}
+
+// BreakerMinute is one minute of a breaker's window.
+type BreakerMinute struct {
+	At     time.Time `json:"at"` // the minute's start
+	Failed int       `json:"failed"`
+}
+
+// minute returns the window's entry for now's minute, adding it.
+func (b *BreakerState) minute(now time.Time) *BreakerMinute {
+	at := now.Truncate(time.Minute)
+	if n := len(b.Minutes); n > 0 && b.Minutes[n-1].At.Equal(at) {
+		return &b.Minutes[n-1]
+	}
+	b.Minutes = append(b.Minutes, BreakerMinute{At: at})
+	return &b.Minutes[len(b.Minutes)-1]
+}
+
+// share is the failed share of the window's attempts, given sent accepted.
+func (b *BreakerState) share(sent int) float64 {
+	failed := 0
+	for _, m := range b.Minutes {
+		failed += m.Failed
+	}
+	if sent+failed == 0 {
+		return 0
+	}
+	return float64(failed) / float64(sent+failed)
+}
+
+// sendWindow counts accepted sends per minute over BreakerWindow.
+type sendWindow []BreakerMinute // Failed holds the sends
+
+func (w sendWindow) add(now time.Time, n int) sendWindow {
+	w = w.prune(now)
+	at := now.Truncate(time.Minute)
+	if k := len(w); k > 0 && w[k-1].At.Equal(at) {
+		w[k-1].Failed += n
+		return w
+	}
+	return append(w, BreakerMinute{At: at, Failed: n})
+}
+
+func (w sendWindow) prune(now time.Time) sendWindow {
+	cut := now.Add(-BreakerWindow)
+	i := 0
+	for i < len(w) && w[i].At.Before(cut) {
+		i++
+	}
+	return w[i:]
+}
+
+func (w sendWindow) total() int {
+	n := 0
+	for _, m := range w {
+		n += m.Failed
+	}
+	return n
 }
 
 func (b *BreakerState) phase(now time.Time) string {
@@ -50,8 +120,9 @@ func (b *BreakerState) phase(now time.Time) string {
 }
 
 // failure counts a transient failure; a breaker it trips stays open for
-// open.
-func (b *BreakerState) failure(now time.Time, open time.Duration) {
+// open. It trips when the window holds at least floor failures and they
+// are at least share of its attempts.
+func (b *BreakerState) failure(now time.Time, open time.Duration, floor int, share float64, sent int) {
 	switch b.phase(now) {
 	case PhaseOpen:
 		// A send that started before the breaker opened: already counted
@@ -60,15 +131,19 @@ func (b *BreakerState) failure(now time.Time, open time.Duration) {
 		b.trip(now, open) // the probe (or a straggler) failed: the provider is still unwell
 	default:
 		b.forget(now)
+		b.minute(now).Failed++
 		b.Failures = append(b.Failures, now)
-		if len(b.Failures) >= BreakerFailures {
+		if len(b.Failures) > floor {
+			b.Failures = b.Failures[len(b.Failures)-floor:]
+		}
+		if len(b.Failures) >= floor && b.share(sent) >= share {
 			b.trip(now, open)
 		}
 	}
 }
 
 // success closes a half-open breaker. Successes do not clear failures of a
-// closed one: the rule is a count in a window, not a run of failures in a
+// closed one: the rule is a share in a window, not a run of failures in a
 // row. In the open period a success is a straggler from before it opened.
 func (b *BreakerState) success(now time.Time) {
 	if b.phase(now) == PhaseHalfOpen {
@@ -112,20 +187,36 @@ func (b *BreakerState) forget(now time.Time) {
 	if len(b.Failures) == 0 {
 		b.Failures = nil
 	}
+	// A minute that began before the window is dropped whole: the share
+	// then leans a little towards staying closed, and the state stays
+	// within the window.
+	j := 0
+	for j < len(b.Minutes) && b.Minutes[j].At.Before(cut) {
+		j++
+	}
+	b.Minutes = b.Minutes[j:]
+	if len(b.Minutes) == 0 {
+		b.Minutes = nil
+	}
 }
 
 // idle reports whether the breaker is closed with nothing recent to
 // remember, so it can be dropped from the state.
 func (b BreakerState) idle(now time.Time) bool {
 	b.Failures = append([]time.Time(nil), b.Failures...)
+	b.Minutes = append([]BreakerMinute(nil), b.Minutes...)
 	b.forget(now)
-	return b.OpenUntil.IsZero() && len(b.Failures) == 0
+	return b.OpenUntil.IsZero() && len(b.Failures) == 0 && len(b.Minutes) == 0
 }
 
 func (b BreakerState) clone() BreakerState {
 	b.Failures = append([]time.Time(nil), b.Failures...)
 	if len(b.Failures) == 0 {
 		b.Failures = nil
+	}
+	b.Minutes = append([]BreakerMinute(nil), b.Minutes...)
+	if len(b.Minutes) == 0 {
+		b.Minutes = nil
 	}
 	return b
 }

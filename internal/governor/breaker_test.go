@@ -150,7 +150,7 @@ func TestBreaker(t *testing.T) {
 				case fail:
 					d.RecordTransient(fk.Now(), p)
 				case ok:
-					d.RecordSuccess(fk.Now(), p)
+					d.RecordSuccess(fk.Now(), p, 1)
 				case ask:
 					open, until := d.ProviderOpen(fk.Now(), p)
 					var want time.Time
@@ -208,5 +208,68 @@ func TestBreakerStateStaysSmall(t *testing.T) {
 	d.ProviderOpen(t0.Add(time.Hour), "gmail.com")
 	if st := d.State(); len(st.Breakers) != 0 || len(st.Holds) != 0 {
 		t.Fatalf("an hour later state keeps %d breakers, %d holds", len(st.Breakers), len(st.Holds))
+	}
+}
+
+// TestBreakerOpensOnAShare: at volume the breaker opens on the share of
+// failed attempts in its window, not on five failures; five stay the floor
+// at small volumes (issue 15).
+func TestBreakerOpensOnAShare(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name string
+		// per second for ten minutes: sent and transient failures
+		sent, failed int
+		limits       Limits
+		wantOpen     bool
+	}{
+		{"3 % of 300 a second stays closed", 291, 9, Limits{}, false},
+		{"19 % stays closed", 81, 19, Limits{}, false},
+		{"30 % opens", 70, 30, Limits{}, true},
+		{"everyone refused opens", 0, 2, Limits{}, true},
+		{"a share of its own: 5 %", 90, 10, Limits{BreakerShare: 0.05}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d := NewDomain("example.com", c.limits, nil, t0)
+			opened := false
+			for s := range 600 {
+				now := t0.Add(time.Duration(s) * time.Second)
+				if c.sent > 0 {
+					d.RecordSuccess(now, "yahoo.com", c.sent)
+				}
+				for range c.failed {
+					d.RecordTransient(now, "yahoo.com")
+				}
+				if open, _ := d.ProviderOpen(now, "yahoo.com"); open {
+					opened = true
+					break
+				}
+			}
+			if opened != c.wantOpen {
+				t.Fatalf("breaker opened = %v, want %v", opened, c.wantOpen)
+			}
+		})
+	}
+}
+
+// TestBreakerFloorAtSmallVolume: at a few messages a minute, five failures
+// in five minutes still open the breaker, and four do not.
+func TestBreakerFloorAtSmallVolume(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	for _, failures := range []int{4, 5} {
+		d := NewDomain("example.com", Limits{}, nil, t0)
+		for i := range failures {
+			now := t0.Add(time.Duration(i) * time.Minute)
+			d.RecordSuccess(now, "gmail.com", 2)
+			d.RecordTransient(now, "gmail.com")
+		}
+		open, _ := d.ProviderOpen(t0.Add(4*time.Minute+time.Second), "gmail.com")
+		if open != (failures == 5) {
+			t.Errorf("%d failures among %d attempts: open = %v", failures, 3*failures, open)
+		}
 	}
 }

@@ -124,7 +124,7 @@ func TestRolloverOnTheWay(t *testing.T) {
 		"RecordQuotaRejection": func(d *Domain, now time.Time) { d.RecordQuotaRejection(now, "gmail.com") },
 		"ProviderOpen":         func(d *Domain, now time.Time) { d.ProviderOpen(now, "gmail.com") },
 		"RecordTransient":      func(d *Domain, now time.Time) { d.RecordTransient(now, "gmail.com") },
-		"RecordSuccess":        func(d *Domain, now time.Time) { d.RecordSuccess(now, "gmail.com") },
+		"RecordSuccess":        func(d *Domain, now time.Time) { d.RecordSuccess(now, "gmail.com", 1) },
 		"ResetRateLimit":       func(d *Domain, now time.Time) { d.ResetRateLimit(now) },
 		"Status":               func(d *Domain, now time.Time) { d.Status(now) },
 	}

@@ -57,6 +57,11 @@ type Limits struct {
 	// BreakerOpen overrides how long a tripped breaker stays open; zero or
 	// less means BreakerOpen.
 	BreakerOpen time.Duration `json:"breaker_open,omitempty"`
+	// BreakerFailures and BreakerShare override when a breaker opens: at
+	// least that many transient failures in BreakerWindow, and at least
+	// that share of its attempts; zero or less means the constants.
+	BreakerFailures int     `json:"breaker_failures,omitempty"`
+	BreakerShare    float64 `json:"breaker_share,omitempty"`
 }
 
 func (l Limits) withDefaults() Limits {
@@ -78,6 +83,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.BreakerOpen <= 0 {
 		l.BreakerOpen = BreakerOpen
+	}
+	if l.BreakerFailures <= 0 {
+		l.BreakerFailures = BreakerFailures
+	}
+	if l.BreakerShare <= 0 || l.BreakerShare > 1 || math.IsNaN(l.BreakerShare) {
+		l.BreakerShare = BreakerShare
 	}
 	return l
 }
@@ -137,6 +148,10 @@ type Domain struct {
 	// until ShareServer.
 	server *Server
 	shared bool
+	// sent counts each receiving provider's accepted sends over the
+	// breaker window, for the breakers' share rule; in memory only (a new
+	// leader starts counting afresh).
+	sent map[string]sendWindow
 }
 
 // NewDomain returns the governor of domain name with limits l. st is its
@@ -372,7 +387,11 @@ func (d *Domain) RecordTransient(now time.Time, provider string) {
 	d.roll(now)
 	p := Provider(provider)
 	b := d.st.Breakers[p]
-	b.failure(now, d.limits.BreakerOpen)
+	sent := d.sent[p].prune(now)
+	if len(sent) > 0 {
+		d.sent[p] = sent
+	}
+	b.failure(now, d.limits.BreakerOpen, d.limits.BreakerFailures, d.limits.BreakerShare, sent.total())
 	if d.st.Breakers == nil {
 		d.st.Breakers = map[string]BreakerState{}
 	}
@@ -380,14 +399,27 @@ func (d *Domain) RecordTransient(now time.Time, provider string) {
 	d.tidy(now)
 }
 
-// RecordSuccess records a send to provider that was accepted; it closes a
-// half-open breaker.
-func (d *Domain) RecordSuccess(now time.Time, provider string) {
+// RecordSuccess records n sends to provider that were accepted (the
+// breaker's share counts them); it closes a half-open breaker.
+func (d *Domain) RecordSuccess(now time.Time, provider string, n int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now = now.UTC()
 	d.roll(now)
 	p := Provider(provider)
+	if d.sent == nil {
+		d.sent = map[string]sendWindow{}
+	}
+	d.sent[p] = d.sent[p].add(now, n)
+	if len(d.sent) > 4*len(d.st.Breakers)+64 {
+		for q, w := range d.sent { // keep the map to providers seen lately
+			if w = w.prune(now); len(w) == 0 {
+				delete(d.sent, q)
+			} else {
+				d.sent[q] = w
+			}
+		}
+	}
 	b, ok := d.st.Breakers[p]
 	if !ok {
 		return
