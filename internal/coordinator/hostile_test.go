@@ -140,7 +140,7 @@ func TestTemplateMistakesRefusedOrPause(t *testing.T) {
 		}
 		create := func(html string) (string, error) {
 			resp, err := s.client.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{Name: "b", Content: &pb.BroadcastContent{
-				FromAddress: "news@rangecast.test", Subject: "Hi", Html: html}})
+				FromAddress: "news@rangecast.test", Subject: "Hi", Html: html + unsubscribeLink}})
 			return resp.GetBroadcast().GetId(), err
 		}
 
@@ -235,7 +235,7 @@ func TestStartRepeatsPreflight(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp, err := s.client.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{Name: "b", Content: &pb.BroadcastContent{
-			FromAddress: "news@rangecast.test", Subject: "Hi", Html: `<p>{{.Attributes.city}}</p>`}})
+			FromAddress: "news@rangecast.test", Subject: "Hi", Html: `<p>{{.Attributes.city}}</p>` + unsubscribeLink}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,3 +253,6 @@ func TestStartRepeatsPreflight(t *testing.T) {
 		}
 	})
 }
+
+// unsubscribeLink is the visible link every broadcast body must carry.
+const unsubscribeLink = `<p><a href="{{.UnsubscribeURL}}">Unsubscribe</a></p>`
