@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -58,7 +59,11 @@ type Config struct {
 	// NATSKill restarts nats-server with kill -9 instead of SIGTERM.
 	NATSKill       bool
 	PGTerminations int
-	PauseResume    bool
+	// PGOutage takes Postgres away from the processes for this long, once,
+	// at a third of the chaos phase (0: never): every connection is cut
+	// and new ones refused, as in a failover or a partition.
+	PGOutage    time.Duration
+	PauseResume bool
 	PauseFor       time.Duration
 	// PauseStorm pauses and resumes the broadcast every few seconds for
 	// the whole chaos phase (besides the one measured pause).
@@ -155,6 +160,7 @@ type harness struct {
 	bin       string
 	runID     string
 	dbURL     string // what the processes get: schema and application_name
+	pgProxy   *tcpProxy // between the processes and Postgres, when PGOutage
 	appName   string
 	schema    string
 	ownSchema bool
@@ -336,6 +342,17 @@ func (h *harness) database(ctx context.Context) error {
 	q.Set("search_path", h.schema)
 	q.Set("application_name", h.appName)
 	u.RawQuery = q.Encode()
+	if h.cfg.PGOutage > 0 {
+		// The processes reach Postgres through a proxy the harness can cut.
+		host := u.Host
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), "5432")
+		}
+		if h.pgProxy, err = startProxy(host); err != nil {
+			return fmt.Errorf("postgres proxy: %w", err)
+		}
+		u.Host = h.pgProxy.Addr()
+	}
 	h.dbURL = u.String()
 	h.logf("postgres schema %s, processes connect as application_name=%s", h.schema, h.appName)
 	return nil
@@ -396,6 +413,9 @@ func (h *harness) stopAll() {
 		}()
 	}
 	wg.Wait()
+	if h.pgProxy != nil {
+		h.pgProxy.Close()
+	}
 }
 
 func (h *harness) startAll(ctx context.Context) error {
@@ -839,6 +859,9 @@ func (h *harness) schedule(ctx context.Context) {
 	if h.cfg.PauseResume {
 		evs = append(evs, event{at: 0.6, name: "pause and resume", run: h.pauseResume})
 	}
+	if h.cfg.PGOutage > 0 {
+		evs = append(evs, event{at: 0.33, name: "postgres outage", run: h.pgOutage})
+	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 	for _, ev := range evs {
 		at := h.started.Add(time.Duration(ev.at * float64(h.cfg.Duration)))
@@ -852,6 +875,21 @@ func (h *harness) schedule(ctx context.Context) {
 			h.logf("t=%s %s: %v", h.elapsed(), ev.name, err)
 		}
 	}
+}
+
+// pgOutage cuts the processes off Postgres for PGOutage.
+func (h *harness) pgOutage(ctx context.Context) error {
+	h.pgProxy.setDown(true)
+	h.logf("t=%s postgres outage begins: every connection cut, new ones refused, for %s", h.elapsed(), h.cfg.PGOutage)
+	select {
+	case <-time.After(h.cfg.PGOutage):
+	case <-ctx.Done():
+		// The chaos phase is over; the outage runs its course all the same.
+		time.Sleep(time.Until(h.started.Add(time.Duration(0.33*float64(h.cfg.Duration)) + h.cfg.PGOutage)))
+	}
+	h.pgProxy.setDown(false)
+	h.logf("t=%s postgres outage over", h.elapsed())
+	return nil
 }
 
 // leader returns the coordinator whose /metrics says it holds the leader

@@ -40,6 +40,7 @@ func main() {
 	flag.IntVar(&cfg.NATSRestarts, "nats-restarts", cfg.NATSRestarts, "nats-server restarts")
 	flag.BoolVar(&cfg.NATSKill, "nats-kill", cfg.NATSKill, "restart nats-server with kill -9 rather than SIGTERM")
 	flag.IntVar(&cfg.PGTerminations, "pg-terminations", cfg.PGTerminations, "times every Postgres backend of the run is terminated")
+	flag.DurationVar(&cfg.PGOutage, "pg-outage", cfg.PGOutage, "cut every process off Postgres for this long, once, a third into the chaos phase (0: never)")
 	flag.BoolVar(&cfg.PauseResume, "pause", cfg.PauseResume, "pause and resume the broadcast once, measuring what is still sent")
 	flag.BoolVar(&cfg.PauseStorm, "pause-storm", cfg.PauseStorm, "pause and resume the broadcast every few seconds during the chaos phase")
 	flag.Float64Var(&cfg.RefuseRcpt, "refuse-rcpt", cfg.RefuseRcpt, "share of RCPTs the sink answers 451 at random (0.03: 3 %)")
