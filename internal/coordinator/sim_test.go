@@ -160,6 +160,8 @@ type sim struct {
 	unsubscribed map[ulid.ULID]bool
 	cancelled    bool
 	cursorBroken bool
+	// pendingStates are operator calls whose KV write has not landed yet.
+	pendingStates []store.Broadcast
 	hasRow       map[ulid.ULID]bool
 	kills        int
 	handedOff    int
@@ -565,7 +567,10 @@ func (s *sim) run() {
 // cancelled), KV writes working.
 func (s *sim) endFaults() {
 	s.leaders = s.leaders[:1]
-	s.kv.failNext, s.kv.loseNext = false, false
+	s.kv.failNext, s.kv.loseNext, s.kv.failState = false, false, false
+	for len(s.pendingStates) > 0 {
+		s.mirrorOne()
+	}
 	b, err := s.st.GetBroadcast(s.ctx, s.b.ID)
 	if err == nil && b.State == store.StatePaused {
 		s.operator(store.StatePaused, store.StateRunning)
@@ -602,11 +607,18 @@ func (s *sim) step(faults bool) {
 	if len(s.reports) > 0 {
 		add(20, func() { s.deliverReport(faults) })
 	}
+	if len(s.pendingStates) > 0 {
+		add(3, s.mirrorOne)
+	}
 	add(8, s.tick)
 	add(4, func() { s.clk.advance(time.Duration(500+s.rng.IntN(20_000)) * time.Millisecond) })
 	if faults {
-		add(0.6, func() { s.operator(store.StateRunning, store.StatePaused) })
-		add(0.6, func() { s.operator(store.StatePaused, store.StateRunning) })
+		add(1.5, func() { s.operator(store.StateRunning, store.StatePaused) })
+		add(1.5, func() { s.operator(store.StatePaused, store.StateRunning) })
+		add(0.3, func() {
+			s.kv.failState = true
+			s.fault("kv state write fails")
+		})
 		add(0.05, func() { s.operator(store.StateRunning, store.StateCancelled) })
 		add(0.8, s.unsubscribeOne)
 		add(0.5, func() {
@@ -887,10 +899,20 @@ func (s *sim) operator(from, to store.State) {
 	if to == store.StateCancelled {
 		s.cancelled = true
 	}
+	// The API's KV write comes after its store write, and two racing
+	// calls' KV writes may land in either order: it is a step of its own.
+	s.pendingStates = append(s.pendingStates, b)
+	s.leaders[0].adopt(b)
+}
+
+// mirrorOne lands one operator call's KV write, in any order.
+func (s *sim) mirrorOne() {
+	i := s.rng.IntN(len(s.pendingStates))
+	b := s.pendingStates[i]
+	s.pendingStates = slices.Delete(s.pendingStates, i, i+1)
 	if err := s.c.putState(s.ctx, b); err != nil {
 		s.logf("state not mirrored: %v (the leader converges it)", err)
 	}
-	s.leaders[0].adopt(b)
 }
 
 func (s *sim) unsubscribeOne() {

@@ -27,6 +27,8 @@ type fakeKV struct {
 	entries  map[string]fakeEntry
 	failNext bool
 	loseNext bool
+	// failState makes the next write of a broadcast state key fail.
+	failState bool
 	// writes counts every write attempted, for the sim's report.
 	writes int
 }
@@ -65,8 +67,12 @@ func (kv *fakeKV) write(key string, value []byte, cas int64) (uint64, error) {
 	kv.mu.Lock()
 	defer kv.mu.Unlock()
 	kv.writes++
-	if kv.failNext {
-		kv.failNext = false
+	if kv.failNext || (kv.failState && strings.HasSuffix(key, ".state")) {
+		if strings.HasSuffix(key, ".state") {
+			kv.failState = false
+		} else {
+			kv.failNext = false
+		}
 		return 0, errFakeKVDown
 	}
 	cur, exists := kv.entries[key]
