@@ -38,7 +38,7 @@ WITH due AS (
       AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id AND ` + g + `)
 )
 UPDATE broadcast_sends s
-SET status = 'claimed', attempt = s.attempt + 1, claimed_at = $2, updated_at = $2, retry_at = NULL, owner = $4
+SET status = 'claimed', attempt = s.attempt + CASE WHEN s.status = 'deferred' THEN 1 ELSE 0 END, claimed_at = $2, updated_at = $2, retry_at = NULL, owner = $4
 FROM due, contacts c
 WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id AND c.id = due.contact_id AND ` + g + `
 RETURNING c.id, c.email, c.name, c.attributes, s.attempt`

@@ -24,14 +24,14 @@ func retryAt(o store.Outcome) any {
 // still passes the gate. The write transaction is the only writer, so what
 // it reads cannot be moved by another sweep before it writes.
 func dueQuery(segment int64) string {
-	return `SELECT s.contact_id, c.email, c.name, c.attributes, s.attempt, (c.id IS NOT NULL AND ` + gate(segment) + `)
+	return `SELECT s.contact_id, c.email, c.name, c.attributes, s.attempt + (s.status = 'deferred'), (c.id IS NOT NULL AND ` + gate(segment) + `)
 FROM broadcast_sends s LEFT JOIN contacts c ON c.id = s.contact_id
 WHERE s.broadcast_id = :broadcast AND ((s.status = 'deferred' AND s.retry_at <= :now) OR (s.status = 'claimed' AND s.owner = :owner))
 ORDER BY s.contact_id LIMIT :limit`
 }
 
 const (
-	reclaimDue = `UPDATE broadcast_sends SET status = 'claimed', attempt = attempt + 1, claimed_at = ?3, updated_at = ?3, retry_at = NULL, owner = ?4
+	reclaimDue = `UPDATE broadcast_sends SET status = 'claimed', attempt = attempt + (status = 'deferred'), claimed_at = ?3, updated_at = ?3, retry_at = NULL, owner = ?4
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?4))`
 	dropDue = `DELETE FROM broadcast_sends WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?3))`
 )
@@ -67,7 +67,7 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 				gone = append(gone, u)
 				continue
 			}
-			c := store.Due{Contact: store.Contact{ID: u, Email: email.String, Name: name.String, Subscribed: true}, Attempt: attempt + 1}
+			c := store.Due{Contact: store.Contact{ID: u, Email: email.String, Name: name.String, Subscribed: true}, Attempt: attempt}
 			if err := json.Unmarshal([]byte(attrs.String), &c.Attributes); err != nil {
 				rows.Close()
 				return fmt.Errorf("contact %s: attributes: %w", u, err)

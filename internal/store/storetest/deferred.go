@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -14,6 +15,33 @@ var deferredCases = []testCase{
 	{"DueInOrderOnce", testClaimDueInOrderOnce},
 	{"ConcurrentSweepsSendOnce", testClaimDueConcurrent},
 	{"IneligibleDropped", testClaimDueDropsIneligible},
+	{"RetrySameOwner", testClaimDueRetrySameOwner},
+}
+
+// A ClaimDue repeated by the same owner (its answer lost with an ambiguous
+// commit) gets the rows it moved back, besides any newly due; another
+// owner's repeat gets none of them.
+func testClaimDueRetrySameOwner(f *fixture) {
+	ids := f.subscribers("again", 4)
+	b := f.running("deferred retry", 0)
+	f.deferAll(b, ids, at(1), at(2))
+	first, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2)
+	f.must(err, "ClaimDue")
+	other, err := f.s.ClaimDue(f.ctx, b, "w6/1", at(3), 2)
+	f.must(err, "ClaimDue by another owner")
+	again, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2)
+	f.must(err, "ClaimDue again")
+	if len(first) != 2 || len(other) != 2 || len(again) != 2 || again[0].ID != first[0].ID || again[1].ID != first[1].ID || again[0].Attempt != first[0].Attempt {
+		f.t.Fatalf("first %v, other owner %v, the first owner again %v; want the first owner's two rows back", dueIDs(first), dueIDs(other), dueIDs(again))
+	}
+}
+
+func dueIDs(ds []store.Due) []ulid.ULID {
+	out := make([]ulid.ULID, len(ds))
+	for i, d := range ds {
+		out[i] = d.ID
+	}
+	return out
 }
 
 // deferAll claims ids and records them deferred, each due at due.
@@ -55,7 +83,7 @@ func testClaimDueInOrderOnce(f *fixture) {
 	if row.Status != store.SendClaimed || row.Attempt != 2 || !row.ClaimedAt.Equal(at(10)) {
 		f.t.Errorf("swept row %+v; want claimed again at %v, attempt 2", row, at(10))
 	}
-	rest, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(15), 100)
+	rest, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(15), 100)
 	f.must(err, "ClaimDue rest")
 	if len(rest) != 1 || rest[0].ID != ids[2] {
 		f.t.Fatalf("second sweep = %+v; want only the third due row", rest)
@@ -81,15 +109,26 @@ func testClaimDueConcurrent(f *fixture) {
 	seen := map[ulid.ULID]int{}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
-	for range 4 {
+	for k := range 4 {
 		wg.Go(func() {
 			for {
-				got, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(3), 7)
+				owner := fmt.Sprintf("w%d/1", k)
+				got, err := f.s.ClaimDue(f.ctx, b, owner, at(3), 7)
 				if err != nil {
 					errs <- err
 					return
 				}
 				if len(got) == 0 {
+					return
+				}
+				// As a sweep does between windows: the outcomes of what it
+				// claimed (else ClaimDue hands its own rows back).
+				outs := make([]store.Outcome, len(got))
+				for i, d := range got {
+					outs[i] = store.Outcome{ContactID: d.ID, Status: store.SendSent}
+				}
+				if err := f.s.RecordOutcomes(f.ctx, b.ID, owner, outs, at(3)); err != nil {
+					errs <- err
 					return
 				}
 				mu.Lock()
