@@ -42,10 +42,11 @@ type BreakerState struct {
 	// Failures are the latest transient failures in the last
 	// BreakerWindow, oldest first, at most BreakerFailures of them.
 	Failures []time.Time `json:"failures,omitempty"`
-	// Minutes count the failures per minute of the last BreakerWindow,
-	// oldest first: the share rule's failures, a few entries whatever the
-	// volume. The accepted sends it compares them with are counted in
-	// memory (sendWindow), for every provider, and not stored.
+	// Minutes count accepted sends and failures per minute of the last
+	// BreakerWindow, oldest first: the share rule's window, a few entries
+	// whatever the volume. Stored, so a new leader judges the share on the
+	// whole window; a provider's sends are counted in memory until its
+	// first failure (sendWindow), so a healthy provider keeps no state.
 	Minutes   []BreakerMinute `json:"minutes,omitempty"`
 	OpenUntil time.Time       `json:"open_until,omitzero"`
 	ProbeAt   time.Time       `json:"probe_at,omitzero"`
@@ -54,7 +55,8 @@ type BreakerState struct {
 // BreakerMinute is one minute of a breaker's window.
 type BreakerMinute struct {
 	At     time.Time `json:"at"` // the minute's start
-	Failed int       `json:"failed"`
+	Sent   int       `json:"sent,omitempty"`
+	Failed int       `json:"failed,omitempty"`
 }
 
 // minute returns the window's entry for now's minute, adding it.
@@ -67,11 +69,11 @@ func (b *BreakerState) minute(now time.Time) *BreakerMinute {
 	return &b.Minutes[len(b.Minutes)-1]
 }
 
-// share is the failed share of the window's attempts, given sent accepted.
-func (b *BreakerState) share(sent int) float64 {
-	failed := 0
+// share is the failed share of the window's attempts.
+func (b *BreakerState) share() float64 {
+	sent, failed := 0, 0
 	for _, m := range b.Minutes {
-		failed += m.Failed
+		sent, failed = sent+m.Sent, failed+m.Failed
 	}
 	if sent+failed == 0 {
 		return 0
@@ -79,17 +81,18 @@ func (b *BreakerState) share(sent int) float64 {
 	return float64(failed) / float64(sent+failed)
 }
 
-// sendWindow counts accepted sends per minute over BreakerWindow.
-type sendWindow []BreakerMinute // Failed holds the sends
+// sendWindow counts a provider's accepted sends per minute over
+// BreakerWindow, in memory (Sent only).
+type sendWindow []BreakerMinute
 
 func (w sendWindow) add(now time.Time, n int) sendWindow {
 	w = w.prune(now)
 	at := now.Truncate(time.Minute)
 	if k := len(w); k > 0 && w[k-1].At.Equal(at) {
-		w[k-1].Failed += n
+		w[k-1].Sent += n
 		return w
 	}
-	return append(w, BreakerMinute{At: at, Failed: n})
+	return append(w, BreakerMinute{At: at, Sent: n})
 }
 
 func (w sendWindow) prune(now time.Time) sendWindow {
@@ -101,13 +104,7 @@ func (w sendWindow) prune(now time.Time) sendWindow {
 	return w[i:]
 }
 
-func (w sendWindow) total() int {
-	n := 0
-	for _, m := range w {
-		n += m.Failed
-	}
-	return n
-}
+
 
 func (b *BreakerState) phase(now time.Time) string {
 	switch {
@@ -122,7 +119,7 @@ func (b *BreakerState) phase(now time.Time) string {
 // failure counts a transient failure; a breaker it trips stays open for
 // open. It trips when the window holds at least floor failures and they
 // are at least share of its attempts.
-func (b *BreakerState) failure(now time.Time, open time.Duration, floor int, share float64, sent int) {
+func (b *BreakerState) failure(now time.Time, open time.Duration, floor int, share float64, sent sendWindow) {
 	switch b.phase(now) {
 	case PhaseOpen:
 		// A send that started before the breaker opened: already counted
@@ -131,23 +128,35 @@ func (b *BreakerState) failure(now time.Time, open time.Duration, floor int, sha
 		b.trip(now, open) // the probe (or a straggler) failed: the provider is still unwell
 	default:
 		b.forget(now)
+		if len(b.Minutes) == 0 {
+			// The first failure in the window: the sends counted in memory
+			// so far become the window's.
+			b.Minutes = append([]BreakerMinute(nil), sent.prune(now)...)
+		}
 		b.minute(now).Failed++
 		b.Failures = append(b.Failures, now)
 		if len(b.Failures) > floor {
 			b.Failures = b.Failures[len(b.Failures)-floor:]
 		}
-		if len(b.Failures) >= floor && b.share(sent) >= share {
+		if len(b.Failures) >= floor && b.share() >= share {
 			b.trip(now, open)
 		}
 	}
 }
 
-// success closes a half-open breaker. Successes do not clear failures of a
-// closed one: the rule is a share in a window, not a run of failures in a
-// row. In the open period a success is a straggler from before it opened.
-func (b *BreakerState) success(now time.Time) {
-	if b.phase(now) == PhaseHalfOpen {
+// success records n accepted sends and closes a half-open breaker.
+// Successes do not clear failures of a closed one: the rule is a share in a
+// window, not a run of failures in a row. In the open period a success is a
+// straggler from before it opened.
+func (b *BreakerState) success(now time.Time, n int) {
+	switch b.phase(now) {
+	case PhaseHalfOpen:
 		*b = BreakerState{}
+	case PhaseClosed:
+		b.forget(now)
+		if len(b.Minutes) > 0 {
+			b.minute(now).Sent += n
+		}
 	}
 }
 

@@ -273,3 +273,33 @@ func TestBreakerFloorAtSmallVolume(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakerShareSurvivesANewLeader: a new leader starts from the stored
+// state; the window's sends are in it, so the first failure it sees does not
+// look like 100 % (the chaos run's coordinator kills tripped it so).
+func TestBreakerShareSurvivesANewLeader(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	d := NewDomain("example.com", Limits{}, nil, t0)
+	run := func(d *Domain, from, seconds int) bool {
+		for s := from; s < from+seconds; s++ {
+			now := t0.Add(time.Duration(s) * time.Second)
+			d.RecordSuccess(now, "chaos.example", 97)
+			for range 3 {
+				d.RecordTransient(now, "chaos.example")
+			}
+			if open, _ := d.ProviderOpen(now, "chaos.example"); open {
+				return true
+			}
+		}
+		return false
+	}
+	if run(d, 0, 120) {
+		t.Fatal("3 % opened the breaker")
+	}
+	st := d.State()
+	next := NewDomain("example.com", Limits{}, &st, t0.Add(120*time.Second))
+	if run(next, 120, 120) {
+		t.Fatal("3 % opened the breaker of the new leader")
+	}
+}

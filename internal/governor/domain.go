@@ -149,8 +149,8 @@ type Domain struct {
 	server *Server
 	shared bool
 	// sent counts each receiving provider's accepted sends over the
-	// breaker window, for the breakers' share rule; in memory only (a new
-	// leader starts counting afresh).
+	// breaker window, in memory, until the provider's first failure moves
+	// them into its stored breaker state (BreakerState.Minutes).
 	sent map[string]sendWindow
 }
 
@@ -387,11 +387,7 @@ func (d *Domain) RecordTransient(now time.Time, provider string) {
 	d.roll(now)
 	p := Provider(provider)
 	b := d.st.Breakers[p]
-	sent := d.sent[p].prune(now)
-	if len(sent) > 0 {
-		d.sent[p] = sent
-	}
-	b.failure(now, d.limits.BreakerOpen, d.limits.BreakerFailures, d.limits.BreakerShare, sent.total())
+	b.failure(now, d.limits.BreakerOpen, d.limits.BreakerFailures, d.limits.BreakerShare, d.sent[p])
 	if d.st.Breakers == nil {
 		d.st.Breakers = map[string]BreakerState{}
 	}
@@ -424,7 +420,7 @@ func (d *Domain) RecordSuccess(now time.Time, provider string, n int) {
 	if !ok {
 		return
 	}
-	b.success(now)
+	b.success(now, n)
 	d.st.Breakers[p] = b
 	d.tidy(now)
 }
