@@ -680,6 +680,7 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 	}
 	wg.Wait()
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
+	refused, firstRefused, refusedErr := 0, -1, ""
 
 	for i, c := range window {
 		if !mine[c.ID] {
@@ -730,9 +731,25 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 			res.deferred++
 			messages.WithLabelValues("retry").Inc()
 		}
+		if class == transport.Transient {
+			// One recipient's 451 among many accepted is a provider's
+			// ordinary deferral: the row goes out later and the page goes
+			// on. The page stops only when the window looks unwell (below).
+			refused++
+			if firstRefused < 0 {
+				firstRefused, refusedErr = i, err.Error()
+			}
+			continue
+		}
 		if res.stopAt < 0 {
 			res.stopAt, res.class, res.err = i, busClass(class), err.Error()
 		}
+	}
+	// Half or more of the window's real attempts refused for a transient
+	// reason: the server (or the route to it) is struggling, so the page
+	// stops and the range backs off, as for a quota or channel error.
+	if refused > 0 && res.stopAt < 0 && 2*refused >= attempted {
+		res.stopAt, res.class, res.err = firstRefused, bus.ClassTransient, refusedErr
 	}
 	return res, outcomes
 }
