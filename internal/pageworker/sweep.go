@@ -80,7 +80,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 				continue
 			}
 			if !res.held[o.ContactID] {
-				outcomes[k].RetryAt = now.Add(w.cfg.SweepRetry)
+				outcomes[k].RetryAt = w.retryAfterAttempt(now, attempt[o.ContactID])
 				outcomes[k].Error = "deferred again: " + o.Error
 			}
 		}

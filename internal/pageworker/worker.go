@@ -52,8 +52,9 @@ type Config struct {
 	// DKIM signs each message with its From domain's keys; nil signs
 	// nothing.
 	DKIM *message.DKIM
-	// SweepRetry is when a swept deferred row that could not be sent (a
-	// transient error) is due again.
+	// SweepRetry caps when a swept deferred row that could not be sent (a
+	// transient error) is due again: RetryAfter doubled per attempt, at
+	// most this.
 	SweepRetry time.Duration
 	// MaxAttempts bounds how often a deferred row is tried: the sweep that
 	// reaches it without sending records the row failed, with the reason.
@@ -752,6 +753,18 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 		res.stopAt, res.class, res.err = firstRefused, bus.ClassTransient, refusedErr
 	}
 	return res, outcomes
+}
+
+// retryAfterAttempt is when a swept row refused again is due: RetryAfter
+// doubled per attempt so far, at most SweepRetry, jittered like retryAt, so
+// a provider's random deferrals cost seconds, not a minute each.
+func (w *Worker) retryAfterAttempt(now time.Time, attempt int) time.Time {
+	d := w.cfg.RetryAfter
+	for i := 1; i < attempt && d < w.cfg.SweepRetry; i++ {
+		d *= 2
+	}
+	d = min(d, w.cfg.SweepRetry)
+	return now.Add(d/2 + time.Duration(w.cfg.Jitter(int64(d/2))))
 }
 
 // retryAt is when a row deferred after a transient refusal is due again:
