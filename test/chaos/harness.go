@@ -188,6 +188,9 @@ type harness struct {
 	// counts the storm's pauses.
 	pauseMu sync.Mutex
 	storms  atomic.Int64
+	// lastKill is when the last worker was killed (Unix ns), for the time
+	// from a kill to completion.
+	lastKill atomic.Int64
 	sentWhilePaused                       int64
 	supervisorRestarts                    atomic.Int64
 
@@ -831,6 +834,8 @@ func (h *harness) killWorkers(ctx context.Context) {
 		}
 		w.Kill9()
 		h.workerKills.Add(1)
+		h.lastKill.Store(time.Now().UnixNano())
+		h.logf("t=%s kill -9 %s", h.elapsed(), w.Name)
 		if err := w.Start(); err != nil {
 			h.logf("restart %s: %v", w.Name, err)
 		}
@@ -1201,6 +1206,10 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 	// Every address is good: a 451 at random is no reason to fail anyone
 	// (ten in a row for one address is about one in 10^15).
 	add(failed == 0, "failed (random 451s are deferrals, not failures)", "%d; the sink refused %.0f%% of RCPTs at random; pause storm: %d pauses", failed, h.cfg.RefuseRcpt*100, h.storms.Load())
+	if completed && h.lastKill.Load() != 0 && b.GetFinishedAt() != nil {
+		add(true, "from the last worker kill -9 to completion", "%s (--in-doubt-after %s)",
+			b.GetFinishedAt().AsTime().Sub(time.Unix(0, h.lastKill.Load())).Round(100*time.Millisecond), h.cfg.InDoubtAfter)
+	}
 	if completed {
 		add(true, "time to complete", "%s (%.0f msg/s, including a %s pause)", took.Round(100*time.Millisecond), rate, h.pausedFor.Round(100*time.Millisecond))
 	} else {
