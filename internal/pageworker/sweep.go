@@ -69,8 +69,8 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		// A row cannot wait for ever: after MaxAttempts it fails with the
 		// reason, so the broadcast finishes and the failure is seen.
 		for k, o := range outcomes {
-			if o.Status != store.SendDeferred {
-				continue
+			if o.Status != store.SendDeferred || res.held[o.ContactID] {
+				continue // a held row was not attempted: it never fails for it
 			}
 			if attempt[o.ContactID] >= w.cfg.MaxAttempts {
 				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendFailed,
@@ -79,10 +79,8 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 				res.failed++
 				continue
 			}
-			if !res.held[o.ContactID] {
-				outcomes[k].RetryAt = w.retryAfterAttempt(now, attempt[o.ContactID])
-				outcomes[k].Error = "deferred again: " + o.Error
-			}
+			outcomes[k].RetryAt = w.retryAfterAttempt(now, attempt[o.ContactID])
+			outcomes[k].Error = "deferred again: " + o.Error
 		}
 		err = w.persist(ctx, owner, func() error {
 			return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())

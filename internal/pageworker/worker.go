@@ -689,7 +689,7 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 		}
 		if !deferUntil[i].IsZero() {
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: deferUntil[i],
-				Error: "deferred: " + providers[i] + " held by the governor"})
+				Error: "deferred: " + providers[i] + " held by the governor", NotAttempted: true})
 			res.deferred++
 			if res.held == nil {
 				res.held = map[ulid.ULID]bool{}

@@ -126,6 +126,10 @@ type Outcome struct {
 	Error     string // the server's reply for failures
 	// RetryAt is when a deferred row is due again; zero for other statuses.
 	RetryAt time.Time
+	// NotAttempted: nothing was sent (the governor held the provider), so
+	// the claim does not count as an attempt against the recipient; the
+	// row's attempt count goes back by one. Only real SMTP attempts count.
+	NotAttempted bool
 }
 
 // Send is one ledger row.

@@ -19,6 +19,15 @@ func retryAt(o store.Outcome) any {
 	return o.RetryAt
 }
 
+// notAttempted is what an outcome takes off the row's attempt count: 1 when
+// the governor held it and nothing was tried.
+func notAttempted(o store.Outcome) int {
+	if o.NotAttempted {
+		return 1
+	}
+	return 0
+}
+
 // claimDueQuery locks the due deferred rows, and those $4 holds claimed
 // already (SKIP LOCKED: a concurrent sweep takes other rows, never the
 // same), deletes those whose contact no longer

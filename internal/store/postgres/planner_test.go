@@ -85,8 +85,8 @@ SELECT (SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND ta
 			statements := []struct {
 				name, params, sql, args string
 			}{
-				{"outcome UPDATE", "uuid, uuid, text, text, timestamptz, timestamptz, text", postgres.RecordOutcomeSQL,
-					fmt.Sprintf(`'%s', '%032x', 'sent', '', '%s', NULL, 'w1/1'`, bid, 0x2a, t0.Format(time.RFC3339))},
+				{"outcome UPDATE", "uuid, uuid, text, text, timestamptz, timestamptz, text, integer", postgres.RecordOutcomeSQL,
+					fmt.Sprintf(`'%s', '%032x', 'sent', '', '%s', NULL, 'w1/1', 0`, bid, 0x2a, t0.Format(time.RFC3339))},
 				{"release DELETE", "uuid, uuid[], text", postgres.ReleaseSQL,
 					fmt.Sprintf(`'%s', ARRAY['%032x', '%032x']::uuid[], 'w1/1'`, bid, 0x2a, 0x2b)},
 			}

@@ -488,7 +488,7 @@ const stillClaimed = `status || '' = 'claimed'`
 // stillClaimed).
 const recordOutcome = `
 UPDATE broadcast_sends SET status = $3, error = $4, updated_at = $5, retry_at = $6, accepted = ($3 = 'sent'),
-    owner = CASE WHEN $3 = 'claimed' THEN '' ELSE owner END
+    owner = CASE WHEN $3 = 'claimed' THEN '' ELSE owner END, attempt = attempt - $8
 WHERE broadcast_id = $1 AND contact_id = $2 AND ` + stillClaimed + ` AND owner = $7`
 
 // releaseClaims deletes claims that $3 still holds, by primary key.
@@ -515,7 +515,7 @@ func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner s
 func (s *Store) recordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	batch := &pgx.Batch{}
 	for _, o := range outcomes {
-		batch.Queue(recordOutcome, uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, now, retryAt(o), owner)
+		batch.Queue(recordOutcome, uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, now, retryAt(o), owner, notAttempted(o))
 	}
 	if len(next) > 0 {
 		batch.Queue(claimQuery, claimArgs(broadcast, owner, next, now)...)

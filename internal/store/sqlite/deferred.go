@@ -20,6 +20,15 @@ func retryAt(o store.Outcome) any {
 	return ts(o.RetryAt)
 }
 
+// notAttempted is what an outcome takes off the row's attempt count: 1 when
+// the governor held it and nothing was tried.
+func notAttempted(o store.Outcome) int {
+	if o.NotAttempted {
+		return 1
+	}
+	return 0
+}
+
 // dueQuery reads the due deferred rows with their contacts and whether each
 // still passes the gate. The write transaction is the only writer, so what
 // it reads cannot be moved by another sweep before it writes.

@@ -701,7 +701,7 @@ func claimTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owner string,
 const (
 	recordOutcome = `
 UPDATE broadcast_sends SET status = ?3, error = ?4, updated_at = ?5, retry_at = ?6, accepted = (?3 = 'sent'),
-    owner = CASE WHEN ?3 = 'claimed' THEN '' ELSE owner END
+    owner = CASE WHEN ?3 = 'claimed' THEN '' ELSE owner END, attempt = attempt - ?8
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'claimed' AND owner = ?7`
 	releaseClaim = `
 DELETE FROM broadcast_sends
@@ -751,7 +751,7 @@ func recordOutcomesTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owne
 	// the reputation sums.
 	var d store.Reputation
 	for _, o := range outcomes {
-		r, err := stmt.ExecContext(ctx, id(broadcast), id(o.ContactID), string(o.Status), o.Error, ts(now), retryAt(o), owner)
+		r, err := stmt.ExecContext(ctx, id(broadcast), id(o.ContactID), string(o.Status), o.Error, ts(now), retryAt(o), owner, notAttempted(o))
 		if err != nil {
 			return err
 		}

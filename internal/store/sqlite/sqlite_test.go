@@ -243,7 +243,7 @@ func TestOutcomeWritesUsePrimaryKey(t *testing.T) {
 			must(t, err, "ANALYZE")
 		}
 		for name, q := range map[string]string{"record outcome": recordOutcome, "release": releaseClaim} {
-			plan := explain(t, s, q, id(b.ID), id(ids[7]), "sent", "", int64(0), nil, "w1/1")
+			plan := explain(t, s, q, id(b.ID), id(ids[7]), "sent", "", int64(0), nil, "w1/1", 0)
 			if !strings.Contains(plan, "USING PRIMARY KEY (broadcast_id=? AND contact_id=?)") || strings.Contains(plan, "broadcast_sends_pending") {
 				t.Errorf("%s (analyzed %v): plan %q, want a primary-key lookup", name, analyzed, plan)
 			}

@@ -16,6 +16,27 @@ var deferredCases = []testCase{
 	{"ConcurrentSweepsSendOnce", testClaimDueConcurrent},
 	{"IneligibleDropped", testClaimDueDropsIneligible},
 	{"RetrySameOwner", testClaimDueRetrySameOwner},
+	{"HeldIsNoAttempt", testHeldIsNoAttempt},
+}
+
+// A row deferred because the governor held its provider was not attempted:
+// its attempt count goes back, so holds never wear a recipient's attempts
+// down (only real SMTP attempts count).
+func testHeldIsNoAttempt(f *fixture) {
+	ids := f.subscribers("held", 1)
+	b := f.running("held", 0)
+	f.claim(b, ids, at(1))
+	held := []store.Outcome{{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(2), Error: "held", NotAttempted: true}}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", held, at(1)), "RecordOutcomes held")
+	for round := range 3 {
+		due, err := f.s.ClaimDue(f.ctx, b, fmt.Sprintf("w%d/1", round+2), at(3+round), 10)
+		f.must(err, "ClaimDue")
+		if len(due) != 1 || due[0].Attempt != 1 {
+			f.t.Fatalf("round %d: ClaimDue = %+v; want the held row at attempt 1 (no attempt made yet)", round, due)
+		}
+		again := []store.Outcome{{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(3 + round), Error: "held", NotAttempted: true}}
+		f.must(f.s.RecordOutcomes(f.ctx, b.ID, fmt.Sprintf("w%d/1", round+2), again, at(3+round)), "RecordOutcomes held again")
+	}
 }
 
 // A ClaimDue repeated by the same owner (its answer lost with an ambiguous
