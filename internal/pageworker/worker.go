@@ -101,7 +101,7 @@ func (c Config) withDefaults() Config {
 		c.MaxPageTime = 10 * time.Minute
 	}
 	if c.SweepRetry == 0 {
-		c.SweepRetry = time.Minute
+		c.SweepRetry = 2 * time.Minute
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 10
@@ -110,7 +110,7 @@ func (c Config) withDefaults() Config {
 		c.ID = ulid.Make().String()
 	}
 	if c.RetryAfter == 0 {
-		c.RetryAfter = 10 * time.Second
+		c.RetryAfter = 2 * time.Second
 	}
 	if c.StoreRetryFor == 0 {
 		c.StoreRetryFor = 15 * time.Minute
