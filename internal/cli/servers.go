@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/demo"
 	"github.com/rangecast/rangecast/internal/governor"
@@ -42,7 +43,7 @@ Every flag can be set by the environment variable named in its help.`,
 			if err := o.Retention.Check(); err != nil {
 				return err
 			}
-			o.Tokens = coordinator.ParseTokens(os.Getenv("RANGECAST_TOKENS"))
+			o.Tokens = api.ParseTokens(os.Getenv("RANGECAST_TOKENS"))
 			o.Governor = &gov
 			o.Secrets = publicSecrets(keysFile)
 			return server.RunCoordinator(cmd.Context(), o)

@@ -146,7 +146,7 @@ func (c *Coordinator) checkAlarms(ctx context.Context, a Alarms, paused map[ulid
 		if reason == "" {
 			continue
 		}
-		if _, err := c.transition(ctx, id.String(), "paused", []store.State{store.StateRunning}, store.StatePaused, reason); err != nil {
+		if _, err := c.transition(ctx, id, "paused", []store.State{store.StateRunning}, store.StatePaused, reason); err != nil {
 			c.cfg.Log.Warn("reputation alarm could not pause the broadcast", "broadcast", id, "err", err)
 			continue
 		}

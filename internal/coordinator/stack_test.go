@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/clock"
@@ -133,7 +134,7 @@ func (s *stack) runReplica(cfg coordinator.Config) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := coordinator.NewGRPCServer(c)
+	srv := api.NewGRPCServer(api.Config{Engine: c, Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Log})
 	go srv.Serve(lis) //nolint:errcheck
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

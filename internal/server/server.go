@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/coordinator"
@@ -202,18 +203,18 @@ type CoordinatorOptions struct {
 	// transactional messages are kept.
 	Retention coordinator.Retention
 
-	auth      *coordinator.Auth // built by RunCoordinator before connecting
-	publicLis net.Listener      // bound by StartStack, which needs its address first
+	auth      *api.Auth    // built by RunCoordinator before connecting
+	publicLis net.Listener // bound by StartStack, which needs its address first
 }
 
 // newAuth returns the token checker o asks for, or nil when it asks for
 // none.
-func (o CoordinatorOptions) newAuth() (*coordinator.Auth, error) {
-	cfg := coordinator.AuthConfig{Tokens: o.Tokens, TokensFile: o.TokensFile, Log: o.Log}
+func (o CoordinatorOptions) newAuth() (*api.Auth, error) {
+	cfg := api.AuthConfig{Tokens: o.Tokens, TokensFile: o.TokensFile, Log: o.Log}
 	if !cfg.Enabled() {
 		return nil, nil
 	}
-	return coordinator.NewAuth(cfg)
+	return api.NewAuth(cfg)
 }
 
 // connect opens the store and the bus a server process needs and returns a
@@ -284,7 +285,7 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 			return err
 		}
 	}
-	srv := coordinator.NewGRPCServer(c, auth.ServerOptions()...)
+	srv := api.NewGRPCServer(api.Config{Engine: c, Store: st, Clock: clock.Real{}, Log: o.Log}, auth.ServerOptions()...)
 	pb.RegisterTransactionalServiceServer(srv, transactional.NewService(transactional.ServiceConfig{Store: st, JS: b.JS, Clock: clock.Real{}, Log: o.Log}))
 	go srv.Serve(lis) //nolint:errcheck
 	o.Log.Info("grpc listening", "addr", lis.Addr().String())

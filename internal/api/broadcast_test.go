@@ -1,4 +1,4 @@
-package coordinator_test
+package api_test
 
 import (
 	"context"
@@ -300,7 +300,7 @@ func TestBroadcastLifecycleErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := s.status(id)
-	wantStatus(t, "start twice", byName("start")(id), codes.FailedPrecondition, id, "running", "only a draft can be started")
+	wantStatus(t, "start twice", byName("start")(id), codes.FailedPrecondition, id, "running", "only a draft broadcast can be started")
 	if after := s.status(id); after.GetState() != pb.BroadcastState_BROADCAST_STATE_RUNNING ||
 		!after.GetStartedAt().AsTime().Equal(before.GetStartedAt().AsTime()) || after.GetSnapshotTotal() != before.GetSnapshotTotal() {
 		t.Fatalf("a rejected second start changed the broadcast: %v → %v", before, after)

@@ -1,4 +1,4 @@
-package coordinator_test
+package api_test
 
 import (
 	"context"
