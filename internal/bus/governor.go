@@ -116,18 +116,34 @@ func (v *GovernorView) State(ctx context.Context, domain string, now time.Time) 
 // now (held after a quota rejection, or breaker open), with until when.
 // Half-open providers are not in it: their probe is the leader's to give.
 func (v *GovernorView) Held(ctx context.Context, domain string, now time.Time) (map[string]time.Time, error) {
+	refusals, err := v.Refusals(ctx, domain, now)
+	if err != nil || refusals == nil {
+		return nil, err
+	}
+	held := make(map[string]time.Time, len(refusals))
+	for p, r := range refusals {
+		held[p] = r.Until
+	}
+	return held, nil
+}
+
+// Refusals is Held with why each provider is held: governor.LimitHeld after
+// a quota rejection, governor.LimitBreaker while its breaker is open.
+func (v *GovernorView) Refusals(ctx context.Context, domain string, now time.Time) (map[string]governor.Refusal, error) {
 	st, err := v.State(ctx, domain, now)
 	if err != nil || st == nil {
 		return nil, err
 	}
-	var held map[string]time.Time
+	var held map[string]governor.Refusal
 	for _, p := range governor.NewDomain(domain, governor.Limits{}, st, now).Status(now).Providers {
-		if p.Phase == governor.PhaseHeld || p.Phase == governor.PhaseOpen {
-			if held == nil {
-				held = map[string]time.Time{}
-			}
-			held[p.Provider] = p.Until
+		if p.Phase != governor.PhaseHeld && p.Phase != governor.PhaseOpen {
+			continue
 		}
+		if held == nil {
+			held = map[string]governor.Refusal{}
+		}
+		held[p.Provider] = governor.Refusal{Limit: governor.ProviderLimit(p.Phase), Until: p.Until,
+			Text: fmt.Sprintf("%s is held for %s by the governor", p.Provider, domain)}
 	}
 	return held, nil
 }

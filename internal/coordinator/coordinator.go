@@ -19,6 +19,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
+	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
@@ -139,8 +140,9 @@ func (c Config) withDefaults() Config {
 // throttle and the pacer must grant before a page goes out; a page shrinks to
 // what was granted, and what a page did not send is returned.
 type Pacer interface {
-	// Grant returns up to n messages for domain, or 0 and what it waits for.
-	Grant(now time.Time, domain string, n int) (granted int, waiting string)
+	// Grant returns up to n messages for domain; fewer, with the limit
+	// that binds, when it cannot grant them all.
+	Grant(now time.Time, domain string, n int) (granted int, why governor.Refusal)
 	// Settle ends a grant of granted messages of which sent went out.
 	Settle(domain string, granted, sent int)
 	// Observe takes a report once it is applied: what it sent (counted

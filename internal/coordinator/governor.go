@@ -202,22 +202,26 @@ func (g *governors) kickFlush() {
 	}
 }
 
+// limitUnavailable is the refusal of a governor whose state cannot be read:
+// pages wait rather than go out unpaced.
+const limitUnavailable governor.Limit = "unavailable"
+
 // Grant implements Pacer.
-func (g *governors) Grant(now time.Time, domain string, n int) (int, string) {
+func (g *governors) Grant(now time.Time, domain string, n int) (int, governor.Refusal) {
 	h, err := g.domain(domain)
 	if err != nil {
 		g.log.Warn("governor state unavailable; holding pages", "domain", domain, "err", err)
-		governorGrants.WithLabelValues("unavailable").Inc()
-		return 0, "governor of " + domain + " unavailable: " + err.Error()
+		governorGrants.WithLabelValues(string(limitUnavailable)).Inc()
+		return 0, governor.Refusal{Limit: limitUnavailable, Text: "governor of " + domain + " unavailable: " + err.Error()}
 	}
-	granted, _, why := h.d.Grant(now, n)
+	granted, why := h.d.Grant(now, n)
 	switch {
 	case granted == n:
 		governorGrants.WithLabelValues("granted").Inc()
 	case granted > 0:
 		governorGrants.WithLabelValues("shrunk").Inc()
 	default:
-		governorGrants.WithLabelValues(refusalReason(why)).Inc()
+		governorGrants.WithLabelValues(string(why.Limit)).Inc()
 	}
 	return granted, why
 }
@@ -510,16 +514,4 @@ func serverOf(l governor.Limits) string {
 		return DefaultServer
 	}
 	return l.Server
-}
-
-// refusalReason is the metric label of a refused grant.
-func refusalReason(why string) string {
-	switch {
-	case strings.Contains(why, "daily ceiling"):
-		return "ceiling"
-	case strings.Contains(why, "hourly limit"):
-		return "hourly"
-	default:
-		return "rate"
-	}
 }

@@ -400,9 +400,9 @@ func TestTransactionalUsageCounted(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// And a worker then holds yahoo's transactional mail.
-	retryAt, _, err := g.Admit(context.Background(), "rangecast.test", "x@yahoo.com", time.Now().Add(2*time.Second))
-	if err != nil || retryAt.IsZero() {
-		t.Fatalf("Admit to yahoo with its breaker open = %v, %v; want held", retryAt, err)
+	held, err := g.Admit(context.Background(), "rangecast.test", "x@yahoo.com", time.Now().Add(2*time.Second))
+	if err != nil || held.Until.IsZero() || held.Limit != governor.LimitBreaker {
+		t.Fatalf("Admit to yahoo with its breaker open = %+v, %v; want held by the breaker", held, err)
 	}
 }
 

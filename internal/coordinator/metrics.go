@@ -74,7 +74,7 @@ func init() {
 	for _, r := range []string{"sent", "unknown", "released"} {
 		inDoubtSettled.WithLabelValues(r)
 	}
-	for _, r := range []string{"granted", "shrunk", "ceiling", "hourly", "rate", "unavailable"} {
+	for _, r := range []string{"granted", "shrunk", string(governor.LimitCeiling), string(governor.LimitHourly), string(governor.LimitRate), string(limitUnavailable)} {
 		governorGrants.WithLabelValues(r)
 	}
 	for _, t := range []string{"delivery_events", "outbound_receipts", "broadcast_reputation_deltas"} {

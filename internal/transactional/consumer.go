@@ -211,15 +211,15 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 	m := p.message()
 	now := c.cfg.Clock.Now()
 	if g := c.cfg.Governor; g != nil {
-		retryAt, reason, err := g.Admit(ctx, m.SendingDomain(), m.To, now)
+		held, err := g.Admit(ctx, m.SendingDomain(), m.To, now)
 		switch {
 		case err != nil:
 			log.Warn("governor did not answer; retried later", "err", err)
 			msg.NakWithDelay(retryStoreAfter) //nolint:errcheck
 			return
-		case retryAt.After(now):
-			log.Debug("transactional message held by the governor", "until", retryAt, "reason", reason)
-			msg.NakWithDelay(retryAt.Sub(now)) //nolint:errcheck
+		case held.Until.After(now):
+			log.Debug("transactional message held by the governor", "until", held.Until, "limit", held.Limit, "reason", held.Text)
+			msg.NakWithDelay(held.Until.Sub(now)) //nolint:errcheck
 			return
 		}
 	}

@@ -4,17 +4,18 @@ import (
 	"context"
 	"time"
 
+	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
 // Governor is the hook for the sending domain's governor, which
-// transactional mail shares with broadcasts. A nil Governor in
-// ConsumerConfig sends without asking: nothing implements this yet.
+// transactional mail shares with broadcasts (KVGovernor). A nil Governor in
+// ConsumerConfig sends without asking.
 type Governor interface {
 	// Admit asks to send one message from sendingDomain to recipient now.
-	// A zero retryAt admits it; otherwise the message waits until retryAt
-	// (reason says why) without spending one of its attempts.
-	Admit(ctx context.Context, sendingDomain, recipient string, now time.Time) (retryAt time.Time, reason string, err error)
+	// The zero Refusal admits it; otherwise the message waits until
+	// refusal.Until without spending one of its attempts.
+	Admit(ctx context.Context, sendingDomain, recipient string, now time.Time) (refusal governor.Refusal, err error)
 	// Observe reports how an admitted send ended: zero Class for accepted,
 	// else what transport.Classify said.
 	Observe(sendingDomain, recipient string, c transport.Class, now time.Time)

@@ -2,7 +2,6 @@ package transactional
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -34,20 +33,15 @@ func NewKVGovernor(b *bus.Bus, log *slog.Logger) *KVGovernor {
 }
 
 // Admit implements Governor.
-func (g *KVGovernor) Admit(ctx context.Context, sendingDomain, recipient string, now time.Time) (time.Time, string, error) {
+func (g *KVGovernor) Admit(ctx context.Context, sendingDomain, recipient string, now time.Time) (governor.Refusal, error) {
 	domain := strings.ToLower(sendingDomain)
 	// A half-open provider admits transactional mail, which is little and
-	// urgent; Held leaves it out.
-	held, err := g.view.Held(ctx, domain, now)
+	// urgent; Refusals leaves it out.
+	held, err := g.view.Refusals(ctx, domain, now)
 	if err != nil {
-		return time.Time{}, "", err
+		return governor.Refusal{}, err
 	}
-	p := governor.Provider(domainOf(recipient))
-	until, ok := held[p]
-	if !ok {
-		return time.Time{}, "", nil
-	}
-	return until, fmt.Sprintf("%s is held for %s by the governor", p, domain), nil
+	return held[governor.Provider(domainOf(recipient))], nil
 }
 
 // Observe implements Governor.

@@ -30,15 +30,15 @@ func TestKVGovernorHoldsWhatTheLeaderHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := transactional.NewKVGovernor(b, testLogger())
-	retryAt, reason, err := g.Admit(ctx, "Example.com", "someone@googlemail.com", now)
-	if err != nil || !retryAt.Equal(st.Holds[governor.ProviderGoogle]) || reason == "" {
-		t.Fatalf("Admit to a held provider = %v, %q, %v; want held until %v", retryAt, reason, err, st.Holds[governor.ProviderGoogle])
+	held, err := g.Admit(ctx, "Example.com", "someone@googlemail.com", now)
+	if err != nil || !held.Until.Equal(st.Holds[governor.ProviderGoogle]) || held.Limit != governor.LimitHeld || held.Text == "" {
+		t.Fatalf("Admit to a held provider = %+v, %v; want held until %v", held, err, st.Holds[governor.ProviderGoogle])
 	}
-	if retryAt, _, err := g.Admit(ctx, "example.com", "someone@example.org", now); err != nil || !retryAt.IsZero() {
-		t.Fatalf("Admit at the daily ceiling to a provider not held = %v, %v; transactional mail is not refused for the ceiling", retryAt, err)
+	if held, err := g.Admit(ctx, "example.com", "someone@example.org", now); err != nil || !held.Until.IsZero() {
+		t.Fatalf("Admit at the daily ceiling to a provider not held = %+v, %v; transactional mail is not refused for the ceiling", held, err)
 	}
-	if retryAt, _, err := g.Admit(ctx, "never-sent.example", "someone@gmail.com", now); err != nil || !retryAt.IsZero() {
-		t.Fatalf("Admit for a domain with no state = %v, %v; want admitted", retryAt, err)
+	if held, err := g.Admit(ctx, "never-sent.example", "someone@gmail.com", now); err != nil || !held.Until.IsZero() {
+		t.Fatalf("Admit for a domain with no state = %+v, %v; want admitted", held, err)
 	}
 
 	g.Observe("example.com", "someone@example.org", transport.Class(0), now)
