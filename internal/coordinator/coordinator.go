@@ -171,7 +171,7 @@ type Coordinator struct {
 	// pace is this term's pacer: Config.Pacer, or the governors hosted for
 	// the term.
 	pace Pacer
-	gov  *governors
+	host *domainHost
 	// termFlushed is closed once this term's governor state is written.
 	termFlushed chan struct{}
 	// observed remembers the reports the governor has counted.
@@ -195,14 +195,14 @@ func (c *Coordinator) pacer() Pacer {
 	return c.pace
 }
 
-// hostedGovernors is the current term's governors, nil when following.
-func (c *Coordinator) hostedGovernors() *governors {
+// domainHost is the current term's governors, nil when following.
+func (c *Coordinator) domainHost() *domainHost {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.leading {
 		return nil
 	}
-	return c.gov
+	return c.host
 }
 
 // KVWrites reports how many KV writes the coordinator has made.
@@ -233,26 +233,26 @@ func (c *Coordinator) Run(ctx context.Context) error {
 
 // runLeader is one term as leader.
 func (c *Coordinator) runLeader(ctx context.Context) error {
-	var gov *governors
+	var host *domainHost
 	pace := c.cfg.Pacer
 	c.mu.Lock()
 	flushed := c.termFlushed
 	c.mu.Unlock()
 	if pace == nil && c.cfg.Governor != nil {
-		gov = newGovernors(ctx, c.cfg.Bus.Governors, *c.cfg.Governor, c.cfg.Clock, c.cfg.Log)
-		pace = gov
+		host = newDomainHost(ctx, c.cfg.Bus.Governors, *c.cfg.Governor, c.cfg.Clock, c.cfg.Log)
+		pace = host
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
 			defer close(flushed)
-			gov.run()
+			host.run()
 		}()
 	} else {
 		close(flushed)
 	}
 	c.mu.Lock()
 	c.ctx = ctx
-	c.pace, c.gov = pace, gov
+	c.pace, c.host = pace, host
 	c.mu.Unlock()
 	if err := c.watchStates(ctx); err != nil {
 		return fmt.Errorf("coordinator: watch broadcast states: %w", err)

@@ -2,13 +2,12 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
-	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/govstate"
 )
 
 // What operators read and change of the sending domains' governors. Any
@@ -33,6 +32,9 @@ type LimitChange struct {
 	DailyCeiling  *int
 }
 
+// govState reads and writes the governors' state in KV.
+func (c *Coordinator) govState() *govstate.KV { return govstate.New(c.cfg.Bus.Governors) }
+
 var errNoGovernor = &Error{Kind: Disabled, Msg: "this coordinator runs without a governor (no per-domain limits are enforced); start it with the governor enabled"}
 
 // GovernorServer names the SMTP server the sending domains send through;
@@ -49,16 +51,10 @@ func (c *Coordinator) SendingDomains(ctx context.Context) ([]string, error) {
 	if c.cfg.Governor == nil {
 		return nil, errNoGovernor
 	}
-	lister, err := c.cfg.Bus.Governors.ListKeysFiltered(ctx, bus.GovernorStateKeys)
+	names, err := c.govState().Domains(ctx)
 	if err != nil {
-		return nil, &Error{Kind: Unavailable, Msg: fmt.Sprintf("list governor state: %v", err), Err: err}
+		return nil, unavailable(err)
 	}
-	defer lister.Stop() //nolint:errcheck
-	var names []string
-	for k := range lister.Keys() {
-		names = append(names, strings.TrimPrefix(k, "state."))
-	}
-	slices.Sort(names)
 	return names, nil
 }
 
@@ -69,7 +65,7 @@ func (c *Coordinator) DomainStatus(ctx context.Context, domain string) (DomainSt
 		return DomainStatus{}, errNoGovernor
 	}
 	now := c.cfg.Clock.Now()
-	if g := c.hostedGovernors(); g != nil {
+	if g := c.domainHost(); g != nil {
 		if s := g.status(now, domain); s != nil {
 			return DomainStatus{Status: *s, Server: serverOf(g.defaults), Live: true}, nil
 		}
@@ -83,15 +79,8 @@ func (c *Coordinator) SetDomainLimits(ctx context.Context, domain string, ch Lim
 	if c.cfg.Governor == nil {
 		return DomainStatus{}, errNoGovernor
 	}
-	kv := c.cfg.Bus.Governors
-	key := bus.GovernorLimitsKey(domain)
 	now := c.cfg.Clock.Now().UTC()
-	for attempt := 0; ; attempt++ {
-		var l bus.GovernorLimits
-		rev, _, err := bus.GetJSON(ctx, kv, key, &l)
-		if err != nil {
-			return DomainStatus{}, &Error{Kind: Unavailable, Msg: fmt.Sprintf("read limits of %s: %v", domain, err), Err: err}
-		}
+	change, err := c.govState().ChangeLimits(ctx, domain, func(l *govstate.Limits) {
 		if ch.RatePerSecond != nil {
 			l.RatePerSecond = *ch.RatePerSecond
 		}
@@ -101,25 +90,19 @@ func (c *Coordinator) SetDomainLimits(ctx context.Context, domain string, ch Lim
 		if ch.DailyCeiling != nil {
 			l.Ceiling, l.CeilingSetAt = *ch.DailyCeiling, now
 		}
-		data := bus.Encode(l)
-		_, err = bus.PutAt(ctx, kv, key, data, rev)
-		if bus.IsConflict(err) && attempt < 3 {
-			continue // changed by someone else meanwhile: merge into theirs
+	})
+	if errors.Is(err, govstate.ErrContended) {
+		return DomainStatus{}, &Error{Kind: Contended, Msg: fmt.Sprintf("limits of %s are being changed by someone else at the same time; try again", domain), Err: err}
+	}
+	if err != nil {
+		return DomainStatus{}, unavailable(err)
+	}
+	if g := c.domainHost(); g != nil {
+		// The leader's watch will see it too; applying it now makes the
+		// answer below show it.
+		if _, err := g.domain(domain); err == nil {
+			g.follow(change)
 		}
-		if bus.IsConflict(err) {
-			return DomainStatus{}, &Error{Kind: Contended, Msg: fmt.Sprintf("limits of %s are being changed by someone else at the same time; try again", domain), Err: err}
-		}
-		if err != nil {
-			return DomainStatus{}, &Error{Kind: Unavailable, Msg: fmt.Sprintf("write limits of %s: %v", domain, err), Err: err}
-		}
-		if g := c.hostedGovernors(); g != nil {
-			// The leader's watch will see it too; applying it now makes
-			// the answer below show it.
-			if _, err := g.domain(domain); err == nil {
-				g.follow(key, data)
-			}
-		}
-		break
 	}
 	s, err := c.DomainStatus(ctx, domain)
 	if KindOf(err) == NotFound {
@@ -135,13 +118,12 @@ func (c *Coordinator) ResetHourly(ctx context.Context, server string) (time.Time
 		return time.Time{}, nil, errNoGovernor
 	}
 	now := c.cfg.Clock.Now().UTC()
-	key := bus.GovernorResetKey(server)
-	data := bus.Encode(bus.GovernorReset{At: now})
-	if _, err := c.cfg.Bus.Governors.Put(ctx, key, data); err != nil {
-		return time.Time{}, nil, &Error{Kind: Unavailable, Msg: fmt.Sprintf("record the reset: %v", err), Err: err}
+	change, err := c.govState().PutReset(ctx, server, now)
+	if err != nil {
+		return time.Time{}, nil, unavailable(err)
 	}
-	if g := c.hostedGovernors(); g != nil {
-		g.follow(key, data)
+	if g := c.domainHost(); g != nil {
+		g.follow(change)
 	}
 	names, err := c.SendingDomains(ctx)
 	if err != nil {
@@ -153,12 +135,12 @@ func (c *Coordinator) ResetHourly(ctx context.Context, server string) (time.Time
 // storedDomain builds a domain's status from what KV holds. A domain with
 // no state is NotFound unless orNew, which shows what it would start with.
 func (c *Coordinator) storedDomain(ctx context.Context, d string, orNew bool) (DomainStatus, error) {
-	kv := c.cfg.Bus.Governors
-	st, _, err := readGovernorState(ctx, kv, d)
+	kv := c.govState()
+	st, _, err := kv.State(ctx, d)
 	if err != nil {
 		return DomainStatus{}, unavailable(err)
 	}
-	ol, err := readGovernorLimits(ctx, kv, d)
+	ol, err := kv.Limits(ctx, d)
 	if err != nil {
 		return DomainStatus{}, unavailable(err)
 	}
@@ -166,18 +148,18 @@ func (c *Coordinator) storedDomain(ctx context.Context, d string, orNew bool) (D
 		return DomainStatus{}, &Error{Kind: NotFound, Msg: fmt.Sprintf("no governor state for %s: nothing has been sent from it yet", d)}
 	}
 	now := c.cfg.Clock.Now()
-	limits := mergeLimits(c.cfg.Governor.Limits, ol)
+	limits := ol.Over(c.cfg.Governor.Limits)
 	dom := governor.NewDomain(d, limits, st, now)
 	if ol != nil && ol.Ceiling > 0 {
 		dom.SetCeiling(now, ol.CeilingSetAt, ol.Ceiling)
 	}
 	server := serverOf(c.cfg.Governor.Limits)
-	w, _, err := readHourly(ctx, kv, server)
+	w, _, err := kv.Hourly(ctx, server)
 	if err != nil {
 		return DomainStatus{}, unavailable(err)
 	}
 	srv := governor.NewServer(server, c.cfg.Governor.Limits.EmailsPerHour, w)
-	if r, err := readGovernorReset(ctx, kv, server); err == nil && !r.At.IsZero() {
+	if r, err := kv.Reset(ctx, server); err == nil && !r.At.IsZero() {
 		srv.Reset(r.At)
 	}
 	dom.ShareServer(srv)

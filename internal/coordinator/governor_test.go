@@ -380,7 +380,7 @@ func TestBreakerDefersProviderAndRecovers(t *testing.T) {
 func TestTransactionalUsageCounted(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{governor: &coordinator.GovernorConfig{}})
-	g := transactional.NewKVGovernor(s.bus, testLogger(t))
+	g := transactional.NewHeldProviders(s.bus, testLogger(t))
 	now := time.Now()
 	for range 3 {
 		g.Observe("Rangecast.test", "someone@example.org", transport.Class(0), now)

@@ -362,7 +362,7 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 	health.ready.Store(true)
 	o.Log.Info("page worker running", "concurrency", o.Concurrency, "smtp", tr.String())
 	tx := transactional.NewConsumer(transactional.ConsumerConfig{Store: st, JS: b.JS, Transport: tr, DKIM: signer, Clock: clock.Real{}, Log: o.Log.With("component", "transactional"), Slots: o.TxSlots, Lookup: o.TxLookup,
-		Governor: transactional.NewKVGovernor(b, o.Log.With("component", "transactional"))})
+		Admission: transactional.NewHeldProviders(b, o.Log.With("component", "transactional"))})
 	txDone := make(chan error, 1)
 	go func() { txDone <- tx.Run(ctx) }()
 	err = w.Run(ctx)

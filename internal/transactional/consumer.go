@@ -48,8 +48,8 @@ type ConsumerConfig struct {
 	// Lookup settles in-doubt sends; without it they are marked unknown
 	// and never sent again.
 	Lookup Lookup
-	// Governor, when set, is asked before every attempt; nil sends freely.
-	Governor Governor
+	// Admission, when set, is asked before every attempt; nil sends freely.
+	Admission Admission
 	// FetchWait bounds one pull, so a stop is noticed promptly.
 	FetchWait time.Duration
 	// SweepEvery is how often receipts that lost their job (a Send that
@@ -210,7 +210,7 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 	}
 	m := p.message()
 	now := c.cfg.Clock.Now()
-	if g := c.cfg.Governor; g != nil {
+	if g := c.cfg.Admission; g != nil {
 		held, err := g.Admit(ctx, m.SendingDomain(), m.To, now)
 		switch {
 		case err != nil:
@@ -250,7 +250,7 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 	reply, sendErr := c.cfg.Transport.Send(ctx, rendered)
 	done := c.cfg.Clock.Now()
 	class := transport.Classify(sendErr)
-	if g := c.cfg.Governor; g != nil {
+	if g := c.cfg.Admission; g != nil {
 		g.Observe(m.SendingDomain(), m.To, class, done)
 	}
 	var se *transport.SendError

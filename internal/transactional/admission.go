@@ -8,10 +8,10 @@ import (
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
-// Governor is the hook for the sending domain's governor, which
-// transactional mail shares with broadcasts (KVGovernor). A nil Governor in
-// ConsumerConfig sends without asking.
-type Governor interface {
+// Admission is the hook for the sending domain's governor, which
+// transactional mail shares with broadcasts (HeldProviders). A nil
+// Admission in ConsumerConfig sends without asking.
+type Admission interface {
 	// Admit asks to send one message from sendingDomain to recipient now.
 	// The zero Refusal admits it; otherwise the message waits until
 	// refusal.Until without spending one of its attempts.

@@ -7,15 +7,16 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/govstate"
 	"github.com/rangecast/rangecast/internal/testenv"
 	"github.com/rangecast/rangecast/internal/transactional"
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
-// TestKVGovernorHoldsWhatTheLeaderHolds: a worker holds back transactional
+// TestHeldProvidersHoldWhatTheLeaderHolds: a worker holds back transactional
 // mail to a provider the leader's governor holds (read from KV), lets the
 // rest through whatever the ceiling, and reports outcomes to the leader.
-func TestKVGovernorHoldsWhatTheLeaderHolds(t *testing.T) {
+func TestHeldProvidersHoldWhatTheLeaderHolds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, js := testenv.NATS(t)
@@ -26,10 +27,10 @@ func TestKVGovernorHoldsWhatTheLeaderHolds(t *testing.T) {
 	now := time.Now().UTC()
 	st := governor.DomainState{Domain: "example.com", Ceiling: 100, Day: now.Format(time.DateOnly), SentToday: 100,
 		Holds: map[string]time.Time{governor.ProviderGoogle: now.Add(time.Minute)}}
-	if _, err := b.Governors.Put(ctx, bus.GovernorStateKey("example.com"), bus.Encode(st)); err != nil {
+	if _, err := govstate.New(b.Governors).WriteState(ctx, governor.NewDomain("example.com", governor.Limits{}, &st, now), 0); err != nil {
 		t.Fatal(err)
 	}
-	g := transactional.NewKVGovernor(b, testLogger())
+	g := transactional.NewHeldProviders(b, testLogger())
 	held, err := g.Admit(ctx, "Example.com", "someone@googlemail.com", now)
 	if err != nil || !held.Until.Equal(st.Holds[governor.ProviderGoogle]) || held.Limit != governor.LimitHeld || held.Text == "" {
 		t.Fatalf("Admit to a held provider = %+v, %v; want held until %v", held, err, st.Holds[governor.ProviderGoogle])
