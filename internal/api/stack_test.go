@@ -283,18 +283,12 @@ func (s *stack) status(id string) *pb.Broadcast {
 // waitState polls until the broadcast reaches want or the deadline passes.
 func (s *stack) waitState(id string, want pb.BroadcastState, within time.Duration) *pb.Broadcast {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		b := s.status(id)
-		if b.GetState() == want {
-			return b
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("broadcast %s is %s (%s) after %s, want %s; progress: %d/%d ranges, sent %d",
-				id, b.GetState(), b.GetReason(), within, want, b.GetProgress().GetRangesDone(), b.GetProgress().GetRangesTotal(), b.GetProgress().GetSent())
-		}
-		time.Sleep(50 * time.Millisecond)
+	var b *pb.Broadcast
+	if !testenv.Poll(within, func() bool { b = s.status(id); return b.GetState() == want }) {
+		s.t.Fatalf("broadcast %s is %s (%s) after %s, want %s; progress: %d/%d ranges, sent %d",
+			id, b.GetState(), b.GetReason(), within, want, b.GetProgress().GetRangesDone(), b.GetProgress().GetRangesTotal(), b.GetProgress().GetSent())
 	}
+	return b
 }
 
 // waitQuiet waits until the sink has received nothing new for d.

@@ -20,6 +20,7 @@ import (
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/maintenance"
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
@@ -65,11 +66,13 @@ type Config struct {
 	// one leader among them.
 	LeaseKey string
 	// Alarms pause a running broadcast whose hard-bounce or complaint
-	// rate passes its threshold (alarms.go; zero values are the defaults).
-	Alarms Alarms
+	// rate passes its threshold (maintenance.Alarm; zero values are the
+	// defaults).
+	Alarms maintenance.AlarmConfig
 	// Retention bounds how long delivery events and finished transactional
-	// messages are kept (retention.go; zero values are the defaults).
-	Retention Retention
+	// messages are kept (maintenance.Retention; zero values are the
+	// defaults).
+	Retention maintenance.RetentionConfig
 	// MaxFruitless is how many resumptions of a range in a row may make no
 	// progress before the broadcast is failed.
 	MaxFruitless int
@@ -210,8 +213,12 @@ func (c *Coordinator) KVWrites() int64 { return c.kvWrites.load() }
 
 // Run serves as a follower until this coordinator wins the leader lease,
 // then leads — resumes every running or paused broadcast and consumes
-// reports — until the lease is lost or ctx ends, and repeats.
+// reports — until the lease is lost or ctx ends, and repeats. A
+// configuration it cannot run with is refused at once.
 func (c *Coordinator) Run(ctx context.Context) error {
+	if err := c.cfg.validate(); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
 	for ctx.Err() == nil {
 		leading, stop, ok := c.lead(ctx)
 		if !ok {
@@ -280,8 +287,7 @@ func (c *Coordinator) runLeader(ctx context.Context) error {
 			}
 		}
 	}
-	c.runAlarms(ctx)    // reputation alarms (alarms.go)
-	c.runRetention(ctx) // purges (retention.go)
+	c.runMaintenance(ctx) // reputation alarm and purges (maintenance.go)
 	cc, err := c.cfg.Bus.Reports.Consume(func(msg jetstream.Msg) { c.onReport(ctx, msg) })
 	if err != nil {
 		return fmt.Errorf("coordinator: consume reports: %w", err)

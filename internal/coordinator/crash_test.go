@@ -15,6 +15,7 @@ import (
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
 	"github.com/rangecast/rangecast/internal/transport"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -94,7 +95,7 @@ func TestWorkerDiesMidPage(t *testing.T) {
 		t.Fatalf("%d eligible contacts received nothing; only %d claims are in doubt", missing, inDoubt)
 	}
 	// The actor notices "all walked, some in doubt" on its next report or tick.
-	waitFor(t, "status says it waits on the in-doubt claims", 15*time.Second, func() bool {
+	testenv.Eventually(t, "status says it waits on the in-doubt claims", 15*time.Second, func() bool {
 		b = s.status(id)
 		return strings.Contains(b.GetProgress().GetWaitingFor(), "in doubt")
 	})

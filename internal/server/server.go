@@ -26,6 +26,7 @@ import (
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/maintenance"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/redact"
@@ -198,10 +199,10 @@ type CoordinatorOptions struct {
 	// Secrets configure the public HTTP on HTTPAddr (public.go); Alarms
 	// the reputation alarms that pause a broadcast.
 	Secrets Secrets
-	Alarms  coordinator.Alarms
+	Alarms  maintenance.AlarmConfig
 	// Retention bounds how long delivery events and finished
 	// transactional messages are kept.
-	Retention coordinator.Retention
+	Retention maintenance.RetentionConfig
 
 	auth      *api.Auth    // built by RunCoordinator before connecting
 	publicLis net.Listener // bound by StartStack, which needs its address first
@@ -232,12 +233,32 @@ func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int)
 	return st, nc, b, func() { nc.Close(); st.Close() }, nil
 }
 
-// RunCoordinator serves the coordinator until ctx ends.
-func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
+// validate refuses flags the coordinator cannot run with, before anything
+// is connected.
+func (o CoordinatorOptions) validate() error {
+	var errs []error
 	switch coordinator.InDoubtPolicy(o.InDoubtPolicy) {
 	case "", coordinator.InDoubtSkip, coordinator.InDoubtResend:
 	default:
-		return fmt.Errorf("in-doubt policy %q: use skip or resend", o.InDoubtPolicy)
+		errs = append(errs, fmt.Errorf("in-doubt policy %q: use skip or resend", o.InDoubtPolicy))
+	}
+	if o.InDoubtAfter < 0 {
+		errs = append(errs, fmt.Errorf("--in-doubt-after is %s; a duration cannot be negative", o.InDoubtAfter))
+	}
+	if o.NATSReplicas < 0 {
+		errs = append(errs, fmt.Errorf("--nats-replicas is %d; it cannot be negative", o.NATSReplicas))
+	}
+	if o.Governor != nil {
+		errs = append(errs, o.Governor.Validate())
+	}
+	errs = append(errs, o.Alarms.Validate(), o.Retention.Validate())
+	return errors.Join(errs...)
+}
+
+// RunCoordinator serves the coordinator until ctx ends.
+func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
+	if err := o.validate(); err != nil {
+		return err
 	}
 	// Tokens are checked before connecting, so a bad tokens file fails at
 	// once rather than after waiting for NATS.
@@ -315,9 +336,28 @@ type WorkerOptions struct {
 	DKIMKeys []string
 }
 
+// validate refuses flags the worker cannot run with: a zero window sends
+// nothing, so it is refused rather than taken for the default.
+func (o WorkerOptions) validate() error {
+	var errs []error
+	if o.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("--concurrency is %d; the in-flight window needs at least 1", o.Concurrency))
+	}
+	if o.TxSlots < 1 {
+		errs = append(errs, fmt.Errorf("--tx-slots is %d; transactional mail needs at least 1", o.TxSlots))
+	}
+	if o.NATSReplicas < 0 {
+		errs = append(errs, fmt.Errorf("--nats-replicas is %d; it cannot be negative", o.NATSReplicas))
+	}
+	return errors.Join(errs...)
+}
+
 // RunWorker runs a page worker until ctx ends, then drains: the page in
 // progress finishes its in-flight sends, records and reports before return.
 func RunWorker(ctx context.Context, o WorkerOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
 	if _, err := unsubscribeLinks(o.PublicURL, o.Secrets); err != nil {
 		return err // before waiting for NATS: a configuration error
 	}
