@@ -1,6 +1,8 @@
-// Package coordinator holds one cursor per range for every running broadcast
-// and turns cursor state into page jobs. It never enumerates recipients: its
-// writes grow with pages, not messages.
+// Package coordinator is the broadcast engine: it holds one cursor per range
+// for every running broadcast and turns cursor state into page jobs. It never
+// enumerates recipients: its writes grow with pages, not messages. It speaks
+// domain types only (Start, Status, DomainStatus…, refusals as Error and
+// StateError); internal/api serves it over gRPC.
 package coordinator
 
 import (

@@ -42,7 +42,7 @@ func (c *Coordinator) actorIDs() []ulid.ULID {
 }
 
 // alarmPause pauses a running broadcast for the alarm's reason through the
-// path PauseBroadcast takes.
+// path an operator's Pause takes.
 func (c *Coordinator) alarmPause(ctx context.Context, id ulid.ULID, reason string) error {
 	if _, err := c.transition(ctx, id, "paused", []store.State{store.StateRunning}, store.StatePaused, reason); err != nil {
 		return err

@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite every store.Store implementation
-// must pass (Postgres now, SQLite later): the same cases, run against a fresh
+// must pass (postgres and sqlite both run it): the same cases, run against a fresh
 // store each. An implementation's test calls
 //
 //	storetest.Run(t, func(t *testing.T) store.Store { return open(t) })
