@@ -325,7 +325,7 @@ func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, 
 			}
 		}
 		for seg, ids := range members {
-			if err := st.AddSegmentMembers(ctx, seg, ids); err != nil {
+			if _, err := st.AddMembers(ctx, seg, ids); err != nil {
 				return err
 			}
 		}

@@ -226,7 +226,7 @@ func (s *stack) seed(n int) audience {
 	}
 	for i := 0; i < n; i += 1000 {
 		batch := a.contacts[i:min(i+1000, n)]
-		if _, err := s.store.UpsertContacts(ctx, batch, now); err != nil {
+		if _, err := s.store.ImportContacts(ctx, batch, now); err != nil {
 			t.Fatal(err)
 		}
 		var members []ulid.ULID
@@ -235,7 +235,7 @@ func (s *stack) seed(n int) audience {
 				members = append(members, c.ID)
 			}
 		}
-		if err := s.store.AddSegmentMembers(ctx, seg, members); err != nil {
+		if _, err := s.store.AddMembers(ctx, seg, members); err != nil {
 			t.Fatal(err)
 		}
 	}

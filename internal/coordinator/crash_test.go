@@ -103,7 +103,7 @@ func TestWorkerDiesMidPage(t *testing.T) {
 	if b.GetState() != pb.BroadcastState_BROADCAST_STATE_RUNNING || !strings.Contains(p.GetWaitingFor(), "in doubt") {
 		t.Fatalf("state %s, waiting for %q; want running and waiting on the in-doubt claims", b.GetState(), p.GetWaitingFor())
 	}
-	pending, err := s.store.Pending(context.Background(), bid)
+	pending, err := s.pending(bid)
 	if err != nil || pending != inDoubt {
 		t.Fatalf("store says %d pending (err %v), status says %d in doubt", pending, err, inDoubt)
 	}

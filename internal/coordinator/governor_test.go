@@ -45,7 +45,7 @@ func (s *stack) seedProviders(n int) (map[string]bool, []store.Contact) {
 		})
 		all[email] = true
 	}
-	if _, err := s.store.UpsertContacts(ctx, cs, now); err != nil {
+	if _, err := s.store.ImportContacts(ctx, cs, now); err != nil {
 		s.t.Fatal(err)
 	}
 	return all, cs

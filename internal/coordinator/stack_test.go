@@ -224,7 +224,7 @@ func (s *stack) seed(n int) audience {
 	}
 	for i := 0; i < n; i += 1000 {
 		batch := a.contacts[i:min(i+1000, n)]
-		if _, err := s.store.UpsertContacts(ctx, batch, now); err != nil {
+		if _, err := s.store.ImportContacts(ctx, batch, now); err != nil {
 			t.Fatal(err)
 		}
 		var members []ulid.ULID
@@ -233,7 +233,7 @@ func (s *stack) seed(n int) audience {
 				members = append(members, c.ID)
 			}
 		}
-		if err := s.store.AddSegmentMembers(ctx, seg, members); err != nil {
+		if _, err := s.store.AddMembers(ctx, seg, members); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -287,6 +287,13 @@ func (s *stack) waitState(id string, want pb.BroadcastState, within time.Duratio
 			id, b.GetState(), b.GetReason(), within, want, b.GetProgress().GetRangesDone(), b.GetProgress().GetRangesTotal(), b.GetProgress().GetSent())
 	}
 	return b
+}
+
+// pending counts the broadcast's claims with no outcome (in flight or in
+// doubt).
+func (s *stack) pending(id ulid.ULID) (int64, error) {
+	c, err := s.store.Counts(context.Background(), id)
+	return c.Claimed, err
 }
 
 // waitQuiet waits until the sink has received nothing new for d.
