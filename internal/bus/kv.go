@@ -3,7 +3,6 @@ package bus
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -35,8 +34,8 @@ func PutAt(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, 
 }
 
 // IsConflict reports whether a KV write lost a compare-and-set: the key was
-// created or updated by someone else since it was read. The server says so
-// in words for an update, hence the string match.
+// created (ErrKeyExists) or updated (ErrKeyRevisionMismatch, whichever
+// code the server answered) by someone else since it was read.
 func IsConflict(err error) bool {
-	return err != nil && (errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence"))
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }

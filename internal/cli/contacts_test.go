@@ -17,6 +17,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/store"
@@ -193,7 +194,7 @@ func testServer(t *testing.T) (string, store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := coordinator.NewGRPCServer(c)
+	srv := api.NewGRPCServer(api.Config{Engine: c, Store: st, Log: slog.New(slog.DiscardHandler)})
 	go srv.Serve(lis) //nolint:errcheck
 	t.Cleanup(srv.Stop)
 	return lis.Addr().String(), st

@@ -3,7 +3,7 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/maintenance"
 	"github.com/rangecast/rangecast/internal/server"
 )
 
@@ -23,14 +23,14 @@ func publicSecrets(keysFile string) server.Secrets {
 // RANGECAST_WEBHOOK_SECRET (generic format), RANGECAST_MAILGUN_SIGNING_KEY,
 // RANGECAST_RESEND_WEBHOOK_SECRET (whsec_…); each endpoint exists only when
 // its secret is set.
-func publicFlags(cmd *cobra.Command, keysFile *string, a *coordinator.Alarms) {
+func publicFlags(cmd *cobra.Command, keysFile *string, a *maintenance.AlarmConfig) {
 	f := cmd.Flags()
 	f.StringVar(keysFile, "unsubscribe-keys-file", "", unsubscribeKeysFileHelp)
-	f.Float64Var(&a.BounceRate, "bounce-alarm", coordinator.DefaultBounceAlarm,
+	f.Float64Var(&a.BounceRate, "bounce-alarm", maintenance.DefaultBounceAlarm,
 		"pause a running broadcast whose hard bounces pass this share of accepted messages; -1 turns it off (env RANGECAST_BOUNCE_ALARM)")
-	f.Float64Var(&a.ComplaintRate, "complaint-alarm", coordinator.DefaultComplaintAlarm,
+	f.Float64Var(&a.ComplaintRate, "complaint-alarm", maintenance.DefaultComplaintAlarm,
 		"pause a running broadcast whose spam complaints pass this share of delivered messages; -1 turns it off (env RANGECAST_COMPLAINT_ALARM)")
-	f.Int64Var(&a.MinSample, "alarm-min-sample", int64(coordinator.DefaultAlarmSample),
+	f.Int64Var(&a.MinSample, "alarm-min-sample", int64(maintenance.DefaultAlarmSample),
 		"messages a rate needs (accepted for bounces, delivered for complaints) before an alarm can pause (env RANGECAST_ALARM_MIN_SAMPLE)")
 }
 

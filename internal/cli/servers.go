@@ -7,9 +7,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/demo"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/maintenance"
 	"github.com/rangecast/rangecast/internal/server"
 	"github.com/rangecast/rangecast/internal/store/postgres"
 	"github.com/rangecast/rangecast/internal/version"
@@ -39,10 +41,7 @@ Every flag can be set by the environment variable named in its help.`,
 				return err
 			}
 			o.Log = log
-			if err := o.Retention.Check(); err != nil {
-				return err
-			}
-			o.Tokens = coordinator.ParseTokens(os.Getenv("RANGECAST_TOKENS"))
+			o.Tokens = api.ParseTokens(os.Getenv("RANGECAST_TOKENS"))
 			o.Governor = &gov
 			o.Secrets = publicSecrets(keysFile)
 			return server.RunCoordinator(cmd.Context(), o)
@@ -59,9 +58,9 @@ Every flag can be set by the environment variable named in its help.`,
 	f.StringVar(&o.TokensFile, "tokens-file", "", "file of accepted gRPC bearer tokens, one per line, # comments; re-read when it changes, so a mounted Kubernetes Secret rotates without a restart. RANGECAST_TOKENS adds comma-separated tokens. With neither, the API is unauthenticated; health and reflection are always open (env RANGECAST_TOKENS_FILE)")
 	governorFlags(cmd, &gov.Limits)
 	publicFlags(cmd, &keysFile, &o.Alarms)
-	f.DurationVar(&o.Retention.Events, "event-retention", coordinator.DefaultEventRetention,
+	f.DurationVar(&o.Retention.Events, "event-retention", maintenance.DefaultEventRetention,
 		"how long delivery webhook events are kept after they arrive; at least 168h; the ledger keeps each recipient's status without them (env RANGECAST_EVENT_RETENTION)")
-	f.DurationVar(&o.Retention.Receipts, "transactional-retention", coordinator.DefaultReceiptRetention,
+	f.DurationVar(&o.Retention.Receipts, "transactional-retention", maintenance.DefaultReceiptRetention,
 		"how long a finished transactional message (payload, attempts, idempotency key) is kept after its last attempt; at least 24h. A retry with its key after that is a new message (env RANGECAST_TRANSACTIONAL_RETENTION)")
 	f.StringVar(&o.InDoubtPolicy, "in-doubt-policy", "skip", "what to do with in-doubt claims the transport cannot look up: skip (mark unknown, never risk a second copy) or resend (env RANGECAST_IN_DOUBT_POLICY)")
 	return cmd

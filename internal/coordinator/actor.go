@@ -512,8 +512,8 @@ func (a *actor) dispatch(ctx context.Context) {
 			}
 		}
 		granted, why := a.pace(now, limit)
-		if granted < a.c.cfg.PageLimit && why != "" {
-			waiting = why // refused or shrunk: say which limit binds
+		if granted < a.c.cfg.PageLimit && why.Refused() {
+			waiting = why.Text // refused or shrunk: say which limit binds
 		}
 		if limit = granted; limit == 0 {
 			break
@@ -546,10 +546,10 @@ func (a *actor) minPage() int {
 // pace asks the pacer (the domain's governor) for up to limit messages the
 // throttle has already granted, and returns to the throttle what the pacer
 // would not grant. Both must grant before anything goes out.
-func (a *actor) pace(now time.Time, limit int) (granted int, why string) {
+func (a *actor) pace(now time.Time, limit int) (granted int, why governor.Refusal) {
 	pacer := a.c.pacer()
 	if pacer == nil {
-		return limit, ""
+		return limit, governor.Refusal{}
 	}
 	granted, why = pacer.Grant(now, a.domain(), limit)
 	if a.throttle != nil {

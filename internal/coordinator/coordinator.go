@@ -1,6 +1,8 @@
-// Package coordinator holds one cursor per range for every running broadcast
-// and turns cursor state into page jobs. It never enumerates recipients: its
-// writes grow with pages, not messages.
+// Package coordinator is the broadcast engine: it holds one cursor per range
+// for every running broadcast and turns cursor state into page jobs. It never
+// enumerates recipients: its writes grow with pages, not messages. It speaks
+// domain types only (Start, Status, DomainStatus…, refusals as Error and
+// StateError); internal/api serves it over gRPC.
 package coordinator
 
 import (
@@ -19,6 +21,8 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
+	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/maintenance"
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
@@ -64,11 +68,13 @@ type Config struct {
 	// one leader among them.
 	LeaseKey string
 	// Alarms pause a running broadcast whose hard-bounce or complaint
-	// rate passes its threshold (alarms.go; zero values are the defaults).
-	Alarms Alarms
+	// rate passes its threshold (maintenance.Alarm; zero values are the
+	// defaults).
+	Alarms maintenance.AlarmConfig
 	// Retention bounds how long delivery events and finished transactional
-	// messages are kept (retention.go; zero values are the defaults).
-	Retention Retention
+	// messages are kept (maintenance.Retention; zero values are the
+	// defaults).
+	Retention maintenance.RetentionConfig
 	// MaxFruitless is how many resumptions of a range in a row may make no
 	// progress before the broadcast is failed.
 	MaxFruitless int
@@ -139,8 +145,9 @@ func (c Config) withDefaults() Config {
 // throttle and the pacer must grant before a page goes out; a page shrinks to
 // what was granted, and what a page did not send is returned.
 type Pacer interface {
-	// Grant returns up to n messages for domain, or 0 and what it waits for.
-	Grant(now time.Time, domain string, n int) (granted int, waiting string)
+	// Grant returns up to n messages for domain; fewer, with the limit
+	// that binds, when it cannot grant them all.
+	Grant(now time.Time, domain string, n int) (granted int, why governor.Refusal)
 	// Settle ends a grant of granted messages of which sent went out.
 	Settle(domain string, granted, sent int)
 	// Observe takes a report once it is applied: what it sent (counted
@@ -169,7 +176,7 @@ type Coordinator struct {
 	// pace is this term's pacer: Config.Pacer, or the governors hosted for
 	// the term.
 	pace Pacer
-	gov  *governors
+	host *domainHost
 	// termFlushed is closed once this term's governor state is written.
 	termFlushed chan struct{}
 	// observed remembers the reports the governor has counted.
@@ -193,14 +200,14 @@ func (c *Coordinator) pacer() Pacer {
 	return c.pace
 }
 
-// hostedGovernors is the current term's governors, nil when following.
-func (c *Coordinator) hostedGovernors() *governors {
+// domainHost is the current term's governors, nil when following.
+func (c *Coordinator) domainHost() *domainHost {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.leading {
 		return nil
 	}
-	return c.gov
+	return c.host
 }
 
 // KVWrites reports how many KV writes the coordinator has made.
@@ -208,8 +215,12 @@ func (c *Coordinator) KVWrites() int64 { return c.kvWrites.load() }
 
 // Run serves as a follower until this coordinator wins the leader lease,
 // then leads — resumes every running or paused broadcast and consumes
-// reports — until the lease is lost or ctx ends, and repeats.
+// reports — until the lease is lost or ctx ends, and repeats. A
+// configuration it cannot run with is refused at once.
 func (c *Coordinator) Run(ctx context.Context) error {
+	if err := c.cfg.validate(); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
 	for ctx.Err() == nil {
 		leading, stop, ok := c.lead(ctx)
 		if !ok {
@@ -231,26 +242,26 @@ func (c *Coordinator) Run(ctx context.Context) error {
 
 // runLeader is one term as leader.
 func (c *Coordinator) runLeader(ctx context.Context) error {
-	var gov *governors
+	var host *domainHost
 	pace := c.cfg.Pacer
 	c.mu.Lock()
 	flushed := c.termFlushed
 	c.mu.Unlock()
 	if pace == nil && c.cfg.Governor != nil {
-		gov = newGovernors(ctx, c.cfg.Bus.Governors, *c.cfg.Governor, c.cfg.Clock, c.cfg.Log)
-		pace = gov
+		host = newDomainHost(ctx, c.cfg.Bus.Governors, *c.cfg.Governor, c.cfg.Clock, c.cfg.Log)
+		pace = host
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
 			defer close(flushed)
-			gov.run()
+			host.run()
 		}()
 	} else {
 		close(flushed)
 	}
 	c.mu.Lock()
 	c.ctx = ctx
-	c.pace, c.gov = pace, gov
+	c.pace, c.host = pace, host
 	c.mu.Unlock()
 	if err := c.watchStates(ctx); err != nil {
 		return fmt.Errorf("coordinator: watch broadcast states: %w", err)
@@ -278,8 +289,7 @@ func (c *Coordinator) runLeader(ctx context.Context) error {
 			}
 		}
 	}
-	c.runAlarms(ctx)    // reputation alarms (alarms.go)
-	c.runRetention(ctx) // purges (retention.go)
+	c.runMaintenance(ctx) // reputation alarm and purges (maintenance.go)
 	cc, err := c.cfg.Bus.Reports.Consume(func(msg jetstream.Msg) { c.onReport(ctx, msg) })
 	if err != nil {
 		return fmt.Errorf("coordinator: consume reports: %w", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
 	"github.com/rangecast/rangecast/internal/transport"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -94,7 +95,7 @@ func TestWorkerDiesMidPage(t *testing.T) {
 		t.Fatalf("%d eligible contacts received nothing; only %d claims are in doubt", missing, inDoubt)
 	}
 	// The actor notices "all walked, some in doubt" on its next report or tick.
-	waitFor(t, "status says it waits on the in-doubt claims", 15*time.Second, func() bool {
+	testenv.Eventually(t, "status says it waits on the in-doubt claims", 15*time.Second, func() bool {
 		b = s.status(id)
 		return strings.Contains(b.GetProgress().GetWaitingFor(), "in doubt")
 	})
@@ -102,7 +103,7 @@ func TestWorkerDiesMidPage(t *testing.T) {
 	if b.GetState() != pb.BroadcastState_BROADCAST_STATE_RUNNING || !strings.Contains(p.GetWaitingFor(), "in doubt") {
 		t.Fatalf("state %s, waiting for %q; want running and waiting on the in-doubt claims", b.GetState(), p.GetWaitingFor())
 	}
-	pending, err := s.store.Pending(context.Background(), bid)
+	pending, err := s.pending(bid)
 	if err != nil || pending != inDoubt {
 		t.Fatalf("store says %d pending (err %v), status says %d in doubt", pending, err, inDoubt)
 	}

@@ -54,7 +54,7 @@ func endToEnd(t *testing.T, sqlite bool) {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			if n, err := s.store.Pending(context.Background(), bid); err == nil {
+			if n, err := s.pending(bid); err == nil {
 				worst = max(worst, n)
 			}
 		}
@@ -265,7 +265,7 @@ func TestUnsubscribeMidBroadcast(t *testing.T) {
 		capture.WithRcptHook(func(string) *smtp.SMTPError {
 			once.Do(func() {
 				for _, c := range victims {
-					if err := s.store.Unsubscribe(context.Background(), c.Email, time.Now()); err != nil {
+					if err := s.store.UnsubscribeContact(context.Background(), c.ID, ulid.ULID{}, time.Now()); err != nil {
 						t.Error(err)
 					}
 				}

@@ -103,7 +103,7 @@ func TestTransientErrorsRetryAndSendOnce(t *testing.T) {
 	s.start(id)
 	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
 	s.exactlyOnce(a.eligible(false))
-	if n, err := s.store.Pending(context.Background(), ulid.MustParseStrict(id)); err != nil || n != 0 {
+	if n, err := s.pending(ulid.MustParseStrict(id)); err != nil || n != 0 {
 		t.Fatalf("pending claims after completion: %d, %v", n, err)
 	}
 }
@@ -193,7 +193,7 @@ func TestWorkerDrainsOnStop(t *testing.T) {
 	}
 	s.workers[0]() // cancel and wait for the drain
 	bid := ulid.MustParseStrict(id)
-	if n, err := s.store.Pending(context.Background(), bid); err != nil || n != 0 {
+	if n, err := s.pending(bid); err != nil || n != 0 {
 		t.Fatalf("after a drained stop, %d claims have no outcome (err %v); want 0", n, err)
 	}
 	counts, err := s.store.Counts(context.Background(), bid)

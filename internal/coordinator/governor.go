@@ -2,8 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -16,6 +14,7 @@ import (
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/govstate"
 )
 
 // GovernorConfig turns on the per-sending-domain governors.
@@ -30,12 +29,13 @@ type GovernorConfig struct {
 	Flush time.Duration
 }
 
-// governors hosts one governor.Domain per sending domain for the leader's
-// term: it loads each domain's learned state from KV on first use, writes it
-// back by compare-and-set as it changes, and follows the limits and resets
-// operators set through any coordinator. It is the coordinator's Pacer.
-type governors struct {
-	kv       jetstream.KeyValue
+// domainHost hosts one governor.Domain per sending domain for the leader's
+// term: it loads each domain's learned state from KV (govstate) on first
+// use, writes it back by compare-and-set as it changes, and follows the
+// limits and resets operators set through any coordinator. It is the
+// coordinator's Pacer.
+type domainHost struct {
+	kv       *govstate.KV
 	clock    clock.Clock
 	log      *slog.Logger
 	defaults governor.Limits
@@ -61,12 +61,12 @@ type hosted struct {
 	dirty bool
 }
 
-func newGovernors(ctx context.Context, kv jetstream.KeyValue, cfg GovernorConfig, clk clock.Clock, log *slog.Logger) *governors {
+func newDomainHost(ctx context.Context, kv jetstream.KeyValue, cfg GovernorConfig, clk clock.Clock, log *slog.Logger) *domainHost {
 	if cfg.Flush <= 0 {
 		cfg.Flush = time.Second
 	}
-	return &governors{
-		kv: kv, clock: clk, log: log, defaults: cfg.Limits, flush: cfg.Flush, ctx: ctx,
+	return &domainHost{
+		kv: govstate.New(kv), clock: clk, log: log, defaults: cfg.Limits, flush: cfg.Flush, ctx: ctx,
 		domains: map[string]*hosted{}, servers: map[string]*hostedServer{}, kick: make(chan struct{}, 1),
 	}
 }
@@ -74,14 +74,12 @@ func newGovernors(ctx context.Context, kv jetstream.KeyValue, cfg GovernorConfig
 // run writes dirty state every flush interval (and when kicked) and follows
 // operators' limits and resets, until the term ends; then it writes once
 // more, so a clean handover loses nothing.
-func (g *governors) run() {
-	w, err := g.kv.WatchFiltered(g.ctx, []string{bus.GovernorLimitsKeys, bus.GovernorResetKeys}, jetstream.UpdatesOnly())
-	var updates <-chan jetstream.KeyValueEntry
+func (g *domainHost) run() {
+	updates, err := g.kv.Watch(g.ctx, func(key string, err error) {
+		g.log.Error("malformed governor change ignored", "key", key, "err", err)
+	})
 	if err != nil {
 		g.log.Error("cannot watch governor limits; changes apply at the next leader term", "err", err)
-	} else {
-		defer w.Stop() //nolint:errcheck
-		updates = w.Updates()
 	}
 	for {
 		select {
@@ -90,14 +88,12 @@ func (g *governors) run() {
 			// A follower shows no governor: its numbers would go stale.
 			resetGovernorMetrics()
 			return
-		case e, ok := <-updates:
+		case ch, ok := <-updates:
 			if !ok {
 				updates = nil
 				continue
 			}
-			if e != nil && e.Operation() == jetstream.KeyValuePut {
-				g.follow(e.Key(), e.Value())
-			}
+			g.follow(ch)
 		case <-g.kick:
 			g.flushDirty(g.ctx)
 		case <-g.clock.After(g.flush):
@@ -108,18 +104,18 @@ func (g *governors) run() {
 }
 
 // domain returns the hosted governor of a sending domain, loading it.
-func (g *governors) domain(name string) (*hosted, error) {
+func (g *domainHost) domain(name string) (*hosted, error) {
 	name = strings.ToLower(name)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if h, ok := g.domains[name]; ok {
 		return h, nil
 	}
-	st, rev, err := readGovernorState(g.ctx, g.kv, name)
+	st, rev, err := g.kv.State(g.ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	ol, err := readGovernorLimits(g.ctx, g.kv, name)
+	ol, err := g.kv.Limits(g.ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +124,7 @@ func (g *governors) domain(name string) (*hosted, error) {
 		return nil, err
 	}
 	now := g.clock.Now()
-	limits := mergeLimits(g.defaults, ol)
+	limits := ol.Over(g.defaults)
 	h := &hosted{d: governor.NewDomain(name, limits, st, now), rev: rev, dirty: st == nil}
 	h.d.ShareServer(srv.s)
 	if ol != nil && ol.Ceiling > 0 {
@@ -140,16 +136,16 @@ func (g *governors) domain(name string) (*hosted, error) {
 
 // serverLocked returns the hosted SMTP server, loading its window and last
 // reset from KV; g.mu is held.
-func (g *governors) serverLocked(name string) (*hostedServer, error) {
+func (g *domainHost) serverLocked(name string) (*hostedServer, error) {
 	if hs, ok := g.servers[name]; ok {
 		return hs, nil
 	}
-	w, rev, err := readHourly(g.ctx, g.kv, name)
+	w, rev, err := g.kv.Hourly(g.ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	hs := &hostedServer{s: governor.NewServer(name, g.defaults.EmailsPerHour, w), rev: rev}
-	if r, err := readGovernorReset(g.ctx, g.kv, name); err != nil {
+	if r, err := g.kv.Reset(g.ctx, name); err != nil {
 		return nil, err
 	} else if !r.At.IsZero() {
 		hs.s.Reset(r.At)
@@ -159,71 +155,63 @@ func (g *governors) serverLocked(name string) (*hostedServer, error) {
 }
 
 // follow applies an operator's change seen in KV to the hosted domains.
-func (g *governors) follow(key string, value []byte) {
+func (g *domainHost) follow(ch govstate.Change) {
 	now := g.clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
-	case strings.HasPrefix(key, "limits."):
-		name := strings.TrimPrefix(key, "limits.")
-		h, ok := g.domains[name]
+	case ch.Limits != nil:
+		h, ok := g.domains[ch.Domain]
 		if !ok {
 			return // applied when the domain is first used
 		}
-		var ol bus.GovernorLimits
-		if err := bus.Decode(value, &ol); err != nil {
-			g.log.Error("malformed governor limits ignored", "domain", name, "err", err)
-			return
-		}
-		h.d.SetLimits(now, mergeLimits(g.defaults, &ol))
-		if ol.Ceiling > 0 {
-			h.d.SetCeiling(now, ol.CeilingSetAt, ol.Ceiling)
+		h.d.SetLimits(now, ch.Limits.Over(g.defaults))
+		if ch.Limits.Ceiling > 0 {
+			h.d.SetCeiling(now, ch.Limits.CeilingSetAt, ch.Limits.Ceiling)
 		}
 		h.dirty = true
-	case strings.HasPrefix(key, "reset."):
-		server := strings.TrimPrefix(key, "reset.")
-		var r bus.GovernorReset
-		if err := bus.Decode(value, &r); err != nil {
-			g.log.Error("malformed rate-limit reset ignored", "server", server, "err", err)
-			return
-		}
-		if hs, ok := g.servers[server]; ok {
-			hs.s.Reset(r.At)
+	case ch.Reset != nil:
+		if hs, ok := g.servers[ch.Server]; ok {
+			hs.s.Reset(ch.Reset.At)
 			hs.dirty = true
 		}
 	}
 	g.kickFlush()
 }
 
-func (g *governors) kickFlush() {
+func (g *domainHost) kickFlush() {
 	select {
 	case g.kick <- struct{}{}:
 	default:
 	}
 }
 
+// limitUnavailable is the refusal of a governor whose state cannot be read:
+// pages wait rather than go out unpaced.
+const limitUnavailable governor.Limit = "unavailable"
+
 // Grant implements Pacer.
-func (g *governors) Grant(now time.Time, domain string, n int) (int, string) {
+func (g *domainHost) Grant(now time.Time, domain string, n int) (int, governor.Refusal) {
 	h, err := g.domain(domain)
 	if err != nil {
 		g.log.Warn("governor state unavailable; holding pages", "domain", domain, "err", err)
-		governorGrants.WithLabelValues("unavailable").Inc()
-		return 0, "governor of " + domain + " unavailable: " + err.Error()
+		governorGrants.WithLabelValues(string(limitUnavailable)).Inc()
+		return 0, governor.Refusal{Limit: limitUnavailable, Text: "governor of " + domain + " unavailable: " + err.Error()}
 	}
-	granted, _, why := h.d.Grant(now, n)
+	granted, why := h.d.Grant(now, n)
 	switch {
 	case granted == n:
 		governorGrants.WithLabelValues("granted").Inc()
 	case granted > 0:
 		governorGrants.WithLabelValues("shrunk").Inc()
 	default:
-		governorGrants.WithLabelValues(refusalReason(why)).Inc()
+		governorGrants.WithLabelValues(string(why.Limit)).Inc()
 	}
 	return granted, why
 }
 
 // Settle implements Pacer.
-func (g *governors) Settle(domain string, granted, sent int) {
+func (g *domainHost) Settle(domain string, granted, sent int) {
 	if h, err := g.domain(domain); err == nil {
 		h.d.Settle(granted, sent)
 	}
@@ -232,7 +220,7 @@ func (g *governors) Settle(domain string, granted, sent int) {
 // Observe implements Pacer: what a page sent counts toward the day and the
 // hour, and what each receiving provider answered feeds its breaker and
 // quota hold.
-func (g *governors) Observe(now time.Time, domain string, rep bus.Report) {
+func (g *domainHost) Observe(now time.Time, domain string, rep bus.Report) {
 	h, err := g.domain(domain)
 	if err != nil {
 		g.log.Warn("governor state unavailable; page outcome not counted", "domain", domain, "err", err)
@@ -279,7 +267,7 @@ func (g *governors) Observe(now time.Time, domain string, rep bus.Report) {
 // must defer, and for a sweep the half-open ones it may probe once. A page
 // defers a half-open provider's recipients without spending its probe, so
 // the probe goes with the sweep of that provider's deferred rows.
-func (g *governors) Holds(now time.Time, domain string, sweep bool) (map[string]time.Time, []string) {
+func (g *domainHost) Holds(now time.Time, domain string, sweep bool) (map[string]time.Time, []string) {
 	h, err := g.domain(domain)
 	if err != nil {
 		return nil, nil
@@ -316,7 +304,7 @@ func (g *governors) Holds(now time.Time, domain string, sweep bool) (map[string]
 }
 
 // status reports a hosted domain, or nil when it is not hosted here.
-func (g *governors) status(now time.Time, name string) *governor.Status {
+func (g *domainHost) status(now time.Time, name string) *governor.Status {
 	g.mu.Lock()
 	h, ok := g.domains[strings.ToLower(name)]
 	g.mu.Unlock()
@@ -329,9 +317,9 @@ func (g *governors) status(now time.Time, name string) *governor.Status {
 
 // flushDirty writes every changed domain's state by compare-and-set. Only
 // the leader writes state, but around a handover the previous leader may
-// have written last: the two versions are merged (governor.Merge keeps the
-// more cautious of each), the merge is adopted and written.
-func (g *governors) flushDirty(ctx context.Context) {
+// have written last: govstate merges the two versions (governor.Merge keeps
+// the more cautious of each), and the merge is adopted and written.
+func (g *domainHost) flushDirty(ctx context.Context) {
 	g.mu.Lock()
 	var todo []*hosted
 	for _, h := range g.domains {
@@ -349,7 +337,7 @@ func (g *governors) flushDirty(ctx context.Context) {
 	}
 	g.mu.Unlock()
 	for _, hs := range servers {
-		rev, err := writeHourly(ctx, g.kv, hs.s, hs.rev)
+		rev, err := g.kv.WriteHourly(ctx, hs.s, hs.rev)
 		g.mu.Lock()
 		if err != nil {
 			hs.dirty = true
@@ -365,7 +353,7 @@ func (g *governors) flushDirty(ctx context.Context) {
 		g.mu.Lock()
 		rev := h.rev
 		g.mu.Unlock()
-		rev, err := writeGovernorState(ctx, g.kv, h.d, rev)
+		rev, err := g.kv.WriteState(ctx, h.d, rev)
 		if err != nil {
 			g.log.Warn("governor state not written; retried", "domain", h.d.State().Domain, "err", err)
 			g.mu.Lock()
@@ -381,7 +369,7 @@ func (g *governors) flushDirty(ctx context.Context) {
 
 // publishMetrics sets every hosted domain's gauges, changed or not: a
 // breaker turns half-open and a day rolls over with no write.
-func (g *governors) publishMetrics() {
+func (g *domainHost) publishMetrics() {
 	g.mu.Lock()
 	ds := make([]*governor.Domain, 0, len(g.domains))
 	for _, h := range g.domains {
@@ -394,114 +382,6 @@ func (g *governors) publishMetrics() {
 	}
 }
 
-// writeGovernorState writes d's state over revision rev (0: create it). On a
-// conflict it merges in what is stored, adopts the merge and tries again.
-func writeGovernorState(ctx context.Context, kv jetstream.KeyValue, d *governor.Domain, rev uint64) (uint64, error) {
-	return casMerge(ctx, kv, bus.GovernorStateKey(d.State().Domain), rev,
-		func() []byte { return bus.Encode(d.State()) },
-		func(stored []byte) error {
-			var st governor.DomainState
-			if err := bus.Decode(stored, &st); err != nil {
-				return err
-			}
-			d.Adopt(governor.Merge(d.State(), st))
-			return nil
-		})
-}
-
-// writeHourly writes a server's hourly window the same way.
-func writeHourly(ctx context.Context, kv jetstream.KeyValue, s *governor.Server, rev uint64) (uint64, error) {
-	return casMerge(ctx, kv, bus.GovernorHourlyKey(s.Name()), rev,
-		func() []byte { return bus.Encode(s.Window()) },
-		func(stored []byte) error {
-			var w governor.HourlyWindow
-			if err := bus.Decode(stored, &w); err != nil {
-				return err
-			}
-			s.Adopt(governor.MergeHourly(s.Window(), w))
-			return nil
-		})
-}
-
-// casMerge writes encode() at key by compare-and-set over rev (0: create
-// it). When someone else wrote first, adopt merges what they stored into
-// what encode will write next, and it tries again, a few times at most.
-func casMerge(ctx context.Context, kv jetstream.KeyValue, key string, rev uint64, encode func() []byte, adopt func(stored []byte) error) (uint64, error) {
-	for attempt := 0; ; attempt++ {
-		next, err := bus.PutAt(ctx, kv, key, encode(), rev)
-		if !bus.IsConflict(err) || attempt >= 3 {
-			return next, err
-		}
-		e, err := kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			rev = 0 // deleted meanwhile: create it again
-		case err != nil:
-			return 0, err
-		default:
-			if err := adopt(e.Value()); err != nil {
-				return 0, err
-			}
-			rev = e.Revision()
-		}
-	}
-}
-
-func readHourly(ctx context.Context, kv jetstream.KeyValue, server string) (governor.HourlyWindow, uint64, error) {
-	var w governor.HourlyWindow
-	rev, _, err := bus.GetJSON(ctx, kv, bus.GovernorHourlyKey(server), &w)
-	if err != nil {
-		return w, 0, fmt.Errorf("read hourly window of %s: %w", server, err)
-	}
-	return w, rev, nil
-}
-
-func readGovernorState(ctx context.Context, kv jetstream.KeyValue, domain string) (*governor.DomainState, uint64, error) {
-	var st governor.DomainState
-	rev, found, err := bus.GetJSON(ctx, kv, bus.GovernorStateKey(domain), &st)
-	if err != nil || !found {
-		return nil, 0, wrapRead(err, "governor state", domain)
-	}
-	return &st, rev, nil
-}
-
-func readGovernorLimits(ctx context.Context, kv jetstream.KeyValue, domain string) (*bus.GovernorLimits, error) {
-	var l bus.GovernorLimits
-	_, found, err := bus.GetJSON(ctx, kv, bus.GovernorLimitsKey(domain), &l)
-	if err != nil || !found {
-		return nil, wrapRead(err, "governor limits", domain)
-	}
-	return &l, nil
-}
-
-func readGovernorReset(ctx context.Context, kv jetstream.KeyValue, server string) (bus.GovernorReset, error) {
-	var r bus.GovernorReset
-	_, _, err := bus.GetJSON(ctx, kv, bus.GovernorResetKey(server), &r)
-	return r, wrapRead(err, "rate-limit reset", server)
-}
-
-// wrapRead names what could not be read; nil stays nil.
-func wrapRead(err error, what, of string) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("read %s of %s: %w", what, of, err)
-}
-
-// mergeLimits lays an operator's limits over the configured defaults.
-func mergeLimits(d governor.Limits, o *bus.GovernorLimits) governor.Limits {
-	if o == nil {
-		return d
-	}
-	if o.RatePerSecond > 0 {
-		d.RatePerSecond = o.RatePerSecond
-	}
-	if o.Burst > 0 {
-		d.Burst = o.Burst
-	}
-	return d
-}
-
 // DefaultServer names the SMTP server of domains configured without one.
 const DefaultServer = "default"
 
@@ -510,16 +390,4 @@ func serverOf(l governor.Limits) string {
 		return DefaultServer
 	}
 	return l.Server
-}
-
-// refusalReason is the metric label of a refused grant.
-func refusalReason(why string) string {
-	switch {
-	case strings.Contains(why, "daily ceiling"):
-		return "ceiling"
-	case strings.Contains(why, "hourly limit"):
-		return "hourly"
-	default:
-		return "rate"
-	}
 }

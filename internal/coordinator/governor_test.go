@@ -45,7 +45,7 @@ func (s *stack) seedProviders(n int) (map[string]bool, []store.Contact) {
 		})
 		all[email] = true
 	}
-	if _, err := s.store.UpsertContacts(ctx, cs, now); err != nil {
+	if _, err := s.store.ImportContacts(ctx, cs, now); err != nil {
 		s.t.Fatal(err)
 	}
 	return all, cs
@@ -328,55 +328,6 @@ func TestHourlyLimitAndReset(t *testing.T) {
 	s.exactlyOnce(all)
 }
 
-// TestGovernorAPIErrors: bad input gets InvalidArgument with a message a
-// person can act on, unknown names NotFound, and a coordinator without a
-// governor says so.
-func TestGovernorAPIErrors(t *testing.T) {
-	t.Parallel()
-	s := newStack(t, stackOptions{governor: &coordinator.GovernorConfig{}})
-	g, ctx := s.governorClient(), context.Background()
-	ceiling := func(n int64) *int64 { return &n }
-	cases := []struct {
-		name string
-		call func() error
-		code codes.Code
-		msg  string
-	}{
-		{"no domain", func() error { _, err := g.GetDomain(ctx, &pb.GetDomainRequest{}); return err }, codes.InvalidArgument, "domain is required"},
-		{"not a domain", func() error { _, err := g.GetDomain(ctx, &pb.GetDomainRequest{Domain: "news@example.com"}); return err }, codes.InvalidArgument, "not a domain name"},
-		{"never sent", func() error { _, err := g.GetDomain(ctx, &pb.GetDomainRequest{Domain: "quiet.example"}); return err }, codes.NotFound, "nothing has been sent"},
-		{"nothing to set", func() error {
-			_, err := g.SetDomainLimits(ctx, &pb.SetDomainLimitsRequest{Domain: "example.com"})
-			return err
-		}, codes.InvalidArgument, "nothing to set"},
-		{"ceiling below the floor", func() error {
-			_, err := g.SetDomainLimits(ctx, &pb.SetDomainLimitsRequest{Domain: "example.com", DailyCeiling: ceiling(5)})
-			return err
-		}, codes.InvalidArgument, "between 100 and 5000000"},
-		{"unknown server", func() error { _, err := g.ResetRateLimit(ctx, &pb.ResetRateLimitRequest{Server: "mx9"}); return err }, codes.NotFound, `send through "default"`},
-	}
-	for _, c := range cases {
-		err := c.call()
-		if status.Code(err) != c.code || !strings.Contains(status.Convert(err).Message(), c.msg) {
-			t.Errorf("%s: got %v; want %s mentioning %q", c.name, err, c.code, c.msg)
-		}
-	}
-	// A ceiling set by hand shows at once, on a domain that never sent.
-	r, err := g.SetDomainLimits(ctx, &pb.SetDomainLimitsRequest{Domain: "Example.COM", DailyCeiling: ceiling(200_000)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.GetDomain().GetDomain() != "example.com" || r.GetDomain().GetDailyCeiling() != 200_000 {
-		t.Fatalf("after SetDomainLimits: %v", r.GetDomain())
-	}
-
-	plain := newStack(t, stackOptions{})
-	_, err = plain.governorClient().ListDomains(ctx, &pb.ListDomainsRequest{})
-	if status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("ListDomains without a governor: %v; want FailedPrecondition", err)
-	}
-}
-
 // TestBreakerDefersProviderAndRecovers: yahoo answers 451 to its first
 // recipients; five transient failures open its breaker, so yahoo's
 // recipients are recorded deferred while the others go on; after the open
@@ -429,7 +380,7 @@ func TestBreakerDefersProviderAndRecovers(t *testing.T) {
 func TestTransactionalUsageCounted(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{governor: &coordinator.GovernorConfig{}})
-	g := transactional.NewKVGovernor(s.bus, testLogger(t))
+	g := transactional.NewHeldProviders(s.bus, testLogger(t))
 	now := time.Now()
 	for range 3 {
 		g.Observe("Rangecast.test", "someone@example.org", transport.Class(0), now)
@@ -449,9 +400,9 @@ func TestTransactionalUsageCounted(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// And a worker then holds yahoo's transactional mail.
-	retryAt, _, err := g.Admit(context.Background(), "rangecast.test", "x@yahoo.com", time.Now().Add(2*time.Second))
-	if err != nil || retryAt.IsZero() {
-		t.Fatalf("Admit to yahoo with its breaker open = %v, %v; want held", retryAt, err)
+	held, err := g.Admit(context.Background(), "rangecast.test", "x@yahoo.com", time.Now().Add(2*time.Second))
+	if err != nil || held.Until.IsZero() || held.Limit != governor.LimitBreaker {
+		t.Fatalf("Admit to yahoo with its breaker open = %+v, %v; want held by the breaker", held, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,20 +12,11 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
-
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // TestOneLeaderAndFollowerWrites: of two coordinators one leads; pause and
 // resume sent to the follower reach the leader's actor through KV; when the
@@ -33,7 +25,7 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 func TestOneLeaderAndFollowerWrites(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{workers: 2, concurrency: 8, pageLimit: 50, sinkOpts: []capture.Option{capture.WithLatency(2 * time.Millisecond)}})
-	waitFor(t, "first coordinator leads", 10*time.Second, s.coord.Leading)
+	testenv.Eventually(t, "first coordinator leads", 10*time.Second, s.coord.Leading)
 	cfg := s.coordCfg
 	cfg.Name = "second"
 	follower := s.runReplica(cfg)
@@ -49,7 +41,7 @@ func TestOneLeaderAndFollowerWrites(t *testing.T) {
 	if _, err := follower.client.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: id}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "sending starts", 20*time.Second, func() bool { return s.sink.Count() > 300 })
+	testenv.Eventually(t, "sending starts", 20*time.Second, func() bool { return s.sink.Count() > 300 })
 	if _, err := follower.client.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: id}); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +51,7 @@ func TestOneLeaderAndFollowerWrites(t *testing.T) {
 	}
 	// The leader's actor knows: resuming through the follower carries on.
 	s.stopCoord() // the leader steps down
-	waitFor(t, "the follower takes over", 10*time.Second, follower.coord.Leading)
+	testenv.Eventually(t, "the follower takes over", 10*time.Second, follower.coord.Leading)
 	if _, err := follower.client.ResumeBroadcast(ctx, &pb.ResumeBroadcastRequest{Id: id}); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +106,7 @@ func TestSplitBrainSendsNobodyTwice(t *testing.T) {
 	cfg := s.coordCfg
 	cfg.Name, cfg.LeaseKey = "rogue", "another-lease"
 	rogue := s.runReplica(cfg)
-	waitFor(t, "both lead", 10*time.Second, func() bool { return s.coord.Leading() && rogue.coord.Leading() })
+	testenv.Eventually(t, "both lead", 10*time.Second, func() bool { return s.coord.Leading() && rogue.coord.Leading() })
 	a := s.seed(3000)
 	id := s.create("", 0)
 	s.start(id)
@@ -190,4 +182,14 @@ func TestRetriedStartCompletesIt(t *testing.T) {
 	}
 	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 30*time.Second)
 	s.exactlyOnce(a.eligible(false))
+}
+
+// TestRunRefusesABadConfig: a negative duration is refused at once, named,
+// before the coordinator touches NATS.
+func TestRunRefusesABadConfig(t *testing.T) {
+	t.Parallel()
+	err := coordinator.New(coordinator.Config{InDoubtAfter: -time.Second, Tick: -time.Second}).Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "--in-doubt-after") || !strings.Contains(err.Error(), "Config.Tick") {
+		t.Fatalf("Run = %v; want both the lease and the tick refused", err)
+	}
 }

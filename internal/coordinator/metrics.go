@@ -18,10 +18,6 @@ var (
 		Name: "rangecast_coordinator_reports_total",
 		Help: "Page reports received, by result: advanced (the cursor moved) or ignored (behind the cursor, a duplicate).",
 	}, []string{"result"})
-	purged = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "rangecast_coordinator_purged_rows_total",
-		Help: "Rows deleted past their retention, by table: delivery_events (webhook events) and outbound_receipts (finished transactional messages, with their attempts); broadcast_reputation_deltas counts pending reputation changes folded into their broadcast's sums.",
-	}, []string{"table"})
 	kvWrites = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_kv_writes_total",
 		Help: "Writes to the broadcast KV bucket (cursor CAS, range creation, state).",
@@ -74,11 +70,8 @@ func init() {
 	for _, r := range []string{"sent", "unknown", "released"} {
 		inDoubtSettled.WithLabelValues(r)
 	}
-	for _, r := range []string{"granted", "shrunk", "ceiling", "hourly", "rate", "unavailable"} {
+	for _, r := range []string{"granted", "shrunk", string(governor.LimitCeiling), string(governor.LimitHourly), string(governor.LimitRate), string(limitUnavailable)} {
 		governorGrants.WithLabelValues(r)
-	}
-	for _, t := range []string{"delivery_events", "outbound_receipts", "broadcast_reputation_deltas"} {
-		purged.WithLabelValues(t)
 	}
 	for _, s := range []string{"completed", "paused", "failed"} {
 		broadcastTransitions.WithLabelValues(s)

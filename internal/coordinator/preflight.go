@@ -3,32 +3,31 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/oklog/ulid/v2"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/preflight"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
-// preflightDraft renders content against a sample of the real contacts b
-// would go to; code is the answer's code when one fails (InvalidArgument
-// at create, FailedPrecondition at start: the content is fine, the list
-// is not what it expects).
-func (c *Coordinator) preflightDraft(ctx context.Context, b store.Broadcast, code codes.Code) error {
+// Preflight renders b's content against a sample of the real contacts it
+// would go to. An InvalidContent error when the content cannot compile, a
+// PreflightFailed one when a sample contact fails to render (the content
+// may be fine, the list is not what it expects); a store error as it is.
+func (c *Coordinator) Preflight(ctx context.Context, b store.Broadcast) error {
 	compiled, err := message.Compile(message.Template(b.Content))
 	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "content: %v", err)
+		return &Error{Kind: InvalidContent, Msg: fmt.Sprintf("content: %v", err), Err: err}
 	}
 	err = preflight.Check(ctx, c.cfg.Store, b, compiled, c.cfg.Clock.Now())
 	var f *preflight.Failure
 	switch {
 	case errors.As(err, &f):
-		return status.Errorf(code, "%v; fix the template (or the contact), then try again", f)
+		return &Error{Kind: PreflightFailed, Msg: fmt.Sprintf("%v; fix the template (or the contact), then try again", f), Err: err}
 	case err != nil:
-		return storeError(err)
+		return err
 	}
 	return nil
 }
@@ -41,5 +40,5 @@ func (c *Coordinator) preflightStart(ctx context.Context, id ulid.ULID) error {
 	if err != nil || b.State != store.StateDraft {
 		return nil
 	}
-	return c.preflightDraft(ctx, b, codes.FailedPrecondition)
+	return c.Preflight(ctx, b)
 }

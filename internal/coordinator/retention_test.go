@@ -3,33 +3,14 @@ package coordinator_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/maintenance"
 	"github.com/rangecast/rangecast/internal/store"
 )
-
-func TestRetentionCheck(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		r    coordinator.Retention
-		want string
-	}{
-		{coordinator.Retention{}, ""},
-		{coordinator.Retention{Events: 30 * 24 * time.Hour, Receipts: 48 * time.Hour}, ""},
-		{coordinator.Retention{Receipts: 12 * time.Hour}, "transactional retention 12h0m0s is too short"},
-		{coordinator.Retention{Events: 48 * time.Hour}, "event retention 48h0m0s is too short"},
-	} {
-		err := c.r.Check()
-		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("Check(%+v) = %v, want %q", c.r, err, c.want)
-		}
-	}
-}
 
 // TestLeaderPurgesPastRetention: a leader purges delivery events and
 // finished transactional messages older than their retention when its term
@@ -71,7 +52,7 @@ func TestLeaderPurgesPastRetention(t *testing.T) {
 	}
 	oldSent, oldQueued, recentSent := receipt("old-sent", old, store.ReceiptSent), receipt("old-queued", old, store.ReceiptQueued), receipt("recent-sent", recent, store.ReceiptSent)
 
-	s.coordCfg.Retention = coordinator.Retention{Events: 8 * 24 * time.Hour, Receipts: 8 * 24 * time.Hour}
+	s.coordCfg.Retention = maintenance.RetentionConfig{Events: 8 * 24 * time.Hour, Receipts: 8 * 24 * time.Hour}
 	s.startCoordinator()
 
 	deadline := time.Now().Add(20 * time.Second)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/clock"
@@ -133,7 +134,7 @@ func (s *stack) runReplica(cfg coordinator.Config) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := coordinator.NewGRPCServer(c)
+	srv := api.NewGRPCServer(api.Config{Engine: c, Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Log})
 	go srv.Serve(lis) //nolint:errcheck
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -223,7 +224,7 @@ func (s *stack) seed(n int) audience {
 	}
 	for i := 0; i < n; i += 1000 {
 		batch := a.contacts[i:min(i+1000, n)]
-		if _, err := s.store.UpsertContacts(ctx, batch, now); err != nil {
+		if _, err := s.store.ImportContacts(ctx, batch, now); err != nil {
 			t.Fatal(err)
 		}
 		var members []ulid.ULID
@@ -232,7 +233,7 @@ func (s *stack) seed(n int) audience {
 				members = append(members, c.ID)
 			}
 		}
-		if err := s.store.AddSegmentMembers(ctx, seg, members); err != nil {
+		if _, err := s.store.AddMembers(ctx, seg, members); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -280,18 +281,19 @@ func (s *stack) status(id string) *pb.Broadcast {
 // waitState polls until the broadcast reaches want or the deadline passes.
 func (s *stack) waitState(id string, want pb.BroadcastState, within time.Duration) *pb.Broadcast {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		b := s.status(id)
-		if b.GetState() == want {
-			return b
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("broadcast %s is %s (%s) after %s, want %s; progress: %d/%d ranges, sent %d",
-				id, b.GetState(), b.GetReason(), within, want, b.GetProgress().GetRangesDone(), b.GetProgress().GetRangesTotal(), b.GetProgress().GetSent())
-		}
-		time.Sleep(50 * time.Millisecond)
+	var b *pb.Broadcast
+	if !testenv.Poll(within, func() bool { b = s.status(id); return b.GetState() == want }) {
+		s.t.Fatalf("broadcast %s is %s (%s) after %s, want %s; progress: %d/%d ranges, sent %d",
+			id, b.GetState(), b.GetReason(), within, want, b.GetProgress().GetRangesDone(), b.GetProgress().GetRangesTotal(), b.GetProgress().GetSent())
 	}
+	return b
+}
+
+// pending counts the broadcast's claims with no outcome (in flight or in
+// doubt).
+func (s *stack) pending(id ulid.ULID) (int64, error) {
+	c, err := s.store.Counts(context.Background(), id)
+	return c.Claimed, err
 }
 
 // waitQuiet waits until the sink has received nothing new for d.

@@ -1,11 +1,13 @@
 package coordinator_test
 
 import (
-	"github.com/rangecast/rangecast/internal/bus"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/governor"
 )
 
 // TestThrottleLimitsPages: a broadcast throttled to 36 messages an hour sends
@@ -37,16 +39,16 @@ type budgetPacer struct {
 	domains map[string]bool
 }
 
-func (p *budgetPacer) Grant(_ time.Time, domain string, n int) (int, string) {
+func (p *budgetPacer) Grant(_ time.Time, domain string, n int) (int, governor.Refusal) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.domains[domain] = true
 	g := min(n, p.budget)
 	p.budget -= g
 	if g == 0 {
-		return 0, "daily ceiling of 25 for " + domain + " reached; resumes 00:00 UTC"
+		return 0, governor.Refusal{Limit: governor.LimitCeiling, Text: "daily ceiling of 25 for " + domain + " reached; resumes 00:00 UTC"}
 	}
-	return g, ""
+	return g, governor.Refusal{}
 }
 
 func (p *budgetPacer) Settle(_ string, granted, sent int) {

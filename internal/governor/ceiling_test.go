@@ -31,19 +31,19 @@ func TestFirstDayOfNewDomain(t *testing.T) {
 	}
 	const sentence = "daily ceiling of 5,000 for example.com reached; resumes 00:00 UTC"
 	midnight := dayAt(1, "00:00:00")
-	g, at, why := d.Grant(now, 6000)
-	if g != 5000 || !at.Equal(midnight) || why != sentence {
-		t.Fatalf("Grant(6000) = %d, %v, %q; want 5000, %v, %q", g, at, why, midnight, sentence)
+	g, r := d.Grant(now, 6000)
+	if g != 5000 || !r.Until.Equal(midnight) || r.Text != sentence || r.Limit != LimitCeiling {
+		t.Fatalf("Grant(6000) = %d, %+v; want 5000, %s until %v, %q", g, r, LimitCeiling, midnight, sentence)
 	}
 	d.RecordSent(now, 5000)
-	if g, at, why := d.Grant(dayAt(0, "23:59:59"), 1); g != 0 || !at.Equal(midnight) || why != sentence {
-		t.Fatalf("at the ceiling Grant(1) = %d, %v, %q; want 0 until midnight", g, at, why)
+	if g, r := d.Grant(dayAt(0, "23:59:59"), 1); g != 0 || !r.Until.Equal(midnight) || r.Text != sentence || r.Limit != LimitCeiling {
+		t.Fatalf("at the ceiling Grant(1) = %d, %+v; want 0 until midnight", g, r)
 	}
 	if s := d.Status(now); s.Waiting != sentence || !s.ResumesAt.Equal(midnight) || s.SentToday != 5000 {
 		t.Fatalf("status = %+v; want waiting %q", s, sentence)
 	}
 	// A clean day at 100 %: the next UTC day starts at double.
-	if g, _, _ := d.Grant(midnight, 20000); g != 10000 {
+	if g, _ := d.Grant(midnight, 20000); g != 10000 {
 		t.Fatalf("after midnight granted %d; want the doubled ceiling, 10000", g)
 	}
 }
@@ -189,7 +189,7 @@ func TestQuotaRejection(t *testing.T) {
 				t.Fatal("google still held after 5 minutes")
 			}
 			wantGrant := max(0, tt.want-tt.sent)
-			if g, _, _ := d.Grant(now, 1_000_000); g != wantGrant {
+			if g, _ := d.Grant(now, 1_000_000); g != wantGrant {
 				t.Fatalf("granted %d after the rejection; want %d", g, wantGrant)
 			}
 		})
@@ -203,13 +203,13 @@ func TestRejectedDayThenCleanDays(t *testing.T) {
 	d := NewDomain("example.com", unpaced, nil, dayAt(0, "06:00:00"))
 	for h := range 3 {
 		now := dayAt(0, "06:00:00").Add(time.Duration(h) * time.Hour)
-		g, _, _ := d.Grant(now, 1000)
+		g, _ := d.Grant(now, 1000)
 		d.RecordSent(now, g)
 	}
 	d.RecordQuotaRejection(dayAt(0, "09:00:00"), "outlook.com")
-	if g, at, why := d.Grant(dayAt(0, "09:00:01"), 10); g != 0 || !at.Equal(dayAt(1, "00:00:00")) ||
-		why != "daily ceiling of 1,500 for example.com reached; resumes 00:00 UTC" {
-		t.Fatalf("after the rejection Grant = %d, %v, %q", g, at, why)
+	if g, r := d.Grant(dayAt(0, "09:00:01"), 10); g != 0 || !r.Until.Equal(dayAt(1, "00:00:00")) ||
+		r.Text != "daily ceiling of 1,500 for example.com reached; resumes 00:00 UTC" {
+		t.Fatalf("after the rejection Grant = %d, %+v", g, r)
 	}
 	steps := []struct {
 		day, sent, wantNextCeiling int
@@ -220,7 +220,7 @@ func TestRejectedDayThenCleanDays(t *testing.T) {
 	}
 	for _, s := range steps {
 		now := dayAt(s.day, "10:00:00")
-		g, _, _ := d.Grant(now, s.sent)
+		g, _ := d.Grant(now, s.sent)
 		d.RecordSent(now, g)
 		if c := d.Status(dayAt(s.day+1, "00:00:00")).Ceiling; c != s.wantNextCeiling {
 			t.Fatalf("after day %d with %d sent the ceiling is %d; want %d", s.day, s.sent, c, s.wantNextCeiling)

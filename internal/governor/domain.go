@@ -212,17 +212,17 @@ func (d *Domain) roll(now time.Time) {
 // Grant hands out up to n messages, as many as the token bucket, the daily
 // ceiling and the hourly limit all allow; grants in flight count against the
 // ceiling and the hourly limit, so concurrent pages cannot overshoot them.
-// When it grants fewer than n, retryAt is when the binding limit frees up
-// (the next UTC midnight for the ceiling) and reason says so in words.
+// When it grants fewer than n, the Refusal names the binding limit, when it
+// frees up (the next UTC midnight for the ceiling) and says so in words.
 //
 // Settle every grant: RecordSent for what went out, Return for the rest.
-func (d *Domain) Grant(now time.Time, n int) (granted int, retryAt time.Time, reason string) {
+func (d *Domain) Grant(now time.Time, n int) (granted int, r Refusal) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now = now.UTC()
 	d.roll(now)
 	if n <= 0 {
-		return 0, time.Time{}, ""
+		return 0, Refusal{}
 	}
 	daily, hourly := d.left(now)
 	if g := min(n, daily, hourly); g > 0 {
@@ -231,10 +231,9 @@ func (d *Domain) Grant(now time.Time, n int) (granted int, retryAt time.Time, re
 	d.inFlight += granted
 	d.server.reserve(granted)
 	if granted == n {
-		return granted, time.Time{}, ""
+		return granted, Refusal{}
 	}
-	retryAt, reason = d.why(now, granted, daily, hourly)
-	return granted, retryAt, reason
+	return granted, d.why(now, granted, daily, hourly)
 }
 
 // left is what the daily ceiling and the hourly limit allow now.
@@ -245,14 +244,14 @@ func (d *Domain) left(now time.Time) (daily, hourly int) {
 
 // why names the limit that stopped a grant at got (the one lasting longest
 // when several did) and when it frees up.
-func (d *Domain) why(now time.Time, got, daily, hourly int) (at time.Time, reason string) {
-	consider := func(t time.Time, r string) {
-		if reason == "" || t.After(at) {
-			at, reason = t, r
+func (d *Domain) why(now time.Time, got, daily, hourly int) (r Refusal) {
+	consider := func(l Limit, t time.Time, text string) {
+		if !r.Refused() || t.After(r.Until) {
+			r = Refusal{Limit: l, Until: t, Text: text}
 		}
 	}
 	if daily <= got {
-		consider(nextMidnight(now), fmt.Sprintf("daily ceiling of %s for %s reached; resumes 00:00 UTC",
+		consider(LimitCeiling, nextMidnight(now), fmt.Sprintf("daily ceiling of %s for %s reached; resumes 00:00 UTC",
 			Thousands(d.st.Ceiling), d.st.Domain))
 	}
 	if l, t := d.server.binds(now); l > 0 && hourly <= got {
@@ -260,15 +259,15 @@ func (d *Domain) why(now time.Time, got, daily, hourly int) (at time.Time, reaso
 		if d.shared {
 			on = "SMTP server " + d.server.Name()
 		}
-		consider(t, fmt.Sprintf("hourly limit of %s for %s reached; resumes %s UTC",
+		consider(LimitHourly, t, fmt.Sprintf("hourly limit of %s for %s reached; resumes %s UTC",
 			Thousands(l), on, clockTime(t)))
 	}
-	if reason == "" {
+	if !r.Refused() {
 		w := d.bucket.Wait(now)
-		consider(now.Add(w), fmt.Sprintf("rate of %s/s for %s used up; next page in %s",
+		consider(LimitRate, now.Add(w), fmt.Sprintf("rate of %s/s for %s used up; next page in %s",
 			strconv.FormatFloat(d.limits.RatePerSecond, 'f', -1, 64), d.st.Domain, roundUp(w)))
 	}
-	return at, reason
+	return r
 }
 
 // Return gives back n granted messages that did not go out (a page that
@@ -583,9 +582,9 @@ func (d *Domain) Status(now time.Time) Status {
 	var words []string
 	daily, hourly := d.left(now)
 	if min(daily, hourly, int(math.Floor(s.Tokens))) < 1 {
-		var why string
-		s.ResumesAt, why = d.why(now, 0, daily, hourly)
-		words = append(words, why)
+		why := d.why(now, 0, daily, hourly)
+		s.ResumesAt = why.Until
+		words = append(words, why.Text)
 	}
 	for _, p := range slices.Sorted(maps.Keys(union(d.st.Holds, d.st.Breakers))) {
 		ps := ProviderStatus{Provider: p, Phase: PhaseClosed}

@@ -71,7 +71,8 @@ func TestGrant(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(d)
 			}
-			g, retry, why := d.Grant(now, tt.n)
+			g, r := d.Grant(now, tt.n)
+			retry, why := r.Until, r.Text
 			if g != tt.want || !retry.Equal(tt.wantRetry) {
 				t.Fatalf("Grant(%d) = %d, retry %v (%q); want %d, retry %v", tt.n, g, retry, why, tt.want, tt.wantRetry)
 			}
@@ -89,7 +90,7 @@ func TestRefusedGrantSpendsNoTokens(t *testing.T) {
 	now := dayAt(0, "12:00:00")
 	d := NewDomain("example.com", Limits{Burst: 10}, &DomainState{Ceiling: 100, Day: date(0), SentToday: 100}, now)
 	for range 5 {
-		if g, _, _ := d.Grant(now, 10); g != 0 {
+		if g, _ := d.Grant(now, 10); g != 0 {
 			t.Fatalf("granted %d over the ceiling", g)
 		}
 	}
@@ -266,7 +267,7 @@ func TestConcurrentUse(t *testing.T) {
 		wg.Go(func() {
 			for i := range 100 {
 				at := now.Add(time.Duration(w*100+i) * time.Millisecond)
-				g, _, _ := d.Grant(at, 10)
+				g, _ := d.Grant(at, 10)
 				d.RecordSent(at, g/2)
 				d.Return(g - g/2)
 				d.RecordTransient(at, "gmail.com")

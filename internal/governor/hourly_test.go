@@ -107,12 +107,16 @@ func TestHourlyLimit(t *testing.T) {
 			if s.HourlyCount != tt.wantCount || s.HourlySent != tt.wantSent {
 				t.Fatalf("status: hourly count %d, sent %d; want %d, %d", s.HourlyCount, s.HourlySent, tt.wantCount, tt.wantSent)
 			}
-			g, retry, why := d.Grant(tt.at, tt.n)
+			g, r := d.Grant(tt.at, tt.n)
+			retry, why := r.Until, r.Text
 			if g != tt.want || !retry.Equal(tt.wantRetry) {
 				t.Fatalf("Grant(%d) = %d, retry %v (%q); want %d, retry %v", tt.n, g, retry, why, tt.want, tt.wantRetry)
 			}
 			if tt.wantWhy != "" && why != tt.wantWhy {
 				t.Fatalf("reason %q; want %q", why, tt.wantWhy)
+			}
+			if g < tt.n && r.Limit != LimitHourly { // rate and ceiling are out of the way
+				t.Fatalf("limit %q; want %q", r.Limit, LimitHourly)
 			}
 		})
 	}

@@ -47,7 +47,7 @@ func TestSetLimitsKeepsStateAndInFlight(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
 	d := NewDomain("example.com", Limits{RatePerSecond: 1000, Burst: 1000}, nil, now)
-	if g, _, _ := d.Grant(now, 300); g != 300 {
+	if g, _ := d.Grant(now, 300); g != 300 {
 		t.Fatalf("granted %d, want 300", g)
 	}
 	d.RecordSent(now, 100)
@@ -57,8 +57,8 @@ func TestSetLimitsKeepsStateAndInFlight(t *testing.T) {
 		t.Fatalf("after SetLimits: %+v", s)
 	}
 	// 100 sent + 200 in flight leave 100 of the hourly 400; the burst of 50 binds first.
-	if g, _, why := d.Grant(now, 200); g != 50 {
-		t.Fatalf("granted %d (%s), want the burst of 50", g, why)
+	if g, r := d.Grant(now, 200); g != 50 || r.Limit != LimitRate {
+		t.Fatalf("granted %d (%+v), want the burst of 50, held by the rate", g, r)
 	}
 }
 
@@ -85,7 +85,7 @@ func TestSettleAndCountKeepGrantsApart(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
 	d := NewDomain("example.com", Limits{RatePerSecond: 1, Burst: 100}, nil, now)
-	if g, _, _ := d.Grant(now, 100); g != 100 {
+	if g, _ := d.Grant(now, 100); g != 100 {
 		t.Fatalf("granted %d", g)
 	}
 	d.Count(now, 60) // the report: 60 went out
@@ -102,7 +102,7 @@ func TestSettleAndCountKeepGrantsApart(t *testing.T) {
 	}
 	// Sent mail counts against the ceiling whether or not it had a grant.
 	d.Count(now, DefaultCeiling)
-	if g, _, why := d.Grant(now, 1); g != 0 || why == "" {
+	if g, r := d.Grant(now, 1); g != 0 || r.Limit != LimitCeiling {
 		t.Fatalf("granted %d past the ceiling", g)
 	}
 }
@@ -118,12 +118,12 @@ func TestSharedServerHourlyLimit(t *testing.T) {
 	b := NewDomain("b.example", l, nil, now)
 	a.ShareServer(relay)
 	b.ShareServer(relay)
-	if g, _, _ := a.Grant(now, 70); g != 70 {
+	if g, _ := a.Grant(now, 70); g != 70 {
 		t.Fatalf("a granted %d, want 70", g)
 	}
-	g, at, why := b.Grant(now, 50)
-	if g != 30 || why != "hourly limit of 100 for SMTP server relay reached; resumes 10:00 UTC" || !at.Equal(now.Add(time.Hour)) {
-		t.Fatalf("b granted %d (%q, %v); want the 30 the server has left, then 10:00", g, why, at)
+	g, r := b.Grant(now, 50)
+	if g != 30 || r.Limit != LimitHourly || r.Text != "hourly limit of 100 for SMTP server relay reached; resumes 10:00 UTC" || !r.Until.Equal(now.Add(time.Hour)) {
+		t.Fatalf("b granted %d (%+v); want the 30 the server has left, then 10:00", g, r)
 	}
 	a.Settle(70, 70)
 	a.Count(now, 70)
@@ -132,14 +132,14 @@ func TestSharedServerHourlyLimit(t *testing.T) {
 	if s := b.Status(now); s.HourlyCount != 100 || s.EmailsPerHour != 100 {
 		t.Fatalf("b sees the server at %d of %d; want 100 of 100", s.HourlyCount, s.EmailsPerHour)
 	}
-	if g, _, _ := a.Grant(now.Add(time.Minute), 1); g != 0 {
+	if g, _ := a.Grant(now.Add(time.Minute), 1); g != 0 {
 		t.Fatalf("a granted %d past the server's limit", g)
 	}
 	relay.Reset(now.Add(2 * time.Minute))
-	if g, _, _ := a.Grant(now.Add(2*time.Minute), 60); g != 60 {
+	if g, _ := a.Grant(now.Add(2*time.Minute), 60); g != 60 {
 		t.Fatalf("after a reset a was granted %d, want 60", g)
 	}
-	if g, _, _ := b.Grant(now.Add(2*time.Minute), 60); g != 40 {
+	if g, _ := b.Grant(now.Add(2*time.Minute), 60); g != 40 {
 		t.Fatalf("after a reset b was granted %d, want the 40 a left", g)
 	}
 	if st := a.State(); len(st.Hourly.Slots) != 0 {

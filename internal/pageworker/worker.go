@@ -20,6 +20,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
+	"github.com/rangecast/rangecast/internal/govstate"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
@@ -134,7 +135,7 @@ type Worker struct {
 	live   *liveness
 	// governors follows the holds the leader's governors write, between
 	// the page's dispatch and each window.
-	governors *bus.GovernorView
+	governors *govstate.View
 
 	mu         sync.Mutex
 	broadcasts map[ulid.ULID]*loaded
@@ -152,7 +153,7 @@ func New(cfg Config) *Worker {
 	cfg = cfg.withDefaults()
 	w := &Worker{cfg: cfg, states: cfg.States, live: newLiveness(cfg.ID, cfg.MaxPageTime), broadcasts: map[ulid.ULID]*loaded{}}
 	if cfg.Bus != nil && cfg.Bus.Governors != nil {
-		w.governors = bus.NewGovernorView(cfg.Bus.Governors)
+		w.governors = govstate.NewView(cfg.Bus.Governors)
 	}
 	return w
 }

@@ -22,9 +22,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/maintenance"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/redact"
@@ -197,23 +199,23 @@ type CoordinatorOptions struct {
 	// Secrets configure the public HTTP on HTTPAddr (public.go); Alarms
 	// the reputation alarms that pause a broadcast.
 	Secrets Secrets
-	Alarms  coordinator.Alarms
+	Alarms  maintenance.AlarmConfig
 	// Retention bounds how long delivery events and finished
 	// transactional messages are kept.
-	Retention coordinator.Retention
+	Retention maintenance.RetentionConfig
 
-	auth      *coordinator.Auth // built by RunCoordinator before connecting
-	publicLis net.Listener      // bound by StartStack, which needs its address first
+	auth      *api.Auth    // built by RunCoordinator before connecting
+	publicLis net.Listener // bound by StartStack, which needs its address first
 }
 
 // newAuth returns the token checker o asks for, or nil when it asks for
 // none.
-func (o CoordinatorOptions) newAuth() (*coordinator.Auth, error) {
-	cfg := coordinator.AuthConfig{Tokens: o.Tokens, TokensFile: o.TokensFile, Log: o.Log}
+func (o CoordinatorOptions) newAuth() (*api.Auth, error) {
+	cfg := api.AuthConfig{Tokens: o.Tokens, TokensFile: o.TokensFile, Log: o.Log}
 	if !cfg.Enabled() {
 		return nil, nil
 	}
-	return coordinator.NewAuth(cfg)
+	return api.NewAuth(cfg)
 }
 
 // connect opens the store and the bus a server process needs and returns a
@@ -231,12 +233,32 @@ func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int)
 	return st, nc, b, func() { nc.Close(); st.Close() }, nil
 }
 
-// RunCoordinator serves the coordinator until ctx ends.
-func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
+// validate refuses flags the coordinator cannot run with, before anything
+// is connected.
+func (o CoordinatorOptions) validate() error {
+	var errs []error
 	switch coordinator.InDoubtPolicy(o.InDoubtPolicy) {
 	case "", coordinator.InDoubtSkip, coordinator.InDoubtResend:
 	default:
-		return fmt.Errorf("in-doubt policy %q: use skip or resend", o.InDoubtPolicy)
+		errs = append(errs, fmt.Errorf("in-doubt policy %q: use skip or resend", o.InDoubtPolicy))
+	}
+	if o.InDoubtAfter < 0 {
+		errs = append(errs, fmt.Errorf("--in-doubt-after is %s; a duration cannot be negative", o.InDoubtAfter))
+	}
+	if o.NATSReplicas < 0 {
+		errs = append(errs, fmt.Errorf("--nats-replicas is %d; it cannot be negative", o.NATSReplicas))
+	}
+	if o.Governor != nil {
+		errs = append(errs, o.Governor.Validate())
+	}
+	errs = append(errs, o.Alarms.Validate(), o.Retention.Validate())
+	return errors.Join(errs...)
+}
+
+// RunCoordinator serves the coordinator until ctx ends.
+func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
+	if err := o.validate(); err != nil {
+		return err
 	}
 	// Tokens are checked before connecting, so a bad tokens file fails at
 	// once rather than after waiting for NATS.
@@ -284,7 +306,7 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 			return err
 		}
 	}
-	srv := coordinator.NewGRPCServer(c, auth.ServerOptions()...)
+	srv := api.NewGRPCServer(api.Config{Engine: c, Store: st, Clock: clock.Real{}, Log: o.Log}, auth.ServerOptions()...)
 	pb.RegisterTransactionalServiceServer(srv, transactional.NewService(transactional.ServiceConfig{Store: st, JS: b.JS, Clock: clock.Real{}, Log: o.Log}))
 	go srv.Serve(lis) //nolint:errcheck
 	o.Log.Info("grpc listening", "addr", lis.Addr().String())
@@ -314,9 +336,28 @@ type WorkerOptions struct {
 	DKIMKeys []string
 }
 
+// validate refuses flags the worker cannot run with: a zero window sends
+// nothing, so it is refused rather than taken for the default.
+func (o WorkerOptions) validate() error {
+	var errs []error
+	if o.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("--concurrency is %d; the in-flight window needs at least 1", o.Concurrency))
+	}
+	if o.TxSlots < 1 {
+		errs = append(errs, fmt.Errorf("--tx-slots is %d; transactional mail needs at least 1", o.TxSlots))
+	}
+	if o.NATSReplicas < 0 {
+		errs = append(errs, fmt.Errorf("--nats-replicas is %d; it cannot be negative", o.NATSReplicas))
+	}
+	return errors.Join(errs...)
+}
+
 // RunWorker runs a page worker until ctx ends, then drains: the page in
 // progress finishes its in-flight sends, records and reports before return.
 func RunWorker(ctx context.Context, o WorkerOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
 	if _, err := unsubscribeLinks(o.PublicURL, o.Secrets); err != nil {
 		return err // before waiting for NATS: a configuration error
 	}
@@ -361,7 +402,7 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 	health.ready.Store(true)
 	o.Log.Info("page worker running", "concurrency", o.Concurrency, "smtp", tr.String())
 	tx := transactional.NewConsumer(transactional.ConsumerConfig{Store: st, JS: b.JS, Transport: tr, DKIM: signer, Clock: clock.Real{}, Log: o.Log.With("component", "transactional"), Slots: o.TxSlots, Lookup: o.TxLookup,
-		Governor: transactional.NewKVGovernor(b, o.Log.With("component", "transactional"))})
+		Admission: transactional.NewHeldProviders(b, o.Log.With("component", "transactional"))})
 	txDone := make(chan error, 1)
 	go func() { txDone <- tx.Run(ctx) }()
 	err = w.Run(ctx)

@@ -7,14 +7,15 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-// AudienceStore is what the audience API reads and changes beyond importing:
-// one contact with its history, suppression, and segment membership. It is
-// embedded in Store.
-type AudienceStore interface {
-	// ImportContacts is UpsertContacts for the large batches of an import,
-	// with exactly its semantics (and the same rule: emails unique within
-	// one call); an implementation may load the batch in bulk (Postgres
-	// uses COPY).
+// Contacts are the audience: the import, one contact with its history, and
+// suppression.
+type Contacts interface {
+	// ImportContacts inserts or updates contacts by case-insensitive email:
+	// the name is replaced and attributes merged; do-not-contact and
+	// suppressed only ever turn on, and an unsubscribe is never undone. An
+	// existing contact keeps its id. Returns the ids in input order. Emails
+	// must be unique within one call. An implementation may load a large
+	// batch in bulk (Postgres uses COPY) with exactly the same semantics.
 	ImportContacts(ctx context.Context, cs []Contact, now time.Time) ([]ulid.ULID, error)
 	// GetContact returns one contact, or ErrNotFound.
 	GetContact(ctx context.Context, id ulid.ULID) (ContactDetail, error)
@@ -30,7 +31,14 @@ type AudienceStore interface {
 	// Suppress marks the contact suppressed with a reason (replacing an
 	// earlier reason); ErrNotFound if there is no such contact.
 	Suppress(ctx context.Context, contact ulid.ULID, reason string, now time.Time) (ContactDetail, error)
+}
 
+// Segments are named lists of contacts and their membership.
+type Segments interface {
+	// EnsureSegment returns the id of the named segment, creating it.
+	EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error)
+	// SegmentID returns the id of the named segment, or ErrNotFound.
+	SegmentID(ctx context.Context, name string) (int64, error)
 	// CreateSegment creates an empty segment; ErrConflict if the name is
 	// taken.
 	CreateSegment(ctx context.Context, name string, now time.Time) (Segment, error)

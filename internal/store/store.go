@@ -152,26 +152,24 @@ type Counts struct {
 	Claimed, Sent, Failed, Deferred, Unknown int64
 }
 
-// Store is everything rangecast keeps in its database.
+// Store is everything rangecast keeps in its database, in named groups; a
+// caller that needs one group asks for that one (web takes a Ledger).
 type Store interface {
-	AudienceStore // one contact, suppression, segment membership (audience.go)
-	Ledger        // delivery events and unsubscribes (ledger.go)
-	// UpsertContacts inserts or updates contacts by case-insensitive email:
-	// the name is replaced and attributes merged; do-not-contact and
-	// suppressed only ever turn on, and an unsubscribe is never undone. An
-	// existing contact keeps its id. Returns the ids in input order. Emails
-	// must be unique within one call.
-	UpsertContacts(ctx context.Context, cs []Contact, now time.Time) ([]ulid.ULID, error)
-	// Unsubscribe marks the contact with this email unsubscribed and its
-	// deferred and claimed-but-unsent ledger rows unsubscribed, as
-	// UnsubscribeContact does. ErrNotFound when no contact has the address.
-	Unsubscribe(ctx context.Context, email string, now time.Time) error
-	// EnsureSegment returns the id of the named segment, creating it.
-	EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error)
-	// SegmentID returns the id of the named segment, or ErrNotFound.
-	SegmentID(ctx context.Context, name string) (int64, error)
-	AddSegmentMembers(ctx context.Context, segment int64, contacts []ulid.ULID) error
+	Contacts   // import, one contact, suppression (audience.go)
+	Segments   // segments and their members (audience.go)
+	Broadcasts // drafts, states, the page gate
+	Claims     // the ledger's claims and outcomes
+	Ledger     // delivery events, unsubscribes, reputation, purges (ledger.go)
+	Deferrals  // deferred rows and their sweep (deferred.go)
+	Receipts   // transactional messages (receipts.go)
+	// Ping checks the database answers (readiness).
+	Ping(ctx context.Context) error
+	Close()
+}
 
+// Broadcasts are the broadcasts' rows, their state machine, and the gate a
+// page reads through.
+type Broadcasts interface {
 	// CreateBroadcast stores a draft. When b.RequestID names an existing
 	// broadcast, that one is returned with created=false.
 	CreateBroadcast(ctx context.Context, b Broadcast) (out Broadcast, created bool, err error)
@@ -194,6 +192,11 @@ type Store interface {
 	// address, in the segment) with from <= id <= until, in id order. It is
 	// the same gate that AcceptBroadcast counts.
 	EligiblePage(ctx context.Context, b Broadcast, from, until ulid.ULID, limit int) ([]Contact, error)
+}
+
+// Claims are the ledger's claims and outcomes: a message reaches a transport
+// only after its claim is committed, and every claim has an owner.
+type Claims interface {
 	// Claim inserts ledger rows (status claimed) held by owner and returns
 	// the contact ids this owner holds among them: the rows it inserted, and
 	// rows it inserted before (a retry after an ambiguous commit gets its own
@@ -228,11 +231,4 @@ type Store interface {
 	// Failures returns up to limit failed rows, the latest first, with the
 	// server's reply: what a person needs to see why mail did not go out.
 	Failures(ctx context.Context, broadcast ulid.ULID, limit int) ([]Send, error)
-	// Pending counts claims with no outcome (in flight or in doubt).
-	Pending(ctx context.Context, broadcast ulid.ULID) (int64, error)
-	Deferrals
-	Receipts
-	// Ping checks the database answers (readiness).
-	Ping(ctx context.Context) error
-	Close()
 }

@@ -166,3 +166,25 @@ func redact(raw string) string {
 	}
 	return u.Redacted()
 }
+
+// Poll calls cond every 20 ms until it holds (true) or within has passed
+// (false). It is the one polling loop of the tests; a test that can wait on
+// a signal (a channel, a watch) should.
+func Poll(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// Eventually is Poll that fails t, naming what it waited for.
+func Eventually(t testing.TB, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	if !Poll(within, cond) {
+		t.Fatalf("%s: not within %s", what, within)
+	}
+}

@@ -48,8 +48,8 @@ type ConsumerConfig struct {
 	// Lookup settles in-doubt sends; without it they are marked unknown
 	// and never sent again.
 	Lookup Lookup
-	// Governor, when set, is asked before every attempt; nil sends freely.
-	Governor Governor
+	// Admission, when set, is asked before every attempt; nil sends freely.
+	Admission Admission
 	// FetchWait bounds one pull, so a stop is noticed promptly.
 	FetchWait time.Duration
 	// SweepEvery is how often receipts that lost their job (a Send that
@@ -210,16 +210,16 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 	}
 	m := p.message()
 	now := c.cfg.Clock.Now()
-	if g := c.cfg.Governor; g != nil {
-		retryAt, reason, err := g.Admit(ctx, m.SendingDomain(), m.To, now)
+	if g := c.cfg.Admission; g != nil {
+		held, err := g.Admit(ctx, m.SendingDomain(), m.To, now)
 		switch {
 		case err != nil:
 			log.Warn("governor did not answer; retried later", "err", err)
 			msg.NakWithDelay(retryStoreAfter) //nolint:errcheck
 			return
-		case retryAt.After(now):
-			log.Debug("transactional message held by the governor", "until", retryAt, "reason", reason)
-			msg.NakWithDelay(retryAt.Sub(now)) //nolint:errcheck
+		case held.Until.After(now):
+			log.Debug("transactional message held by the governor", "until", held.Until, "limit", held.Limit, "reason", held.Text)
+			msg.NakWithDelay(held.Until.Sub(now)) //nolint:errcheck
 			return
 		}
 	}
@@ -250,7 +250,7 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 	reply, sendErr := c.cfg.Transport.Send(ctx, rendered)
 	done := c.cfg.Clock.Now()
 	class := transport.Classify(sendErr)
-	if g := c.cfg.Governor; g != nil {
+	if g := c.cfg.Admission; g != nil {
 		g.Observe(m.SendingDomain(), m.To, class, done)
 	}
 	var se *transport.SendError

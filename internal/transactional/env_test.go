@@ -176,21 +176,6 @@ func (e *env) waitStatus(id string, want pb.TransactionalStatus, within time.Dur
 	}
 }
 
-// waitFor polls cond until it holds.
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.After(within)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		case <-tick.C:
-		}
-	}
-}
-
 // settle waits a little for anything still moving (a second copy on its way)
 // before counting what the server received.
 func settle(d time.Duration) { <-time.After(d) }

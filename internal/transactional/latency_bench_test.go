@@ -180,7 +180,7 @@ func startBroadcast(b *testing.B, ctx context.Context, st store.Store, bc pb.Bro
 		for i := from; i < min(from+5_000, benchAudience); i++ {
 			cs = append(cs, store.Contact{ID: ulid.Make(), Email: fmt.Sprintf("c%06d@bench.rangecast.test", i), Name: fmt.Sprintf("C %d", i), Subscribed: true})
 		}
-		if _, err := st.UpsertContacts(ctx, cs, now); err != nil {
+		if _, err := st.ImportContacts(ctx, cs, now); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
 	"github.com/rangecast/rangecast/internal/transactional"
 	"github.com/rangecast/rangecast/internal/transport"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -135,7 +136,7 @@ func TestTransientForeverFailsAfterLastAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the job to leave the stream", 5*time.Second, func() bool {
+	testenv.Eventually(t, "the job to leave the stream", 5*time.Second, func() bool {
 		info, err := st.Info(context.Background())
 		return err == nil && info.State.Msgs == 0
 	})
@@ -386,7 +387,7 @@ func TestChannelErrorRetriesWithLongestBackoff(t *testing.T) {
 	e.consumer(func(c *transactional.ConsumerConfig) { c.Schedule = schedule })
 	id := e.send(request("channel:1", "ann@example.org")).GetMessage().GetId()
 	var m *pb.TransactionalMessage
-	waitFor(t, "the first attempt's outcome", 10*time.Second, func() bool {
+	testenv.Eventually(t, "the first attempt's outcome", 10*time.Second, func() bool {
 		m = e.get(id)
 		return m.GetAttemptCount() == 1 && m.GetStatus() == statusQueued
 	})

@@ -57,7 +57,7 @@ func setup(t *testing.T, n int) *fixture {
 	for i := range n {
 		cs = append(cs, store.Contact{ID: ulid.MustNew(ulid.Timestamp(t0.Add(time.Duration(i)*time.Second)), nil), Email: fmt.Sprintf("p%03d@example.com", i), Name: "P", Subscribed: true})
 	}
-	ids, err := st.UpsertContacts(ctx, cs, t0)
+	ids, err := st.ImportContacts(ctx, cs, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,11 +15,14 @@ import (
 	"github.com/rangecast/rangecast/internal/store"
 )
 
-var _ store.AudienceStore = (*Store)(nil)
+var (
+	_ store.Contacts = (*Store)(nil)
+	_ store.Segments = (*Store)(nil)
+)
 
 // copyThreshold is the batch size from which ImportContacts loads rows with
 // COPY into a temporary table; below it, creating the table costs more than
-// UpsertContacts's one statement.
+// upsert's one statement.
 const copyThreshold = 500
 
 // importTable receives one batch by COPY; ON COMMIT DROP leaves nothing
@@ -62,7 +65,7 @@ WHERE (SELECT true FROM contacts c WHERE c.email_key = u.email_key) IS NULL
 ORDER BY u.email_key`
 
 // importUpsert upserts the loaded rows importNew did not insert, with
-// UpsertContacts's merge rule, and maps each (i) to its contact's id. Rows
+// upsert's merge rule (mergeContact), and maps each (i) to its contact's id. Rows
 // go in in email_key order, so two imports touching the same contacts
 // lock them in the same order and cannot deadlock. The id is matched by
 // email_key (address.Key, computed in Go), which is what the unique index
@@ -84,7 +87,7 @@ func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time
 		return nil, fmt.Errorf("import contacts: %w", err)
 	}
 	if len(cs) < copyThreshold {
-		return s.UpsertContacts(ctx, cs, now)
+		return s.upsert(ctx, cs, now)
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {

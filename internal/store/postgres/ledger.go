@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -198,28 +197,6 @@ func unsubscribeTx(ctx context.Context, tx pgx.Tx, contact, from ulid.ULID, now 
 	// row leaves Delivered.
 	d := store.ReputationOf(store.SendUnsubscribed, accepted).Minus(store.ReputationOf(store.SendStatus(status), accepted))
 	return mapErr("unsubscribe contact: ledger", addReputation(ctx, tx, from, d))
-}
-
-// unsubscribeEmail is Unsubscribe: the contact found by address, then what
-// UnsubscribeContact does, in one transaction.
-func (s *Store) unsubscribeEmail(ctx context.Context, email string, now time.Time) error {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return mapErr("unsubscribe", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	var id [16]byte
-	err = tx.QueryRow(ctx, `SELECT id FROM contacts WHERE email_key = $1`, address.Key(email)).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("unsubscribe %s: %w", email, store.ErrNotFound)
-	}
-	if err != nil {
-		return mapErr("unsubscribe", err)
-	}
-	if err := unsubscribeTx(ctx, tx, ulid.ULID(id), ulid.ULID{}, now); err != nil {
-		return err
-	}
-	return mapErr("unsubscribe", tx.Commit(ctx))
 }
 
 // addDelta appends one transaction's change of a broadcast's reputation

@@ -116,7 +116,7 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bool[], $6::boo
 RETURNING id, email_key`
 
 // mergeContact is how an upsert changes an existing contact (alias c), for
-// UpsertContacts and the bulk ImportContacts alike.
+// the small and the bulk (COPY) paths of ImportContacts alike.
 const mergeContact = `ON CONFLICT (email_key) DO UPDATE SET
     name = EXCLUDED.name,
     attributes = c.attributes || EXCLUDED.attributes,
@@ -127,7 +127,8 @@ const mergeContact = `ON CONFLICT (email_key) DO UPDATE SET
     suppressed = c.suppressed OR EXCLUDED.suppressed,
     updated_at = EXCLUDED.updated_at`
 
-func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
+// upsert is ImportContacts for a small batch: one statement.
+func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
 	if err := store.CheckContacts(cs); err != nil {
 		return nil, fmt.Errorf("upsert contacts: %w", err)
 	}
@@ -170,11 +171,6 @@ func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time
 	return out, nil
 }
 
-// Unsubscribe is in ledger.go, beside UnsubscribeContact.
-func (s *Store) Unsubscribe(ctx context.Context, email string, now time.Time) error {
-	return s.unsubscribeEmail(ctx, email, now)
-}
-
 func (s *Store) EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error) {
 	var id int64
 	err := s.pool.QueryRow(ctx, `
@@ -188,14 +184,6 @@ func (s *Store) SegmentID(ctx context.Context, name string) (int64, error) {
 	var id int64
 	err := s.pool.QueryRow(ctx, `SELECT id FROM segments WHERE name = $1`, name).Scan(&id)
 	return id, mapErr("segment "+name, err)
-}
-
-func (s *Store) AddSegmentMembers(ctx context.Context, segment int64, contacts []ulid.ULID) error {
-	_, err := s.pool.Exec(ctx, `
-INSERT INTO segment_members (segment_id, contact_id)
-SELECT $1, u.id FROM unnest($2::uuid[]) AS u(id)
-ON CONFLICT DO NOTHING`, segment, uids(contacts))
-	return mapErr("add segment members", err)
 }
 
 const broadcastColumns = `b.id, b.name, coalesce(b.request_id, ''), b.from_name, b.from_address, b.subject, b.html, b.text_body,
@@ -596,12 +584,6 @@ func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, 
 		return nil
 	})
 	return c, mapErr("count sends", err)
-}
-
-func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (int64, error) {
-	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'claimed'`, uid(broadcast)).Scan(&n)
-	return n, mapErr("count pending", err)
 }
 
 func (s *Store) GetSend(ctx context.Context, broadcast, contact ulid.ULID) (store.Send, error) {

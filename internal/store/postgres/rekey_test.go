@@ -42,7 +42,7 @@ VALUES ($1, $2, $3, '', '{}', true, false, false, now(), now())`, [16]byte(r.id)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := s.UpsertContacts(ctx, []store.Contact{{ID: ulid.Make(), Email: "ü@x.org"}, {ID: ulid.Make(), Email: "\u00e9mile@x.org"}}, time.Now())
+	ids, err := s.ImportContacts(ctx, []store.Contact{{ID: ulid.Make(), Email: "ü@x.org"}, {ID: ulid.Make(), Email: "\u00e9mile@x.org"}}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,13 +13,16 @@ import (
 	"github.com/rangecast/rangecast/internal/store"
 )
 
-var _ store.AudienceStore = (*Store)(nil)
+var (
+	_ store.Contacts = (*Store)(nil)
+	_ store.Segments = (*Store)(nil)
+)
 
-// ImportContacts is UpsertContacts: one IMMEDIATE transaction per batch
+// ImportContacts is upsert: one IMMEDIATE transaction per batch
 // with prepared statements is already SQLite's bulk path (there is no COPY,
 // and the cost is in the b-trees, not in the statements).
 func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
-	return s.UpsertContacts(ctx, cs, now)
+	return s.upsert(ctx, cs, now)
 }
 
 // contactDetailColumns reads a contact (alias c) for GetContact; eligible

@@ -196,22 +196,6 @@ func unsubscribeTx(ctx context.Context, tx *sql.Tx, contact, from ulid.ULID, now
 	return addReputation(ctx, tx, from, d)
 }
 
-// unsubscribeEmail is Unsubscribe: the contact found by address, then what
-// UnsubscribeContact does, in one transaction.
-func (s *Store) unsubscribeEmail(ctx context.Context, email string, now time.Time) error {
-	return s.write(ctx, "unsubscribe "+email, func(tx *sql.Tx) error {
-		var cid []byte
-		if err := tx.QueryRowContext(ctx, `SELECT id FROM contacts WHERE email_key = ?`, emailKey(email)).Scan(&cid); err != nil {
-			return err // sql.ErrNoRows becomes store.ErrNotFound
-		}
-		contact, err := fromBlob(cid)
-		if err != nil {
-			return err
-		}
-		return unsubscribeTx(ctx, tx, contact, ulid.ULID{}, now)
-	})
-}
-
 // addSums adds one change to a broadcast's reputation sums (migration 008).
 // SQLite has one writer, so one row per broadcast serializes nothing that
 // was not serialized already.

@@ -40,7 +40,7 @@ VALUES (?, ?, ?, '', '{}', 1, 0, 0, 0, 0)`, id(r.id), r.email, r.key); err != ni
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := s.UpsertContacts(ctx, []store.Contact{{ID: ulid.Make(), Email: "\u00e9mile@x.org"}, {ID: ulid.Make(), Email: "ZOË@x.org"}}, t0)
+	ids, err := s.ImportContacts(ctx, []store.Contact{{ID: ulid.Make(), Email: "\u00e9mile@x.org"}, {ID: ulid.Make(), Email: "ZOË@x.org"}}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

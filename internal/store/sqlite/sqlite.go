@@ -229,7 +229,8 @@ INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, do_not
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)`
 )
 
-func (s *Store) UpsertContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
+// upsert is ImportContacts: one IMMEDIATE transaction per batch.
+func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
 	if err := store.CheckContacts(cs); err != nil {
 		return nil, fmt.Errorf("upsert contacts: %w", err)
 	}
@@ -329,11 +330,6 @@ func mergeAttributes(old string, add map[string]json.RawMessage) (string, error)
 	return string(b), err
 }
 
-// Unsubscribe is in ledger.go, beside UnsubscribeContact.
-func (s *Store) Unsubscribe(ctx context.Context, email string, now time.Time) error {
-	return s.unsubscribeEmail(ctx, email, now)
-}
-
 func (s *Store) EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error) {
 	var segment int64
 	err := s.w.QueryRowContext(ctx, `
@@ -347,25 +343,6 @@ func (s *Store) SegmentID(ctx context.Context, name string) (int64, error) {
 	var segment int64
 	err := s.r.QueryRowContext(ctx, `SELECT id FROM segments WHERE name = ?`, name).Scan(&segment)
 	return segment, mapErr("segment "+name, err)
-}
-
-func (s *Store) AddSegmentMembers(ctx context.Context, segment int64, contacts []ulid.ULID) error {
-	if len(contacts) == 0 {
-		return nil
-	}
-	return s.write(ctx, "add segment members", func(tx *sql.Tx) error {
-		add, err := tx.PrepareContext(ctx, `INSERT INTO segment_members (segment_id, contact_id) VALUES (?, ?) ON CONFLICT DO NOTHING`)
-		if err != nil {
-			return err
-		}
-		defer add.Close()
-		for _, c := range contacts {
-			if _, err := add.ExecContext(ctx, segment, id(c)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 }
 
 const broadcastColumns = `b.id, b.name, coalesce(b.request_id, ''), b.from_name, b.from_address, b.subject, b.html, b.text_body,
@@ -813,12 +790,6 @@ func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, 
 		}
 	}
 	return c, mapErr("count sends", rows.Err())
-}
-
-func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (int64, error) {
-	var n int64
-	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM broadcast_sends WHERE broadcast_id = ? AND status = 'claimed'`, id(broadcast)).Scan(&n)
-	return n, mapErr("count pending", err)
 }
 
 const sendColumns = `contact_id, email, status, attempt, message_id, error, claimed_at, updated_at, owner`

@@ -76,11 +76,12 @@ func TestReopenKeepsData(t *testing.T) {
 		cs[i] = store.Contact{ID: ids[i], Email: fmt.Sprintf("c%d@example.org", i), Name: fmt.Sprintf("C%d", i),
 			Attributes: map[string]any{"n": float64(i)}, Subscribed: true}
 	}
-	_, err = s.UpsertContacts(ctx, cs, t0)
-	must(t, err, "UpsertContacts")
+	_, err = s.ImportContacts(ctx, cs, t0)
+	must(t, err, "ImportContacts")
 	seg, err := s.EnsureSegment(ctx, "vip", t0)
 	must(t, err, "EnsureSegment")
-	must(t, s.AddSegmentMembers(ctx, seg, ids[:3]), "AddSegmentMembers")
+	_, err = s.AddMembers(ctx, seg, ids[:3])
+	must(t, err, "AddMembers")
 	b, _, err := s.CreateBroadcast(ctx, store.Broadcast{ID: ids[4], Name: "spring", RequestID: "req-1", SegmentID: seg,
 		Content: store.Content{FromAddress: "news@example.org", Subject: "s", HTML: "h"}, CreatedAt: t0})
 	must(t, err, "CreateBroadcast")
@@ -134,8 +135,8 @@ func TestReopenKeepsData(t *testing.T) {
 			t.Fatalf("round %d: create with the same request id after reopen: %s created=%v %v", round, got.ID, created, err)
 		}
 		// The email index survived: the same address keeps its id.
-		again, err := s.UpsertContacts(ctx, []store.Contact{{ID: ulid.Make(), Email: "C3@EXAMPLE.ORG", Subscribed: true}}, t0)
-		must(t, err, "UpsertContacts after reopen")
+		again, err := s.ImportContacts(ctx, []store.Contact{{ID: ulid.Make(), Email: "C3@EXAMPLE.ORG", Subscribed: true}}, t0)
+		must(t, err, "ImportContacts after reopen")
 		if again[0] != ids[3] {
 			t.Fatalf("round %d: C3@EXAMPLE.ORG got id %s, want the existing %s", round, again[0], ids[3])
 		}
@@ -155,14 +156,16 @@ func TestEmailFoldsUnicodeCase(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "rangecast.db"))
 	ctx := t.Context()
 	ids := ids(2)
-	first, err := s.UpsertContacts(ctx, []store.Contact{{ID: ids[0], Email: "ÖLAF@Ümlaut.example", Subscribed: true}}, t0)
-	must(t, err, "UpsertContacts")
-	second, err := s.UpsertContacts(ctx, []store.Contact{{ID: ids[1], Email: "ölaf@ümlaut.example", Subscribed: true}}, t0)
-	must(t, err, "UpsertContacts")
+	first, err := s.ImportContacts(ctx, []store.Contact{{ID: ids[0], Email: "ÖLAF@Ümlaut.example", Subscribed: true}}, t0)
+	must(t, err, "ImportContacts")
+	second, err := s.ImportContacts(ctx, []store.Contact{{ID: ids[1], Email: "ölaf@ümlaut.example", Subscribed: true}}, t0)
+	must(t, err, "ImportContacts")
 	if first[0] != ids[0] || second[0] != ids[0] {
 		t.Fatalf("ids %s then %s, want %s twice", first[0], second[0], ids[0])
 	}
-	must(t, s.Unsubscribe(ctx, "Ölaf@ÜMLAUT.example", t0), "Unsubscribe")
+	d, err := s.ContactByEmail(ctx, "Ölaf@ÜMLAUT.example")
+	must(t, err, "ContactByEmail")
+	must(t, s.UnsubscribeContact(ctx, d.ID, ulid.ULID{}, t0), "UnsubscribeContact")
 	b, _, err := s.CreateBroadcast(ctx, store.Broadcast{ID: ulid.Make(), Name: "b", Content: store.Content{FromAddress: "a@b", Subject: "s", HTML: "h"}, CreatedAt: t0})
 	must(t, err, "CreateBroadcast")
 	if page, err := s.EligiblePage(ctx, b, ulid.ULID{}, maxID, 10); err != nil || len(page) != 0 {
@@ -174,7 +177,7 @@ func TestEmailFoldsUnicodeCase(t *testing.T) {
 func TestUpsertDuplicateEmailInOneCall(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "rangecast.db"))
 	ids := ids(2)
-	_, err := s.UpsertContacts(t.Context(), []store.Contact{{ID: ids[0], Email: "a@x.org"}, {ID: ids[1], Email: "A@X.org"}}, t0)
+	_, err := s.ImportContacts(t.Context(), []store.Contact{{ID: ids[0], Email: "a@x.org"}, {ID: ids[1], Email: "A@X.org"}}, t0)
 	if err == nil || !strings.Contains(err.Error(), "unique within one call") {
 		t.Fatalf("duplicate address in one call: error %v", err)
 	}
@@ -186,12 +189,12 @@ func TestAttributesMergeLikeJSONB(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "rangecast.db"))
 	ctx := t.Context()
 	ids := ids(2)
-	_, err := s.UpsertContacts(ctx, []store.Contact{{ID: ids[0], Email: "a@x.org", Subscribed: true,
+	_, err := s.ImportContacts(ctx, []store.Contact{{ID: ids[0], Email: "a@x.org", Subscribed: true,
 		Attributes: map[string]any{"addr": map[string]any{"city": "Lyon", "zip": "69001"}, "keep": "me", "gone": "x"}}}, t0)
-	must(t, err, "UpsertContacts")
-	_, err = s.UpsertContacts(ctx, []store.Contact{{ID: ids[1], Email: "a@x.org", Subscribed: true,
+	must(t, err, "ImportContacts")
+	_, err = s.ImportContacts(ctx, []store.Contact{{ID: ids[1], Email: "a@x.org", Subscribed: true,
 		Attributes: map[string]any{"addr": map[string]any{"city": "Paris"}, "gone": nil, "big": 12345678901234567}}}, t0)
-	must(t, err, "UpsertContacts")
+	must(t, err, "ImportContacts")
 	var attrs string
 	must(t, s.r.QueryRowContext(ctx, `SELECT attributes FROM contacts`).Scan(&attrs), "read attributes")
 	want := `{"addr":{"city":"Paris"},"big":12345678901234567,"gone":null,"keep":"me"}`
@@ -213,10 +216,10 @@ func TestConflicts(t *testing.T) {
 	if _, _, err := s.CreateBroadcast(ctx, b); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("CreateBroadcast with a taken id: %v, want ErrConflict", err)
 	}
-	_, err = s.UpsertContacts(ctx, []store.Contact{{ID: ids[1], Email: "a@x.org"}}, t0)
-	must(t, err, "UpsertContacts")
-	if _, err := s.UpsertContacts(ctx, []store.Contact{{ID: ids[1], Email: "b@x.org"}}, t0); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("UpsertContacts of a new address with a taken id: %v, want ErrConflict", err)
+	_, err = s.ImportContacts(ctx, []store.Contact{{ID: ids[1], Email: "a@x.org"}}, t0)
+	must(t, err, "ImportContacts")
+	if _, err := s.ImportContacts(ctx, []store.Contact{{ID: ids[1], Email: "b@x.org"}}, t0); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("ImportContacts of a new address with a taken id: %v, want ErrConflict", err)
 	}
 	if _, err := s.GetBroadcast(ctx, ids[1]); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetBroadcast(unknown): %v, want ErrNotFound", err)
@@ -283,8 +286,8 @@ func seed(t testing.TB, s *Store, n int) store.Broadcast {
 	for i, c := range ids(n) {
 		batch = append(batch, store.Contact{ID: c, Email: fmt.Sprintf("c%06d@example.org", i), Subscribed: true})
 		if len(batch) == cap(batch) || i == n-1 {
-			_, err := s.UpsertContacts(ctx, batch, t0)
-			must(t, err, "UpsertContacts")
+			_, err := s.ImportContacts(ctx, batch, t0)
+			must(t, err, "ImportContacts")
 			batch = batch[:0]
 		}
 	}
@@ -344,7 +347,7 @@ func TestTwoStoresOnOneFile(t *testing.T) {
 			}
 		})
 	}
-	// Imports at the same time from both stores: UpsertContacts reads
+	// Imports at the same time from both stores: ImportContacts reads
 	// before it writes, the transaction that a deferred BEGIN would have to
 	// upgrade (and could not, with SQLITE_BUSY, once the other store wrote).
 	importErrs := make([]error, 4)
@@ -357,7 +360,7 @@ func TestTwoStoresOnOneFile(t *testing.T) {
 					cs[i] = store.Contact{ID: ulid.Make(), Email: fmt.Sprintf("import%02d@example.org", i), Subscribed: true,
 						Attributes: map[string]any{fmt.Sprintf("w%d", w): round}}
 				}
-				if _, err := s.UpsertContacts(t.Context(), cs, t0); err != nil {
+				if _, err := s.ImportContacts(t.Context(), cs, t0); err != nil {
 					importErrs[w] = err
 					return
 				}

@@ -28,7 +28,7 @@ var audienceCases = []testCase{
 // switches to COPY at 500 rows).
 const importBatch = 1200
 
-// ImportContacts has UpsertContacts's semantics on a batch large enough to
+// ImportContacts has the small batch's semantics on a batch large enough to
 // take the bulk path: ids in input order, an existing contact (any case)
 // keeps its id, the name is replaced, attributes merged, and flags only
 // ever turn on.
@@ -166,7 +166,7 @@ func testGetContact(f *fixture) {
 		seg, err := f.s.EnsureSegment(f.ctx, name, at(0))
 		f.must(err, "EnsureSegment(%s)", name)
 		if name != "other" {
-			f.must(f.s.AddSegmentMembers(f.ctx, seg, []ulid.ULID{id}), "AddSegmentMembers(%s)", name)
+			f.must(f.addMembers(seg, []ulid.ULID{id}), "AddMembers(%s)", name)
 		}
 	}
 	byID, err := f.s.GetContact(f.ctx, id)
@@ -393,7 +393,7 @@ func testPreview(f *fixture) {
 	f.must(err, "Suppress")
 	d, err := f.s.GetContact(f.ctx, a.members[1])
 	f.must(err, "GetContact")
-	f.must(f.s.Unsubscribe(f.ctx, d.Email, at(2)), "Unsubscribe")
+	f.must(f.unsubscribe(d.Email, at(2)), "Unsubscribe")
 	check("segment after suppress and unsubscribe", a.segment, 7, 1)
 	check("everyone after suppress and unsubscribe", 0, 10, 4)
 

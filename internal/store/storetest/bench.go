@@ -56,7 +56,7 @@ func seedBench(b *testing.B, s store.Store, contacts int) store.Broadcast {
 			Subscribed: true,
 		})
 		if len(batch) == cap(batch) || i == contacts-1 {
-			if _, err := s.UpsertContacts(ctx, batch, t0); err != nil {
+			if _, err := s.ImportContacts(ctx, batch, t0); err != nil {
 				b.Fatal(err)
 			}
 			batch = batch[:0]

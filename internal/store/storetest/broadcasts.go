@@ -233,7 +233,7 @@ func testGetUnknown(f *fixture) {
 
 func testUnsubscribeUnknown(f *fixture) {
 	f.subscribers("known", 1)
-	f.wantErr(f.s.Unsubscribe(f.ctx, "nobody@example.org", at(1)), store.ErrNotFound, "Unsubscribe(unknown)")
+	f.wantErr(f.unsubscribe("nobody@example.org", at(1)), store.ErrNotFound, "Unsubscribe(unknown)")
 	if n := len(f.eligible()); n != 1 {
 		f.t.Errorf("Unsubscribe(unknown) changed the audience: %d eligible, want 1", n)
 	}
@@ -241,10 +241,10 @@ func testUnsubscribeUnknown(f *fixture) {
 
 func testUnsubscribeCaseInsensitive(f *fixture) {
 	ids := f.upsert([]store.Contact{f.contact("bob@example.com"), f.contact("Carol@Example.com")}, at(0))
-	f.must(f.s.Unsubscribe(f.ctx, "BOB@Example.COM", at(1)), "Unsubscribe(BOB@Example.COM)")
-	f.must(f.s.Unsubscribe(f.ctx, "carol@example.com", at(1)), "Unsubscribe(carol@example.com)")
+	f.must(f.unsubscribe("BOB@Example.COM", at(1)), "Unsubscribe(BOB@Example.COM)")
+	f.must(f.unsubscribe("carol@example.com", at(1)), "Unsubscribe(carol@example.com)")
 	// Unsubscribing twice is not an error: the address is known.
-	f.must(f.s.Unsubscribe(f.ctx, "bob@example.com", at(2)), "Unsubscribe(bob) again")
+	f.must(f.unsubscribe("bob@example.com", at(2)), "Unsubscribe(bob) again")
 	eligible := f.eligible()
 	for i, id := range ids {
 		if _, ok := eligible[id]; ok {

@@ -55,7 +55,7 @@ func testClaimOnlyInserted(f *fixture) {
 		f.t.Errorf("Counts = %+v, want 4 claimed", c)
 	}
 	if n := f.pending(b); n != 4 {
-		f.t.Errorf("Pending = %d, want 4", n)
+		f.t.Errorf("claimed = %d, want 4", n)
 	}
 }
 
@@ -172,7 +172,7 @@ func testOutcomesOnlyClaimed(f *fixture) {
 		f.t.Errorf("Counts = %+v, want 2 claimed, 1 sent, 1 failed, 1 deferred", c)
 	}
 	if n := f.pending(b); n != 2 {
-		f.t.Errorf("Pending = %d, want 2", n)
+		f.t.Errorf("claimed = %d, want 2", n)
 	}
 
 	// A second outcome for rows that already have one changes nothing; the
@@ -212,7 +212,7 @@ func testOutcomesOnlyClaimed(f *fixture) {
 		f.t.Errorf("Counts = %+v, want 1 claimed, 2 sent, 1 failed, 1 deferred", c)
 	}
 	if n := f.pending(b); n != 1 {
-		f.t.Errorf("Pending = %d, want 1", n)
+		f.t.Errorf("claimed = %d, want 1", n)
 	}
 }
 
@@ -242,7 +242,7 @@ func testReleaseOnlyClaimed(f *fixture) {
 		f.t.Errorf("Counts after Release = %+v, want 1 claimed (not released), 1 sent, 1 failed", c)
 	}
 	if n := f.pending(b); n != 1 {
-		f.t.Errorf("Pending after Release = %d, want 1", n)
+		f.t.Errorf("claimed after Release = %d, want 1", n)
 	}
 
 	// A later page claims the released contact again, and only it.
@@ -256,7 +256,7 @@ func testReleaseOnlyClaimed(f *fixture) {
 		f.t.Errorf("Counts after reclaim = %+v, want 2 claimed, 1 sent, 1 failed", c)
 	}
 	if n := f.pending(b); n != 2 {
-		f.t.Errorf("Pending after reclaim = %d, want 2", n)
+		f.t.Errorf("claimed after reclaim = %d, want 2", n)
 	}
 }
 

@@ -104,7 +104,7 @@ func testUpsertFlags(f *fixture) {
 	ids := f.upsert(first, at(0))
 	for i, tc := range cases {
 		if tc.unsubscribe {
-			f.must(f.s.Unsubscribe(f.ctx, first[i].Email, at(1)), "Unsubscribe(%s)", first[i].Email)
+			f.must(f.unsubscribe(first[i].Email, at(1)), "Unsubscribe(%s)", first[i].Email)
 		}
 	}
 	again := f.upsert(second, at(2))
@@ -123,10 +123,10 @@ func testUpsertFlags(f *fixture) {
 }
 
 func testUpsertEmpty(f *fixture) {
-	ids, err := f.s.UpsertContacts(f.ctx, nil, at(0))
-	f.must(err, "UpsertContacts(nil)")
+	ids, err := f.s.ImportContacts(f.ctx, nil, at(0))
+	f.must(err, "ImportContacts(nil)")
 	if len(ids) != 0 {
-		f.t.Fatalf("UpsertContacts(nil) = %v, want no ids", ids)
+		f.t.Fatalf("ImportContacts(nil) = %v, want no ids", ids)
 	}
 }
 
@@ -154,8 +154,8 @@ func testSegments(f *fixture) {
 	f.wantErr(err, store.ErrNotFound, "SegmentID(nope)")
 
 	ids := f.subscribers("seg", 3)
-	f.must(f.s.AddSegmentMembers(f.ctx, id, ids[:2]), "AddSegmentMembers")
-	f.must(f.s.AddSegmentMembers(f.ctx, id, ids[:2]), "AddSegmentMembers again")
+	f.must(f.addMembers(id, ids[:2]), "AddMembers")
+	f.must(f.addMembers(id, ids[:2]), "AddMembers again")
 	b := f.draft("vip only", id)
 	got2 := f.walk(b, 10)
 	f.sameSet("segment members", got2, ids[:2])

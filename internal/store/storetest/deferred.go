@@ -181,7 +181,7 @@ func testClaimDueDropsIneligible(f *fixture) {
 	ids := f.subscribers("gone", 3)
 	b := f.running("deferred gate", 0)
 	f.deferAll(b, ids, at(1), at(2))
-	f.must(f.s.Unsubscribe(f.ctx, "gone0001@example.org", at(2)), "Unsubscribe")
+	f.must(f.unsubscribe("gone0001@example.org", at(2)), "Unsubscribe")
 	got, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(3), 100)
 	f.must(err, "ClaimDue")
 	if len(got) != 2 || got[0].ID != ids[0] || got[1].ID != ids[2] {

@@ -68,7 +68,7 @@ func (f *fixture) audience() audience {
 			}
 		}
 	}
-	f.must(f.s.AddSegmentMembers(f.ctx, seg, members), "AddSegmentMembers")
+	f.must(f.addMembers(seg, members), "AddMembers")
 	return a
 }
 
@@ -123,7 +123,7 @@ func testEligiblePage(f *fixture) {
 	// is honoured by the next page.
 	running, err := f.s.AcceptBroadcast(f.ctx, whole.ID, at(1))
 	f.must(err, "AcceptBroadcast")
-	f.must(f.s.Unsubscribe(f.ctx, "e2@example.org", at(2)), "Unsubscribe(e2)")
+	f.must(f.unsubscribe("e2@example.org", at(2)), "Unsubscribe(e2)")
 	want := slices.Concat(e[:1], e[2:])
 	if got := pageIDs(f.page(running, minULID, maxULID, 100)); !slices.Equal(got, want) {
 		f.t.Errorf("after unsubscribing e2: got %v, want %v", got, want)
@@ -158,7 +158,7 @@ func testSnapshotAgreesWithPages(f *fixture) {
 	cs = append(cs, store.Contact{ID: f.ids.next(), Email: "", Subscribed: true})
 	members = append(members, cs[len(cs)-1].ID)
 	f.upsert(cs, at(0))
-	f.must(f.s.AddSegmentMembers(f.ctx, seg, members), "AddSegmentMembers")
+	f.must(f.addMembers(seg, members), "AddMembers")
 
 	for _, tc := range []struct {
 		name    string

@@ -29,7 +29,7 @@ func testOneMailboxOneContact(f *fixture) {
 		f.upsert([]store.Contact{c}, at(0))
 		for _, s := range spellings[1:] {
 			if got := f.upsert([]store.Contact{f.contact(s)}, at(1))[0]; got != c.ID {
-				f.t.Errorf("UpsertContacts(%q) after %q: id %s, want %s (one mailbox)", s, spellings[0], got, c.ID)
+				f.t.Errorf("ImportContacts(%q) after %q: id %s, want %s (one mailbox)", s, spellings[0], got, c.ID)
 			}
 			d, err := f.s.ContactByEmail(f.ctx, s)
 			if err != nil || d.ID != c.ID {
@@ -60,7 +60,7 @@ func testOneMailboxOneContact(f *fixture) {
 		f.t.Errorf("%d contacts, want %d (every spelling one contact)", n, importBatch)
 	}
 
-	f.must(f.s.Unsubscribe(f.ctx, mailboxSpellings[1][1], at(3)), "Unsubscribe")
+	f.must(f.unsubscribe(mailboxSpellings[1][1], at(3)), "Unsubscribe")
 	if _, ok := f.eligible()[want[1].ID]; ok {
 		f.t.Errorf("Unsubscribe(%q) left %q eligible", mailboxSpellings[1][1], mailboxSpellings[1][0])
 	}

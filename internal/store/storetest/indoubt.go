@@ -139,7 +139,7 @@ func testUnknownCounted(f *fixture) {
 		f.t.Errorf("Counts = %+v, want 1 claimed, 1 sent, 1 unknown", c)
 	}
 	if n := f.pending(b); n != 1 {
-		f.t.Errorf("Pending = %d, want 1 (unknown is resolved)", n)
+		f.t.Errorf("claimed = %d, want 1 (unknown is resolved)", n)
 	}
 }
 

@@ -213,7 +213,7 @@ func testEventOnClaimedRow(f *fixture) {
 		f.t.Errorf("status %s after a late outcome and release, want delivered", got)
 	}
 	if n := f.pending(b); n != 1 {
-		f.t.Errorf("Pending = %d, want 1 (only the other claim)", n)
+		f.t.Errorf("claimed = %d, want 1 (only the other claim)", n)
 	}
 	// A failed row is terminal: no report moves it.
 	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{{ContactID: ids[1], Status: store.SendFailed, Error: "550 no such user"}}, at(6)), "RecordOutcomes(failed)")
@@ -348,7 +348,7 @@ func testUnsubscribeContact(f *fixture) {
 	record(claimed, store.Outcome{ContactID: who, Status: store.SendSent})
 	f.must(f.s.Release(f.ctx, claimed.ID, "w1/1", []ulid.ULID{who}), "Release")
 	if n := f.pending(claimed); n != 1 {
-		f.t.Errorf("Pending = %d, want 1 (the other contact's claim)", n)
+		f.t.Errorf("claimed = %d, want 1 (the other contact's claim)", n)
 	}
 	want[claimed.ID] = store.SendSent
 	// Replayed: nothing further changes, no error.
@@ -378,7 +378,7 @@ func testUnsubscribeEmailMarksUnsent(f *fixture) {
 		{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(60)},
 		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(60)},
 	}, at(2)), "RecordOutcomes")
-	f.must(f.s.Unsubscribe(f.ctx, "BYEMAIL0000@example.org", at(3)), "Unsubscribe")
+	f.must(f.unsubscribe("BYEMAIL0000@example.org", at(3)), "Unsubscribe")
 	if got := f.status(b, ids[0]); got != store.SendUnsubscribed {
 		f.t.Errorf("deferred row of an unsubscribed address: %s, want unsubscribed", got)
 	}
@@ -551,7 +551,7 @@ func testReputationMatchesLedger(f *fixture) {
 	f.must(f.s.UnsubscribeContact(f.ctx, ids[7], b.ID, at(8)), "UnsubscribeContact(sent) again")
 	check("unsubscribe from a sent row")
 	f.must(f.s.UnsubscribeContact(f.ctx, ids[3], other.ID, at(8)), "UnsubscribeContact(released row)")
-	f.must(f.s.Unsubscribe(f.ctx, "repsum0014@example.org", at(8)), "Unsubscribe(deferred)")
+	f.must(f.unsubscribe("repsum0014@example.org", at(8)), "Unsubscribe(deferred)")
 	check("unsubscribe of a deferred row")
 
 	// Deferred rows swept: the one whose contact bounced elsewhere is

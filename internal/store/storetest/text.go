@@ -23,13 +23,13 @@ func testTextRefused(f *fixture) {
 		}
 		c := f.contact("text@example.org")
 		c.Name = bad
-		_, err := f.s.UpsertContacts(f.ctx, []store.Contact{c}, at(0))
-		wantInvalid("UpsertContacts name", err)
+		_, err := f.s.ImportContacts(f.ctx, []store.Contact{c}, at(0))
+		wantInvalid("ImportContacts name", err)
 
 		c = f.contact("text@example.org")
 		c.Attributes = map[string]any{"city": bad}
-		_, err = f.s.UpsertContacts(f.ctx, []store.Contact{c}, at(0))
-		wantInvalid("UpsertContacts attribute", err)
+		_, err = f.s.ImportContacts(f.ctx, []store.Contact{c}, at(0))
+		wantInvalid("ImportContacts small-batch attribute", err)
 
 		batch := make([]store.Contact, importBatch)
 		for i := range batch {

@@ -1,4 +1,4 @@
-package coordinator_test
+package api_test
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/testenv"
@@ -45,7 +46,7 @@ func (b *logBuffer) String() string {
 
 // authServer serves a coordinator behind real gRPC on 127.0.0.1 with cfg's
 // tokens and returns a connection to it that sends no token by itself.
-func authServer(t *testing.T, cfg coordinator.AuthConfig) *grpc.ClientConn {
+func authServer(t *testing.T, cfg api.AuthConfig) *grpc.ClientConn {
 	t.Helper()
 	st := testenv.Store(t)
 	_, js := testenv.NATS(t)
@@ -54,7 +55,7 @@ func authServer(t *testing.T, cfg coordinator.AuthConfig) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	c := coordinator.New(coordinator.Config{Store: st, Bus: b, Log: slog.New(slog.DiscardHandler)})
-	auth, err := coordinator.NewAuth(cfg)
+	auth, err := api.NewAuth(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func authServer(t *testing.T, cfg coordinator.AuthConfig) *grpc.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := coordinator.NewGRPCServer(c, auth.ServerOptions()...)
+	srv := api.NewGRPCServer(api.Config{Engine: c, Store: st, Log: slog.New(slog.DiscardHandler)}, auth.ServerOptions()...)
 	go srv.Serve(lis) //nolint:errcheck
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -108,8 +109,8 @@ func TestAuthBearerToken(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "tokens")
 	start := time.Now().Add(-time.Hour)
 	writeTokens(t, file, "# rangecast API tokens\n\n"+oldToken+"\n", start)
-	conn := authServer(t, coordinator.AuthConfig{
-		Tokens:     coordinator.ParseTokens(" " + envToken + ", ,"),
+	conn := authServer(t, api.AuthConfig{
+		Tokens:     api.ParseTokens(" " + envToken + ", ,"),
 		TokensFile: file,
 		Log:        slog.New(slog.NewTextHandler(logs, nil)),
 	})
@@ -189,7 +190,7 @@ func TestAuthFileAppears(t *testing.T) {
 	const token = "late-token-c0ffee"
 	file := filepath.Join(t.TempDir(), "tokens")
 	logs := &logBuffer{}
-	conn := authServer(t, coordinator.AuthConfig{TokensFile: file, Log: slog.New(slog.NewTextHandler(logs, nil))})
+	conn := authServer(t, api.AuthConfig{TokensFile: file, Log: slog.New(slog.NewTextHandler(logs, nil))})
 	api := pb.NewBroadcastServiceClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -206,28 +207,28 @@ func TestAuthFileAppears(t *testing.T) {
 
 func TestAuthConfig(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := coordinator.NewAuth(coordinator.AuthConfig{Tokens: []string{" "}}); err == nil {
+	if _, err := api.NewAuth(api.AuthConfig{Tokens: []string{" "}}); err == nil {
 		t.Error("blank tokens accepted")
 	}
 	// A directory where the file should be cannot be read: fatal.
-	if _, err := coordinator.NewAuth(coordinator.AuthConfig{TokensFile: dir}); err == nil {
+	if _, err := api.NewAuth(api.AuthConfig{TokensFile: dir}); err == nil {
 		t.Error("unreadable tokens file accepted")
 	}
 	empty := filepath.Join(dir, "empty")
 	writeTokens(t, empty, "# nothing yet\n\n", time.Now())
 	quiet := slog.New(slog.DiscardHandler)
-	for _, cfg := range []coordinator.AuthConfig{{TokensFile: empty, Log: quiet}, {TokensFile: filepath.Join(dir, "absent"), Log: quiet}} {
+	for _, cfg := range []api.AuthConfig{{TokensFile: empty, Log: quiet}, {TokensFile: filepath.Join(dir, "absent"), Log: quiet}} {
 		if !cfg.Enabled() {
 			t.Errorf("%s: not enabled", cfg.TokensFile)
 		}
-		if _, err := coordinator.NewAuth(cfg); err != nil {
+		if _, err := api.NewAuth(cfg); err != nil {
 			t.Errorf("%s: %v", cfg.TokensFile, err)
 		}
 	}
-	if (coordinator.AuthConfig{}).Enabled() {
+	if (api.AuthConfig{}).Enabled() {
 		t.Error("empty config enables auth")
 	}
-	var off *coordinator.Auth
+	var off *api.Auth
 	if len(off.ServerOptions()) != 0 {
 		t.Error("nil Auth installs interceptors")
 	}

@@ -1,4 +1,4 @@
-package coordinator_test
+package api_test
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/capture"
-	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/store"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -231,7 +231,7 @@ func TestGetContactHistory(t *testing.T) {
 		s := newStack(t, stackOptions{sqlite: sqlite, workers: 1, concurrency: 4, sinkOpts: []capture.Option{
 			capture.WithRcptHook(func(to string) *smtp.SMTPError {
 				if strings.HasPrefix(to, "bad@") {
-					return reply(550, smtp.EnhancedCode{5, 1, 1}, "No such user here")
+					return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "No such user here"}
 				}
 				return nil
 			}),
@@ -434,7 +434,7 @@ func TestSegmentPreviewAgreesWithSend(t *testing.T) {
 func TestAudienceNeedsToken(t *testing.T) {
 	t.Parallel()
 	const token = "audience-token-9c1e"
-	conn := authServer(t, coordinator.AuthConfig{Tokens: []string{token}, Log: slog.New(slog.DiscardHandler)})
+	conn := authServer(t, api.AuthConfig{Tokens: []string{token}, Log: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	desc := pb.AudienceService_ServiceDesc
@@ -590,7 +590,7 @@ func TestSendStatusPB(t *testing.T) {
 		store.SendClaimed, store.SendSent, store.SendFailed, store.SendDeferred, store.SendUnknown,
 		store.SendDelivered, store.SendOpened, store.SendClicked, store.SendBounced, store.SendComplained, store.SendUnsubscribed,
 	} {
-		v := coordinator.SendStatusPB(s)
+		v := api.SendStatusPB(s)
 		if v == pb.SendStatus_SEND_STATUS_UNSPECIFIED {
 			t.Errorf("ledger status %q has no SendStatus value", s)
 		}
@@ -599,7 +599,7 @@ func TestSendStatusPB(t *testing.T) {
 		}
 		seen[v] = s
 	}
-	if v := coordinator.SendStatusPB("something-new"); v != pb.SendStatus_SEND_STATUS_UNSPECIFIED {
+	if v := api.SendStatusPB("something-new"); v != pb.SendStatus_SEND_STATUS_UNSPECIFIED {
 		t.Errorf("an unknown status maps to %s, want UNSPECIFIED", v)
 	}
 }

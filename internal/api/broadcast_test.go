@@ -1,4 +1,4 @@
-package coordinator_test
+package api_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
@@ -28,16 +30,13 @@ func newAPIStack(t *testing.T) (*stack, pb.AudienceServiceClient) {
 	s := newStack(t, stackOptions{workers: 0})
 	// The coordinator is past its startup once its report consumer has a
 	// pull request waiting.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := s.bus.Reports.Info(context.Background())
-		if err == nil && info.NumWaiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("coordinator did not start consuming reports within 10s (last error: %v)", err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var err error
+	if !testenv.Poll(10*time.Second, func() bool {
+		var info *jetstream.ConsumerInfo
+		info, err = s.bus.Reports.Info(context.Background())
+		return err == nil && info.NumWaiting > 0
+	}) {
+		t.Fatalf("coordinator did not start consuming reports within 10s (last error: %v)", err)
 	}
 	return s, pb.NewAudienceServiceClient(s.conn)
 }
@@ -300,7 +299,7 @@ func TestBroadcastLifecycleErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := s.status(id)
-	wantStatus(t, "start twice", byName("start")(id), codes.FailedPrecondition, id, "running", "only a draft can be started")
+	wantStatus(t, "start twice", byName("start")(id), codes.FailedPrecondition, id, "running", "only a draft broadcast can be started")
 	if after := s.status(id); after.GetState() != pb.BroadcastState_BROADCAST_STATE_RUNNING ||
 		!after.GetStartedAt().AsTime().Equal(before.GetStartedAt().AsTime()) || after.GetSnapshotTotal() != before.GetSnapshotTotal() {
 		t.Fatalf("a rejected second start changed the broadcast: %v → %v", before, after)

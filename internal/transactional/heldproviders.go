@@ -2,7 +2,6 @@ package transactional
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -11,10 +10,11 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/govstate"
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
-// KVGovernor is the Governor of workers: it shares the sending domains'
+// HeldProviders is the Admission of workers: it shares the sending domains'
 // governors, which the leading coordinator runs, through JetStream. Admit
 // reads the state the leader writes to KV and holds back a message to a
 // receiving provider that is held after a quota rejection or has its breaker
@@ -22,36 +22,31 @@ import (
 // counts it toward the day and feeds the breakers, so broadcasts get less.
 // It never refuses for the daily ceiling, the rate or the hourly limit:
 // a password reset must not wait for midnight behind a newsletter.
-type KVGovernor struct {
-	view *bus.GovernorView
+type HeldProviders struct {
+	view *govstate.View
 	js   jetstream.JetStream
 	log  *slog.Logger
 }
 
-// NewKVGovernor returns a Governor reading b's governor bucket.
-func NewKVGovernor(b *bus.Bus, log *slog.Logger) *KVGovernor {
-	return &KVGovernor{view: bus.NewGovernorView(b.Governors), js: b.JS, log: log}
+// NewHeldProviders returns an Admission reading b's governor bucket.
+func NewHeldProviders(b *bus.Bus, log *slog.Logger) *HeldProviders {
+	return &HeldProviders{view: govstate.NewView(b.Governors), js: b.JS, log: log}
 }
 
-// Admit implements Governor.
-func (g *KVGovernor) Admit(ctx context.Context, sendingDomain, recipient string, now time.Time) (time.Time, string, error) {
+// Admit implements Admission.
+func (g *HeldProviders) Admit(ctx context.Context, sendingDomain, recipient string, now time.Time) (governor.Refusal, error) {
 	domain := strings.ToLower(sendingDomain)
 	// A half-open provider admits transactional mail, which is little and
-	// urgent; Held leaves it out.
-	held, err := g.view.Held(ctx, domain, now)
+	// urgent; Refusals leaves it out.
+	held, err := g.view.Refusals(ctx, domain, now)
 	if err != nil {
-		return time.Time{}, "", err
+		return governor.Refusal{}, err
 	}
-	p := governor.Provider(domainOf(recipient))
-	until, ok := held[p]
-	if !ok {
-		return time.Time{}, "", nil
-	}
-	return until, fmt.Sprintf("%s is held for %s by the governor", p, domain), nil
+	return held[governor.Provider(domainOf(recipient))], nil
 }
 
-// Observe implements Governor.
-func (g *KVGovernor) Observe(sendingDomain, recipient string, c transport.Class, _ time.Time) {
+// Observe implements Admission.
+func (g *HeldProviders) Observe(sendingDomain, recipient string, c transport.Class, _ time.Time) {
 	u := bus.Usage{Domain: strings.ToLower(sendingDomain)}
 	p := governor.Provider(domainOf(recipient))
 	var r bus.ProviderResult

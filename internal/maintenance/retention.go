@@ -1,17 +1,20 @@
-package coordinator
+package maintenance
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/rangecast/rangecast/internal/clock"
 )
 
-// Retention bounds what is kept only for a while. Delivery events are the
+// RetentionConfig bounds what is kept only for a while. Delivery events are the
 // raw webhook log (the ledger keeps each recipient's status without them);
 // finished transactional messages hold their payload, which for a password
 // reset is a secret, and their idempotency key, which is what a client's
 // retry is matched against.
-type Retention struct {
+type RetentionConfig struct {
 	// Events is how long a delivery event is kept after it was received
 	// (default 90 days, at least 7 days). It must outlast providers'
 	// redelivery of an event, so a redelivered event is still recognised
@@ -40,20 +43,23 @@ const (
 	purgeBatch = 5000
 )
 
-// Check refuses retentions shorter than what rangecast promises: a
+// Validate refuses retentions shorter than what rangecast promises: a
 // transactional replay within 24 h, and a redelivered webhook event
-// recognised as such.
-func (r Retention) Check() error {
+// recognised as such; and a negative interval.
+func (r RetentionConfig) Validate() error {
+	if r.Interval < 0 {
+		return fmt.Errorf("RetentionConfig.Interval is %s; a duration cannot be negative", r.Interval)
+	}
 	if r.Receipts != 0 && r.Receipts < MinReceiptRetention {
-		return fmt.Errorf("transactional retention %s is too short: a client may retry Send with the same idempotency key for %s and must get the same message back", r.Receipts, MinReceiptRetention)
+		return fmt.Errorf("--transactional-retention %s is too short: a client may retry Send with the same idempotency key for %s and must get the same message back", r.Receipts, MinReceiptRetention)
 	}
 	if r.Events != 0 && r.Events < MinEventRetention {
-		return fmt.Errorf("event retention %s is too short: keep delivery events at least %s, past the days a provider may redeliver an event, so a redelivered event is recognised", r.Events, MinEventRetention)
+		return fmt.Errorf("--event-retention %s is too short: keep delivery events at least %s, past the days a provider may redeliver an event, so a redelivered event is recognised", r.Events, MinEventRetention)
 	}
 	return nil
 }
 
-func (r Retention) withDefaults() Retention {
+func (r RetentionConfig) withDefaults() RetentionConfig {
 	if r.Events <= 0 {
 		r.Events = DefaultEventRetention
 	}
@@ -68,40 +74,65 @@ func (r Retention) withDefaults() Retention {
 	return r
 }
 
-// runRetention purges once at the start of the term and then every
-// Interval while this coordinator leads (ctx is the term).
-func (c *Coordinator) runRetention(ctx context.Context) {
-	r := c.cfg.Retention.withDefaults()
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		for {
-			c.purge(ctx, r)
-			select {
-			case <-ctx.Done():
-				return
-			case <-c.cfg.Clock.After(r.Interval):
-			}
-		}
-	}()
+// PurgeStore is what retention deletes from.
+type PurgeStore interface {
+	// PurgeEvents and PurgeReceipts delete up to limit rows older than
+	// before and say how many they deleted.
+	PurgeEvents(ctx context.Context, before time.Time, limit int) (int64, error)
+	PurgeReceipts(ctx context.Context, before time.Time, limit int) (int64, error)
+	// FoldReputation folds up to limit pending reputation changes of
+	// broadcasts no alarm reads any more into their sums.
+	FoldReputation(ctx context.Context, limit int) (int64, error)
 }
 
-// purge deletes in batches until a batch comes back short. A failure is
+// Retention is the purge as a service: once when Run starts, then every
+// Interval, in batches.
+type Retention struct {
+	cfg   RetentionConfig
+	store PurgeStore
+	clock clock.Clock
+	log   *slog.Logger
+}
+
+// NewRetention returns the purge of st; Run starts it.
+func NewRetention(cfg RetentionConfig, st PurgeStore, clk clock.Clock, log *slog.Logger) *Retention {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Retention{cfg: cfg.withDefaults(), store: st, clock: clk, log: log}
+}
+
+// Run purges at once and then every Interval until ctx ends.
+func (r *Retention) Run(ctx context.Context) {
+	for {
+		r.Purge(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.clock.After(r.cfg.Interval):
+		}
+	}
+}
+
+// Purge deletes in batches until a batch comes back short. A failure is
 // logged and left to the next interval: nothing depends on the purge
 // having run, only the tables' size.
-func (c *Coordinator) purge(ctx context.Context, r Retention) {
-	now := c.cfg.Clock.Now()
+func (r *Retention) Purge(ctx context.Context) {
+	now := r.clock.Now()
 	for _, p := range []struct {
 		table string
 		run   func(context.Context, time.Time, int) (int64, error)
 		keep  time.Duration
 	}{
-		{"delivery_events", c.cfg.Store.PurgeEvents, r.Events},
-		{"outbound_receipts", c.cfg.Store.PurgeReceipts, r.Receipts},
+		{"delivery_events", r.store.PurgeEvents, r.cfg.Events},
+		{"outbound_receipts", r.store.PurgeReceipts, r.cfg.Receipts},
 		// Not a purge by age: pending reputation changes of broadcasts no
 		// alarm reads any more, folded into their sums.
 		{"broadcast_reputation_deltas", func(ctx context.Context, _ time.Time, limit int) (int64, error) {
-			return c.cfg.Store.FoldReputation(ctx, limit)
+			return r.store.FoldReputation(ctx, limit)
 		}, 0},
 	} {
 		var total int64
@@ -109,7 +140,7 @@ func (c *Coordinator) purge(ctx context.Context, r Retention) {
 			n, err := p.run(ctx, now.Add(-p.keep), purgeBatch)
 			if err != nil {
 				if ctx.Err() == nil {
-					c.cfg.Log.Warn("purge failed; retried at the next interval", "table", p.table, "err", err)
+					r.log.Warn("purge failed; retried at the next interval", "table", p.table, "err", err)
 				}
 				break
 			}
@@ -120,7 +151,7 @@ func (c *Coordinator) purge(ctx context.Context, r Retention) {
 			}
 		}
 		if total > 0 && p.keep > 0 {
-			c.cfg.Log.Info("purged rows past their retention", "table", p.table, "rows", total, "kept", p.keep)
+			r.log.Info("purged rows past their retention", "table", p.table, "rows", total, "kept", p.keep)
 		}
 	}
 }

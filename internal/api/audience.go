@@ -1,8 +1,7 @@
-package coordinator
+package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -53,12 +52,14 @@ const (
 // AudienceAPI serves rangecast.v1.AudienceService.
 type AudienceAPI struct {
 	pb.UnimplementedAudienceServiceServer
-	c   *Coordinator
+	cfg Config
 	ids *idSource
 }
 
-// NewAudienceAPI returns the gRPC audience service backed by c's store.
-func NewAudienceAPI(c *Coordinator) *AudienceAPI { return &AudienceAPI{c: c, ids: newIDSource()} }
+// NewAudienceAPI returns the gRPC audience service backed by cfg's store.
+func NewAudienceAPI(cfg Config) *AudienceAPI {
+	return &AudienceAPI{cfg: cfg.withDefaults(), ids: newIDSource()}
+}
 
 // ValidateEmail accepts an address that can be delivered: what a contact's
 // address must be before it may be stored (address.Canonical's rules).
@@ -182,7 +183,7 @@ type batch struct {
 func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	start := api.c.cfg.Clock.Now()
+	start := api.cfg.Clock.Now()
 	resp := &pb.ImportContactsResponse{}
 	seen := newEmailSet()
 
@@ -234,7 +235,7 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 		if err != nil {
 			return fail(err)
 		}
-		now := api.c.cfg.Clock.Now()
+		now := api.cfg.Clock.Now()
 		for _, r := range req.GetRows() {
 			row++
 			given := strings.TrimSpace(r.GetEmail())
@@ -281,8 +282,8 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 		return api.importFailed(err, row, imported)
 	}
 	resp.Imported = imported
-	api.c.cfg.Log.Info("contacts imported", "rows", row, "imported", imported, "rejected", resp.Rejected,
-		"seconds", api.c.cfg.Clock.Now().Sub(start).Seconds())
+	api.cfg.Log.Info("contacts imported", "rows", row, "imported", imported, "rejected", resp.Rejected,
+		"seconds", api.cfg.Clock.Now().Sub(start).Seconds())
 	return stream.SendAndClose(resp)
 }
 
@@ -290,11 +291,11 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 // so that the person can fix the cause and import the file again (an
 // import is an upsert, so repeating the committed rows changes nothing).
 func (api *AudienceAPI) importFailed(err error, row, imported int64) error {
-	api.c.cfg.Log.Warn("contact import stopped", "row", row, "imported", imported, "err", err)
+	api.cfg.Log.Warn("contact import stopped", "row", row, "imported", imported, "err", err)
 	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
 		return status.Errorf(s.Code(), "import stopped after row %d with at least %d rows committed: %s", row, imported, s.Message())
 	}
-	s := status.Convert(storeError(err))
+	s := status.Convert(Error(err))
 	return status.Errorf(s.Code(), "import stopped after row %d with at least %d rows committed (importing the file again is safe): %s", row, imported, s.Message())
 }
 
@@ -302,10 +303,10 @@ func (api *AudienceAPI) importFailed(err error, row, imported int64) error {
 // their rows asked for (segments are created when missing). It returns at
 // the first error; ImportContacts then cancels the stream.
 func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, imported *int64) error {
-	st := api.c.cfg.Store
+	st := api.cfg.Store
 	segments := map[string]int64{}
 	for b := range batches {
-		now := api.c.cfg.Clock.Now()
+		now := api.cfg.Clock.Now()
 		ids, err := st.ImportContacts(ctx, b.contacts, now)
 		if err != nil {
 			return err
@@ -324,7 +325,7 @@ func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, 
 			}
 		}
 		for seg, ids := range members {
-			if err := st.AddSegmentMembers(ctx, seg, ids); err != nil {
+			if _, err := st.AddMembers(ctx, seg, ids); err != nil {
 				return err
 			}
 		}
@@ -336,7 +337,7 @@ func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, 
 // contact finds the contact a request names by exactly one of id and email.
 func (api *AudienceAPI) contact(ctx context.Context, id, email string) (store.ContactDetail, error) {
 	id, email = strings.TrimSpace(id), strings.TrimSpace(email)
-	st := api.c.cfg.Store
+	st := api.cfg.Store
 	switch {
 	case id != "" && email != "":
 		return store.ContactDetail{}, invalid("name the contact by id or by email, not both")
@@ -349,22 +350,22 @@ func (api *AudienceAPI) contact(ctx context.Context, id, email string) (store.Co
 		if errors.Is(err, store.ErrNotFound) {
 			return d, status.Errorf(codes.NotFound, "no contact has id %s", id)
 		}
-		return d, storeErrorOrNil(err)
+		return d, errorOrNil(err)
 	case email != "":
 		d, err := st.ContactByEmail(ctx, email)
 		if errors.Is(err, store.ErrNotFound) {
 			return d, status.Errorf(codes.NotFound, "no contact has the email %s (emails match case-insensitively)", email)
 		}
-		return d, storeErrorOrNil(err)
+		return d, errorOrNil(err)
 	}
 	return store.ContactDetail{}, invalid("name the contact by id or by email")
 }
 
-func storeErrorOrNil(err error) error {
+func errorOrNil(err error) error {
 	if err == nil {
 		return nil
 	}
-	return storeError(err)
+	return Error(err)
 }
 
 func (api *AudienceAPI) GetContact(ctx context.Context, req *pb.GetContactRequest) (*pb.GetContactResponse, error) {
@@ -380,9 +381,9 @@ func (api *AudienceAPI) GetContact(ctx context.Context, req *pb.GetContactReques
 		return nil, err
 	}
 	// One more than asked, to tell a full page from a truncated history.
-	h, err := api.c.cfg.Store.ContactHistory(ctx, d.ID, limit+1)
+	h, err := api.cfg.Store.ContactHistory(ctx, d.ID, limit+1)
 	if err != nil {
-		return nil, storeError(err)
+		return nil, Error(err)
 	}
 	resp := &pb.GetContactResponse{Contact: contactPB(d), HistoryTruncated: len(h) > limit}
 	for _, s := range h[:min(len(h), limit)] {
@@ -395,45 +396,6 @@ func (api *AudienceAPI) GetContact(ctx context.Context, req *pb.GetContactReques
 	return resp, nil
 }
 
-// SendStatusPB maps a ledger status to the proto enum by name
-// ("delivered" → SEND_STATUS_DELIVERED), so a status added to both needs
-// no change here; one the enum lacks is UNSPECIFIED, which clients show as
-// "Unknown status".
-func SendStatusPB(s store.SendStatus) pb.SendStatus {
-	if v, ok := pb.SendStatus_value["SEND_STATUS_"+strings.ToUpper(string(s))]; ok {
-		return pb.SendStatus(v)
-	}
-	return pb.SendStatus_SEND_STATUS_UNSPECIFIED
-}
-
-func contactPB(d store.ContactDetail) *pb.Contact {
-	c := &pb.Contact{
-		Id: d.ID.String(), Email: d.Email, Name: d.Name, Subscribed: d.Subscribed, DoNotContact: d.DoNotContact,
-		Suppressed: d.Suppressed, SuppressedReason: d.SuppressedReason, Eligible: d.Eligible, Segments: d.Segments,
-		CreatedAt: timestamp(d.CreatedAt), UpdatedAt: timestamp(d.UpdatedAt),
-	}
-	if !d.SuppressedAt.IsZero() {
-		c.SuppressedAt = timestamp(d.SuppressedAt)
-	}
-	if len(d.Attributes) > 0 {
-		c.Attributes = make(map[string]string, len(d.Attributes))
-		for k, v := range d.Attributes {
-			if s, ok := v.(string); ok {
-				c.Attributes[k] = s
-				continue
-			}
-			// Imports store strings; anything else (written by other
-			// means) is shown as its JSON.
-			b, err := json.Marshal(v)
-			if err != nil {
-				b = []byte(fmt.Sprint(v))
-			}
-			c.Attributes[k] = string(b)
-		}
-	}
-	return c
-}
-
 func (api *AudienceAPI) UnsubscribeContact(ctx context.Context, req *pb.UnsubscribeContactRequest) (*pb.UnsubscribeContactResponse, error) {
 	d, err := api.contact(ctx, req.GetId(), req.GetEmail())
 	if err != nil {
@@ -441,8 +403,8 @@ func (api *AudienceAPI) UnsubscribeContact(ctx context.Context, req *pb.Unsubscr
 	}
 	// The ledger's unsubscribe also marks the contact's rows that are
 	// deferred or claimed but unsent, so no broadcast sends them later.
-	if err := api.c.cfg.Store.UnsubscribeContact(ctx, d.ID, ulid.ULID{}, api.c.cfg.Clock.Now()); err != nil {
-		return nil, storeError(err)
+	if err := api.cfg.Store.UnsubscribeContact(ctx, d.ID, ulid.ULID{}, api.cfg.Clock.Now()); err != nil {
+		return nil, Error(err)
 	}
 	return &pb.UnsubscribeContactResponse{}, nil
 }
@@ -459,9 +421,9 @@ func (api *AudienceAPI) SuppressContact(ctx context.Context, req *pb.SuppressCon
 	if err != nil {
 		return nil, err
 	}
-	d, err = api.c.cfg.Store.Suppress(ctx, d.ID, reason, api.c.cfg.Clock.Now())
+	d, err = api.cfg.Store.Suppress(ctx, d.ID, reason, api.cfg.Clock.Now())
 	if err != nil {
-		return nil, storeError(err)
+		return nil, Error(err)
 	}
 	return &pb.SuppressContactResponse{Contact: contactPB(d)}, nil
 }
@@ -474,12 +436,12 @@ func (api *AudienceAPI) CreateSegment(ctx context.Context, req *pb.CreateSegment
 	if strings.TrimSpace(name) != name {
 		return nil, invalid("segment name %q starts or ends with white space", name)
 	}
-	seg, err := api.c.cfg.Store.CreateSegment(ctx, name, api.c.cfg.Clock.Now())
+	seg, err := api.cfg.Store.CreateSegment(ctx, name, api.cfg.Clock.Now())
 	if errors.Is(err, store.ErrConflict) {
 		return nil, status.Errorf(codes.AlreadyExists, "segment %q exists already", name)
 	}
 	if err != nil {
-		return nil, storeError(err)
+		return nil, Error(err)
 	}
 	return &pb.CreateSegmentResponse{Segment: &pb.Segment{Id: seg.ID, Name: seg.Name, CreatedAt: timestamp(seg.CreatedAt)}}, nil
 }
@@ -489,11 +451,11 @@ func (api *AudienceAPI) segment(ctx context.Context, name string) (int64, error)
 	if name == "" {
 		return 0, invalid("segment is required")
 	}
-	id, err := api.c.cfg.Store.SegmentID(ctx, name)
+	id, err := api.cfg.Store.SegmentID(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, status.Errorf(codes.NotFound, "no segment named %q (segment names are case-sensitive; create one with `rangecast segments create`)", name)
 	}
-	return id, storeErrorOrNil(err)
+	return id, errorOrNil(err)
 }
 
 // members resolves the contacts a membership request names: their ids, and
@@ -519,9 +481,9 @@ func (api *AudienceAPI) members(ctx context.Context, ids, emails []string) ([]ul
 			return nil, nil, invalid("email %d of %d is empty", i+1, len(emails))
 		}
 	}
-	found, err := api.c.cfg.Store.ContactIDs(ctx, trimmed)
+	found, err := api.cfg.Store.ContactIDs(ctx, trimmed)
 	if err != nil {
-		return nil, nil, storeError(err)
+		return nil, nil, Error(err)
 	}
 	var notFound []string
 	for i, id := range found {
@@ -547,7 +509,7 @@ func (api *AudienceAPI) changeMembers(ctx context.Context, segment string, ids, 
 	}
 	ch, err := change(ctx, seg, contacts)
 	if err != nil {
-		return 0, 0, nil, storeError(err)
+		return 0, 0, nil, Error(err)
 	}
 	for _, id := range ch.Missing {
 		notFound = append(notFound, id.String())
@@ -556,7 +518,7 @@ func (api *AudienceAPI) changeMembers(ctx context.Context, segment string, ids, 
 }
 
 func (api *AudienceAPI) AddSegmentMembers(ctx context.Context, req *pb.AddSegmentMembersRequest) (*pb.AddSegmentMembersResponse, error) {
-	changed, unchanged, notFound, err := api.changeMembers(ctx, req.GetSegment(), req.GetContactIds(), req.GetEmails(), api.c.cfg.Store.AddMembers)
+	changed, unchanged, notFound, err := api.changeMembers(ctx, req.GetSegment(), req.GetContactIds(), req.GetEmails(), api.cfg.Store.AddMembers)
 	if err != nil {
 		return nil, err
 	}
@@ -564,7 +526,7 @@ func (api *AudienceAPI) AddSegmentMembers(ctx context.Context, req *pb.AddSegmen
 }
 
 func (api *AudienceAPI) RemoveSegmentMembers(ctx context.Context, req *pb.RemoveSegmentMembersRequest) (*pb.RemoveSegmentMembersResponse, error) {
-	changed, unchanged, notFound, err := api.changeMembers(ctx, req.GetSegment(), req.GetContactIds(), req.GetEmails(), api.c.cfg.Store.RemoveMembers)
+	changed, unchanged, notFound, err := api.changeMembers(ctx, req.GetSegment(), req.GetContactIds(), req.GetEmails(), api.cfg.Store.RemoveMembers)
 	if err != nil {
 		return nil, err
 	}
@@ -579,9 +541,9 @@ func (api *AudienceAPI) PreviewAudience(ctx context.Context, req *pb.PreviewAudi
 			return nil, err
 		}
 	}
-	p, err := api.c.cfg.Store.PreviewAudience(ctx, seg)
+	p, err := api.cfg.Store.PreviewAudience(ctx, seg)
 	if err != nil {
-		return nil, storeError(err)
+		return nil, Error(err)
 	}
 	return &pb.PreviewAudienceResponse{Matched: p.Matched, Eligible: p.Eligible}, nil
 }

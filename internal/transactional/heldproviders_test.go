@@ -7,15 +7,16 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/govstate"
 	"github.com/rangecast/rangecast/internal/testenv"
 	"github.com/rangecast/rangecast/internal/transactional"
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
-// TestKVGovernorHoldsWhatTheLeaderHolds: a worker holds back transactional
+// TestHeldProvidersHoldWhatTheLeaderHolds: a worker holds back transactional
 // mail to a provider the leader's governor holds (read from KV), lets the
 // rest through whatever the ceiling, and reports outcomes to the leader.
-func TestKVGovernorHoldsWhatTheLeaderHolds(t *testing.T) {
+func TestHeldProvidersHoldWhatTheLeaderHolds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, js := testenv.NATS(t)
@@ -26,19 +27,19 @@ func TestKVGovernorHoldsWhatTheLeaderHolds(t *testing.T) {
 	now := time.Now().UTC()
 	st := governor.DomainState{Domain: "example.com", Ceiling: 100, Day: now.Format(time.DateOnly), SentToday: 100,
 		Holds: map[string]time.Time{governor.ProviderGoogle: now.Add(time.Minute)}}
-	if _, err := b.Governors.Put(ctx, bus.GovernorStateKey("example.com"), bus.Encode(st)); err != nil {
+	if _, err := govstate.New(b.Governors).WriteState(ctx, governor.NewDomain("example.com", governor.Limits{}, &st, now), 0); err != nil {
 		t.Fatal(err)
 	}
-	g := transactional.NewKVGovernor(b, testLogger())
-	retryAt, reason, err := g.Admit(ctx, "Example.com", "someone@googlemail.com", now)
-	if err != nil || !retryAt.Equal(st.Holds[governor.ProviderGoogle]) || reason == "" {
-		t.Fatalf("Admit to a held provider = %v, %q, %v; want held until %v", retryAt, reason, err, st.Holds[governor.ProviderGoogle])
+	g := transactional.NewHeldProviders(b, testLogger())
+	held, err := g.Admit(ctx, "Example.com", "someone@googlemail.com", now)
+	if err != nil || !held.Until.Equal(st.Holds[governor.ProviderGoogle]) || held.Limit != governor.LimitHeld || held.Text == "" {
+		t.Fatalf("Admit to a held provider = %+v, %v; want held until %v", held, err, st.Holds[governor.ProviderGoogle])
 	}
-	if retryAt, _, err := g.Admit(ctx, "example.com", "someone@example.org", now); err != nil || !retryAt.IsZero() {
-		t.Fatalf("Admit at the daily ceiling to a provider not held = %v, %v; transactional mail is not refused for the ceiling", retryAt, err)
+	if held, err := g.Admit(ctx, "example.com", "someone@example.org", now); err != nil || !held.Until.IsZero() {
+		t.Fatalf("Admit at the daily ceiling to a provider not held = %+v, %v; transactional mail is not refused for the ceiling", held, err)
 	}
-	if retryAt, _, err := g.Admit(ctx, "never-sent.example", "someone@gmail.com", now); err != nil || !retryAt.IsZero() {
-		t.Fatalf("Admit for a domain with no state = %v, %v; want admitted", retryAt, err)
+	if held, err := g.Admit(ctx, "never-sent.example", "someone@gmail.com", now); err != nil || !held.Until.IsZero() {
+		t.Fatalf("Admit for a domain with no state = %+v, %v; want admitted", held, err)
 	}
 
 	g.Observe("example.com", "someone@example.org", transport.Class(0), now)

@@ -1,4 +1,4 @@
-package coordinator
+package api
 
 import (
 	"google.golang.org/grpc"
@@ -9,15 +9,15 @@ import (
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
-// NewGRPCServer registers the broadcast and audience services, gRPC health
-// and reflection (so grpcurl works without the .proto files). Pass
-// (*Auth).ServerOptions() in opts to require a bearer token; health and
+// NewGRPCServer registers the broadcast, audience and governor services,
+// gRPC health and reflection (so grpcurl works without the .proto files).
+// Pass (*Auth).ServerOptions() in opts to require a bearer token; health and
 // reflection stay open either way.
-func NewGRPCServer(c *Coordinator, opts ...grpc.ServerOption) *grpc.Server {
+func NewGRPCServer(cfg Config, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(opts...)
-	pb.RegisterBroadcastServiceServer(s, NewBroadcastAPI(c))
-	pb.RegisterAudienceServiceServer(s, NewAudienceAPI(c))
-	pb.RegisterGovernorServiceServer(s, NewGovernorAPI(c))
+	pb.RegisterBroadcastServiceServer(s, NewBroadcastAPI(cfg))
+	pb.RegisterAudienceServiceServer(s, NewAudienceAPI(cfg))
+	pb.RegisterGovernorServiceServer(s, NewGovernorAPI(cfg))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(pb.BroadcastService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

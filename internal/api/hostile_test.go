@@ -1,4 +1,4 @@
-package coordinator_test
+package api_test
 
 import (
 	"context"
@@ -135,7 +135,7 @@ func TestTemplateMistakesRefusedOrPause(t *testing.T) {
 				contacts[i].Attributes = map[string]any{"city": "Lyon"}
 			}
 		}
-		if _, err := s.store.UpsertContacts(ctx, contacts, now); err != nil {
+		if _, err := s.store.ImportContacts(ctx, contacts, now); err != nil {
 			t.Fatal(err)
 		}
 		create := func(html string) (string, error) {
@@ -231,7 +231,7 @@ func TestStartRepeatsPreflight(t *testing.T) {
 		s := newStack(t, stackOptions{sqlite: sqlite, workers: 1})
 		ctx := context.Background()
 		with := store.Contact{ID: ulid.Make(), Email: "with@example.org", Subscribed: true, Attributes: map[string]any{"city": "Lyon"}}
-		if _, err := s.store.UpsertContacts(ctx, []store.Contact{with}, time.Now()); err != nil {
+		if _, err := s.store.ImportContacts(ctx, []store.Contact{with}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := s.client.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{Name: "b", Content: &pb.BroadcastContent{
@@ -240,7 +240,7 @@ func TestStartRepeatsPreflight(t *testing.T) {
 			t.Fatal(err)
 		}
 		without := store.Contact{ID: ulid.Make(), Email: "without@example.org", Subscribed: true}
-		if _, err := s.store.UpsertContacts(ctx, []store.Contact{without}, time.Now()); err != nil {
+		if _, err := s.store.ImportContacts(ctx, []store.Contact{without}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		_, err = s.client.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: resp.GetBroadcast().GetId()})

@@ -1,0 +1,211 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/ranges"
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// BroadcastStatus is a broadcast with what "progress" means without a
+// total.
+type BroadcastStatus struct {
+	Broadcast store.Broadcast
+	Progress  Progress
+}
+
+// Progress is state of the walk: each range's cursor, the sums, and what
+// sending waits for. A draft has none yet.
+type Progress struct {
+	RangesTotal, RangesDone int
+	Ranges                  []RangeProgress
+	PagesDispatched         int64
+	// Sent to Unknown are the ledger's counts (InDoubt: claimed with no
+	// outcome yet).
+	Sent, Failed, Deferred, InDoubt, Unknown int64
+	// WaitingFor says what sending waits for ("daily ceiling reached …"),
+	// empty when nothing holds it.
+	WaitingFor string
+}
+
+// RangeProgress is one range's cursor and its KV sums.
+type RangeProgress struct {
+	Index            int
+	Start, End, Next string
+	Done             bool
+	// Position is how far Next has moved through the range, 0..1.
+	Position     float64
+	Sent, Failed int64
+}
+
+// Start accepts a draft: snapshot, ranges, state running, actor.
+func (c *Coordinator) Start(ctx context.Context, id ulid.ULID) (BroadcastStatus, error) {
+	if err := c.preflightStart(ctx, id); err != nil {
+		return BroadcastStatus{}, err
+	}
+	b, err := c.cfg.Store.AcceptBroadcast(ctx, id, c.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) {
+		// Perhaps the retry of a Start whose KV writes failed: finish them
+		// (both are idempotent) before saying it was started already.
+		cur, found, cerr := c.completeStart(ctx, id)
+		if cerr != nil {
+			return BroadcastStatus{}, unavailable(cerr)
+		}
+		if found {
+			return BroadcastStatus{}, &StateError{ID: id, State: cur.State, From: []store.State{store.StateDraft}, Verb: "started"}
+		}
+	}
+	if err != nil {
+		return BroadcastStatus{}, err
+	}
+	// The store says running; KV catches up here. If this process dies in
+	// between, the actor started on restart re-creates missing ranges.
+	if err := c.writeRanges(ctx, b); err != nil {
+		return BroadcastStatus{}, unavailable(err)
+	}
+	if err := c.putState(ctx, b); err != nil {
+		return BroadcastStatus{}, unavailable(err)
+	}
+	if err := c.kick(ctx, b); err != nil {
+		return BroadcastStatus{}, unavailable(err)
+	}
+	return c.Status(ctx, id)
+}
+
+// completeStart writes what Start writes after the store (range records,
+// the state in KV) for a broadcast the store already has running or paused,
+// and hands it to its actor: a Start that stopped half-way is whole again.
+// It returns the broadcast as the store has it, if it could be read.
+func (c *Coordinator) completeStart(ctx context.Context, id ulid.ULID) (store.Broadcast, bool, error) {
+	b, err := c.cfg.Store.GetBroadcast(ctx, id)
+	if err != nil {
+		return b, false, nil // the store's own refusal says what there is to say
+	}
+	if b.State != store.StateRunning && b.State != store.StatePaused {
+		return b, true, nil // a draft that failed to start, or finished: nothing to complete
+	}
+	if err := c.writeRanges(ctx, b); err != nil {
+		return b, true, err
+	}
+	if b, err = c.mirrorState(ctx, id); err != nil {
+		return b, true, err
+	}
+	return b, true, c.kick(ctx, b)
+}
+
+// Pause stops a running broadcast's sends within one in-flight window.
+func (c *Coordinator) Pause(ctx context.Context, id ulid.ULID) (BroadcastStatus, error) {
+	return c.transition(ctx, id, "paused", []store.State{store.StateRunning}, store.StatePaused, "paused by operator")
+}
+
+// Resume lets a paused broadcast send again.
+func (c *Coordinator) Resume(ctx context.Context, id ulid.ULID) (BroadcastStatus, error) {
+	return c.transition(ctx, id, "resumed", []store.State{store.StatePaused}, store.StateRunning, "")
+}
+
+// Cancel ends a broadcast that has not finished; nothing more is sent.
+func (c *Coordinator) Cancel(ctx context.Context, id ulid.ULID) (BroadcastStatus, error) {
+	return c.transition(ctx, id, "cancelled", []store.State{store.StateDraft, store.StateRunning, store.StatePaused}, store.StateCancelled, "cancelled by operator")
+}
+
+func (c *Coordinator) transition(ctx context.Context, id ulid.ULID, verb string, from []store.State, to store.State, reason string) (BroadcastStatus, error) {
+	b, err := c.cfg.Store.SetState(ctx, id, from, to, reason, c.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) && b.State == to {
+		// Most likely a retry of a transition whose KV write failed: the
+		// store has it, KV may not, and workers follow KV. Bring KV level
+		// before saying there was nothing to do.
+		if _, err := c.mirrorState(ctx, id); err != nil {
+			return BroadcastStatus{}, unavailable(err)
+		}
+	}
+	if errors.Is(err, store.ErrConflict) {
+		return BroadcastStatus{}, &StateError{ID: id, State: b.State, From: from, Verb: verb}
+	}
+	if err != nil {
+		return BroadcastStatus{}, err
+	}
+	if err := c.putState(ctx, b); err != nil {
+		return BroadcastStatus{}, unavailable(err)
+	}
+	if err := c.kick(ctx, b); err != nil {
+		return BroadcastStatus{}, unavailable(err)
+	}
+	return c.Status(ctx, id)
+}
+
+// Status assembles what "progress" means without a total: state and reason,
+// each range's cursor, sums, and what sending waits for.
+func (c *Coordinator) Status(ctx context.Context, id ulid.ULID) (BroadcastStatus, error) {
+	b, err := c.cfg.Store.GetBroadcast(ctx, id)
+	if err != nil {
+		return BroadcastStatus{}, err
+	}
+	var p Progress
+	if b.State != store.StateDraft {
+		recs, _, err := c.rangeRecords(ctx, b)
+		if err != nil {
+			return BroadcastStatus{}, unavailable(err)
+		}
+		p.RangesTotal = len(recs)
+		for _, r := range recs {
+			p.Ranges = append(p.Ranges, RangeProgress{Index: r.Index, Start: r.Start, End: r.End, Next: r.Next, Done: r.Done,
+				Position: position(r), Sent: r.Sent, Failed: r.Failed})
+			if r.Done {
+				p.RangesDone++
+			}
+			p.PagesDispatched += r.Dispatched
+		}
+		counts, err := c.cfg.Store.Counts(ctx, id)
+		if err != nil {
+			return BroadcastStatus{}, err
+		}
+		// The ledger is the truth; the KV sums can lag behind it by the
+		// pages in flight.
+		p.Sent, p.Failed, p.Deferred, p.InDoubt, p.Unknown = counts.Sent, counts.Failed, counts.Deferred, counts.Claimed, counts.Unknown
+	}
+	c.mu.Lock()
+	a := c.actors[id]
+	c.mu.Unlock()
+	if a != nil {
+		p.WaitingFor = a.waiting()
+	} else if b.State == store.StateRunning {
+		// A follower runs no actor; what the governor waits for is in KV.
+		p.WaitingFor = c.governorWaiting(ctx, b)
+	}
+	return BroadcastStatus{Broadcast: b, Progress: p}, nil
+}
+
+// governorWaiting is what the sending domain's governor waits for, as the
+// leader last wrote it: for a follower's answer, which has no actor.
+func (c *Coordinator) governorWaiting(ctx context.Context, b store.Broadcast) string {
+	if c.cfg.Governor == nil {
+		return ""
+	}
+	addr := b.Content.FromAddress
+	domain := strings.ToLower(addr[strings.LastIndexByte(addr, '@')+1:])
+	s, err := c.storedDomain(ctx, domain, false)
+	if err != nil {
+		return "" // no state yet, or KV unreachable: nothing known to wait for
+	}
+	return s.Waiting
+}
+
+// position is how far a range's cursor has moved through it, 0..1. ULIDs
+// are time-ordered, so this is a fair proxy for the share of the range done.
+func position(r bus.RangeRecord) float64 {
+	if r.Done {
+		return 1
+	}
+	start, err1 := ulid.ParseStrict(r.Start)
+	end, err2 := ulid.ParseStrict(r.End)
+	next, err3 := ulid.ParseStrict(r.Next)
+	if errors.Join(err1, err2, err3) != nil {
+		return 0
+	}
+	return ranges.Position(ranges.Range{Index: r.Index, Start: start, End: end}, next)
+}

@@ -1,0 +1,64 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// validate refuses what withDefaults would not mend: a negative duration
+// or count (zero takes the default). Each is named by the flag that sets it
+// where one does, else by its field.
+func (c Config) validate() error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"--in-doubt-after", c.InDoubtAfter},
+		{"Config.Tick", c.Tick}, {"Config.PausedTick", c.PausedTick}, {"Config.Redispatch", c.Redispatch},
+		{"Config.Backoff", c.Backoff}, {"Config.MaxBackoff", c.MaxBackoff},
+	} {
+		errs = append(errs, nonNegative(d.name, d.v))
+	}
+	if c.PageLimit < 0 {
+		errs = append(errs, fmt.Errorf("Config.PageLimit is %d; it cannot be negative", c.PageLimit))
+	}
+	if c.MaxFruitless < 0 {
+		errs = append(errs, fmt.Errorf("Config.MaxFruitless is %d; it cannot be negative", c.MaxFruitless))
+	}
+	if c.Governor != nil {
+		errs = append(errs, c.Governor.Validate())
+	}
+	errs = append(errs, c.Alarms.Validate(), c.Retention.Validate())
+	return errors.Join(errs...)
+}
+
+// Validate refuses governor limits no sending domain could keep, named by
+// their flags.
+func (g GovernorConfig) Validate() error {
+	l := g.Limits
+	var errs []error
+	if l.RatePerSecond < 0 || math.IsNaN(l.RatePerSecond) || math.IsInf(l.RatePerSecond, 0) {
+		errs = append(errs, fmt.Errorf("--domain-rate is %v; give messages per second above 0", l.RatePerSecond))
+	}
+	if l.Burst < 0 {
+		errs = append(errs, fmt.Errorf("--domain-burst is %d; it cannot be negative", l.Burst))
+	}
+	if l.InitialCeiling < 0 {
+		errs = append(errs, fmt.Errorf("--initial-daily-ceiling is %d; it cannot be negative", l.InitialCeiling))
+	}
+	if l.EmailsPerHour < 0 {
+		errs = append(errs, fmt.Errorf("--emails-per-hour is %d; give 0 for no hourly limit", l.EmailsPerHour))
+	}
+	errs = append(errs, nonNegative("GovernorConfig.Flush", g.Flush))
+	return errors.Join(errs...)
+}
+
+func nonNegative(name string, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%s is %s; a duration cannot be negative", name, d)
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package govstate_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/govstate"
+	"github.com/rangecast/rangecast/internal/testenv"
+)
+
+func setup(t *testing.T) (*bus.Bus, *govstate.KV) {
+	t.Helper()
+	_, js := testenv.NATS(t)
+	b, err := bus.Setup(context.Background(), js, bus.Options{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, govstate.New(b.Governors)
+}
+
+// TestStateRoundTrip: learned state and hourly windows written are read
+// back; domains with state are listed; what nobody wrote reads as nothing.
+func TestStateRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, kv := setup(t)
+	now := time.Now().UTC()
+	if st, rev, err := kv.State(ctx, "example.com"); err != nil || st != nil || rev != 0 {
+		t.Fatalf("State of a new domain = %v, %d, %v; want none", st, rev, err)
+	}
+	if l, err := kv.Limits(ctx, "example.com"); err != nil || l != nil {
+		t.Fatalf("Limits of a new domain = %v, %v; want none", l, err)
+	}
+	for _, name := range []string{"b.example", "a.example"} {
+		d := governor.NewDomain(name, governor.Limits{}, nil, now)
+		d.Count(now, 7)
+		if _, err := kv.WriteState(ctx, d, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, rev, err := kv.State(ctx, "a.example")
+	if err != nil || st == nil || st.SentToday != 7 || rev == 0 {
+		t.Fatalf("State after a write = %+v, %d, %v; want 7 sent today", st, rev, err)
+	}
+	// A second writer at a stale revision merges instead of losing the count.
+	d := governor.NewDomain("a.example", governor.Limits{}, nil, now)
+	d.Count(now, 3)
+	if _, err := kv.WriteState(ctx, d, rev-1); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := kv.State(ctx, "a.example"); st.SentToday < 7 {
+		t.Fatalf("a write at a stale revision lost the stored count: %+v", st)
+	}
+	if names, err := kv.Domains(ctx); err != nil || !slices.Equal(names, []string{"a.example", "b.example"}) {
+		t.Fatalf("Domains = %v, %v", names, err)
+	}
+	srv := governor.NewServer("relay", 100, governor.HourlyWindow{})
+	if _, err := kv.WriteHourly(ctx, srv, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, rev, err := kv.Hourly(ctx, "relay"); err != nil || rev == 0 {
+		t.Fatalf("Hourly after a write: rev %d, %v", rev, err)
+	}
+}
+
+// TestWatchFollowsOperatorChanges: limits and resets written through any
+// coordinator reach the watch as typed changes.
+func TestWatchFollowsOperatorChanges(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, kv := setup(t)
+	changes, err := kv.Watch(ctx, func(key string, err error) { t.Errorf("malformed %s: %v", key, err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() govstate.Change {
+		t.Helper()
+		select {
+		case ch := <-changes:
+			return ch
+		case <-time.After(5 * time.Second):
+			t.Fatal("no change seen within 5s")
+			return govstate.Change{}
+		}
+	}
+	// The watch's consumer may go live a moment after Watch returns: write
+	// a reset until one is seen, then every later write must be.
+	for {
+		if _, err := kv.PutReset(ctx, "warm-up", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ch := <-changes:
+			if ch.Server != "warm-up" {
+				t.Fatalf("warm-up change %+v", ch)
+			}
+		case <-time.After(50 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	for len(changes) > 0 {
+		<-changes
+	}
+	set, err := kv.ChangeLimits(ctx, "example.com", func(l *govstate.Limits) { l.Burst = 9 })
+	if err != nil || set.Domain != "example.com" || set.Limits.Burst != 9 {
+		t.Fatalf("ChangeLimits = %+v, %v", set, err)
+	}
+	if ch := next(); ch.Domain != "example.com" || ch.Limits == nil || ch.Limits.Burst != 9 || ch.Limits.RatePerSecond != 0 {
+		t.Fatalf("first change %+v; want burst 9", ch)
+	}
+	if _, err := kv.ChangeLimits(ctx, "example.com", func(l *govstate.Limits) { l.RatePerSecond = 2 }); err != nil {
+		t.Fatal(err)
+	}
+	if ch := next(); ch.Limits == nil || ch.Limits.Burst != 9 || ch.Limits.RatePerSecond != 2 {
+		t.Fatalf("second change %+v; want burst 9 kept and rate 2", ch)
+	}
+	at := time.Now().UTC().Truncate(time.Second)
+	if _, err := kv.PutReset(ctx, "relay", at); err != nil {
+		t.Fatal(err)
+	}
+	if ch := next(); ch.Server != "relay" || ch.Reset == nil || !ch.Reset.At.Equal(at) {
+		t.Fatalf("third change %+v; want the reset of relay at %v", ch, at)
+	}
+	l, _ := kv.Limits(ctx, "example.com")
+	if got := l.Over(governor.Limits{RatePerSecond: 50, Burst: 200, EmailsPerHour: 10}); got.RatePerSecond != 2 || got.Burst != 9 || got.EmailsPerHour != 10 {
+		t.Fatalf("limits over the defaults = %+v", got)
+	}
+}
