@@ -104,8 +104,6 @@ func (w sendWindow) prune(now time.Time) sendWindow {
 	return w[i:]
 }
 
-
-
 func (b *BreakerState) phase(now time.Time) string {
 	switch {
 	case b.OpenUntil.IsZero():

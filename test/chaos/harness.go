@@ -17,8 +17,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -64,7 +64,7 @@ type Config struct {
 	// and new ones refused, as in a failover or a partition.
 	PGOutage    time.Duration
 	PauseResume bool
-	PauseFor       time.Duration
+	PauseFor    time.Duration
 	// PauseStorm pauses and resumes the broadcast every few seconds for
 	// the whole chaos phase (besides the one measured pause).
 	PauseStorm bool
@@ -159,7 +159,7 @@ type harness struct {
 	dir       string
 	bin       string
 	runID     string
-	dbURL     string // what the processes get: schema and application_name
+	dbURL     string    // what the processes get: schema and application_name
 	pgProxy   *tcpProxy // between the processes and Postgres, when PGOutage
 	appName   string
 	schema    string
@@ -190,9 +190,9 @@ type harness struct {
 	storms  atomic.Int64
 	// lastKill is when the last worker was killed (Unix ns), for the time
 	// from a kill to completion.
-	lastKill atomic.Int64
-	sentWhilePaused                       int64
-	supervisorRestarts                    atomic.Int64
+	lastKill           atomic.Int64
+	sentWhilePaused    int64
+	supervisorRestarts atomic.Int64
 
 	procsMu sync.Mutex
 	procs   []*child.Proc
