@@ -1007,8 +1007,8 @@ func (h *harness) pauseStorm(ctx context.Context) {
 	}
 }
 
-// transition pauses or resumes the broadcast; a FailedPrecondition (already
-// there, or finished) counts as done.
+// transition pauses or resumes the broadcast; a FailedPrecondition (a retry
+// of a call that went through, or already finished) counts as done.
 func (h *harness) transition(ctx context.Context, pause bool) error {
 	return h.call(ctx, 30*time.Second, func(cctx context.Context, conn *grpc.ClientConn) error {
 		c := pb.NewBroadcastServiceClient(conn)
@@ -1031,22 +1031,7 @@ func (h *harness) pauseResume(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
 	h.pauseMu.Lock() // the storm stands aside
 	defer h.pauseMu.Unlock()
-	transition := func(pause bool) error {
-		return h.call(ctx, 30*time.Second, func(cctx context.Context, conn *grpc.ClientConn) error {
-			c := pb.NewBroadcastServiceClient(conn)
-			var err error
-			if pause {
-				_, err = c.PauseBroadcast(cctx, &pb.PauseBroadcastRequest{Id: h.broadcastID})
-			} else {
-				_, err = c.ResumeBroadcast(cctx, &pb.ResumeBroadcastRequest{Id: h.broadcastID})
-			}
-			if status.Code(err) == codes.FailedPrecondition {
-				// A retry of a call that went through, or already finished.
-				return nil
-			}
-			return err
-		})
-	}
+	transition := func(pause bool) error { return h.transition(ctx, pause) }
 	began := time.Now()
 	if err := transition(true); err != nil {
 		return fmt.Errorf("pause: %w", err)
