@@ -19,6 +19,10 @@ var (
 	// (a different draft under the same request id, a state that does not
 	// allow the transition).
 	ErrConflict = errors.New("conflict")
+	// ErrUnavailable: the database could not be reached, or the connection
+	// broke (a failover, a restart, a partition). Worth retrying; the API
+	// says Unavailable.
+	ErrUnavailable = errors.New("database unavailable")
 )
 
 // State is a broadcast's lifecycle state.

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -84,7 +86,22 @@ func mapErr(op string, err error) error {
 	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
 		return fmt.Errorf("%s: %w: a value the database cannot store (SQLSTATE %s)", op, store.ErrInvalid, pgErr.Code)
 	}
+	if unreachable(err) {
+		return fmt.Errorf("%s: %w: %v", op, store.ErrUnavailable, err)
+	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// unreachable reports whether err says the database could not be reached
+// or the connection broke, rather than anything about the statement. A
+// caller's own cancellation or deadline is not that.
+func unreachable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 func uid(id ulid.ULID) [16]byte { return [16]byte(id) }
