@@ -757,7 +757,7 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 }
 
 // retryAfterAttempt is when a swept row refused again is due: RetryAfter
-// doubled per attempt so far, at most SweepRetry, jittered like retryAt, so
+// doubled per attempt so far, at most SweepRetry, jittered by up to half, so
 // a provider's random deferrals cost seconds, not a minute each.
 func (w *Worker) retryAfterAttempt(now time.Time, attempt int) time.Time {
 	d := w.cfg.RetryAfter
@@ -771,10 +771,7 @@ func (w *Worker) retryAfterAttempt(now time.Time, attempt int) time.Time {
 // retryAt is when a row deferred after a transient refusal is due again:
 // RetryAfter, jittered by up to half so rows refused together do not all
 // come back in one burst.
-func (w *Worker) retryAt(now time.Time) time.Time {
-	d := w.cfg.RetryAfter
-	return now.Add(d/2 + time.Duration(w.cfg.Jitter(int64(d/2))))
-}
+func (w *Worker) retryAt(now time.Time) time.Time { return w.retryAfterAttempt(now, 1) }
 
 // renderError marks a message that could not be built for one contact (bad
 // address, template data): that contact's failure, not the channel's.

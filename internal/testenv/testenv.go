@@ -171,12 +171,15 @@ func redact(raw string) string {
 // (false). It is the one polling loop of the tests; a test that can wait on
 // a signal (a channel, a watch) should.
 func Poll(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
+	deadline := time.After(within)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			return false
+		case <-tick.C:
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	return true
 }
