@@ -123,7 +123,7 @@ func governorFlags(cmd *cobra.Command, l *governor.Limits) {
 	f.IntVar(&l.Burst, "domain-burst", governor.DefaultBurst,
 		"burst of each sending domain's token bucket (env RANGECAST_DOMAIN_BURST)")
 	f.StringVar(&l.Server, "smtp-server-name", coordinator.DefaultServer,
-		"name of the SMTP server the workers send through, for its hourly limit and `governor reset-rate-limit` (env RANGECAST_SMTP_SERVER_NAME)")
+		"name of the SMTP server the workers send through, for its hourly limit and 'rangecast governor reset-rate-limit' (env RANGECAST_SMTP_SERVER_NAME)")
 	f.IntVar(&l.EmailsPerHour, "emails-per-hour", 0,
 		"hourly limit of that SMTP server, 0 for none (env RANGECAST_EMAILS_PER_HOUR)")
 	f.IntVar(&l.BreakerFailures, "breaker-failures", governor.BreakerFailures,
