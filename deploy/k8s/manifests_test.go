@@ -620,6 +620,131 @@ func checkDev(t *testing.T, b *bundle) {
 	if db := b.secrets["rangecast"].StringData["RANGECAST_DATABASE_URL"]; !strings.Contains(db, "@postgres:5432/") {
 		t.Errorf("RANGECAST_DATABASE_URL %q does not point at the dev Postgres Service", db)
 	}
+	checkDevTokens(t, b)
+	checkDevReachable(t, b)
+}
+
+// devToken is the dev overlay's fixed API token, which README.md prints.
+const devToken = "dev-only-token-rangecast-not-secret"
+
+// checkDevTokens: the tokens Secret the coordinator mounts is in the dev
+// build, holds the key RANGECAST_TOKENS_FILE names, and that key holds the
+// token the README tells the operator to export.
+func checkDevTokens(t *testing.T, b *bundle) {
+	secret, key := tokensMount(t, b)
+	if secret == "" {
+		return
+	}
+	s, ok := b.secrets[secret]
+	if !ok {
+		t.Fatalf("overlays/dev: the coordinator mounts Secret %s for its tokens, but the build has no such Secret (every API call would be refused)", secret)
+	}
+	raw, ok := s.StringData[key]
+	if !ok {
+		raw, ok = string(s.Data[key]), s.Data[key] != nil
+	}
+	if !ok {
+		t.Fatalf("overlays/dev: Secret %s has no key %q, the file RANGECAST_TOKENS_FILE names", secret, key)
+	}
+	var tokens []string
+	for _, line := range strings.Split(raw, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			tokens = append(tokens, line)
+		}
+	}
+	if !slices.Equal(tokens, []string{devToken}) {
+		t.Errorf("overlays/dev: Secret %s key %s holds tokens %q, want [%s]", secret, key, tokens, devToken)
+	}
+	readme := readFile(t, "../../README.md")
+	if !strings.Contains(readme, "RANGECAST_TOKEN="+devToken) {
+		t.Errorf("README.md does not show the dev token (export RANGECAST_TOKEN=%s)", devToken)
+	}
+}
+
+// tokensMount resolves RANGECAST_TOKENS_FILE in the coordinator's container
+// to the Secret volume mounted at its directory and the key (file name) in
+// it. A Secret mounted as a directory (no subPath, no items) is seen live
+// when it changes.
+func tokensMount(t *testing.T, b *bundle) (secret, key string) {
+	t.Helper()
+	d, ok := b.deployments["coordinator"]
+	if !ok {
+		return "", ""
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	file := b.effectiveEnv(t, "Deployment coordinator", c)["RANGECAST_TOKENS_FILE"]
+	if file == "" {
+		t.Error("Deployment coordinator: RANGECAST_TOKENS_FILE not set; the API would be unauthenticated")
+		return "", ""
+	}
+	dir, key := filepath.Dir(file), filepath.Base(file)
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != dir {
+			continue
+		}
+		if m.SubPath != "" {
+			t.Errorf("Deployment coordinator: tokens volume %s mounted with subPath; a rotation would not be seen", m.Name)
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil {
+				if len(v.Secret.Items) > 0 {
+					t.Errorf("Deployment coordinator: tokens volume %s selects items; mount the Secret whole", v.Name)
+				}
+				return v.Secret.SecretName, key
+			}
+		}
+	}
+	t.Errorf("Deployment coordinator: RANGECAST_TOKENS_FILE %s is in no Secret volume mounted at %s", file, dir)
+	return "", ""
+}
+
+// checkDevReachable: the locally built :latest images are not pulled from a
+// registry (Kubernetes' default for :latest is Always), and the unsubscribe
+// links workers put in mail point at the coordinators' public HTTP through
+// the port-forward the README and the overlay show.
+func checkDevReachable(t *testing.T, b *bundle) {
+	for _, name := range []string{"coordinator", "pageworker"} {
+		d, ok := b.deployments[name]
+		if !ok {
+			continue
+		}
+		if c := d.Spec.Template.Spec.Containers[0]; c.ImagePullPolicy != corev1.PullIfNotPresent {
+			t.Errorf("overlays/dev: Deployment %s: imagePullPolicy %q for %s, want IfNotPresent (images built locally)", name, c.ImagePullPolicy, c.Image)
+		}
+	}
+	w, ok := b.deployments["pageworker"]
+	if !ok {
+		return
+	}
+	public := b.effectiveEnv(t, "Deployment pageworker", w.Spec.Template.Spec.Containers[0])["RANGECAST_PUBLIC_URL"]
+	u, err := url.Parse(public)
+	if err != nil || u.Hostname() != "localhost" || u.Path != "" {
+		t.Fatalf("overlays/dev: RANGECAST_PUBLIC_URL %q, want http://localhost:PORT (the port-forward to the coordinator)", public)
+	}
+	httpPort := int32(0)
+	for _, p := range b.services["coordinator"].Spec.Ports {
+		if p.Name == "http" {
+			httpPort = p.Port
+		}
+	}
+	if u.Scheme != "http" || u.Port() != strconv.Itoa(int(httpPort)) {
+		t.Errorf("overlays/dev: RANGECAST_PUBLIC_URL %q, want http://localhost:%d (Service coordinator port http)", public, httpPort)
+	}
+	forward := fmt.Sprintf("port-forward svc/coordinator 7070 %d", httpPort)
+	for _, f := range []string{"../../README.md", "overlays/dev/kustomization.yaml", "../../docs/operations.md"} {
+		if !strings.Contains(readFile(t, f), forward) {
+			t.Errorf("%s does not show %q, which the dev unsubscribe links need", f, forward)
+		}
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
 }
 
 func selects(selector, labels map[string]string) bool {
