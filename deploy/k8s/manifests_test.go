@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
@@ -51,6 +52,13 @@ var kinds = map[string]func() any{
 	"policy/v1/PodDisruptionBudget":          func() any { return &policyv1.PodDisruptionBudget{} },
 	"autoscaling/v2/HorizontalPodAutoscaler": func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
 	"networking.k8s.io/v1/NetworkPolicy":     func() any { return &networkingv1.NetworkPolicy{} },
+	// The Prometheus Operator's own Go types (its API module).
+	"monitoring.coreos.com/v1/PodMonitor":     func() any { return &monitoringv1.PodMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule": func() any { return &monitoringv1.PrometheusRule{} },
+	// cert-manager's module is large; monitoring_tls_test.go mirrors the
+	// fields these manifests use, decoded as strictly.
+	"cert-manager.io/v1/Certificate": func() any { return &certificate{} },
+	"cert-manager.io/v1/Issuer":      func() any { return &issuer{} },
 }
 
 // bundle is one kustomization's output, decoded.
@@ -67,6 +75,10 @@ type bundle struct {
 	scaled       []map[string]any
 	clusters     []map[string]any
 	netpols      []*networkingv1.NetworkPolicy
+	podMonitors  []*monitoringv1.PodMonitor
+	rules        []*monitoringv1.PrometheusRule
+	certificates []*certificate
+	issuers      map[string]*issuer
 	namespaces   []string
 }
 
@@ -100,6 +112,7 @@ func build(t *testing.T, dir string) *bundle {
 		deployments: map[string]*appsv1.Deployment{}, statefulSets: map[string]*appsv1.StatefulSet{},
 		services: map[string]*corev1.Service{}, configMaps: map[string]*corev1.ConfigMap{},
 		secrets: map[string]*corev1.Secret{}, pvcs: map[string]*corev1.PersistentVolumeClaim{},
+		issuers: map[string]*issuer{},
 	}
 	for _, r := range m.Resources() {
 		y, err := r.AsYAML()
@@ -155,6 +168,14 @@ func build(t *testing.T, dir string) *bundle {
 			b.hpas = append(b.hpas, o)
 		case *networkingv1.NetworkPolicy:
 			b.netpols = append(b.netpols, o)
+		case *monitoringv1.PodMonitor:
+			b.podMonitors = append(b.podMonitors, o)
+		case *monitoringv1.PrometheusRule:
+			b.rules = append(b.rules, o)
+		case *certificate:
+			b.certificates = append(b.certificates, o)
+		case *issuer:
+			b.issuers[o.Metadata.Name] = o
 		}
 	}
 	if !slices.Equal(b.namespaces, []string{namespace}) {
@@ -297,7 +318,9 @@ func TestManifests(t *testing.T) {
 			checkPDBs(t, b)
 			checkAutoscaling(t, b)
 			checkNetworkPolicies(t, b)
-			if strings.HasSuffix(dir, "dev") {
+			checkPodMonitors(t, b)
+			checkTLS(t, b)
+			if strings.HasPrefix(dir, "overlays/dev") {
 				checkDev(t, b)
 			}
 			if strings.HasSuffix(dir, "production") {
@@ -327,6 +350,10 @@ func checkBinary(t *testing.T, b *bundle, bin binary) {
 	env := b.effectiveEnv(t, what, c)
 	for name := range env {
 		if !reads[name] {
+			if by, ok := pendingEnv[name]; ok {
+				t.Logf("%s: sets %s, which %s does not read yet (%s)", what, name, bin.name, by)
+				continue
+			}
 			t.Errorf("%s: sets %s, which %s does not read (it reads %v)", what, name, bin.name, sorted(reads))
 		}
 	}
@@ -381,7 +408,13 @@ func checkBinary(t *testing.T, b *bundle, bin binary) {
 		}
 	}
 	if gp, ok := listen["RANGECAST_GRPC_ADDR"]; ok {
-		if c.StartupProbe == nil || c.StartupProbe.GRPC == nil || c.StartupProbe.GRPC.Port != gp {
+		switch {
+		case env["RANGECAST_TLS_CERT"] != "":
+			// The kubelet's gRPC probe is plaintext, which a TLS listener refuses.
+			if p := c.StartupProbe; p == nil || p.GRPC != nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || containerPort(c, p.HTTPGet.Port) != metrics {
+				t.Errorf("%s: serves gRPC over TLS, so want an httpGet /healthz startup probe on the metrics port %d (the kubelet's gRPC probe is plaintext)", what, metrics)
+			}
+		case c.StartupProbe == nil || c.StartupProbe.GRPC == nil || c.StartupProbe.GRPC.Port != gp:
 			t.Errorf("%s: want a native gRPC startup probe on %d", what, gp)
 		}
 	}
@@ -662,40 +695,48 @@ func checkDevTokens(t *testing.T, b *bundle) {
 }
 
 // tokensMount resolves RANGECAST_TOKENS_FILE in the coordinator's container
-// to the Secret volume mounted at its directory and the key (file name) in
-// it. A Secret mounted as a directory (no subPath, no items) is seen live
-// when it changes.
+// to the Secret and key (file name) it reads.
 func tokensMount(t *testing.T, b *bundle) (secret, key string) {
 	t.Helper()
 	d, ok := b.deployments["coordinator"]
 	if !ok {
 		return "", ""
 	}
-	c := d.Spec.Template.Spec.Containers[0]
-	file := b.effectiveEnv(t, "Deployment coordinator", c)["RANGECAST_TOKENS_FILE"]
+	file := b.effectiveEnv(t, "Deployment coordinator", d.Spec.Template.Spec.Containers[0])["RANGECAST_TOKENS_FILE"]
 	if file == "" {
 		t.Error("Deployment coordinator: RANGECAST_TOKENS_FILE not set; the API would be unauthenticated")
 		return "", ""
 	}
+	secret, key, _ = secretFile(t, d, file)
+	return secret, key
+}
+
+// secretFile resolves a file path in d's container to the Secret volume
+// mounted at its directory and the key (file name) in it. A Secret mounted
+// as a directory (no subPath, no items) is seen live when it changes.
+func secretFile(t *testing.T, d *appsv1.Deployment, file string) (secret, key string, v *corev1.SecretVolumeSource) {
+	t.Helper()
+	c := d.Spec.Template.Spec.Containers[0]
+	what := "Deployment " + d.Name
 	dir, key := filepath.Dir(file), filepath.Base(file)
 	for _, m := range c.VolumeMounts {
 		if filepath.Clean(m.MountPath) != dir {
 			continue
 		}
 		if m.SubPath != "" {
-			t.Errorf("Deployment coordinator: tokens volume %s mounted with subPath; a rotation would not be seen", m.Name)
+			t.Errorf("%s: volume %s mounted with subPath; a rotation would not be seen", what, m.Name)
 		}
 		for _, v := range d.Spec.Template.Spec.Volumes {
 			if v.Name == m.Name && v.Secret != nil {
 				if len(v.Secret.Items) > 0 {
-					t.Errorf("Deployment coordinator: tokens volume %s selects items; mount the Secret whole", v.Name)
+					t.Errorf("%s: volume %s selects items; mount the Secret whole", what, v.Name)
 				}
-				return v.Secret.SecretName, key
+				return v.Secret.SecretName, key, v.Secret
 			}
 		}
 	}
-	t.Errorf("Deployment coordinator: RANGECAST_TOKENS_FILE %s is in no Secret volume mounted at %s", file, dir)
-	return "", ""
+	t.Errorf("%s: %s is in no Secret volume mounted at %s", what, file, dir)
+	return "", "", nil
 }
 
 // checkDevReachable: the locally built :latest images are not pulled from a
