@@ -4,8 +4,14 @@ package grafana
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -159,5 +165,95 @@ func TestMetricsDocumented(t *testing.T) {
 	slices.Sort(missing)
 	if len(missing) > 0 {
 		t.Logf("documented metrics not on the dashboard: %v", missing)
+	}
+}
+
+// declared reads the metrics the code registers: every
+// prometheus.{Counter,Gauge,Histogram,Summary}Opts literal with a Name in
+// a metrics.go under internal/ (one file per component declares them),
+// name to type, as docs/metrics.md spells types.
+func declared(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir("../../internal", func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() || e.Name() != "metrics.go" {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.CompositeLit)
+			if !ok {
+				return true
+			}
+			sel, ok := lit.Type.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			typ, ok := strings.CutSuffix(sel.Sel.Name, "Opts")
+			if x, _ := sel.X.(*ast.Ident); !ok || x == nil || x.Name != "prometheus" {
+				return true
+			}
+			for _, el := range lit.Elts {
+				kv, ok := el.(*ast.KeyValueExpr)
+				if k, _ := kv.Key.(*ast.Ident); !ok || k == nil || k.Name != "Name" {
+					continue
+				}
+				if v, ok := kv.Value.(*ast.BasicLit); ok && v.Kind == token.STRING {
+					name, _ := strconv.Unquote(v.Value)
+					out[name] = strings.ToLower(typ)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 {
+		t.Fatal("no metrics found in internal/*/metrics.go")
+	}
+	return out
+}
+
+// families the dashboard must cover whole: every metric of each, as the
+// code declares them, is on some panel.
+var families = []string{"rangecast_governor_", "rangecast_transactional_", "rangecast_webhook_", "rangecast_unsubscribe_"}
+
+// TestMetricsExist: every rangecast_* series a panel queries is a metric
+// the code declares (not only one the docs list), and the governor,
+// transactional and webhook (and unsubscribe) families are on the
+// dashboard, every metric of them.
+func TestMetricsExist(t *testing.T) {
+	code := declared(t)
+	used := map[string]bool{}
+	for _, p := range all(load(t).Panels) {
+		for _, tg := range p.Targets {
+			names, unknown := metricsref.Used(tg.Expr, code)
+			for _, name := range unknown {
+				t.Errorf("%s: %s is no metric declared in internal/*/metrics.go", p.Title, name)
+			}
+			for _, name := range names {
+				used[name] = true
+			}
+		}
+	}
+	for _, fam := range families {
+		n := 0
+		for name := range code {
+			if !strings.HasPrefix(name, fam) {
+				continue
+			}
+			n++
+			if !used[name] {
+				t.Errorf("%s is on no panel; the dashboard covers the whole %s* family", name, fam)
+			}
+		}
+		if n == 0 {
+			t.Errorf("no metric %s* is declared; the family was renamed?", fam)
+		}
 	}
 }
