@@ -23,6 +23,38 @@ func HelpChild() bool {
 		return false
 	}
 	os.Args = []string{os.Args[0], "-h"}
+	stdUsageHook()
+	return true
+}
+
+// CobraHelpChild is HelpChild for a main package whose command is cobra's:
+// the caller calls main() (which prints --help and returns) and exits 0;
+// RenderHelp in the test process reads what it printed.
+func CobraHelpChild() bool {
+	if os.Getenv(helpChildEnv) != "1" {
+		return false
+	}
+	os.Args = []string{os.Args[0], "--help"}
+	return true
+}
+
+// RenderHelp re-executes the test binary as its command with --help (see
+// CobraHelpChild) and returns what it printed.
+func RenderHelp(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helpChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("--help: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "Usage:") {
+		t.Fatalf("--help printed no usage (TestMain must call testenv.CobraHelpChild):\n%s", out)
+	}
+	return string(out)
+}
+
+func stdUsageHook() {
 	flag.Usage = func() {
 		var help bytes.Buffer
 		flag.CommandLine.SetOutput(&help)
@@ -38,7 +70,6 @@ func HelpChild() bool {
 		fmt.Print("help rendered\n", help.String())
 		os.Exit(0)
 	}
-	return true
 }
 
 // CheckStdHelp re-executes the test binary as its command with -h (see
