@@ -20,6 +20,10 @@ import (
 var pendingEnv = map[string]string{
 	"RANGECAST_TLS_CERT": "coordinator --tls-cert, issue 19",
 	"RANGECAST_TLS_KEY":  "coordinator --tls-key, issue 19",
+	// The coordinator renders previews and sends test copies with the
+	// workers' settings (broadcasts preview/test, issue 19).
+	"RANGECAST_SMTP_URL":   "coordinator --smtp-url, issue 19",
+	"RANGECAST_PUBLIC_URL": "coordinator --public-url, issue 19",
 }
 
 // certificate and issuer mirror the cert-manager.io/v1 fields these
