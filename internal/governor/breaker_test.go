@@ -78,9 +78,9 @@ func TestBreaker(t *testing.T) {
 				{op: ask, open: true, until: 4*m + 30*time.Second},
 				{after: 29 * time.Second, op: ask, open: true, until: 4*m + 30*time.Second},
 				{op: conns, n: 0},
-				{after: time.Second, op: ask, open: false},                                  // 4:30 the probe
-				{op: conns, n: 1},                                                           // on one connection
-				{op: ask, open: true, until: 5 * m},                                         // only one carrier at a time
+				{after: time.Second, op: ask, open: false}, // 4:30 the probe
+				{op: conns, n: 1},                          // on one connection
+				{op: ask, open: true, until: 5 * m},        // only one carrier at a time
 				{after: 10 * time.Second, op: ask, open: true, until: 5*m + 10*time.Second}, // still waiting for it
 				{op: ok},
 				{op: conns, n: 2},

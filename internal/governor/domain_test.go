@@ -204,7 +204,7 @@ func TestStatus(t *testing.T) {
 				}
 				d.RecordTransient(now, "icloud.com")
 			},
-			at:   now.Add(20 * time.Second),
+			at: now.Add(20 * time.Second),
 			want: "aol.co.uk: breaker open until 12:00:45 UTC after 100 % of attempts refused in 5 min; " +
 				"apple: 100 % deferred in the last 5 min, retrying; " +
 				"yahoo: ramping back up, 1 of 16 connections (opened: 100 % of attempts refused in 5 min)",
