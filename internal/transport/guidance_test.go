@@ -65,7 +65,7 @@ func TestGuidance(t *testing.T) {
 	// Microsoft's 5.7.515 names what is missing: what the reply names, or
 	// all three.
 	for text, want := range map[string]string{
-		"Access denied, sending domain example.com does not meet the required authentication level.": "SPF, DKIM, DMARC",
+		"Access denied, sending domain example.com does not meet the required authentication level.":                    "SPF, DKIM, DMARC",
 		"Access denied, sending domain example.com does not meet the required authentication level: DKIM did not pass.": "requires DKIM to pass",
 	} {
 		err := reply(550, smtp.EnhancedCode{5, 7, 515}, text)
