@@ -40,7 +40,7 @@ const (
 	srcOutlookHV = "https://techcommunity.microsoft.com/blog/microsoftdefenderforoffice365blog/strengthening-email-ecosystem-outlook%E2%80%99s-new-requirements-for-high%E2%80%90volume-senders/4399730"
 )
 
-const gmailAuthFix = "authenticate the sending domain: publish SPF and sign with DKIM (rangecast domains check shows what is missing)"
+const gmailAuthFix = "authenticate the sending domain: publish SPF and sign with DKIM (rangecast domains records DOMAIN shows what to publish)"
 
 // guidance is tried before the generic rules, after the in-doubt rule: a
 // connection lost after the final dot stays in doubt whatever was said.
@@ -68,9 +68,9 @@ var guidance = []Guidance{
 	{Name: "gmail 5.7.29 not sent over TLS", Enhanced: "5.7.29", Class: Channel,
 		Fix: "send over TLS: use a smtps:// or STARTTLS relay URL", Source: srcGmail},
 	{Name: "gmail 4.7.30 DKIM did not pass", Enhanced: "4.7.30", Class: Channel,
-		Fix: "sign with DKIM for the From domain (rangecast domains check)", Source: srcGmail},
+		Fix: "sign with DKIM for the From domain (rangecast domains records DOMAIN)", Source: srcGmail},
 	{Name: "gmail 5.7.30 DKIM did not pass", Enhanced: "5.7.30", Class: Channel,
-		Fix: "sign with DKIM for the From domain (rangecast domains check)", Source: srcGmail},
+		Fix: "sign with DKIM for the From domain (rangecast domains records DOMAIN)", Source: srcGmail},
 	{Name: "gmail 4.7.32 DMARC alignment", Enhanced: "4.7.32", Class: Channel,
 		Fix: "align SPF or DKIM with the From domain and publish DMARC", Source: srcGmail},
 	{Name: "gmail 5.7.32 DMARC alignment", Enhanced: "5.7.32", Class: Channel,
@@ -129,7 +129,7 @@ func microsoftAuthFix(text string) string {
 	if len(missing) == 0 {
 		missing = []string{"SPF", "DKIM", "DMARC"}
 	}
-	return "Outlook.com requires " + strings.Join(missing, ", ") + " to pass, with DMARC aligned to the From domain (rangecast domains check shows what is missing)"
+	return "Outlook.com requires " + strings.Join(missing, ", ") + " to pass, with DMARC aligned to the From domain (rangecast domains records DOMAIN shows what to publish)"
 }
 
 // Explain is err's text with, when a provider's guidance covers it, what to
