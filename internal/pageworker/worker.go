@@ -111,7 +111,11 @@ func (c Config) withDefaults() Config {
 		c.ID = ulid.Make().String()
 	}
 	if c.RetryAfter == 0 {
-		c.RetryAfter = 2 * time.Second
+		// A provider's random deferral is usually gone a second later;
+		// the doubling (and the breaker's share rule) slow retries down
+		// when it is not. One unlucky row refused three times in a row
+		// then waits about 5 s in all, not 10.
+		c.RetryAfter = time.Second
 	}
 	if c.StoreRetryFor == 0 {
 		c.StoreRetryFor = 15 * time.Minute
@@ -796,12 +800,27 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 		}
 	}
 	// Half or more of the window's real attempts refused for a transient
-	// reason: the server (or the route to it) is struggling, so the page
-	// stops and the range backs off, as for a quota or channel error.
-	if refused > 0 && res.stopAt < 0 && 2*refused >= attempted {
+	// reason, and at least minStopRefusals of them: the server (or the
+	// route to it) is struggling, so the page stops and the range backs
+	// off, as for a quota or channel error. The floor keeps a provider's
+	// ordinary few percent of deferrals from stopping a short window (one
+	// refusal of the last two sends is half) and idling its range.
+	if res.stopAt < 0 && windowUnwell(refused, attempted) {
 		res.stopAt, res.class, res.err = firstRefused, bus.ClassTransient, refusedErr
 	}
 	return res, outcomes
+}
+
+// minStopRefusals is the fewest transient refusals in a window that stop
+// the page (see deliver). Below it the rows are deferred and retried, and a
+// provider refusing everything still opens its breaker within a few
+// windows.
+const minStopRefusals = 3
+
+// windowUnwell reports whether a window whose real attempts were refused
+// refused times (for transient reasons) shows the server struggling.
+func windowUnwell(refused, attempted int) bool {
+	return refused >= minStopRefusals && 2*refused >= attempted
 }
 
 // errStepEnded marks a carried provider's recipient not sent because an
