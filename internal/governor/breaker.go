@@ -37,6 +37,10 @@ const (
 	// (Gmail's 421 4.7.28). Closing at once after one probe hit a provider
 	// that had just throttled with the full pool of every worker.
 	RampConnections = 16
+	// RampIdle drops a ramp that has taken no step for this long: with no
+	// mail for the provider in half an hour, what it said then no longer
+	// tells how it will take the next broadcast, and the state stays small.
+	RampIdle = 30 * time.Minute
 )
 
 // Breaker phases, as shown in Status.
@@ -68,6 +72,8 @@ type BreakerState struct {
 	// Conns is the half-open ramp's connections for the next carrier; 0
 	// means 1 (the probe).
 	Conns int `json:"conns,omitempty"`
+	// SteppedAt is when the ramp last took a clean step.
+	SteppedAt time.Time `json:"stepped_at,omitzero"`
 	// Hold: the open period is a provider's documented pause (Gmail's 421
 	// 4.7.28), not a trip of the share rule. Linear: the ramp after it adds
 	// one connection per step, as the provider asks, instead of doubling.
@@ -208,7 +214,7 @@ func (b *BreakerState) success(now time.Time, n, rampTo int) {
 			*b = BreakerState{}
 			return
 		}
-		b.Conns, b.ProbeAt = c, time.Time{}
+		b.Conns, b.ProbeAt, b.SteppedAt = c, time.Time{}, now
 	case PhaseClosed:
 		b.forget(now)
 		if len(b.Minutes) > 0 {
@@ -303,6 +309,10 @@ func (b BreakerState) idle(now time.Time) bool {
 	b.Failures = append([]time.Time(nil), b.Failures...)
 	b.Minutes = append([]BreakerMinute(nil), b.Minutes...)
 	b.forget(now)
+	if b.phase(now) == PhaseHalfOpen && (b.ProbeAt.IsZero() || !now.Before(b.ProbeAt.Add(ProbeLease))) &&
+		now.Sub(maxTime(b.OpenUntil, b.SteppedAt)) >= RampIdle {
+		return true
+	}
 	return b.OpenUntil.IsZero() && len(b.Failures) == 0 && len(b.Minutes) == 0
 }
 

@@ -104,6 +104,15 @@ func TestBreaker(t *testing.T) {
 			[]step{{after: time.Second, op: fail}, {op: ask, open: true, until: 61 * time.Second}, {op: conns, n: 0}},
 			[]step{{after: 30 * time.Second, op: ask, open: false}, {op: conns, n: 1}},
 		)},
+		{"a ramp with no step for half an hour is dropped", script(
+			fails(5, 0),
+			[]step{
+				{after: 30*time.Second + RampIdle - time.Second, op: conns, n: 1},
+				{after: time.Second, op: ask, open: false},
+				{op: ask, open: false}, // closed: no carrier to wait for
+				{op: conns, n: 0},
+			},
+		)},
 		{"a carrier with nothing to send frees the step at once", script(
 			fails(5, 0),
 			[]step{

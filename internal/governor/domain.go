@@ -352,6 +352,15 @@ func (d *Domain) RecordQuotaRejection(now time.Time, provider string) {
 		d.st.Holds = map[string]time.Time{}
 	}
 	d.st.Holds[p] = maxTime(d.st.Holds[p], now.Add(d.limits.QuotaHold))
+	// When the hold ends the provider ramps back (one probe, then doubling
+	// connections) rather than taking every worker's pool at once: it has
+	// just said we send too much.
+	b := d.st.Breakers[p]
+	b.hold(now, d.st.Holds[p].Sub(now), reasonQuota, false)
+	if d.st.Breakers == nil {
+		d.st.Breakers = map[string]BreakerState{}
+	}
+	d.st.Breakers[p] = b
 	d.tidy(now)
 }
 
