@@ -139,7 +139,8 @@ func domainStatusPB(d coordinator.DomainStatus) *pb.DomainStatus {
 		out.ResumesAt = timestamppb.New(s.ResumesAt)
 	}
 	for _, p := range s.Providers {
-		ps := &pb.ProviderStatus{Provider: p.Provider, Phase: providerPhase(p.Phase), Failures: int32(p.Failures), ProbeInFlight: p.ProbeInFlight}
+		ps := &pb.ProviderStatus{Provider: p.Provider, Phase: providerPhase(p.Phase), Failures: int32(p.Failures), ProbeInFlight: p.ProbeInFlight,
+			Connections: int32(p.Connections), RampTo: int32(p.RampTo), DeferredShare: p.Deferred, Reason: p.Reason, Summary: p.Summary}
 		if !p.Until.IsZero() {
 			ps.Until = timestamppb.New(p.Until)
 		}

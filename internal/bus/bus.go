@@ -299,10 +299,13 @@ type PageJob struct {
 	// now (held after a quota rejection, or breaker open), with when to try
 	// again: the worker records them deferred until then and walks on.
 	Defer map[string]time.Time `json:"defer,omitempty"`
-	// Probe names half-open providers: one recipient of each may be sent in
-	// this page (the breaker's probe); the rest are deferred until Defer's
-	// time for that provider.
-	Probe []string `json:"probe,omitempty"`
+	// Probe names half-open providers this page carries the ramp's step
+	// for: their recipients may be sent, on at most Conns[provider]
+	// connections at a time (1 when absent: the breaker's probe), until the
+	// first refusal; the rest are deferred until Defer's time for that
+	// provider.
+	Probe []string       `json:"probe,omitempty"`
+	Conns map[string]int `json:"conns,omitempty"`
 }
 
 // SweepRange is the Range of a sweep job, which belongs to no range.
@@ -362,6 +365,9 @@ type Report struct {
 	// Providers is what each receiving provider did in this page, for the
 	// governor's breakers and quota holds.
 	Providers map[string]ProviderResult `json:"providers,omitempty"`
+	// Probed echoes the job's Probe: the half-open providers whose ramp
+	// step this page carried, released when it had none of theirs to send.
+	Probed []string `json:"probed,omitempty"`
 }
 
 // ProviderResult is one receiving provider's part of a page.
@@ -370,6 +376,13 @@ type ProviderResult struct {
 	Transient int `json:"transient,omitempty"`
 	// Quota: the provider refused for quota (e.g. 452 4.5.3).
 	Quota bool `json:"quota,omitempty"`
+	// Hold is the pause the provider's own guidance asks for after its
+	// reply (Gmail 421 4.7.28: 10 minutes), instead of a quota rejection's
+	// lowered ceiling; Linear: come back one connection at a time.
+	Hold   time.Duration `json:"hold,omitempty"`
+	Linear bool          `json:"linear,omitempty"`
+	// Reply is the latest refusal's short form ("451 4.3.0"), for status.
+	Reply string `json:"reply,omitempty"`
 }
 
 // RangeRecord is the coordinator's cursor for one range, stored in KV.

@@ -113,7 +113,7 @@ func printDomain(w io.Writer, d *pb.DomainStatus) {
 		return
 	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  PROVIDER\tSTATE\tFAILURES\tUNTIL (UTC)")
+	fmt.Fprintln(tw, "  PROVIDER\tSTATE\tFAILURES\tUNTIL (UTC)\tWHY")
 	for _, p := range d.GetProviders() {
 		until := "-"
 		if p.GetUntil() != nil {
@@ -121,9 +121,10 @@ func printDomain(w io.Writer, d *pb.DomainStatus) {
 		}
 		phase := strings.ToLower(strings.TrimPrefix(p.GetPhase().String(), "PROVIDER_PHASE_"))
 		if p.GetProbeInFlight() {
-			phase += " (probe out)"
+			phase += " (step out)"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", p.GetProvider(), strings.ReplaceAll(phase, "_", "-"), p.GetFailures(), until)
+		why := strings.TrimPrefix(p.GetSummary(), p.GetProvider()+": ")
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\n", p.GetProvider(), strings.ReplaceAll(phase, "_", "-"), p.GetFailures(), until, shown(why))
 	}
 	tw.Flush() //nolint:errcheck
 }

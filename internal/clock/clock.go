@@ -4,6 +4,7 @@ package clock
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -87,3 +88,15 @@ func (o Offset) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // OffsetTo returns an Offset clock that reads at now.
 func OffsetTo(at time.Time) Offset { return Offset{By: time.Until(at)} }
+
+// Jumping is the wall clock that a test can move forward at once: time
+// passes at the real rate, so timers and network timeouts behave, and Jump
+// skips ahead (ten minutes of a provider's hold in no time). Safe for
+// concurrent use.
+type Jumping struct{ by atomic.Int64 }
+
+func (j *Jumping) Now() time.Time                         { return time.Now().Add(time.Duration(j.by.Load())) }
+func (j *Jumping) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Jump moves the clock forward by d.
+func (j *Jumping) Jump(d time.Duration) { j.by.Add(int64(d)) }

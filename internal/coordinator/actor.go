@@ -520,7 +520,7 @@ func (a *actor) dispatch(ctx context.Context) {
 		}
 		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue}
 		if pacer := a.c.pacer(); pacer != nil {
-			job.Defer, _ = pacer.Holds(now, a.domain(), false)
+			job.Defer, _, _ = pacer.Holds(now, a.domain(), false)
 		}
 		if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {
 			a.log().Warn("dispatch failed; retried on the next tick", "range", i, "err", err)

@@ -8,6 +8,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
@@ -173,6 +174,11 @@ func (c *Coordinator) Status(ctx context.Context, id ulid.ULID) (BroadcastStatus
 	c.mu.Unlock()
 	if a != nil {
 		p.WaitingFor = a.waiting()
+		if b.State == store.StateRunning {
+			// Why progress slowed, per receiving provider: held, open,
+			// ramping back, or deferring a share of attempts.
+			p.WaitingFor = joinWaiting(p.WaitingFor, c.providerWaiting(b))
+		}
 	} else if b.State == store.StateRunning {
 		// A follower runs no actor; what the governor waits for is in KV.
 		p.WaitingFor = c.governorWaiting(ctx, b)
@@ -193,6 +199,39 @@ func (c *Coordinator) governorWaiting(ctx context.Context, b store.Broadcast) st
 		return "" // no state yet, or KV unreachable: nothing known to wait for
 	}
 	return s.Waiting
+}
+
+// providerWaiting is the leader's governor's per-provider summaries for
+// the broadcast's sending domain, "" when every provider is plainly open.
+func (c *Coordinator) providerWaiting(b store.Broadcast) string {
+	g := c.domainHost()
+	if g == nil || c.cfg.Governor == nil {
+		return ""
+	}
+	addr := b.Content.FromAddress
+	s := g.status(c.cfg.Clock.Now(), strings.ToLower(addr[strings.LastIndexByte(addr, '@')+1:]))
+	if s == nil {
+		return ""
+	}
+	var words []string
+	for _, p := range s.Providers {
+		if p.Phase != governor.PhaseClosed || p.Failures > 0 {
+			words = append(words, p.Summary)
+		}
+	}
+	return strings.Join(words, "; ")
+}
+
+// joinWaiting joins what a broadcast waits for with its providers' summary,
+// leaving out a summary the first already says.
+func joinWaiting(waiting, providers string) string {
+	switch {
+	case providers == "" || strings.Contains(waiting, providers):
+		return waiting
+	case waiting == "":
+		return providers
+	}
+	return waiting + "; " + providers
 }
 
 // position is how far a range's cursor has moved through it, 0..1. ULIDs

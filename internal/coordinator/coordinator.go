@@ -156,7 +156,7 @@ type Pacer interface {
 	Observe(now time.Time, domain string, rep bus.Report)
 	// Holds names the providers whose recipients a page must defer now
 	// (with when to retry) and, for a sweep, those it may send one probe to.
-	Holds(now time.Time, domain string, sweep bool) (deferUntil map[string]time.Time, probe []string)
+	Holds(now time.Time, domain string, sweep bool) (deferUntil map[string]time.Time, probe []string, conns map[string]int)
 }
 
 // Coordinator runs one actor per unfinished broadcast and feeds them reports.

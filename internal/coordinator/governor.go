@@ -245,7 +245,15 @@ func (g *domainHost) Observe(now time.Time, domain string, rep bus.Report) {
 	for _, p := range slices.Sorted(maps.Keys(rep.Providers)) {
 		r := rep.Providers[p]
 		for range r.Transient {
-			h.d.RecordTransient(now, p)
+			h.d.RecordTransientReply(now, p, r.Reply)
+			urgent = true
+		}
+		if r.Hold > 0 {
+			// The provider's own guidance (Gmail's 421 4.7.28): held as
+			// long as it asks, then ramped back; the ceiling stays.
+			h.d.HoldProvider(now, p, r.Hold, r.Reply, r.Linear)
+			providerHolds.WithLabelValues(domain, p, r.Reply).Inc()
+			g.log.Warn("provider asked for a pause; held", "domain", domain, "provider", p, "reply", r.Reply, "for", r.Hold)
 			urgent = true
 		}
 		if r.Quota {
@@ -253,6 +261,13 @@ func (g *domainHost) Observe(now time.Time, domain string, rep bus.Report) {
 			quotaRejections.WithLabelValues(domain, p).Inc()
 			g.log.Warn("quota rejection; ceiling lowered and provider held", "domain", domain, "provider", p, "ceiling", h.d.State().Ceiling)
 			urgent = true
+		}
+	}
+	// A carried ramp step with none of the provider's recipients frees
+	// the step for the next page at once.
+	for _, p := range rep.Probed {
+		if r := rep.Providers[p]; r.Sent == 0 && r.Transient == 0 && !r.Quota && r.Hold == 0 {
+			h.d.ReleaseProbe(now, p)
 		}
 	}
 	g.mu.Lock()
@@ -263,17 +278,24 @@ func (g *domainHost) Observe(now time.Time, domain string, rep bus.Report) {
 	}
 }
 
+// rampRetry is when a page that does not carry a half-open provider's ramp
+// step defers that provider's recipients to: soon, since the sweep that
+// carries the next step sends them.
+const rampRetry = 5 * time.Second
+
 // Holds implements Pacer: the providers whose recipients a page of domain
-// must defer, and for a sweep the half-open ones it may probe once. A page
-// defers a half-open provider's recipients without spending its probe, so
-// the probe goes with the sweep of that provider's deferred rows.
-func (g *domainHost) Holds(now time.Time, domain string, sweep bool) (map[string]time.Time, []string) {
+// must defer, and for a sweep the half-open ones whose ramp step it carries,
+// with the step's connections. A page defers a half-open provider's
+// recipients without taking its step, so the step goes with the sweep of
+// that provider's deferred rows.
+func (g *domainHost) Holds(now time.Time, domain string, sweep bool) (map[string]time.Time, []string, map[string]int) {
 	h, err := g.domain(domain)
 	if err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var hold map[string]time.Time
 	var probe []string
+	var conns map[string]int
 	for _, p := range h.d.Status(now).Providers {
 		if p.Phase == governor.PhaseClosed {
 			continue
@@ -282,7 +304,7 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool) (map[string
 			hold = map[string]time.Time{}
 		}
 		if p.Phase == governor.PhaseHalfOpen && !sweep {
-			hold[p.Provider] = now.Add(h.d.Limits().BreakerOpen)
+			hold[p.Provider] = now.Add(min(rampRetry, h.d.Limits().BreakerOpen))
 			continue
 		}
 		open, retryAt := h.d.ProviderOpen(now, p.Provider)
@@ -294,13 +316,17 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool) (map[string
 			// This page carries the probe; the provider's other
 			// recipients wait for its outcome.
 			probe = append(probe, p.Provider)
+			if conns == nil {
+				conns = map[string]int{}
+			}
+			conns[p.Provider] = h.d.Connections(now, p.Provider)
 			hold[p.Provider] = now.Add(h.d.Limits().BreakerOpen)
 			g.mu.Lock()
 			h.dirty = true
 			g.mu.Unlock()
 		}
 	}
-	return hold, probe
+	return hold, probe, conns
 }
 
 // status reports a hosted domain, or nil when it is not hosted here.

@@ -369,8 +369,12 @@ func TestBreakerDefersProviderAndRecovers(t *testing.T) {
 	if !sawOpen || !sawDeferred {
 		t.Fatalf("yahoo's breaker seen open %v, deferred rows seen %v; want both", sawOpen, sawDeferred)
 	}
-	if d := s.domainStatus("rangecast.test"); providerPhase(d, governor.ProviderYahoo) != pb.ProviderPhase_PROVIDER_PHASE_CLOSED {
-		t.Fatalf("yahoo's breaker after recovery: %v; want closed", d.GetProviders())
+	// Recovered: closed, or ramping back up (a clean step per sweep that
+	// carried yahoo's recipients; a small audience can run out of them
+	// before the ramp's top), never open or held.
+	if d := s.domainStatus("rangecast.test"); providerPhase(d, governor.ProviderYahoo) != pb.ProviderPhase_PROVIDER_PHASE_CLOSED &&
+		providerPhase(d, governor.ProviderYahoo) != pb.ProviderPhase_PROVIDER_PHASE_HALF_OPEN {
+		t.Fatalf("yahoo's breaker after recovery: %v; want closed or ramping back", d.GetProviders())
 	}
 }
 

@@ -52,7 +52,19 @@ var (
 	}, []string{"domain"})
 	governorBreaker = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rangecast_governor_provider_state",
-		Help: "Receiving providers that are not plainly open to a sending domain: 1 half-open, 2 open (breaker), 3 held (quota). Providers with no series are closed.",
+		Help: "Receiving providers that are not plainly open to a sending domain: 1 half-open (ramping back up), 2 open (breaker), 3 held (a quota rejection, or a pause the provider asked for). Providers with no series are closed.",
+	}, []string{"domain", "provider"})
+	providerHolds = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rangecast_governor_provider_holds_total",
+		Help: "Pauses a receiving provider asked for in its own words (Gmail 421 4.7.28: 10 minutes, then ramped back one connection at a time), by sending domain, provider and reply. The ceiling is left alone.",
+	}, []string{"domain", "provider", "reply"})
+	providerDeferred = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rangecast_governor_provider_deferred_ratio",
+		Help: "Share of a receiving provider's attempts refused for a transient reason in the breaker's 5-minute window, while its breaker is closed and it has refused some; no series otherwise.",
+	}, []string{"domain", "provider"})
+	providerRamp = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rangecast_governor_provider_ramp_connections",
+		Help: "Connections a half-open receiving provider's next ramp step may use (1 is the probe; the breaker closes past the ramp's top); no series when not ramping.",
 	}, []string{"domain", "provider"})
 	broadcastTransitions = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_broadcast_transitions_total",
@@ -83,16 +95,22 @@ func publishGovernorMetrics(s governor.Status) {
 	governorCeiling.WithLabelValues(s.Domain).Set(float64(s.Ceiling))
 	governorSentToday.WithLabelValues(s.Domain).Set(float64(s.SentToday))
 	governorBreaker.DeletePartialMatch(prometheus.Labels{"domain": s.Domain})
+	providerDeferred.DeletePartialMatch(prometheus.Labels{"domain": s.Domain})
+	providerRamp.DeletePartialMatch(prometheus.Labels{"domain": s.Domain})
 	for _, p := range s.Providers {
 		var v float64
 		switch p.Phase {
 		case governor.PhaseHalfOpen:
 			v = 1
+			providerRamp.WithLabelValues(s.Domain, p.Provider).Set(float64(p.Connections))
 		case governor.PhaseOpen:
 			v = 2
 		case governor.PhaseHeld:
 			v = 3
 		default:
+			if p.Failures > 0 {
+				providerDeferred.WithLabelValues(s.Domain, p.Provider).Set(p.Deferred)
+			}
 			continue
 		}
 		governorBreaker.WithLabelValues(s.Domain, p.Provider).Set(v)
@@ -104,4 +122,6 @@ func resetGovernorMetrics() {
 	governorCeiling.Reset()
 	governorSentToday.Reset()
 	governorBreaker.Reset()
+	providerDeferred.Reset()
+	providerRamp.Reset()
 }

@@ -58,7 +58,7 @@ func (a *actor) sweep(ctx context.Context) {
 		// Sweeps carry the breakers' probes: their rows are the held
 		// providers' recipients, so a probe is not spent on a page that
 		// has none.
-		job.Defer, job.Probe = pacer.Holds(now, a.domain(), true)
+		job.Defer, job.Probe, job.Conns = pacer.Holds(now, a.domain(), true)
 	}
 	if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {
 		a.log().Warn("sweep dispatch failed; retried on the next tick", "err", err)

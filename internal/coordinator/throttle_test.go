@@ -62,8 +62,8 @@ func (p *budgetPacer) Settle(_ string, granted, sent int) {
 func (p *budgetPacer) Observe(time.Time, string, bus.Report) {}
 
 // Holds holds no provider: this pacer only budgets.
-func (p *budgetPacer) Holds(time.Time, string, bool) (map[string]time.Time, []string) {
-	return nil, nil
+func (p *budgetPacer) Holds(time.Time, string, bool) (map[string]time.Time, []string, map[string]int) {
+	return nil, nil, nil
 }
 
 // TestPacerGatesDispatch: the governor hook is asked before every page, the

@@ -1,6 +1,11 @@
 package governor
 
-import "time"
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
 
 // Breaker rules, per receiving provider.
 const (
@@ -25,6 +30,17 @@ const (
 	// page takes (the coordinator redispatches an unreported page after 3
 	// minutes).
 	ProbeLease = 5 * time.Minute
+	// RampConnections is how many connections a half-open provider is
+	// ramped up to before its breaker closes. A provider coming back gets
+	// one connection (the probe), then more after each clean step: doubling
+	// after a breaker, one at a time after a provider's documented hold
+	// (Gmail's 421 4.7.28). Closing at once after one probe hit a provider
+	// that had just throttled with the full pool of every worker.
+	RampConnections = 16
+	// RampIdle drops a ramp that has taken no step for this long: with no
+	// mail for the provider in half an hour, what it said then no longer
+	// tells how it will take the next broadcast, and the state stays small.
+	RampIdle = 30 * time.Minute
 )
 
 // Breaker phases, as shown in Status.
@@ -36,8 +52,11 @@ const (
 )
 
 // BreakerState is one provider's circuit breaker. Closed: OpenUntil is zero.
-// Open: now is before OpenUntil. Half-open: OpenUntil has passed; one probe
-// may go (ProbeAt records when it went) and its outcome closes or re-opens.
+// Open: now is before OpenUntil (shown as held when the provider asked for
+// the pause: Hold). Half-open: OpenUntil has passed and the provider is
+// ramped back up: one carrier at a time (ProbeAt records when it went) may
+// send its recipients on Conns connections; each clean carrier adds
+// connections, a failure re-opens, and past RampConnections it closes.
 type BreakerState struct {
 	// Failures are the latest transient failures in the last
 	// BreakerWindow, oldest first, at most BreakerFailures of them.
@@ -50,6 +69,21 @@ type BreakerState struct {
 	Minutes   []BreakerMinute `json:"minutes,omitempty"`
 	OpenUntil time.Time       `json:"open_until,omitzero"`
 	ProbeAt   time.Time       `json:"probe_at,omitzero"`
+	// Conns is the half-open ramp's connections for the next carrier; 0
+	// means 1 (the probe).
+	Conns int `json:"conns,omitempty"`
+	// SteppedAt is when the ramp last took a clean step.
+	SteppedAt time.Time `json:"stepped_at,omitzero"`
+	// Hold: the open period is a provider's documented pause (Gmail's 421
+	// 4.7.28), not a trip of the share rule. Linear: the ramp after it adds
+	// one connection per step, as the provider asks, instead of doubling.
+	Hold   bool `json:"hold,omitempty"`
+	Linear bool `json:"linear,omitempty"`
+	// Reason says why it opened ("421 4.7.28", or the share and the last
+	// reply); LastReply is the latest transient reply in the window. Both
+	// are for people: status and governor status show them.
+	Reason    string `json:"reason,omitempty"`
+	LastReply string `json:"last_reply,omitempty"`
 }
 
 // BreakerMinute is one minute of a breaker's window.
@@ -117,14 +151,22 @@ func (b *BreakerState) phase(now time.Time) string {
 // failure counts a transient failure; a breaker it trips stays open for
 // open. It trips when the window holds at least floor failures and they
 // are at least share of its attempts.
-func (b *BreakerState) failure(now time.Time, open time.Duration, floor int, share float64, sent sendWindow) {
+func (b *BreakerState) failure(now time.Time, open time.Duration, floor int, share float64, sent sendWindow, reply string) {
 	switch b.phase(now) {
 	case PhaseOpen:
 		// A send that started before the breaker opened: already counted
 		// in spirit; extending the open period for it would punish twice.
 	case PhaseHalfOpen:
-		b.trip(now, open) // the probe (or a straggler) failed: the provider is still unwell
+		// A carrier (or a straggler) failed: the provider is still unwell.
+		// After a provider's own hold the way back stays one connection at
+		// a time.
+		linear := b.Linear
+		b.trip(now, open, "refused again while ramping up"+replySuffix(reply))
+		b.Linear = linear
 	default:
+		if reply != "" {
+			b.LastReply = reply
+		}
 		b.forget(now)
 		if len(b.Minutes) == 0 {
 			// The first failure in the window: the sends counted in memory
@@ -136,20 +178,43 @@ func (b *BreakerState) failure(now time.Time, open time.Duration, floor int, sha
 		if len(b.Failures) > floor {
 			b.Failures = b.Failures[len(b.Failures)-floor:]
 		}
-		if len(b.Failures) >= floor && b.share() >= share {
-			b.trip(now, open)
+		if sh := b.share(); len(b.Failures) >= floor && sh >= share {
+			b.trip(now, open, fmt.Sprintf("%s of attempts refused in %s%s", percent(sh), shortDuration(BreakerWindow), replySuffix(b.LastReply)))
 		}
 	}
 }
 
-// success records n accepted sends and closes a half-open breaker.
-// Successes do not clear failures of a closed one: the rule is a share in a
-// window, not a run of failures in a row. In the open period a success is a
-// straggler from before it opened.
-func (b *BreakerState) success(now time.Time, n int) {
+// hold opens the breaker for a provider's documented pause: at least until
+// now+d, shown as held with reason, and ramped back one connection at a
+// time when linear.
+func (b *BreakerState) hold(now time.Time, d time.Duration, reason string, linear bool) {
+	until := maxTime(now.Add(d), b.OpenUntil)
+	if b.phase(now) != PhaseOpen {
+		until = now.Add(d)
+	}
+	*b = BreakerState{OpenUntil: until, Hold: true, Linear: linear || b.Linear, Reason: reason}
+}
+
+// success records n accepted sends. In half-open it is a clean step of the
+// ramp: the next carrier gets more connections (double, or one more when
+// Linear), and past rampTo the breaker closes. Successes do not clear
+// failures of a closed one: the rule is a share in a window, not a run of
+// failures in a row. In the open period a success is a straggler from
+// before it opened.
+func (b *BreakerState) success(now time.Time, n, rampTo int) {
 	switch b.phase(now) {
 	case PhaseHalfOpen:
-		*b = BreakerState{}
+		c := b.conns()
+		if b.Linear {
+			c++
+		} else {
+			c *= 2
+		}
+		if c > rampTo {
+			*b = BreakerState{}
+			return
+		}
+		b.Conns, b.ProbeAt, b.SteppedAt = c, time.Time{}, now
 	case PhaseClosed:
 		b.forget(now)
 		if len(b.Minutes) > 0 {
@@ -158,10 +223,41 @@ func (b *BreakerState) success(now time.Time, n int) {
 	}
 }
 
+// conns is the connections the next half-open carrier may use.
+func (b *BreakerState) conns() int { return max(b.Conns, 1) }
+
+// release ends a carrier that had nothing of the provider's to send: the
+// next may go at once, on the same connections.
+func (b *BreakerState) release(now time.Time) {
+	if b.phase(now) == PhaseHalfOpen {
+		b.ProbeAt = time.Time{}
+	}
+}
+
 // trip opens the breaker on a clean counter, so that after it closes again
 // it takes BreakerFailures new failures to open it.
-func (b *BreakerState) trip(now time.Time, open time.Duration) {
-	*b = BreakerState{OpenUntil: now.Add(open)}
+func (b *BreakerState) trip(now time.Time, open time.Duration, reason string) {
+	*b = BreakerState{OpenUntil: now.Add(open), Reason: reason}
+}
+
+// replySuffix is " (451 4.3.0)" for a reply, "" for none.
+func replySuffix(reply string) string {
+	if reply == "" {
+		return ""
+	}
+	return " (" + reply + ")"
+}
+
+// percent writes a share as people read it: "3 %", "0.4 %", "100 %".
+func percent(share float64) string {
+	p := share * 100
+	switch {
+	case p >= 10 || p == 0:
+		return fmt.Sprintf("%.0f %%", p)
+	case p >= 1:
+		return strconv.FormatFloat(math.Round(p*10)/10, 'f', -1, 64) + " %"
+	}
+	return strconv.FormatFloat(math.Round(p*100)/100, 'f', -1, 64) + " %"
 }
 
 // allow reports whether one attempt may go now; in half-open it says yes once
@@ -213,6 +309,10 @@ func (b BreakerState) idle(now time.Time) bool {
 	b.Failures = append([]time.Time(nil), b.Failures...)
 	b.Minutes = append([]BreakerMinute(nil), b.Minutes...)
 	b.forget(now)
+	if b.phase(now) == PhaseHalfOpen && (b.ProbeAt.IsZero() || !now.Before(b.ProbeAt.Add(ProbeLease))) &&
+		now.Sub(maxTime(b.OpenUntil, b.SteppedAt)) >= RampIdle {
+		return true
+	}
 	return b.OpenUntil.IsZero() && len(b.Failures) == 0 && len(b.Minutes) == 0
 }
 

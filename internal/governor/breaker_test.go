@@ -16,6 +16,11 @@ func TestBreaker(t *testing.T) {
 		fail = "fail" // RecordTransient
 		ok   = "ok"   // RecordSuccess
 		ask  = "ask"  // ProviderOpen: want open, and until want
+		// conns: Connections, want n; hold: HoldProvider for until, linear;
+		// release: ReleaseProbe.
+		conns   = "conns"
+		hold    = "hold"
+		release = "release"
 	)
 	type step struct {
 		after    time.Duration // advance the clock by this first
@@ -23,6 +28,7 @@ func TestBreaker(t *testing.T) {
 		provider string // "" means gmail.com
 		open     bool
 		until    time.Duration // from the start; 0 means no retry time
+		n        int           // conns: the connections wanted
 	}
 	fails := func(n int, every time.Duration) []step {
 		s := make([]step, n)
@@ -31,6 +37,14 @@ func TestBreaker(t *testing.T) {
 			if i > 0 {
 				s[i].after = every
 			}
+		}
+		return s
+	}
+	// ramp is n clean steps of a half-open ramp: a carrier goes and succeeds.
+	ramp := func(n int) []step {
+		var s []step
+		for range n {
+			s = append(s, step{op: ask, open: false}, step{op: ok})
 		}
 		return s
 	}
@@ -58,18 +72,75 @@ func TestBreaker(t *testing.T) {
 			fails(5, 75*time.Second), // 0 … 5:00
 			[]step{{op: ask, open: true, until: 5*m + 30*time.Second}},
 		)},
-		{"five in 5 minutes open for 30 s, one probe, success closes", script(
+		{"five in 5 minutes open for 30 s, one probe, success ramps up", script(
 			fails(5, m), // trips at 4:00
 			[]step{
 				{op: ask, open: true, until: 4*m + 30*time.Second},
 				{after: 29 * time.Second, op: ask, open: true, until: 4*m + 30*time.Second},
-				{after: time.Second, op: ask, open: false},                                  // 4:30 the probe
-				{op: ask, open: true, until: 5 * m},                                         // only one
+				{op: conns, n: 0},
+				{after: time.Second, op: ask, open: false}, // 4:30 the probe
+				{op: conns, n: 1},                          // on one connection
+				{op: ask, open: true, until: 5 * m},        // only one carrier at a time
 				{after: 10 * time.Second, op: ask, open: true, until: 5*m + 10*time.Second}, // still waiting for it
 				{op: ok},
-				{op: ask, open: false},
-				{op: ask, open: false},
+				{op: conns, n: 2},
+				{op: ask, open: false}, // the next carrier, on two
+				{op: ask, open: true, until: 5*m + 10*time.Second},
 			},
+		)},
+		{"the ramp doubles 1, 2, 4, 8, 16, then closes", script(
+			fails(5, 0),
+			[]step{{after: 30 * time.Second, op: conns, n: 1}},
+			ramp(1), []step{{op: conns, n: 2}},
+			ramp(1), []step{{op: conns, n: 4}},
+			ramp(1), []step{{op: conns, n: 8}},
+			ramp(1), []step{{op: conns, n: 16}},
+			ramp(1), []step{{op: conns, n: 0}, {op: ask, open: false}, {op: ask, open: false}},
+		)},
+		{"a failure while ramping re-opens and starts again from one", script(
+			fails(5, 0),
+			[]step{{after: 30 * time.Second}},
+			ramp(2), []step{{op: conns, n: 4}, {op: ask, open: false}},
+			[]step{{after: time.Second, op: fail}, {op: ask, open: true, until: 61 * time.Second}, {op: conns, n: 0}},
+			[]step{{after: 30 * time.Second, op: ask, open: false}, {op: conns, n: 1}},
+		)},
+		{"a ramp with no step for half an hour is dropped", script(
+			fails(5, 0),
+			[]step{
+				{after: 30*time.Second + RampIdle - time.Second, op: conns, n: 1},
+				{after: time.Second, op: ask, open: false},
+				{op: ask, open: false}, // closed: no carrier to wait for
+				{op: conns, n: 0},
+			},
+		)},
+		{"a carrier with nothing to send frees the step at once", script(
+			fails(5, 0),
+			[]step{
+				{after: 30 * time.Second, op: ask, open: false},
+				{op: ask, open: true, until: 60 * time.Second},
+				{op: release},
+				{op: ask, open: false},
+				{op: conns, n: 1},
+			},
+		)},
+		{"a provider's hold: 10 minutes, then one connection more per clean step", script(
+			[]step{
+				{op: hold, until: 10 * m},
+				{op: fail}, // a straggler does not extend it
+				{after: 10*m - time.Second, op: ask, open: true, until: 10 * m},
+				{after: time.Second, op: ask, open: false},
+				{op: conns, n: 1},
+				{op: ok},
+				{op: conns, n: 2},
+			},
+			ramp(13), []step{{op: conns, n: 15}},
+			ramp(1), []step{{op: conns, n: 16}},
+			ramp(1), []step{{op: conns, n: 0}},
+		)},
+		{"refused again after a hold: ramps one at a time from one", script(
+			[]step{{op: hold, until: 10 * m}, {after: 10 * m}},
+			ramp(3), []step{{op: conns, n: 4}, {op: ask, open: false}, {op: fail}},
+			[]step{{after: 30 * time.Second, op: ask, open: false}, {op: ok}, {op: conns, n: 2}},
 		)},
 		{"probe failure re-opens for 30 s, then probes again", script(
 			fails(5, m),
@@ -85,7 +156,8 @@ func TestBreaker(t *testing.T) {
 		)},
 		{"closed again on a clean counter", script(
 			fails(5, time.Second),
-			[]step{{after: 30 * time.Second, op: ask}, {op: ok}},
+			[]step{{after: 30 * time.Second}},
+			ramp(5),
 			fails(4, time.Second),
 			[]step{{op: ask, open: false}, {op: fail}, {op: ask, open: true, until: 37*time.Second + 30*time.Second}},
 		)},
@@ -151,6 +223,14 @@ func TestBreaker(t *testing.T) {
 					d.RecordTransient(fk.Now(), p)
 				case ok:
 					d.RecordSuccess(fk.Now(), p, 1)
+				case conns:
+					if got := d.Connections(fk.Now(), p); got != s.n {
+						t.Fatalf("step %d at +%v: Connections(%s) = %d; want %d", i, fk.Now().Sub(start), p, got, s.n)
+					}
+				case hold:
+					d.HoldProvider(fk.Now(), p, s.until, "421 4.7.28", true)
+				case release:
+					d.ReleaseProbe(fk.Now(), p)
 				case ask:
 					open, until := d.ProviderOpen(fk.Now(), p)
 					var want time.Time

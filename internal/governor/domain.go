@@ -62,6 +62,10 @@ type Limits struct {
 	// that share of its attempts; zero or less means the constants.
 	BreakerFailures int     `json:"breaker_failures,omitempty"`
 	BreakerShare    float64 `json:"breaker_share,omitempty"`
+	// RampConnections overrides how many connections a provider coming
+	// back is ramped up to before its breaker closes; zero or less means
+	// RampConnections.
+	RampConnections int `json:"ramp_connections,omitempty"`
 }
 
 func (l Limits) withDefaults() Limits {
@@ -89,6 +93,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.BreakerShare <= 0 || l.BreakerShare > 1 || math.IsNaN(l.BreakerShare) {
 		l.BreakerShare = BreakerShare
+	}
+	if l.RampConnections <= 0 {
+		l.RampConnections = RampConnections
 	}
 	return l
 }
@@ -345,6 +352,15 @@ func (d *Domain) RecordQuotaRejection(now time.Time, provider string) {
 		d.st.Holds = map[string]time.Time{}
 	}
 	d.st.Holds[p] = maxTime(d.st.Holds[p], now.Add(d.limits.QuotaHold))
+	// When the hold ends the provider ramps back (one probe, then doubling
+	// connections) rather than taking every worker's pool at once: it has
+	// just said we send too much.
+	b := d.st.Breakers[p]
+	b.hold(now, d.st.Holds[p].Sub(now), reasonQuota, false)
+	if d.st.Breakers == nil {
+		d.st.Breakers = map[string]BreakerState{}
+	}
+	d.st.Breakers[p] = b
 	d.tidy(now)
 }
 
@@ -380,18 +396,72 @@ func (d *Domain) ProviderOpen(now time.Time, provider string) (open bool, retryA
 // RecordTransient counts a transient failure (4xx, timeout, reset) of a send
 // to provider toward its breaker.
 func (d *Domain) RecordTransient(now time.Time, provider string) {
+	d.RecordTransientReply(now, provider, "")
+}
+
+// RecordTransientReply is RecordTransient with the reply that refused
+// ("451 4.3.0"), which status shows beside the provider's deferred share.
+func (d *Domain) RecordTransientReply(now time.Time, provider, reply string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now = now.UTC()
 	d.roll(now)
 	p := Provider(provider)
 	b := d.st.Breakers[p]
-	b.failure(now, d.limits.BreakerOpen, d.limits.BreakerFailures, d.limits.BreakerShare, d.sent[p])
+	b.failure(now, d.limits.BreakerOpen, d.limits.BreakerFailures, d.limits.BreakerShare, d.sent[p], reply)
 	if d.st.Breakers == nil {
 		d.st.Breakers = map[string]BreakerState{}
 	}
 	d.st.Breakers[p] = b
 	d.tidy(now)
+}
+
+// HoldProvider stops sends to provider for at least hold, because the
+// provider's own documentation says to (Gmail's 421 4.7.28: at least 10
+// minutes): its breaker opens, shown as held with reason, and when the hold
+// ends the provider is ramped back up, one connection at a time when
+// linear. Unlike a quota rejection it leaves the domain's ceiling alone:
+// one provider's rate limit is no reason to send less to the others.
+func (d *Domain) HoldProvider(now time.Time, provider string, hold time.Duration, reason string, linear bool) {
+	if hold <= 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	p := Provider(provider)
+	b := d.st.Breakers[p]
+	b.hold(now, hold, reason, linear)
+	if d.st.Breakers == nil {
+		d.st.Breakers = map[string]BreakerState{}
+	}
+	d.st.Breakers[p] = b
+	d.tidy(now)
+}
+
+// ReleaseProbe ends a half-open provider's carrier that had none of its
+// recipients to send, so the next carrier need not wait for ProbeLease.
+func (d *Domain) ReleaseProbe(now time.Time, provider string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := Provider(provider)
+	if b, ok := d.st.Breakers[p]; ok {
+		b.release(now.UTC())
+		d.st.Breakers[p] = b
+	}
+}
+
+// Connections is how many connections a half-open provider's carrier may
+// use now (the ramp's step), 0 when the provider is not half-open.
+func (d *Domain) Connections(now time.Time, provider string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.st.Breakers[Provider(provider)]
+	if !ok || b.phase(now.UTC()) != PhaseHalfOpen {
+		return 0
+	}
+	return b.conns()
 }
 
 // RecordSuccess records n sends to provider that were accepted (the
@@ -419,7 +489,7 @@ func (d *Domain) RecordSuccess(now time.Time, provider string, n int) {
 	if !ok {
 		return
 	}
-	b.success(now, n)
+	b.success(now, n, d.limits.RampConnections)
 	d.st.Breakers[p] = b
 	d.tidy(now)
 }
@@ -528,6 +598,19 @@ type ProviderStatus struct {
 	Until time.Time `json:"until,omitzero"`
 	// ProbeInFlight: half-open, and the probe has gone without an outcome.
 	ProbeInFlight bool `json:"probe_in_flight,omitempty"`
+	// Connections is the half-open ramp's step: how many connections the
+	// provider's next carrier may use, of RampTo.
+	Connections int `json:"connections,omitempty"`
+	RampTo      int `json:"ramp_to,omitempty"`
+	// Deferred is the share of the window's attempts the provider refused
+	// for a transient reason (closed breakers with recent failures).
+	Deferred float64 `json:"deferred,omitempty"`
+	// Reason is why it is held or open, or the latest refusal ("451 4.3.0").
+	Reason string `json:"reason,omitempty"`
+	// Summary says all of it in one line for people: "yahoo: 3 % deferred
+	// in the last 5m0s (451 4.3.0), retrying", "google: held until 14:10
+	// UTC (421 4.7.28)".
+	Summary string `json:"summary,omitempty"`
 }
 
 // Status is what GetDomain shows.
@@ -587,34 +670,78 @@ func (d *Domain) Status(now time.Time) Status {
 		words = append(words, why.Text)
 	}
 	for _, p := range slices.Sorted(maps.Keys(union(d.st.Holds, d.st.Breakers))) {
-		ps := ProviderStatus{Provider: p, Phase: PhaseClosed}
-		if b, ok := d.st.Breakers[p]; ok {
-			ps.Phase = b.phase(now)
-			ps.Failures = len(b.Failures)
-			if ps.Phase == PhaseOpen {
-				ps.Until = b.OpenUntil
-			}
-			ps.ProbeInFlight = ps.Phase == PhaseHalfOpen && !b.ProbeAt.IsZero() && now.Before(b.ProbeAt.Add(ProbeLease))
-		}
-		if hold, ok := d.st.Holds[p]; ok {
-			ps.Phase, ps.Until = PhaseHeld, maxTime(hold, ps.Until)
-		}
+		ps := d.providerStatus(now, p)
 		s.Providers = append(s.Providers, ps)
-		switch ps.Phase {
-		case PhaseHeld:
-			words = append(words, fmt.Sprintf("%s held until %s UTC after a quota rejection", p, clockTime(ps.Until)))
-		case PhaseOpen:
-			words = append(words, fmt.Sprintf("%s breaker open until %s UTC after %d transient failures", p, clockTime(ps.Until), BreakerFailures))
-		case PhaseHalfOpen:
-			if ps.ProbeInFlight {
-				words = append(words, p+" breaker half-open, waiting for its probe")
-			} else {
-				words = append(words, p+" breaker half-open, next send is the probe")
-			}
+		if ps.Phase != PhaseClosed || ps.Failures > 0 {
+			words = append(words, ps.Summary)
 		}
 	}
 	s.Waiting = strings.Join(words, "; ")
 	return s
+}
+
+// providerStatus is one provider's part of Status, its summary included.
+func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
+	ps := ProviderStatus{Provider: p, Phase: PhaseClosed}
+	b, hasBreaker := d.st.Breakers[p]
+	if hasBreaker {
+		ps.Phase = b.phase(now)
+		ps.Failures = len(b.Failures)
+		ps.Reason = b.Reason
+		switch ps.Phase {
+		case PhaseOpen:
+			ps.Until = b.OpenUntil
+			if b.Hold {
+				ps.Phase = PhaseHeld
+			}
+		case PhaseHalfOpen:
+			ps.ProbeInFlight = !b.ProbeAt.IsZero() && now.Before(b.ProbeAt.Add(ProbeLease))
+			ps.Connections, ps.RampTo = b.conns(), d.limits.RampConnections
+		case PhaseClosed:
+			ps.Deferred, ps.Reason = b.share(), b.LastReply
+		}
+	}
+	if hold, ok := d.st.Holds[p]; ok {
+		if ps.Phase != PhaseHeld || hold.After(ps.Until) {
+			ps.Reason = reasonQuota
+		}
+		ps.Phase, ps.Until = PhaseHeld, maxTime(hold, ps.Until)
+	}
+	switch ps.Phase {
+	case PhaseHeld:
+		why := replySuffix(ps.Reason)
+		if ps.Reason == reasonQuota {
+			why = " after a quota rejection"
+		}
+		ps.Summary = fmt.Sprintf("%s: held until %s UTC%s", p, clockTime(ps.Until), why)
+	case PhaseOpen:
+		ps.Summary = fmt.Sprintf("%s: breaker open until %s UTC after %s", p, clockTime(ps.Until), ps.Reason)
+	case PhaseHalfOpen:
+		ps.Summary = fmt.Sprintf("%s: ramping back up, %d of %d connections", p, ps.Connections, ps.RampTo)
+		if b.Linear {
+			ps.Summary += ", one more per clean step"
+		}
+		if b.Reason != "" {
+			ps.Summary += " (opened: " + b.Reason + ")"
+		}
+		if ps.ProbeInFlight {
+			ps.Summary += "; waiting for its current step"
+		}
+	default:
+		ps.Summary = fmt.Sprintf("%s: %s deferred in the last %s%s, retrying", p, percent(ps.Deferred), shortDuration(BreakerWindow), replySuffix(ps.Reason))
+	}
+	return ps
+}
+
+// reasonQuota is the Reason of a provider held after a quota rejection.
+const reasonQuota = "quota rejection"
+
+// shortDuration writes whole minutes as "5 min", anything else as Go does.
+func shortDuration(d time.Duration) string {
+	if d%time.Minute == 0 {
+		return fmt.Sprintf("%d min", d/time.Minute)
+	}
+	return d.String()
 }
 
 func union(holds map[string]time.Time, breakers map[string]BreakerState) map[string]struct{} {

@@ -192,7 +192,7 @@ func TestStatus(t *testing.T) {
 				d.RecordQuotaRejection(now, "gmail.com")
 			},
 			at:      now.Add(time.Minute),
-			want:    "daily ceiling of 1,500 for example.com reached; resumes 00:00 UTC; google held until 12:05 UTC after a quota rejection",
+			want:    "daily ceiling of 1,500 for example.com reached; resumes 00:00 UTC; google: held until 12:05 UTC after a quota rejection",
 			resumes: dayAt(1, "00:00:00"),
 		},
 		{
@@ -204,8 +204,10 @@ func TestStatus(t *testing.T) {
 				}
 				d.RecordTransient(now, "icloud.com")
 			},
-			at:   now.Add(20 * time.Second),
-			want: "aol.co.uk breaker open until 12:00:45 UTC after 5 transient failures; yahoo breaker half-open, next send is the probe",
+			at: now.Add(20 * time.Second),
+			want: "aol.co.uk: breaker open until 12:00:45 UTC after 100 % of attempts refused in 5 min; " +
+				"apple: 100 % deferred in the last 5 min, retrying; " +
+				"yahoo: ramping back up, 1 of 16 connections (opened: 100 % of attempts refused in 5 min)",
 		},
 		{
 			name: "rate", limits: Limits{RatePerSecond: 0.5, Burst: 1},
@@ -245,9 +247,13 @@ func TestStatusProviders(t *testing.T) {
 	d.ProviderOpen(now.Add(BreakerOpen), "gmail.com") // the probe goes
 	got := d.Status(now.Add(BreakerOpen + time.Second)).Providers
 	want := []ProviderStatus{
-		{Provider: "apple", Phase: PhaseClosed, Failures: 1},
-		{Provider: "google", Phase: PhaseHalfOpen, ProbeInFlight: true},
-		{Provider: "microsoft", Phase: PhaseHeld, Until: now.Add(QuotaHold)},
+		{Provider: "apple", Phase: PhaseClosed, Failures: 1, Deferred: 1,
+			Summary: "apple: 100 % deferred in the last 5 min, retrying"},
+		{Provider: "google", Phase: PhaseHalfOpen, ProbeInFlight: true, Connections: 1, RampTo: RampConnections,
+			Reason:  "100 % of attempts refused in 5 min",
+			Summary: "google: ramping back up, 1 of 16 connections (opened: 100 % of attempts refused in 5 min); waiting for its current step"},
+		{Provider: "microsoft", Phase: PhaseHeld, Until: now.Add(QuotaHold), Reason: "quota rejection",
+			Summary: "microsoft: held until 12:05 UTC after a quota rejection"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("providers\n%+v\nwant\n%+v", got, want)

@@ -43,6 +43,9 @@ func Merge(a, b DomainState) DomainState {
 			out.Breakers[p] = bb
 		case bb.OpenUntil.Equal(ab.OpenUntil) && len(bb.Failures) > len(ab.Failures):
 			out.Breakers[p] = bb
+		case bb.OpenUntil.Equal(ab.OpenUntil) && !bb.OpenUntil.IsZero() && bb.conns() < ab.conns():
+			// Both ramping back from the same trip: the fewer connections.
+			out.Breakers[p] = bb
 		}
 	}
 	out.Hourly = MergeHourly(a.Hourly, b.Hourly)

@@ -7,28 +7,37 @@ import (
 	"github.com/rangecast/rangecast/internal/bus"
 )
 
-func TestHoldsDeferHeldProvidersAndSpendOneProbe(t *testing.T) {
+func TestHoldsDeferHeldProvidersAndCarryTheRampStep(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
 	h := newHolds(bus.PageJob{
 		Defer: map[string]time.Time{"google": at, "yahoo": at.Add(time.Minute)},
 		Probe: []string{"yahoo"},
+		Conns: map[string]int{"yahoo": 3},
 	})
 	steps := []struct {
 		email, provider string
 		until           time.Time
+		refused         bool // then the step ends
 	}{
-		{"a@gmail.com", "google", at},
-		{"b@GoogleMail.com", "google", at},
-		{"c@example.org", "example.org", time.Time{}},
-		{"d@yahoo.com", "yahoo", time.Time{}}, // the probe
-		{"e@ymail.com", "yahoo", at.Add(time.Minute)},
-		{"f@outlook.fr", "microsoft", time.Time{}},
+		{"a@gmail.com", "google", at, false},
+		{"b@GoogleMail.com", "google", at, false},
+		{"c@example.org", "example.org", time.Time{}, false},
+		{"d@yahoo.com", "yahoo", time.Time{}, false}, // the step's recipients go
+		{"e@ymail.com", "yahoo", time.Time{}, true},  // … until one is refused
+		{"g@yahoo.com", "yahoo", at.Add(time.Minute), false},
+		{"f@outlook.fr", "microsoft", time.Time{}, false},
+	}
+	if h.conns("yahoo") != 3 || h.conns("google") != 0 {
+		t.Fatalf("conns: yahoo %d, google %d; want 3 and 0 (no limit)", h.conns("yahoo"), h.conns("google"))
 	}
 	for _, s := range steps {
 		p, until := h.check(s.email)
 		if p != s.provider || !until.Equal(s.until) {
 			t.Errorf("check(%s) = %s, %v; want %s, %v", s.email, p, until, s.provider, s.until)
+		}
+		if s.refused {
+			h.refused(p, at)
 		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // failed window's row can still be in doubt (connection lost after the
 // data): the reconciler settles it like any other.
 func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner string) (bus.Report, error) {
-	rep := bus.Report{Broadcast: job.Broadcast, Range: bus.SweepRange, Epoch: job.Epoch, Limit: job.Limit, Sweep: true, Done: true}
+	rep := bus.Report{Broadcast: job.Broadcast, Range: bus.SweepRange, Epoch: job.Epoch, Limit: job.Limit, Sweep: true, Done: true, Probed: job.Probe}
 	id, err := ulid.ParseStrict(job.Broadcast)
 	if err != nil {
 		return rep, fmt.Errorf("sweep job: broadcast id: %w", err)

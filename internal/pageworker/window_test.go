@@ -20,3 +20,29 @@ func TestWholeWindows(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowUnwell: a page stops on a window that looks like a struggling
+// server, never on a provider's ordinary few percent of deferrals, however
+// short the window.
+func TestWindowUnwell(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		refused, attempted int
+		want               bool
+	}{
+		{0, 16, false},
+		{1, 1, false}, // the last send of a page refused: one row deferred, not a stopped range
+		{1, 2, false},
+		{2, 2, false},
+		{2, 16, false},
+		{3, 3, true}, // everything refused
+		{3, 6, true},
+		{7, 16, false},
+		{8, 16, true},
+		{16, 16, true},
+	} {
+		if got := windowUnwell(tt.refused, tt.attempted); got != tt.want {
+			t.Errorf("windowUnwell(%d refused of %d) = %v; want %v", tt.refused, tt.attempted, got, tt.want)
+		}
+	}
+}

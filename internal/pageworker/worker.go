@@ -111,7 +111,11 @@ func (c Config) withDefaults() Config {
 		c.ID = ulid.Make().String()
 	}
 	if c.RetryAfter == 0 {
-		c.RetryAfter = 2 * time.Second
+		// A provider's random deferral is usually gone a second later;
+		// the doubling (and the breaker's share rule) slow retries down
+		// when it is not. One unlucky row refused three times in a row
+		// then waits about 5 s in all, not 10.
+		c.RetryAfter = time.Second
 	}
 	if c.StoreRetryFor == 0 {
 		c.StoreRetryFor = 15 * time.Minute
@@ -436,7 +440,7 @@ func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
 // returns the report to publish, or an error when the page could not be
 // walked at all (an outage error when a dependency did not answer).
 func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner string) (bus.Report, error) {
-	rep := bus.Report{Broadcast: job.Broadcast, Range: job.Range, Epoch: job.Epoch, From: job.From, Next: job.From, Limit: job.Limit}
+	rep := bus.Report{Broadcast: job.Broadcast, Range: job.Range, Epoch: job.Epoch, From: job.From, Next: job.From, Limit: job.Limit, Probed: job.Probe}
 	id, err := ulid.ParseStrict(job.Broadcast)
 	if err != nil {
 		return rep, fmt.Errorf("page job: broadcast id: %w", err)
@@ -630,6 +634,10 @@ func (r windowResult) addTo(rep *bus.Report) {
 		sum.Sent += pr.Sent
 		sum.Transient += pr.Transient
 		sum.Quota = sum.Quota || pr.Quota
+		sum.Hold, sum.Linear = max(sum.Hold, pr.Hold), sum.Linear || pr.Linear
+		if pr.Reply != "" {
+			sum.Reply = pr.Reply
+		}
 		rep.Providers[p] = sum
 	}
 }
@@ -669,18 +677,50 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 	errs := make([]error, len(window))
 	var wg sync.WaitGroup
 	attempted := 0
+	// A provider whose ramp step this page carries is sent on its step's
+	// connections only, and stops at its first refusal (lanes).
+	lanes := map[string][]int{}
 	for i, c := range window {
 		if !mine[c.ID] || !deferUntil[i].IsZero() {
 			continue
 		}
 		attempted++
+		if h.conns(providers[i]) > 0 {
+			lanes[providers[i]] = append(lanes[providers[i]], i)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			errs[i] = w.send(ctx, l, c, now)
 		}()
 	}
+	for p, idx := range lanes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.sendLane(ctx, l, window, idx, h.conns(p), errs, now)
+		}()
+	}
 	wg.Wait()
+	for p, idx := range lanes {
+		refused := false
+		for _, i := range idx {
+			refused = refused || (errs[i] != nil && errs[i] != errStepEnded && !isRecipientError(errs[i]))
+		}
+		if !refused {
+			continue
+		}
+		// The step ended: the provider's later recipients in this page
+		// wait for its hold time, like any held provider's.
+		h.refused(p, now)
+		for _, i := range idx {
+			if errs[i] == errStepEnded {
+				attempted--
+				deferUntil[i] = h.until[p]
+			}
+		}
+	}
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
 	refused, firstRefused, refusedErr := 0, -1, ""
 
@@ -689,8 +729,12 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 			continue
 		}
 		if !deferUntil[i].IsZero() {
+			why := "deferred: " + providers[i] + " held by the governor"
+			if errs[i] == errStepEnded {
+				why = "deferred: " + providers[i] + " refused while ramping back up"
+			}
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: deferUntil[i],
-				Error: "deferred: " + providers[i] + " held by the governor", NotAttempted: true})
+				Error: why, NotAttempted: true})
 			res.deferred++
 			if res.held == nil {
 				res.held = map[ulid.ULID]bool{}
@@ -715,11 +759,19 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 			res.failed++
 			continue
 		}
-		switch class {
-		case transport.Quota:
-			res.provider(providers[i], func(p *bus.ProviderResult) { p.Quota = true })
-		case transport.Transient:
-			res.provider(providers[i], func(p *bus.ProviderResult) { p.Transient++ })
+		reply := transport.Reply(err)
+		guide, guided := transport.Guide(err)
+		switch {
+		case guided && guide.Hold > 0:
+			// The provider's own guidance: pause it as it asks, without
+			// lowering the domain's ceiling for everyone else.
+			res.provider(providers[i], func(p *bus.ProviderResult) {
+				p.Hold, p.Linear, p.Reply = max(p.Hold, guide.Hold), p.Linear || guide.Linear, reply
+			})
+		case class == transport.Quota:
+			res.provider(providers[i], func(p *bus.ProviderResult) { p.Quota, p.Reply = true, reply })
+		case class == transport.Transient:
+			res.provider(providers[i], func(p *bus.ProviderResult) { p.Transient++; p.Reply = reply })
 		}
 		var se *transport.SendError
 		if errors.As(err, &se) && se.MaybeDelivered {
@@ -744,16 +796,80 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 			continue
 		}
 		if res.stopAt < 0 {
-			res.stopAt, res.class, res.err = i, busClass(class), err.Error()
+			res.stopAt, res.class, res.err = i, busClass(class), transport.Explain(err)
 		}
 	}
 	// Half or more of the window's real attempts refused for a transient
-	// reason: the server (or the route to it) is struggling, so the page
-	// stops and the range backs off, as for a quota or channel error.
-	if refused > 0 && res.stopAt < 0 && 2*refused >= attempted {
+	// reason, and at least minStopRefusals of them: the server (or the
+	// route to it) is struggling, so the page stops and the range backs
+	// off, as for a quota or channel error. The floor keeps a provider's
+	// ordinary few percent of deferrals from stopping a short window (one
+	// refusal of the last two sends is half) and idling its range.
+	if res.stopAt < 0 && windowUnwell(refused, attempted) {
 		res.stopAt, res.class, res.err = firstRefused, bus.ClassTransient, refusedErr
 	}
 	return res, outcomes
+}
+
+// minStopRefusals is the fewest transient refusals in a window that stop
+// the page (see deliver). Below it the rows are deferred and retried, and a
+// provider refusing everything still opens its breaker within a few
+// windows.
+const minStopRefusals = 3
+
+// windowUnwell reports whether a window whose real attempts were refused
+// refused times (for transient reasons) shows the server struggling.
+func windowUnwell(refused, attempted int) bool {
+	return refused >= minStopRefusals && 2*refused >= attempted
+}
+
+// errStepEnded marks a carried provider's recipient not sent because an
+// earlier one of the step was refused: deferred, not attempted.
+var errStepEnded = errors.New("ramp step ended by a refusal")
+
+// sendLane sends the window's recipients idx of one provider whose ramp
+// step the page carries, on at most conns connections at a time, and stops
+// at the first refusal that is not the recipient's own: the rest get
+// errStepEnded.
+func (w *Worker) sendLane(ctx context.Context, l *loaded, window []store.Contact, idx []int, conns int, errs []error, now time.Time) {
+	var mu sync.Mutex
+	next, stopped := 0, false
+	take := func() (int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for next < len(idx) {
+			i := idx[next]
+			next++
+			if !stopped {
+				return i, true
+			}
+			errs[i] = errStepEnded
+		}
+		return 0, false
+	}
+	var lane sync.WaitGroup
+	for range min(conns, len(idx)) {
+		lane.Add(1)
+		go func() {
+			defer lane.Done()
+			for i, ok := take(); ok; i, ok = take() {
+				err := w.send(ctx, l, window[i], now)
+				mu.Lock()
+				errs[i] = err
+				stopped = stopped || (err != nil && !isRecipientError(err))
+				mu.Unlock()
+			}
+		}()
+	}
+	lane.Wait()
+}
+
+// isRecipientError reports whether err is the recipient's own failure (a bad
+// address, a message that cannot be built for it), which says nothing about
+// the provider.
+func isRecipientError(err error) bool {
+	var renderErr *renderError
+	return errors.As(err, &renderErr) || transport.Classify(err) == transport.Recipient
 }
 
 // retryAfterAttempt is when a swept row refused again is due: RetryAfter

@@ -86,6 +86,9 @@ func classify(err error) (Class, string) {
 		return 0, ""
 	}
 	f := newFacts(err)
+	if g, ok := guide(&f); ok {
+		return g.Class, g.Name
+	}
 	for _, r := range rules {
 		if r.match(&f) {
 			return r.class, r.name

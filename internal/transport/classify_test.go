@@ -347,9 +347,15 @@ var realReplies = []struct {
 		"451 4.7.500 Server busy. Please try again later from [192.0.2.2]. (AS761)",
 	}, Quota},
 	// [SIS] for-microsoft.go (Postfix log, "in reply to MAIL FROM command")
+	// Microsoft documents 4.7.650 as a deferral (guidance.go).
 	{"outlook 451 4.7.650 rate limited (IP reputation)", StageMail, wire{
 		"451 4.7.650 The mail server [192.0.2.5] has been temporarily rate limited due to IP reputation. For e-mail delivery information, see https://postmaster.live.com (S775) [***.prod.protection.outlook.com]",
-	}, Quota},
+	}, Transient},
+	// REPRESENTATIVE: the reply as quoted in Microsoft's announcement of
+	// Outlook.com's high-volume sender requirements (guidance.go).
+	{"outlook 550 5.7.515 authentication level", StageData, wire{
+		"550 5.7.515 Access denied, sending domain example.com does not meet the required authentication level.",
+	}, Channel},
 	// https://pastebin.com/EH1TUb0X (Postfix bounce, "in reply to RCPT TO command"):
 	// a 5xx at RCPT that is about our IP.
 	{"office365 550 5.7.606 banned sending IP", StageRcpt, wire{
@@ -407,13 +413,20 @@ var realReplies = []struct {
 
 	// ------------------------------------------------------- Yahoo / AOL
 	// https://pastebin.com/msXQfs5n (Exim log, "after MAIL FROM")
+	// Yahoo documents [TSS04] as a deferral (guidance.go): retried like
+	// any, without lowering the ceiling.
 	{"yahoo 421 4.7.0 [TSS04] deferred, user complaints", StageMail, wire{
 		"421 4.7.0 [TSS04] Messages from 99.99.9.20 temporarily deferred due to user complaints - 4.16.55.1; see https://help.yahoo.com/kb/postmaster/SLN3434.html",
-	}, Quota},
+	}, Transient},
 	// [SIS] for-yahooinc.go ("observed since around March 2024", "in reply to MAIL FROM command")
 	{"yahoo 421 4.7.0 [TSS04] unexpected volume", StageMail, wire{
 		"421 4.7.0 [TSS04] Messages from 192.0.2.25 temporarily deferred due to unexpected volume or user complaints - 4.16.55.1; see https://postmaster.yahooinc.com/error-codes",
-	}, Quota},
+	}, Transient},
+	// REPRESENTATIVE: [TS03] as listed by Yahoo's Sender Hub error codes
+	// page (guidance.go); a deferral like [TSS04].
+	{"yahoo 421 4.7.0 [TS03] deferred", StageMail, wire{
+		"421 4.7.0 [TS03] Messages from 192.0.2.25 temporarily deferred due to unexpected volume or user complaints",
+	}, Transient},
 	// https://pastebin.com/qzhDuz6L (Postfix bounce, "in reply to end of DATA command").
 	// No enhanced code and at DATA, but one recipient per transaction and a
 	// text that names the account: that recipient.

@@ -68,6 +68,9 @@ type Config struct {
 	// PauseStorm pauses and resumes the broadcast every few seconds for
 	// the whole chaos phase (besides the one measured pause).
 	PauseStorm bool
+	// StormPauses, when above 0, ends the storm after that many pauses
+	// (the governor issue's "paused and resumed twice").
+	StormPauses int
 	// RefuseRcpt is the share of RCPTs the sink answers 451 at random, as
 	// providers' deferrals and greylisting do.
 	RefuseRcpt float64
@@ -998,10 +1001,14 @@ func (h *harness) pauseStorm(ctx context.Context) {
 			h.logf("t=%s storm: pause failed: %v", h.elapsed(), err)
 			continue
 		}
-		h.storms.Add(1)
+		n := h.storms.Add(1)
 		time.Sleep(h.randDur(500*time.Millisecond, 2*time.Second))
 		if err := h.transition(context.WithoutCancel(ctx), false); err != nil {
 			h.logf("t=%s storm: resume failed: %v", h.elapsed(), err)
+		}
+		if h.cfg.StormPauses > 0 && int(n) >= h.cfg.StormPauses {
+			h.pauseMu.Unlock()
+			return
 		}
 		h.pauseMu.Unlock()
 	}

@@ -43,6 +43,7 @@ func main() {
 	flag.DurationVar(&cfg.PGOutage, "pg-outage", cfg.PGOutage, "cut every process off Postgres for this long, once, a third into the chaos phase (0: never)")
 	flag.BoolVar(&cfg.PauseResume, "pause", cfg.PauseResume, "pause and resume the broadcast once, measuring what is still sent")
 	flag.BoolVar(&cfg.PauseStorm, "pause-storm", cfg.PauseStorm, "pause and resume the broadcast every few seconds during the chaos phase")
+	flag.IntVar(&cfg.StormPauses, "storm-pauses", cfg.StormPauses, "end the pause storm after this many pauses (0: no end)")
 	flag.Float64Var(&cfg.RefuseRcpt, "refuse-rcpt", cfg.RefuseRcpt, "share of RCPTs the sink answers 451 at random (0.03: 3 %)")
 	flag.DurationVar(&cfg.SinkLatency, "sink-latency", cfg.SinkLatency, "the sink's delay before each 250, like a real relay")
 	flag.DurationVar(&cfg.InDoubtAfter, "in-doubt-after", cfg.InDoubtAfter, "coordinators' --in-doubt-after")

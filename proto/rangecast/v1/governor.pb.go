@@ -467,6 +467,18 @@ type ProviderStatus struct {
 	Failures      int32                  `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
 	Until         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
 	ProbeInFlight bool                   `protobuf:"varint,5,opt,name=probe_in_flight,json=probeInFlight,proto3" json:"probe_in_flight,omitempty"`
+	// connections is a half-open provider's ramp step: how many connections
+	// its next step may use, of ramp_to (the breaker closes past it).
+	Connections int32 `protobuf:"varint,6,opt,name=connections,proto3" json:"connections,omitempty"`
+	RampTo      int32 `protobuf:"varint,7,opt,name=ramp_to,json=rampTo,proto3" json:"ramp_to,omitempty"`
+	// deferred_share is the share of the last 5 minutes' attempts the
+	// provider refused for a transient reason (closed breakers).
+	DeferredShare float64 `protobuf:"fixed64,8,opt,name=deferred_share,json=deferredShare,proto3" json:"deferred_share,omitempty"`
+	// reason is why it is held or open ("421 4.7.28"), or its latest refusal.
+	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	// summary says it in one line: "yahoo: 3 % deferred in the last 5 min
+	// (451 4.3.0), retrying", "google: held until 14:10 UTC (421 4.7.28)".
+	Summary       string `protobuf:"bytes,10,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -534,6 +546,41 @@ func (x *ProviderStatus) GetProbeInFlight() bool {
 		return x.ProbeInFlight
 	}
 	return false
+}
+
+func (x *ProviderStatus) GetConnections() int32 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *ProviderStatus) GetRampTo() int32 {
+	if x != nil {
+		return x.RampTo
+	}
+	return 0
+}
+
+func (x *ProviderStatus) GetDeferredShare() float64 {
+	if x != nil {
+		return x.DeferredShare
+	}
+	return 0
+}
+
+func (x *ProviderStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ProviderStatus) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
 }
 
 type DomainStatus struct {
@@ -750,13 +797,19 @@ const file_rangecast_v1_governor_proto_rawDesc = "" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"i\n" +
 	"\x16ResetRateLimitResponse\x125\n" +
 	"\breset_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\aresetAt\x12\x18\n" +
-	"\adomains\x18\x02 \x03(\tR\adomains\"\xd5\x01\n" +
+	"\adomains\x18\x02 \x03(\tR\adomains\"\xe9\x02\n" +
 	"\x0eProviderStatus\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x121\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x1b.rangecast.v1.ProviderPhaseR\x05phase\x12\x1a\n" +
 	"\bfailures\x18\x03 \x01(\x05R\bfailures\x120\n" +
 	"\x05until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12&\n" +
-	"\x0fprobe_in_flight\x18\x05 \x01(\bR\rprobeInFlight\"\x83\x05\n" +
+	"\x0fprobe_in_flight\x18\x05 \x01(\bR\rprobeInFlight\x12 \n" +
+	"\vconnections\x18\x06 \x01(\x05R\vconnections\x12\x17\n" +
+	"\aramp_to\x18\a \x01(\x05R\x06rampTo\x12%\n" +
+	"\x0edeferred_share\x18\b \x01(\x01R\rdeferredShare\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12\x18\n" +
+	"\asummary\x18\n" +
+	" \x01(\tR\asummary\"\x83\x05\n" +
 	"\fDomainStatus\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x10\n" +
 	"\x03day\x18\x02 \x01(\tR\x03day\x12#\n" +

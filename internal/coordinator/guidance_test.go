@@ -1,0 +1,159 @@
+package coordinator_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/clock"
+	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/store"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// TestGmailRateLimitHoldsTenMinutesThenRampsBack runs the whole system
+// against a server that answers Gmail's "421 4.7.28 … rate limited" to
+// gmail recipients once 30 have been accepted. Google is held for 10
+// minutes (the clock jumps them) while example.org and yahoo go on and the
+// domain's ceiling stays; status says why. After the hold google comes back
+// on one connection, one more per clean step, and every contact is sent
+// exactly once with nobody failed.
+func TestGmailRateLimitHoldsTenMinutesThenRampsBack(t *testing.T) {
+	t.Parallel()
+	clk := &clock.Jumping{}
+	var limited atomic.Bool
+	limited.Store(true)
+	var gmailAccepted, refusals atomic.Int64
+	// Gmail's sessions in flight, measured at RCPT (each held 25 ms), and
+	// the most seen at once among the first sends after the hold.
+	var mu sync.Mutex
+	inflight, afterHold, maxEarly := 0, 0, 0
+	var holdOver atomic.Bool
+	s := newStack(t, stackOptions{workers: 2, concurrency: 8, pageLimit: 40, clock: clk,
+		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000}},
+		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if !strings.HasSuffix(to, "@gmail.com") {
+				return nil
+			}
+			if limited.Load() && gmailAccepted.Load() >= 30 {
+				refusals.Add(1)
+				return reply(421, smtp.EnhancedCode{4, 7, 28}, "Our system has detected an unusual rate of unsolicited mail originating from your IP address. To protect our users from spam, mail sent from your IP address has been temporarily rate limited. - gsmtp")
+			}
+			mu.Lock()
+			inflight++
+			if holdOver.Load() {
+				afterHold++
+				if afterHold <= 6 {
+					maxEarly = max(maxEarly, inflight)
+				}
+			}
+			mu.Unlock()
+			time.Sleep(25 * time.Millisecond)
+			mu.Lock()
+			inflight--
+			mu.Unlock()
+			gmailAccepted.Add(1)
+			return nil
+		})},
+	})
+	s.withFastRetries(50)
+	all, contacts := s.seedProviders(600)
+	id := s.create("", 0)
+	s.start(id)
+
+	// Held, with the reply as the reason, for at least 10 minutes; the
+	// ceiling is not lowered.
+	var held *pb.ProviderStatus
+	for deadline := time.Now().Add(30 * time.Second); held == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("google not held after %d refusals: %v", refusals.Load(), s.pollDomain("rangecast.test"))
+		}
+		if d := s.pollDomain("rangecast.test"); d != nil {
+			for _, p := range d.GetProviders() {
+				if p.GetProvider() == governor.ProviderGoogle && p.GetPhase() == pb.ProviderPhase_PROVIDER_PHASE_HELD {
+					held = p
+				}
+			}
+		}
+	}
+	if held.GetReason() != "421 4.7.28" || held.GetUntil().AsTime().Before(clk.Now().Add(9*time.Minute)) {
+		t.Fatalf("google held %v; want the reason 421 4.7.28 and about 10 minutes", held)
+	}
+	// Meanwhile the others go on and google gets nothing.
+	gmailAtHold := countBy(s.sink.CountByRecipient(), "@gmail.com")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got := s.sink.CountByRecipient()
+		if g := countBy(got, "@gmail.com"); g != gmailAtHold {
+			t.Fatalf("%d gmail messages accepted while google was held (had %d)", g, gmailAtHold)
+		}
+		if countBy(got, "@yahoo.com")+countBy(got, "@example.org") == 400 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the other providers did not finish while google was held: %d of 400", countBy(got, "@yahoo.com")+countBy(got, "@example.org"))
+		}
+	}
+	d := s.domainStatus("rangecast.test")
+	if d.GetRejectedToday() || d.GetDailyCeiling() != governor.DefaultCeiling {
+		t.Fatalf("after Gmail's rate limit: rejected today %v, ceiling %d; want the ceiling left at %d", d.GetRejectedToday(), d.GetDailyCeiling(), governor.DefaultCeiling)
+	}
+	w := s.status(id).GetProgress().GetWaitingFor()
+	if !strings.Contains(w, "google: held until") || !strings.Contains(w, "(421 4.7.28)") {
+		t.Fatalf("waiting_for = %q; want it to say google is held and why", w)
+	}
+	t.Logf("held: %s", w)
+
+	// Ten minutes later, Gmail takes mail again: one connection, then one
+	// more per clean step.
+	limited.Store(false)
+	holdOver.Store(true)
+	clk.Jump(10*time.Minute + time.Second)
+	var seen []int32
+	b := s.status(id)
+	for deadline := time.Now().Add(90 * time.Second); b.GetState() != pb.BroadcastState_BROADCAST_STATE_COMPLETED; b = s.status(id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not completed after the hold: %v; ramp seen %v", b, seen)
+		}
+		for _, p := range s.domainStatus("rangecast.test").GetProviders() {
+			if p.GetProvider() == governor.ProviderGoogle && p.GetPhase() == pb.ProviderPhase_PROVIDER_PHASE_HALF_OPEN {
+				if n := len(seen); n == 0 || seen[n-1] != p.GetConnections() {
+					seen = append(seen, p.GetConnections())
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.exactlyOnce(all)
+	if b.GetProgress().GetFailed() != 0 {
+		t.Fatalf("completed with %d failed", b.GetProgress().GetFailed())
+	}
+	if len(seen) < 3 || seen[0] != 1 {
+		t.Fatalf("ramp seen %v; want it to start at one connection and grow", seen)
+	}
+	for i := 1; i < len(seen); i++ {
+		if seen[i] != seen[i-1]+1 {
+			t.Fatalf("ramp seen %v; want one connection more per step", seen)
+		}
+	}
+	if maxEarly != 1 {
+		t.Fatalf("the first gmail sends after the hold had %d in flight at once; want 1 (one connection)", maxEarly)
+	}
+	for _, c := range contacts {
+		row, err := s.store.GetSend(context.Background(), ulid.MustParseStrict(id), c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Status != store.SendSent {
+			t.Fatalf("%s: %s (%s); want sent", c.Email, row.Status, row.Error)
+		}
+	}
+	t.Logf("%d refusals of 421 4.7.28; ramp %v; %d gmail sends after the hold", refusals.Load(), seen, afterHold)
+}
