@@ -130,6 +130,8 @@ func governorFlags(cmd *cobra.Command, l *governor.Limits) {
 		"a receiving provider's breaker opens after at least this many transient failures in 5 minutes... (env RANGECAST_BREAKER_FAILURES)")
 	f.Float64Var(&l.BreakerShare, "breaker-share", governor.BreakerShare,
 		"...that are at least this share of its attempts in the window (0.2: 20 %), so ordinary deferrals at volume never open it (env RANGECAST_BREAKER_SHARE)")
+	f.IntVar(&l.RampConnections, "ramp-connections", governor.RampConnections,
+		"a provider coming back from a breaker or a hold ramps up from one connection to this many before its breaker closes (env RANGECAST_RAMP_CONNECTIONS)")
 }
 
 // serverFlags are the flags every server process has.

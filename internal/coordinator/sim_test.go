@@ -133,6 +133,8 @@ type sim struct {
 	rng     *rand.Rand
 	verbose bool
 	ctx     context.Context
+	// inFaults: the schedule is still injecting faults (governed jobs too).
+	inFaults bool
 
 	st       store.Store
 	kv       *fakeKV // broadcasts: range records and state
@@ -551,6 +553,7 @@ func (s *sim) run() {
 	const maxSteps = 20000
 	for s.steps = 0; s.steps < maxSteps; s.steps++ {
 		faults := s.steps < s.faultSteps
+		s.inFaults = faults
 		if !faults && s.steps%16 == 0 && s.finished() {
 			return
 		}
@@ -703,6 +706,7 @@ func (s *sim) startCopy(dup bool) {
 		s.logf("page %s dropped: broadcast %s", jobName(j.job), state)
 		return
 	}
+	j.job = s.governed(j.job)
 	s.nextID++
 	c := &copyRun{id: s.nextID, owner: fmt.Sprintf("w%d/1", s.nextID), job: j, dup: dup,
 		gateCh: make(chan string), resume: make(chan gateFault), done: make(chan copyResult, 1)}
@@ -727,6 +731,29 @@ func (s *sim) startCopy(dup bool) {
 	}()
 	s.copies = append(s.copies, c)
 	s.await(c)
+}
+
+// governed decorates a copy's job, during the faults, as the governor
+// would: the recipients' provider held (every row deferred, not an
+// attempt), or, on a sweep, carrying a half-open provider's ramp step on a
+// few connections (sent until the first refusal, the rest deferred).
+func (s *sim) governed(job bus.PageJob) bus.PageJob {
+	if p := map[bool]float64{false: 0.12, true: 0.5}[job.Sweep]; !s.inFaults || !s.chance(p) {
+		return job
+	}
+	const provider = "example.org" // every sim contact's
+	until := s.clk.Now().Add(time.Duration(1+s.rng.IntN(60)) * time.Second)
+	job.Defer = map[string]time.Time{provider: until}
+	if job.Sweep && s.chance(0.8) {
+		job.Probe = []string{provider}
+		job.Conns = map[string]int{provider: 1 + s.rng.IntN(3)}
+		s.fault("ramp step carried")
+		s.logf("the copy carries %s's ramp step on %d connections", provider, job.Conns[provider])
+	} else {
+		s.fault("provider held")
+		s.logf("the copy finds %s held until %s", provider, until.Format(time.TimeOnly))
+	}
+	return job
 }
 
 func jobName(j bus.PageJob) string {
