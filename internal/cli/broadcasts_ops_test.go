@@ -39,7 +39,7 @@ type opsStack struct {
 	sink  *capture.Server
 	// flaky answers 451 to these addresses while set, dead 550 always.
 	flaky, dead sync.Map
-	unsubs *message.Unsubscribe
+	unsubs      *message.Unsubscribe
 }
 
 func newOpsStack(t *testing.T, sqlite bool, workers int) *opsStack {
@@ -343,7 +343,7 @@ func TestBroadcastOpsCommands(t *testing.T) {
 		}
 		var rep struct {
 			Accepted, Delivered, Opened, Clicked, Bounced, Complained string
-			BounceRate                                               float64
+			BounceRate                                                float64
 		}
 		if err := json.Unmarshal([]byte(s.must("broadcasts", "report", id, "--json")), &rep); err != nil ||
 			rep.Accepted != "12" || rep.Delivered != "4" || rep.Opened != "2" || rep.Clicked != "1" || rep.Bounced != "1" || rep.Complained != "1" {
