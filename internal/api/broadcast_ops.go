@@ -38,6 +38,15 @@ type Mail struct {
 	DKIM *message.DKIM
 	// Transport sends test copies; nil: no SMTP relay configured.
 	Transport transport.Transport
+	// Usage, when set, is told the outcome of every test copy, so the
+	// sending domain's governor counts it toward the day and the hourly
+	// limit as it counts transactional mail (transactional.HeldProviders).
+	Usage Usage
+}
+
+// Usage counts mail sent outside pages in the governors.
+type Usage interface {
+	Observe(sendingDomain, recipient string, c transport.Class, now time.Time)
 }
 
 // Limits of the operator's calls.
@@ -302,6 +311,13 @@ func (api *BroadcastOpsAPI) TestBroadcast(ctx context.Context, req *pb.TestBroad
 		go func() {
 			defer wg.Done()
 			reply, err := mc.Transport.Send(ctx, m)
+			if mc.Usage != nil {
+				class := transport.Class(0) // sent
+				if err != nil {
+					class = transport.Classify(err)
+				}
+				mc.Usage.Observe(compiled.SendingDomain(), addr, class, now)
+			}
 			if err != nil {
 				res.Reply = err.Error()
 				return

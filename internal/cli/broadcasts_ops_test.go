@@ -40,6 +40,25 @@ type opsStack struct {
 	// flaky answers 451 to these addresses while set, dead 550 always.
 	flaky, dead sync.Map
 	unsubs      *message.Unsubscribe
+	usage       usageLog
+}
+
+// usageLog records what test copies report to the governors.
+type usageLog struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (u *usageLog) Observe(domain, recipient string, c transport.Class, _ time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.got = append(u.got, fmt.Sprintf("%s %s %d", domain, recipient, c))
+}
+
+func (u *usageLog) String() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return strings.Join(u.got, ",")
 }
 
 func newOpsStack(t *testing.T, sqlite bool, workers int) *opsStack {
@@ -96,7 +115,7 @@ func newOpsStack(t *testing.T, sqlite bool, workers int) *opsStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.NewGRPCServer(api.Config{Engine: c, Store: s.store, Log: log, Mail: api.Mail{Unsubscribe: s.unsubs, Transport: tr}})
+	srv := api.NewGRPCServer(api.Config{Engine: c, Store: s.store, Log: log, Mail: api.Mail{Unsubscribe: s.unsubs, Transport: tr, Usage: &s.usage}})
 	go srv.Serve(lis) //nolint:errcheck
 	s.addr = lis.Addr().String()
 	for range workers {
@@ -260,6 +279,9 @@ func TestBroadcastOpsCommands(t *testing.T) {
 			if m.To[0] == "user2@example.org" && m.Subject != "Hello User 2" {
 				t.Errorf("the copy to a contact is rendered with %q; want its own data", m.Subject)
 			}
+		}
+		if u := s.usage.String(); !strings.Contains(u, "rangecast.test qa@example.net 0") || !strings.Contains(u, "rangecast.test user2@example.org 0") {
+			t.Errorf("the governors were told %q; want both copies counted as sent", u)
 		}
 		if c, err := s.store.Counts(ctx, ulid.MustParse(id)); err != nil || c != (store.Counts{}) {
 			t.Errorf("ledger after test copies: %+v, %v; want nothing", c, err)

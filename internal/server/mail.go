@@ -2,7 +2,9 @@ package server
 
 import (
 	"github.com/rangecast/rangecast/internal/api"
+	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/message"
+	"github.com/rangecast/rangecast/internal/transactional"
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
@@ -19,10 +21,11 @@ type MailOptions struct {
 // testPool is the SMTP connections a coordinator keeps for test copies.
 const testPool = 2
 
-// mail builds the API's Mail from o and the coordinator's unsubscribe keys,
-// and returns the function that closes its transport.
-func (o CoordinatorOptions) mail() (api.Mail, func(), error) {
-	var m api.Mail
+// mail builds the API's Mail from o and the coordinator's unsubscribe keys
+// (test copies are counted in the governors through b, as transactional
+// mail is), and returns the function that closes its transport.
+func (o CoordinatorOptions) mail(b *bus.Bus) (api.Mail, func(), error) {
+	m := api.Mail{Usage: transactional.NewHeldProviders(b, o.Log.With("component", "test copies"))}
 	closeAll := func() {}
 	if o.Mail.PublicURL != "" {
 		u, err := unsubscribeLinks(o.Mail.PublicURL, o.Secrets)

@@ -309,7 +309,7 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 			return err
 		}
 	}
-	mail, closeMail, err := o.mail()
+	mail, closeMail, err := o.mail(b)
 	if err != nil {
 		return err
 	}
