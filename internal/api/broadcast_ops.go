@@ -89,8 +89,20 @@ func (api *BroadcastOpsAPI) broadcast(ctx context.Context, rawID string) (store.
 	return b, nil
 }
 
-// notDraft refuses a change only a draft allows.
-func notDraft(b store.Broadcast, verb, instead string) error {
+// notDraft refuses a change only a draft allows, with what can be done
+// instead of it in b's state.
+func notDraft(b store.Broadcast, verb string) error {
+	var instead string
+	switch {
+	case verb == "deleted" && b.State.Finished():
+		instead = "; a started broadcast is kept as the record of who was sent what"
+	case verb == "deleted":
+		instead = " (a started broadcast's ledger is the record of who was sent what); cancel it instead"
+	case verb == "edited":
+		instead = "; create a new broadcast instead"
+	case b.State == store.StateRunning || b.State == store.StatePaused:
+		instead = " (it has started; pause or cancel it instead)"
+	}
 	return status.Errorf(codes.FailedPrecondition, "broadcast %s is %s; only a draft can be %s%s", b.ID, b.State, verb, instead)
 }
 
@@ -364,7 +376,7 @@ func (api *BroadcastOpsAPI) ScheduleBroadcast(ctx context.Context, req *pb.Sched
 		return nil, invalid("at %s is not in the future (it is %s UTC now); to send now, use rangecast broadcasts start", at.UTC().Format(time.RFC3339), now.UTC().Format(time.DateTime))
 	}
 	if b.State != store.StateDraft {
-		return nil, notDraft(b, "scheduled", "")
+		return nil, notDraft(b, "scheduled")
 	}
 	// The content must start at its time: check it against the list now,
 	// not when nobody is watching.
@@ -373,7 +385,7 @@ func (api *BroadcastOpsAPI) ScheduleBroadcast(ctx context.Context, req *pb.Sched
 	}
 	out, err := api.cfg.Store.ScheduleDraft(ctx, b.ID, at, now)
 	if errors.Is(err, store.ErrConflict) {
-		return nil, notDraft(out, "scheduled", "")
+		return nil, notDraft(out, "scheduled")
 	}
 	if err != nil {
 		return nil, Error(err)
@@ -388,7 +400,7 @@ func (api *BroadcastOpsAPI) UnscheduleBroadcast(ctx context.Context, req *pb.Uns
 	}
 	out, err := api.cfg.Store.ScheduleDraft(ctx, b.ID, time.Time{}, api.cfg.Clock.Now())
 	if errors.Is(err, store.ErrConflict) {
-		return nil, notDraft(out, "unscheduled", " (it has started; pause or cancel it instead)")
+		return nil, notDraft(out, "unscheduled")
 	}
 	if err != nil {
 		return nil, Error(err)
@@ -402,7 +414,7 @@ func (api *BroadcastOpsAPI) UpdateBroadcast(ctx context.Context, req *pb.UpdateB
 		return nil, err
 	}
 	if b.State != store.StateDraft {
-		return nil, notDraft(b, "edited", "; create a new broadcast instead")
+		return nil, notDraft(b, "edited")
 	}
 	d := store.Draft{Name: b.Name, Content: b.Content, SegmentID: b.SegmentID, ThrottlePerHour: b.ThrottlePerHour,
 		InDoubtPolicy: b.InDoubtPolicy, NoUnsubscribeLink: b.NoUnsubscribeLink}
@@ -466,7 +478,7 @@ func (api *BroadcastOpsAPI) UpdateBroadcast(ctx context.Context, req *pb.UpdateB
 	}
 	out, err := api.cfg.Store.UpdateDraft(ctx, b.ID, d, api.cfg.Clock.Now())
 	if errors.Is(err, store.ErrConflict) {
-		return nil, notDraft(out, "edited", "; create a new broadcast instead")
+		return nil, notDraft(out, "edited")
 	}
 	if err != nil {
 		return nil, Error(err)
@@ -481,7 +493,7 @@ func (api *BroadcastOpsAPI) DeleteBroadcast(ctx context.Context, req *pb.DeleteB
 	}
 	out, err := api.cfg.Store.DeleteDraft(ctx, b.ID)
 	if errors.Is(err, store.ErrConflict) {
-		return nil, notDraft(out, "deleted", " (a started broadcast's ledger is the record of who was sent what); cancel it instead")
+		return nil, notDraft(out, "deleted")
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "no broadcast %s (deleted already?)", b.ID)

@@ -152,7 +152,7 @@ func TestBroadcastOpsRefusals(t *testing.T) {
 		{"unschedule a started broadcast", func() error {
 			_, err := ops.UnscheduleBroadcast(ctx, &pb.UnscheduleBroadcastRequest{Id: running})
 			return err
-		}, codes.FailedPrecondition, "pause or cancel it instead"},
+		}, codes.FailedPrecondition, "only a draft can be unscheduled"},
 		{"update a started broadcast", func() error {
 			_, err := ops.UpdateBroadcast(ctx, &pb.UpdateBroadcastRequest{Id: running, Name: proto.String("x")})
 			return err
@@ -172,7 +172,7 @@ func TestBroadcastOpsRefusals(t *testing.T) {
 		{"delete a started broadcast", func() error {
 			_, err := ops.DeleteBroadcast(ctx, &pb.DeleteBroadcastRequest{Id: running})
 			return err
-		}, codes.FailedPrecondition, "cancel it instead"},
+		}, codes.FailedPrecondition, "only a draft can be deleted"},
 		{"report with too many groups", func() error {
 			_, err := ops.ReportBroadcast(ctx, &pb.ReportBroadcastRequest{Id: draft, FailureGroups: 5000})
 			return err

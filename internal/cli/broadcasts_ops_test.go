@@ -335,7 +335,7 @@ func TestBroadcastOpsCommands(t *testing.T) {
 		s.must("broadcasts", "start", id, "--json")
 		s.waitState(id, "completed", time.Minute)
 		s.refused("only a draft can be edited", "broadcasts", "update", id, "--name", "late")
-		s.refused("cancel it instead", "broadcasts", "delete", id)
+		s.refused("kept as the record of who was sent what", "broadcasts", "delete", id)
 		s.refused("only a draft can be scheduled", "broadcasts", "schedule", id, "--at", "2031-03-14T09:00:00Z")
 
 		// What the worker sent user1 is what the preview showed, but for the
