@@ -6,12 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rangecast/rangecast/internal/clock"
+	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/testenv"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -200,5 +202,45 @@ func TestBroadcastOpsRefusals(t *testing.T) {
 		if b := s.status(running); b.GetState() == pb.BroadcastState_BROADCAST_STATE_RUNNING {
 			t.Errorf("retry of a running broadcast: %v; want FailedPrecondition", err)
 		}
+	}
+}
+
+// TestScheduledStartThatCannotStart: a scheduled draft whose content no
+// longer renders for its audience when its time comes stays a draft, is
+// taken off the schedule (not retried every tick), and says why.
+func TestScheduledStartThatCannotStart(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(time.Now())
+	s := newStack(t, stackOptions{sqlite: true, clock: fake})
+	testenv.Eventually(t, "the coordinator leads", 10*time.Second, s.coord.Leading)
+	s.seed(20)
+	id := s.create("", 0)
+	ops := pb.NewBroadcastOpsServiceClient(s.conn)
+	ctx := context.Background()
+	at := fake.Now().Add(time.Hour).Truncate(time.Second)
+	if _, err := ops.ScheduleBroadcast(ctx, &pb.ScheduleBroadcastRequest{Id: id, At: timestamppb.New(at)}); err != nil {
+		t.Fatal(err)
+	}
+	// The draft changes behind the API's back (an older client, a direct
+	// edit): it now needs an attribute no contact has.
+	b, err := s.store.GetBroadcast(ctx, ulid.MustParse(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Content.HTML = `<p>{{.Attributes.coupon}}</p><a href="{{.UnsubscribeURL}}">Unsubscribe</a>`
+	if _, err := s.store.UpdateDraft(ctx, b.ID, store.Draft{Name: b.Name, Content: b.Content}, fake.Now()); err != nil {
+		t.Fatal(err)
+	}
+	fake.Advance(time.Hour)
+	var got *pb.Broadcast
+	if !testenv.Poll(20*time.Second, func() bool {
+		fake.Advance(500 * time.Millisecond)
+		got = s.status(id)
+		return got.GetScheduledAt() == nil
+	}) {
+		t.Fatalf("still scheduled after its time: %s (%s)", got.GetState(), got.GetReason())
+	}
+	if got.GetState() != pb.BroadcastState_BROADCAST_STATE_DRAFT || !strings.Contains(got.GetReason(), "scheduled start at") || !strings.Contains(got.GetReason(), "coupon") {
+		t.Fatalf("after a failed scheduled start: %s, reason %q; want a draft saying why", got.GetState(), got.GetReason())
 	}
 }
