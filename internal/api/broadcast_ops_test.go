@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -242,5 +244,68 @@ func TestScheduledStartThatCannotStart(t *testing.T) {
 	}
 	if got.GetState() != pb.BroadcastState_BROADCAST_STATE_DRAFT || !strings.Contains(got.GetReason(), "scheduled start at") || !strings.Contains(got.GetReason(), "coupon") {
 		t.Fatalf("after a failed scheduled start: %s, reason %q; want a draft saying why", got.GetState(), got.GetReason())
+	}
+}
+
+// TestExportStreamsKeysetPages: an export of more rows than a page arrives
+// as several stream messages of at most one page each, every row once, in
+// contact id order. On both stores.
+func TestExportStreamsKeysetPages(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"postgres", "sqlite"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, stackOptions{sqlite: name == "sqlite"})
+			ctx := context.Background()
+			a := s.seed(2600)
+			id := ulid.MustParse(s.create("", 0))
+			if _, err := s.store.AcceptBroadcast(ctx, id, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			var claims []store.Claim
+			var outcomes []store.Outcome
+			for _, c := range a.contacts {
+				claims = append(claims, store.Claim{ContactID: c.ID, Email: c.Email, MessageID: "<" + id.String() + "." + c.ID.String() + "@rangecast.test>"})
+				outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendSent})
+			}
+			for i := 0; i < len(claims); i += 500 {
+				j := min(i+500, len(claims))
+				if _, err := s.store.Claim(ctx, id, "w/1", claims[i:j], time.Now()); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.store.RecordOutcomes(ctx, id, "w/1", outcomes[i:j], time.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stream, err := pb.NewBroadcastOpsServiceClient(s.conn).ExportBroadcast(ctx, &pb.ExportBroadcastRequest{Id: id.String()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msgs, rows int
+			last := ""
+			for {
+				m, err := stream.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				msgs++
+				if len(m.GetRows()) > 1000 {
+					t.Fatalf("a stream message carries %d rows; want at most a page (1000)", len(m.GetRows()))
+				}
+				for _, r := range m.GetRows() {
+					if r.GetContactId() <= last {
+						t.Fatalf("row %s after %s: not in contact id order, or twice", r.GetContactId(), last)
+					}
+					last = r.GetContactId()
+					rows++
+				}
+			}
+			if rows != 2600 || msgs != 3 {
+				t.Fatalf("export: %d rows in %d messages; want 2600 in 3", rows, msgs)
+			}
+		})
 	}
 }
