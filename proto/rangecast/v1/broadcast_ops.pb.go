@@ -154,7 +154,8 @@ type PreviewBroadcastResponse struct {
 	// contact through (unsubscribed, suppressed, not in the segment): the
 	// preview shows what the message would be, but nobody sends it.
 	Eligible bool `protobuf:"varint,9,opt,name=eligible,proto3" json:"eligible,omitempty"`
-	// sent is the contact's ledger status for this broadcast, if it has one.
+	// status is the contact's ledger status for this broadcast, if it has
+	// one (UNSPECIFIED when it has none yet).
 	Status        SendStatus `protobuf:"varint,10,opt,name=status,proto3,enum=rangecast.v1.SendStatus" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
