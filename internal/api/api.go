@@ -31,6 +31,10 @@ type Config struct {
 	Store store.Store
 	Clock clock.Clock
 	Log   *slog.Logger
+
+	// Mail renders and sends as the page workers do, for previews and
+	// test copies (broadcast_ops.go); its zero value refuses both.
+	Mail Mail
 }
 
 func (c Config) withDefaults() Config {

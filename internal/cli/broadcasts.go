@@ -20,6 +20,7 @@ import (
 func broadcastsCommand(c *client) *cobra.Command {
 	cmd := &cobra.Command{Use: "broadcasts", Aliases: []string{"broadcast", "b"}, Short: "Create, start, pause and watch broadcasts"}
 	cmd.AddCommand(createCommand(c), listCommand(c), statusCommand(c), watchCommand(c))
+	cmd.AddCommand(opsCommands(c)...) // broadcasts_ops.go
 	type action struct {
 		use, short string
 		call       func(context.Context, pb.BroadcastServiceClient, string) (*pb.Broadcast, error)
@@ -42,7 +43,8 @@ func broadcastsCommand(c *client) *cobra.Command {
 			return r.GetBroadcast(), err
 		}},
 	} {
-		cmd.AddCommand(&cobra.Command{
+		var asJSON bool
+		sub := &cobra.Command{
 			Use: a.use + " ID", Short: a.short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				bc, err := c.broadcasts()
@@ -53,10 +55,15 @@ func broadcastsCommand(c *client) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if asJSON {
+					return printProto(cmd.OutOrStdout(), b)
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", b.GetId(), stateWord(b.GetState()))
 				return nil
 			},
-		})
+		}
+		sub.Flags().BoolVar(&asJSON, "json", false, "print the broadcast as JSON")
+		cmd.AddCommand(sub)
 	}
 	return cmd
 }
@@ -64,7 +71,7 @@ func broadcastsCommand(c *client) *cobra.Command {
 func createCommand(c *client) *cobra.Command {
 	var name, from, fromName, subject, htmlFile, textFile, segment, requestID, inDoubt string
 	var throttle int64
-	var noUnsubLink bool
+	var noUnsubLink, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a draft broadcast (prints its id)",
@@ -99,11 +106,15 @@ func createCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printProto(cmd.OutOrStdout(), resp.GetBroadcast())
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), resp.GetBroadcast().GetId())
 			return nil
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print the draft as JSON instead of its id")
 	f.StringVar(&name, "name", "", "name shown in lists (required)")
 	f.StringVar(&from, "from", "", "From address, e.g. news@example.com (required)")
 	f.StringVar(&fromName, "from-name", "", "From display name")
@@ -158,9 +169,13 @@ func listCommand(c *client) *cobra.Command {
 				fmt.Fprintln(w, string(out))
 				return nil
 			}
-			fmt.Fprintf(w, "%-26s  %-10s  %10s  %s\n", "ID", "STATE", "AUDIENCE", "NAME")
+			fmt.Fprintf(w, "%-26s  %-10s  %10s  %-23s  %s\n", "ID", "STATE", "AUDIENCE", "SCHEDULED", "NAME")
 			for _, b := range resp.GetBroadcasts() {
-				fmt.Fprintf(w, "%-26s  %-10s  %10d  %s\n", b.GetId(), stateWord(b.GetState()), b.GetSnapshotTotal(), shown(b.GetName()))
+				sched := "-"
+				if b.GetScheduledAt() != nil {
+					sched = utc(b.GetScheduledAt())
+				}
+				fmt.Fprintf(w, "%-26s  %-10s  %10d  %-23s  %s\n", b.GetId(), stateWord(b.GetState()), b.GetSnapshotTotal(), sched, shown(b.GetName()))
 			}
 			if resp.GetNextPageToken() != "" {
 				fmt.Fprintf(w, "(the newest %d; --limit 0 lists every one)\n", len(resp.GetBroadcasts()))
@@ -277,6 +292,13 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 	fmt.Fprintln(w)
 	if b.GetSegment() != "" {
 		fmt.Fprintf(w, "segment    %s\n", shown(b.GetSegment()))
+	}
+	if at := b.GetScheduledAt(); at != nil {
+		if b.GetState() == pb.BroadcastState_BROADCAST_STATE_DRAFT {
+			fmt.Fprintf(w, "scheduled  starts by itself at %s\n", utc(at))
+		} else {
+			fmt.Fprintf(w, "scheduled  for %s\n", utc(at))
+		}
 	}
 	if b.GetNoUnsubscribeLink() {
 		fmt.Fprintf(w, "unsubscribe  no link in the body (created with --no-unsubscribe-link); List-Unsubscribe header only\n")

@@ -44,6 +44,7 @@ Every flag can be set by the environment variable named in its help.`,
 			o.Tokens = api.ParseTokens(os.Getenv("RANGECAST_TOKENS"))
 			o.Governor = &gov
 			o.Secrets = publicSecrets(keysFile)
+			o.Mail.DKIMKeys = append(o.Mail.DKIMKeys, server.DKIMKeysFromEnv()...)
 			return server.RunCoordinator(cmd.Context(), o)
 		},
 	}
@@ -63,7 +64,19 @@ Every flag can be set by the environment variable named in its help.`,
 	f.DurationVar(&o.Retention.Receipts, "transactional-retention", maintenance.DefaultReceiptRetention,
 		"how long a finished transactional message (payload, attempts, idempotency key) is kept after its last attempt; at least 24h. A retry with its key after that is a new message (env RANGECAST_TRANSACTIONAL_RETENTION)")
 	f.StringVar(&o.InDoubtPolicy, "in-doubt-policy", "skip", "what to do with in-doubt claims the transport cannot look up: skip (mark unknown, never risk a second copy) or resend (env RANGECAST_IN_DOUBT_POLICY)")
+	coordinatorMailFlags(cmd, &o.Mail)
 	return cmd
+}
+
+// coordinatorMailFlags are the page workers' mail settings, given to the
+// coordinator for broadcasts preview (public URL, DKIM keys) and broadcasts
+// test (and the SMTP relay). The environment variables are the workers'
+// own, so one ConfigMap or env file serves both.
+func coordinatorMailFlags(cmd *cobra.Command, m *server.MailOptions) {
+	f := cmd.Flags()
+	f.StringVar(&m.SMTPURL, "smtp-url", "", "the page workers' SMTP relay, the same URL: broadcasts test sends its copies through it; without it test copies are refused (env RANGECAST_SMTP_URL)")
+	f.StringVar(&m.PublicURL, "public-url", "", "the public URL the page workers put in unsubscribe links: broadcasts preview and test render with it (and the unsubscribe keys); without it previews are refused (env RANGECAST_PUBLIC_URL)")
+	dkimKeyFlag(cmd, &m.DKIMKeys)
 }
 
 // PageWorker is the `pageworker` server command.

@@ -13,15 +13,15 @@ import (
 )
 
 // runMaintenance starts the leader's maintenance services for the term
-// (ctx): the reputation alarm over the broadcasts this leader runs, and the
-// purges.
+// (ctx): the reputation alarm over the broadcasts this leader runs, the
+// purges, and the start of scheduled drafts (schedule.go).
 func (c *Coordinator) runMaintenance(ctx context.Context) {
 	alarm := maintenance.NewAlarm(c.cfg.Alarms, maintenance.AlarmDeps{
 		Store: c.cfg.Store, Baselines: alarmBaselines{c}, Running: c.actorIDs, Pause: c.alarmPause,
 		Clock: c.cfg.Clock, Log: c.cfg.Log,
 	})
 	retention := maintenance.NewRetention(c.cfg.Retention, c.cfg.Store, c.cfg.Clock, c.cfg.Log)
-	for _, run := range []func(context.Context){alarm.Run, retention.Run} {
+	for _, run := range []func(context.Context){alarm.Run, retention.Run, c.runSchedule} {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()

@@ -70,6 +70,10 @@ var (
 		Name: "rangecast_coordinator_broadcast_transitions_total",
 		Help: "Broadcast state changes made by the coordinator itself (completed, paused on a channel error, failed).",
 	}, []string{"state"})
+	scheduledStarts = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rangecast_coordinator_scheduled_starts_total",
+		Help: "Scheduled drafts the leader started at their time (broadcasts schedule).",
+	})
 )
 
 // Labelled counters get a series only once a label value is used, and

@@ -897,15 +897,7 @@ func (e *renderError) Error() string { return "render: " + e.err.Error() }
 func (e *renderError) Unwrap() error { return e.err }
 
 func (w *Worker) send(ctx context.Context, l *loaded, c store.Contact, now time.Time) error {
-	m, err := l.compiled.Render(message.Params{
-		BroadcastID:    l.b.ID,
-		Contact:        message.Contact{ID: c.ID, Email: c.Email, Name: c.Name, Attributes: c.Attributes},
-		Date:           now,
-		UnsubscribeURL: w.cfg.Unsubscribe.URL(l.b.ID, c.ID),
-	})
-	if err == nil {
-		m, _, err = w.cfg.DKIM.Sign(m)
-	}
+	m, err := Render(l.compiled, l.b.ID, c, now, w.cfg.Unsubscribe, w.cfg.DKIM)
 	if err != nil {
 		return &renderError{err}
 	}

@@ -203,6 +203,9 @@ type CoordinatorOptions struct {
 	// Retention bounds how long delivery events and finished
 	// transactional messages are kept.
 	Retention maintenance.RetentionConfig
+	// Mail are the workers' mail settings, for previews and test copies
+	// (mail.go).
+	Mail MailOptions
 
 	auth      *api.Auth    // built by RunCoordinator before connecting
 	publicLis net.Listener // bound by StartStack, which needs its address first
@@ -251,7 +254,7 @@ func (o CoordinatorOptions) validate() error {
 	if o.Governor != nil {
 		errs = append(errs, o.Governor.Validate())
 	}
-	errs = append(errs, o.Alarms.Validate(), o.Retention.Validate())
+	errs = append(errs, o.Alarms.Validate(), o.Retention.Validate(), o.Mail.validate(o.Secrets))
 	return errors.Join(errs...)
 }
 
@@ -306,12 +309,17 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 			return err
 		}
 	}
-	srv := api.NewGRPCServer(api.Config{Engine: c, Store: st, Clock: clock.Real{}, Log: o.Log}, auth.ServerOptions()...)
+	mail, closeMail, err := o.mail(b)
+	if err != nil {
+		return err
+	}
+	defer closeMail()
+	srv := api.NewGRPCServer(api.Config{Engine: c, Store: st, Clock: clock.Real{}, Log: o.Log, Mail: mail}, auth.ServerOptions()...)
 	pb.RegisterTransactionalServiceServer(srv, transactional.NewService(transactional.ServiceConfig{Store: st, JS: b.JS, Clock: clock.Real{}, Log: o.Log}))
 	go srv.Serve(lis) //nolint:errcheck
 	o.Log.Info("grpc listening", "addr", lis.Addr().String())
 	health.ready.Store(true)
-	err := c.Run(ctx)
+	err = c.Run(ctx)
 	srv.GracefulStop()
 	return err
 }

@@ -100,6 +100,8 @@ type Broadcast struct {
 	CreatedAt     time.Time
 	StartedAt     time.Time
 	FinishedAt    time.Time
+	// ScheduledAt is when a draft starts by itself (zero: when started).
+	ScheduledAt time.Time
 }
 
 // Audience is the result of the accept-time snapshot of the eligible audience.
@@ -159,13 +161,14 @@ type Counts struct {
 // Store is everything rangecast keeps in its database, in named groups; a
 // caller that needs one group asks for that one (web takes a Ledger).
 type Store interface {
-	Contacts   // import, one contact, suppression (audience.go)
-	Segments   // segments and their members (audience.go)
-	Broadcasts // drafts, states, the page gate
-	Claims     // the ledger's claims and outcomes
-	Ledger     // delivery events, unsubscribes, reputation, purges (ledger.go)
-	Deferrals  // deferred rows and their sweep (deferred.go)
-	Receipts   // transactional messages (receipts.go)
+	Contacts     // import, one contact, suppression (audience.go)
+	Segments     // segments and their members (audience.go)
+	Broadcasts   // drafts, states, the page gate
+	Claims       // the ledger's claims and outcomes
+	Ledger       // delivery events, unsubscribes, reputation, purges (ledger.go)
+	Deferrals    // deferred rows and their sweep (deferred.go)
+	Receipts     // transactional messages (receipts.go)
+	BroadcastOps // drafts edited and scheduled, reports, exports, retries (report.go)
 	// Ping checks the database answers (readiness).
 	Ping(ctx context.Context) error
 	Close()

@@ -205,7 +205,7 @@ func (s *Store) SegmentID(ctx context.Context, name string) (int64, error) {
 
 const broadcastColumns = `b.id, b.name, coalesce(b.request_id, ''), b.from_name, b.from_address, b.subject, b.html, b.text_body,
 coalesce(b.segment_id, 0), coalesce(s.name, ''), b.throttle_per_hour, b.in_doubt_policy, b.state, b.reason, b.snapshot_total, b.min_id, b.max_id,
-b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link`
+b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link, b.scheduled_at`
 
 const broadcastFrom = ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
 
@@ -236,11 +236,11 @@ func scanBroadcast(row pgx.Row) (store.Broadcast, error) {
 	var b store.Broadcast
 	var id [16]byte
 	var minID, maxID pgtype.UUID
-	var started, finished pgtype.Timestamptz
+	var started, finished, scheduled pgtype.Timestamptz
 	var state string
 	err := row.Scan(&id, &b.Name, &b.RequestID, &b.Content.FromName, &b.Content.FromAddress, &b.Content.Subject,
 		&b.Content.HTML, &b.Content.Text, &b.SegmentID, &b.Segment, &b.ThrottlePerHour, &b.InDoubtPolicy, &state, &b.Reason,
-		&b.SnapshotTotal, &minID, &maxID, &b.CreatedAt, &started, &finished, &b.NoUnsubscribeLink)
+		&b.SnapshotTotal, &minID, &maxID, &b.CreatedAt, &started, &finished, &b.NoUnsubscribeLink, &scheduled)
 	if err != nil {
 		return b, err
 	}
@@ -252,7 +252,7 @@ func scanBroadcast(row pgx.Row) (store.Broadcast, error) {
 	if maxID.Valid {
 		b.MaxID = ulid.ULID(maxID.Bytes)
 	}
-	b.StartedAt, b.FinishedAt = started.Time, finished.Time
+	b.StartedAt, b.FinishedAt, b.ScheduledAt = started.Time, finished.Time, scheduled.Time
 	return b, nil
 }
 

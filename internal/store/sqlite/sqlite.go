@@ -347,7 +347,7 @@ func (s *Store) SegmentID(ctx context.Context, name string) (int64, error) {
 
 const broadcastColumns = `b.id, b.name, coalesce(b.request_id, ''), b.from_name, b.from_address, b.subject, b.html, b.text_body,
 coalesce(b.segment_id, 0), coalesce(s.name, ''), b.throttle_per_hour, b.in_doubt_policy, b.state, b.reason, b.snapshot_total, b.min_id, b.max_id,
-b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link`
+b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link, b.scheduled_at`
 
 const selectBroadcast = `SELECT ` + broadcastColumns + ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
 
@@ -378,11 +378,11 @@ func scanBroadcast(row interface{ Scan(...any) error }) (store.Broadcast, error)
 	var b store.Broadcast
 	var bid, minID, maxID []byte
 	var created int64
-	var started, finished sql.NullInt64
+	var started, finished, scheduled sql.NullInt64
 	var state string
 	err := row.Scan(&bid, &b.Name, &b.RequestID, &b.Content.FromName, &b.Content.FromAddress, &b.Content.Subject,
 		&b.Content.HTML, &b.Content.Text, &b.SegmentID, &b.Segment, &b.ThrottlePerHour, &b.InDoubtPolicy, &state, &b.Reason,
-		&b.SnapshotTotal, &minID, &maxID, &created, &started, &finished, &b.NoUnsubscribeLink)
+		&b.SnapshotTotal, &minID, &maxID, &created, &started, &finished, &b.NoUnsubscribeLink, &scheduled)
 	if err != nil {
 		return b, err
 	}
@@ -396,7 +396,7 @@ func scanBroadcast(row interface{ Scan(...any) error }) (store.Broadcast, error)
 		return b, err
 	}
 	b.State = store.State(state)
-	b.CreatedAt, b.StartedAt, b.FinishedAt = fromTS(created), nullTS(started), nullTS(finished)
+	b.CreatedAt, b.StartedAt, b.FinishedAt, b.ScheduledAt = fromTS(created), nullTS(started), nullTS(finished), nullTS(scheduled)
 	return b, nil
 }
 

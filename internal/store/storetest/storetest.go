@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Audience", audienceCases},
 		{"Receipts", receiptCases},
 		{"Deferred", deferredCases},
+		{"BroadcastOps", broadcastOpsCases},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -1018,8 +1018,11 @@ type Broadcast struct {
 	// no_unsubscribe_link is true when the broadcast was created without the
 	// visible unsubscribe link check (CreateBroadcastRequest).
 	NoUnsubscribeLink bool `protobuf:"varint,14,opt,name=no_unsubscribe_link,json=noUnsubscribeLink,proto3" json:"no_unsubscribe_link,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// scheduled_at is when a draft starts by itself (BroadcastOpsService
+	// ScheduleBroadcast); kept after it started, as the record of the plan.
+	ScheduledAt   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Broadcast) Reset() {
@@ -1148,6 +1151,13 @@ func (x *Broadcast) GetNoUnsubscribeLink() bool {
 		return x.NoUnsubscribeLink
 	}
 	return false
+}
+
+func (x *Broadcast) GetScheduledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScheduledAt
+	}
+	return nil
 }
 
 type Progress struct {
@@ -1427,7 +1437,7 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\n" +
 	"broadcasts\x18\x01 \x03(\v2\x17.rangecast.v1.BroadcastR\n" +
 	"broadcasts\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xfe\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbd\x05\n" +
 	"\tBroadcast\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x122\n" +
@@ -1446,7 +1456,8 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"finishedAt\x122\n" +
 	"\bprogress\x18\f \x01(\v2\x16.rangecast.v1.ProgressR\bprogress\x12C\n" +
 	"\x0fin_doubt_policy\x18\r \x01(\x0e2\x1b.rangecast.v1.InDoubtPolicyR\rinDoubtPolicy\x12.\n" +
-	"\x13no_unsubscribe_link\x18\x0e \x01(\bR\x11noUnsubscribeLink\"\xcc\x02\n" +
+	"\x13no_unsubscribe_link\x18\x0e \x01(\bR\x11noUnsubscribeLink\x12=\n" +
+	"\fscheduled_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\"\xcc\x02\n" +
 	"\bProgress\x12!\n" +
 	"\franges_total\x18\x01 \x01(\x05R\vrangesTotal\x12\x1f\n" +
 	"\vranges_done\x18\x02 \x01(\x05R\n" +
@@ -1549,28 +1560,29 @@ var file_rangecast_v1_broadcast_proto_depIdxs = []int32{
 	22, // 14: rangecast.v1.Broadcast.finished_at:type_name -> google.protobuf.Timestamp
 	20, // 15: rangecast.v1.Broadcast.progress:type_name -> rangecast.v1.Progress
 	1,  // 16: rangecast.v1.Broadcast.in_doubt_policy:type_name -> rangecast.v1.InDoubtPolicy
-	21, // 17: rangecast.v1.Progress.ranges:type_name -> rangecast.v1.RangeProgress
-	3,  // 18: rangecast.v1.BroadcastService.CreateBroadcast:input_type -> rangecast.v1.CreateBroadcastRequest
-	5,  // 19: rangecast.v1.BroadcastService.StartBroadcast:input_type -> rangecast.v1.StartBroadcastRequest
-	7,  // 20: rangecast.v1.BroadcastService.PauseBroadcast:input_type -> rangecast.v1.PauseBroadcastRequest
-	9,  // 21: rangecast.v1.BroadcastService.ResumeBroadcast:input_type -> rangecast.v1.ResumeBroadcastRequest
-	11, // 22: rangecast.v1.BroadcastService.CancelBroadcast:input_type -> rangecast.v1.CancelBroadcastRequest
-	13, // 23: rangecast.v1.BroadcastService.GetBroadcast:input_type -> rangecast.v1.GetBroadcastRequest
-	15, // 24: rangecast.v1.BroadcastService.WatchBroadcast:input_type -> rangecast.v1.WatchBroadcastRequest
-	17, // 25: rangecast.v1.BroadcastService.ListBroadcasts:input_type -> rangecast.v1.ListBroadcastsRequest
-	4,  // 26: rangecast.v1.BroadcastService.CreateBroadcast:output_type -> rangecast.v1.CreateBroadcastResponse
-	6,  // 27: rangecast.v1.BroadcastService.StartBroadcast:output_type -> rangecast.v1.StartBroadcastResponse
-	8,  // 28: rangecast.v1.BroadcastService.PauseBroadcast:output_type -> rangecast.v1.PauseBroadcastResponse
-	10, // 29: rangecast.v1.BroadcastService.ResumeBroadcast:output_type -> rangecast.v1.ResumeBroadcastResponse
-	12, // 30: rangecast.v1.BroadcastService.CancelBroadcast:output_type -> rangecast.v1.CancelBroadcastResponse
-	14, // 31: rangecast.v1.BroadcastService.GetBroadcast:output_type -> rangecast.v1.GetBroadcastResponse
-	16, // 32: rangecast.v1.BroadcastService.WatchBroadcast:output_type -> rangecast.v1.WatchBroadcastResponse
-	18, // 33: rangecast.v1.BroadcastService.ListBroadcasts:output_type -> rangecast.v1.ListBroadcastsResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	22, // 17: rangecast.v1.Broadcast.scheduled_at:type_name -> google.protobuf.Timestamp
+	21, // 18: rangecast.v1.Progress.ranges:type_name -> rangecast.v1.RangeProgress
+	3,  // 19: rangecast.v1.BroadcastService.CreateBroadcast:input_type -> rangecast.v1.CreateBroadcastRequest
+	5,  // 20: rangecast.v1.BroadcastService.StartBroadcast:input_type -> rangecast.v1.StartBroadcastRequest
+	7,  // 21: rangecast.v1.BroadcastService.PauseBroadcast:input_type -> rangecast.v1.PauseBroadcastRequest
+	9,  // 22: rangecast.v1.BroadcastService.ResumeBroadcast:input_type -> rangecast.v1.ResumeBroadcastRequest
+	11, // 23: rangecast.v1.BroadcastService.CancelBroadcast:input_type -> rangecast.v1.CancelBroadcastRequest
+	13, // 24: rangecast.v1.BroadcastService.GetBroadcast:input_type -> rangecast.v1.GetBroadcastRequest
+	15, // 25: rangecast.v1.BroadcastService.WatchBroadcast:input_type -> rangecast.v1.WatchBroadcastRequest
+	17, // 26: rangecast.v1.BroadcastService.ListBroadcasts:input_type -> rangecast.v1.ListBroadcastsRequest
+	4,  // 27: rangecast.v1.BroadcastService.CreateBroadcast:output_type -> rangecast.v1.CreateBroadcastResponse
+	6,  // 28: rangecast.v1.BroadcastService.StartBroadcast:output_type -> rangecast.v1.StartBroadcastResponse
+	8,  // 29: rangecast.v1.BroadcastService.PauseBroadcast:output_type -> rangecast.v1.PauseBroadcastResponse
+	10, // 30: rangecast.v1.BroadcastService.ResumeBroadcast:output_type -> rangecast.v1.ResumeBroadcastResponse
+	12, // 31: rangecast.v1.BroadcastService.CancelBroadcast:output_type -> rangecast.v1.CancelBroadcastResponse
+	14, // 32: rangecast.v1.BroadcastService.GetBroadcast:output_type -> rangecast.v1.GetBroadcastResponse
+	16, // 33: rangecast.v1.BroadcastService.WatchBroadcast:output_type -> rangecast.v1.WatchBroadcastResponse
+	18, // 34: rangecast.v1.BroadcastService.ListBroadcasts:output_type -> rangecast.v1.ListBroadcastsResponse
+	27, // [27:35] is the sub-list for method output_type
+	19, // [19:27] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_rangecast_v1_broadcast_proto_init() }

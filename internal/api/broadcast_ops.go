@@ -1,0 +1,596 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"mime/quotedprintable"
+	"net/mail"
+	"net/textproto"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/message"
+	"github.com/rangecast/rangecast/internal/pageworker"
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/transport"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// Mail is what the coordinator needs to render and send as a page worker
+// does, for previews and test copies: the same unsubscribe links, DKIM
+// keys and SMTP relay the workers are configured with.
+type Mail struct {
+	// Unsubscribe signs the one-click links; nil: the coordinator was not
+	// told the public URL and key, and cannot render what a worker sends.
+	Unsubscribe *message.Unsubscribe
+	// DKIM signs with the From domain's keys; nil signs nothing.
+	DKIM *message.DKIM
+	// Transport sends test copies; nil: no SMTP relay configured.
+	Transport transport.Transport
+	// Usage, when set, is told the outcome of every test copy, so the
+	// sending domain's governor counts it toward the day and the hourly
+	// limit as it counts transactional mail (transactional.HeldProviders).
+	Usage Usage
+}
+
+// Usage counts mail sent outside pages in the governors.
+type Usage interface {
+	Observe(sendingDomain, recipient string, c transport.Class, now time.Time)
+}
+
+// Limits of the operator's calls.
+const (
+	maxTestRecipients = 20
+	defaultGroups     = 20
+	maxGroups         = 1000
+	// exportPage is how many ledger rows one store read and one stream
+	// message carry: about 200 kB, far below gRPC's 4 MB.
+	exportPage = 1000
+	// testTimeout bounds a test send to all its addresses.
+	testTimeout = time.Minute
+)
+
+// BroadcastOpsAPI serves rangecast.v1.BroadcastOpsService.
+type BroadcastOpsAPI struct {
+	pb.UnimplementedBroadcastOpsServiceServer
+	cfg Config
+	ids *idSource
+}
+
+// NewBroadcastOpsAPI returns the gRPC service backed by cfg.
+func NewBroadcastOpsAPI(cfg Config) *BroadcastOpsAPI {
+	return &BroadcastOpsAPI{cfg: cfg.withDefaults(), ids: newIDSource()}
+}
+
+// broadcast reads the broadcast a request names.
+func (api *BroadcastOpsAPI) broadcast(ctx context.Context, rawID string) (store.Broadcast, error) {
+	id, err := parseID(rawID)
+	if err != nil {
+		return store.Broadcast{}, err
+	}
+	b, err := api.cfg.Store.GetBroadcast(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return b, status.Errorf(codes.NotFound, "no broadcast %s (rangecast broadcasts list shows them)", id)
+	}
+	if err != nil {
+		return b, Error(err)
+	}
+	return b, nil
+}
+
+// notDraft refuses a change only a draft allows, with what can be done
+// instead of it in b's state.
+func notDraft(b store.Broadcast, verb string) error {
+	var instead string
+	switch {
+	case verb == "deleted" && b.State.Finished():
+		instead = "; a started broadcast is kept as the record of who was sent what"
+	case verb == "deleted":
+		instead = " (a started broadcast's ledger is the record of who was sent what); cancel it instead"
+	case verb == "edited":
+		instead = "; create a new broadcast instead"
+	case b.State == store.StateRunning || b.State == store.StatePaused:
+		instead = " (it has started; pause or cancel it instead)"
+	}
+	return status.Errorf(codes.FailedPrecondition, "broadcast %s is %s; only a draft can be %s%s", b.ID, b.State, verb, instead)
+}
+
+func compile(b store.Broadcast) (*message.Compiled, error) {
+	compiled, err := message.Compile(message.Template(b.Content))
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "broadcast %s's content does not compile: %v; update the draft", b.ID, err)
+	}
+	return compiled, nil
+}
+
+func (api *BroadcastOpsAPI) PreviewBroadcast(ctx context.Context, req *pb.PreviewBroadcastRequest) (*pb.PreviewBroadcastResponse, error) {
+	b, err := api.broadcast(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if (req.GetContactEmail() == "") == (req.GetContactId() == "") {
+		return nil, invalid("name the contact by exactly one of contact_email and contact_id")
+	}
+	if api.cfg.Mail.Unsubscribe == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this coordinator cannot render what a page worker sends: give it the workers' --public-url (RANGECAST_PUBLIC_URL) and unsubscribe keys (RANGECAST_UNSUBSCRIBE_KEYS)")
+	}
+	d, err := api.contact(ctx, req.GetContactEmail(), req.GetContactId())
+	if err != nil {
+		return nil, err
+	}
+	compiled, err := compile(b)
+	if err != nil {
+		return nil, err
+	}
+	m, err := pageworker.Render(compiled, b.ID, d.Contact, api.cfg.Clock.Now(), api.cfg.Mail.Unsubscribe, api.cfg.Mail.DKIM)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "the message cannot be rendered for %s: %v (a page would fail this contact)", d.Email, err)
+	}
+	out, err := previewPB(m)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "read back the rendered message: %v", err)
+	}
+	out.Eligible = d.Eligible && (b.Segment == "" || contains(d.Segments, b.Segment))
+	if s, err := api.cfg.Store.GetSend(ctx, b.ID, d.ID); err == nil {
+		out.Status = SendStatusPB(s.Status)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, Error(err)
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// contact finds a contact by email or id, NotFound with the name given.
+func (api *BroadcastOpsAPI) contact(ctx context.Context, email, rawID string) (store.ContactDetail, error) {
+	var d store.ContactDetail
+	var err error
+	if rawID != "" {
+		id, perr := ulid.ParseStrict(rawID)
+		if perr != nil {
+			return d, invalid("contact_id %q is not a contact id (a 26-character ULID)", rawID)
+		}
+		d, err = api.cfg.Store.GetContact(ctx, id)
+	} else {
+		d, err = api.cfg.Store.ContactByEmail(ctx, email)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return d, status.Errorf(codes.NotFound, "no contact %s%s (rangecast contacts show looks one up)", email, rawID)
+	}
+	return d, Error(err)
+}
+
+// previewPB reads a rendered message back into its parts.
+func previewPB(m message.Rendered) (*pb.PreviewBroadcastResponse, error) {
+	out := &pb.PreviewBroadcastResponse{MessageId: m.MessageID, EnvelopeFrom: m.From, EnvelopeTo: m.To, Raw: m.Bytes}
+	msg, err := mail.ReadMessage(bytes.NewReader(m.Bytes))
+	if err != nil {
+		return nil, err
+	}
+	dec := new(mime.WordDecoder)
+	// net/mail keeps fields in a map; the raw header block has the order.
+	head, _, _ := bytes.Cut(m.Bytes, []byte("\r\n\r\n"))
+	for _, line := range strings.Split(string(head), "\r\n") {
+		if line == "" || line[0] == ' ' || line[0] == '\t' {
+			continue // a folded continuation, read with its field below
+		}
+		name, _, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		if seenHeader(out.Headers, name) {
+			continue
+		}
+		for _, v := range msg.Header[textproto.CanonicalMIMEHeaderKey(name)] {
+			if d, err := dec.DecodeHeader(v); err == nil {
+				v = d
+			}
+			out.Headers = append(out.Headers, &pb.MessageHeader{Name: name, Value: v})
+		}
+	}
+	if s, err := dec.DecodeHeader(msg.Header.Get("Subject")); err == nil {
+		out.Subject = s
+	}
+	if err := readBodies(out, msg.Header.Get("Content-Type"), msg.Header.Get("Content-Transfer-Encoding"), msg.Body); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func seenHeader(hs []*pb.MessageHeader, name string) bool {
+	for _, h := range hs {
+		if strings.EqualFold(h.Name, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// readBodies fills the text and HTML parts of a message body.
+func readBodies(out *pb.PreviewBroadcastResponse, contentType, encoding string, body io.Reader) error {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return err
+	}
+	if strings.HasPrefix(mt, "multipart/") {
+		r := multipart.NewReader(body, params["boundary"])
+		for {
+			p, err := r.NextRawPart()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := readBodies(out, p.Header.Get("Content-Type"), p.Header.Get("Content-Transfer-Encoding"), p); err != nil {
+				return err
+			}
+		}
+	}
+	if strings.EqualFold(encoding, "quoted-printable") {
+		body = quotedprintable.NewReader(body)
+	}
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return err
+	}
+	switch mt {
+	case "text/plain":
+		out.Text = string(raw)
+	case "text/html":
+		out.Html = string(raw)
+	}
+	return nil
+}
+
+func (api *BroadcastOpsAPI) TestBroadcast(ctx context.Context, req *pb.TestBroadcastRequest) (*pb.TestBroadcastResponse, error) {
+	b, err := api.broadcast(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	to := req.GetTo()
+	if len(to) == 0 || len(to) > maxTestRecipients {
+		return nil, invalid("to lists %d addresses; give 1 to %d", len(to), maxTestRecipients)
+	}
+	for _, addr := range to {
+		if _, err := mail.ParseAddress(addr); err != nil || strings.ContainsAny(addr, "<> ") {
+			return nil, invalid("to: %q is not an email address (give a bare address such as ann@example.com)", addr)
+		}
+	}
+	mc := api.cfg.Mail
+	if mc.Transport == nil || mc.Unsubscribe == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this coordinator has no SMTP relay or unsubscribe links to send test copies with: give it the workers' --smtp-url (RANGECAST_SMTP_URL), --public-url (RANGECAST_PUBLIC_URL) and unsubscribe keys (RANGECAST_UNSUBSCRIBE_KEYS)")
+	}
+	compiled, err := compile(b)
+	if err != nil {
+		return nil, err
+	}
+	var fixed *store.ContactDetail
+	if req.GetContactEmail() != "" {
+		d, err := api.contact(ctx, req.GetContactEmail(), "")
+		if err != nil {
+			return nil, err
+		}
+		fixed = &d
+	}
+	sample, err := api.sample(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, testTimeout)
+	defer cancel()
+	now := api.cfg.Clock.Now()
+	out := &pb.TestBroadcastResponse{Results: make([]*pb.TestSendResult, len(to))}
+	var wg sync.WaitGroup
+	for i, addr := range to {
+		c := sample
+		if fixed != nil {
+			c = fixed.Contact
+		} else if d, err := api.cfg.Store.ContactByEmail(ctx, addr); err == nil {
+			c = d.Contact
+		}
+		// A fresh id: the copy's Message-ID and unsubscribe link name no
+		// ledger row and no contact, so a webhook about it or a click on
+		// its link changes nobody's record.
+		c.ID, c.Email = api.ids.make(now), addr
+		res := &pb.TestSendResult{To: addr}
+		out.Results[i] = res
+		m, err := pageworker.Render(compiled, b.ID, c, now, mc.Unsubscribe, mc.DKIM)
+		if err != nil {
+			res.Reply = fmt.Sprintf("render: %v", err)
+			continue
+		}
+		res.MessageId = m.MessageID
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := mc.Transport.Send(ctx, m)
+			if mc.Usage != nil {
+				class := transport.Class(0) // sent
+				if err != nil {
+					class = transport.Classify(err)
+				}
+				mc.Usage.Observe(compiled.SendingDomain(), addr, class, now)
+			}
+			if err != nil {
+				res.Reply = err.Error()
+				return
+			}
+			res.Accepted, res.Reply = true, reply
+		}()
+	}
+	wg.Wait()
+	api.cfg.Log.Info("test copies sent", "broadcast", b.ID, "to", len(to))
+	return out, nil
+}
+
+// sample is the contact test copies are rendered with when the address is
+// no contact: the audience's first eligible contact, so the attributes the
+// template needs are there; an empty contact when the audience is empty.
+func (api *BroadcastOpsAPI) sample(ctx context.Context, b store.Broadcast) (store.Contact, error) {
+	var last ulid.ULID
+	for i := range last {
+		last[i] = 0xff
+	}
+	cs, err := api.cfg.Store.EligiblePage(ctx, b, ulid.ULID{}, last, 1)
+	if err != nil {
+		return store.Contact{}, Error(err)
+	}
+	if len(cs) == 0 {
+		return store.Contact{Subscribed: true}, nil
+	}
+	return cs[0], nil
+}
+
+func (api *BroadcastOpsAPI) ScheduleBroadcast(ctx context.Context, req *pb.ScheduleBroadcastRequest) (*pb.ScheduleBroadcastResponse, error) {
+	b, err := api.broadcast(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetAt() == nil {
+		return nil, invalid("at is required: when the broadcast starts (RFC 3339, e.g. 2031-03-14T09:00:00Z)")
+	}
+	if err := req.GetAt().CheckValid(); err != nil {
+		return nil, invalid("at: %v", err)
+	}
+	at, now := req.GetAt().AsTime(), api.cfg.Clock.Now()
+	if !at.After(now) {
+		return nil, invalid("at %s is not in the future (it is %s UTC now); to send now, use rangecast broadcasts start", at.UTC().Format(time.RFC3339), now.UTC().Format(time.DateTime))
+	}
+	if b.State != store.StateDraft {
+		return nil, notDraft(b, "scheduled")
+	}
+	// The content must start at its time: check it against the list now,
+	// not when nobody is watching.
+	if err := api.cfg.Engine.Preflight(ctx, b); err != nil {
+		return nil, Error(err)
+	}
+	out, err := api.cfg.Store.ScheduleDraft(ctx, b.ID, at, now)
+	if errors.Is(err, store.ErrConflict) {
+		return nil, notDraft(out, "scheduled")
+	}
+	if err != nil {
+		return nil, Error(err)
+	}
+	return &pb.ScheduleBroadcastResponse{Broadcast: broadcastPB(out, nil)}, nil
+}
+
+func (api *BroadcastOpsAPI) UnscheduleBroadcast(ctx context.Context, req *pb.UnscheduleBroadcastRequest) (*pb.UnscheduleBroadcastResponse, error) {
+	b, err := api.broadcast(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	out, err := api.cfg.Store.ScheduleDraft(ctx, b.ID, time.Time{}, api.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) {
+		return nil, notDraft(out, "unscheduled")
+	}
+	if err != nil {
+		return nil, Error(err)
+	}
+	return &pb.UnscheduleBroadcastResponse{Broadcast: broadcastPB(out, nil)}, nil
+}
+
+func (api *BroadcastOpsAPI) UpdateBroadcast(ctx context.Context, req *pb.UpdateBroadcastRequest) (*pb.UpdateBroadcastResponse, error) {
+	b, err := api.broadcast(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if b.State != store.StateDraft {
+		return nil, notDraft(b, "edited")
+	}
+	d := store.Draft{Name: b.Name, Content: b.Content, SegmentID: b.SegmentID, ThrottlePerHour: b.ThrottlePerHour,
+		InDoubtPolicy: b.InDoubtPolicy, NoUnsubscribeLink: b.NoUnsubscribeLink}
+	set := func(dst *string, v *string) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&d.Name, req.Name)
+	set(&d.Content.FromName, req.FromName)
+	set(&d.Content.FromAddress, req.FromAddress)
+	set(&d.Content.Subject, req.Subject)
+	set(&d.Content.HTML, req.Html)
+	set(&d.Content.Text, req.Text)
+	if req.NoUnsubscribeLink != nil {
+		d.NoUnsubscribeLink = *req.NoUnsubscribeLink
+	}
+	if req.ThrottlePerHour != nil {
+		if *req.ThrottlePerHour < 0 {
+			return nil, invalid("throttle_per_hour must be 0 (no throttle) or positive, not %d", *req.ThrottlePerHour)
+		}
+		d.ThrottlePerHour = *req.ThrottlePerHour
+	}
+	if req.InDoubtPolicy != nil {
+		policy, ok := policyNames[*req.InDoubtPolicy]
+		if !ok {
+			return nil, invalid("in_doubt_policy %v is not one of skip or resend", *req.InDoubtPolicy)
+		}
+		d.InDoubtPolicy = policy
+	}
+	segment := b.Segment
+	if req.Segment != nil {
+		segment, d.SegmentID = *req.Segment, 0
+		if segment != "" {
+			id, err := api.cfg.Store.SegmentID(ctx, segment)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, invalid("segment %q does not exist; import contacts into it first", segment)
+			}
+			if err != nil {
+				return nil, Error(err)
+			}
+			d.SegmentID = id
+		}
+	}
+	// The same checks as create: a name fit for a header, content that
+	// compiles, shows an unsubscribe link and renders for the audience.
+	if d.Name == "" {
+		return nil, invalid("name cannot be empty")
+	}
+	if err := message.ValidateHeaderValue("name", d.Name); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if err := message.CheckBroadcast(message.Template(d.Content), d.NoUnsubscribeLink); err != nil {
+		return nil, invalid("content: %v", err)
+	}
+	if err := api.cfg.Engine.Preflight(ctx, store.Broadcast{Content: d.Content, SegmentID: d.SegmentID}); err != nil {
+		if coordinator.KindOf(err) == coordinator.PreflightFailed {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		return nil, Error(err)
+	}
+	out, err := api.cfg.Store.UpdateDraft(ctx, b.ID, d, api.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) {
+		return nil, notDraft(out, "edited")
+	}
+	if err != nil {
+		return nil, Error(err)
+	}
+	return &pb.UpdateBroadcastResponse{Broadcast: broadcastPB(out, nil)}, nil
+}
+
+func (api *BroadcastOpsAPI) DeleteBroadcast(ctx context.Context, req *pb.DeleteBroadcastRequest) (*pb.DeleteBroadcastResponse, error) {
+	b, err := api.broadcast(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	out, err := api.cfg.Store.DeleteDraft(ctx, b.ID)
+	if errors.Is(err, store.ErrConflict) {
+		return nil, notDraft(out, "deleted")
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "no broadcast %s (deleted already?)", b.ID)
+	}
+	if err != nil {
+		return nil, Error(err)
+	}
+	api.cfg.Log.Info("draft deleted", "broadcast", b.ID)
+	return &pb.DeleteBroadcastResponse{Broadcast: broadcastPB(out, nil)}, nil
+}
+
+// reportStatuses are the ledger statuses a report lists, every one of
+// them, in the ledger's order.
+var reportStatuses = []store.SendStatus{store.SendClaimed, store.SendDeferred, store.SendSent, store.SendDelivered, store.SendOpened,
+	store.SendClicked, store.SendBounced, store.SendComplained, store.SendUnsubscribed, store.SendFailed, store.SendUnknown}
+
+func (api *BroadcastOpsAPI) ReportBroadcast(ctx context.Context, req *pb.ReportBroadcastRequest) (*pb.ReportBroadcastResponse, error) {
+	groups := int(req.GetFailureGroups())
+	switch {
+	case groups < 0 || groups > maxGroups:
+		return nil, invalid("failure_groups is %d; give 1 to %d, or 0 for %d", groups, maxGroups, defaultGroups)
+	case groups == 0:
+		groups = defaultGroups
+	}
+	b, err := api.broadcast(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	r, err := api.cfg.Store.Report(ctx, b.ID, groups)
+	if err != nil {
+		return nil, Error(err)
+	}
+	st := r.Statuses
+	out := &pb.ReportBroadcastResponse{
+		Broadcast: broadcastPB(b, nil), Accepted: r.Reputation.Accepted, Delivered: r.Reputation.Delivered,
+		Opened: st[store.SendOpened] + st[store.SendClicked], Clicked: st[store.SendClicked],
+		Bounced: r.Reputation.Bounced, Complained: r.Reputation.Complained, Unsubscribed: st[store.SendUnsubscribed],
+		Retryable: r.Retryable,
+	}
+	for _, s := range reportStatuses {
+		out.Statuses = append(out.Statuses, &pb.StatusCount{Status: SendStatusPB(s), Count: st[s]})
+	}
+	for _, t := range store.EventTypes {
+		out.Events = append(out.Events, &pb.EventCount{Type: string(t), Contacts: r.Events[t]})
+	}
+	if out.Accepted > 0 {
+		out.BounceRate = float64(out.Bounced) / float64(out.Accepted)
+	}
+	if out.Delivered > 0 {
+		out.ComplaintRate = float64(out.Complained) / float64(out.Delivered)
+	}
+	alarms := api.cfg.Engine.Alarms()
+	out.BounceAlarm, out.ComplaintAlarm, out.AlarmMinSample = alarms.BounceRate, alarms.ComplaintRate, alarms.MinSample
+	for _, g := range r.Failures {
+		out.Failures = append(out.Failures, &pb.FailureGroup{Reply: g.Reply, Count: g.Count, Example: g.Example})
+	}
+	return out, nil
+}
+
+func (api *BroadcastOpsAPI) ExportBroadcast(req *pb.ExportBroadcastRequest, stream pb.BroadcastOpsService_ExportBroadcastServer) error {
+	ctx := stream.Context()
+	b, err := api.broadcast(ctx, req.GetId())
+	if err != nil {
+		return err
+	}
+	// One keyset page in memory at a time, whatever the broadcast's size.
+	for after := (ulid.ULID{}); ; {
+		rows, err := api.cfg.Store.ExportPage(ctx, b.ID, after, exportPage)
+		if err != nil {
+			return Error(err)
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		msg := &pb.ExportBroadcastResponse{Rows: make([]*pb.LedgerRow, len(rows))}
+		for i, s := range rows {
+			msg.Rows[i] = &pb.LedgerRow{ContactId: s.ContactID.String(), Email: s.Email, Status: SendStatusPB(s.Status),
+				Attempts: int32(s.Attempt), Reply: s.Error, MessageId: s.MessageID, ClaimedAt: timestamp(s.ClaimedAt), UpdatedAt: timestamp(s.UpdatedAt)}
+		}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		if len(rows) < exportPage {
+			return nil
+		}
+		after = rows[len(rows)-1].ContactID
+	}
+}
+
+func (api *BroadcastOpsAPI) RetryBroadcast(ctx context.Context, req *pb.RetryBroadcastRequest) (*pb.RetryBroadcastResponse, error) {
+	b, err := api.broadcast(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	r, err := api.cfg.Engine.Retry(ctx, b.ID, req.GetIncludeUnknown())
+	if err != nil {
+		return nil, Error(err)
+	}
+	return &pb.RetryBroadcastResponse{Broadcast: statusPB(r.Status), Failed: r.Failed, Unknown: r.Unknown}, nil
+}

@@ -1,0 +1,183 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// stateRefusal is the error of a change a broadcast's state does not allow:
+// ErrNotFound when there is no such broadcast, ErrConflict otherwise, with
+// the broadcast as it is.
+func (s *Store) stateRefusal(ctx context.Context, id ulid.ULID, op string) (store.Broadcast, error) {
+	b, err := s.GetBroadcast(ctx, id)
+	if err != nil {
+		return b, err
+	}
+	return b, fmt.Errorf("%s: broadcast %s is %s: %w", op, id, b.State, store.ErrConflict)
+}
+
+func (s *Store) UpdateDraft(ctx context.Context, id ulid.ULID, d store.Draft, now time.Time) (store.Broadcast, error) {
+	if err := store.CheckBroadcast(store.Broadcast{Name: d.Name, Content: d.Content}); err != nil {
+		return store.Broadcast{}, fmt.Errorf("update draft: %w", err)
+	}
+	var segment *int64
+	if d.SegmentID != 0 {
+		segment = &d.SegmentID
+	}
+	c := d.Content
+	tag, err := s.pool.Exec(ctx, `
+UPDATE broadcasts SET name = $2, from_name = $3, from_address = $4, subject = $5, html = $6, text_body = $7,
+       segment_id = $8, throttle_per_hour = $9, in_doubt_policy = $10, no_unsubscribe_link = $11, updated_at = $12
+WHERE id = $1 AND state = 'draft'`,
+		uid(id), d.Name, c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, segment, d.ThrottlePerHour, d.InDoubtPolicy,
+		d.NoUnsubscribeLink, now)
+	if err != nil {
+		return store.Broadcast{}, mapErr("update draft", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return s.stateRefusal(ctx, id, "update draft")
+	}
+	return s.GetBroadcast(ctx, id)
+}
+
+func (s *Store) DeleteDraft(ctx context.Context, id ulid.ULID) (store.Broadcast, error) {
+	b, err := scanBroadcast(s.pool.QueryRow(ctx, `
+WITH gone AS (DELETE FROM broadcasts WHERE id = $1 AND state = 'draft' RETURNING *)
+SELECT `+broadcastColumns+` FROM gone b LEFT JOIN segments s ON s.id = b.segment_id`, uid(id)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s.stateRefusal(ctx, id, "delete draft")
+	}
+	return b, mapErr("delete draft", err)
+}
+
+func (s *Store) ScheduleDraft(ctx context.Context, id ulid.ULID, at, now time.Time) (store.Broadcast, error) {
+	var when *time.Time
+	if !at.IsZero() {
+		when = &at
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE broadcasts SET scheduled_at = $2, updated_at = $3 WHERE id = $1 AND state = 'draft'`, uid(id), when, now)
+	if err != nil {
+		return store.Broadcast{}, mapErr("schedule draft", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return s.stateRefusal(ctx, id, "schedule draft")
+	}
+	return s.GetBroadcast(ctx, id)
+}
+
+func (s *Store) DueScheduled(ctx context.Context, now time.Time, limit int) ([]ulid.ULID, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT id FROM broadcasts WHERE state = 'draft' AND scheduled_at IS NOT NULL AND scheduled_at <= $1
+ORDER BY scheduled_at, id LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, mapErr("due scheduled broadcasts", err)
+	}
+	var out []ulid.ULID
+	var id [16]byte
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		out = append(out, ulid.ULID(id))
+		return nil
+	})
+	return out, mapErr("due scheduled broadcasts", err)
+}
+
+func (s *Store) Report(ctx context.Context, id ulid.ULID, groups int) (store.Report, error) {
+	if _, err := s.GetBroadcast(ctx, id); err != nil {
+		return store.Report{}, err
+	}
+	r := store.Report{Statuses: map[store.SendStatus]int64{}, Events: map[store.EventType]int64{}}
+	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM broadcast_sends WHERE broadcast_id = $1 GROUP BY status`, uid(id))
+	if err != nil {
+		return r, mapErr("report: statuses", err)
+	}
+	var key string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error { r.Statuses[store.SendStatus(key)] = n; return nil }); err != nil {
+		return r, mapErr("report: statuses", err)
+	}
+	rows, err = s.pool.Query(ctx, `
+SELECT type, count(DISTINCT contact_id) FROM delivery_events WHERE broadcast_id = $1 GROUP BY type`, uid(id))
+	if err != nil {
+		return r, mapErr("report: events", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error { r.Events[store.EventType(key)] = n; return nil }); err != nil {
+		return r, mapErr("report: events", err)
+	}
+	// Row by row, so the tally's memory is the distinct replies, not the
+	// failed rows.
+	rows, err = s.pool.Query(ctx, `SELECT error, email FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'failed'`, uid(id))
+	if err != nil {
+		return r, mapErr("report: failures", err)
+	}
+	var tally store.FailureTally
+	var reply, email string
+	if _, err := pgx.ForEachRow(rows, []any{&reply, &email}, func() error { tally.Add(reply, email); return nil }); err != nil {
+		return r, mapErr("report: failures", err)
+	}
+	tally.Fill(&r, groups)
+	if r.Reputation, err = s.Reputation(ctx, id); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+func (s *Store) ExportPage(ctx context.Context, id, after ulid.ULID, limit int) ([]store.Send, error) {
+	return s.sends(ctx, "export ledger", id, `
+WHERE broadcast_id = $1 AND contact_id > $2
+ORDER BY contact_id LIMIT $3`, uid(id), uid(after), limit)
+}
+
+func (s *Store) Reopen(ctx context.Context, id ulid.ULID, unknown bool, reason string, now time.Time) (store.Reopened, error) {
+	var out store.Reopened
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return out, mapErr("reopen", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var state string
+	if err := tx.QueryRow(ctx, `SELECT state FROM broadcasts WHERE id = $1 FOR UPDATE`, uid(id)).Scan(&state); err != nil {
+		return out, mapErr("reopen broadcast "+id.String(), err)
+	}
+	if store.State(state) != store.StateCompleted {
+		out.Broadcast, err = s.GetBroadcast(ctx, id)
+		if err != nil {
+			return out, err
+		}
+		return out, fmt.Errorf("reopen: broadcast %s is %s: %w", id, state, store.ErrConflict)
+	}
+	// Neither a failed nor an unknown row was accepted, so the reputation
+	// sums do not change; "NOT accepted" keeps it so whatever a webhook did.
+	const reopen = `
+UPDATE broadcast_sends SET status = 'deferred', retry_at = $2, attempt = 0, owner = '', updated_at = $2,
+       error = 'retry requested; before: ' || error
+WHERE broadcast_id = $1 AND NOT accepted AND `
+	tag, err := tx.Exec(ctx, reopen+`status = 'failed' AND error LIKE $3`, uid(id), now, store.GaveUpPrefix+"%")
+	if err != nil {
+		return out, mapErr("reopen failed rows", err)
+	}
+	out.Failed = tag.RowsAffected()
+	if unknown {
+		if tag, err = tx.Exec(ctx, reopen+`status = 'unknown'`, uid(id), now); err != nil {
+			return out, mapErr("reopen unknown rows", err)
+		}
+		out.Unknown = tag.RowsAffected()
+	}
+	if out.Failed+out.Unknown > 0 {
+		_, err = tx.Exec(ctx, `UPDATE broadcasts SET state = 'running', reason = $2, finished_at = NULL, updated_at = $3 WHERE id = $1`, uid(id), reason, now)
+		if err != nil {
+			return out, mapErr("reopen broadcast", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return out, mapErr("reopen", err)
+	}
+	out.Broadcast, err = s.GetBroadcast(ctx, id)
+	return out, err
+}

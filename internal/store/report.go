@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// GaveUpPrefix starts the error of a ledger row the sweep failed after its
+// transient attempts ran out (pageworker's runSweep writes it): the rows a
+// retry may send again. Every other failed row was refused for good (a 5xx
+// for that address, a render error) and is never retried.
+const GaveUpPrefix = "gave up after "
+
+// Draft is what UpdateDraft may change of a draft; every field is the new
+// value (the caller merges what it keeps).
+type Draft struct {
+	Name              string
+	Content           Content
+	SegmentID         int64
+	ThrottlePerHour   int64
+	InDoubtPolicy     string
+	NoUnsubscribeLink bool
+}
+
+// FailureGroup is the failed rows of a broadcast that share one reply.
+type FailureGroup struct {
+	Reply string
+	Count int64
+	// Example is one address the reply was given for.
+	Example string
+}
+
+// Report is what a broadcast's ledger and its delivery events add up to.
+type Report struct {
+	// Statuses counts ledger rows by their status now.
+	Statuses map[SendStatus]int64
+	// Reputation is the sums the reputation alarms read (accepted,
+	// delivered, bounced, complained).
+	Reputation Reputation
+	// Events counts the contacts with at least one delivery event of each
+	// type still kept (events older than the retention are purged; the
+	// ledger statuses are not).
+	Events map[EventType]int64
+	// Failures groups failed rows by reply, the largest groups first.
+	Failures []FailureGroup
+	// Retryable counts failed rows whose transient attempts ran out
+	// (GaveUpPrefix): what Reopen would send again.
+	Retryable int64
+}
+
+// Reopened is what Reopen did.
+type Reopened struct {
+	// Failed and Unknown count the rows moved back to deferred.
+	Failed, Unknown int64
+	Broadcast       Broadcast
+}
+
+// BroadcastOps are an operator's everyday changes and readings of one
+// broadcast: drafts edited, deleted and scheduled, its report and export,
+// and a retry of the rows that failed for transient reasons.
+type BroadcastOps interface {
+	// UpdateDraft replaces a draft's definition; ErrConflict (with the
+	// broadcast as it is) unless it is a draft.
+	UpdateDraft(ctx context.Context, id ulid.ULID, d Draft, now time.Time) (Broadcast, error)
+	// DeleteDraft deletes a draft; ErrConflict (with the broadcast as it
+	// is) unless it is a draft, ErrNotFound if there is none.
+	DeleteDraft(ctx context.Context, id ulid.ULID) (Broadcast, error)
+	// ScheduleDraft sets when a draft starts by itself (zero: never, it
+	// waits for a Start); ErrConflict unless it is a draft.
+	ScheduleDraft(ctx context.Context, id ulid.ULID, at, now time.Time) (Broadcast, error)
+	// DueScheduled lists up to limit drafts whose scheduled time is at or
+	// before now, the earliest first.
+	DueScheduled(ctx context.Context, now time.Time, limit int) ([]ulid.ULID, error)
+	// Report adds up the broadcast's ledger and delivery events, with at
+	// most groups failure groups.
+	Report(ctx context.Context, id ulid.ULID, groups int) (Report, error)
+	// ExportPage returns up to limit ledger rows with contact ids above
+	// after, in contact id order: a keyset page, so an export of any size
+	// holds one page at a time.
+	ExportPage(ctx context.Context, id, after ulid.ULID, limit int) ([]Send, error)
+	// Reopen moves the rows that failed after their transient attempts ran
+	// out (and, with unknown, the in-doubt rows marked unknown) back to
+	// deferred, due now, their attempt count reset, and a completed
+	// broadcast back to running, in one transaction: the deferred sweep
+	// sends them through the same claim rules (ClaimDue), and the
+	// broadcast completes again when none is left. Nothing accepted is
+	// touched, so nobody already sent gets a second copy. ErrConflict
+	// unless the broadcast is completed.
+	Reopen(ctx context.Context, id ulid.ULID, unknown bool, reason string, now time.Time) (Reopened, error)
+}
+
+// ReplyGroup is the key failed rows are grouped by in a report: the reply
+// with the row's own address masked, so "550 <ann@x>: no such user" and
+// "550 <bob@x>: no such user" are one group.
+func ReplyGroup(reply, email string) string {
+	if email == "" {
+		return reply
+	}
+	lower, le := strings.ToLower(reply), strings.ToLower(email)
+	var b strings.Builder
+	for {
+		i := strings.Index(lower, le)
+		if i < 0 {
+			b.WriteString(reply)
+			return b.String()
+		}
+		b.WriteString(reply[:i])
+		b.WriteString("<address>")
+		reply, lower = reply[i+len(le):], lower[i+len(le):]
+	}
+}
+
+// FailureTally groups failed rows by ReplyGroup as a store reads them, one
+// row at a time; at most maxGroups distinct replies are kept, the rest are
+// counted under one "other replies" group.
+type FailureTally struct {
+	groups    map[string]*FailureGroup
+	other     FailureGroup
+	retryable int64
+}
+
+// maxGroups bounds a tally's memory whatever the number of failed rows.
+const maxGroups = 10000
+
+// Add counts one failed row.
+func (t *FailureTally) Add(reply, email string) {
+	if strings.HasPrefix(reply, GaveUpPrefix) {
+		t.retryable++
+	}
+	if t.groups == nil {
+		t.groups = map[string]*FailureGroup{}
+	}
+	key := ReplyGroup(reply, email)
+	g := t.groups[key]
+	if g == nil {
+		if len(t.groups) >= maxGroups {
+			t.other.Count++
+			return
+		}
+		g = &FailureGroup{Reply: key, Example: email}
+		t.groups[key] = g
+	}
+	g.Count++
+}
+
+// Fill sets r's Failures (the largest n groups first) and Retryable.
+func (t *FailureTally) Fill(r *Report, n int) {
+	out := make([]FailureGroup, 0, len(t.groups)+1)
+	for _, g := range t.groups {
+		out = append(out, *g)
+	}
+	if t.other.Count > 0 {
+		t.other.Reply = "(other replies)"
+		out = append(out, t.other)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Reply < out[j].Reply
+	})
+	if n >= 0 && len(out) > n {
+		out = out[:n]
+	}
+	r.Failures, r.Retryable = out, t.retryable
+}

@@ -1,0 +1,225 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// stateRefusal is the error of a change a broadcast's state does not allow:
+// ErrNotFound when there is no such broadcast, ErrConflict otherwise, with
+// the broadcast as it is.
+func (s *Store) stateRefusal(ctx context.Context, bid ulid.ULID, op string) (store.Broadcast, error) {
+	b, err := s.GetBroadcast(ctx, bid)
+	if err != nil {
+		return b, err
+	}
+	return b, fmt.Errorf("%s: broadcast %s is %s: %w", op, bid, b.State, store.ErrConflict)
+}
+
+// draftWrite runs one statement on a draft and returns the broadcast after
+// it, or the state refusal when it changed nothing.
+func (s *Store) draftWrite(ctx context.Context, bid ulid.ULID, op, query string, args ...any) (store.Broadcast, error) {
+	n, err := s.execCount(ctx, op, query, args...)
+	if err != nil {
+		return store.Broadcast{}, err
+	}
+	if n == 0 {
+		return s.stateRefusal(ctx, bid, op)
+	}
+	return s.GetBroadcast(ctx, bid)
+}
+
+func (s *Store) UpdateDraft(ctx context.Context, bid ulid.ULID, d store.Draft, now time.Time) (store.Broadcast, error) {
+	if err := store.CheckBroadcast(store.Broadcast{Name: d.Name, Content: d.Content}); err != nil {
+		return store.Broadcast{}, fmt.Errorf("update draft: %w", err)
+	}
+	var segment any
+	if d.SegmentID != 0 {
+		segment = d.SegmentID
+	}
+	c := d.Content
+	return s.draftWrite(ctx, bid, "update draft", `
+UPDATE broadcasts SET name = ?2, from_name = ?3, from_address = ?4, subject = ?5, html = ?6, text_body = ?7,
+       segment_id = ?8, throttle_per_hour = ?9, in_doubt_policy = ?10, no_unsubscribe_link = ?11, updated_at = ?12
+WHERE id = ?1 AND state = 'draft'`,
+		id(bid), d.Name, c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, segment, d.ThrottlePerHour, d.InDoubtPolicy,
+		d.NoUnsubscribeLink, ts(now))
+}
+
+func (s *Store) DeleteDraft(ctx context.Context, bid ulid.ULID) (store.Broadcast, error) {
+	var out store.Broadcast
+	var deleted bool
+	err := s.write(ctx, "delete draft", func(tx *sql.Tx) error {
+		b, err := getBroadcast(ctx, tx, bid)
+		if err != nil {
+			return err
+		}
+		out = b
+		if b.State != store.StateDraft {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM broadcasts WHERE id = ? AND state = 'draft'`, id(bid))
+		deleted = err == nil
+		return err
+	})
+	if err != nil {
+		return out, err
+	}
+	if !deleted {
+		return out, fmt.Errorf("delete draft: broadcast %s is %s: %w", bid, out.State, store.ErrConflict)
+	}
+	return out, nil
+}
+
+func (s *Store) ScheduleDraft(ctx context.Context, bid ulid.ULID, at, now time.Time) (store.Broadcast, error) {
+	var when any
+	if !at.IsZero() {
+		when = ts(at)
+	}
+	return s.draftWrite(ctx, bid, "schedule draft",
+		`UPDATE broadcasts SET scheduled_at = ?2, updated_at = ?3 WHERE id = ?1 AND state = 'draft'`, id(bid), when, ts(now))
+}
+
+func (s *Store) DueScheduled(ctx context.Context, now time.Time, limit int) ([]ulid.ULID, error) {
+	rows, err := s.r.QueryContext(ctx, `
+SELECT id FROM broadcasts WHERE state = 'draft' AND scheduled_at IS NOT NULL AND scheduled_at <= ?
+ORDER BY scheduled_at, id LIMIT ?`, ts(now), limit)
+	if err != nil {
+		return nil, mapErr("due scheduled broadcasts", err)
+	}
+	defer rows.Close()
+	var out []ulid.ULID
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			return nil, mapErr("due scheduled broadcasts", err)
+		}
+		u, err := fromBlob(raw)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, mapErr("due scheduled broadcasts", rows.Err())
+}
+
+// countBy runs a two-column query (key, count) into a map.
+func countBy[K ~string](ctx context.Context, q querier, query string, args ...any) (map[K]int64, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[K]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, err
+		}
+		out[K(k)] = n
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) Report(ctx context.Context, bid ulid.ULID, groups int) (store.Report, error) {
+	if _, err := s.GetBroadcast(ctx, bid); err != nil {
+		return store.Report{}, err
+	}
+	var r store.Report
+	var err error
+	if r.Statuses, err = countBy[store.SendStatus](ctx, s.r, `SELECT status, count(*) FROM broadcast_sends WHERE broadcast_id = ? GROUP BY status`, id(bid)); err != nil {
+		return r, mapErr("report: statuses", err)
+	}
+	if r.Events, err = countBy[store.EventType](ctx, s.r, `
+SELECT type, count(DISTINCT contact_id) FROM delivery_events WHERE broadcast_id = ? GROUP BY type`, id(bid)); err != nil {
+		return r, mapErr("report: events", err)
+	}
+	// Row by row, so the tally's memory is the distinct replies, not the
+	// failed rows.
+	rows, err := s.r.QueryContext(ctx, `SELECT error, email FROM broadcast_sends WHERE broadcast_id = ? AND status = 'failed'`, id(bid))
+	if err != nil {
+		return r, mapErr("report: failures", err)
+	}
+	defer rows.Close()
+	var tally store.FailureTally
+	for rows.Next() {
+		var reply, email string
+		if err := rows.Scan(&reply, &email); err != nil {
+			return r, mapErr("report: failures", err)
+		}
+		tally.Add(reply, email)
+	}
+	if err := rows.Err(); err != nil {
+		return r, mapErr("report: failures", err)
+	}
+	tally.Fill(&r, groups)
+	if r.Reputation, err = s.Reputation(ctx, bid); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+func (s *Store) ExportPage(ctx context.Context, bid, after ulid.ULID, limit int) ([]store.Send, error) {
+	return s.sends(ctx, "export ledger", bid, limit, `
+WHERE broadcast_id = ? AND contact_id > ?
+ORDER BY contact_id LIMIT ?`, id(bid), id(after), limit)
+}
+
+func (s *Store) Reopen(ctx context.Context, bid ulid.ULID, unknown bool, reason string, now time.Time) (store.Reopened, error) {
+	var out store.Reopened
+	var state store.State
+	err := s.write(ctx, "reopen broadcast "+bid.String(), func(tx *sql.Tx) error {
+		b, err := getBroadcast(ctx, tx, bid)
+		if err != nil {
+			return err
+		}
+		if state = b.State; state != store.StateCompleted {
+			out.Broadcast = b
+			return nil
+		}
+		// Neither a failed nor an unknown row was accepted, so the
+		// reputation sums do not change; "NOT accepted" keeps it so
+		// whatever a webhook did.
+		const reopen = `
+UPDATE broadcast_sends SET status = 'deferred', retry_at = ?2, attempt = 0, owner = '', updated_at = ?2,
+       error = 'retry requested; before: ' || error
+WHERE broadcast_id = ?1 AND NOT accepted AND `
+		res, err := tx.ExecContext(ctx, reopen+`status = 'failed' AND substr(error, 1, ?3) = ?4`, id(bid), ts(now), len(store.GaveUpPrefix), store.GaveUpPrefix)
+		if err != nil {
+			return err
+		}
+		if out.Failed, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		if unknown {
+			if res, err = tx.ExecContext(ctx, reopen+`status = 'unknown'`, id(bid), ts(now)); err != nil {
+				return err
+			}
+			if out.Unknown, err = res.RowsAffected(); err != nil {
+				return err
+			}
+		}
+		if out.Failed+out.Unknown > 0 {
+			_, err = tx.ExecContext(ctx, `UPDATE broadcasts SET state = 'running', reason = ?2, finished_at = NULL, updated_at = ?3 WHERE id = ?1`, id(bid), reason, ts(now))
+			if err != nil {
+				return err
+			}
+		}
+		out.Broadcast, err = getBroadcast(ctx, tx, bid)
+		return err
+	})
+	if err != nil {
+		return out, err
+	}
+	if state != store.StateCompleted {
+		return out, fmt.Errorf("reopen: broadcast %s is %s: %w", bid, state, store.ErrConflict)
+	}
+	return out, nil
+}

@@ -1,0 +1,234 @@
+package storetest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+var broadcastOpsCases = []testCase{
+	{"UpdateAndDeleteDraftsOnly", testUpdateDeleteDrafts},
+	{"Schedule", testScheduleDraft},
+	{"Report", testReport},
+	{"ExportKeyset", testExportPage},
+	{"ReopenGaveUpOnly", testReopen},
+}
+
+// A draft can be edited and deleted; a started broadcast can be neither, and
+// the refusal carries it as it is.
+func testUpdateDeleteDrafts(f *fixture) {
+	d := f.draft("to edit", 0)
+	seg, err := f.s.EnsureSegment(f.ctx, "vip", t0)
+	f.must(err, "EnsureSegment")
+	changed := store.Draft{Name: "edited", Content: store.Content{FromName: "N", FromAddress: "n@example.org", Subject: "S2", HTML: "<p>2</p>", Text: "2"},
+		SegmentID: seg, ThrottlePerHour: 60, InDoubtPolicy: "resend", NoUnsubscribeLink: true}
+	b, err := f.s.UpdateDraft(f.ctx, d.ID, changed, at(2))
+	f.must(err, "UpdateDraft")
+	if b.Name != "edited" || b.Content != changed.Content || b.SegmentID != seg || b.Segment != "vip" || b.ThrottlePerHour != 60 ||
+		b.InDoubtPolicy != "resend" || !b.NoUnsubscribeLink || b.State != store.StateDraft {
+		f.t.Fatalf("UpdateDraft = %+v; want the new definition, still a draft", b)
+	}
+	r := f.running("started", 0)
+	got, err := f.s.UpdateDraft(f.ctx, r.ID, changed, at(2))
+	f.wantErr(err, store.ErrConflict, "UpdateDraft of a running broadcast")
+	if got.State != store.StateRunning || got.Name != "started" {
+		f.t.Fatalf("refused UpdateDraft returned %s %q; want the running broadcast unchanged", got.State, got.Name)
+	}
+	_, err = f.s.DeleteDraft(f.ctx, r.ID)
+	f.wantErr(err, store.ErrConflict, "DeleteDraft of a running broadcast")
+	gone, err := f.s.DeleteDraft(f.ctx, d.ID)
+	f.must(err, "DeleteDraft")
+	if gone.ID != d.ID || gone.Name != "edited" {
+		f.t.Fatalf("DeleteDraft returned %s %q; want the deleted draft", gone.ID, gone.Name)
+	}
+	_, err = f.s.GetBroadcast(f.ctx, d.ID)
+	f.wantErr(err, store.ErrNotFound, "GetBroadcast after DeleteDraft")
+	_, err = f.s.DeleteDraft(f.ctx, d.ID)
+	f.wantErr(err, store.ErrNotFound, "DeleteDraft twice")
+	_, err = f.s.UpdateDraft(f.ctx, d.ID, changed, at(3))
+	f.wantErr(err, store.ErrNotFound, "UpdateDraft of a deleted draft")
+}
+
+// A schedule is kept with the draft, listed once due, cleared by a zero
+// time, and refused for a broadcast that already started; starting a
+// scheduled draft takes it off the due list.
+func testScheduleDraft(f *fixture) {
+	d := f.draft("later", 0)
+	e := f.draft("later still", 0)
+	b, err := f.s.ScheduleDraft(f.ctx, d.ID, at(10), at(1))
+	f.must(err, "ScheduleDraft")
+	if !b.ScheduledAt.Equal(at(10)) {
+		f.t.Fatalf("ScheduledAt = %v; want %v", b.ScheduledAt, at(10))
+	}
+	_, err = f.s.ScheduleDraft(f.ctx, e.ID, at(20), at(1))
+	f.must(err, "ScheduleDraft")
+	due := func(now time.Time, want ...ulid.ULID) {
+		f.t.Helper()
+		got, err := f.s.DueScheduled(f.ctx, now, 10)
+		f.must(err, "DueScheduled")
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			f.t.Fatalf("DueScheduled(%v) = %v; want %v", now, got, want)
+		}
+	}
+	due(at(9))
+	due(at(10), d.ID)
+	due(at(30), d.ID, e.ID)
+	if list, err := f.s.BroadcastPage(f.ctx, ulid.ULID{}, 10); err != nil || len(list) < 2 || !list[0].ScheduledAt.Equal(at(20)) {
+		f.t.Fatalf("BroadcastPage = %v, %v; want the schedule listed", list, err)
+	}
+	b, err = f.s.ScheduleDraft(f.ctx, e.ID, time.Time{}, at(2))
+	f.must(err, "unschedule")
+	if !b.ScheduledAt.IsZero() {
+		f.t.Fatalf("unscheduled ScheduledAt = %v; want zero", b.ScheduledAt)
+	}
+	due(at(30), d.ID)
+	_, err = f.s.AcceptBroadcast(f.ctx, d.ID, at(10))
+	f.must(err, "AcceptBroadcast")
+	due(at(30))
+	_, err = f.s.ScheduleDraft(f.ctx, d.ID, at(40), at(11))
+	f.wantErr(err, store.ErrConflict, "ScheduleDraft of a running broadcast")
+	_, err = f.s.ScheduleDraft(f.ctx, f.ids.next(), at(40), at(11))
+	f.wantErr(err, store.ErrNotFound, "ScheduleDraft of no broadcast")
+}
+
+// outcomesAs records one outcome per id as owner w1/1.
+func (f *fixture) outcomesAs(b store.Broadcast, outs []store.Outcome, now time.Time) {
+	f.t.Helper()
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outs, now), "RecordOutcomes")
+}
+
+// A report counts statuses, the contacts each event type reached, and
+// groups failures by reply with the address masked.
+func testReport(f *fixture) {
+	ids := f.subscribers("rep", 8)
+	b := f.running("report", 0)
+	f.claim(b, ids, at(2))
+	em := func(i int) string { return "c-" + ids[i].String() + "@example.org" }
+	f.outcomesAs(b, []store.Outcome{
+		{ContactID: ids[0], Status: store.SendSent}, {ContactID: ids[1], Status: store.SendSent},
+		{ContactID: ids[2], Status: store.SendSent}, {ContactID: ids[3], Status: store.SendSent},
+		{ContactID: ids[4], Status: store.SendFailed, Error: "550 5.1.1 <" + em(4) + ">: no such user"},
+		{ContactID: ids[5], Status: store.SendFailed, Error: "550 5.1.1 <" + em(5) + ">: no such user"},
+		{ContactID: ids[6], Status: store.SendFailed, Error: store.GaveUpPrefix + "10 attempts; last: 451 try later"},
+		{ContactID: ids[7], Status: store.SendUnknown},
+	}, at(3))
+	f.event(b, ids[0], store.EventDelivered, "")
+	f.event(b, ids[0], store.EventOpened, "")
+	f.event(b, ids[0], store.EventOpened, "") // a second open of the same message
+	f.event(b, ids[1], store.EventClicked, "")
+	f.event(b, ids[2], store.EventBounced, "")
+	f.event(b, ids[3], store.EventComplained, "")
+	r, err := f.s.Report(f.ctx, b.ID, 10)
+	f.must(err, "Report")
+	wantStatuses := map[store.SendStatus]int64{store.SendOpened: 1, store.SendClicked: 1, store.SendBounced: 1, store.SendComplained: 1,
+		store.SendFailed: 3, store.SendUnknown: 1}
+	if fmt.Sprint(r.Statuses) != fmt.Sprint(wantStatuses) {
+		f.t.Errorf("Statuses = %v; want %v", r.Statuses, wantStatuses)
+	}
+	wantEvents := map[store.EventType]int64{store.EventDelivered: 1, store.EventOpened: 1, store.EventClicked: 1, store.EventBounced: 1, store.EventComplained: 1}
+	if fmt.Sprint(r.Events) != fmt.Sprint(wantEvents) {
+		f.t.Errorf("Events = %v; want %v", r.Events, wantEvents)
+	}
+	if want := (store.Reputation{Accepted: 4, Delivered: 3, Bounced: 1, Complained: 1}); r.Reputation != want {
+		f.t.Errorf("Reputation = %+v; want %+v", r.Reputation, want)
+	}
+	if len(r.Failures) != 2 || r.Failures[0].Count != 2 || r.Failures[0].Reply != "550 5.1.1 <<address>>: no such user" || r.Failures[1].Count != 1 {
+		f.t.Errorf("Failures = %+v; want the 550 group of 2 (address masked), then the gave-up one", r.Failures)
+	}
+	if r.Retryable != 1 {
+		f.t.Errorf("Retryable = %d; want 1", r.Retryable)
+	}
+	if r, err := f.s.Report(f.ctx, b.ID, 1); err != nil || len(r.Failures) != 1 {
+		f.t.Errorf("Report(groups 1) = %+v, %v; want one group", r.Failures, err)
+	}
+	_, err = f.s.Report(f.ctx, f.ids.next(), 10)
+	f.wantErr(err, store.ErrNotFound, "Report of no broadcast")
+}
+
+// Keyset pages walk every ledger row once, in contact id order.
+func testExportPage(f *fixture) {
+	b, ids := f.sentRows("export", 7)
+	var got []ulid.ULID
+	after := ulid.ULID{}
+	for range 10 {
+		page, err := f.s.ExportPage(f.ctx, b.ID, after, 3)
+		f.must(err, "ExportPage")
+		if len(page) > 3 {
+			f.t.Fatalf("ExportPage(limit 3) returned %d rows", len(page))
+		}
+		for _, s := range page {
+			got = append(got, s.ContactID)
+			if s.Status != store.SendSent || s.Attempt != 1 || s.Email == "" || s.ClaimedAt.IsZero() {
+				f.t.Fatalf("exported row %+v; want a sent row with its address, attempt and times", s)
+			}
+		}
+		if len(page) < 3 {
+			break
+		}
+		after = page[len(page)-1].ContactID
+	}
+	if fmt.Sprint(got) != fmt.Sprint(ids) {
+		f.t.Fatalf("export walked %v; want %v", got, ids)
+	}
+}
+
+// Reopen moves only the rows whose transient attempts ran out (and, when
+// asked, the unknown ones) back to deferred, due now with the attempts
+// reset, and a completed broadcast back to running; a sent row or one
+// refused for good is never touched, and only a completed broadcast is
+// reopened.
+func testReopen(f *fixture) {
+	ids := f.subscribers("reopen", 4)
+	b := f.running("reopen", 0)
+	f.claim(b, ids, at(2))
+	f.outcomesAs(b, []store.Outcome{
+		{ContactID: ids[0], Status: store.SendSent},
+		{ContactID: ids[1], Status: store.SendFailed, Error: "550 5.1.1 no such user"},
+		{ContactID: ids[2], Status: store.SendFailed, Error: store.GaveUpPrefix + "10 attempts; last: 451 later"},
+		{ContactID: ids[3], Status: store.SendUnknown},
+	}, at(3))
+	_, err := f.s.Reopen(f.ctx, b.ID, false, "retry", at(4))
+	f.wantErr(err, store.ErrConflict, "Reopen of a running broadcast")
+	_, err = f.s.SetState(f.ctx, b.ID, []store.State{store.StateRunning}, store.StateCompleted, "", at(4))
+	f.must(err, "complete")
+
+	r, err := f.s.Reopen(f.ctx, b.ID, false, "retrying 1", at(5))
+	f.must(err, "Reopen")
+	if r.Failed != 1 || r.Unknown != 0 || r.Broadcast.State != store.StateRunning || r.Broadcast.Reason != "retrying 1" || !r.Broadcast.FinishedAt.IsZero() {
+		f.t.Fatalf("Reopen = %+v; want 1 failed row, the broadcast running again", r)
+	}
+	if c := f.counts(b); c.Sent != 1 || c.Failed != 1 || c.Deferred != 1 || c.Unknown != 1 {
+		f.t.Fatalf("counts after Reopen = %+v; want 1 sent, 1 failed, 1 deferred, 1 unknown", c)
+	}
+	b.State = store.StateRunning
+	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(5), 10)
+	f.must(err, "ClaimDue")
+	if len(due) != 1 || due[0].ID != ids[2] || due[0].Attempt != 1 {
+		f.t.Fatalf("ClaimDue = %+v; want the reopened row at attempt 1", due)
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w2/1", []store.Outcome{{ContactID: ids[2], Status: store.SendSent}}, at(6)), "RecordOutcomes")
+	_, err = f.s.SetState(f.ctx, b.ID, []store.State{store.StateRunning}, store.StateCompleted, "", at(7))
+	f.must(err, "complete again")
+
+	// Nothing left that gave up: nothing moves, the broadcast stays completed.
+	r, err = f.s.Reopen(f.ctx, b.ID, false, "retrying 0", at(8))
+	f.must(err, "Reopen with nothing to retry")
+	if r.Failed != 0 || r.Broadcast.State != store.StateCompleted {
+		f.t.Fatalf("Reopen with nothing to retry = %+v; want nothing moved, still completed", r)
+	}
+	r, err = f.s.Reopen(f.ctx, b.ID, true, "retrying unknown", at(9))
+	f.must(err, "Reopen unknown")
+	if r.Failed != 0 || r.Unknown != 1 || r.Broadcast.State != store.StateRunning {
+		f.t.Fatalf("Reopen(unknown) = %+v; want the unknown row, running", r)
+	}
+	for i, want := range []store.SendStatus{store.SendSent, store.SendFailed, store.SendSent, store.SendDeferred} {
+		if got := f.status(b, ids[i]); got != want {
+			f.t.Errorf("row %d is %s; want %s", i, got, want)
+		}
+	}
+	_, err = f.s.Reopen(f.ctx, f.ids.next(), false, "", at(9))
+	f.wantErr(err, store.ErrNotFound, "Reopen of no broadcast")
+}
