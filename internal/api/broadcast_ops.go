@@ -46,7 +46,7 @@ type Mail struct {
 
 // Usage counts mail sent outside pages in the governors.
 type Usage interface {
-	Observe(sendingDomain, recipient string, c transport.Class, now time.Time)
+	Observe(sendingDomain, recipient string, sendErr error, now time.Time)
 }
 
 // Limits of the operator's calls.
@@ -324,11 +324,7 @@ func (api *BroadcastOpsAPI) TestBroadcast(ctx context.Context, req *pb.TestBroad
 			defer wg.Done()
 			reply, err := mc.Transport.Send(ctx, m)
 			if mc.Usage != nil {
-				class := transport.Class(0) // sent
-				if err != nil {
-					class = transport.Classify(err)
-				}
-				mc.Usage.Observe(compiled.SendingDomain(), addr, class, now)
+				mc.Usage.Observe(compiled.SendingDomain(), addr, err, now)
 			}
 			if err != nil {
 				res.Reply = err.Error()

@@ -387,10 +387,10 @@ func TestTransactionalUsageCounted(t *testing.T) {
 	g := transactional.NewHeldProviders(s.bus, testLogger(t))
 	now := time.Now()
 	for range 3 {
-		g.Observe("Rangecast.test", "someone@example.org", transport.Class(0), now)
+		g.Observe("Rangecast.test", "someone@example.org", nil, now)
 	}
 	for range governor.BreakerFailures {
-		g.Observe("rangecast.test", "someone@ymail.com", transport.Transient, now)
+		g.Observe("rangecast.test", "someone@ymail.com", &transport.SendError{Stage: transport.StageRcpt, Code: 451, Enhanced: "4.3.0", Text: "try later"}, now)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {

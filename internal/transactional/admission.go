@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/rangecast/rangecast/internal/governor"
-	"github.com/rangecast/rangecast/internal/transport"
 )
 
 // Admission is the hook for the sending domain's governor, which
@@ -16,7 +15,8 @@ type Admission interface {
 	// The zero Refusal admits it; otherwise the message waits until
 	// refusal.Until without spending one of its attempts.
 	Admit(ctx context.Context, sendingDomain, recipient string, now time.Time) (refusal governor.Refusal, err error)
-	// Observe reports how an admitted send ended: zero Class for accepted,
-	// else what transport.Classify said.
-	Observe(sendingDomain, recipient string, c transport.Class, now time.Time)
+	// Observe reports how an admitted send ended: a nil error for
+	// accepted, else the send's error (classified, and checked against the
+	// providers' guidance, by the implementation).
+	Observe(sendingDomain, recipient string, sendErr error, now time.Time)
 }

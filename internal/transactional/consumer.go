@@ -251,7 +251,7 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 	done := c.cfg.Clock.Now()
 	class := transport.Classify(sendErr)
 	if g := c.cfg.Admission; g != nil {
-		g.Observe(m.SendingDomain(), m.To, class, done)
+		g.Observe(m.SendingDomain(), m.To, sendErr, done)
 	}
 	var se *transport.SendError
 	switch {

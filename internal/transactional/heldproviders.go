@@ -46,16 +46,20 @@ func (g *HeldProviders) Admit(ctx context.Context, sendingDomain, recipient stri
 }
 
 // Observe implements Admission.
-func (g *HeldProviders) Observe(sendingDomain, recipient string, c transport.Class, _ time.Time) {
+func (g *HeldProviders) Observe(sendingDomain, recipient string, sendErr error, _ time.Time) {
 	u := bus.Usage{Domain: strings.ToLower(sendingDomain)}
 	p := governor.Provider(domainOf(recipient))
-	var r bus.ProviderResult
-	switch c {
-	case transport.Class(0):
+	r := bus.ProviderResult{Reply: transport.Reply(sendErr)}
+	guide, guided := transport.Guide(sendErr)
+	switch c := transport.Classify(sendErr); {
+	case sendErr == nil:
 		u.Sent, r.Sent = 1, 1
-	case transport.Transient:
+	case guided && guide.Hold > 0:
+		// The provider's own pause (Gmail's 421 4.7.28), as for pages.
+		r.Hold, r.Linear = guide.Hold, guide.Linear
+	case c == transport.Transient:
 		r.Transient = 1
-	case transport.Quota:
+	case c == transport.Quota:
 		r.Quota = true
 	default:
 		return // the recipient's or the channel's fault: nothing about the provider's limits

@@ -42,10 +42,11 @@ func TestHeldProvidersHoldWhatTheLeaderHolds(t *testing.T) {
 		t.Fatalf("Admit for a domain with no state = %+v, %v; want admitted", held, err)
 	}
 
-	g.Observe("example.com", "someone@example.org", transport.Class(0), now)
-	g.Observe("example.com", "someone@yahoo.com", transport.Transient, now)
+	g.Observe("example.com", "someone@example.org", nil, now)
+	g.Observe("example.com", "someone@yahoo.com", &transport.SendError{Stage: transport.StageRcpt, Code: 451, Enhanced: "4.3.0", Text: "try later"}, now)
+	g.Observe("example.com", "someone@gmail.com", &transport.SendError{Stage: transport.StageRcpt, Code: 421, Enhanced: "4.7.28", Text: "rate limited - gsmtp"}, now)
 	var got []bus.Usage
-	for _, seq := range []uint64{1, 2} {
+	for _, seq := range []uint64{1, 2, 3} {
 		m, err := b.JS.Stream(ctx, bus.ReportStream)
 		if err != nil {
 			t.Fatal(err)
@@ -65,5 +66,9 @@ func TestHeldProvidersHoldWhatTheLeaderHolds(t *testing.T) {
 	}
 	if got[0].Sent != 1 || got[0].Providers["example.org"].Sent != 1 || got[1].Sent != 0 || got[1].Providers[governor.ProviderYahoo].Transient != 1 {
 		t.Fatalf("usage reports %+v; want one sent to example.org, one transient failure at yahoo", got)
+	}
+	// Gmail's 421 4.7.28 is the provider's own pause, as for a page.
+	if r := got[2].Providers[governor.ProviderGoogle]; r.Hold < 10*time.Minute || !r.Linear || r.Quota || r.Reply != "421 4.7.28" {
+		t.Fatalf("usage for a 421 4.7.28: %+v; want a 10-minute hold, ramped back one connection at a time, no quota", r)
 	}
 }
