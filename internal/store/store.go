@@ -166,6 +166,8 @@ type Store interface {
 	Ledger     // delivery events, unsubscribes, reputation, purges (ledger.go)
 	Deferrals  // deferred rows and their sweep (deferred.go)
 	Receipts   // transactional messages (receipts.go)
+	Erasure    // erasing a person (erase.go)
+	Catalog    // lists a page at a time, deleting segments and templates (catalog.go)
 	// Ping checks the database answers (readiness).
 	Ping(ctx context.Context) error
 	Close()
