@@ -47,6 +47,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Audience", audienceCases},
 		{"Receipts", receiptCases},
 		{"Deferred", deferredCases},
+		{"Erase", eraseCases},
+		{"Catalog", catalogCases},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
