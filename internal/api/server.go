@@ -18,11 +18,13 @@ func NewGRPCServer(cfg Config, opts ...grpc.ServerOption) *grpc.Server {
 	pb.RegisterBroadcastServiceServer(s, NewBroadcastAPI(cfg))
 	pb.RegisterAudienceServiceServer(s, NewAudienceAPI(cfg))
 	pb.RegisterGovernorServiceServer(s, NewGovernorAPI(cfg))
+	pb.RegisterCatalogServiceServer(s, NewCatalogAPI(cfg))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(pb.BroadcastService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(pb.AudienceService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(pb.GovernorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(pb.CatalogService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	// Registered by the caller (internal/server), which has its parts.
 	hs.SetServingStatus(pb.TransactionalService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s, hs)
