@@ -29,8 +29,9 @@ import (
 const importChunk = 500
 
 func contactsCommand(c *client) *cobra.Command {
-	cmd := &cobra.Command{Use: "contacts", Short: "Import, inspect, suppress and unsubscribe contacts"}
+	cmd := &cobra.Command{Use: "contacts", Short: "Import, list, inspect, suppress, unsubscribe and erase contacts"}
 	cmd.AddCommand(importCommand(c), showContactCommand(c), suppressCommand(c), unsubscribeCommand(c))
+	cmd.AddCommand(listContactsCommand(c), deleteContactsCommand(c))
 	return cmd
 }
 

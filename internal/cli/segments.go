@@ -29,6 +29,7 @@ re-evaluating a filter at send time. A broadcast created with --segment NAME
 sends to the segment's members that may receive mail.`,
 	}
 	cmd.AddCommand(createSegmentCommand(c), membersCommand(c, true), membersCommand(c, false), previewCommand(c))
+	cmd.AddCommand(listSegmentsCommand(c), deleteSegmentCommand(c))
 	return cmd
 }
 

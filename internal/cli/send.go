@@ -299,5 +299,6 @@ that a message's data lacks refuses that message instead of sending "<no value>"
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.AddCommand(put, show)
+	cmd.AddCommand(listTemplatesCommand(c), deleteTemplateCommand(c))
 	return cmd
 }
