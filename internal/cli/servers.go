@@ -56,6 +56,8 @@ Every flag can be set by the environment variable named in its help.`,
 	// Tokens themselves are never flags (they would show in ps); the file
 	// or RANGECAST_TOKENS holds them.
 	f.StringVar(&o.TokensFile, "tokens-file", "", "file of accepted gRPC bearer tokens, one per line, # comments; re-read when it changes, so a mounted Kubernetes Secret rotates without a restart. RANGECAST_TOKENS adds comma-separated tokens. With neither, the API is unauthenticated; health and reflection are always open (env RANGECAST_TOKENS_FILE)")
+	f.StringVar(&o.TLSCert, "tls-cert", "", "PEM certificate (chain) file: with --tls-key, gRPC speaks TLS only and refuses plaintext; both files are re-read when they change, so a renewed cert-manager Secret needs no restart (env RANGECAST_TLS_CERT)")
+	f.StringVar(&o.TLSKey, "tls-key", "", "PEM private key file of --tls-cert (env RANGECAST_TLS_KEY)")
 	governorFlags(cmd, &gov.Limits)
 	publicFlags(cmd, &keysFile, &o.Alarms)
 	f.DurationVar(&o.Retention.Events, "event-retention", maintenance.DefaultEventRetention,
