@@ -42,7 +42,8 @@ func broadcastsCommand(c *client) *cobra.Command {
 			return r.GetBroadcast(), err
 		}},
 	} {
-		cmd.AddCommand(&cobra.Command{
+		var asJSON bool
+		sub := &cobra.Command{
 			Use: a.use + " ID", Short: a.short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				bc, err := c.broadcasts()
@@ -53,10 +54,15 @@ func broadcastsCommand(c *client) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if asJSON {
+					return jsonLine(cmd.OutOrStdout(), b)
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", b.GetId(), stateWord(b.GetState()))
 				return nil
 			},
-		})
+		}
+		sub.Flags().BoolVar(&asJSON, "json", false, "print the broadcast as it is now, as JSON")
+		cmd.AddCommand(sub)
 	}
 	return cmd
 }
@@ -64,7 +70,7 @@ func broadcastsCommand(c *client) *cobra.Command {
 func createCommand(c *client) *cobra.Command {
 	var name, from, fromName, subject, htmlFile, textFile, segment, requestID, inDoubt string
 	var throttle int64
-	var noUnsubLink bool
+	var noUnsubLink, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a draft broadcast (prints its id)",
@@ -99,6 +105,9 @@ func createCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return jsonLine(cmd.OutOrStdout(), resp)
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), resp.GetBroadcast().GetId())
 			return nil
 		},
@@ -114,6 +123,7 @@ func createCommand(c *client) *cobra.Command {
 	f.StringVar(&segment, "segment", "", "send only to this segment's members")
 	f.Int64Var(&throttle, "throttle", 0, "at most this many messages per hour (0: no throttle)")
 	f.StringVar(&requestID, "request-id", "", "idempotency key: repeating the command with it returns the same draft")
+	f.BoolVar(&asJSON, "json", false, "print the draft as JSON")
 	f.StringVar(&inDoubt, "in-doubt-policy", "", "messages whose outcome was lost with a crashed worker, where the SMTP server cannot be asked: skip (mark unknown, never a second copy) or resend (never a gap); default: the coordinator's")
 	for _, req := range []string{"name", "from", "subject", "html"} {
 		cmd.MarkFlagRequired(req) //nolint:errcheck

@@ -183,3 +183,56 @@ func catalogScenario(t *testing.T, st *server.Stack, run func(string, ...string)
 		t.Errorf("the broadcast mailed %v; want ann and cat only (zed, bob and never were erased)", got)
 	}
 }
+
+// TestWriteCommandsJSON: every write command takes --json and prints one
+// JSON object saying what it did, on both stores.
+func TestWriteCommandsJSON(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		pg   bool
+	}{{"SQLite", false}, {"Postgres", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := catalogStack(t, tc.pg)
+			one := func(want string, args ...string) map[string]any {
+				t.Helper()
+				out, err := rangecast(t, "", append([]string{"--addr", st.GRPCAddr}, args...)...)
+				if err != nil {
+					t.Fatalf("rangecast %s: %v\n%s", strings.Join(args, " "), err, out)
+				}
+				objs := jsonLines(t, out)
+				if len(objs) != 1 {
+					t.Fatalf("rangecast %s printed %d JSON objects:\n%s", strings.Join(args, " "), len(objs), out)
+				}
+				if _, ok := objs[0][want]; !ok {
+					t.Errorf("rangecast %s: no %q in %v", strings.Join(args, " "), want, objs[0])
+				}
+				return objs[0]
+			}
+			csv := writeFile(t, "c.csv", "email,name\nann@example.org,Ann\nbob@example.org,Bob\n")
+			if m := one("imported", "contacts", "import", csv, "--json"); m["imported"] != float64(2) {
+				t.Errorf("import --json: %v", m)
+			}
+			one("name", "segments", "create", "club", "--json")
+			if m := one("changed", "segments", "add", "club", "ann@example.org", "--json"); m["changed"] != float64(1) {
+				t.Errorf("segments add --json: %v", m)
+			}
+			one("changed", "segments", "remove", "club", "ann@example.org", "--json")
+			if m := one("contact", "contacts", "suppress", "bob@example.org", "--reason", "asked", "--json"); m["contact"].(map[string]any)["suppressed"] != true {
+				t.Errorf("suppress --json: %v", m)
+			}
+			if m := one("subscribed", "contacts", "unsubscribe", "ann@example.org", "--json"); m["subscribed"] != false {
+				t.Errorf("unsubscribe --json: %v", m)
+			}
+			body := writeFile(t, "t.txt", "Hello\n")
+			one("version", "send", "template", "put", "welcome", "--subject", "Hi", "--text", body, "--json")
+			html := writeFile(t, "b.html", `<p>Hi</p><a href="{{.UnsubscribeURL}}">Unsubscribe</a>`)
+			b := one("broadcast", "broadcasts", "create", "--name", "n", "--from", "news@rangecast.test", "--subject", "Hi", "--html", html, "--json")
+			id, _ := b["broadcast"].(map[string]any)["id"].(string)
+			one("state", "broadcasts", "start", id, "--json")
+			one("domain", "governor", "set-limits", "rangecast.test", "--rate", "50", "--json")
+			one("resetAt", "governor", "reset-rate-limit", "default", "--json")
+		})
+	}
+}
