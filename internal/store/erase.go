@@ -56,6 +56,11 @@ const ErasedToken = "erased:"
 // Withheld replaces an erased address inside free text (a server's reply).
 const Withheld = "[erased address]"
 
+// WithheldReply stands for a server's reply about an erased contact's
+// message written after the erasure (the send was in flight): the reply
+// may quote the address, so it is not kept.
+const WithheldReply = "reply withheld: the contact was erased"
+
 // NewErasureKey returns a fresh random key for ErasureHash; stores keep one,
 // made once when their schema is created (migration 016).
 func NewErasureKey() []byte {

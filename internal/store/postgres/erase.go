@@ -150,6 +150,16 @@ WHERE broadcast_id = $1 AND contact_id = $2`, r.bid, uid(e.Contact), token, repl
 	return nil
 }
 
+// erasedLike matches the email of an erased contact's ledger row or
+// receipt (store.ErasedToken). Outcomes, events and attempts written after
+// an erasure, for a send that was in flight, test it: a reply written then
+// becomes store.WithheldReply (it may quote the address), and a receipt
+// that would be retried fails instead (its payload is gone).
+const erasedLike = `'` + store.ErasedToken + `%'`
+
+// withheldReply is store.WithheldReply as an SQL literal.
+const withheldReply = `'` + store.WithheldReply + `'`
+
 // erasedDeferral is the error of a deferred row whose contact was erased.
 const erasedDeferral = "not sent: the contact was erased before its retry"
 

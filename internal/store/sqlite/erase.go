@@ -77,6 +77,16 @@ func (s *Store) eraseOne(ctx context.Context, tx *sql.Tx, e *store.Erased, now t
 	return nil
 }
 
+// erasedLike matches the email of an erased contact's ledger row or
+// receipt (store.ErasedToken). Outcomes, events and attempts written after
+// an erasure, for a send that was in flight, test it: a reply written then
+// becomes store.WithheldReply (it may quote the address), and a receipt
+// that would be retried fails instead (its payload is gone).
+const erasedLike = `'` + store.ErasedToken + `%'`
+
+// withheldReply is store.WithheldReply as an SQL literal.
+const withheldReply = `'` + store.WithheldReply + `'`
+
 // erasedDeferral and erasedReceipt are the errors of a deferred row and a
 // queued receipt whose person was erased.
 const (
