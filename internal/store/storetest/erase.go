@@ -25,6 +25,7 @@ var eraseCases = []testCase{
 	{"ImportedAgainIsSuppressed", testEraseReimport},
 	{"ClaimAfterErasure", testEraseBeforeClaim},
 	{"UnknownAddress", testEraseUnknown},
+	{"RacesClaims", testEraseRacesClaims},
 }
 
 // The erased person, spelled with capitals in both parts so that the
@@ -299,5 +300,63 @@ func testEraseUnknown(f *fixture) {
 	ids := f.upsert([]store.Contact{f.contact("never@example.org")}, at(2))
 	if _, ok := f.eligible()[ids[0]]; ok {
 		f.t.Error("an address erased before it was ever imported passes the gate")
+	}
+}
+
+// Erasures while pages claim the same contacts: whatever the interleaving,
+// no ledger row of an erased contact keeps its address (a claim either
+// committed before the erasure, which anonymised it, or came after and
+// claimed nothing), and no claim is lost for the others.
+func testEraseRacesClaims(f *fixture) {
+	const contacts, window = 240, 4
+	ids := f.subscribers("race-erase", contacts)
+	b := f.running("race-erase", 0)
+	page := f.page(b, minULID, maxULID, contacts)
+	emails := make(map[ulid.ULID]string, len(page))
+	for _, c := range page {
+		emails[c.ID] = c.Email
+	}
+	erased := map[ulid.ULID]bool{}
+	for i := 0; i < contacts; i += 3 {
+		erased[ids[i]] = true
+	}
+	done := make(chan error, 1)
+	start := make(chan struct{})
+	go func() {
+		<-start
+		// From the top down, so erasures meet the claims walking up.
+		for i := contacts - contacts%3; i >= 0; i -= 3 {
+			if i >= contacts {
+				continue
+			}
+			if _, err := f.s.Erase(f.ctx, []string{emails[ids[i]]}, at(2)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	claimed := map[ulid.ULID]bool{}
+	close(start)
+	for lo := 0; lo < contacts; lo += window {
+		var cs []store.Claim
+		for _, c := range page[lo:min(lo+window, contacts)] {
+			cs = append(cs, store.Claim{ContactID: c.ID, Email: c.Email, MessageID: messageID(b.ID, c.ID)})
+		}
+		got, err := f.s.Claim(f.ctx, b.ID, "w1/1", cs, at(3))
+		f.must(err, "Claim")
+		for _, id := range got {
+			claimed[id] = true
+		}
+	}
+	f.must(<-done, "Erase")
+	for _, id := range ids {
+		row, err := f.s.GetSend(f.ctx, b.ID, id)
+		switch {
+		case erased[id] && err == nil && !strings.HasPrefix(row.Email, store.ErasedToken):
+			f.t.Errorf("erased contact %s has a ledger row with its address %q", id, row.Email)
+		case !erased[id] && (err != nil || !claimed[id]):
+			f.t.Errorf("contact %s (not erased) was not claimed: %v", id, err)
+		}
 	}
 }
