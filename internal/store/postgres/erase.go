@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -96,16 +97,53 @@ func (s *Store) eraseTx(ctx context.Context, emails []string, now time.Time) ([]
 		if err := eraseReceipts(ctx, tx, &out[i], now); err != nil {
 			return nil, err
 		}
-		// Events that matched no ledger row carry no contact; their
-		// detail may still quote the address.
-		tag, err := tx.Exec(ctx, `UPDATE delivery_events SET detail = '' WHERE contact_id IS NULL AND strpos(lower(detail), lower($1)) > 0`, email)
-		if err != nil {
-			return nil, err
-		}
-		out[i].Events += tag.RowsAffected()
+	}
+	if err := eraseUnmatched(ctx, tx, out); err != nil {
+		return nil, err
 	}
 	return out, tx.Commit(ctx)
 }
+
+// eraseUnmatched clears the detail of events that matched no ledger row
+// (so carry no contact) and quote one of the batch's addresses: one scan
+// of the unmatched events per batch, not per address.
+func eraseUnmatched(ctx context.Context, tx pgx.Tx, out []store.Erased) error {
+	patterns := make([]string, len(out))
+	for i, e := range out {
+		patterns[i] = "%" + likeEscaper.Replace(strings.ToLower(e.Email)) + "%"
+	}
+	rows, err := tx.Query(ctx, `
+SELECT provider, event_id, lower(detail) FROM delivery_events
+WHERE contact_id IS NULL AND detail <> '' AND lower(detail) LIKE ANY($1::text[])
+FOR UPDATE`, patterns)
+	if err != nil {
+		return err
+	}
+	var providers, ids []string
+	var provider, id, detail string
+	if _, err := pgx.ForEachRow(rows, []any{&provider, &id, &detail}, func() error {
+		providers, ids = append(providers, provider), append(ids, id)
+		for i := range out {
+			if strings.Contains(detail, strings.ToLower(out[i].Email)) {
+				out[i].Events++
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err = tx.Exec(ctx, `
+UPDATE delivery_events d SET detail = '' FROM unnest($1::text[], $2::text[]) AS u(provider, event_id)
+WHERE d.provider = u.provider AND d.event_id = u.event_id`, providers, ids)
+	return err
+}
+
+// likeEscaper escapes LIKE's wildcards (an address may hold '_'), with
+// Postgres's default escape character.
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 // eraseLedger anonymises the erased contact's ledger rows and events. A
 // row keeps its status, so the broadcast's counts do not move, except a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/rangecast/rangecast/internal/store"
@@ -36,7 +37,7 @@ func (s *Store) Erase(ctx context.Context, emails []string, now time.Time) ([]st
 					return err
 				}
 			}
-			return nil
+			return eraseUnmatched(ctx, tx, res)
 		})
 		if err != nil {
 			return out, err
@@ -65,17 +66,53 @@ func (s *Store) eraseOne(ctx context.Context, tx *sql.Tx, e *store.Erased, now t
 			return err
 		}
 	}
-	if err := eraseReceipts(ctx, tx, e, now); err != nil {
-		return err
+	return eraseReceipts(ctx, tx, e, now)
+}
+
+// eraseUnmatched clears the detail of events that matched no ledger row
+// and quote one of the batch's addresses, in one scan per batch.
+func eraseUnmatched(ctx context.Context, tx *sql.Tx, out []store.Erased) error {
+	var where []string
+	var args []any
+	for _, e := range out {
+		where = append(where, `lower(detail) LIKE ? ESCAPE '\'`)
+		args = append(args, "%"+likeEscaper.Replace(strings.ToLower(e.Email))+"%")
 	}
-	r, err := tx.ExecContext(ctx, `UPDATE delivery_events SET detail = '' WHERE contact_id IS NULL AND instr(lower(detail), lower(?)) > 0`, e.Email)
+	rows, err := tx.QueryContext(ctx, `SELECT provider, event_id, lower(detail) FROM delivery_events
+WHERE contact_id IS NULL AND detail <> '' AND (`+strings.Join(where, " OR ")+`)`, args...)
 	if err != nil {
 		return err
 	}
-	n, _ := r.RowsAffected()
-	e.Events += n
+	type key struct{ provider, id string }
+	var keys []key
+	for rows.Next() {
+		var k key
+		var detail string
+		if err := rows.Scan(&k.provider, &k.id, &detail); err != nil {
+			rows.Close()
+			return err
+		}
+		keys = append(keys, k)
+		for i := range out {
+			if strings.Contains(detail, strings.ToLower(out[i].Email)) {
+				out[i].Events++
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if _, err := tx.ExecContext(ctx, `UPDATE delivery_events SET detail = '' WHERE provider = ? AND event_id = ?`, k.provider, k.id); err != nil {
+			return err
+		}
+	}
 	return nil
 }
+
+// likeEscaper escapes LIKE's wildcards (an address may hold '_').
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 // erasedLike matches the email of an erased contact's ledger row or
 // receipt (store.ErasedToken). Outcomes, events and attempts written after

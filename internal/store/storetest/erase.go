@@ -26,6 +26,7 @@ var eraseCases = []testCase{
 	{"ClaimAfterErasure", testEraseBeforeClaim},
 	{"UnknownAddress", testEraseUnknown},
 	{"RacesClaims", testEraseRacesClaims},
+	{"UnmatchedEvents", testEraseUnmatchedEvents},
 }
 
 // The erased person, spelled with capitals in both parts so that the
@@ -357,6 +358,30 @@ func testEraseRacesClaims(f *fixture) {
 			f.t.Errorf("erased contact %s has a ledger row with its address %q", id, row.Email)
 		case !erased[id] && (err != nil || !claimed[id]):
 			f.t.Errorf("contact %s (not erased) was not claimed: %v", id, err)
+		}
+	}
+}
+
+// Events that matched no ledger row lose their detail when it quotes one
+// of the addresses erased together, counted for that address; an
+// underscore in an address is not a wildcard.
+func testEraseUnmatchedEvents(f *fixture) {
+	for i, d := range []string{"bounce for under_score@example.org", "bounce for UNDERXSCORE@example.org", "about Other@Example.org and under_score@example.org"} {
+		_, err := f.s.RecordEvent(f.ctx, store.DeliveryEvent{Provider: "test", EventID: "u" + string(rune('0'+i)), Type: store.EventBounced,
+			MessageID: "elsewhere@mail.example.org", Detail: d, OccurredAt: at(1)}, at(1))
+		f.must(err, "RecordEvent")
+	}
+	res, err := f.s.Erase(f.ctx, []string{"under_score@example.org", "other@example.org"}, at(2))
+	f.must(err, "Erase")
+	if len(res) != 2 || res[0].Events != 2 || res[1].Events != 1 {
+		f.t.Fatalf("Erase = %+v; want 2 events for under_score, 1 for other", res)
+	}
+	ts := f.s.(TextSearcher)
+	for needle, want := range map[string]int{"under_score@": 0, "other@": 0, "UNDERXSCORE@example.org": 1} {
+		cols, err := ts.SearchText(f.ctx, needle)
+		f.must(err, "SearchText")
+		if len(cols) != want {
+			f.t.Errorf("%q found in %v after erasure; want %d columns", needle, cols, want)
 		}
 	}
 }
