@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -213,6 +215,13 @@ func TestWriteCommandsJSON(t *testing.T) {
 			csv := writeFile(t, "c.csv", "email,name\nann@example.org,Ann\nbob@example.org,Bob\n")
 			if m := one("imported", "contacts", "import", csv, "--json"); m["imported"] != float64(2) {
 				t.Errorf("import --json: %v", m)
+			}
+			bad := writeFile(t, "bad.csv", "email,name\ncat@example.org,Cat\nnot-an-address,X\n")
+			out, err := rangecast(t, "", "--addr", st.GRPCAddr, "contacts", "import", bad, "--json")
+			var rej errRejected
+			if objs := jsonLines(t, out); !errors.As(err, &rej) || len(objs) != 1 || objs[0]["imported"] != float64(1) || objs[0]["rejected"] != float64(1) ||
+				!strings.Contains(fmt.Sprint(objs[0]["rejectedRows"]), "line 3") {
+				t.Errorf("import --json with a bad row: %v, %v; want the counts, the row by line, and a non-zero exit", objs, err)
 			}
 			one("name", "segments", "create", "club", "--json")
 			if m := one("changed", "segments", "add", "club", "ann@example.org", "--json"); m["changed"] != float64(1) {

@@ -471,7 +471,7 @@ func printImportJSON(w io.Writer, resp *pb.ImportContactsResponse, res *csvResul
 	out := struct {
 		Imported int64 `json:"imported"`
 		Rejected int64 `json:"rejected"`
-		Rows     []row `json:"rejected_rows"`
+		Rows     []row `json:"rejectedRows"`
 	}{Imported: resp.GetImported(), Rejected: rejected, Rows: []row{}}
 	for _, r := range res.rejected {
 		out.Rows = append(out.Rows, row{Line: lineOf(r), Error: r})

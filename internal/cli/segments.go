@@ -130,7 +130,7 @@ status 1; all others are ` + past + `.`,
 					Segment   string   `json:"segment"`
 					Changed   int64    `json:"changed"`
 					Unchanged int64    `json:"unchanged"`
-					NotFound  []string `json:"not_found"`
+					NotFound  []string `json:"notFound"`
 				}{segment, changed, unchanged, notFound})
 				if err == nil && len(notFound) > 0 {
 					err = errNotFound(len(notFound))
