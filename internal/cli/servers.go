@@ -199,7 +199,11 @@ func devCommand() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "rangecast dev is running (Ctrl-C stops it; state is kept in %s; store: %s)\n", s.o.Dir, where)
-			fmt.Fprintf(out, "  gRPC     %s   (rangecast --addr %s broadcasts list)\n", st.GRPCAddr, st.GRPCAddr)
+			if s.o.TLSCert != "" {
+				fmt.Fprintf(out, "  gRPC     %s   TLS only (rangecast --addr %s --ca CA.crt broadcasts list)\n", st.GRPCAddr, st.GRPCAddr)
+			} else {
+				fmt.Fprintf(out, "  gRPC     %s   (rangecast --addr %s broadcasts list)\n", st.GRPCAddr, st.GRPCAddr)
+			}
 			fmt.Fprintf(out, "  HTTP     %s   (unsubscribe links, webhooks)\n", st.PublicURL)
 			fmt.Fprintf(out, "  metrics  http://%s/metrics\n", s.o.MetricsAddr)
 			if st.Capture != nil {
@@ -218,6 +222,8 @@ func devCommand() *cobra.Command {
 	cmd.Flags().StringVar(&s.o.GRPCAddr, "grpc-addr", server.DefaultGRPCAddr, "gRPC listen address")
 	cmd.Flags().StringVar(&s.o.HTTPAddr, "http-addr", server.DefaultHTTPAddr, "public HTTP listen address")
 	cmd.Flags().StringVar(&s.o.MetricsAddr, "metrics-addr", server.DefaultMetricsAddr, "metrics listen address")
+	cmd.Flags().StringVar(&s.o.TLSCert, "tls-cert", "", "serve gRPC over TLS only with this PEM certificate (re-read when it changes), as the coordinator does")
+	cmd.Flags().StringVar(&s.o.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rangecast/rangecast/internal/api"
+	"github.com/rangecast/rangecast/internal/server"
 	"github.com/rangecast/rangecast/internal/testenv"
 )
 
@@ -196,5 +198,33 @@ func TestTLSAgainstPlaintext(t *testing.T) {
 	_, err = rangecast(t, "", "--addr", lis.Addr().String(), "--tls-server-name", "x", "segments", "list")
 	if err == nil || !strings.Contains(err.Error(), "needs TLS") {
 		t.Errorf("--tls-server-name alone: %v", err)
+	}
+}
+
+// The dev stack with --tls-cert/--tls-key: the coordinator's own wiring
+// serves TLS only, and a bad pair stops the start.
+func TestTLSDevStack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "ca")
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	ca.issue(t, certFile, keyFile, 20)
+	o := server.StackOptions{Dir: t.TempDir(), GRPCAddr: "127.0.0.1:0", Workers: 1, Log: slog.New(slog.DiscardHandler),
+		TLSCert: certFile, TLSKey: keyFile}
+	st, err := server.StartStack(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Stop() }) //nolint:errcheck
+	if out, err := rangecast(t, "", "--addr", st.GRPCAddr, "--ca", ca.file, "segments", "create", "tls"); err != nil {
+		t.Fatalf("with the CA: %v\n%s", err, out)
+	}
+	if _, err := rangecast(t, "", "--addr", st.GRPCAddr, "segments", "list"); err == nil {
+		t.Error("plaintext against the TLS dev stack succeeded")
+	}
+	o.Dir, o.TLSKey = t.TempDir(), certFile // a certificate is no key
+	if st, err := server.StartStack(context.Background(), o); err == nil {
+		st.Stop() //nolint:errcheck
+		t.Error("a stack with a bad key pair started")
 	}
 }
