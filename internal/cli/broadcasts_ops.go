@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -35,15 +34,6 @@ func opsCommands(c *client) []*cobra.Command {
 		updateCommand(c), deleteCommand(c), reportCommand(c), exportCommand(c), retryCommand(c)}
 }
 
-// printProto writes m as indented JSON with every field.
-func printProto(w io.Writer, m proto.Message) error {
-	out, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(m)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(w, string(out))
-	return nil
-}
 
 func utc(ts *timestamppb.Timestamp) string {
 	if ts == nil {
@@ -76,7 +66,7 @@ mail client); --json every part as JSON.`,
 			w := cmd.OutOrStdout()
 			switch {
 			case asJSON:
-				return printProto(w, resp)
+				return jsonLine(w, resp)
 			case raw:
 				_, err := w.Write(resp.GetRaw())
 				return err
@@ -149,7 +139,7 @@ audience's first eligible contact's.`,
 				}
 			}
 			if asJSON {
-				if err := printProto(w, resp); err != nil {
+				if err := jsonLine(w, resp); err != nil {
 					return err
 				}
 			} else {
@@ -231,7 +221,7 @@ the time; broadcasts unschedule clears it.`,
 			}
 			b := resp.GetBroadcast()
 			if asJSON {
-				return printProto(cmd.OutOrStdout(), b)
+				return jsonLine(cmd.OutOrStdout(), b)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "scheduled %s to start at %s (%s)\n", b.GetId(), utc(b.GetScheduledAt()), when.Format(time.RFC3339))
 			return nil
@@ -258,7 +248,7 @@ func unscheduleCommand(c *client) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return printProto(cmd.OutOrStdout(), resp.GetBroadcast())
+				return jsonLine(cmd.OutOrStdout(), resp.GetBroadcast())
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "unscheduled %s; it is a draft waiting for broadcasts start\n", resp.GetBroadcast().GetId())
 			return nil
@@ -332,7 +322,7 @@ be changed: a started broadcast's messages must all come from one definition.`,
 				return err
 			}
 			if asJSON {
-				return printProto(cmd.OutOrStdout(), resp.GetBroadcast())
+				return jsonLine(cmd.OutOrStdout(), resp.GetBroadcast())
 			}
 			var changed []string
 			f.Visit(func(fl *pflag.Flag) {
@@ -373,7 +363,7 @@ func deleteCommand(c *client) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return printProto(cmd.OutOrStdout(), resp.GetBroadcast())
+				return jsonLine(cmd.OutOrStdout(), resp.GetBroadcast())
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "deleted draft %s %q\n", resp.GetBroadcast().GetId(), resp.GetBroadcast().GetName())
 			return nil
@@ -416,7 +406,7 @@ func reportCommand(c *client) *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				return printProto(w, r)
+				return jsonLine(w, r)
 			}
 			b := r.GetBroadcast()
 			fmt.Fprintf(w, "broadcast  %s  %q  (%s)\n\n", b.GetId(), b.GetName(), stateWord(b.GetState()))
@@ -583,7 +573,7 @@ people may get a second copy.`,
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				return printProto(w, resp)
+				return jsonLine(w, resp)
 			}
 			b := resp.GetBroadcast()
 			if resp.GetFailed()+resp.GetUnknown() == 0 {

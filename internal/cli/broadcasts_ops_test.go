@@ -49,9 +49,13 @@ type usageLog struct {
 	got []string
 }
 
-func (u *usageLog) Observe(domain, recipient string, c transport.Class, _ time.Time) {
+func (u *usageLog) Observe(domain, recipient string, sendErr error, _ time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	c := transport.Class(0)
+	if sendErr != nil {
+		c = transport.Classify(sendErr)
+	}
 	u.got = append(u.got, fmt.Sprintf("%s %s %d", domain, recipient, c))
 }
 

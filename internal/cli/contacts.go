@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,8 +30,9 @@ import (
 const importChunk = 500
 
 func contactsCommand(c *client) *cobra.Command {
-	cmd := &cobra.Command{Use: "contacts", Short: "Import, inspect, suppress and unsubscribe contacts"}
+	cmd := &cobra.Command{Use: "contacts", Short: "Import, list, inspect, suppress, unsubscribe and erase contacts"}
 	cmd.AddCommand(importCommand(c), showContactCommand(c), suppressCommand(c), unsubscribeCommand(c))
+	cmd.AddCommand(listContactsCommand(c), deleteContactsCommand(c))
 	return cmd
 }
 
@@ -45,6 +47,7 @@ func (e errRejected) Error() string {
 
 func importCommand(c *client) *cobra.Command {
 	var segments []string
+	var asJSON bool
 	imp := &cobra.Command{
 		Use:   "import FILE.csv",
 		Short: "Import contacts from CSV (header: email,name, then attribute columns; - reads stdin)",
@@ -95,6 +98,15 @@ imported. The file is streamed, so millions of rows work.`,
 			unlisted := max(resp.GetRejected()-int64(len(resp.GetErrors())), 0)
 			rejected := int64(len(res.rejected)) + unlisted
 			out := cmd.OutOrStdout()
+			if asJSON {
+				if err := printImportJSON(out, resp, res, rejected); err != nil {
+					return err
+				}
+				if rejected > 0 {
+					return errRejected{rejected: rejected, imported: resp.GetImported()}
+				}
+				return nil
+			}
 			fmt.Fprintf(out, "imported %d %s; %d %s rejected\n", resp.GetImported(), plural(resp.GetImported(), "contact", "contacts"),
 				rejected, plural(rejected, "row", "rows"))
 			// The reader's and the server's rejections arrive separately; a
@@ -113,6 +125,7 @@ imported. The file is streamed, so millions of rows work.`,
 		},
 	}
 	imp.Flags().StringSliceVar(&segments, "segment", nil, "also add every imported contact to this segment (repeatable)")
+	imp.Flags().BoolVar(&asJSON, "json", false, "print what was imported and every rejected row as JSON")
 	return imp
 }
 
@@ -252,6 +265,7 @@ func printContact(w io.Writer, resp *pb.GetContactResponse) {
 
 func suppressCommand(c *client) *cobra.Command {
 	var reason string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "suppress EMAIL|ID --reason TEXT",
 		Short: "Keep a contact from receiving any broadcast, with a reason",
@@ -270,17 +284,22 @@ lifts a suppression.`,
 				return err
 			}
 			ct := resp.GetContact()
+			if asJSON {
+				return jsonLine(cmd.OutOrStdout(), resp)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "suppressed %s (%s): %s\n", shown(ct.GetEmail()), ct.GetId(), shown(ct.GetSuppressedReason()))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why this contact must not be mailed (required)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the contact as it is now, as JSON")
 	cmd.MarkFlagRequired("reason") //nolint:errcheck
 	return cmd
 }
 
 func unsubscribeCommand(c *client) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "unsubscribe EMAIL|ID",
 		Short: "Unsubscribe a contact from all broadcasts",
 		Long: `Unsubscribe a contact: running broadcasts skip it from their next page, and
@@ -296,10 +315,20 @@ re-subscribes it.`,
 			if _, err := ac.UnsubscribeContact(cmd.Context(), &pb.UnsubscribeContactRequest{Id: id, Email: email}); err != nil {
 				return err
 			}
+			if asJSON {
+				// The contact as it is now: what the unsubscribe did.
+				resp, err := ac.GetContact(cmd.Context(), &pb.GetContactRequest{Id: id, Email: email, HistoryLimit: 1})
+				if err != nil {
+					return err
+				}
+				return jsonLine(cmd.OutOrStdout(), resp.GetContact())
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "unsubscribed %s\n", args[0])
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the contact as it is now, as JSON")
+	return cmd
 }
 
 type csvResult struct {
@@ -429,4 +458,24 @@ func lineOf(rejection string) int {
 	var n int
 	fmt.Sscanf(rejection, "line %d", &n) //nolint:errcheck // every rejection is written with that prefix
 	return n
+}
+
+// printImportJSON prints an import's result: the counts, and every
+// rejected row listed (the reader's and the coordinator's) with its file
+// line.
+func printImportJSON(w io.Writer, resp *pb.ImportContactsResponse, res *csvResult, rejected int64) error {
+	type row struct {
+		Line  int    `json:"line"`
+		Error string `json:"error"`
+	}
+	out := struct {
+		Imported int64 `json:"imported"`
+		Rejected int64 `json:"rejected"`
+		Rows     []row `json:"rejectedRows"`
+	}{Imported: resp.GetImported(), Rejected: rejected, Rows: []row{}}
+	for _, r := range res.rejected {
+		out.Rows = append(out.Rows, row{Line: lineOf(r), Error: r})
+	}
+	slices.SortStableFunc(out.Rows, func(a, b row) int { return cmp.Compare(a.Line, b.Line) })
+	return json.NewEncoder(w).Encode(out)
 }

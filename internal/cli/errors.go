@@ -16,6 +16,9 @@ func describe(err error) string {
 	}
 	switch st.Code() {
 	case codes.Unavailable:
+		if hint := tlsHint(st.Message()); hint != "" {
+			return hint + ": " + st.Message()
+		}
 		return "cannot reach the coordinator (is it running? check --addr / RANGECAST_ADDR): " + st.Message()
 	case codes.InvalidArgument:
 		return "invalid request: " + st.Message()
@@ -33,6 +36,20 @@ func describe(err error) string {
 		return msg
 	}
 	return st.Code().String() + ": " + st.Message()
+}
+
+// tlsHint says what to change when a connection failed on TLS: the
+// words are gRPC's and crypto/tls's, the only place they are known.
+func tlsHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "x509:") || strings.Contains(msg, "certificate"):
+		return "the coordinator's TLS certificate is not trusted or not for this name (give the CA that signed it with --ca FILE / RANGECAST_CA, or --tls-server-name NAME when --addr is not a name on the certificate)"
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return "the coordinator speaks plaintext gRPC, not TLS (drop --ca and --tls, or configure --tls-cert/--tls-key on the coordinator)"
+	case strings.Contains(msg, "server preface") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF"):
+		return "the coordinator closed the connection; if it serves TLS (--tls-cert), connect with --ca FILE (RANGECAST_CA) or --tls"
+	}
+	return ""
 }
 
 var errUsage = errors.New("usage")

@@ -136,6 +136,7 @@ func governorSetCommand(c *client) *cobra.Command {
 	var rate float64
 	var burst int32
 	var ceiling int64
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "set-limits DOMAIN",
 		Short: "Change a sending domain's rate, burst or daily ceiling (the hourly limit is the SMTP server's: coordinator --emails-per-hour)",
@@ -162,10 +163,14 @@ func governorSetCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return jsonLine(cmd.OutOrStdout(), r.GetDomain())
+			}
 			printDomain(cmd.OutOrStdout(), r.GetDomain())
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the domain's state after the change as JSON")
 	cmd.Flags().Float64Var(&rate, "rate", 0, "messages per second")
 	cmd.Flags().Int32Var(&burst, "burst", 0, "token bucket burst")
 	cmd.Flags().Int64Var(&ceiling, "daily-ceiling", 0, "set the learned daily ceiling by hand (100 to 5,000,000)")
@@ -173,7 +178,8 @@ func governorSetCommand(c *client) *cobra.Command {
 }
 
 func governorResetCommand(c *client) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "reset-rate-limit SERVER",
 		Short: "Restart an SMTP server's hourly count from now (deletes nothing)",
 		Long: `Use it when the SMTP server's own hourly counter was reset, or its limit
@@ -190,9 +196,14 @@ next tick.`,
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return jsonLine(cmd.OutOrStdout(), r)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "hourly limit of %s reset at %s UTC for %s\n", args[0],
 				r.GetResetAt().AsTime().UTC().Format(time.TimeOnly), strings.Join(r.GetDomains(), ", "))
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the reset time and the domains it applies to as JSON")
+	return cmd
 }

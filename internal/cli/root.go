@@ -4,6 +4,8 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/rangecast/rangecast/internal/redact"
@@ -42,6 +45,9 @@ func Rangecast() *cobra.Command {
 	// The token's default is read at dial time, not shown as the flag's
 	// default, so --help never prints it.
 	root.PersistentFlags().StringVar(&c.token, "token", "", "bearer token for the coordinator's gRPC API (env RANGECAST_TOKEN)")
+	root.PersistentFlags().StringVar(&c.ca, "ca", "", "PEM file of the CA that signed the coordinator's TLS certificate: connect over TLS and trust only it (env RANGECAST_CA)")
+	root.PersistentFlags().BoolVar(&c.tls, "tls", false, "connect over TLS, trusting the system's CAs (a coordinator with a public certificate) (env RANGECAST_TLS)")
+	root.PersistentFlags().StringVar(&c.serverName, "tls-server-name", "", "name the coordinator's certificate must carry, when --addr does not (e.g. through a port-forward to 127.0.0.1) (env RANGECAST_TLS_SERVER_NAME)")
 	root.AddCommand(governorCommand(c))
 	root.AddCommand(broadcastsCommand(c), contactsCommand(c), mailCommand(), devCommand(), demoCommand())
 	root.AddCommand(sendCommand(c))
@@ -63,7 +69,12 @@ func Main(cmd *cobra.Command) {
 // client dials the coordinator lazily, once a command needs it.
 type client struct {
 	addr, token string
-	conn        *grpc.ClientConn
+	// ca, tls and serverName choose TLS (--ca, --tls, --tls-server-name);
+	// with none, the connection is plaintext.
+	ca         string
+	tls        bool
+	serverName string
+	conn       *grpc.ClientConn
 }
 
 // bearer sends "authorization: Bearer <token>" with every call.
@@ -74,8 +85,9 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 }
 
 // RequireTransportSecurity is false: whether the coordinator is reached
-// over TLS (a TLS-terminating proxy, a service mesh, mTLS) or plaintext on a
-// private network is the operator's choice, and the token is sent either way.
+// over TLS (its own, --ca/--tls; a TLS-terminating proxy; a service mesh)
+// or plaintext on a private network is the operator's choice, and the
+// token is sent either way.
 func (bearer) RequireTransportSecurity() bool { return false }
 
 func (c *client) dial() (*grpc.ClientConn, error) {
@@ -86,7 +98,11 @@ func (c *client) dial() (*grpc.ClientConn, error) {
 		// The CLI takes whatever the server sends (an import's answer
 		// with its capped list of rejected rows, a long history): gRPC's
 		// default 4 MiB receive limit is a server-side concern.
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		creds, err := c.transportCredentials()
+		if err != nil {
+			return nil, err
+		}
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecv))}
 		token := c.token
 		if token == "" {
@@ -102,6 +118,30 @@ func (c *client) dial() (*grpc.ClientConn, error) {
 		c.conn = conn
 	}
 	return c.conn, nil
+}
+
+// transportCredentials is TLS with --ca's pool or the system's (--tls), or
+// plaintext.
+func (c *client) transportCredentials() (credentials.TransportCredentials, error) {
+	if c.ca == "" && !c.tls {
+		if c.serverName != "" {
+			return nil, fmt.Errorf("--tls-server-name needs TLS: add --ca FILE or --tls")
+		}
+		return insecure.NewCredentials(), nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.serverName}
+	if c.ca != "" {
+		pem, err := os.ReadFile(c.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca %s: no PEM certificate in it (give the CA certificate that signed the coordinator's, e.g. ca.crt of its Secret)", c.ca)
+		}
+		cfg.RootCAs = pool
+	}
+	return credentials.NewTLS(cfg), nil
 }
 
 func (c *client) broadcasts() (pb.BroadcastServiceClient, error) {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,11 +30,13 @@ re-evaluating a filter at send time. A broadcast created with --segment NAME
 sends to the segment's members that may receive mail.`,
 	}
 	cmd.AddCommand(createSegmentCommand(c), membersCommand(c, true), membersCommand(c, false), previewCommand(c))
+	cmd.AddCommand(listSegmentsCommand(c), deleteSegmentCommand(c))
 	return cmd
 }
 
 func createSegmentCommand(c *client) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create an empty segment",
 		Args:  cobra.ExactArgs(1),
@@ -46,10 +49,15 @@ func createSegmentCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return jsonLine(cmd.OutOrStdout(), resp.GetSegment())
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "created segment %s\n", shown(resp.GetSegment().GetName()))
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the segment as JSON")
+	return cmd
 }
 
 // errNotFound is returned when some contacts named for a membership change
@@ -62,6 +70,7 @@ func (e errNotFound) Error() string {
 
 func membersCommand(c *client, add bool) *cobra.Command {
 	var file string
+	var asJSON bool
 	verb, past, prep, unchangedWord := "add", "added", "to", "already members"
 	if !add {
 		verb, past, prep, unchangedWord = "remove", "removed", "from", "not members"
@@ -113,6 +122,21 @@ status 1; all others are ` + past + `.`,
 				changed, unchanged, notFound = changed+ch, unchanged+un, append(notFound, nf...)
 			}
 			out := cmd.OutOrStdout()
+			if asJSON {
+				if notFound == nil {
+					notFound = []string{}
+				}
+				err := json.NewEncoder(out).Encode(struct {
+					Segment   string   `json:"segment"`
+					Changed   int64    `json:"changed"`
+					Unchanged int64    `json:"unchanged"`
+					NotFound  []string `json:"notFound"`
+				}{segment, changed, unchanged, notFound})
+				if err == nil && len(notFound) > 0 {
+					err = errNotFound(len(notFound))
+				}
+				return err
+			}
 			fmt.Fprintf(out, "%s %d %s %s %s (%d %s)\n", past, changed, plural(changed, "contact", "contacts"), prep, segment, unchanged, unchangedWord)
 			for _, nf := range notFound {
 				fmt.Fprintf(out, "  no such contact: %s\n", nf)
@@ -124,6 +148,7 @@ status 1; all others are ` + past + `.`,
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "file of emails or ids, one per line (- reads stdin)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the counts ("+past+", unchanged) and the names that match no contact as JSON")
 	return cmd
 }
 

@@ -219,8 +219,9 @@ func readData(v string) (*structpb.Struct, error) {
 }
 
 func templateCommand(c *client) *cobra.Command {
-	cmd := &cobra.Command{Use: "template", Aliases: []string{"templates"}, Short: "Store and show templates for transactional messages"}
+	cmd := &cobra.Command{Use: "template", Aliases: []string{"templates"}, Short: "Store, show, list and delete templates for transactional messages"}
 	var from, fromName, subject, textFile, htmlFile string
+	var putJSON bool
 	put := &cobra.Command{
 		Use:   "put NAME",
 		Short: "Create or replace a template (its version goes up by one)",
@@ -257,6 +258,9 @@ that a message's data lacks refuses that message instead of sending "<no value>"
 			if err != nil {
 				return err
 			}
+			if putJSON {
+				return jsonLine(cmd.OutOrStdout(), resp.GetTemplate())
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s version %d\n", shown(resp.GetTemplate().GetName()), resp.GetTemplate().GetVersion())
 			return nil
 		},
@@ -268,6 +272,7 @@ that a message's data lacks refuses that message instead of sending "<no value>"
 	f.StringVar(&textFile, "text", "", "file with the plain-text body template")
 	f.StringVar(&htmlFile, "html", "", "file with the HTML body template")
 	put.MarkFlagRequired("subject") //nolint:errcheck
+	f.BoolVar(&putJSON, "json", false, "print the stored template (with its version) as JSON")
 
 	var asJSON bool
 	show := &cobra.Command{
@@ -299,5 +304,6 @@ that a message's data lacks refuses that message instead of sending "<no value>"
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.AddCommand(put, show)
+	cmd.AddCommand(listTemplatesCommand(c), deleteTemplateCommand(c))
 	return cmd
 }

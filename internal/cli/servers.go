@@ -57,6 +57,8 @@ Every flag can be set by the environment variable named in its help.`,
 	// Tokens themselves are never flags (they would show in ps); the file
 	// or RANGECAST_TOKENS holds them.
 	f.StringVar(&o.TokensFile, "tokens-file", "", "file of accepted gRPC bearer tokens, one per line, # comments; re-read when it changes, so a mounted Kubernetes Secret rotates without a restart. RANGECAST_TOKENS adds comma-separated tokens. With neither, the API is unauthenticated; health and reflection are always open (env RANGECAST_TOKENS_FILE)")
+	f.StringVar(&o.TLSCert, "tls-cert", "", "PEM certificate (chain) file: with --tls-key, gRPC speaks TLS only and refuses plaintext; both files are re-read when they change, so a renewed cert-manager Secret needs no restart (env RANGECAST_TLS_CERT)")
+	f.StringVar(&o.TLSKey, "tls-key", "", "PEM private key file of --tls-cert (env RANGECAST_TLS_KEY)")
 	governorFlags(cmd, &gov.Limits)
 	publicFlags(cmd, &keysFile, &o.Alarms)
 	f.DurationVar(&o.Retention.Events, "event-retention", maintenance.DefaultEventRetention,
@@ -212,7 +214,11 @@ func devCommand() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "rangecast dev is running (Ctrl-C stops it; state is kept in %s; store: %s)\n", s.o.Dir, where)
-			fmt.Fprintf(out, "  gRPC     %s   (rangecast --addr %s broadcasts list)\n", st.GRPCAddr, st.GRPCAddr)
+			if s.o.TLSCert != "" {
+				fmt.Fprintf(out, "  gRPC     %s   TLS only (rangecast --addr %s --ca CA.crt broadcasts list)\n", st.GRPCAddr, st.GRPCAddr)
+			} else {
+				fmt.Fprintf(out, "  gRPC     %s   (rangecast --addr %s broadcasts list)\n", st.GRPCAddr, st.GRPCAddr)
+			}
 			fmt.Fprintf(out, "  HTTP     %s   (unsubscribe links, webhooks)\n", st.PublicURL)
 			fmt.Fprintf(out, "  metrics  http://%s/metrics\n", s.o.MetricsAddr)
 			if st.Capture != nil {
@@ -231,6 +237,8 @@ func devCommand() *cobra.Command {
 	cmd.Flags().StringVar(&s.o.GRPCAddr, "grpc-addr", server.DefaultGRPCAddr, "gRPC listen address")
 	cmd.Flags().StringVar(&s.o.HTTPAddr, "http-addr", server.DefaultHTTPAddr, "public HTTP listen address")
 	cmd.Flags().StringVar(&s.o.MetricsAddr, "metrics-addr", server.DefaultMetricsAddr, "metrics listen address")
+	cmd.Flags().StringVar(&s.o.TLSCert, "tls-cert", "", "serve gRPC over TLS only with this PEM certificate (re-read when it changes), as the coordinator does")
+	cmd.Flags().StringVar(&s.o.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	return cmd
 }
 

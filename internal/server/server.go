@@ -192,7 +192,10 @@ type CoordinatorOptions struct {
 	// API is unauthenticated.
 	Tokens     []string
 	TokensFile string
-	Log        *slog.Logger
+	// TLSCert and TLSKey (PEM files) make gRPC speak TLS only, the pair
+	// re-read when the files change (api.CertReloader); both or neither.
+	TLSCert, TLSKey string
+	Log             *slog.Logger
 	// Governor configures the per-sending-domain governors; nil runs
 	// without one (no daily ceiling, rate or provider holds).
 	Governor *coordinator.GovernorConfig
@@ -207,8 +210,21 @@ type CoordinatorOptions struct {
 	// (mail.go).
 	Mail MailOptions
 
-	auth      *api.Auth    // built by RunCoordinator before connecting
-	publicLis net.Listener // bound by StartStack, which needs its address first
+	auth      *api.Auth         // built by RunCoordinator before connecting
+	certs     *api.CertReloader // likewise, when TLS is configured
+	publicLis net.Listener      // bound by StartStack, which needs its address first
+}
+
+// newCerts returns the certificate reloader o asks for, or nil for
+// plaintext.
+func (o CoordinatorOptions) newCerts() (*api.CertReloader, error) {
+	switch {
+	case o.TLSCert == "" && o.TLSKey == "":
+		return nil, nil
+	case o.TLSCert == "" || o.TLSKey == "":
+		return nil, errors.New("give both --tls-cert and --tls-key (RANGECAST_TLS_CERT, RANGECAST_TLS_KEY), or neither for plaintext gRPC")
+	}
+	return api.NewCertReloader(o.TLSCert, o.TLSKey, o.Log)
 }
 
 // newAuth returns the token checker o asks for, or nil when it asks for
@@ -273,6 +289,12 @@ func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
 		o.Log.Warn("gRPC API is unauthenticated: anyone who can reach it can send broadcasts; set --tokens-file / RANGECAST_TOKENS_FILE or RANGECAST_TOKENS")
 	}
 	o.auth = auth
+	if o.certs, err = o.newCerts(); err != nil {
+		return err
+	}
+	if o.certs == nil {
+		o.Log.Warn("gRPC API is plaintext: bearer tokens cross the network readable; set --tls-cert and --tls-key (RANGECAST_TLS_CERT, RANGECAST_TLS_KEY) unless a proxy or mesh terminates TLS")
+	}
 	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas)
 	if err != nil {
 		return err
@@ -314,7 +336,17 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 		return err
 	}
 	defer closeMail()
-	srv := api.NewGRPCServer(api.Config{Engine: c, Store: st, Clock: clock.Real{}, Log: o.Log, Mail: mail}, auth.ServerOptions()...)
+	certs := o.certs
+	if certs == nil {
+		if certs, err = o.newCerts(); err != nil {
+			return err
+		}
+	}
+	opts := auth.ServerOptions()
+	if certs != nil {
+		opts = append(opts, certs.ServerOption())
+	}
+	srv := api.NewGRPCServer(api.Config{Engine: c, Store: st, Clock: clock.Real{}, Log: o.Log, Mail: mail}, opts...)
 	pb.RegisterTransactionalServiceServer(srv, transactional.NewService(transactional.ServiceConfig{Store: st, JS: b.JS, Clock: clock.Real{}, Log: o.Log}))
 	go srv.Serve(lis) //nolint:errcheck
 	o.Log.Info("grpc listening", "addr", lis.Addr().String())

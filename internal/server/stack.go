@@ -42,6 +42,9 @@ type StackOptions struct {
 	Log                             *slog.Logger
 	// DKIMKeys sign the workers' mail (WorkerOptions.DKIMKeys).
 	DKIMKeys []string
+	// TLSCert and TLSKey serve gRPC over TLS only
+	// (CoordinatorOptions.TLSCert).
+	TLSCert, TLSKey string
 }
 
 // DevGovernor is the governor of `rangecast dev`: every rule runs as in
@@ -98,6 +101,10 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	if _, err := message.LoadDKIM(o.DKIMKeys); err != nil {
 		return nil, err // before anything starts: the workers would fail one by one
+	}
+	certs, err := CoordinatorOptions{TLSCert: o.TLSCert, TLSKey: o.TLSKey, Log: o.Log}.newCerts()
+	if err != nil {
+		return nil, err
 	}
 	lock, err := lockDir(o.Dir)
 	if err != nil {
@@ -163,7 +170,8 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	s.run(func() error {
-		co := CoordinatorOptions{HTTPAddr: o.HTTPAddr, MetricsAddr: o.MetricsAddr, Log: o.Log, InDoubtAfter: o.InDoubtAfter, Governor: o.Governor}
+		co := CoordinatorOptions{HTTPAddr: o.HTTPAddr, MetricsAddr: o.MetricsAddr, Log: o.Log, InDoubtAfter: o.InDoubtAfter, Governor: o.Governor,
+			TLSCert: o.TLSCert, TLSKey: o.TLSKey, certs: certs}
 		co.publicLis, co.Secrets = public, secrets
 		co.Mail = MailOptions{SMTPURL: smtpURL, PublicURL: s.PublicURL, DKIMKeys: o.DKIMKeys}
 		if co.Governor == nil {

@@ -169,6 +169,8 @@ type Store interface {
 	Deferrals    // deferred rows and their sweep (deferred.go)
 	Receipts     // transactional messages (receipts.go)
 	BroadcastOps // drafts edited and scheduled, reports, exports, retries (report.go)
+	Erasure      // erasing a person (erase.go)
+	Catalog      // lists a page at a time, deleting segments and templates (catalog.go)
 	// Ping checks the database answers (readiness).
 	Ping(ctx context.Context) error
 	Close()

@@ -37,10 +37,11 @@ CREATE TEMPORARY TABLE contacts_import (
     attributes     jsonb NOT NULL,
     subscribed     boolean NOT NULL,
     do_not_contact boolean NOT NULL,
-    suppressed     boolean NOT NULL
+    suppressed     boolean NOT NULL,
+    erasure_hash   text NOT NULL
 ) ON COMMIT DROP`
 
-var importColumns = []string{"i", "id", "email", "email_key", "name", "attributes", "subscribed", "do_not_contact", "suppressed"}
+var importColumns = []string{"i", "id", "email", "email_key", "name", "attributes", "subscribed", "do_not_contact", "suppressed", "erasure_hash"}
 
 // importNew inserts the loaded rows whose address is new with a plain
 // INSERT: without the speculative insertion every row of an ON CONFLICT
@@ -58,8 +59,8 @@ var importColumns = []string{"i", "id", "email", "email_key", "name", "attribute
 // contacts table for every batch (a million-row import took 49-72 s
 // instead of ~20 s). A scalar subquery stays a per-row probe of the index.
 const importNew = `
-INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
-SELECT u.id, u.email, u.email_key, u.name, u.attributes, u.subscribed, u.do_not_contact, u.suppressed, $1, $1
+INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, suppressed_reason, erasure_hash, created_at, updated_at)
+SELECT u.id, u.email, u.email_key, u.name, u.attributes, u.subscribed, u.do_not_contact, ` + importSuppressed + `, $1, $1
 FROM contacts_import u
 WHERE (SELECT true FROM contacts c WHERE c.email_key = u.email_key) IS NULL
 ORDER BY u.email_key`
@@ -72,8 +73,8 @@ ORDER BY u.email_key`
 // compares.
 const importUpsert = `
 WITH up AS (
-    INSERT INTO contacts AS c (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
-    SELECT u.id, u.email, u.email_key, u.name, u.attributes, u.subscribed, u.do_not_contact, u.suppressed, $1, $1
+    INSERT INTO contacts AS c (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, suppressed_reason, erasure_hash, created_at, updated_at)
+    SELECT u.id, u.email, u.email_key, u.name, u.attributes, u.subscribed, u.do_not_contact, ` + importSuppressed + `, $1, $1
     FROM contacts_import u
     WHERE (SELECT true FROM contacts n WHERE n.id = u.id) IS NULL
     ORDER BY u.email_key
@@ -81,6 +82,14 @@ WITH up AS (
     RETURNING c.id, c.email_key
 )
 SELECT u.i, up.id FROM contacts_import u JOIN up ON up.email_key = u.email_key`
+
+// importSuppressed is the staged row's suppressed, suppressed_reason and
+// erasure_hash: an address erased before comes back suppressed ($2 is
+// store.ErasedReason).
+const importSuppressed = `u.suppressed OR ` + erasedRow + `, CASE WHEN ` + erasedRow + ` THEN $2 ELSE '' END, u.erasure_hash`
+
+// erasedRow tests the staged row u against the erased addresses.
+const erasedRow = `EXISTS (SELECT 1 FROM erased_addresses x WHERE x.hash = u.erasure_hash)`
 
 func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
 	if err := store.CheckContacts(cs); err != nil {
@@ -104,7 +113,8 @@ func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time
 			if attrs == nil {
 				attrs = map[string]any{}
 			}
-			return []any{int32(i), uid(c.ID), c.Email, address.Key(c.Email), c.Name, attrs, c.Subscribed, c.DoNotContact, c.Suppressed}, nil
+			return []any{int32(i), uid(c.ID), c.Email, address.Key(c.Email), c.Name, attrs, c.Subscribed, c.DoNotContact, c.Suppressed,
+				store.ErasureHash(s.erasureKey, c.Email)}, nil
 		}))
 	if err != nil {
 		return nil, mapErr("import contacts: copy", err)
@@ -119,7 +129,7 @@ func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time
 	if err != nil {
 		return nil, mapErr("import contacts", err)
 	}
-	tag, err := sp.Exec(ctx, importNew, now)
+	tag, err := sp.Exec(ctx, importNew, now, store.ErasedReason)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
@@ -135,7 +145,7 @@ func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time
 		return nil, mapErr("import contacts: new rows", err)
 	}
 	if inserted < int64(len(cs)) {
-		rows, err := tx.Query(ctx, importUpsert, now)
+		rows, err := tx.Query(ctx, importUpsert, now, store.ErasedReason)
 		if err != nil {
 			return nil, mapErr("import contacts", err)
 		}

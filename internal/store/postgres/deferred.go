@@ -31,10 +31,13 @@ func notAttempted(o store.Outcome) int {
 // claimDueQuery locks the due deferred rows, and those $4 holds claimed
 // already (SKIP LOCKED: a concurrent sweep takes other rows, never the
 // same), deletes those whose contact no longer
-// passes the gate, and moves the rest back to claimed. The two statements
-// touch disjoint rows. $1 broadcast, $2 now, $3 limit, $4 owner, $5 segment.
+// passes the gate, fails those whose contact was erased (deferred after the
+// erasure by a send claimed before it: failed, the row keeps its place in
+// the counts), and moves the rest back to claimed. The three statements
+// touch disjoint rows. $1 broadcast, $2 now, $3 limit, $4 owner, $5 the
+// erased rows' error, $6 segment.
 func claimDueQuery(segment int64) string {
-	g := gate(segmentParam(segment, "$5"))
+	g := gate(segmentParam(segment, "$6"))
 	return `
 WITH due AS (
     SELECT s.contact_id FROM broadcast_sends s
@@ -44,7 +47,13 @@ WITH due AS (
 ), gone AS (
     DELETE FROM broadcast_sends s USING due
     WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id
+      AND EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id)
       AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id AND ` + g + `)
+), erased AS (
+    UPDATE broadcast_sends s SET status = 'failed', error = $5, retry_at = NULL, owner = '', updated_at = $2
+    FROM due
+    WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id
+      AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id)
 )
 UPDATE broadcast_sends s
 SET status = 'claimed', attempt = s.attempt + CASE WHEN s.status = 'deferred' THEN 1 ELSE 0 END, claimed_at = $2, updated_at = $2, retry_at = NULL, owner = $4
@@ -54,7 +63,7 @@ RETURNING c.id, c.email, c.name, c.attributes, s.attempt`
 }
 
 func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error) {
-	args := []any{uid(b.ID), now, limit, owner}
+	args := []any{uid(b.ID), now, limit, owner, erasedDeferral}
 	if b.SegmentID != 0 {
 		args = append(args, b.SegmentID)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,7 +30,7 @@ const (
 	// applyEvent replaces: the reputation delta is exact under concurrent
 	// events.
 	matchEvent = `
-SELECT status, accepted FROM broadcast_sends
+SELECT status, accepted, email FROM broadcast_sends
 WHERE broadcast_id = $1 AND contact_id = $2 AND ` + sameMessageID + `
 FOR UPDATE`
 
@@ -41,7 +42,7 @@ ON CONFLICT (provider, event_id) DO NOTHING`
 	// applyEvent is the rank guard: $4 is the rank the new status reaches.
 	// Any report from the provider proves the message went out: accepted.
 	applyEvent = `
-UPDATE broadcast_sends SET status = $5, error = CASE WHEN $6 = '' THEN error ELSE $6 END, updated_at = $7, accepted = true
+UPDATE broadcast_sends SET status = $5, error = CASE WHEN $6 = '' THEN error WHEN email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE $6 END, updated_at = $7, accepted = true
 WHERE broadcast_id = $1 AND contact_id = $2 AND ` + sameMessageID + ` AND ` + rankOf + ` < $4
 RETURNING status`
 
@@ -67,10 +68,13 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 	var bid, cid *[16]byte
 	var accepted bool
 	if b, c, ok := store.ParseMessageID(ev.MessageID); ok {
-		var status string
-		err := tx.QueryRow(ctx, matchEvent, uid(b), uid(c), ev.MessageID).Scan(&status, &accepted)
+		var status, email string
+		err := tx.QueryRow(ctx, matchEvent, uid(b), uid(c), ev.MessageID).Scan(&status, &accepted, &email)
 		switch {
 		case err == nil:
+			if strings.HasPrefix(email, store.ErasedToken) {
+				ev.Detail = "" // the contact was erased: keep the event, not what it quotes
+			}
 			res.Matched, res.BroadcastID, res.ContactID, res.Status = true, b, c, store.SendStatus(status)
 			bb, cc := uid(b), uid(c)
 			bid, cid = &bb, &cc

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rangecast/rangecast/internal/address"
+	"github.com/rangecast/rangecast/internal/store"
 )
 
 //go:embed migrations/*.sql
@@ -89,6 +90,13 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // cannot compute.
 var goSteps = map[int]func(context.Context, pgx.Tx) error{
 	11: rekeyEmails,
+	16: makeErasureKey,
+}
+
+// makeErasureKey stores the key of store.ErasureHash, once.
+func makeErasureKey(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `INSERT INTO erasure_key (id, key) VALUES (1, $1) ON CONFLICT (id) DO NOTHING`, store.NewErasureKey())
+	return err
 }
 
 // rekeyEmails recomputes the email keys of addresses that are not ASCII

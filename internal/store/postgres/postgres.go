@@ -25,6 +25,8 @@ import (
 // Store implements store.Store on a pgx pool.
 type Store struct {
 	pool *pgxpool.Pool
+	// erasureKey keys store.ErasureHash (migration 016), read once at Open.
+	erasureKey []byte
 }
 
 var _ store.Store = (*Store)(nil)
@@ -59,7 +61,12 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{pool: pool}, nil
+	var key []byte
+	if err := pool.QueryRow(ctx, `SELECT key FROM erasure_key WHERE id = 1`).Scan(&key); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: erasure key: %w", err)
+	}
+	return &Store{pool: pool, erasureKey: key}, nil
 }
 
 func (s *Store) Close() { s.pool.Close() }
@@ -125,10 +132,12 @@ func keys(emails []string) []string {
 }
 
 const upsertContacts = `
-INSERT INTO contacts AS c (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
-SELECT u.id, u.email, u.email_key, u.name, u.attributes, u.subscribed, u.dnc, u.suppressed, $7, $7
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bool[], $6::bool[], $8::bool[], $9::text[])
-     AS u(id, email, name, attributes, subscribed, dnc, suppressed, email_key)
+INSERT INTO contacts AS c (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, suppressed_reason, erasure_hash, created_at, updated_at)
+SELECT u.id, u.email, u.email_key, u.name, u.attributes, u.subscribed, u.dnc, u.suppressed OR e.hash IS NOT NULL,
+       CASE WHEN e.hash IS NOT NULL THEN $11 ELSE '' END, u.erasure_hash, $7, $7
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bool[], $6::bool[], $8::bool[], $9::text[], $10::text[])
+     AS u(id, email, name, attributes, subscribed, dnc, suppressed, email_key, erasure_hash)
+LEFT JOIN erased_addresses e ON e.hash = u.erasure_hash
 ` + mergeContact + `
 RETURNING id, email_key`
 
@@ -142,6 +151,7 @@ const mergeContact = `ON CONFLICT (email_key) DO UPDATE SET
     subscribed = c.subscribed AND EXCLUDED.subscribed,
     do_not_contact = c.do_not_contact OR EXCLUDED.do_not_contact,
     suppressed = c.suppressed OR EXCLUDED.suppressed,
+    erasure_hash = EXCLUDED.erasure_hash,
     updated_at = EXCLUDED.updated_at`
 
 // upsert is ImportContacts for a small batch: one statement.
@@ -167,7 +177,8 @@ func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) (
 			attrs[i] = map[string]any{}
 		}
 	}
-	rows, err := s.pool.Query(ctx, upsertContacts, ids, emails, names, attrs, subscribed, dnc, now, suppressed, keys(emails))
+	rows, err := s.pool.Query(ctx, upsertContacts, ids, emails, names, attrs, subscribed, dnc, now, suppressed, keys(emails),
+		s.erasureHashes(emails), store.ErasedReason)
 	if err != nil {
 		return nil, mapErr("upsert contacts", err)
 	}
@@ -310,9 +321,12 @@ func (s *Store) ListBroadcasts(ctx context.Context) ([]store.Broadcast, error) {
 
 // gate is the suppression gate, the one definition of who may receive a
 // broadcast, shared by the accept-time snapshot and every page. segmentParam
-// is the placeholder of the segment id, or "" for every contact.
+// is the placeholder of the segment id, or "" for every contact. An import
+// suppresses an erased address already; the gate tests the hash as well, so
+// an import racing the erasure of the same address cannot mail it.
 func gate(segmentParam string) string {
-	g := `c.subscribed AND NOT c.do_not_contact AND NOT c.suppressed AND c.email <> ''`
+	g := `c.subscribed AND NOT c.do_not_contact AND NOT c.suppressed AND c.email <> ''
+ AND NOT EXISTS (SELECT 1 FROM erased_addresses e WHERE e.hash = c.erasure_hash)`
 	if segmentParam != "" {
 		g += ` AND EXISTS (SELECT 1 FROM segment_members m WHERE m.segment_id = ` + segmentParam + ` AND m.contact_id = c.id)`
 	}
@@ -433,10 +447,14 @@ func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until
 // claimQuery inserts claims held by $6. A row that exists already is
 // returned only when $6 holds it still (the same run retrying after an
 // ambiguous commit); the no-op update is what makes RETURNING report it.
+// A contact erased since its page was read is not claimed (so not sent):
+// the statement's snapshot is taken after its lock on broadcast_sends,
+// which an erasure holds until it commits (Erase).
 const claimQuery = `
 INSERT INTO broadcast_sends AS s (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner)
 SELECT $1, u.id, u.email, 'claimed', u.message_id, $5, $5, $6
 FROM unnest($2::uuid[], $3::text[], $4::text[]) AS u(id, email, message_id)
+WHERE EXISTS (SELECT 1 FROM contacts c WHERE c.id = u.id)
 ON CONFLICT (broadcast_id, contact_id) DO UPDATE SET owner = excluded.owner
 WHERE s.owner = excluded.owner AND s.status = 'claimed'
 RETURNING contact_id`
@@ -492,7 +510,7 @@ const stillClaimed = `status || '' = 'claimed'`
 // broadcast on a fresh table; a primary-key update does not (given
 // stillClaimed).
 const recordOutcome = `
-UPDATE broadcast_sends SET status = $3, error = $4, updated_at = $5, retry_at = $6, accepted = ($3 = 'sent'),
+UPDATE broadcast_sends SET status = $3, error = CASE WHEN $4 <> '' AND email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE $4 END, updated_at = $5, retry_at = $6, accepted = ($3 = 'sent'),
     owner = CASE WHEN $3 = 'claimed' THEN '' ELSE owner END, attempt = attempt - $8
 WHERE broadcast_id = $1 AND contact_id = $2 AND ` + stillClaimed + ` AND owner = $7`
 

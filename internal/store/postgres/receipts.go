@@ -101,12 +101,13 @@ func (s *Store) ClaimReceipt(ctx context.Context, id ulid.ULID, now time.Time) (
 const finishAttempt = `
 WITH r AS (
     UPDATE outbound_receipts
-    SET status = $3, next_attempt_at = COALESCE($4, next_attempt_at),
-        claimed_at = NULL, error = $5, updated_at = $6
+    SET status = CASE WHEN $3 = 'queued' AND email LIKE ` + erasedLike + ` THEN 'failed' ELSE $3 END, next_attempt_at = COALESCE($4, next_attempt_at),
+        claimed_at = NULL, error = CASE WHEN $5 <> '' AND email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE $5 END, updated_at = $6
     WHERE id = $1 AND status = 'sending' AND attempts = $2
     RETURNING ` + receiptColumns + `
 ), a AS (
-    UPDATE outbound_attempts SET finished_at = $6, result = $7, reply = $8
+    UPDATE outbound_attempts SET finished_at = $6, result = $7,
+        reply = CASE WHEN (SELECT email FROM r) LIKE ` + erasedLike + ` THEN '' ELSE $8 END
     WHERE receipt_id = $1 AND n = $2 AND EXISTS (SELECT 1 FROM r)
 )
 SELECT ` + receiptColumns + ` FROM r`

@@ -43,6 +43,11 @@ const (
 	reclaimDue = `UPDATE broadcast_sends SET status = 'claimed', attempt = attempt + (status = 'deferred'), claimed_at = ?3, updated_at = ?3, retry_at = NULL, owner = ?4
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?4))`
 	dropDue = `DELETE FROM broadcast_sends WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?3))`
+	// failErased settles a due row whose contact was erased (deferred after
+	// the erasure by a send claimed before it) as failed, so it keeps its
+	// place in the counts instead of vanishing.
+	failErased = `UPDATE broadcast_sends SET status = 'failed', error = ?4, retry_at = NULL, owner = '', updated_at = ?5
+WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?3))`
 )
 
 func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error) {
@@ -57,7 +62,7 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 		if err != nil {
 			return err
 		}
-		var gone []ulid.ULID
+		var gone, erased []ulid.ULID
 		for rows.Next() {
 			var cid []byte
 			var email, name, attrs sql.NullString
@@ -71,6 +76,10 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 			if err != nil {
 				rows.Close()
 				return err
+			}
+			if !email.Valid {
+				erased = append(erased, u)
+				continue
 			}
 			if !eligible.Valid || !eligible.Bool {
 				gone = append(gone, u)
@@ -96,6 +105,11 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 		}
 		for _, u := range gone {
 			if _, err := tx.ExecContext(ctx, dropDue, id(b.ID), id(u), owner); err != nil {
+				return err
+			}
+		}
+		for _, u := range erased {
+			if _, err := tx.ExecContext(ctx, failErased, id(b.ID), id(u), owner, erasedDeferral, ts(now)); err != nil {
 				return err
 			}
 		}

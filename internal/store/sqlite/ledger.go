@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -26,7 +27,7 @@ const sameMessageID = `lower(trim(message_id, '<>')) = lower(?3)`
 
 const (
 	matchEvent = `
-SELECT status, accepted FROM broadcast_sends
+SELECT status, accepted, email FROM broadcast_sends
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND ` + sameMessageID
 
 	insertEvent = `
@@ -37,7 +38,7 @@ ON CONFLICT (provider, event_id) DO NOTHING`
 	// applyEvent is the rank guard: ?4 is the rank the new status reaches.
 	// Any report from the provider proves the message went out: accepted.
 	applyEvent = `
-UPDATE broadcast_sends SET status = ?5, error = CASE WHEN ?6 = '' THEN error ELSE ?6 END, updated_at = ?7, accepted = 1
+UPDATE broadcast_sends SET status = ?5, error = CASE WHEN ?6 = '' THEN error WHEN email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE ?6 END, updated_at = ?7, accepted = 1
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND ` + sameMessageID + ` AND ` + rankOf + ` < ?4
 RETURNING status`
 
@@ -59,10 +60,13 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 		var bid, cid any
 		var accepted bool
 		if b, c, ok := store.ParseMessageID(ev.MessageID); ok {
-			var status string
-			err := tx.QueryRowContext(ctx, matchEvent, id(b), id(c), ev.MessageID).Scan(&status, &accepted)
+			var status, email string
+			err := tx.QueryRowContext(ctx, matchEvent, id(b), id(c), ev.MessageID).Scan(&status, &accepted, &email)
 			switch {
 			case err == nil:
+				if strings.HasPrefix(email, store.ErasedToken) {
+					ev.Detail = "" // the contact was erased: keep the event, not what it quotes
+				}
 				res.Matched, res.BroadcastID, res.ContactID, res.Status = true, b, c, store.SendStatus(status)
 				bid, cid = id(b), id(c)
 			case !errors.Is(err, sql.ErrNoRows):

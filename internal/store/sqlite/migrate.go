@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/rangecast/rangecast/internal/address"
+	"github.com/rangecast/rangecast/internal/store"
 )
 
 //go:embed migrations/*.sql
@@ -48,6 +49,13 @@ func migrate(ctx context.Context, db *sql.DB) error {
 // cannot compute.
 var goSteps = map[int]func(context.Context, *sql.Tx) error{
 	11: rekeyEmails,
+	16: makeErasureKey,
+}
+
+// makeErasureKey stores the key of store.ErasureHash, once.
+func makeErasureKey(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO erasure_key (id, key) VALUES (1, ?) ON CONFLICT (id) DO NOTHING`, store.NewErasureKey())
+	return err
 }
 
 // rekeyEmails recomputes the email keys of addresses that are not ASCII

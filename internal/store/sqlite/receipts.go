@@ -114,10 +114,12 @@ func (s *Store) ClaimReceipt(ctx context.Context, rid ulid.ULID, now time.Time) 
 const (
 	finishReceipt = `
 UPDATE outbound_receipts
-SET status = ?3, next_attempt_at = coalesce(?4, next_attempt_at), claimed_at = NULL, error = ?5, updated_at = ?6
+SET status = CASE WHEN ?3 = 'queued' AND email LIKE ` + erasedLike + ` THEN 'failed' ELSE ?3 END, next_attempt_at = coalesce(?4, next_attempt_at), claimed_at = NULL, error = CASE WHEN ?5 <> '' AND email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE ?5 END, updated_at = ?6
 WHERE id = ?1 AND status = 'sending' AND attempts = ?2
 RETURNING ` + receiptColumns
-	closeAttempt = `UPDATE outbound_attempts SET finished_at = ?3, result = ?4, reply = ?5 WHERE receipt_id = ?1 AND n = ?2`
+	closeAttempt = `UPDATE outbound_attempts SET finished_at = ?3, result = ?4,
+    reply = CASE WHEN (SELECT email FROM outbound_receipts WHERE id = ?1) LIKE ` + erasedLike + ` THEN '' ELSE ?5 END
+WHERE receipt_id = ?1 AND n = ?2`
 )
 
 func (s *Store) FinishAttempt(ctx context.Context, rid ulid.ULID, n int, o store.AttemptOutcome, now time.Time) (store.Receipt, error) {

@@ -31,6 +31,8 @@ import (
 // process (a CLI beside `rangecast dev`) is waited for up to busy_timeout.
 type Store struct {
 	w, r *sql.DB
+	// erasureKey keys store.ErasureHash (migration 016), read once at Open.
+	erasureKey []byte
 }
 
 var _ store.Store = (*Store)(nil)
@@ -79,7 +81,15 @@ func Open(ctx context.Context, path string) (*Store, error) {
 			return nil, err
 		}
 	}
-	return &Store{w: w, r: r}, nil
+	var key []byte
+	if err := w.QueryRowContext(ctx, `SELECT key FROM erasure_key WHERE id = 1`).Scan(&key); err != nil {
+		w.Close()
+		if r != w {
+			r.Close()
+		}
+		return nil, fmt.Errorf("sqlite: open %s: erasure key: %w", path, err)
+	}
+	return &Store{w: w, r: r, erasureKey: key}, nil
 }
 
 func openPool(ctx context.Context, path, params string, conns int) (*sql.DB, error) {
@@ -221,12 +231,16 @@ UPDATE contacts SET
     attributes = ?3,
     subscribed = subscribed AND ?4,
     do_not_contact = do_not_contact OR ?5,
-    suppressed = suppressed OR ?6,
+    suppressed = suppressed OR ?6 OR EXISTS (SELECT 1 FROM erased_addresses WHERE hash = ?8),
+    erasure_hash = ?8,
     updated_at = ?7
 WHERE id = ?1`
+	// An address erased before comes back suppressed (?11 is
+	// store.ErasedReason).
 	insertContact = `
-INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)`
+INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, do_not_contact, suppressed, suppressed_reason, erasure_hash, created_at, updated_at)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 OR e.erased, CASE WHEN e.erased THEN ?11 ELSE '' END, ?10, ?9, ?9
+FROM (SELECT EXISTS (SELECT 1 FROM erased_addresses WHERE hash = ?10) AS erased) e`
 )
 
 // upsert is ImportContacts: one IMMEDIATE transaction per batch.
@@ -285,7 +299,7 @@ func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) (
 					return err
 				}
 				if _, err := insert.ExecContext(ctx, id(c.ID), c.Email, keys[i], c.Name, string(a),
-					c.Subscribed, c.DoNotContact, c.Suppressed, ts(now)); err != nil {
+					c.Subscribed, c.DoNotContact, c.Suppressed, ts(now), store.ErasureHash(s.erasureKey, c.Email), store.ErasedReason); err != nil {
 					return err
 				}
 				out[i] = c.ID
@@ -301,7 +315,8 @@ func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) (
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.Email, err)
 			}
-			if _, err := update.ExecContext(ctx, existing, c.Name, merged, c.Subscribed, c.DoNotContact, c.Suppressed, ts(now)); err != nil {
+			if _, err := update.ExecContext(ctx, existing, c.Name, merged, c.Subscribed, c.DoNotContact, c.Suppressed, ts(now),
+				store.ErasureHash(s.erasureKey, c.Email)); err != nil {
 				return err
 			}
 		}
@@ -471,7 +486,10 @@ func (s *Store) ListBroadcasts(ctx context.Context) ([]store.Broadcast, error) {
 // broadcast, shared by the accept-time snapshot and every page. With a
 // segment, the query binds it as :segment.
 func gate(segment int64) string {
-	g := `c.subscribed AND NOT c.do_not_contact AND NOT c.suppressed AND c.email <> ''`
+	// An import suppresses an erased address already; the hash is tested
+	// as well (Postgres's gate says why).
+	g := `c.subscribed AND NOT c.do_not_contact AND NOT c.suppressed AND c.email <> ''
+ AND NOT EXISTS (SELECT 1 FROM erased_addresses e WHERE e.hash = c.erasure_hash)`
 	if segment != 0 {
 		g += ` AND EXISTS (SELECT 1 FROM segment_members m WHERE m.segment_id = :segment AND m.contact_id = c.id)`
 	}
@@ -604,14 +622,20 @@ const claimChunk = 1000
 // RETURNING report it.
 func claimQuery(n int) string {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner) VALUES `)
+	b.WriteString(`WITH v AS (VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "(?1, ?%d, ?%d, 'claimed', ?%d, ?2, ?2, ?3)", 4+3*i, 5+3*i, 6+3*i)
+		fmt.Fprintf(&b, "(?%d, ?%d, ?%d)", 4+3*i, 5+3*i, 6+3*i)
 	}
-	b.WriteString(` ON CONFLICT (broadcast_id, contact_id) DO UPDATE SET owner = excluded.owner
+	// A contact erased since its page was read is not claimed (so not
+	// sent); erasure and claims are write transactions, one at a time.
+	// (The WHERE also keeps ON CONFLICT from parsing as a join's ON.)
+	b.WriteString(`)
+INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner)
+SELECT ?1, v.column1, v.column2, 'claimed', v.column3, ?2, ?2, ?3 FROM v
+WHERE EXISTS (SELECT 1 FROM contacts c WHERE c.id = v.column1) ON CONFLICT (broadcast_id, contact_id) DO UPDATE SET owner = excluded.owner
 WHERE broadcast_sends.owner = excluded.owner AND broadcast_sends.status = 'claimed' RETURNING contact_id`)
 	return b.String()
 }
@@ -677,7 +701,7 @@ func claimTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owner string,
 // (TestOutcomeWritesUsePrimaryKey pins the plan, with and without ANALYZE).
 const (
 	recordOutcome = `
-UPDATE broadcast_sends SET status = ?3, error = ?4, updated_at = ?5, retry_at = ?6, accepted = (?3 = 'sent'),
+UPDATE broadcast_sends SET status = ?3, error = CASE WHEN ?4 <> '' AND email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE ?4 END, updated_at = ?5, retry_at = ?6, accepted = (?3 = 'sent'),
     owner = CASE WHEN ?3 = 'claimed' THEN '' ELSE owner END, attempt = attempt - ?8
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'claimed' AND owner = ?7`
 	releaseClaim = `

@@ -48,6 +48,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Receipts", receiptCases},
 		{"Deferred", deferredCases},
 		{"BroadcastOps", broadcastOpsCases},
+		{"Erase", eraseCases},
+		{"Catalog", catalogCases},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

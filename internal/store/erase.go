@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/address"
+)
+
+// Erasure removes a person's data (GDPR Art. 17) and keeps only what the
+// law allows and the system needs: the ledger's counts, and a keyed hash of
+// the address so that it is never mailed again.
+type Erasure interface {
+	// Erase erases each address: its contact (with its segment
+	// memberships) is deleted; its ledger rows keep their status and
+	// counts but their email becomes an irreversible token and replies
+	// naming the address are withheld; its delivery events lose their
+	// detail; its transactional receipts keep their row (so counts and
+	// idempotency records stay) without address, payload or replies, and
+	// a queued one is failed. The address's keyed hash (ErasureHash) is
+	// recorded, and every later import and page gate consults it: an
+	// erased address that is imported again is suppressed, never mailed.
+	// Erasing an address twice, or one that names no contact, is not an
+	// error; the hash is recorded either way.
+	Erase(ctx context.Context, emails []string, now time.Time) ([]Erased, error)
+	// Erased reports whether the address's keyed hash is recorded.
+	Erased(ctx context.Context, email string) (bool, error)
+}
+
+// Erased is what Erase did for one address.
+type Erased struct {
+	Email string // as given
+	// Contact is the erased contact's id; zero when the address named none.
+	Contact ulid.ULID
+	// Sends, Events and Receipts count the ledger rows, delivery events and
+	// transactional receipts anonymised.
+	Sends, Events, Receipts int64
+}
+
+// ErasedReason is the suppression reason of a contact imported with an
+// address that was erased before.
+const ErasedReason = "address erased before (GDPR Art. 17); imported again, never mailed"
+
+// ErasedToken is the prefix of every token that replaces an erased
+// address. It has no @, so no transport can take it for an address.
+const ErasedToken = "erased:"
+
+// Withheld replaces an erased address inside free text (a server's reply).
+const Withheld = "[erased address]"
+
+// WithheldReply stands for a server's reply about an erased contact's
+// message written after the erasure (the send was in flight): the reply
+// may quote the address, so it is not kept.
+const WithheldReply = "reply withheld: the contact was erased"
+
+// NewErasureKey returns a fresh random key for ErasureHash; stores keep one,
+// made once when their schema is created (migration 016).
+func NewErasureKey() []byte {
+	k := make([]byte, 32)
+	rand.Read(k) //nolint:errcheck // crypto/rand.Read never fails (Go 1.24+)
+	return k
+}
+
+// ErasureHash is the keyed hash an erased address is remembered by:
+// HMAC-SHA256 of address.Key(email) under the store's key, in hex. The key
+// is what makes it more than a lookup table: without it, a hash cannot be
+// tested against a list of guessed addresses.
+func ErasureHash(key []byte, email string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(address.Key(email)))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// NewErasedToken returns a fresh irreversible token for one erased contact:
+// random, so nothing can be derived from it.
+func NewErasedToken() string {
+	b := make([]byte, 16)
+	rand.Read(b) //nolint:errcheck
+	return ErasedToken + hex.EncodeToString(b)
+}
+
+// ScrubAddress replaces every spelling of email in s (as given, canonical,
+// with an ASCII domain; any case) by Withheld.
+func ScrubAddress(s, email string) string {
+	if s == "" || email == "" {
+		return s
+	}
+	forms := []string{email, address.Key(email)}
+	if c, err := address.Canonical(email); err == nil {
+		forms = append(forms, c)
+		if a, _, err := address.ASCIIDomain(c); err == nil {
+			forms = append(forms, a)
+		}
+	}
+	for _, f := range forms {
+		if f == "" || !strings.Contains(strings.ToLower(s), strings.ToLower(f)) {
+			continue
+		}
+		s = regexp.MustCompile(`(?i)`+regexp.QuoteMeta(f)).ReplaceAllLiteralString(s, Withheld)
+	}
+	return s
+}

@@ -1,0 +1,235 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+var _ store.Erasure = (*Store)(nil)
+
+// erasureHashes is store.ErasureHash of each email.
+func (s *Store) erasureHashes(emails []string) []string {
+	out := make([]string, len(emails))
+	for i, e := range emails {
+		out[i] = store.ErasureHash(s.erasureKey, e)
+	}
+	return out
+}
+
+func (s *Store) Erased(ctx context.Context, email string) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM erased_addresses WHERE hash = $1)`, store.ErasureHash(s.erasureKey, email)).Scan(&ok)
+	return ok, mapErr("erased", err)
+}
+
+// eraseBatch bounds the addresses of one erasure transaction: it holds the
+// ledger's lock (below) while it runs.
+const eraseBatch = 100
+
+func (s *Store) Erase(ctx context.Context, emails []string, now time.Time) ([]store.Erased, error) {
+	out := make([]store.Erased, 0, len(emails))
+	for i := 0; i < len(emails); i += eraseBatch {
+		batch := emails[i:min(i+eraseBatch, len(emails))]
+		var res []store.Erased
+		var err error
+		// Erasure locks the ledger and then contacts, the reverse of an
+		// unsubscribe or a webhook: a deadlock is possible, and retrying
+		// the whole batch is safe.
+		for attempt := 0; ; attempt++ {
+			res, err = s.eraseTx(ctx, batch, now)
+			var pgErr *pgconn.PgError
+			if attempt < 5 && errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001") {
+				continue
+			}
+			break
+		}
+		if err != nil {
+			return out, mapErr("erase contacts", err)
+		}
+		out = append(out, res...)
+	}
+	return out, nil
+}
+
+func (s *Store) eraseTx(ctx context.Context, emails []string, now time.Time) ([]store.Erased, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	// The lock waits for every claim and outcome write in progress and holds
+	// off new ones until this commits. A claim committed before it is
+	// anonymised below; a claim after it runs its statement on a snapshot
+	// without the contact and claims nothing (claimQuery), so no page sends
+	// to an erased address it read a moment before, and no ledger row is
+	// written with it afterwards. SHARE ROW EXCLUSIVE also excludes another
+	// erasure.
+	if _, err := tx.Exec(ctx, `LOCK TABLE broadcast_sends IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+		return nil, err
+	}
+	out := make([]store.Erased, len(emails))
+	for i, email := range emails {
+		out[i].Email = email
+		if _, err := tx.Exec(ctx, `INSERT INTO erased_addresses (hash, erased_at) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`,
+			store.ErasureHash(s.erasureKey, email), now); err != nil {
+			return nil, err
+		}
+		var cid [16]byte
+		err := tx.QueryRow(ctx, `DELETE FROM contacts WHERE email_key = $1 RETURNING id`, keys([]string{email})[0]).Scan(&cid)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return nil, err
+		default:
+			out[i].Contact = ulid.ULID(cid)
+			if err := eraseLedger(ctx, tx, &out[i], now); err != nil {
+				return nil, err
+			}
+		}
+		if err := eraseReceipts(ctx, tx, &out[i], now); err != nil {
+			return nil, err
+		}
+	}
+	if err := eraseUnmatched(ctx, tx, out); err != nil {
+		return nil, err
+	}
+	return out, tx.Commit(ctx)
+}
+
+// eraseUnmatched clears the detail of events that matched no ledger row
+// (so carry no contact) and quote one of the batch's addresses: one scan
+// of the unmatched events per batch, not per address.
+func eraseUnmatched(ctx context.Context, tx pgx.Tx, out []store.Erased) error {
+	patterns := make([]string, len(out))
+	for i, e := range out {
+		patterns[i] = "%" + likeEscaper.Replace(strings.ToLower(e.Email)) + "%"
+	}
+	rows, err := tx.Query(ctx, `
+SELECT provider, event_id, lower(detail) FROM delivery_events
+WHERE contact_id IS NULL AND detail <> '' AND lower(detail) LIKE ANY($1::text[])
+FOR UPDATE`, patterns)
+	if err != nil {
+		return err
+	}
+	var providers, ids []string
+	var provider, id, detail string
+	if _, err := pgx.ForEachRow(rows, []any{&provider, &id, &detail}, func() error {
+		providers, ids = append(providers, provider), append(ids, id)
+		for i := range out {
+			if strings.Contains(detail, strings.ToLower(out[i].Email)) {
+				out[i].Events++
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err = tx.Exec(ctx, `
+UPDATE delivery_events d SET detail = '' FROM unnest($1::text[], $2::text[]) AS u(provider, event_id)
+WHERE d.provider = u.provider AND d.event_id = u.event_id`, providers, ids)
+	return err
+}
+
+// likeEscaper escapes LIKE's wildcards (an address may hold '_'), with
+// Postgres's default escape character.
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
+// eraseLedger anonymises the erased contact's ledger rows and events. A
+// row keeps its status, so the broadcast's counts do not move, except a
+// deferred one, which would otherwise wait for a retry that can never
+// happen: it fails, with the reason. A claimed row is left claimed: its
+// worker (or the reconciler) records its outcome, and only the token is
+// left to find.
+func eraseLedger(ctx context.Context, tx pgx.Tx, e *store.Erased, now time.Time) error {
+	rows, err := tx.Query(ctx, `SELECT broadcast_id, email, error FROM broadcast_sends WHERE contact_id = $1`, uid(e.Contact))
+	if err != nil {
+		return err
+	}
+	type row struct {
+		bid          [16]byte
+		email, reply string
+	}
+	var todo []row
+	var r row
+	if _, err := pgx.ForEachRow(rows, []any{&r.bid, &r.email, &r.reply}, func() error {
+		todo = append(todo, r)
+		return nil
+	}); err != nil {
+		return err
+	}
+	token := store.NewErasedToken()
+	for _, r := range todo {
+		reply := store.ScrubAddress(store.ScrubAddress(r.reply, r.email), e.Email)
+		if _, err := tx.Exec(ctx, `
+UPDATE broadcast_sends SET email = $3, error = CASE WHEN status = 'deferred' THEN $5 ELSE $4 END,
+    status = CASE WHEN status = 'deferred' THEN 'failed' ELSE status END,
+    retry_at = CASE WHEN status = 'deferred' THEN NULL ELSE retry_at END, updated_at = $6
+WHERE broadcast_id = $1 AND contact_id = $2`, r.bid, uid(e.Contact), token, reply, erasedDeferral, now); err != nil {
+			return err
+		}
+		e.Sends++
+	}
+	tag, err := tx.Exec(ctx, `UPDATE delivery_events SET detail = '' WHERE contact_id = $1`, uid(e.Contact))
+	if err != nil {
+		return err
+	}
+	e.Events += tag.RowsAffected()
+	return nil
+}
+
+// erasedLike matches the email of an erased contact's ledger row or
+// receipt (store.ErasedToken). Outcomes, events and attempts written after
+// an erasure, for a send that was in flight, test it: a reply written then
+// becomes store.WithheldReply (it may quote the address), and a receipt
+// that would be retried fails instead (its payload is gone).
+const erasedLike = `'` + store.ErasedToken + `%'`
+
+// withheldReply is store.WithheldReply as an SQL literal.
+const withheldReply = `'` + store.WithheldReply + `'`
+
+// erasedDeferral is the error of a deferred row whose contact was erased.
+const erasedDeferral = "not sent: the contact was erased before its retry"
+
+// eraseReceipts anonymises the address's transactional receipts: the row
+// (status, attempts, times) stays, the address, payload and replies go. A
+// queued receipt fails; a sending one is left to its worker, whose outcome
+// finds the row by id.
+func eraseReceipts(ctx context.Context, tx pgx.Tx, e *store.Erased, now time.Time) error {
+	rows, err := tx.Query(ctx, `SELECT id FROM outbound_receipts WHERE email_key = $1`, keys([]string{e.Email})[0])
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	if err != nil {
+		return err
+	}
+	for _, rid := range ids {
+		token := store.NewErasedToken()
+		if _, err := tx.Exec(ctx, `
+UPDATE outbound_receipts SET email = $2, email_key = $2, payload = ''::bytea, payload_hash = '',
+    error = CASE WHEN status = 'queued' THEN $3 ELSE '' END,
+    status = CASE WHEN status = 'queued' THEN 'failed' ELSE status END, updated_at = $4
+WHERE id = $1`, rid, token, erasedReceipt, now); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE outbound_attempts SET reply = '' WHERE receipt_id = $1`, rid); err != nil {
+			return err
+		}
+		e.Receipts++
+	}
+	return nil
+}
+
+// erasedReceipt is the error of a queued receipt whose recipient was erased.
+const erasedReceipt = "not sent: the recipient was erased"

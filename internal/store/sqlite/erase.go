@@ -1,0 +1,210 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+var _ store.Erasure = (*Store)(nil)
+
+func (s *Store) Erased(ctx context.Context, email string) (bool, error) {
+	var ok bool
+	err := s.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM erased_addresses WHERE hash = ?)`, store.ErasureHash(s.erasureKey, email)).Scan(&ok)
+	return ok, mapErr("erased", err)
+}
+
+// eraseBatch bounds the addresses of one erasure transaction, which holds
+// the write lock while it runs.
+const eraseBatch = 100
+
+// Erase follows the Postgres store (see there for what each step keeps).
+// Claims and erasures are write transactions, one at a time, so a claim
+// after an erasure finds no contact and claims nothing.
+func (s *Store) Erase(ctx context.Context, emails []string, now time.Time) ([]store.Erased, error) {
+	out := make([]store.Erased, 0, len(emails))
+	for i := 0; i < len(emails); i += eraseBatch {
+		batch := emails[i:min(i+eraseBatch, len(emails))]
+		res := make([]store.Erased, len(batch))
+		err := s.write(ctx, "erase contacts", func(tx *sql.Tx) error {
+			for j, email := range batch {
+				res[j] = store.Erased{Email: email}
+				if err := s.eraseOne(ctx, tx, &res[j], now); err != nil {
+					return err
+				}
+			}
+			return eraseUnmatched(ctx, tx, res)
+		})
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res...)
+	}
+	return out, nil
+}
+
+func (s *Store) eraseOne(ctx context.Context, tx *sql.Tx, e *store.Erased, now time.Time) error {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO erased_addresses (hash, erased_at) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING`,
+		store.ErasureHash(s.erasureKey, e.Email), ts(now)); err != nil {
+		return err
+	}
+	var cid []byte
+	err := tx.QueryRowContext(ctx, `DELETE FROM contacts WHERE email_key = ? RETURNING id`, emailKey(e.Email)).Scan(&cid)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return err
+	default:
+		if e.Contact, err = fromBlob(cid); err != nil {
+			return err
+		}
+		if err := eraseLedger(ctx, tx, e, now); err != nil {
+			return err
+		}
+	}
+	return eraseReceipts(ctx, tx, e, now)
+}
+
+// eraseUnmatched clears the detail of events that matched no ledger row
+// and quote one of the batch's addresses, in one scan per batch.
+func eraseUnmatched(ctx context.Context, tx *sql.Tx, out []store.Erased) error {
+	var where []string
+	var args []any
+	for _, e := range out {
+		where = append(where, `lower(detail) LIKE ? ESCAPE '\'`)
+		args = append(args, "%"+likeEscaper.Replace(strings.ToLower(e.Email))+"%")
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT provider, event_id, lower(detail) FROM delivery_events
+WHERE contact_id IS NULL AND detail <> '' AND (`+strings.Join(where, " OR ")+`)`, args...)
+	if err != nil {
+		return err
+	}
+	type key struct{ provider, id string }
+	var keys []key
+	for rows.Next() {
+		var k key
+		var detail string
+		if err := rows.Scan(&k.provider, &k.id, &detail); err != nil {
+			rows.Close()
+			return err
+		}
+		keys = append(keys, k)
+		for i := range out {
+			if strings.Contains(detail, strings.ToLower(out[i].Email)) {
+				out[i].Events++
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if _, err := tx.ExecContext(ctx, `UPDATE delivery_events SET detail = '' WHERE provider = ? AND event_id = ?`, k.provider, k.id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// likeEscaper escapes LIKE's wildcards (an address may hold '_').
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
+// erasedLike matches the email of an erased contact's ledger row or
+// receipt (store.ErasedToken). Outcomes, events and attempts written after
+// an erasure, for a send that was in flight, test it: a reply written then
+// becomes store.WithheldReply (it may quote the address), and a receipt
+// that would be retried fails instead (its payload is gone).
+const erasedLike = `'` + store.ErasedToken + `%'`
+
+// withheldReply is store.WithheldReply as an SQL literal.
+const withheldReply = `'` + store.WithheldReply + `'`
+
+// erasedDeferral and erasedReceipt are the errors of a deferred row and a
+// queued receipt whose person was erased.
+const (
+	erasedDeferral = "not sent: the contact was erased before its retry"
+	erasedReceipt  = "not sent: the recipient was erased"
+)
+
+func eraseLedger(ctx context.Context, tx *sql.Tx, e *store.Erased, now time.Time) error {
+	rows, err := tx.QueryContext(ctx, `SELECT broadcast_id, email, error FROM broadcast_sends WHERE contact_id = ?`, id(e.Contact))
+	if err != nil {
+		return err
+	}
+	type row struct {
+		bid          []byte
+		email, reply string
+	}
+	var todo []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.bid, &r.email, &r.reply); err != nil {
+			rows.Close()
+			return err
+		}
+		todo = append(todo, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	token := store.NewErasedToken()
+	for _, r := range todo {
+		reply := store.ScrubAddress(store.ScrubAddress(r.reply, r.email), e.Email)
+		if _, err := tx.ExecContext(ctx, `
+UPDATE broadcast_sends SET email = ?3, error = CASE WHEN status = 'deferred' THEN ?5 ELSE ?4 END,
+    retry_at = CASE WHEN status = 'deferred' THEN NULL ELSE retry_at END,
+    status = CASE WHEN status = 'deferred' THEN 'failed' ELSE status END, updated_at = ?6
+WHERE broadcast_id = ?1 AND contact_id = ?2`, r.bid, id(e.Contact), token, reply, erasedDeferral, ts(now)); err != nil {
+			return err
+		}
+		e.Sends++
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE delivery_events SET detail = '' WHERE contact_id = ?`, id(e.Contact))
+	if err != nil {
+		return err
+	}
+	n, _ := res.RowsAffected()
+	e.Events += n
+	return nil
+}
+
+func eraseReceipts(ctx context.Context, tx *sql.Tx, e *store.Erased, now time.Time) error {
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM outbound_receipts WHERE email_key = ?`, emailKey(e.Email))
+	if err != nil {
+		return err
+	}
+	var ids [][]byte
+	for rows.Next() {
+		var rid []byte
+		if err := rows.Scan(&rid); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, rid)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, rid := range ids {
+		token := store.NewErasedToken()
+		if _, err := tx.ExecContext(ctx, `
+UPDATE outbound_receipts SET email = ?2, email_key = ?2, payload = X'', payload_hash = '',
+    error = CASE WHEN status = 'queued' THEN ?3 ELSE '' END,
+    status = CASE WHEN status = 'queued' THEN 'failed' ELSE status END, updated_at = ?4
+WHERE id = ?1`, rid, token, erasedReceipt, ts(now)); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE outbound_attempts SET reply = '' WHERE receipt_id = ?`, rid); err != nil {
+			return err
+		}
+		e.Receipts++
+	}
+	return nil
+}
