@@ -34,7 +34,6 @@ func opsCommands(c *client) []*cobra.Command {
 		updateCommand(c), deleteCommand(c), reportCommand(c), exportCommand(c), retryCommand(c)}
 }
 
-
 func utc(ts *timestamppb.Timestamp) string {
 	if ts == nil {
 		return ""
