@@ -125,7 +125,6 @@ func createCommand(c *client) *cobra.Command {
 	f.StringVar(&segment, "segment", "", "send only to this segment's members")
 	f.Int64Var(&throttle, "throttle", 0, "at most this many messages per hour (0: no throttle)")
 	f.StringVar(&requestID, "request-id", "", "idempotency key: repeating the command with it returns the same draft")
-	f.BoolVar(&asJSON, "json", false, "print the draft as JSON")
 	f.StringVar(&inDoubt, "in-doubt-policy", "", "messages whose outcome was lost with a crashed worker, where the SMTP server cannot be asked: skip (mark unknown, never a second copy) or resend (never a gap); default: the coordinator's")
 	for _, req := range []string{"name", "from", "subject", "html"} {
 		cmd.MarkFlagRequired(req) //nolint:errcheck
