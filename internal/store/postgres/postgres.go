@@ -430,13 +430,15 @@ func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until
 	return out, mapErr("eligible page", err)
 }
 
-// claimQuery inserts claims held by $6. A row that exists already is
+// claimQuery inserts claims held by $6, for a broadcast that exists (checked
+// once per statement: the ledger has no foreign key, migration 013). A row that exists already is
 // returned only when $6 holds it still (the same run retrying after an
 // ambiguous commit); the no-op update is what makes RETURNING report it.
 const claimQuery = `
 INSERT INTO broadcast_sends AS s (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner)
 SELECT $1, u.id, u.email, 'claimed', u.message_id, $5, $5, $6
 FROM unnest($2::uuid[], $3::text[], $4::text[]) AS u(id, email, message_id)
+WHERE EXISTS (SELECT 1 FROM broadcasts WHERE id = $1)
 ON CONFLICT (broadcast_id, contact_id) DO UPDATE SET owner = excluded.owner
 WHERE s.owner = excluded.owner AND s.status = 'claimed'
 RETURNING contact_id`
@@ -486,15 +488,54 @@ func claimedIDs(rows pgx.Rows) ([]ulid.ULID, error) {
 // the plan.
 const stillClaimed = `status || '' = 'claimed'`
 
-// recordOutcome touches one row by primary key. Outcomes are sent as a
-// pipelined batch of these rather than one UPDATE … FROM unnest: the latter's
-// plan depends on planner statistics and degrades to a scan of the whole
-// broadcast on a fresh table; a primary-key update does not (given
-// stillClaimed).
-const recordOutcome = `
-UPDATE broadcast_sends SET status = $3, error = $4, updated_at = $5, retry_at = $6, accepted = ($3 = 'sent'),
-    owner = CASE WHEN $3 = 'claimed' THEN '' ELSE owner END, attempt = attempt - $8
-WHERE broadcast_id = $1 AND contact_id = $2 AND ` + stillClaimed + ` AND owner = $7`
+// recordOutcomes writes a window's outcomes in one statement, joined on
+// the primary key: $1 broadcast, $2 owner, $3 now, then one array per
+// column in contact id order. It returns the new status of every row it
+// moved (a row another run holds, or one no longer claimed, is left alone).
+//
+// Its plan must not depend on planner statistics: on a new or freshly grown
+// ledger the planner has none, and a join it costs wrongly scans the whole
+// broadcast per window. recordOutcomes runs in a transaction that first
+// sets forceKeyLookups, so the only plan left is a nested loop that looks
+// each row up by (broadcast_id, contact_id); stillClaimed keeps the partial
+// index out. TestOutcomeWriteUsesPrimaryKey pins the plan on a
+// never-analyzed ledger.
+const recordOutcomes = `
+UPDATE broadcast_sends AS s SET status = u.status, error = u.error, updated_at = $3, retry_at = u.retry_at,
+    accepted = (u.status = 'sent'), owner = CASE WHEN u.status = 'claimed' THEN '' ELSE s.owner END,
+    attempt = s.attempt - u.not_attempted
+FROM unnest($4::uuid[], $5::text[], $6::text[], $7::timestamptz[], $8::int[]) AS u(id, status, error, retry_at, not_attempted)
+WHERE s.broadcast_id = $1 AND s.contact_id = u.id AND s.` + stillClaimed + ` AND s.owner = $2
+RETURNING s.status`
+
+// forceKeyLookups leaves the planner, for the rest of the transaction, only
+// index lookups and plain nested loops (a memo cache is no use on unique
+// keys): the enable_* settings make every other
+// path cost more than any real plan, so the choice no longer rests on
+// statistics a new ledger does not have. One statement, pipelined with the
+// writes it governs.
+const forceKeyLookups = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_memoize', 'off', true)`
+
+// outcomeArgs are recordOutcomes' arguments, the outcomes in contact id
+// order (the order rows are locked in: two writes of overlapping sets in
+// different orders could deadlock).
+func outcomeArgs(broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) []any {
+	outcomes = slices.SortedFunc(slices.Values(outcomes), func(a, b store.Outcome) int { return a.ContactID.Compare(b.ContactID) })
+	ids := make([][16]byte, len(outcomes))
+	statuses := make([]string, len(outcomes))
+	errs := make([]string, len(outcomes))
+	retries := make([]*time.Time, len(outcomes))
+	skipped := make([]int32, len(outcomes))
+	for i, o := range outcomes {
+		ids[i], statuses[i], errs[i], skipped[i] = uid(o.ContactID), string(o.Status), o.Error, int32(notAttempted(o))
+		if t, ok := retryAt(o).(time.Time); ok {
+			retries[i] = &t
+		}
+	}
+	return []any{uid(broadcast), owner, now, ids, statuses, errs, retries, skipped}
+}
 
 // releaseClaims deletes claims that $3 still holds, by primary key.
 const releaseClaims = `
@@ -515,12 +556,13 @@ func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner s
 }
 
 // recordAndClaim writes outcomes and inserts the next claims in one
-// transaction, the statements pipelined in one batch: one commit (one WAL
-// flush) for both.
+// transaction, the statements pipelined in one batch: one round trip and
+// one commit (one WAL flush) for both.
 func (s *Store) recordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	batch := &pgx.Batch{}
-	for _, o := range outcomes {
-		batch.Queue(recordOutcome, uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, now, retryAt(o), owner, notAttempted(o))
+	if len(outcomes) > 0 {
+		batch.Queue(forceKeyLookups)
+		batch.Queue(recordOutcomes, outcomeArgs(broadcast, owner, outcomes, now)...)
 	}
 	if len(next) > 0 {
 		batch.Queue(claimQuery, claimArgs(broadcast, owner, next, now)...)
@@ -536,14 +578,23 @@ func (s *Store) recordAndClaim(ctx context.Context, broadcast ulid.ULID, owner s
 	// reputation sums.
 	var d store.Reputation
 	results := tx.SendBatch(ctx, batch)
-	for _, o := range outcomes {
-		tag, err := results.Exec()
-		if err != nil {
+	if len(outcomes) > 0 {
+		if _, err := results.Exec(); err != nil {
 			results.Close()
 			return nil, err
 		}
-		if tag.RowsAffected() > 0 {
-			d = d.Plus(store.ReputationOf(o.Status, o.Status == store.SendSent))
+		rows, err := results.Query()
+		if err == nil {
+			var status string
+			_, err = pgx.ForEachRow(rows, []any{&status}, func() error {
+				st := store.SendStatus(status)
+				d = d.Plus(store.ReputationOf(st, st == store.SendSent))
+				return nil
+			})
+		}
+		if err != nil {
+			results.Close()
+			return nil, err
 		}
 	}
 	var claimed []ulid.ULID
