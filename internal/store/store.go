@@ -97,9 +97,13 @@ type Broadcast struct {
 	// accepted. The total is for display only; MinID/MaxID bound the ranges.
 	SnapshotTotal int64
 	MinID, MaxID  ulid.ULID
-	CreatedAt     time.Time
-	StartedAt     time.Time
-	FinishedAt    time.Time
+	// RangeStarts are where ranges 1 … n-1 start (ranges.SplitAt), cut
+	// from a sample of the audience when it is accepted; none: ranges are
+	// cut by id space (ranges.Split).
+	RangeStarts []ulid.ULID
+	CreatedAt   time.Time
+	StartedAt   time.Time
+	FinishedAt  time.Time
 }
 
 // Audience is the result of the accept-time snapshot of the eligible audience.
