@@ -64,8 +64,8 @@ type Sink struct {
 	// the server sees them.
 	inData, peak atomic.Int64
 	served       chan error
-	closing     chan struct{}
-	once        sync.Once
+	closing      chan struct{}
+	once         sync.Once
 }
 
 // Start listens and serves until Close.
