@@ -36,9 +36,15 @@ func TestOutcomeWriteUsesPrimaryKey(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		accept bool // AcceptBroadcast analyzes the still empty table
+		// history: an earlier broadcast's rows, analyzed before this one
+		// grew, so the statistics say it has none (what make bench's
+		// ledgers look like; there the planner scanned the broadcast by
+		// broadcast_id for every window).
+		history bool
 	}{
-		{"analyzed while empty", true},
-		{"never analyzed", false},
+		{"analyzed while empty", true, false},
+		{"never analyzed", false, false},
+		{"analyzed before the broadcast grew", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := testenv.Postgres(t)
@@ -57,6 +63,19 @@ func TestOutcomeWriteUsesPrimaryKey(t *testing.T) {
 			}
 			if tc.accept {
 				if b, err = s.AcceptBroadcast(ctx, b.ID, t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			if tc.history {
+				_, err = pool.Exec(ctx, `
+INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner, accepted)
+SELECT $1, lpad(to_hex(g), 32, '0')::uuid, 'c' || g || '@example.org', 'sent', '<' || g || '@example.org>', $2, $2, 'w0/1', true
+FROM generate_series(1, $3::int) AS g`, ulid.MustNew(ulid.Timestamp(t0.Add(-time.Hour)), nil).Bytes(), t0, grownRows)
+				if err == nil {
+					_, err = pool.Exec(ctx, `ANALYZE broadcast_sends`)
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -82,7 +101,7 @@ SELECT (SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND ta
 			if err != nil {
 				t.Fatal(err)
 			}
-			if stats != 0 || reltuples >= float64(grownRows) {
+			if !tc.history && (stats != 0 || reltuples >= float64(grownRows)) {
 				t.Fatalf("broadcast_sends has statistics (%d column stats, reltuples %v): the test needs a table without", stats, reltuples)
 			}
 			t.Logf("no column statistics, pg_class.reltuples = %v", reltuples)
@@ -92,12 +111,12 @@ SELECT (SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND ta
 			statements := []struct {
 				name, pre, params, sql, args string
 			}{
-				{"outcomes UPDATE", postgres.ForceKeyLookupsSQL, "uuid, text, timestamptz, uuid[], text[], text[], timestamptz[], integer[]",
+				{"outcomes UPDATE", postgres.ForceKeyLookupsSQL, "text, timestamptz, uuid[], uuid[], text[], text[], timestamptz[], integer[]",
 					postgres.RecordOutcomesSQL,
-					fmt.Sprintf(`'%s', 'w1/1', '%s', ARRAY['%032x', '%032x']::uuid[], ARRAY['sent', 'deferred'], ARRAY['', '451'], ARRAY[NULL, '%[2]s']::timestamptz[], ARRAY[0, 0]`,
-						bid, t0.Format(time.RFC3339), 0x2a, 0x2b)},
-				{"release DELETE", "", "uuid, uuid[], text", postgres.ReleaseSQL,
-					fmt.Sprintf(`'%s', ARRAY['%032x', '%032x']::uuid[], 'w1/1'`, bid, 0x2a, 0x2b)},
+					fmt.Sprintf(`'w1/1', '%s', ARRAY['%s', '%[2]s']::uuid[], ARRAY['%032x', '%032x']::uuid[], ARRAY['sent', 'deferred'], ARRAY['', '451'], ARRAY[NULL, '%[1]s']::timestamptz[], ARRAY[0, 0]`,
+						t0.Format(time.RFC3339), bid, 0x2a, 0x2b)},
+				{"release DELETE", postgres.ForceKeyLookupsSQL, "text, uuid[], uuid[]", postgres.ReleaseSQL,
+					fmt.Sprintf(`'w1/1', ARRAY['%s', '%[1]s']::uuid[], ARRAY['%032x', '%032x']::uuid[]`, bid, 0x2a, 0x2b)},
 			}
 			for _, st := range statements {
 				for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
@@ -126,7 +145,7 @@ SELECT (SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND ta
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Sent != 16 || c.Claimed != int64(grownRows-16) {
+			if c.Sent != 16 || c.Claimed != int64(grownRows-16) || (tc.history && c.Sent != 16) {
 				t.Fatalf("Counts after one window = %+v, want 16 sent", c)
 			}
 		})
@@ -219,23 +238,25 @@ func (p planNode) String() string {
 	return b.String()
 }
 
-// checkPrimaryKeyPlan fails unless broadcast_sends is found only through its
-// primary key (an Index Scan, or a Bitmap Index Scan under a Bitmap Heap
-// Scan; for a batch, inside a nested loop over its keys) with both key columns in the index condition: no Seq Scan, no other
-// index, and no primary-key scan on broadcast_id alone, which would walk the
-// whole broadcast.
+// checkPrimaryKeyPlan fails unless broadcast_sends is found only by its
+// whole key (an Index Scan, or a Bitmap Index Scan under a Bitmap Heap Scan;
+// for a batch, inside a nested loop over its keys) through an index that
+// holds both key columns (the primary key, or broadcast_sends_contact since
+// migration 013), both in the index condition: no Seq Scan, no other index,
+// and no scan on broadcast_id alone, which would walk the whole broadcast,
+// or on contact_id alone, which reads the contact's row in every broadcast.
 func checkPrimaryKeyPlan(t *testing.T, what string, root planNode) {
 	t.Helper()
 	var pkey int
 	var walk func(p planNode)
 	walk = func(p planNode) {
 		switch p.NodeType {
-		case "ModifyTable", "Bitmap Heap Scan", "Nested Loop", "Function Scan":
+		case "ModifyTable", "Bitmap Heap Scan", "Nested Loop", "Function Scan", "Materialize", "Memoize":
 			// The write itself, the heap fetch of a bitmap scan, and the
 			// batched write's loop over its unnest() of keys.
 		case "Index Scan", "Bitmap Index Scan":
-			if p.IndexName != "broadcast_sends_pkey" {
-				t.Errorf("%s: %s using %s, want broadcast_sends_pkey; plan %s", what, p.NodeType, p.IndexName, root)
+			if p.IndexName != "broadcast_sends_pkey" && p.IndexName != "broadcast_sends_contact" {
+				t.Errorf("%s: %s using %s, want an index on the whole key; plan %s", what, p.NodeType, p.IndexName, root)
 			} else if !strings.Contains(p.IndexCond, "broadcast_id") || !strings.Contains(p.IndexCond, "contact_id") {
 				t.Errorf("%s: primary-key scan with index condition %q, want both broadcast_id and contact_id; plan %s",
 					what, p.IndexCond, root)

@@ -558,23 +558,32 @@ func claimedIDs(rows pgx.Rows) ([]ulid.ULID, error) {
 const stillClaimed = `status || '' = 'claimed'`
 
 // recordOutcomes writes a window's outcomes in one statement, joined on
-// the primary key: $1 broadcast, $2 owner, $3 now, then one array per
-// column in contact id order. It returns the new status of every row it
-// moved (a row another run holds, or one no longer claimed, is left alone).
+// the primary key: $1 owner, $2 now, then one array per column in contact
+// id order, the broadcast id repeated in each row ($3). It returns the new
+// status of every row it moved (a row another run holds, or one no longer
+// claimed, is left alone).
 //
-// Its plan must not depend on planner statistics: on a new or freshly grown
-// ledger the planner has none, and a join it costs wrongly scans the whole
-// broadcast per window. recordOutcomes runs in a transaction that first
-// sets forceKeyLookups, so the only plan left is a nested loop that looks
-// each row up by (broadcast_id, contact_id); stillClaimed keeps the partial
-// index out. TestOutcomeWriteUsesPrimaryKey pins the plan on a
-// never-analyzed ledger.
+// Its plan must not depend on planner statistics. Written with
+// "broadcast_id = $1", the planner may scan the broadcast's rows by
+// broadcast_id and match each against the window, which is what statistics
+// taken before the broadcast grew suggest ("no rows"): make bench measured
+// 313 rows read per message so, and "contact_id = ANY(…)" is then only a
+// filter. Here broadcast_sends has no condition of its own: every key comes
+// from the unnest() rows, so a plan that does not look each row up by key
+// must read the whole table, which the planner costs from the table's real
+// size. Both indexes that hold the key (the primary key and, since migration
+// 013, broadcast_sends_contact) find one row by it, so it does not matter
+// which the planner takes. stillClaimed keeps the partial index out, and
+// forceKeyLookups, set first in the same transaction, leaves no seq scan,
+// hash or merge join.
+// TestOutcomeWriteUsesPrimaryKey pins the plan on a never-analyzed ledger
+// and on one analyzed before the broadcast grew.
 const recordOutcomes = `
-UPDATE broadcast_sends AS s SET status = u.status, error = u.error, updated_at = $3, retry_at = u.retry_at,
+UPDATE broadcast_sends AS s SET status = u.status, error = u.error, updated_at = $2, retry_at = u.retry_at,
     accepted = (u.status = 'sent'), owner = CASE WHEN u.status = 'claimed' THEN '' ELSE s.owner END,
     attempt = s.attempt - u.not_attempted
-FROM unnest($4::uuid[], $5::text[], $6::text[], $7::timestamptz[], $8::int[]) AS u(id, status, error, retry_at, not_attempted)
-WHERE s.broadcast_id = $1 AND s.contact_id = u.id AND s.` + stillClaimed + ` AND s.owner = $2
+FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[], $8::int[]) AS u(bid, id, status, error, retry_at, not_attempted)
+WHERE s.broadcast_id = u.bid AND s.contact_id = u.id AND s.` + stillClaimed + ` AND s.owner = $1
 RETURNING s.status`
 
 // forceKeyLookups leaves the planner, for the rest of the transaction, only
@@ -592,24 +601,26 @@ const forceKeyLookups = `SELECT set_config('enable_seqscan', 'off', true), set_c
 // different orders could deadlock).
 func outcomeArgs(broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) []any {
 	outcomes = slices.SortedFunc(slices.Values(outcomes), func(a, b store.Outcome) int { return a.ContactID.Compare(b.ContactID) })
+	bids := make([][16]byte, len(outcomes))
 	ids := make([][16]byte, len(outcomes))
 	statuses := make([]string, len(outcomes))
 	errs := make([]string, len(outcomes))
 	retries := make([]*time.Time, len(outcomes))
 	skipped := make([]int32, len(outcomes))
 	for i, o := range outcomes {
-		ids[i], statuses[i], errs[i], skipped[i] = uid(o.ContactID), string(o.Status), o.Error, int32(notAttempted(o))
+		bids[i], ids[i], statuses[i], errs[i], skipped[i] = uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, int32(notAttempted(o))
 		if t, ok := retryAt(o).(time.Time); ok {
 			retries[i] = &t
 		}
 	}
-	return []any{uid(broadcast), owner, now, ids, statuses, errs, retries, skipped}
+	return []any{owner, now, bids, ids, statuses, errs, retries, skipped}
 }
 
-// releaseClaims deletes claims that $3 still holds, by primary key.
+// releaseClaims deletes claims that $1 still holds, by primary key: the
+// broadcast id repeated per row ($2) for the reason recordOutcomes gives.
 const releaseClaims = `
-DELETE FROM broadcast_sends
-WHERE broadcast_id = $1 AND contact_id = ANY($2::uuid[]) AND ` + stillClaimed + ` AND owner = $3`
+DELETE FROM broadcast_sends AS s USING unnest($2::uuid[], $3::uuid[]) AS u(bid, id)
+WHERE s.broadcast_id = u.bid AND s.contact_id = u.id AND s.` + stillClaimed + ` AND s.owner = $1`
 
 func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {
 	if len(outcomes) == 0 {
@@ -690,8 +701,22 @@ func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, owner string, 
 	if len(contacts) == 0 {
 		return nil
 	}
-	_, err := s.pool.Exec(ctx, releaseClaims, uid(broadcast), uids(contacts), owner)
-	return mapErr("release claims", err)
+	bids := make([][16]byte, len(contacts))
+	for i := range bids {
+		bids[i] = uid(broadcast)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return mapErr("release claims", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	batch := &pgx.Batch{}
+	batch.Queue(forceKeyLookups)
+	batch.Queue(releaseClaims, owner, bids, uids(contacts))
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return mapErr("release claims", err)
+	}
+	return mapErr("release claims", tx.Commit(ctx))
 }
 
 func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, error) {
