@@ -63,6 +63,12 @@ type plan struct {
 	concurrency     int
 	latency         time.Duration
 	latencyPoints   [][2]int // workers, window
+	// inFlight is the run that shows a broadcast's in flight past 32
+	// pages' worth of the default window: workers, pages per worker,
+	// window, at a sink latency long enough that the CPU is not the limit.
+	inFlight        [3]int
+	inFlightLatency time.Duration
+	inFlightN       int
 	sizes           []int
 	crashContacts   int
 	profileSeconds  int
@@ -75,6 +81,7 @@ func planFor(short bool) plan {
 			e2eContacts: 10_000, e2eWorkers: []int{2}, syncWorkers: []int{2}, concurrency: 16,
 			latency: 50 * time.Millisecond, latencyPoints: [][2]int{{2, 32}, {4, 64}},
 			sizes: []int{2_000, 10_000}, crashContacts: 10_000, profileSeconds: 2,
+			inFlight: [3]int{4, 8, 64}, inFlightLatency: time.Second, inFlightN: 10_000,
 		}
 	}
 	return plan{
@@ -82,6 +89,7 @@ func planFor(short bool) plan {
 		e2eContacts: 100_000, e2eWorkers: []int{1, 2, 4}, syncWorkers: []int{1, 2, 4}, concurrency: 16,
 		latency: 50 * time.Millisecond, latencyPoints: [][2]int{{2, 32}, {2, 64}, {4, 64}, {4, 128}},
 		sizes: []int{10_000, 100_000, 1_000_000}, crashContacts: 100_000, profileSeconds: 10,
+		inFlight: [3]int{4, 8, 64}, inFlightLatency: time.Second, inFlightN: 30_000,
 	}
 }
 
@@ -204,6 +212,12 @@ func (h *harness) measure(ctx context.Context, rep *Report) error {
 		}
 		spec := stackSpec{name: fmt.Sprintf("latency-%dx%d", w, window), sinkLatency: p.latency, workers: w, concurrency: window}
 		if _, err := h.scenario(ctx, rep, spec, n, runOptions{}, kindLatency); err != nil {
+			return err
+		}
+	}
+	if f := p.inFlight; f[0] > 0 {
+		spec := stackSpec{name: fmt.Sprintf("inflight-%dx%dx%d", f[0], f[1], f[2]), sinkLatency: p.inFlightLatency, workers: f[0], pages: f[1], concurrency: f[2]}
+		if _, err := h.scenario(ctx, rep, spec, p.inFlightN, runOptions{}, kindLatency); err != nil {
 			return err
 		}
 	}

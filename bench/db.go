@@ -86,12 +86,14 @@ func (h *harness) connectSchema(ctx context.Context, schema string) (*pgx.Conn, 
 // contactsSQL loads n contacts in one statement. Ids are ULIDs written as
 // uuid: 48 bits of milliseconds (one per contact, so id order is load
 // order, as with real ULIDs minted over time) and 80 bits from md5 of the
-// row number standing in for ULID entropy. Every 20th contact is
+// row number standing in for ULID entropy; email_key is the address's
+// address.Key, which for these lowercase ASCII addresses is the address
+// (migration 011). Every 20th contact is
 // unsubscribed, so the suppression gate has something to filter.
 const contactsSQL = `
-INSERT INTO contacts (id, email, name, attributes, subscribed, created_at, updated_at)
+INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, created_at, updated_at)
 SELECT (lpad(to_hex($1::bigint + i), 12, '0') || substr(md5(i::text), 1, 20))::uuid,
-       'c' || i || '@bench.example', 'Contact ' || i, jsonb_build_object('city', 'Oslo'),
+       'c' || i || '@bench.example', 'c' || i || '@bench.example', 'Contact ' || i, jsonb_build_object('city', 'Oslo'),
        i % 20 <> 0, now(), now()
 FROM generate_series(1, $2::bigint) AS i`
 

@@ -44,6 +44,8 @@ type runResult struct {
 	contacts  int
 	eligible  int64
 	delivered int64 // recipients the sink accepted
+	// peakInFlight is the most messages the sink answered DATA for at once.
+	peakInFlight int64
 	// startLatency is the StartBroadcast call; bareSnapshot the audience
 	// query alone on the same schema.
 	startLatency, bareSnapshot time.Duration
@@ -176,8 +178,8 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 	if err != nil {
 		return nil, err
 	}
-	h.logf("%s: %d contacts (%d eligible), %d workers × %d in flight, sink latency %s, nats sync %s",
-		spec.name, contacts, eligible, spec.workers, spec.concurrency, spec.sinkLatency, syncName(spec.syncAlways))
+	h.logf("%s: %d contacts (%d eligible), %s in flight, sink latency %s, nats sync %s",
+		spec.name, contacts, eligible, spec.shape(), spec.sinkLatency, syncName(spec.syncAlways))
 	s, err := h.startStack(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -280,7 +282,7 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 		}
 		now := time.Now()
 		timeline = append(timeline, sample{at: now, n: st.Recipients})
-		r.delivered = st.Recipients
+		r.delivered, r.peakInFlight = st.Recipients, st.PeakInFlight
 		if st.LastUnixNano > 0 {
 			r.elapsed = time.Unix(0, st.LastUnixNano).Sub(t0)
 		}

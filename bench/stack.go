@@ -64,12 +64,24 @@ type stackSpec struct {
 	sinkLatency time.Duration
 	workers     int
 	concurrency int
+	pages       int // pages each worker runs at once (--pages); 0 is 1
 	// inDoubtAfter is the coordinator's --in-doubt-after; short in the
 	// crash run so the killed workers' claims are settled while we wait.
 	inDoubtAfter time.Duration
 	// freshLedger starts with an empty broadcast_sends (a new install)
 	// rather than one holding an earlier broadcast to the same audience.
 	freshLedger bool
+}
+
+// inFlight is what the workers can keep in flight at once.
+func (s stackSpec) inFlight() int { return s.workers * max(s.pages, 1) * s.concurrency }
+
+// shape is workers × window, or workers × pages × window.
+func (s stackSpec) shape() string {
+	if s.pages > 1 {
+		return fmt.Sprintf("%d × %d pages × %d", s.workers, s.pages, s.concurrency)
+	}
+	return fmt.Sprintf("%d × %d", s.workers, s.concurrency)
 }
 
 // stack is a running set: nats-server, sink, one coordinator, workers.
@@ -240,7 +252,7 @@ func (s *stack) addWorker() error {
 	}
 	i := len(s.workers) + 1
 	p := s.newProc("pageworker", fmt.Sprintf("pageworker-%d", i), "--database-url", s.h.processURL(s.spec.schema, appWorker), "--nats-url", s.natsURL,
-		"--smtp-url", "smtp://"+s.sinkAddr+"?tls=none", "--concurrency", strconv.Itoa(s.spec.concurrency), "--metrics-addr", metricsAddr)
+		"--smtp-url", "smtp://"+s.sinkAddr+"?tls=none", "--concurrency", strconv.Itoa(s.spec.concurrency), "--pages", strconv.Itoa(max(s.spec.pages, 1)), "--metrics-addr", metricsAddr)
 	// Workers sign every message's one-click unsubscribe link with the
 	// coordinators' key; the link points at the coordinator's public HTTP.
 	p.Env = []string{"RANGECAST_PPROF=1", "RANGECAST_UNSUBSCRIBE_KEYS=" + s.h.unsubscribeKey, "RANGECAST_PUBLIC_URL=http://" + s.coordWeb}

@@ -527,7 +527,7 @@ func (c *Coordinator) writeRanges(ctx context.Context, b store.Broadcast) error 
 	if b.SnapshotTotal == 0 {
 		return nil
 	}
-	rs, err := ranges.Split(b.MinID, b.MaxID)
+	rs, err := ranges.SplitAt(b.MinID, b.MaxID, b.RangeStarts)
 	if err != nil {
 		return fmt.Errorf("split audience: %w", err)
 	}
@@ -547,7 +547,7 @@ func (c *Coordinator) rangeRecords(ctx context.Context, b store.Broadcast) ([]bu
 	if b.SnapshotTotal == 0 || b.MinID == (ulid.ULID{}) {
 		return nil, nil, nil
 	}
-	rs, err := ranges.Split(b.MinID, b.MaxID)
+	rs, err := ranges.SplitAt(b.MinID, b.MaxID, b.RangeStarts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -284,7 +284,7 @@ func TestUnsubscribeMidBroadcast(t *testing.T) {
 			ids = append(ids, c)
 		}
 	}
-	rs, err := ranges.Split(ids[0].ID, ids[len(ids)-1].ID)
+	rs, err := audienceRanges(ids)
 	if err != nil {
 		t.Fatal(err)
 	}

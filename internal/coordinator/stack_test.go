@@ -21,6 +21,7 @@ import (
 	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/pageworker"
+	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/testenv"
 	"github.com/rangecast/rangecast/internal/transport"
@@ -331,4 +332,15 @@ func (s *stack) exactlyOnce(want map[string]bool) {
 		s.t.Fatalf("delivery: %d eligible, %d received; %d missing, %d duplicated, %d sent to someone not eligible",
 			len(want), len(got), missing, dup, extra)
 	}
+}
+
+// audienceRanges are the ranges a broadcast to eligible (in id order) gets
+// when the store cuts them from every id but the first: what both stores do
+// for an audience this small (the Postgres sample then reads every page).
+func audienceRanges(eligible []store.Contact) ([]ranges.Range, error) {
+	ids := make([]ulid.ULID, 0, len(eligible))
+	for _, c := range eligible[1:] {
+		ids = append(ids, c.ID)
+	}
+	return ranges.SplitAt(eligible[0].ID, eligible[len(eligible)-1].ID, ranges.Cuts(ids))
 }

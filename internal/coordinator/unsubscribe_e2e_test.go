@@ -127,7 +127,7 @@ func TestOneClickUnsubscribeEndToEnd(t *testing.T) {
 			eligible = append(eligible, c)
 		}
 	}
-	rs, err := ranges.Split(eligible[0].ID, eligible[len(eligible)-1].ID)
+	rs, err := audienceRanges(eligible)
 	if err != nil {
 		t.Fatal(err)
 	}

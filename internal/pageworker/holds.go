@@ -2,6 +2,7 @@ package pageworker
 
 import (
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rangecast/rangecast/internal/bus"
@@ -14,37 +15,52 @@ import (
 // follows them, so every worker agrees without reading governor state.
 type holds struct {
 	until map[string]time.Time
-	// probes are the half-open providers whose ramp step this page
-	// carries, with the connections it may use for them.
-	probes map[string]int
+	// lanes are the half-open providers whose ramp step this page carries.
+	lanes map[string]*lane
+}
+
+// lane is one carried ramp step: the provider's recipients in this page are
+// sent on at most conns connections at a time, across all of the page's
+// windows in flight, until the first refusal ends the step.
+type lane struct {
+	conns int
+	sem   chan struct{}
+	mu    sync.Mutex
+	ended bool
+	until time.Time // when the provider's recipients are due once it ended
+}
+
+// end ends the step after a refusal at now: the rest wait for the hold the
+// page was given, or the breaker's open period from now if that is later.
+func (l *lane) end(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.ended {
+		l.ended, l.until = true, maxTime(l.until, now.Add(governor.BreakerOpen))
+	}
+}
+
+// over reports whether the step has ended, and until when its provider waits.
+func (l *lane) over() (bool, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended, l.until
 }
 
 func newHolds(job bus.PageJob) *holds {
-	h := &holds{until: map[string]time.Time{}, probes: map[string]int{}}
+	h := &holds{until: map[string]time.Time{}, lanes: map[string]*lane{}}
 	for p, until := range job.Defer {
 		h.until[p] = until
 	}
 	for _, p := range job.Probe {
-		h.probes[p] = max(job.Conns[p], 1)
+		c := max(job.Conns[p], 1)
+		h.lanes[p] = &lane{conns: c, sem: make(chan struct{}, c), until: job.Defer[p]}
 	}
 	return h
 }
 
-// conns is how many of provider's recipients may be sent at once: 0 for no
-// limit (not a carried probe).
-func (h *holds) conns(provider string) int { return h.probes[provider] }
-
-// refused ends a carried step at its first refusal: the provider's other
-// recipients wait until its hold time, and the report's refusal re-opens
-// its breaker.
-func (h *holds) refused(provider string, now time.Time) {
-	if _, ok := h.probes[provider]; ok {
-		delete(h.probes, provider)
-		if h.until[provider].Before(now) {
-			h.until[provider] = now.Add(governor.BreakerOpen)
-		}
-	}
-}
+// lane is the carried step of provider, nil when the page carries none.
+func (h *holds) lane(provider string) *lane { return h.lanes[provider] }
 
 // add merges providers held since the page was dispatched (a quota
 // rejection another page met): a page queued before it must not send a
@@ -52,23 +68,34 @@ func (h *holds) refused(provider string, now time.Time) {
 // stays its to spend.
 func (h *holds) add(held map[string]time.Time) {
 	for p, until := range held {
-		if _, probe := h.probes[p]; !probe && until.After(h.until[p]) {
+		if _, probe := h.lanes[p]; !probe && until.After(h.until[p]) {
 			h.until[p] = until
 		}
 	}
 }
 
 // check returns the receiving provider of an address and, if its recipient
-// must not be sent now, when to try again. A carried probe's recipients are
-// let through (deliver keeps them to the step's connections).
+// must not be sent now, when to try again. A carried step's recipients are
+// let through until the step ends (the pipeline keeps them to its
+// connections).
 func (h *holds) check(email string) (provider string, deferUntil time.Time) {
 	provider = governor.Provider(email[strings.LastIndexByte(email, '@')+1:])
 	until, held := h.until[provider]
 	if !held {
 		return provider, time.Time{}
 	}
-	if _, probe := h.probes[provider]; probe {
+	if l := h.lanes[provider]; l != nil {
+		if ended, after := l.over(); ended {
+			return provider, after
+		}
 		return provider, time.Time{}
 	}
 	return provider, until
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

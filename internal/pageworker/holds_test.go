@@ -23,13 +23,13 @@ func TestHoldsDeferHeldProvidersAndCarryTheRampStep(t *testing.T) {
 		{"a@gmail.com", "google", at, false},
 		{"b@GoogleMail.com", "google", at, false},
 		{"c@example.org", "example.org", time.Time{}, false},
-		{"d@yahoo.com", "yahoo", time.Time{}, false}, // the step's recipients go
-		{"e@ymail.com", "yahoo", time.Time{}, true},  // … until one is refused
-		{"g@yahoo.com", "yahoo", at.Add(time.Minute), false},
+		{"d@yahoo.com", "yahoo", time.Time{}, false},         // the step's recipients go
+		{"e@ymail.com", "yahoo", time.Time{}, true},          // … until one is refused
+		{"g@yahoo.com", "yahoo", at.Add(time.Minute), false}, // the later of its hold and the breaker's 30 s
 		{"f@outlook.fr", "microsoft", time.Time{}, false},
 	}
-	if h.conns("yahoo") != 3 || h.conns("google") != 0 {
-		t.Fatalf("conns: yahoo %d, google %d; want 3 and 0 (no limit)", h.conns("yahoo"), h.conns("google"))
+	if h.lane("yahoo") == nil || h.lane("yahoo").conns != 3 || h.lane("google") != nil {
+		t.Fatalf("lanes: yahoo %+v, google %+v; want yahoo's step on 3 connections, none for google", h.lane("yahoo"), h.lane("google"))
 	}
 	for _, s := range steps {
 		p, until := h.check(s.email)
@@ -37,7 +37,7 @@ func TestHoldsDeferHeldProvidersAndCarryTheRampStep(t *testing.T) {
 			t.Errorf("check(%s) = %s, %v; want %s, %v", s.email, p, until, s.provider, s.until)
 		}
 		if s.refused {
-			h.refused(p, at)
+			h.lane(p).end(at)
 		}
 	}
 }

@@ -38,6 +38,10 @@ type Config struct {
 	// claimed and unsent at once, so a kill -9 leaves at most this many in
 	// doubt.
 	Concurrency int
+	// Pages is how many pages the worker runs at once, each with its own
+	// window (default 1): in flight is Pages × Concurrency, and a kill -9
+	// leaves at most Pages × InDoubtWindows × Concurrency in doubt.
+	Pages int
 	// ParkDelay is how long a page that could not be run (state unknown,
 	// store unreachable) waits before JetStream offers it again.
 	ParkDelay time.Duration
@@ -92,6 +96,9 @@ func (c Config) withDefaults() Config {
 	if c.Concurrency <= 0 {
 		c.Concurrency = 16
 	}
+	if c.Pages <= 0 {
+		c.Pages = 1
+	}
 	if c.ParkDelay == 0 {
 		c.ParkDelay = 5 * time.Second
 	}
@@ -132,7 +139,7 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Worker pulls page jobs and runs them one at a time.
+// Worker pulls page jobs and runs up to Config.Pages of them at once.
 type Worker struct {
 	cfg    Config
 	states StateSource
@@ -176,6 +183,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLive()
 	w.publishLiveness(liveCtx)
+	var pullers sync.WaitGroup
+	for range w.cfg.Pages {
+		pullers.Go(func() { w.pull(ctx) })
+	}
+	pullers.Wait()
+	return nil
+}
+
+// pull fetches and runs one page at a time until ctx is cancelled.
+func (w *Worker) pull(ctx context.Context) {
 	for ctx.Err() == nil {
 		msg, err := w.cfg.Bus.Pages.Next(jetstream.FetchMaxWait(w.cfg.FetchWait))
 		if err != nil {
@@ -191,7 +208,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		w.handle(ctx, msg)
 	}
-	return nil
 }
 
 // handle decides what to do with one job message and settles it with
@@ -472,39 +488,62 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		rep.Class = class
 		return rep, nil
 	}
-	// Claim before send: only rows this run holds may be sent. The first
-	// window's claim is a commit of its own; every later window is claimed
-	// in the commit that records the outcomes of the one before, so a
-	// window costs one commit and the claims still never run ahead of the
-	// window in flight. A claim that may have committed is retried as it
-	// is: the retry gets this run's claims back, so none is left behind
-	// unsent for the reconciler to call unknown.
-	var claimed []ulid.ULID
-	err = w.persist(ctx, owner, func() error {
-		var err error
-		claimed, err = w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[0]), w.cfg.Clock.Now())
+	// Claim before send: only rows this run holds may be sent. Windows are
+	// claimed one ahead of the window being sent: the first two are claims
+	// of their own, and window k+2 is claimed in the commit that records
+	// window k's outcomes, so a window costs one commit and the next one's
+	// sends start as this one's slots free up (pipeline). The claims without
+	// an outcome are at most two windows: the one being sent and the one
+	// behind it (each commit records one window as it claims one). A claim
+	// that may have committed is retried as it is: the retry gets this run's
+	// claims back, so none is left behind unsent for the reconciler to call
+	// unknown.
+	p := newPipeline(w, pageCtx, l, 1)
+	defer p.close() // a claimed window is sent whole, however the page ends
+	claim := func(k int) error {
+		var claimed []ulid.ULID
+		err := w.persist(ctx, owner, func() error {
+			var err error
+			claimed, err = w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[k]), w.cfg.Clock.Now())
+			return err
+		})
+		if err == nil {
+			w.release(pageCtx, p, l, h, windows[k], claimed)
+		}
 		return err
-	})
-	if err != nil {
+	}
+	if err := claim(0); err != nil {
 		return rep, err
 	}
-	next := from
-	for i, window := range windows {
-		w.refreshHolds(pageCtx, l, h)
-		res, outcomes := w.deliver(pageCtx, l, window, ids(claimed), h, w.cfg.Clock.Now())
-		res.claimed = len(claimed)
-		w.live.progress(owner, w.cfg.Clock.Now())
-
-		// Claim the next window only if it will be sent: a page that stops
-		// here (a send error, a drain, a pause) must not leave claims
-		// nobody sends.
-		var following []store.Contact
-		stop, class := res.stopAt >= 0, bus.ClassNone
-		if !stop && i+1 < len(windows) {
-			if stop, class = w.stopBefore(ctx, pageCtx, job); !stop {
-				following = windows[i+1]
+	released := 1
+	var claimErr error // window 1's claim failed: the page ends after window 0
+	if len(windows) > 1 {
+		if stop, _ := w.stopBefore(ctx, pageCtx, job); !stop {
+			if claimErr = claim(1); claimErr == nil {
+				released = 2
 			}
 		}
+	}
+	next := from
+	stopped := false // the report's Next and Class are set; later windows only add counts
+	for k := 0; k < released; k++ {
+		window := windows[k]
+		b := p.wait()
+		res, outcomes := w.conclude(l, b)
+		res.claimed = len(b.mine)
+		w.live.progress(owner, w.cfg.Clock.Now())
+
+		// Claim window k+2 only if it will be sent: a page that stops
+		// here (a send error, a drain, a pause) must not leave claims
+		// nobody sends. Window k+1 is claimed and goes out regardless.
+		var following []store.Contact
+		stop, class := stopped || res.stopAt >= 0 || claimErr != nil, bus.ClassNone
+		if !stop && released < len(windows) {
+			if stop, class = w.stopBefore(ctx, pageCtx, job); !stop {
+				following = windows[released]
+			}
+		}
+		var claimed []ulid.ULID
 		err := w.persist(ctx, owner, func() error {
 			var err error
 			claimed, err = w.cfg.Store.RecordAndClaim(pageCtx, l.b.ID, owner, outcomes, w.claimsFor(l, following), w.cfg.Clock.Now())
@@ -512,36 +551,66 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		})
 		if err != nil {
 			// The outcomes of this window are not recorded: the cursor must
-			// not pass it, and its claims stay this run's until the
+			// not pass it, and its claims (and those of the window behind
+			// it, which is still sent) stay this run's until the
 			// reconciler finds the run gone. Report what is safe.
-			rep.Next = next.String()
-			rep.Class, rep.Error = bus.ClassTransient, err.Error()
+			if !stopped {
+				rep.Next = next.String()
+				rep.Class, rep.Error = bus.ClassTransient, err.Error()
+			}
 			return rep, nil
+		}
+		if following != nil {
+			w.release(pageCtx, p, l, h, following, claimed)
+			released++
 		}
 		w.count(res)
 		res.addTo(&rep)
+		if stopped {
+			continue
+		}
 		if res.stopAt >= 0 {
 			rep.Next = window[res.stopAt].ID.String()
 			rep.Class, rep.Error = res.class, res.err
-			return rep, nil
+			stopped = true
+			continue
 		}
 		last := window[len(window)-1].ID
 		n, ok := ranges.Next(last)
 		if !ok || last == until {
 			rep.Done = true
 			rep.Next = last.String()
-			return rep, nil
+			stopped = true
+			continue
 		}
 		next = n
-		if stop {
+		if claimErr != nil {
+			// Window 1's claims may have committed: they stay this run's
+			// until the reconciler finds the run gone.
+			rep.Next = next.String()
+			rep.Class, rep.Error = bus.ClassTransient, claimErr.Error()
+			stopped = true
+			continue
+		}
+		if stop && k+1 == released {
 			rep.Next = next.String()
 			rep.Class = class // ClassNone when draining: report how far we got
-			return rep, nil
+			stopped = true
 		}
+	}
+	if stopped {
+		return rep, nil
 	}
 	rep.Next = next.String()
 	rep.Done = len(contacts) < limit
 	return rep, nil
+}
+
+// release hands a claimed window to the pipeline, with the holds the
+// governor has now.
+func (w *Worker) release(ctx context.Context, p *pipeline, l *loaded, h *holds, window []store.Contact, claimed []ulid.ULID) {
+	w.refreshHolds(ctx, l, h)
+	p.start(w.prepare(window, ids(claimed), h, w.cfg.Clock.Now()))
 }
 
 // RunPage walks one page job (a range's page or a sweep) with every claim
@@ -666,59 +735,63 @@ func (w *Worker) count(res windowResult) {
 // time, never released: another copy of this page may be past it already,
 // and the cursor only moves forward. stopAt is the first such contact.
 func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) (res windowResult, outcomes []store.Outcome) {
-	res.stopAt = -1
-	providers := make([]string, len(window))
-	deferUntil := make([]time.Time, len(window))
+	b := w.prepare(window, mine, h, now)
+	p := newPipeline(w, ctx, l, 0)
+	p.start(b)
+	p.close()
+	return w.conclude(l, p.wait())
+}
+
+// batch is one window on its way through a page's pipeline: the contacts,
+// which of them this run holds and which the governor holds, and, once
+// done is closed, every send's error.
+type batch struct {
+	window     []store.Contact
+	mine       map[ulid.ULID]bool
+	providers  []string
+	deferUntil []time.Time
+	now        time.Time
+	errs       []error
+	attempted  int
+	done       chan struct{}
+	// lanes[i] is the carried ramp step contact i is sent under, nil for
+	// none (holds.lane).
+	lanes []*lane
+}
+
+// prepare decides, before a window is sent, which of its contacts are sent:
+// those this run holds whose provider the governor does not hold.
+func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) *batch {
+	b := &batch{window: window, mine: mine, providers: make([]string, len(window)), deferUntil: make([]time.Time, len(window)),
+		now: now, errs: make([]error, len(window)), done: make(chan struct{})}
 	for i, c := range window {
 		if mine[c.ID] {
-			providers[i], deferUntil[i] = h.check(c.Email)
-		}
-	}
-	errs := make([]error, len(window))
-	var wg sync.WaitGroup
-	attempted := 0
-	// A provider whose ramp step this page carries is sent on its step's
-	// connections only, and stops at its first refusal (lanes).
-	lanes := map[string][]int{}
-	for i, c := range window {
-		if !mine[c.ID] || !deferUntil[i].IsZero() {
-			continue
-		}
-		attempted++
-		if h.conns(providers[i]) > 0 {
-			lanes[providers[i]] = append(lanes[providers[i]], i)
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = w.send(ctx, l, c, now)
-		}()
-	}
-	for p, idx := range lanes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.sendLane(ctx, l, window, idx, h.conns(p), errs, now)
-		}()
-	}
-	wg.Wait()
-	for p, idx := range lanes {
-		refused := false
-		for _, i := range idx {
-			refused = refused || (errs[i] != nil && errs[i] != errStepEnded && !isRecipientError(errs[i]))
-		}
-		if !refused {
-			continue
-		}
-		// The step ended: the provider's later recipients in this page
-		// wait for its hold time, like any held provider's.
-		h.refused(p, now)
-		for _, i := range idx {
-			if errs[i] == errStepEnded {
-				attempted--
-				deferUntil[i] = h.until[p]
+			b.providers[i], b.deferUntil[i] = h.check(c.Email)
+			if b.deferUntil[i].IsZero() {
+				b.attempted++
+				if ln := h.lane(b.providers[i]); ln != nil {
+					if b.lanes == nil {
+						b.lanes = make([]*lane, len(window))
+					}
+					b.lanes[i] = ln
+				}
 			}
+		}
+	}
+	return b
+}
+
+// conclude says what became of each of a sent window's contacts: the
+// outcome to record for every claimed one.
+func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []store.Outcome) {
+	res.stopAt = -1
+	window, mine, providers, deferUntil, errs, attempted, now := b.window, b.mine, b.providers, b.deferUntil, b.errs, b.attempted, b.now
+	for i, err := range errs {
+		if err == errStepEnded {
+			// Not sent: the carried step ended at an earlier refusal. The
+			// recipient waits like a held provider's, without an attempt.
+			_, deferUntil[i] = b.lanes[i].over()
+			attempted--
 		}
 	}
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
@@ -826,43 +899,6 @@ func windowUnwell(refused, attempted int) bool {
 // errStepEnded marks a carried provider's recipient not sent because an
 // earlier one of the step was refused: deferred, not attempted.
 var errStepEnded = errors.New("ramp step ended by a refusal")
-
-// sendLane sends the window's recipients idx of one provider whose ramp
-// step the page carries, on at most conns connections at a time, and stops
-// at the first refusal that is not the recipient's own: the rest get
-// errStepEnded.
-func (w *Worker) sendLane(ctx context.Context, l *loaded, window []store.Contact, idx []int, conns int, errs []error, now time.Time) {
-	var mu sync.Mutex
-	next, stopped := 0, false
-	take := func() (int, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		for next < len(idx) {
-			i := idx[next]
-			next++
-			if !stopped {
-				return i, true
-			}
-			errs[i] = errStepEnded
-		}
-		return 0, false
-	}
-	var lane sync.WaitGroup
-	for range min(conns, len(idx)) {
-		lane.Add(1)
-		go func() {
-			defer lane.Done()
-			for i, ok := take(); ok; i, ok = take() {
-				err := w.send(ctx, l, window[i], now)
-				mu.Lock()
-				errs[i] = err
-				stopped = stopped || (err != nil && !isRecipientError(err))
-				mu.Unlock()
-			}
-		}()
-	}
-	lane.Wait()
-}
 
 // isRecipientError reports whether err is the recipient's own failure (a bad
 // address, a message that cannot be built for it), which says nothing about

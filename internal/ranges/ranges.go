@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -78,6 +79,50 @@ func Split(min, max ulid.ULID) ([]Range, error) {
 		start = end.add(u128{lo: 1})
 	}
 	return rs, nil
+}
+
+// Cuts returns the starts of ranges 1 … Count-1 that divide a sample of
+// ids into Count parts of equal size: the ids at ranks i·len/Count of the
+// sorted sample, strictly ascending (a duplicate is dropped). Cut from a
+// sample of rows instead of id space, ranges hold about the same number of
+// contacts however the ids cluster (a bulk import gives ids of one
+// millisecond). Fewer than Count distinct ids give no cuts. sample is sorted
+// in place.
+func Cuts(sample []ulid.ULID) []ulid.ULID {
+	slices.SortFunc(sample, ulid.ULID.Compare)
+	sample = slices.Compact(sample)
+	if len(sample) < Count {
+		return nil
+	}
+	out := make([]ulid.ULID, 0, Count-1)
+	for i := 1; i < Count; i++ {
+		out = append(out, sample[i*len(sample)/Count])
+	}
+	return out
+}
+
+// SplitAt cuts [min, max] (inclusive) into contiguous ranges that start at
+// min and at each of starts, which must ascend strictly; starts outside
+// (min, max] are dropped. Ranges tile [min, max] exactly, as Split's do.
+// With no starts (a broadcast accepted before ranges were cut from a
+// sample, or an audience too small to sample), SplitAt is Split.
+func SplitAt(min, max ulid.ULID, starts []ulid.ULID) ([]Range, error) {
+	if len(starts) == 0 {
+		return Split(min, max)
+	}
+	if min.Compare(max) > 0 {
+		return nil, fmt.Errorf("ranges: min %s is after max %s", min, max)
+	}
+	rs := make([]Range, 0, len(starts)+1)
+	start := min
+	for _, s := range starts {
+		if s.Compare(start) <= 0 || s.Compare(max) > 0 {
+			continue
+		}
+		rs = append(rs, Range{Index: len(rs), Start: start, End: load(s).sub(u128{lo: 1}).ulid()})
+		start = s
+	}
+	return append(rs, Range{Index: len(rs), Start: start, End: max}), nil
 }
 
 // Next returns id+1 and true, or false if id is the largest possible ULID

@@ -2,10 +2,13 @@ package ranges
 
 import (
 	"bytes"
+	"io"
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -615,4 +618,115 @@ func fuzzID(b []byte) ulid.ULID {
 	}
 	copy(id[len(id)-len(b):], b)
 	return id
+}
+
+// TestCutsEven: a sample clustered like a bulk import (most ids within one
+// millisecond, a few spread over a year) cuts into ranges that each hold
+// about 1/Count of it, where Split by id space puts the import in one range.
+func TestCutsEven(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	entropy := func() io.Reader { return &randReader{rnd} }
+	var ids []ulid.ULID
+	year := uint64(365 * 24 * time.Hour / time.Millisecond)
+	for range 1_000 {
+		ids = append(ids, ulid.MustNew(1_700_000_000_000+rnd.Uint64N(year), entropy()))
+	}
+	for range 20_000 {
+		ids = append(ids, ulid.MustNew(1_700_000_000_000+year/2+rnd.Uint64N(3), entropy()))
+	}
+	sorted := slices.SortedFunc(slices.Values(ids), ulid.ULID.Compare)
+	lo, hi := sorted[0], sorted[len(sorted)-1]
+	count := func(rs []Range) (largest int) {
+		for _, r := range rs {
+			n := 0
+			for _, id := range sorted {
+				if r.Contains(id) {
+					n++
+				}
+			}
+			largest = max(largest, n)
+		}
+		return largest
+	}
+	mean := len(ids) / Count
+	byspace, err := Split(lo, hi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Split by id space: largest range %d, mean %d", count(byspace), mean)
+
+	// Cut from every 10th id, as a sample would give.
+	var sample []ulid.ULID
+	for i := 0; i < len(ids); i += 10 {
+		sample = append(sample, ids[i])
+	}
+	cuts := Cuts(sample)
+	if len(cuts) != Count-1 {
+		t.Fatalf("Cuts gave %d starts, want %d", len(cuts), Count-1)
+	}
+	rs, err := SplitAt(lo, hi, cuts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTiles(t, rs, lo, hi)
+	if got := count(rs); got > 2*mean {
+		t.Errorf("SplitAt: largest range %d contacts, want ≤ 2 × mean %d", got, mean)
+	} else {
+		t.Logf("SplitAt: largest range %d, mean %d", got, mean)
+	}
+}
+
+func TestSplitAt(t *testing.T) {
+	t.Parallel()
+	lo, hi := ulid.ULID{0: 1}, ulid.ULID{0: 9}
+	for _, tc := range []struct {
+		name   string
+		starts []ulid.ULID
+		want   int
+	}{
+		{"none is Split", nil, Count},
+		{"one inside", []ulid.ULID{{0: 5}}, 2},
+		{"outside and at min dropped", []ulid.ULID{{0: 1}, {0: 5}, {0: 10}}, 2},
+		{"at max", []ulid.ULID{{0: 9}}, 2},
+		{"not ascending dropped", []ulid.ULID{{0: 6}, {0: 4}, {0: 8}}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, err := SplitAt(lo, hi, tc.starts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rs) != tc.want {
+				t.Fatalf("%d ranges, want %d: %v", len(rs), tc.want, rs)
+			}
+			checkTiles(t, rs, lo, hi)
+		})
+	}
+	if _, err := SplitAt(hi, lo, []ulid.ULID{{0: 5}}); err == nil {
+		t.Error("SplitAt(max, min) succeeded")
+	}
+}
+
+// checkTiles fails unless rs tile [lo, hi] in order, each Index its place.
+func checkTiles(t *testing.T, rs []Range, lo, hi ulid.ULID) {
+	t.Helper()
+	next := lo
+	for i, r := range rs {
+		if r.Index != i || r.Start != next || r.Start.Compare(r.End) > 0 {
+			t.Fatalf("range %d = %+v does not follow %s", i, r, next)
+		}
+		next, _ = Next(r.End)
+	}
+	if rs[len(rs)-1].End != hi {
+		t.Fatalf("last range ends at %s, want %s", rs[len(rs)-1].End, hi)
+	}
+}
+
+type randReader struct{ r *rand.Rand }
+
+func (r *randReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(r.r.Uint32())
+	}
+	return len(p), nil
 }

@@ -361,7 +361,10 @@ type WorkerOptions struct {
 	DatabaseURL, NATSURL, SMTPURL, MetricsAddr string
 	NATSReplicas                               int
 	Concurrency                                int
-	Log                                        *slog.Logger
+	// Pages is how many pages the worker runs at once, each with its own
+	// window of Concurrency; 0 is 1.
+	Pages int
+	Log   *slog.Logger
 	// TxSlots is how many transactional messages are sent at once, apart
 	// from the page window; TxLookup settles in-doubt ones where the
 	// transport can tell.
@@ -382,6 +385,9 @@ func (o WorkerOptions) validate() error {
 	var errs []error
 	if o.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("--concurrency is %d; the in-flight window needs at least 1", o.Concurrency))
+	}
+	if o.Pages < 0 {
+		errs = append(errs, fmt.Errorf("--pages is %d; it cannot be negative", o.Pages))
 	}
 	if o.TxSlots < 1 {
 		errs = append(errs, fmt.Errorf("--tx-slots is %d; transactional mail needs at least 1", o.TxSlots))
@@ -425,7 +431,7 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 		return err
 	}
 	warnUnusedDKIM(ctx, st, signer, o.Log)
-	tr, err := transport.NewSMTP(withPool(o.SMTPURL, o.Concurrency))
+	tr, err := transport.NewSMTP(withPool(o.SMTPURL, o.Concurrency*max(o.Pages, 1)))
 	if err != nil {
 		return err
 	}
@@ -438,9 +444,9 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 		}
 		o.Log.Info("metrics listening", "addr", addr)
 	}
-	w := pageworker.New(pageworker.Config{Store: st, Bus: b, Transport: tr, Clock: clock.Real{}, Log: o.Log, Concurrency: o.Concurrency, Unsubscribe: links, DKIM: signer})
+	w := pageworker.New(pageworker.Config{Store: st, Bus: b, Transport: tr, Clock: clock.Real{}, Log: o.Log, Concurrency: o.Concurrency, Pages: o.Pages, Unsubscribe: links, DKIM: signer})
 	health.ready.Store(true)
-	o.Log.Info("page worker running", "concurrency", o.Concurrency, "smtp", tr.String())
+	o.Log.Info("page worker running", "concurrency", o.Concurrency, "pages", max(o.Pages, 1), "smtp", tr.String())
 	tx := transactional.NewConsumer(transactional.ConsumerConfig{Store: st, JS: b.JS, Transport: tr, DKIM: signer, Clock: clock.Real{}, Log: o.Log.With("component", "transactional"), Slots: o.TxSlots, Lookup: o.TxLookup,
 		Admission: transactional.NewHeldProviders(b, o.Log.With("component", "transactional"))})
 	txDone := make(chan error, 1)

@@ -59,9 +59,13 @@ type Sink struct {
 	// first and last are the wall-clock times (Unix ns) of the first and
 	// latest accepted message; 0 before any.
 	first, last atomic.Int64
-	served      chan error
-	closing     chan struct{}
-	once        sync.Once
+	// inData is the messages whose DATA is being answered right now, and
+	// peak the most there ever were: the senders' messages in flight, as
+	// the server sees them.
+	inData, peak atomic.Int64
+	served       chan error
+	closing      chan struct{}
+	once         sync.Once
 }
 
 // Start listens and serves until Close.
@@ -118,11 +122,14 @@ type Stats struct {
 	// message were accepted (0 before any).
 	FirstUnixNano int64 `json:"first_unix_nano"`
 	LastUnixNano  int64 `json:"last_unix_nano"`
+	// PeakInFlight is the most messages the sink was answering DATA for at
+	// once: with a latency, the senders' messages in flight.
+	PeakInFlight int64 `json:"peak_in_flight"`
 }
 
 // Stats returns the counters so far.
 func (s *Sink) Stats() Stats {
-	return Stats{Messages: s.accepted.Load(), Recipients: s.rcpts.Load(), Refused: s.refused.Load(), FirstUnixNano: s.first.Load(), LastUnixNano: s.last.Load()}
+	return Stats{Messages: s.accepted.Load(), Recipients: s.rcpts.Load(), Refused: s.refused.Load(), FirstUnixNano: s.first.Load(), LastUnixNano: s.last.Load(), PeakInFlight: s.peak.Load()}
 }
 
 // StatsHandler serves Stats as JSON on GET /stats, for a harness in
@@ -176,6 +183,14 @@ func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 }
 
 func (ss *session) Data(r io.Reader) error {
+	n := ss.s.inData.Add(1)
+	defer ss.s.inData.Add(-1)
+	for {
+		p := ss.s.peak.Load()
+		if n <= p || ss.s.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
 	br := bufio.NewReader(r)
 	hdr, err := textproto.NewReader(br).ReadMIMEHeader()
 	if err != nil && len(hdr) == 0 {

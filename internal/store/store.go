@@ -97,9 +97,13 @@ type Broadcast struct {
 	// accepted. The total is for display only; MinID/MaxID bound the ranges.
 	SnapshotTotal int64
 	MinID, MaxID  ulid.ULID
-	CreatedAt     time.Time
-	StartedAt     time.Time
-	FinishedAt    time.Time
+	// RangeStarts are where ranges 1 … n-1 start (ranges.SplitAt), cut
+	// from a sample of the audience when it is accepted; none: ranges are
+	// cut by id space (ranges.Split).
+	RangeStarts []ulid.ULID
+	CreatedAt   time.Time
+	StartedAt   time.Time
+	FinishedAt  time.Time
 	// ScheduledAt is when a draft starts by itself (zero: when started).
 	ScheduledAt time.Time
 }

@@ -11,8 +11,12 @@ import (
 // Test-only access for package postgres_test: the tests there need testenv,
 // which imports this package, so they cannot live in package postgres.
 
-// RecordOutcomeSQL is the statement RecordOutcomes sends once per outcome.
-const RecordOutcomeSQL = recordOutcome
+// RecordOutcomesSQL is the statement that writes a window's outcomes, and
+// ForceKeyLookupsSQL the one run before it in its transaction.
+const (
+	RecordOutcomesSQL  = recordOutcomes
+	ForceKeyLookupsSQL = forceKeyLookups
+)
 
 // ReleaseSQL is the statement Release sends.
 const ReleaseSQL = releaseClaims

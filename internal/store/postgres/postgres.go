@@ -19,6 +19,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/address"
+	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -216,7 +217,7 @@ func (s *Store) SegmentID(ctx context.Context, name string) (int64, error) {
 
 const broadcastColumns = `b.id, b.name, coalesce(b.request_id, ''), b.from_name, b.from_address, b.subject, b.html, b.text_body,
 coalesce(b.segment_id, 0), coalesce(s.name, ''), b.throttle_per_hour, b.in_doubt_policy, b.state, b.reason, b.snapshot_total, b.min_id, b.max_id,
-b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link, b.scheduled_at`
+b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link, b.scheduled_at, b.range_starts`
 
 const broadcastFrom = ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
 
@@ -249,11 +250,15 @@ func scanBroadcast(row pgx.Row) (store.Broadcast, error) {
 	var minID, maxID pgtype.UUID
 	var started, finished, scheduled pgtype.Timestamptz
 	var state string
+	var starts [][16]byte
 	err := row.Scan(&id, &b.Name, &b.RequestID, &b.Content.FromName, &b.Content.FromAddress, &b.Content.Subject,
 		&b.Content.HTML, &b.Content.Text, &b.SegmentID, &b.Segment, &b.ThrottlePerHour, &b.InDoubtPolicy, &state, &b.Reason,
-		&b.SnapshotTotal, &minID, &maxID, &b.CreatedAt, &started, &finished, &b.NoUnsubscribeLink, &scheduled)
+		&b.SnapshotTotal, &minID, &maxID, &b.CreatedAt, &started, &finished, &b.NoUnsubscribeLink, &scheduled, &starts)
 	if err != nil {
 		return b, err
+	}
+	for _, s := range starts {
+		b.RangeStarts = append(b.RangeStarts, ulid.ULID(s))
 	}
 	b.ID = ulid.ULID(id)
 	b.State = store.State(state)
@@ -383,10 +388,16 @@ func (s *Store) AcceptBroadcast(ctx context.Context, id ulid.ULID, now time.Time
 	if err != nil {
 		return store.Broadcast{}, mapErr("accept broadcast: snapshot audience", err)
 	}
+	var starts [][16]byte
+	if count > 0 {
+		if starts, err = sampleStarts(ctx, tx, segment, minID.Bytes, maxID.Bytes); err != nil {
+			return store.Broadcast{}, mapErr("accept broadcast: sample audience", err)
+		}
+	}
 	_, err = tx.Exec(ctx, `
 UPDATE broadcasts SET state = 'running', reason = '', snapshot_total = $2, min_id = $3, max_id = $4,
-       started_at = $5, updated_at = $5
-WHERE id = $1`, uid(id), count, minID, maxID, now)
+       started_at = $5, updated_at = $5, range_starts = $6
+WHERE id = $1`, uid(id), count, minID, maxID, now, starts)
 	if err != nil {
 		return store.Broadcast{}, mapErr("accept broadcast", err)
 	}
@@ -399,6 +410,64 @@ WHERE id = $1`, uid(id), count, minID, maxID, now)
 	// arguments (Open), and at 1M ledger rows ANALYZE alone took 138 ms,
 	// more than the audience query itself (docs/benchmarks.md).
 	return s.GetBroadcast(ctx, id)
+}
+
+// samplePages is how many table pages the accept-time sample reads: enough
+// that each of the 32 ranges is cut from ~30 pages' worth of ids (the
+// largest range then stays well within 2× the mean), few enough to cost a
+// fraction of the audience count at a million contacts.
+const samplePages = 1024
+
+// samplePercent is the TABLESAMPLE SYSTEM percentage that reads about
+// samplePages pages of $1: the table's size comes from its file, not from
+// planner statistics or a count.
+const samplePercent = `SELECT least(100, 100.0 * $2 / greatest(1, pg_relation_size($1::regclass) / current_setting('block_size')::int))`
+
+// sampleQuery reads the eligible ids in (min, max] on a sample of pages: of
+// contacts, or of the segment's members (each sampled row then checked
+// against the rest of the gate by key). $1 percent, $2 min, $3 max, $4
+// segment.
+func sampleQuery(segment int64) string {
+	if segment == 0 {
+		return `SELECT c.id FROM contacts c TABLESAMPLE SYSTEM ($1)
+WHERE c.id > $2 AND c.id <= $3 AND ` + gate("")
+	}
+	return `SELECT c.id FROM segment_members m TABLESAMPLE SYSTEM ($1) JOIN contacts c ON c.id = m.contact_id
+WHERE m.segment_id = $4 AND c.id > $2 AND c.id <= $3 AND ` + gate("")
+}
+
+// sampleStarts cuts the audience's ranges from a sample of its ids
+// (ranges.Cuts); nil when the sample is too small to cut from.
+func sampleStarts(ctx context.Context, tx pgx.Tx, segment int64, minID, maxID [16]byte) ([][16]byte, error) {
+	table := "contacts"
+	if segment != 0 {
+		table = "segment_members"
+	}
+	var percent float64
+	if err := tx.QueryRow(ctx, samplePercent, table, samplePages).Scan(&percent); err != nil {
+		return nil, err
+	}
+	args := []any{percent, minID, maxID}
+	if segment != 0 {
+		args = append(args, segment)
+	}
+	rows, err := tx.Query(ctx, sampleQuery(segment), args...)
+	if err != nil {
+		return nil, err
+	}
+	var sample []ulid.ULID
+	var id [16]byte
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		sample = append(sample, ulid.ULID(id))
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var out [][16]byte
+	for _, c := range ranges.Cuts(sample) {
+		out = append(out, uid(c))
+	}
+	return out, nil
 }
 
 func (s *Store) SetState(ctx context.Context, id ulid.ULID, from []store.State, to store.State, reason string, now time.Time) (store.Broadcast, error) {
@@ -444,7 +513,8 @@ func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until
 	return out, mapErr("eligible page", err)
 }
 
-// claimQuery inserts claims held by $6. A row that exists already is
+// claimQuery inserts claims held by $6, for a broadcast that exists (checked
+// once per statement: the ledger has no foreign key, migration 013). A row that exists already is
 // returned only when $6 holds it still (the same run retrying after an
 // ambiguous commit); the no-op update is what makes RETURNING report it.
 // A contact erased since its page was read is not claimed (so not sent):
@@ -454,7 +524,7 @@ const claimQuery = `
 INSERT INTO broadcast_sends AS s (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner)
 SELECT $1, u.id, u.email, 'claimed', u.message_id, $5, $5, $6
 FROM unnest($2::uuid[], $3::text[], $4::text[]) AS u(id, email, message_id)
-WHERE EXISTS (SELECT 1 FROM contacts c WHERE c.id = u.id)
+WHERE EXISTS (SELECT 1 FROM broadcasts WHERE id = $1) AND EXISTS (SELECT 1 FROM contacts c WHERE c.id = u.id)
 ON CONFLICT (broadcast_id, contact_id) DO UPDATE SET owner = excluded.owner
 WHERE s.owner = excluded.owner AND s.status = 'claimed'
 RETURNING contact_id`
@@ -504,20 +574,72 @@ func claimedIDs(rows pgx.Rows) ([]ulid.ULID, error) {
 // the plan.
 const stillClaimed = `status || '' = 'claimed'`
 
-// recordOutcome touches one row by primary key. Outcomes are sent as a
-// pipelined batch of these rather than one UPDATE … FROM unnest: the latter's
-// plan depends on planner statistics and degrades to a scan of the whole
-// broadcast on a fresh table; a primary-key update does not (given
-// stillClaimed).
-const recordOutcome = `
-UPDATE broadcast_sends SET status = $3, error = CASE WHEN $4 <> '' AND email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE $4 END, updated_at = $5, retry_at = $6, accepted = ($3 = 'sent'),
-    owner = CASE WHEN $3 = 'claimed' THEN '' ELSE owner END, attempt = attempt - $8
-WHERE broadcast_id = $1 AND contact_id = $2 AND ` + stillClaimed + ` AND owner = $7`
+// recordOutcomes writes a window's outcomes in one statement, joined on
+// the primary key: $1 owner, $2 now, then one array per column in contact
+// id order, the broadcast id repeated in each row ($3). It returns the new
+// status of every row it moved (a row another run holds, or one no longer
+// claimed, is left alone).
+//
+// Its plan must not depend on planner statistics. Written with
+// "broadcast_id = $1", the planner may scan the broadcast's rows by
+// broadcast_id and match each against the window, which is what statistics
+// taken before the broadcast grew suggest ("no rows"): make bench measured
+// 313 rows read per message so, and "contact_id = ANY(…)" is then only a
+// filter. Here broadcast_sends has no condition of its own: every key comes
+// from the unnest() rows, so a plan that does not look each row up by key
+// must read the whole table, which the planner costs from the table's real
+// size. Both indexes that hold the key (the primary key and, since migration
+// 013, broadcast_sends_contact) find one row by it, so it does not matter
+// which the planner takes. stillClaimed keeps the partial index out, and
+// forceKeyLookups, set first in the same transaction, leaves no seq scan,
+// hash or merge join.
+// TestOutcomeWriteUsesPrimaryKey pins the plan on a never-analyzed ledger
+// and on one analyzed before the broadcast grew.
+const recordOutcomes = `
+UPDATE broadcast_sends AS s SET status = u.status,
+    error = CASE WHEN u.error <> '' AND s.email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE u.error END,
+    updated_at = $2, retry_at = u.retry_at,
+    accepted = (u.status = 'sent'), owner = CASE WHEN u.status = 'claimed' THEN '' ELSE s.owner END,
+    attempt = s.attempt - u.not_attempted
+FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[], $8::int[]) AS u(bid, id, status, error, retry_at, not_attempted)
+WHERE s.broadcast_id = u.bid AND s.contact_id = u.id AND s.` + stillClaimed + ` AND s.owner = $1
+RETURNING s.status`
 
-// releaseClaims deletes claims that $3 still holds, by primary key.
+// forceKeyLookups leaves the planner, for the rest of the transaction, only
+// index lookups and plain nested loops (a memo cache is no use on unique
+// keys): the enable_* settings make every other
+// path cost more than any real plan, so the choice no longer rests on
+// statistics a new ledger does not have. One statement, pipelined with the
+// writes it governs.
+const forceKeyLookups = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_memoize', 'off', true)`
+
+// outcomeArgs are recordOutcomes' arguments, the outcomes in contact id
+// order (the order rows are locked in: two writes of overlapping sets in
+// different orders could deadlock).
+func outcomeArgs(broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) []any {
+	outcomes = slices.SortedFunc(slices.Values(outcomes), func(a, b store.Outcome) int { return a.ContactID.Compare(b.ContactID) })
+	bids := make([][16]byte, len(outcomes))
+	ids := make([][16]byte, len(outcomes))
+	statuses := make([]string, len(outcomes))
+	errs := make([]string, len(outcomes))
+	retries := make([]*time.Time, len(outcomes))
+	skipped := make([]int32, len(outcomes))
+	for i, o := range outcomes {
+		bids[i], ids[i], statuses[i], errs[i], skipped[i] = uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, int32(notAttempted(o))
+		if t, ok := retryAt(o).(time.Time); ok {
+			retries[i] = &t
+		}
+	}
+	return []any{owner, now, bids, ids, statuses, errs, retries, skipped}
+}
+
+// releaseClaims deletes claims that $1 still holds, by primary key: the
+// broadcast id repeated per row ($2) for the reason recordOutcomes gives.
 const releaseClaims = `
-DELETE FROM broadcast_sends
-WHERE broadcast_id = $1 AND contact_id = ANY($2::uuid[]) AND ` + stillClaimed + ` AND owner = $3`
+DELETE FROM broadcast_sends AS s USING unnest($2::uuid[], $3::uuid[]) AS u(bid, id)
+WHERE s.broadcast_id = u.bid AND s.contact_id = u.id AND s.` + stillClaimed + ` AND s.owner = $1`
 
 func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {
 	if len(outcomes) == 0 {
@@ -533,12 +655,13 @@ func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner s
 }
 
 // recordAndClaim writes outcomes and inserts the next claims in one
-// transaction, the statements pipelined in one batch: one commit (one WAL
-// flush) for both.
+// transaction, the statements pipelined in one batch: one round trip and
+// one commit (one WAL flush) for both.
 func (s *Store) recordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	batch := &pgx.Batch{}
-	for _, o := range outcomes {
-		batch.Queue(recordOutcome, uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, now, retryAt(o), owner, notAttempted(o))
+	if len(outcomes) > 0 {
+		batch.Queue(forceKeyLookups)
+		batch.Queue(recordOutcomes, outcomeArgs(broadcast, owner, outcomes, now)...)
 	}
 	if len(next) > 0 {
 		batch.Queue(claimQuery, claimArgs(broadcast, owner, next, now)...)
@@ -554,14 +677,23 @@ func (s *Store) recordAndClaim(ctx context.Context, broadcast ulid.ULID, owner s
 	// reputation sums.
 	var d store.Reputation
 	results := tx.SendBatch(ctx, batch)
-	for _, o := range outcomes {
-		tag, err := results.Exec()
-		if err != nil {
+	if len(outcomes) > 0 {
+		if _, err := results.Exec(); err != nil {
 			results.Close()
 			return nil, err
 		}
-		if tag.RowsAffected() > 0 {
-			d = d.Plus(store.ReputationOf(o.Status, o.Status == store.SendSent))
+		rows, err := results.Query()
+		if err == nil {
+			var status string
+			_, err = pgx.ForEachRow(rows, []any{&status}, func() error {
+				st := store.SendStatus(status)
+				d = d.Plus(store.ReputationOf(st, st == store.SendSent))
+				return nil
+			})
+		}
+		if err != nil {
+			results.Close()
+			return nil, err
 		}
 	}
 	var claimed []ulid.ULID
@@ -588,8 +720,22 @@ func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, owner string, 
 	if len(contacts) == 0 {
 		return nil
 	}
-	_, err := s.pool.Exec(ctx, releaseClaims, uid(broadcast), uids(contacts), owner)
-	return mapErr("release claims", err)
+	bids := make([][16]byte, len(contacts))
+	for i := range bids {
+		bids[i] = uid(broadcast)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return mapErr("release claims", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	batch := &pgx.Batch{}
+	batch.Queue(forceKeyLookups)
+	batch.Queue(releaseClaims, owner, bids, uids(contacts))
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return mapErr("release claims", err)
+	}
+	return mapErr("release claims", tx.Commit(ctx))
 }
 
 func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, error) {

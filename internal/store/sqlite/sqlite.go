@@ -17,6 +17,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/rangecast/rangecast/internal/address"
+	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -362,7 +363,7 @@ func (s *Store) SegmentID(ctx context.Context, name string) (int64, error) {
 
 const broadcastColumns = `b.id, b.name, coalesce(b.request_id, ''), b.from_name, b.from_address, b.subject, b.html, b.text_body,
 coalesce(b.segment_id, 0), coalesce(s.name, ''), b.throttle_per_hour, b.in_doubt_policy, b.state, b.reason, b.snapshot_total, b.min_id, b.max_id,
-b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link, b.scheduled_at`
+b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link, b.scheduled_at, b.range_starts`
 
 const selectBroadcast = `SELECT ` + broadcastColumns + ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
 
@@ -391,15 +392,21 @@ func (s *Store) BroadcastPage(ctx context.Context, before ulid.ULID, limit int) 
 
 func scanBroadcast(row interface{ Scan(...any) error }) (store.Broadcast, error) {
 	var b store.Broadcast
-	var bid, minID, maxID []byte
+	var bid, minID, maxID, starts []byte
 	var created int64
 	var started, finished, scheduled sql.NullInt64
 	var state string
 	err := row.Scan(&bid, &b.Name, &b.RequestID, &b.Content.FromName, &b.Content.FromAddress, &b.Content.Subject,
 		&b.Content.HTML, &b.Content.Text, &b.SegmentID, &b.Segment, &b.ThrottlePerHour, &b.InDoubtPolicy, &state, &b.Reason,
-		&b.SnapshotTotal, &minID, &maxID, &created, &started, &finished, &b.NoUnsubscribeLink, &scheduled)
+		&b.SnapshotTotal, &minID, &maxID, &created, &started, &finished, &b.NoUnsubscribeLink, &scheduled, &starts)
 	if err != nil {
 		return b, err
+	}
+	if len(starts)%len(ulid.ULID{}) != 0 {
+		return b, fmt.Errorf("range starts of %d bytes, want a multiple of 16", len(starts))
+	}
+	for ; len(starts) > 0; starts = starts[len(ulid.ULID{}):] {
+		b.RangeStarts = append(b.RangeStarts, ulid.ULID(starts))
 	}
 	if b.ID, err = fromBlob(bid); err != nil {
 		return b, err
@@ -516,6 +523,48 @@ WHERE c.id >= :from AND c.id <= :until AND ` + gate(segment) + `
 ORDER BY c.id LIMIT :limit`
 }
 
+// quantileQuery reads the eligible ids at the 0-based ranks in the JSON
+// array :ranks, in one walk of the primary key. The Postgres store samples
+// pages instead; SQLite serves small installs, where the exact walk costs
+// about what the count did.
+func quantileQuery(segment int64) string {
+	return `SELECT id FROM (SELECT c.id, row_number() OVER (ORDER BY c.id) - 1 AS rn FROM contacts c WHERE ` + gate(segment) + `)
+WHERE rn IN (SELECT value FROM json_each(:ranks)) ORDER BY id`
+}
+
+// quantileStarts are the range starts (one id after another, the column's
+// form) that ranges.Cuts gives for the whole audience but its first id:
+// what the Postgres store's sample is when it reads every page, so both
+// stores cut a small audience the same way.
+func quantileStarts(ctx context.Context, tx *sql.Tx, segment, count int64) ([]byte, error) {
+	n := count - 1 // the ids after the first
+	if n < ranges.Count {
+		return nil, nil
+	}
+	ranks := make([]int64, 0, ranges.Count-1)
+	for i := int64(1); i < ranges.Count; i++ {
+		ranks = append(ranks, 1+i*n/ranges.Count)
+	}
+	js, err := json.Marshal(ranks)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, quantileQuery(segment), gateArgs(segment, sql.Named("ranks", string(js)))...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []byte
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			return nil, err
+		}
+		out = append(out, b...)
+	}
+	return out, rows.Err()
+}
+
 func (s *Store) AcceptBroadcast(ctx context.Context, bid ulid.ULID, now time.Time) (store.Broadcast, error) {
 	var out store.Broadcast
 	err := s.write(ctx, "accept broadcast "+bid.String(), func(tx *sql.Tx) error {
@@ -533,10 +582,16 @@ func (s *Store) AcceptBroadcast(ctx context.Context, bid ulid.ULID, now time.Tim
 		if err := tx.QueryRowContext(ctx, snapshotQuery(segment), gateArgs(segment)...).Scan(&count, &minID, &maxID); err != nil {
 			return fmt.Errorf("snapshot audience: %w", err)
 		}
+		var starts []byte
+		if count > 0 {
+			if starts, err = quantileStarts(ctx, tx, segment, count); err != nil {
+				return fmt.Errorf("cut ranges: %w", err)
+			}
+		}
 		_, err = tx.ExecContext(ctx, `
 UPDATE broadcasts SET state = 'running', reason = '', snapshot_total = ?2, min_id = ?3, max_id = ?4,
-       started_at = ?5, updated_at = ?5
-WHERE id = ?1`, id(bid), count, nullBlob(minID), nullBlob(maxID), ts(now))
+       started_at = ?5, updated_at = ?5, range_starts = ?6
+WHERE id = ?1`, id(bid), count, nullBlob(minID), nullBlob(maxID), ts(now), nullBlob(starts))
 		if err != nil {
 			return err
 		}

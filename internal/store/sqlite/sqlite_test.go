@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -103,7 +104,7 @@ func TestReopenKeepsData(t *testing.T) {
 		s := open(t, path)
 		got, err := s.GetBroadcast(ctx, b.ID)
 		must(t, err, "GetBroadcast after reopen")
-		if got != b {
+		if !reflect.DeepEqual(got, b) {
 			t.Fatalf("round %d: broadcast after reopen = %+v, want %+v", round, got, b)
 		}
 		if got.SnapshotTotal != 3 || got.MinID != ids[0] || got.MaxID != ids[2] {

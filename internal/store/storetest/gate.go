@@ -3,9 +3,11 @@ package storetest
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -13,6 +15,7 @@ var gateCases = []testCase{
 	{"EligiblePage", testEligiblePage},
 	{"SnapshotAgreesWithPages", testSnapshotAgreesWithPages},
 	{"EmptyAudience", testEmptyAudience},
+	{"RangesEvenAfterBulkImport", testRangesEvenAfterBulkImport},
 	{"AcceptOnlyDraft", testAcceptOnlyDraft},
 	{"AcceptUnknown", testAcceptUnknown},
 }
@@ -181,12 +184,48 @@ func testSnapshotAgreesWithPages(f *fixture) {
 					tc.name, b.SnapshotTotal, b.MinID, b.MaxID, limit, len(ids), ids[0], ids[len(ids)-1])
 			}
 		}
+		// A small audience is cut from every id but the first (the sample is
+		// all of it): ranges as the e2e tests compute them.
+		ids := f.walk(b, 1000)
+		if want := ranges.Cuts(slices.Clone(ids[1:])); !slices.Equal(b.RangeStarts, want) {
+			f.t.Errorf("%s: RangeStarts = %v, want ranges.Cuts of the audience after its first id %v", tc.name, b.RangeStarts, want)
+		}
 		// The snapshot is stored, not recomputed.
 		got, err := f.s.GetBroadcast(f.ctx, b.ID)
 		f.must(err, "GetBroadcast")
-		if got.SnapshotTotal != b.SnapshotTotal || got.MinID != b.MinID || got.MaxID != b.MaxID || got.State != store.StateRunning {
+		if got.SnapshotTotal != b.SnapshotTotal || got.MinID != b.MinID || got.MaxID != b.MaxID || got.State != store.StateRunning ||
+			!slices.Equal(got.RangeStarts, b.RangeStarts) {
 			f.t.Errorf("%s: GetBroadcast after accept = %+v, want the accepted %+v", tc.name, got, b)
 		}
+	}
+}
+
+// A bulk import gives ids of a few milliseconds: cut by id space, the whole
+// import would fall in one of the 32 ranges. Cut by the accept-time sample,
+// no range holds more than twice the mean.
+func testRangesEvenAfterBulkImport(f *fixture) {
+	rnd := &splitmix{state: 7}
+	var cs []store.Contact
+	year := uint64(365 * 24 * time.Hour / time.Millisecond)
+	for i := range 100 { // a year of sign-ups
+		cs = append(cs, store.Contact{ID: ulid.MustNew(ulid.Timestamp(t0)+rnd.Uint64()%year, rnd), Email: fmt.Sprintf("old%03d@example.org", i), Subscribed: true})
+	}
+	for i := range 3000 { // one import, 3 ms of ids
+		cs = append(cs, store.Contact{ID: ulid.MustNew(ulid.Timestamp(t0)+year+rnd.Uint64()%3, rnd), Email: fmt.Sprintf("bulk%04d@example.org", i), Subscribed: true})
+	}
+	f.upsert(cs, at(0))
+	b := f.running("bulk", 0)
+	rs, err := ranges.SplitAt(b.MinID, b.MaxID, b.RangeStarts)
+	f.must(err, "SplitAt")
+	if len(rs) != ranges.Count {
+		f.t.Fatalf("%d ranges, want %d", len(rs), ranges.Count)
+	}
+	largest := 0
+	for _, r := range rs {
+		largest = max(largest, len(f.page(b, r.Start, r.End, len(cs))))
+	}
+	if mean := len(cs) / ranges.Count; largest > 2*mean {
+		f.t.Errorf("largest range holds %d contacts, want ≤ 2 × the mean %d", largest, mean)
 	}
 }
 

@@ -1,0 +1,135 @@
+package pageworker
+
+import (
+	"context"
+	"sync"
+)
+
+// InDoubtWindows bounds what one page run holds claimed without an
+// outcome, in in-flight windows (Config.Concurrency): the window being sent
+// and the one claimed behind it. A kill -9 leaves at most this many windows
+// per page run in doubt.
+const InDoubtWindows = 2
+
+// pipeline sends a page's windows one after another through a fixed number
+// of slots (the worker's Concurrency): a window's first sends start as the
+// slots of the one before free up, instead of after its slowest send. Only
+// the sends run here; the page loop claims, decides holds and records
+// outcomes, so every store call and every decision stays in one goroutine.
+//
+// A window handed to start is sent whole, whatever the page decides
+// afterwards: its contacts are claimed, and a claimed contact left unsent
+// would need an outcome of its own. close waits for every send started.
+type pipeline struct {
+	w       *Worker
+	ctx     context.Context
+	l       *loaded
+	slots   chan struct{}
+	batches chan *batch
+	sends   sync.WaitGroup
+	done    chan struct{}
+	// started is what start was given and wait has not returned, in order
+	// (the page loop's alone).
+	started []*batch
+}
+
+// newPipeline starts the sender; ahead is how many windows may wait to be
+// sent behind the one being sent (the page loop never hands more).
+func newPipeline(w *Worker, ctx context.Context, l *loaded, ahead int) *pipeline {
+	p := &pipeline{w: w, ctx: ctx, l: l, slots: make(chan struct{}, w.cfg.Concurrency),
+		batches: make(chan *batch, ahead+1), done: make(chan struct{})}
+	go p.run()
+	return p
+}
+
+func (p *pipeline) start(b *batch) {
+	p.started = append(p.started, b)
+	p.batches <- b
+}
+
+// wait returns the oldest window started and not yet waited for, once all
+// its sends have finished.
+func (p *pipeline) wait() *batch {
+	b := p.started[0]
+	p.started = p.started[1:]
+	<-b.done
+	return b
+}
+
+// close sends what was started and returns when every send has finished.
+func (p *pipeline) close() {
+	close(p.batches)
+	<-p.done
+}
+
+func (p *pipeline) run() {
+	defer close(p.done)
+	for b := range p.batches {
+		var wg sync.WaitGroup
+		var laned map[*lane][]int
+		for i, c := range b.window {
+			if !b.mine[c.ID] || !b.deferUntil[i].IsZero() {
+				continue
+			}
+			if b.lanes != nil && b.lanes[i] != nil {
+				if laned == nil {
+					laned = map[*lane][]int{}
+				}
+				laned[b.lanes[i]] = append(laned[b.lanes[i]], i)
+				continue
+			}
+			p.slots <- struct{}{}
+			wg.Add(1)
+			p.sends.Add(1)
+			go func() {
+				defer func() { <-p.slots; wg.Done(); p.sends.Done() }()
+				b.errs[i] = p.w.send(p.ctx, p.l, c, b.now)
+			}()
+		}
+		for ln, idx := range laned {
+			p.sendLane(b, ln, idx, &wg)
+		}
+		go func() { wg.Wait(); close(b.done) }()
+	}
+	p.sends.Wait()
+}
+
+// sendLane sends a window's recipients idx of a carried ramp step: each send
+// takes one of the step's connections (shared by every window of the page)
+// and then a slot, and once a send is refused for a reason that is not the
+// recipient's own the step ends and the rest get errStepEnded.
+func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
+	var mu sync.Mutex
+	next := 0
+	take := func() (int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if next == len(idx) {
+			return 0, false
+		}
+		next++
+		return idx[next-1], true
+	}
+	for range min(ln.conns, len(idx)) {
+		wg.Add(1)
+		p.sends.Add(1)
+		go func() {
+			defer func() { wg.Done(); p.sends.Done() }()
+			for i, ok := take(); ok; i, ok = take() {
+				ln.sem <- struct{}{}
+				if ended, _ := ln.over(); ended {
+					<-ln.sem
+					b.errs[i] = errStepEnded
+					continue
+				}
+				p.slots <- struct{}{}
+				err := p.w.send(p.ctx, p.l, b.window[i], b.now)
+				<-p.slots
+				<-ln.sem
+				if b.errs[i] = err; err != nil && !isRecipientError(err) {
+					ln.end(b.now)
+				}
+			}
+		}()
+	}
+}
