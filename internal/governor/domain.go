@@ -355,13 +355,7 @@ func (d *Domain) RecordQuotaRejection(now time.Time, provider string) {
 	// When the hold ends the provider ramps back (one probe, then doubling
 	// connections) rather than taking every worker's pool at once: it has
 	// just said we send too much.
-	b := d.st.Breakers[p]
-	b.hold(now, d.st.Holds[p].Sub(now), reasonQuota, false)
-	if d.st.Breakers == nil {
-		d.st.Breakers = map[string]BreakerState{}
-	}
-	d.st.Breakers[p] = b
-	d.tidy(now)
+	d.changeBreaker(now, p, func(b *BreakerState) { b.hold(now, d.st.Holds[p].Sub(now), reasonQuota, false) })
 }
 
 // ProviderOpen reports whether sends to provider (a provider name or a
@@ -407,8 +401,16 @@ func (d *Domain) RecordTransientReply(now time.Time, provider, reply string) {
 	now = now.UTC()
 	d.roll(now)
 	p := Provider(provider)
+	d.changeBreaker(now, p, func(b *BreakerState) {
+		b.failure(now, d.limits.BreakerOpen, d.limits.BreakerFailures, d.limits.BreakerShare, d.sent[p], reply)
+	})
+}
+
+// changeBreaker applies change to provider p's breaker (a new one if it has
+// none) and tidies the state. d.mu is held.
+func (d *Domain) changeBreaker(now time.Time, p string, change func(*BreakerState)) {
 	b := d.st.Breakers[p]
-	b.failure(now, d.limits.BreakerOpen, d.limits.BreakerFailures, d.limits.BreakerShare, d.sent[p], reply)
+	change(&b)
 	if d.st.Breakers == nil {
 		d.st.Breakers = map[string]BreakerState{}
 	}
@@ -430,14 +432,7 @@ func (d *Domain) HoldProvider(now time.Time, provider string, hold time.Duration
 	defer d.mu.Unlock()
 	now = now.UTC()
 	d.roll(now)
-	p := Provider(provider)
-	b := d.st.Breakers[p]
-	b.hold(now, hold, reason, linear)
-	if d.st.Breakers == nil {
-		d.st.Breakers = map[string]BreakerState{}
-	}
-	d.st.Breakers[p] = b
-	d.tidy(now)
+	d.changeBreaker(now, Provider(provider), func(b *BreakerState) { b.hold(now, hold, reason, linear) })
 }
 
 // ReleaseProbe ends a half-open provider's carrier that had none of its
