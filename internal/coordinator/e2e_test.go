@@ -12,6 +12,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
+	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -70,8 +71,8 @@ func endToEnd(t *testing.T, sqlite bool) {
 	atPause := s.sink.Count()
 	pauseReturned := time.Now()
 	quiet := s.waitQuiet(time.Second)
-	if after := quiet - atPause; after > workers*conc {
-		t.Fatalf("%d messages arrived after pause returned; at most one in-flight window per worker (%d) may", after, workers*conc)
+	if after, most := quiet-atPause, workers*pageworker.InDoubtWindows*conc; after > most {
+		t.Fatalf("%d messages arrived after pause returned; at most two in-flight windows per page (%d) may", after, most)
 	}
 	b := s.status(id)
 	if b.GetState() != pb.BroadcastState_BROADCAST_STATE_PAUSED || b.GetProgress().GetSent() >= int64(len(want)) {
@@ -87,10 +88,10 @@ func endToEnd(t *testing.T, sqlite bool) {
 	b = s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 3*time.Minute)
 	elapsed := time.Since(started) - pausedFor
 	close(sampling)
-	if worst := <-sampled; worst > workers*conc {
-		t.Errorf("up to %d claims were without an outcome at once; the in-flight windows allow %d", worst, workers*conc)
+	if worst, most := <-sampled, int64(workers*pageworker.InDoubtWindows*conc); worst > most {
+		t.Errorf("up to %d claims were without an outcome at once; two in-flight windows per page allow %d", worst, most)
 	} else {
-		t.Logf("at most %d claims without an outcome at any sample (limit %d)", worst, workers*conc)
+		t.Logf("at most %d claims without an outcome at any sample (limit %d)", worst, most)
 	}
 	s.exactlyOnce(want)
 	p := b.GetProgress()

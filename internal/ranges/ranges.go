@@ -82,8 +82,11 @@ func Split(min, max ulid.ULID) ([]Range, error) {
 }
 
 // Cuts returns the starts of ranges 1 … Count-1 that divide a sample of
-// ids into Count parts of equal size: the ids at ranks i·len/Count of the
-// sorted sample, strictly ascending (a duplicate is dropped). Cut from a
+// ids into Count parts of equal size: just after the ids at ranks
+// i·len/Count of the sorted sample, strictly ascending (a duplicate is
+// dropped). Just after, so a start is no contact's id, as with Split: a
+// page that stops at its range's first contact then still moves the
+// cursor, which is how the coordinator tells a refused page from no page. Cut from a
 // sample of rows instead of id space, ranges hold about the same number of
 // contacts however the ids cluster (a bulk import gives ids of one
 // millisecond). Fewer than Count distinct ids give no cuts. sample is sorted
@@ -96,7 +99,9 @@ func Cuts(sample []ulid.ULID) []ulid.ULID {
 	}
 	out := make([]ulid.ULID, 0, Count-1)
 	for i := 1; i < Count; i++ {
-		out = append(out, sample[i*len(sample)/Count])
+		if next, ok := Next(sample[i*len(sample)/Count]); ok {
+			out = append(out, next)
+		}
 	}
 	return out
 }

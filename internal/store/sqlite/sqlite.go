@@ -533,7 +533,8 @@ WHERE rn IN (SELECT value FROM json_each(:ranks)) ORDER BY id`
 }
 
 // quantileStarts are the range starts (one id after another, the column's
-// form) that ranges.Cuts gives for the whole audience but its first id:
+// form; each just after a quantile id) that ranges.Cuts gives for the whole
+// audience but its first id:
 // what the Postgres store's sample is when it reads every page, so both
 // stores cut a small audience the same way.
 func quantileStarts(ctx context.Context, tx *sql.Tx, segment, count int64) ([]byte, error) {
@@ -560,7 +561,13 @@ func quantileStarts(ctx context.Context, tx *sql.Tx, segment, count int64) ([]by
 		if err := rows.Scan(&b); err != nil {
 			return nil, err
 		}
-		out = append(out, b...)
+		id, err := fromBlob(b)
+		if err != nil {
+			return nil, err
+		}
+		if next, ok := ranges.Next(id); ok {
+			out = append(out, next[:]...)
+		}
 	}
 	return out, rows.Err()
 }
