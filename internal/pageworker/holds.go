@@ -31,12 +31,16 @@ type lane struct {
 }
 
 // end ends the step after a refusal at now: the rest wait for the hold the
-// page was given, or the breaker's open period from now if that is later.
+// page was given (the coordinator's open period, as configured), or, if
+// that has passed already, the default open period from now.
 func (l *lane) end(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.ended {
-		l.ended, l.until = true, maxTime(l.until, now.Add(governor.BreakerOpen))
+		l.ended = true
+		if !l.until.After(now) {
+			l.until = now.Add(governor.BreakerOpen)
+		}
 	}
 }
 
@@ -91,11 +95,4 @@ func (h *holds) check(email string) (provider string, deferUntil time.Time) {
 		return provider, time.Time{}
 	}
 	return provider, until
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

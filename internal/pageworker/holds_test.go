@@ -25,7 +25,7 @@ func TestHoldsDeferHeldProvidersAndCarryTheRampStep(t *testing.T) {
 		{"c@example.org", "example.org", time.Time{}, false},
 		{"d@yahoo.com", "yahoo", time.Time{}, false},         // the step's recipients go
 		{"e@ymail.com", "yahoo", time.Time{}, true},          // … until one is refused
-		{"g@yahoo.com", "yahoo", at.Add(time.Minute), false}, // the later of its hold and the breaker's 30 s
+		{"g@yahoo.com", "yahoo", at.Add(time.Minute), false}, // its hold, the breaker's open period
 		{"f@outlook.fr", "microsoft", time.Time{}, false},
 	}
 	if h.lane("yahoo") == nil || h.lane("yahoo").conns != 3 || h.lane("google") != nil {
