@@ -41,9 +41,9 @@ func hotSetup(b *testing.B) (*postgres.Store, store.Broadcast) {
 	// Ids are ULIDs as uuid: one millisecond per contact, so id order is
 	// row order; md5 of the row number stands in for the entropy.
 	if _, err := pool.Exec(ctx, `
-INSERT INTO contacts (id, email, name, attributes, subscribed, created_at, updated_at)
+INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, created_at, updated_at)
 SELECT (lpad(to_hex($1::bigint + i), 12, '0') || substr(md5(i::text), 1, 20))::uuid,
-       'c' || i || '@bench.example', 'Contact ' || i, '{"city":"Oslo"}', i % 20 <> 0, $2, $2
+       'c' || i || '@bench.example', 'c' || i || '@bench.example', 'Contact ' || i, '{"city":"Oslo"}', i % 20 <> 0, $2, $2
 FROM generate_series(1, $3::bigint) AS i`, hotT0.UnixMilli(), hotT0, hotContacts); err != nil {
 		b.Fatal(err)
 	}
