@@ -74,7 +74,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 			}
 			if attempt[o.ContactID] >= w.cfg.MaxAttempts {
 				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendFailed,
-					Error: fmt.Sprintf("gave up after %d attempts; last: %s", attempt[o.ContactID], o.Error)}
+					Error: fmt.Sprintf("%s%d attempts; last: %s", store.GaveUpPrefix, attempt[o.ContactID], o.Error)}
 				res.deferred--
 				res.failed++
 				continue
