@@ -166,6 +166,12 @@ func (a *actor) run(ctx context.Context) {
 			// the next page's tokens are there rather than a tick later.
 			tick = min(tick, a.throttleWait)
 		}
+		if a.b.State == store.StateRunning && a.sweeping == nil && !a.nextSweep.IsZero() {
+			// Deferred rows come due (a second after a random 451) long
+			// before a tick: wake for them, or the tail of a broadcast
+			// waits a whole tick with nothing to report back.
+			tick = min(tick, max(a.nextSweep.Sub(clk.Now()), 10*time.Millisecond))
+		}
 		select {
 		case <-ctx.Done():
 			return

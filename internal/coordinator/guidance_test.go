@@ -157,3 +157,31 @@ func TestGmailRateLimitHoldsTenMinutesThenRampsBack(t *testing.T) {
 	}
 	t.Logf("%d refusals of 421 4.7.28; ramp %v; %d gmail sends after the hold", refusals.Load(), seen, afterHold)
 }
+
+// TestDeferredRowsDoNotWaitForATick: a recipient refused once at random is
+// due again about a second later, and the broadcast's actor wakes for it
+// even when nothing else is left to report back: with a tick of an hour
+// the broadcast still completes, everyone sent exactly once.
+func TestDeferredRowsDoNotWaitForATick(t *testing.T) {
+	t.Parallel()
+	var refused atomic.Int64
+	s := newStack(t, stackOptions{workers: 2, concurrency: 4, pageLimit: 20,
+		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if strings.HasSuffix(to, "@yahoo.com") && refused.Add(1) <= 3 {
+				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
+			}
+			return nil
+		})},
+	})
+	s.stopCoord()
+	s.coordCfg.Tick = time.Hour
+	s.startCoordinator()
+	all, _ := s.seedProviders(60)
+	id := s.create("", 0)
+	s.start(id)
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(all)
+	if refused.Load() < 3 {
+		t.Fatalf("only %d refusals: the test did not defer anyone", refused.Load())
+	}
+}
