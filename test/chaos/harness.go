@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rangecast/rangecast/internal/child"
+	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/sinkproc"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -1160,7 +1161,10 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 	}
 	p := b.GetProgress()
 	inDoubt := p.GetUnknown() + p.GetInDoubt()
-	bound := int64(h.cfg.Concurrency) * h.workerKills.Load()
+	// A page run holds at most pageworker.InDoubtWindows windows claimed
+	// without an outcome (the one being sent and the one claimed behind it).
+	perKill := int64(pageworker.InDoubtWindows * h.cfg.Concurrency)
+	bound := perKill * h.workerKills.Load()
 	state := stateName(b.GetState())
 	completed := b.GetState() == pb.BroadcastState_BROADCAST_STATE_COMPLETED
 	if completed && b.GetStartedAt() != nil && b.GetFinishedAt() != nil {
@@ -1180,8 +1184,8 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 	}
 	add(dupCopies == 0, "duplicates at the sink", "%s (recipients with more than one copy %d, Message-IDs seen twice %d)", withExamples(dupCopies, dupExamples), dupRcpt, dupMID)
 	add(missing == 0, "eligible never received and not in doubt", "%s", withExamples(missing, missingExamples))
-	add(inDoubt <= bound, "in doubt (unknown + claimed) ≤ in-flight window × worker kills",
-		"%d (unknown %d, of which the sink has %d; still claimed %d) ≤ %d × %d = %d", inDoubt, p.GetUnknown(), unknownDelivered, p.GetInDoubt(), h.cfg.Concurrency, h.workerKills.Load(), bound)
+	add(inDoubt <= bound, "in doubt (unknown + claimed) ≤ 2 in-flight windows × worker kills",
+		"%d (unknown %d, of which the sink has %d; still claimed %d) ≤ %d × %d = %d", inDoubt, p.GetUnknown(), unknownDelivered, p.GetInDoubt(), perKill, h.workerKills.Load(), bound)
 	reason := ""
 	if b.GetReason() != "" {
 		reason = " (" + b.GetReason() + ")"
