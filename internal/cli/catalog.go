@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -67,6 +68,60 @@ func pages(fetch func(token string) (next string, err error)) error {
 	}
 }
 
+// listing is one keyset-paged list command's part: its header, how to fetch
+// a page, how to print a row, and what to say when the list is empty.
+type listing[T proto.Message] struct {
+	header string
+	none   string
+	fetch  func(ctx context.Context, token string) (items []T, next string, err error)
+	row    func(T) string
+}
+
+// printListing prints a list a page at a time (so a long one streams):
+// aligned rows under the header, or one JSON object per line, stopping at
+// --limit.
+func printListing[T proto.Message](cmd *cobra.Command, l *listFlags, li listing[T]) error {
+	w := cmd.OutOrStdout()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if !l.asJSON {
+		fmt.Fprintln(tw, li.header)
+	}
+	n := 0
+	err := pages(func(token string) (string, error) {
+		items, next, err := li.fetch(cmd.Context(), token)
+		if err != nil {
+			return "", err
+		}
+		for _, it := range items {
+			if l.done(n) {
+				return "", nil
+			}
+			n++
+			if l.asJSON {
+				if err := jsonLine(w, it); err != nil {
+					return "", err
+				}
+				continue
+			}
+			fmt.Fprintln(tw, li.row(it))
+		}
+		if !l.asJSON {
+			tw.Flush() //nolint:errcheck // a page at a time
+		}
+		return next, nil
+	})
+	if err != nil {
+		return err
+	}
+	if !l.asJSON {
+		tw.Flush() //nolint:errcheck
+		if n == 0 {
+			fmt.Fprintln(w, li.none)
+		}
+	}
+	return nil
+}
+
 func listContactsCommand(c *client) *cobra.Command {
 	var l listFlags
 	var segment string
@@ -83,42 +138,17 @@ contacts; --limit stops early. --json prints one contact per line.`,
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			if !l.asJSON {
-				fmt.Fprintln(tw, "ID\tEMAIL\tNAME\tSTATUS\tCREATED")
-			}
-			n := 0
-			err = pages(func(token string) (string, error) {
-				resp, err := cc.ListContacts(cmd.Context(), &pb.ListContactsRequest{Segment: segment, PageSize: l.pageSize, PageToken: token})
-				if err != nil {
-					return "", err
-				}
-				for _, ct := range resp.GetContacts() {
-					if l.done(n) {
-						return "", nil
-					}
-					n++
-					if l.asJSON {
-						if err := jsonLine(w, ct); err != nil {
-							return "", err
-						}
-						continue
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ct.GetId(), shown(ct.GetEmail()), shown(ct.GetName()), eligibility(ct), when(ct.GetCreatedAt()))
-				}
-				if !l.asJSON {
-					tw.Flush() //nolint:errcheck // a page at a time, so a long list streams
-				}
-				return resp.GetNextPageToken(), nil
+			return printListing(cmd, &l, listing[*pb.Contact]{
+				header: "ID\tEMAIL\tNAME\tSTATUS\tCREATED",
+				none:   "no contacts",
+				fetch: func(ctx context.Context, token string) ([]*pb.Contact, string, error) {
+					resp, err := cc.ListContacts(ctx, &pb.ListContactsRequest{Segment: segment, PageSize: l.pageSize, PageToken: token})
+					return resp.GetContacts(), resp.GetNextPageToken(), err
+				},
+				row: func(ct *pb.Contact) string {
+					return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", ct.GetId(), shown(ct.GetEmail()), shown(ct.GetName()), eligibility(ct), when(ct.GetCreatedAt()))
+				},
 			})
-			if err != nil {
-				return err
-			}
-			if !l.asJSON && n == 0 {
-				fmt.Fprintln(w, "no contacts")
-			}
-			return nil
 		},
 	}
 	cmd.Flags().StringVar(&segment, "segment", "", "list only this segment's members")
@@ -252,42 +282,17 @@ func listSegmentsCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			if !l.asJSON {
-				fmt.Fprintln(tw, "NAME\tMEMBERS\tBROADCASTS\tCREATED")
-			}
-			n := 0
-			err = pages(func(token string) (string, error) {
-				resp, err := cc.ListSegments(cmd.Context(), &pb.ListSegmentsRequest{PageSize: l.pageSize, PageToken: token})
-				if err != nil {
-					return "", err
-				}
-				for _, g := range resp.GetSegments() {
-					if l.done(n) {
-						return "", nil
-					}
-					n++
-					if l.asJSON {
-						if err := jsonLine(w, g); err != nil {
-							return "", err
-						}
-						continue
-					}
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", shown(g.GetSegment().GetName()), g.GetMembers(), g.GetBroadcasts(), when(g.GetSegment().GetCreatedAt()))
-				}
-				return resp.GetNextPageToken(), nil
+			return printListing(cmd, &l, listing[*pb.SegmentSummary]{
+				header: "NAME\tMEMBERS\tBROADCASTS\tCREATED",
+				none:   "no segments (create one with rangecast segments create NAME)",
+				fetch: func(ctx context.Context, token string) ([]*pb.SegmentSummary, string, error) {
+					resp, err := cc.ListSegments(ctx, &pb.ListSegmentsRequest{PageSize: l.pageSize, PageToken: token})
+					return resp.GetSegments(), resp.GetNextPageToken(), err
+				},
+				row: func(g *pb.SegmentSummary) string {
+					return fmt.Sprintf("%s\t%d\t%d\t%s", shown(g.GetSegment().GetName()), g.GetMembers(), g.GetBroadcasts(), when(g.GetSegment().GetCreatedAt()))
+				},
 			})
-			if err != nil {
-				return err
-			}
-			if !l.asJSON {
-				tw.Flush() //nolint:errcheck
-				if n == 0 {
-					fmt.Fprintln(w, "no segments (create one with rangecast segments create NAME)")
-				}
-			}
-			return nil
 		},
 	}
 	l.add(cmd, "segments")
@@ -335,42 +340,17 @@ func listTemplatesCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			if !l.asJSON {
-				fmt.Fprintln(tw, "NAME\tVERSION\tSUBJECT\tUPDATED")
-			}
-			n := 0
-			err = pages(func(token string) (string, error) {
-				resp, err := cc.ListTemplates(cmd.Context(), &pb.ListTemplatesRequest{PageSize: l.pageSize, PageToken: token})
-				if err != nil {
-					return "", err
-				}
-				for _, t := range resp.GetTemplates() {
-					if l.done(n) {
-						return "", nil
-					}
-					n++
-					if l.asJSON {
-						if err := jsonLine(w, t); err != nil {
-							return "", err
-						}
-						continue
-					}
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", shown(t.GetName()), t.GetVersion(), shown(t.GetSubject()), when(t.GetUpdatedAt()))
-				}
-				return resp.GetNextPageToken(), nil
+			return printListing(cmd, &l, listing[*pb.TransactionalTemplate]{
+				header: "NAME\tVERSION\tSUBJECT\tUPDATED",
+				none:   "no templates (store one with rangecast send template put)",
+				fetch: func(ctx context.Context, token string) ([]*pb.TransactionalTemplate, string, error) {
+					resp, err := cc.ListTemplates(ctx, &pb.ListTemplatesRequest{PageSize: l.pageSize, PageToken: token})
+					return resp.GetTemplates(), resp.GetNextPageToken(), err
+				},
+				row: func(t *pb.TransactionalTemplate) string {
+					return fmt.Sprintf("%s\t%d\t%s\t%s", shown(t.GetName()), t.GetVersion(), shown(t.GetSubject()), when(t.GetUpdatedAt()))
+				},
 			})
-			if err != nil {
-				return err
-			}
-			if !l.asJSON {
-				tw.Flush() //nolint:errcheck
-				if n == 0 {
-					fmt.Fprintln(w, "no templates (store one with rangecast send template put)")
-				}
-			}
-			return nil
 		},
 	}
 	l.add(cmd, "templates")
