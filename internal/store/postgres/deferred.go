@@ -42,7 +42,9 @@ func claimDueQuery(segment int64) string {
 WITH due AS (
     SELECT s.contact_id FROM broadcast_sends s
     WHERE s.broadcast_id = $1 AND ((s.status = 'deferred' AND s.retry_at <= $2) OR (s.status = 'claimed' AND s.owner = $4))
-    ORDER BY s.contact_id LIMIT $3
+    -- The owner's own claims first: a repeated call (its answer was lost)
+    -- gets them back even when rows of lower ids came due meanwhile.
+    ORDER BY s.status = 'claimed' DESC, s.contact_id LIMIT $3
     FOR UPDATE SKIP LOCKED
 ), gone AS (
     DELETE FROM broadcast_sends s USING due

@@ -16,6 +16,7 @@ var deferredCases = []testCase{
 	{"ConcurrentSweepsSendOnce", testClaimDueConcurrent},
 	{"IneligibleDropped", testClaimDueDropsIneligible},
 	{"RetrySameOwner", testClaimDueRetrySameOwner},
+	{"RetrySameOwnerNewDueFirst", testClaimDueRetryKeepsOwnersRows},
 	{"HeldIsNoAttempt", testHeldIsNoAttempt},
 }
 
@@ -54,6 +55,24 @@ func testClaimDueRetrySameOwner(f *fixture) {
 	f.must(err, "ClaimDue again")
 	if len(first) != 2 || len(other) != 2 || len(again) != 2 || again[0].ID != first[0].ID || again[1].ID != first[1].ID || again[0].Attempt != first[0].Attempt {
 		f.t.Fatalf("first %v, other owner %v, the first owner again %v; want the first owner's two rows back", dueIDs(first), dueIDs(other), dueIDs(again))
+	}
+}
+
+// A ClaimDue repeated by its owner (its commit's answer was lost) returns
+// that owner's rows even when rows of lower ids came due meanwhile (a
+// reconciler's re-send is deferred and due at once): the LIMIT must not cut
+// them off, or they stay claimed, unsent, and end as unknown.
+func testClaimDueRetryKeepsOwnersRows(f *fixture) {
+	ids := f.subscribers("again first", 4)
+	b := f.running("deferred retry, new due rows", 0)
+	f.deferAll(b, ids[1:], at(1), at(2))
+	first, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2)
+	f.must(err, "ClaimDue")
+	f.deferAll(b, ids[:1], at(1), at(2)) // due, and before the owner's rows in id order
+	again, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2)
+	f.must(err, "ClaimDue again")
+	if len(first) != 2 || len(again) != 2 || again[0].ID != first[0].ID || again[1].ID != first[1].ID {
+		f.t.Fatalf("first %v, again %v; want the owner's two rows back, not the row that came due meanwhile", dueIDs(first), dueIDs(again))
 	}
 }
 
