@@ -822,11 +822,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			res.provider(providers[i], func(p *bus.ProviderResult) { p.Sent++ })
 			continue
 		}
-		var renderErr *renderError
-		class := transport.Classify(err)
-		if errors.As(err, &renderErr) {
-			class = transport.Recipient
-		}
+		class := classOf(err)
 		if class == transport.Recipient {
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error()})
 			res.failed++
@@ -900,13 +896,21 @@ func windowUnwell(refused, attempted int) bool {
 // earlier one of the step was refused: deferred, not attempted.
 var errStepEnded = errors.New("ramp step ended by a refusal")
 
+// classOf is what a send's error means: transport.Classify's class, except
+// that a message that could not be built for its contact is that
+// recipient's failure.
+func classOf(err error) transport.Class {
+	var renderErr *renderError
+	if errors.As(err, &renderErr) {
+		return transport.Recipient
+	}
+	return transport.Classify(err)
+}
+
 // isRecipientError reports whether err is the recipient's own failure (a bad
 // address, a message that cannot be built for it), which says nothing about
 // the provider.
-func isRecipientError(err error) bool {
-	var renderErr *renderError
-	return errors.As(err, &renderErr) || transport.Classify(err) == transport.Recipient
-}
+func isRecipientError(err error) bool { return classOf(err) == transport.Recipient }
 
 // retryAfterAttempt is when a swept row refused again is due: RetryAfter
 // doubled per attempt so far, at most SweepRetry, jittered by up to half, so
