@@ -606,8 +606,12 @@ func (a *actor) dropOutstanding() {
 }
 
 // domain is the sending domain the governor paces this broadcast under.
-func (a *actor) domain() string {
-	addr := a.b.Content.FromAddress
+func (a *actor) domain() string { return sendingDomain(a.b) }
+
+// sendingDomain is the domain of b's From address, lower-cased: the
+// governor that paces it.
+func sendingDomain(b store.Broadcast) string {
+	addr := b.Content.FromAddress
 	return strings.ToLower(addr[strings.LastIndexByte(addr, '@')+1:])
 }
 

@@ -8,7 +8,6 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/bus"
-	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
@@ -99,7 +98,8 @@ func (c *Coordinator) completeStart(ctx context.Context, id ulid.ULID) (store.Br
 	return b, true, c.kick(ctx, b)
 }
 
-// Pause stops a running broadcast's sends within one in-flight window.
+// Pause stops a running broadcast's sends within two in-flight windows per
+// running page (pageworker.InDoubtWindows).
 func (c *Coordinator) Pause(ctx context.Context, id ulid.ULID) (BroadcastStatus, error) {
 	return c.transition(ctx, id, "paused", []store.State{store.StateRunning}, store.StatePaused, "paused by operator")
 }
@@ -192,9 +192,7 @@ func (c *Coordinator) governorWaiting(ctx context.Context, b store.Broadcast) st
 	if c.cfg.Governor == nil {
 		return ""
 	}
-	addr := b.Content.FromAddress
-	domain := strings.ToLower(addr[strings.LastIndexByte(addr, '@')+1:])
-	s, err := c.storedDomain(ctx, domain, false)
+	s, err := c.storedDomain(ctx, sendingDomain(b), false)
 	if err != nil {
 		return "" // no state yet, or KV unreachable: nothing known to wait for
 	}
@@ -208,14 +206,13 @@ func (c *Coordinator) providerWaiting(b store.Broadcast) string {
 	if g == nil || c.cfg.Governor == nil {
 		return ""
 	}
-	addr := b.Content.FromAddress
-	s := g.status(c.cfg.Clock.Now(), strings.ToLower(addr[strings.LastIndexByte(addr, '@')+1:]))
+	s := g.status(c.cfg.Clock.Now(), sendingDomain(b))
 	if s == nil {
 		return ""
 	}
 	var words []string
 	for _, p := range s.Providers {
-		if p.Phase != governor.PhaseClosed || p.Failures > 0 {
+		if p.Slowing() {
 			words = append(words, p.Summary)
 		}
 	}

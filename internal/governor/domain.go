@@ -667,13 +667,18 @@ func (d *Domain) Status(now time.Time) Status {
 	for _, p := range slices.Sorted(maps.Keys(union(d.st.Holds, d.st.Breakers))) {
 		ps := d.providerStatus(now, p)
 		s.Providers = append(s.Providers, ps)
-		if ps.Phase != PhaseClosed || ps.Failures > 0 {
+		if ps.Slowing() {
 			words = append(words, ps.Summary)
 		}
 	}
 	s.Waiting = strings.Join(words, "; ")
 	return s
 }
+
+// Slowing reports whether the provider slows sending: held, open, ramping
+// back, or refusing some attempts in the breaker's window. Its Summary says
+// how.
+func (p ProviderStatus) Slowing() bool { return p.Phase != PhaseClosed || p.Failures > 0 }
 
 // providerStatus is one provider's part of Status, its summary included.
 func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
