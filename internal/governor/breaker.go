@@ -188,11 +188,8 @@ func (b *BreakerState) failure(now time.Time, open time.Duration, floor int, sha
 // now+d, shown as held with reason, and ramped back one connection at a
 // time when linear.
 func (b *BreakerState) hold(now time.Time, d time.Duration, reason string, linear bool) {
-	until := maxTime(now.Add(d), b.OpenUntil)
-	if b.phase(now) != PhaseOpen {
-		until = now.Add(d)
-	}
-	*b = BreakerState{OpenUntil: until, Hold: true, Linear: linear || b.Linear, Reason: reason}
+	// Unless open, OpenUntil is not after now: the hold starts now.
+	*b = BreakerState{OpenUntil: maxTime(now.Add(d), b.OpenUntil), Hold: true, Linear: linear || b.Linear, Reason: reason}
 }
 
 // success records n accepted sends. In half-open it is a clean step of the
