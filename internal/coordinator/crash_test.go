@@ -64,8 +64,8 @@ func TestWorkerDiesMidPage(t *testing.T) {
 	}
 	s.waitQuiet(300 * time.Millisecond)
 	inDoubt := p.GetInDoubt()
-	if inDoubt < 1 || inDoubt > pageworker.InDoubtWindows*deadConc {
-		t.Fatalf("in doubt = %d; the dead worker's page held at most %d windows of %d claims", inDoubt, pageworker.InDoubtWindows, deadConc)
+	if most := pageworker.InDoubtBound(1, deadConc); inDoubt < 1 || inDoubt > int64(most) {
+		t.Fatalf("in doubt = %d; the dead worker held at most %d claims without an outcome (pageworker.InDoubtBound)", inDoubt, most)
 	}
 	got := s.sink.CountByRecipient()
 	for email, n := range got {
@@ -199,8 +199,8 @@ func TestReconcilerSkipPolicyMarksUnknown(t *testing.T) {
 	})
 	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
 	p := b.GetProgress()
-	if p.GetUnknown() < 1 || p.GetUnknown() > pageworker.InDoubtWindows*deadConc || p.GetInDoubt() != 0 {
-		t.Fatalf("unknown %d, in doubt %d; want the dead worker's claims (1..%d, two windows) marked unknown", p.GetUnknown(), p.GetInDoubt(), pageworker.InDoubtWindows*deadConc)
+	if most := int64(pageworker.InDoubtBound(1, deadConc)); p.GetUnknown() < 1 || p.GetUnknown() > most || p.GetInDoubt() != 0 {
+		t.Fatalf("unknown %d, in doubt %d; want the dead worker's claims (1..%d, pageworker.InDoubtBound) marked unknown", p.GetUnknown(), p.GetInDoubt(), most)
 	}
 	got := s.sink.CountByRecipient()
 	missing := 0

@@ -125,10 +125,10 @@ func TestTwoCopiesOfAPageLoseNobody(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				repA, errA = f.w.runPage(ctx, ctx, f.job(), "w/A")
+				repA, errA = f.w.RunPage(ctx, f.job(), "w/A")
 			}()
 			<-inSend
-			repB, errB := f.w.runPage(ctx, ctx, f.job(), "w/B")
+			repB, errB := f.w.RunPage(ctx, f.job(), "w/B")
 			if errB != nil || !repB.Done {
 				t.Fatalf("copy B: %+v, %v; want the range walked to its end", repB, errB)
 			}
@@ -219,7 +219,7 @@ func TestFailedOutcomeWritesKeepWhatIsKnown(t *testing.T) {
 				f := newCopiesFixture(t, flaky, 20, tr)
 				f.w.cfg.Clock = clock.Real{} // the retries' backoff runs on real time
 				ctx := t.Context()
-				rep, err := f.w.runPage(ctx, ctx, f.job(), "w/1")
+				rep, err := f.w.RunPage(ctx, f.job(), "w/1")
 				if err != nil || !rep.Done || rep.Class != bus.ClassNone || rep.Sent != 20 {
 					t.Fatalf("page: %+v, %v; want all 20 sent and the range done", rep, err)
 				}

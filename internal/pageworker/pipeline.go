@@ -7,13 +7,25 @@ import (
 
 // InDoubtWindows bounds what one page run holds claimed without an
 // outcome, in in-flight windows (Config.Concurrency): the window being sent
-// and the one claimed behind it. A kill -9 leaves at most this many windows
-// per page run in doubt.
+// and the one claimed behind it. A page run that has claimed its last
+// window hands its turn on once only that window is without an outcome
+// (Worker.Run), so a worker holds at most InDoubtBound claims in doubt.
 const InDoubtWindows = 2
 
-// pipeline sends a page's windows one after another through a fixed number
-// of slots (the worker's Concurrency): a window's first sends start as the
-// slots of the one before free up, instead of after its slowest send. Only
+// InDoubtBound is the most claims without an outcome a worker running
+// pages at once, window contacts at a time, holds at any moment, and so
+// the most a kill -9 of it leaves in doubt: InDoubtWindows windows for each
+// of its turns, and one window of the page that is finishing while the
+// next one starts.
+func InDoubtBound(pages, window int) int {
+	return (InDoubtWindows*max(pages, 1) + 1) * window
+}
+
+// pipeline sends a page's windows one after another through the worker's
+// send slots (Pages × Concurrency, shared by every page the worker runs): a
+// window's first sends start as the slots of the one before free up,
+// instead of after its slowest send, and the next page's first window as
+// the last one of this page frees them. Only
 // the sends run here; the page loop claims, decides holds and records
 // outcomes, so every store call and every decision stays in one goroutine.
 //
@@ -24,7 +36,6 @@ type pipeline struct {
 	w       *Worker
 	ctx     context.Context
 	l       *loaded
-	slots   chan struct{}
 	batches chan *batch
 	sends   sync.WaitGroup
 	done    chan struct{}
@@ -36,7 +47,7 @@ type pipeline struct {
 // newPipeline starts the sender; ahead is how many windows may wait to be
 // sent behind the one being sent (the page loop never hands more).
 func newPipeline(w *Worker, ctx context.Context, l *loaded, ahead int) *pipeline {
-	p := &pipeline{w: w, ctx: ctx, l: l, slots: make(chan struct{}, w.cfg.Concurrency),
+	p := &pipeline{w: w, ctx: ctx, l: l,
 		batches: make(chan *batch, ahead+1), done: make(chan struct{})}
 	go p.run()
 	return p
@@ -78,11 +89,11 @@ func (p *pipeline) run() {
 				laned[b.lanes[i]] = append(laned[b.lanes[i]], i)
 				continue
 			}
-			p.slots <- struct{}{}
+			p.w.slots <- struct{}{}
 			wg.Add(1)
 			p.sends.Add(1)
 			go func() {
-				defer func() { <-p.slots; wg.Done(); p.sends.Done() }()
+				defer func() { <-p.w.slots; wg.Done(); p.sends.Done() }()
 				b.errs[i] = p.w.send(p.ctx, p.l, c, b.now)
 			}()
 		}
@@ -122,9 +133,9 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 					b.errs[i] = errStepEnded
 					continue
 				}
-				p.slots <- struct{}{}
+				p.w.slots <- struct{}{}
 				err := p.w.send(p.ctx, p.l, b.window[i], b.now)
-				<-p.slots
+				<-p.w.slots
 				<-ln.sem
 				if b.errs[i] = err; err != nil && !isRecipientError(err) {
 					ln.end(b.now)

@@ -42,7 +42,7 @@ func TestWindowsOverlap(t *testing.T) {
 		}
 		return nil
 	}
-	rep, err := f.w.runPage(ctx, ctx, f.job(), "w/1")
+	rep, err := f.w.RunPage(ctx, f.job(), "w/1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestRampStepKeepsToItsConnections(t *testing.T) {
 	job := f.job()
 	job.Defer = map[string]time.Time{"example.org": hold}
 	job.Probe, job.Conns = []string{"example.org"}, map[string]int{"example.org": 2}
-	rep, err := f.w.runPage(t.Context(), t.Context(), job, "w/1")
+	rep, err := f.w.RunPage(t.Context(), job, "w/1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,9 +38,13 @@ type Config struct {
 	// claimed and unsent at once, so a kill -9 leaves at most this many in
 	// doubt.
 	Concurrency int
-	// Pages is how many pages the worker runs at once, each with its own
-	// window (default 1): in flight is Pages × Concurrency, and a kill -9
-	// leaves at most Pages × InDoubtWindows × Concurrency in doubt.
+	// Pages is how many pages the worker runs at once, each claiming its
+	// own windows (default 1): in flight is at most Pages × Concurrency
+	// (the worker's send slots, shared by its pages), and a kill -9 leaves
+	// at most InDoubtBound(Pages, Concurrency) in doubt. A page whose last
+	// window is sending hands its turn to the next page, which fetches,
+	// reads and claims meanwhile, so the slots do not sit idle between
+	// pages.
 	Pages int
 	// ParkDelay is how long a page that could not be run (state unknown,
 	// store unreachable) waits before JetStream offers it again.
@@ -144,6 +148,11 @@ type Worker struct {
 	cfg    Config
 	states StateSource
 	live   *liveness
+	// slots bounds the sends in flight (Pages × Concurrency), whichever
+	// pages they are of; turns (Pages of them) is what a page run holds
+	// while it still claims windows.
+	slots chan struct{}
+	turns chan struct{}
 	// governors follows the holds the leader's governors write, between
 	// the page's dispatch and each window.
 	governors *govstate.View
@@ -162,7 +171,8 @@ type loaded struct {
 // New returns a worker; Run starts it.
 func New(cfg Config) *Worker {
 	cfg = cfg.withDefaults()
-	w := &Worker{cfg: cfg, states: cfg.States, live: newLiveness(cfg.ID, cfg.MaxPageTime), broadcasts: map[ulid.ULID]*loaded{}}
+	w := &Worker{cfg: cfg, states: cfg.States, live: newLiveness(cfg.ID, cfg.MaxPageTime), broadcasts: map[ulid.ULID]*loaded{},
+		slots: make(chan struct{}, cfg.Pages*cfg.Concurrency), turns: make(chan struct{}, cfg.Pages)}
 	if cfg.Bus != nil && cfg.Bus.Governors != nil {
 		w.governors = govstate.NewView(cfg.Bus.Governors)
 	}
@@ -183,19 +193,30 @@ func (w *Worker) Run(ctx context.Context) error {
 	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLive()
 	w.publishLiveness(liveCtx)
+	// One puller more than turns: while a page's last window is sending,
+	// the spare one has the turn and starts the next page.
 	var pullers sync.WaitGroup
-	for range w.cfg.Pages {
+	for range w.cfg.Pages + 1 {
 		pullers.Go(func() { w.pull(ctx) })
 	}
 	pullers.Wait()
 	return nil
 }
 
-// pull fetches and runs one page at a time until ctx is cancelled.
+// pull fetches and runs one page at a time until ctx is cancelled, each
+// once it holds a turn: a page job is fetched only when it can start.
 func (w *Worker) pull(ctx context.Context) {
 	for ctx.Err() == nil {
+		select {
+		case w.turns <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		var once sync.Once
+		handoff := func() { once.Do(func() { <-w.turns }) }
 		msg, err := w.cfg.Bus.Pages.Next(jetstream.FetchMaxWait(w.cfg.FetchWait))
 		if err != nil {
+			handoff()
 			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				continue
 			}
@@ -206,14 +227,16 @@ func (w *Worker) pull(ctx context.Context) {
 			}
 			continue
 		}
-		w.handle(ctx, msg)
+		w.handle(ctx, msg, handoff)
+		handoff()
 	}
 }
 
 // handle decides what to do with one job message and settles it with
 // JetStream: Ack once the report is published, NakWithDelay to park a page of
-// a paused broadcast, Term for a job that can never run.
-func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
+// a paused broadcast, Term for a job that can never run. handoff gives up
+// the page's turn (the page run calls it early; pull once handle returns).
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, handoff func()) {
 	var job bus.PageJob
 	if err := bus.Decode(msg.Data(), &job); err != nil {
 		w.cfg.Log.Error("malformed page job dropped", "err", err)
@@ -251,11 +274,11 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 				msg.Ack() //nolint:errcheck
 				return
 			}
-			run := w.runPage
 			if job.Sweep {
-				run = w.runSweep
+				rep, err = w.runSweep(ctx, pageCtx, job, owner)
+			} else {
+				rep, err = w.runPage(ctx, pageCtx, job, owner, handoff)
 			}
-			rep, err = run(ctx, pageCtx, job, owner)
 			if err == nil {
 				break
 			}
@@ -455,7 +478,11 @@ func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
 // runPage walks one page window by window, every claim held by owner. It
 // returns the report to publish, or an error when the page could not be
 // walked at all (an outage error when a dependency did not answer).
-func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner string) (bus.Report, error) {
+//
+// handoff is called once the page will claim nothing more and at most one
+// of its windows is without an outcome: the worker's next page may start
+// then and use the slots this one's last window frees.
+func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner string, handoff func()) (bus.Report, error) {
 	rep := bus.Report{Broadcast: job.Broadcast, Range: job.Range, Epoch: job.Epoch, From: job.From, Next: job.From, Limit: job.Limit, Probed: job.Probe}
 	id, err := ulid.ParseStrict(job.Broadcast)
 	if err != nil {
@@ -526,6 +553,9 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	}
 	next := from
 	stopped := false // the report's Next and Class are set; later windows only add counts
+	if released == len(windows) && released == 1 {
+		handoff()
+	}
 	for k := 0; k < released; k++ {
 		window := windows[k]
 		b := p.wait()
@@ -563,6 +593,9 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		if following != nil {
 			w.release(pageCtx, p, l, h, following, claimed)
 			released++
+		}
+		if following == nil && released-(k+1) <= 1 {
+			handoff() // nothing more to claim; the last window is sending
 		}
 		w.count(res)
 		res.addTo(&rep)
@@ -621,7 +654,7 @@ func (w *Worker) RunPage(ctx context.Context, job bus.PageJob, owner string) (bu
 	if job.Sweep {
 		return w.runSweep(ctx, ctx, job, owner)
 	}
-	return w.runPage(ctx, ctx, job, owner)
+	return w.runPage(ctx, ctx, job, owner, func() {})
 }
 
 // wholeWindows trims a page's limit to a whole number of in-flight windows.

@@ -1161,9 +1161,10 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 	}
 	p := b.GetProgress()
 	inDoubt := p.GetUnknown() + p.GetInDoubt()
-	// A page run holds at most pageworker.InDoubtWindows windows claimed
-	// without an outcome (the one being sent and the one claimed behind it).
-	perKill := int64(pageworker.InDoubtWindows * h.cfg.Concurrency)
+	// A worker holds at most pageworker.InDoubtBound claims without an
+	// outcome (two windows for its page and one of the page before, still
+	// sending its last window).
+	perKill := int64(pageworker.InDoubtBound(1, h.cfg.Concurrency))
 	bound := perKill * h.workerKills.Load()
 	state := stateName(b.GetState())
 	completed := b.GetState() == pb.BroadcastState_BROADCAST_STATE_COMPLETED
