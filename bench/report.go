@@ -12,6 +12,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/pageworker"
 )
 
 // Report is what a run measured.
@@ -159,31 +160,67 @@ func (r *Report) Markdown(w io.Writer) {
 	}
 }
 
-// targets lists each target of the issue against what was measured.
+// targets lists each target of issue 18 against what was measured in this
+// run; every ratio is of figures from the same run.
 func (r *Report) targets(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("## Targets\n\n")
 	bare := r.Ceiling.rate()
+	bareCPU := float64(r.Ceiling.clientCPU) / float64(max(1, r.Ceiling.messages))
+	zeroRate := 0.0 // the box's zero-latency rate: the best end-to-end run
 	for _, run := range r.Runs {
-		if run.kind == kindE2E && run.spec.workers == 2 {
-			p("- End-to-end with 2 workers ≥ 80 %% of the bare client (NATS sync %s): **%.0f %%** — %s.\n",
-				syncName(run.spec.syncAlways), 100*run.rate()/bare, verdict(run.rate() >= 0.8*bare))
+		if run.kind == kindE2E {
+			zeroRate = max(zeroRate, run.rate())
 		}
 	}
-	var worst *runResult
 	for _, run := range r.Runs {
-		if run.kind == kindE2E && (worst == nil || run.cpuPerMsg() > worst.cpuPerMsg()) {
-			worst = run
+		if run.kind != kindE2E || run.spec.workers != 2 {
+			continue
 		}
+		p("- End to end (0 ms, 2 workers, NATS sync %s) ≥ 0.8× the bare client: **%.2f×** (%s against %s msg/s) — %s.\n",
+			syncName(run.spec.syncAlways), run.rate()/bare, num(run.rate()), num(bare), verdict(run.rate() >= 0.8*bare))
+		own := float64(run.cpuCoordinator+run.cpuWorkers) / float64(max(1, run.delivered))
+		pg := float64(run.cpuPostgres) / float64(max(1, run.delivered))
+		p("- CPU per message against the bare client's %s (NATS sync %s): rangecast %s = **%.2f×** (≤ 0.8×) — %s; Postgres %s = **%.2f×** (≤ 0.4×) — %s.\n",
+			perMsg(r.Ceiling.clientCPU, r.Ceiling.messages), syncName(run.spec.syncAlways),
+			perMsg(run.cpuCoordinator+run.cpuWorkers, run.delivered), own/bareCPU, verdict(own <= 0.8*bareCPU),
+			perMsg(run.cpuPostgres, run.delivered), pg/bareCPU, verdict(pg <= 0.4*bareCPU))
 	}
-	if worst != nil {
-		var all []string
-		for _, run := range r.Runs {
-			if run.kind == kindE2E {
-				all = append(all, fmt.Sprintf("%s %s", runName(run), perMsg(run.cpuCoordinator+run.cpuWorkers, run.delivered)))
-			}
+	var lat []string
+	latOK := true
+	for _, run := range r.Runs {
+		if run.kind != kindLatency {
+			continue
 		}
-		p("- rangecast's own CPU ≤ 100 µs per message (coordinator + workers): %s — %s.\n", strings.Join(all, ", "), verdict(worst.cpuPerMsg() <= 100*time.Microsecond))
+		ideal := float64(run.spec.inFlight()) / run.spec.sinkLatency.Seconds()
+		if run.spec.pages > 1 {
+			p("- In flight per broadcast ≥ 2,048 with enough workers (%s, sink latency %s): peak **%d** messages in DATA at the sink at once, %.0f %% of ideal %s msg/s — %s.\n",
+				run.spec.shape(), latencyName(run.spec.sinkLatency), run.peakInFlight, 100*run.rate()/ideal, num(ideal), verdict(run.peakInFlight >= 2048))
+			continue
+		}
+		// 95 % of ideal up to 256 in flight, 90 % from 512; where the
+		// ideal is above what the box does at zero latency, of that rate
+		// instead (the CPU ceiling).
+		want, of, against := 0.95, ideal, "ideal"
+		if run.spec.inFlight() >= 512 {
+			want = 0.90
+		}
+		if zeroRate > 0 && ideal > zeroRate {
+			of, against = zeroRate, "the CPU ceiling"
+		}
+		ok := run.rate() >= want*of
+		latOK = latOK && ok
+		lat = append(lat, fmt.Sprintf("%d in flight %.0f %% of %s %s (want %.0f %%; peak %d at the sink)", run.spec.inFlight(), 100*run.rate()/of, against, num(of), 100*want, run.peakInFlight))
+	}
+	if len(lat) > 0 {
+		p("- Latency-bound throughput (50 ms; ideal = in flight ÷ latency): %s — %s.\n", strings.Join(lat, "; "), verdict(latOK))
+	}
+	for _, run := range r.Runs {
+		if c := run.crash; c != nil {
+			bound := int64(run.spec.workers * pageworker.InDoubtBound(max(1, run.spec.pages), run.spec.concurrency))
+			p("- After a kill -9 of every worker, in doubt within the stated bound (%d workers × `pageworker.InDoubtBound` = %d): **%d** claims without an outcome — %s. Re-read ≤ one page per range (%d rows): at most %d rows in one range (%d in all, over %d ranges) — %s.\n",
+				run.spec.workers, bound, c.inDoubt, verdict(c.inDoubt <= bound), c.pageLimit, c.maxPerRange, c.reread, c.rangesHit, verdict(c.maxPerRange <= int64(c.pageLimit)))
+		}
 	}
 	var sizes []*runResult
 	for _, run := range r.Runs {
@@ -194,49 +231,29 @@ func (r *Report) targets(w io.Writer) {
 	if len(sizes) >= 2 {
 		lo, hi := sizes[0], sizes[len(sizes)-1]
 		var kv []string
-		maxKV := 0.0
+		maxKV, maxRows := 0.0, 0.0
 		for _, s := range sizes {
 			kv = append(kv, fmt.Sprintf("%s: %.1f", num(float64(s.contacts)), s.kvPer1000()))
 			maxKV = max(maxKV, s.kvPer1000())
+			maxRows = max(maxRows, s.rowsReadPerMsg())
 		}
 		kvSpread := spread(lo.kvPer1000(), hi.kvPer1000())
-		p("- Coordinator KV writes per 1,000 messages ≤ 10 and within ±10 %% from %s to %s contacts: %s; %+.0f %% — %s. Per page dispatched: %s.\n",
+		p("- KV writes ≤ 10 per 1,000 messages, flat (±10 %%) from %s to %s contacts: %s; %+.0f %% — %s. Per page dispatched: %s.\n",
 			num(float64(lo.contacts)), num(float64(hi.contacts)), strings.Join(kv, ", "), 100*kvSpread, verdict(maxKV <= 10 && abs(kvSpread) <= 0.10),
 			joinSizes(sizes, func(s *runResult) string {
 				return fmt.Sprintf("%.2f (%.0f writes, %.0f pages)", s.kvWrites/max(1, s.pagesDispatched), s.kvWrites, s.pagesDispatched)
 			}))
-		rssSpread := spread(float64(lo.coordHWMKB), float64(hi.coordHWMKB))
-		p("- Coordinator peak RSS within ±10 %%: %.0f MiB at %s, %.0f MiB at %s; %+.0f %% — %s.\n",
-			float64(lo.coordHWMKB)/1024, num(float64(lo.contacts)), float64(hi.coordHWMKB)/1024, num(float64(hi.contacts)), 100*rssSpread, verdict(abs(rssSpread) <= 0.10))
-		p("- `StartBroadcast` on %s contacts within 2× the bare COUNT/first/last query: %s against %s (%.1f×) — %s. For comparison, `ANALYZE broadcast_sends` (which accepting no longer runs) took %s on that ledger.\n",
+		rowsSpread := spread(lo.rowsReadPerMsg(), hi.rowsReadPerMsg())
+		p("- Postgres rows read per message ≤ 3, flat (not growing by more than 10 %%) up to %s: %s; %+.0f %% — %s.\n",
+			num(float64(hi.contacts)), joinSizes(sizes, func(s *runResult) string { return fmt.Sprintf("%.1f", s.rowsReadPerMsg()) }), 100*rowsSpread, verdict(maxRows <= 3 && rowsSpread <= 0.10))
+		p("- `StartBroadcast` on %s contacts within 2× the bare count/first/last query: %s against %s (%.1f×) — %s. For comparison, `ANALYZE broadcast_sends` (which accepting no longer runs) took %s on that ledger.\n",
 			num(float64(hi.contacts)), ms(hi.startLatency), ms(hi.bareSnapshot), float64(hi.startLatency)/float64(hi.bareSnapshot), verdict(hi.startLatency <= 2*hi.bareSnapshot), ms(hi.analyze))
-		p("- Postgres rows read per message (no target; flat means no statement grows with the audience): %s.\n", joinSizes(sizes, func(s *runResult) string { return fmt.Sprintf("%.1f", s.rowsReadPerMsg()) }))
-		p("- Postgres transactions per message (no target; the claim is that it is flat): %s.\n", joinSizes(sizes, func(s *runResult) string { return fmt.Sprintf("%.3f", s.xactsPerMsg()) }))
+		rssSpread := spread(float64(lo.coordHWMKB), float64(hi.coordHWMKB))
+		p("- Coordinator peak RSS (no target in issue 18; kept from before) within ±10 %%: %.0f MiB at %s, %.0f MiB at %s; %+.0f %% — %s.\n",
+			float64(lo.coordHWMKB)/1024, num(float64(lo.contacts)), float64(hi.coordHWMKB)/1024, num(float64(hi.contacts)), 100*rssSpread, verdict(abs(rssSpread) <= 0.10))
+		p("- Postgres transactions per message (no target; flat means no statement grows with the audience): %s.\n", joinSizes(sizes, func(s *runResult) string { return fmt.Sprintf("%.3f", s.xactsPerMsg()) }))
 	}
-	var lat []string
-	latOK := true
-	for _, run := range r.Runs {
-		if run.kind == kindLatency && run.spec.pages > 1 {
-			id := float64(run.spec.inFlight()) / run.spec.sinkLatency.Seconds()
-			p("- In flight per broadcast ≥ 2,048 with enough workers (%s, sink latency %s): peak **%d** messages in DATA at the sink at once, %.0f %% of ideal %s msg/s — %s.\n",
-				run.spec.shape(), latencyName(run.spec.sinkLatency), run.peakInFlight, 100*run.rate()/id, num(id), verdict(run.peakInFlight >= 2048))
-			continue
-		}
-		if run.kind == kindLatency {
-			id := float64(run.spec.inFlight()) / run.spec.sinkLatency.Seconds()
-			lat = append(lat, fmt.Sprintf("%d in flight %.0f %% (peak %d at the sink)", run.spec.inFlight(), 100*run.rate()/id, run.peakInFlight))
-			latOK = latOK && run.rate() >= 0.9*id
-		}
-	}
-	if len(lat) > 0 {
-		p("- Latency-bound throughput ≥ 90 %% of ideal (in flight ÷ latency): %s — %s.\n", strings.Join(lat, ", "), verdict(latOK))
-	}
-	for _, run := range r.Runs {
-		if c := run.crash; c != nil {
-			p("- Re-read after a crash ≤ one page per range (%d rows): at most **%d** rows in one range (%d in all, over %d ranges) — %s.\n",
-				c.pageLimit, c.maxPerRange, c.reread, c.rangesHit, verdict(c.maxPerRange <= int64(c.pageLimit)))
-		}
-	}
+	p("- Even ranges after a bulk import (largest ≤ 2× the mean at 1M) is checked by `TestRangesFromSample -sample.contacts=1000000` and the conformance test `RangesEvenAfterBulkImport`, not here.\n")
 	p("\n")
 }
 

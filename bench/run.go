@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -436,13 +437,15 @@ func (h *harness) beyondCursors(ctx context.Context, s *stack, id string, c *cra
 	if err != nil {
 		return err
 	}
-	for i := 0; ; i++ {
+	for i := range ranges.Count {
 		e, err := kv.Get(ctx, bus.RangeKey(id, i))
-		if errors.Is(err, context.Canceled) {
-			return err
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			// No report yet: the range is at its start. At half the
+			// audience every range has reported; not counted.
+			continue
 		}
 		if err != nil {
-			break // past the last range
+			return err
 		}
 		var rec bus.RangeRecord
 		if err := bus.Decode(e.Value(), &rec); err != nil {

@@ -63,11 +63,11 @@ func (c *Coordinator) Start(ctx context.Context, id ulid.ULID) (BroadcastStatus,
 	if err != nil {
 		return BroadcastStatus{}, err
 	}
-	// The store says running; KV catches up here. If this process dies in
-	// between, the actor started on restart re-creates missing ranges.
-	if err := c.writeRanges(ctx, b); err != nil {
-		return BroadcastStatus{}, unavailable(err)
-	}
+	// The store says running; KV catches up here. Range records are not
+	// written now: a range without one is at its start (rangeRecords), and
+	// its first report creates it, so a start costs one KV write however
+	// many ranges. If this process dies in between, the actor started on
+	// restart mirrors the state.
 	if err := c.putState(ctx, b); err != nil {
 		return BroadcastStatus{}, unavailable(err)
 	}
@@ -77,8 +77,8 @@ func (c *Coordinator) Start(ctx context.Context, id ulid.ULID) (BroadcastStatus,
 	return c.Status(ctx, id)
 }
 
-// completeStart writes what Start writes after the store (range records,
-// the state in KV) for a broadcast the store already has running or paused,
+// completeStart writes what Start writes after the store (the state in KV)
+// for a broadcast the store already has running or paused,
 // and hands it to its actor: a Start that stopped half-way is whole again.
 // It returns the broadcast as the store has it, if it could be read.
 func (c *Coordinator) completeStart(ctx context.Context, id ulid.ULID) (store.Broadcast, bool, error) {
@@ -89,17 +89,14 @@ func (c *Coordinator) completeStart(ctx context.Context, id ulid.ULID) (store.Br
 	if b.State != store.StateRunning && b.State != store.StatePaused {
 		return b, true, nil // a draft that failed to start, or finished: nothing to complete
 	}
-	if err := c.writeRanges(ctx, b); err != nil {
-		return b, true, err
-	}
 	if b, err = c.mirrorState(ctx, id); err != nil {
 		return b, true, err
 	}
 	return b, true, c.kick(ctx, b)
 }
 
-// Pause stops a running broadcast's sends within two in-flight windows per
-// running page (pageworker.InDoubtWindows).
+// Pause stops a running broadcast's sends within the windows each worker
+// has claimed (pageworker.InDoubtBound).
 func (c *Coordinator) Pause(ctx context.Context, id ulid.ULID) (BroadcastStatus, error) {
 	return c.transition(ctx, id, "paused", []store.State{store.StateRunning}, store.StatePaused, "paused by operator")
 }

@@ -520,29 +520,12 @@ func (c *Coordinator) mirrorState(ctx context.Context, id ulid.ULID) (store.Broa
 	}
 }
 
-// writeRanges creates the range records of a newly accepted broadcast.
-// Records that already exist (a retried start) are left as they are: a cursor
-// never moves back.
-func (c *Coordinator) writeRanges(ctx context.Context, b store.Broadcast) error {
-	if b.SnapshotTotal == 0 {
-		return nil
-	}
-	rs, err := ranges.SplitAt(b.MinID, b.MaxID, b.RangeStarts)
-	if err != nil {
-		return fmt.Errorf("split audience: %w", err)
-	}
-	for _, r := range rs {
-		rec := bus.RangeRecord{Index: r.Index, Start: r.Start.String(), End: r.End.String(), Next: r.Start.String()}
-		_, err := c.cfg.Bus.Broadcasts.Create(ctx, bus.RangeKey(b.ID.String(), r.Index), bus.Encode(rec))
-		c.kvWrites.add(1)
-		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("write range %d: %w", r.Index, err)
-		}
-	}
-	return nil
-}
-
 // rangeRecords reads a broadcast's range records (with their KV revisions).
+// The ranges themselves are the broadcast's (its id bounds and range starts,
+// fixed when it was accepted); a range with no record has not reported yet,
+// or its record was lost, and is at its start: its first report creates the
+// record (revision 0), and the ledger's claims make a second walk of what a
+// lost record had passed send nothing.
 func (c *Coordinator) rangeRecords(ctx context.Context, b store.Broadcast) ([]bus.RangeRecord, []uint64, error) {
 	if b.SnapshotTotal == 0 || b.MinID == (ulid.ULID{}) {
 		return nil, nil, nil
@@ -556,8 +539,6 @@ func (c *Coordinator) rangeRecords(ctx context.Context, b store.Broadcast) ([]bu
 	for i, r := range rs {
 		e, err := c.cfg.Bus.Broadcasts.Get(ctx, bus.RangeKey(b.ID.String(), r.Index))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			// Lost from KV (a hint, not the truth): start the range over;
-			// the ledger's claims make a second walk send nothing.
 			recs[i] = bus.RangeRecord{Index: r.Index, Start: r.Start.String(), End: r.End.String(), Next: r.Start.String()}
 			continue
 		}

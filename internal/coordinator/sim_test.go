@@ -504,9 +504,6 @@ func (s *sim) setup() {
 		s.t.Fatalf("seed %d: accept: %v", s.seed, err)
 	}
 	s.b = b
-	if err := s.c.writeRanges(s.ctx, b); err != nil {
-		s.t.Fatalf("seed %d: ranges: %v", s.seed, err)
-	}
 	if err := s.c.putState(s.ctx, b); err != nil {
 		s.t.Fatalf("seed %d: state: %v", s.seed, err)
 	}
