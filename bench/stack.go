@@ -252,7 +252,7 @@ func (s *stack) addWorker() error {
 	}
 	i := len(s.workers) + 1
 	p := s.newProc("pageworker", fmt.Sprintf("pageworker-%d", i), "--database-url", s.h.processURL(s.spec.schema, appWorker), "--nats-url", s.natsURL,
-		"--smtp-url", "smtp://"+s.sinkAddr+"?tls=none", "--concurrency", strconv.Itoa(s.spec.concurrency), "--pages", strconv.Itoa(max(s.spec.pages, 1)), "--metrics-addr", metricsAddr)
+		"--smtp-url", "smtp://"+s.sinkAddr+"?tls=none"+os.Getenv("BENCH_SMTP_PARAMS"), "--concurrency", strconv.Itoa(s.spec.concurrency), "--pages", strconv.Itoa(max(s.spec.pages, 1)), "--metrics-addr", metricsAddr)
 	// Workers sign every message's one-click unsubscribe link with the
 	// coordinators' key; the link points at the coordinator's public HTTP.
 	p.Env = []string{"RANGECAST_PPROF=1", "RANGECAST_UNSUBSCRIBE_KEYS=" + s.h.unsubscribeKey, "RANGECAST_PUBLIC_URL=http://" + s.coordWeb}

@@ -30,8 +30,10 @@ func benchMessage() message.Rendered {
 
 // BenchmarkSend measures one message over a pooled connection, the steady
 // state of a page worker. "capture" is the go-smtp server the other tests
-// use (its own parsing and storage are counted too); "sink" is the minimal
-// scripted server, so the numbers are mostly the client's.
+// use (its own parsing and storage are counted too), which offers CHUNKING,
+// and "capture-data" the same server through DATA; "sink" is the minimal
+// scripted server without CHUNKING, so the numbers are mostly the client's,
+// and "sink-chunking" the same with it.
 func BenchmarkSend(b *testing.B) {
 	m := benchMessage()
 	b.Run("capture", func(b *testing.B) {
@@ -42,8 +44,20 @@ func BenchmarkSend(b *testing.B) {
 		b.Cleanup(func() { srv.Close() })
 		benchSend(b, srv.URL(), m)
 	})
+	b.Run("capture-data", func(b *testing.B) {
+		srv, err := capture.Start("127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { srv.Close() })
+		benchSend(b, srv.URL()+"&chunking=0", m)
+	})
 	b.Run("sink", func(b *testing.B) {
 		srv := startRaw(b, &rawServer{ext: []string{"PIPELINING", "8BITMIME", "SIZE 10240000"}})
+		benchSend(b, srv.url(), m)
+	})
+	b.Run("sink-chunking", func(b *testing.B) {
+		srv := startRaw(b, &rawServer{ext: []string{"PIPELINING", "CHUNKING", "8BITMIME", "SIZE 10240000"}})
 		benchSend(b, srv.url(), m)
 	})
 }

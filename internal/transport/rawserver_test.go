@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,8 +29,14 @@ type rawServer struct {
 	// data answers the DATA command itself; without it DATA is 354 when
 	// MAIL and RCPT were accepted and 554 otherwise, like a real server.
 	data func(mailOK, rcptOK bool) string
-	// end answers the final dot.
+	// end answers the final dot, and a BDAT LAST chunk (advertise
+	// CHUNKING in ext for the client to use it).
 	end func(body []byte) string
+	// afterChunk, when set, is called once a BDAT chunk has been read, before
+	// any reply is written; false closes the connection without answering
+	// what is still unanswered (a server or link that dies with the
+	// message in hand).
+	afterChunk func() bool
 
 	record bool
 
@@ -205,6 +213,37 @@ func (s *rawServer) serve(c net.Conn) {
 			if s.end != nil {
 				if h := s.end(body); h != "" {
 					r = h
+				}
+			}
+			mailOK, rcptOK = false, false
+			ok = reply(r)
+		case "BDAT":
+			// One chunk, LAST, as the client sends (RFC 3030). Replies to
+			// the commands before it wait in bw: they were pipelined with
+			// the chunk and the chunk is read first, as go-smtp does.
+			size, last, _ := strings.Cut(arg, " ")
+			n, err := strconv.Atoi(size)
+			if err != nil || !strings.EqualFold(last, "LAST") {
+				ok = reply("501 5.5.4 one chunk, LAST, expected")
+				break
+			}
+			body := make([]byte, n)
+			if _, err := io.ReadFull(br, body); err != nil {
+				return
+			}
+			if s.afterChunk != nil && !s.afterChunk() {
+				return
+			}
+			r := "554 5.5.1 Error: no valid recipients"
+			if mailOK && rcptOK {
+				s.mu.Lock()
+				s.bodies = append(s.bodies, body)
+				r = fmt.Sprintf("250 2.0.0 Ok: queued as R%d", len(s.bodies))
+				s.mu.Unlock()
+				if s.end != nil {
+					if h := s.end(body); h != "" {
+						r = h
+					}
 				}
 			}
 			mailOK, rcptOK = false, false

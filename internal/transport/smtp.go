@@ -57,6 +57,9 @@ type SMTP struct {
 	helo     string
 	timeout  time.Duration
 	dialer   net.Dialer
+	// noChunking keeps to DATA even where the server offers CHUNKING
+	// (chunking=0 in the URL), for a relay whose BDAT is broken.
+	noChunking bool
 
 	startTLS atomic.Int32
 
@@ -195,13 +198,19 @@ func NewSMTP(rawURL string) (*SMTP, error) {
 				return bad("token_file= is empty")
 			}
 			tokenPath = v
+		case "chunking":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return bad("chunking=%q: use 1 or 0", v)
+			}
+			s.noChunking = !b
 		case "helo":
 			if v == "" || strings.ContainsAny(v, " \t\r\n") {
 				return bad("helo=%q: must be a host name", v)
 			}
 			s.helo = v
 		default:
-			return bad("unknown parameter %q (known: tls, insecure_skip_verify, pool, timeout, helo, auth, token_file)", key)
+			return bad("unknown parameter %q (known: tls, insecure_skip_verify, pool, timeout, helo, auth, token_file, chunking)", key)
 		}
 	}
 	if authMech != "" || tokenPath != "" {
@@ -419,6 +428,9 @@ func (s *SMTP) transact(ctx context.Context, c *client, m message.Rendered) (str
 		return "", &SendError{Stage: StageRcpt, Err: fmt.Errorf("recipient: %w", err), Refused: true}
 	}
 	utf8 := !isASCII(from) || !isASCII(to)
+	if c.ext.chunking && c.ext.pipelining && !s.noChunking {
+		return s.transactChunked(ctx, c, m, from, to, utf8)
+	}
 
 	steps := [...]struct {
 		stage  string
@@ -501,6 +513,66 @@ func (s *SMTP) transact(ctx context.Context, c *client, m message.Rendered) (str
 	}
 	if code != 250 {
 		return "", stageError(ctx, StageData, c.replyError(code))
+	}
+	return strings.TrimSpace("250 " + string(c.text)), nil
+}
+
+// transactChunked sends MAIL, RCPT and the whole message as one BDAT LAST
+// chunk in a single write (RFC 3030 with RFC 2920 pipelining), then reads
+// the three replies: one write per message instead of two, and no round
+// trip waiting for 354. The server must refuse the chunk when MAIL or RCPT
+// was refused (no valid recipient), and reads and discards it either way,
+// so the connection stays in step and is reset for the next message as
+// after a refusal at DATA.
+//
+// What may have been delivered differs from DATA: the body goes out with
+// the commands, so once the whole write is out, a reply that never comes
+// (any of the three) leaves the message maybe delivered; a write cut short
+// ended before the chunk did, which the server cannot accept.
+func (s *SMTP) transactChunked(ctx context.Context, c *client, m message.Rendered, from, to string, utf8 bool) (string, error) {
+	c.queueMail(from, len(m.Bytes), utf8)
+	c.queue("RCPT TO:<", to, ">")
+	c.wbuf = appendChunk(c.wbuf, m.Bytes)
+	size := len(c.wbuf)
+	if n, err := c.flush(); err != nil {
+		if n < size {
+			return "", stageError(ctx, StageMail, err)
+		}
+		se := stageError(ctx, StageData, err)
+		se.MaybeDelivered = true
+		return "", se
+	}
+	steps := [...]struct {
+		stage  string
+		expect int
+	}{
+		{StageMail, 250},
+		{StageRcpt, 25}, // 250 or 251
+		{StageData, 250},
+	}
+	var refused *SendError
+	for _, st := range steps {
+		code, err := c.readReply()
+		if err != nil {
+			if refused != nil {
+				return "", refused // refused before the chunk: nothing delivered; the client is broken, not reused
+			}
+			se := stageError(ctx, st.stage, err)
+			se.MaybeDelivered = true
+			return "", se
+		}
+		ok := codeIs(code, st.expect)
+		switch {
+		case !ok && refused == nil:
+			refused = stageError(ctx, st.stage, c.replyError(code))
+		case ok && refused != nil && st.stage == StageData:
+			// A chunk taken after MAIL or RCPT was refused: the server is
+			// not following RFC 3030, and nothing it says can be trusted.
+			c.broken = true
+		}
+	}
+	if refused != nil {
+		return "", refused
 	}
 	return strings.TrimSpace("250 " + string(c.text)), nil
 }
