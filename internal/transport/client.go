@@ -383,17 +383,35 @@ func (c *client) quit() error { return c.cmd(221, "QUIT") }
 // appendData appends body as a DATA section ending with the final dot: a
 // '.' doubled at the start of every line, a bare LF written as CRLF, and a
 // line break added when the body does not end with one. This is what
-// textproto's DotWriter (which go-smtp used) produces, but it copies whole
-// runs between the places that need a change instead of going byte by
-// byte. Turning bare LFs into CRLF also keeps "\n.\n" in a body from
-// reading as the end of the data to a lenient server (SMTP smuggling).
+// textproto's DotWriter (which go-smtp used) produces. Turning bare LFs
+// into CRLF also keeps "\n.\n" in a body from reading as the end of the
+// data to a lenient server (SMTP smuggling).
 func appendData(dst, body []byte) []byte {
+	return append(appendLines(dst, body, true), ".\r\n"...)
+}
+
+// appendChunk appends "BDAT n LAST" and body as the one chunk it names
+// (RFC 3030): the lines as appendData writes them, but with no dot
+// stuffed, since the server counts bytes instead of looking for a final
+// dot; both paths deliver the same bytes.
+func appendChunk(dst, body []byte) []byte {
+	start := len(dst)
+	dst = appendLines(dst, body, false)
+	header := fmt.Appendf(nil, "BDAT %d LAST\r\n", len(dst)-start)
+	return slices.Insert(dst, start, header...)
+}
+
+// appendLines appends body with every bare LF written as CRLF, a line
+// break added when it does not end with one, and, with stuff, a '.'
+// doubled at the start of every line. It copies whole runs between the
+// places that need a change instead of going byte by byte.
+func appendLines(dst, body []byte, stuff bool) []byte {
 	if n := len(dst) + len(body) + len(body)/32 + 5; n > cap(dst) {
 		grown := make([]byte, len(dst), n)
 		copy(grown, dst)
 		dst = grown
 	}
-	if len(body) > 0 && body[0] == '.' {
+	if stuff && len(body) > 0 && body[0] == '.' {
 		dst = append(dst, '.')
 	}
 	done := 0 // body[:done] has been copied
@@ -408,56 +426,10 @@ func appendData(dst, body []byte) []byte {
 			dst = append(dst, '\r')
 			done = j
 		}
-		if j+1 < len(body) && body[j+1] == '.' {
+		if stuff && j+1 < len(body) && body[j+1] == '.' {
 			dst = append(dst, body[done:j+1]...)
 			dst = append(dst, '.')
 			done = j + 1
-		}
-		i = j + 1
-	}
-	dst = append(dst, body[done:]...)
-	switch {
-	case len(body) > 0 && body[len(body)-1] == '\n':
-		return append(dst, ".\r\n"...)
-	case len(body) > 0 && body[len(body)-1] == '\r':
-		return append(dst, "\n.\r\n"...)
-	}
-	return append(dst, "\r\n.\r\n"...)
-}
-
-// appendChunk appends "BDAT n LAST" and body as the one chunk it names
-// (RFC 3030): the body as it is, but with a bare LF written as CRLF and a
-// line break added when it does not end with one, as appendData does, so
-// both paths deliver the same bytes. No dot is stuffed: the server counts
-// bytes instead of looking for a final dot.
-func appendChunk(dst, body []byte) []byte {
-	n := len(body) + bytes.Count(body, []byte{'\n'}) - bytes.Count(body, []byte("\r\n"))
-	switch {
-	case len(body) > 0 && body[len(body)-1] == '\n':
-	case len(body) > 0 && body[len(body)-1] == '\r':
-		n++ // "\n"
-	default:
-		n += 2 // "\r\n"
-	}
-	dst = append(dst, "BDAT "...)
-	dst = strconv.AppendInt(dst, int64(n), 10)
-	dst = append(dst, " LAST\r\n"...)
-	if need := len(dst) + n; need > cap(dst) {
-		grown := make([]byte, len(dst), need)
-		copy(grown, dst)
-		dst = grown
-	}
-	done := 0
-	for i := 0; ; {
-		j := bytes.IndexByte(body[i:], '\n')
-		if j < 0 {
-			break
-		}
-		j += i
-		if j == 0 || body[j-1] != '\r' {
-			dst = append(dst, body[done:j]...)
-			dst = append(dst, '\r')
-			done = j
 		}
 		i = j + 1
 	}

@@ -432,10 +432,7 @@ func (s *SMTP) transact(ctx context.Context, c *client, m message.Rendered) (str
 		return s.transactChunked(ctx, c, m, from, to, utf8)
 	}
 
-	steps := [...]struct {
-		stage  string
-		expect int
-	}{
+	steps := [...]step{
 		{StageMail, 250},
 		{StageRcpt, 25}, // 250 or 251
 		{StageData, 354},
@@ -517,6 +514,13 @@ func (s *SMTP) transact(ctx context.Context, c *client, m message.Rendered) (str
 	return strings.TrimSpace("250 " + string(c.text)), nil
 }
 
+// step is one reply of a transaction: the stage it answers and the code
+// expected (as in textproto: 25 means 25x).
+type step struct {
+	stage  string
+	expect int
+}
+
 // transactChunked sends MAIL, RCPT and the whole message as one BDAT LAST
 // chunk in a single write (RFC 3030 with RFC 2920 pipelining), then reads
 // the three replies: one write per message instead of two, and no round
@@ -542,13 +546,10 @@ func (s *SMTP) transactChunked(ctx context.Context, c *client, m message.Rendere
 		se.MaybeDelivered = true
 		return "", se
 	}
-	steps := [...]struct {
-		stage  string
-		expect int
-	}{
+	steps := [...]step{
 		{StageMail, 250},
 		{StageRcpt, 25}, // 250 or 251
-		{StageData, 250},
+		{StageData, 250}, // the chunk
 	}
 	var refused *SendError
 	for _, st := range steps {
