@@ -3,9 +3,13 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
 )
 
 // Test-only access for package postgres_test: the tests there need testenv,
@@ -20,6 +24,46 @@ const (
 
 // ReleaseSQL is the statement Release sends.
 const ReleaseSQL = releaseClaims
+
+// RecordOutcomesAndReputationSQL is the statement RecordAndClaim sends for
+// the outcomes: recordOutcomes with the reputation delta; its arguments are
+// OutcomeWriteArgs.
+const RecordOutcomesAndReputationSQL = recordOutcomesAndReputation
+
+// OutcomeWriteArgs are RecordOutcomesAndReputationSQL's arguments.
+func OutcomeWriteArgs(broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) []any {
+	return append(outcomeArgs(broadcast, owner, outcomes, now), uid(broadcast))
+}
+
+// Probe is a statement queued after the batch RecordAndClaim sends, in the
+// same round trip and so in its implicit transaction; its one row is scanned
+// into a string.
+type Probe struct {
+	SQL  string
+	Args []any
+}
+
+// RecordAndClaimProbed is RecordAndClaim's batch, built and read by the
+// same code, sent on conn with probes queued after it. It returns the
+// claimed contacts and the probes' results.
+func RecordAndClaimProbed(ctx context.Context, conn *pgxpool.Conn, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time, probes ...Probe) ([]ulid.ULID, []string, error) {
+	w := newWindowWrite(broadcast, owner, outcomes, next, now)
+	for _, p := range probes {
+		w.batch.Queue(p.SQL, p.Args...)
+	}
+	results := conn.SendBatch(ctx, w.batch)
+	claimed, err := w.read(results)
+	var got []string
+	for i := 0; err == nil && i < len(probes); i++ {
+		var v string
+		err = results.QueryRow().Scan(&v)
+		got = append(got, v)
+	}
+	if cerr := results.Close(); err == nil {
+		err = cerr
+	}
+	return claimed, got, mapErr("record outcomes and claim (probed)", err)
+}
 
 // Pool returns the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }

@@ -21,6 +21,9 @@ import (
 // compare.
 //
 //	go test -run '^$' -bench 'EligiblePage|ClaimBatch|RecordOutcomes' -benchmem ./internal/store/postgres/
+//
+// (RecordOutcomes matches BenchmarkRecordOutcomesAndClaim too: the page
+// worker's call per window.)
 
 const (
 	hotContacts = 100_000
@@ -174,6 +177,43 @@ func BenchmarkRecordOutcomes(b *testing.B) {
 		b.Fatal(err)
 	}
 	if c.Claimed != 0 || c.Sent != int64(hotLedger+b.N*hotWindow) {
+		b.Fatalf("counts %+v after %d windows", c, b.N)
+	}
+	b.ReportMetric(float64(b.N*hotWindow)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkRecordOutcomesAndClaim is the page worker's write per window:
+// the outcomes of one window (16 sent) and the claims of the window two
+// ahead (16 new rows), in one call; the rows whose outcomes are written are
+// claimed with the timer stopped.
+func BenchmarkRecordOutcomesAndClaim(b *testing.B) {
+	s, bc := hotSetup(b)
+	ctx := context.Background()
+	entropy := ulid.Monotonic(ulid.DefaultEntropy(), 0)
+	at := hotT0.Add(time.Hour)
+	outcomes := make([]store.Outcome, hotWindow)
+	for b.Loop() {
+		b.StopTimer()
+		got, err := s.Claim(ctx, bc.ID, "w1/1", freshClaims(b, s, entropy, at), at)
+		if err != nil || len(got) != hotWindow {
+			b.Fatalf("claimed %d, %v", len(got), err)
+		}
+		for i, id := range got {
+			outcomes[i] = store.Outcome{ContactID: id, Status: store.SendSent}
+		}
+		next := freshClaims(b, s, entropy, at)
+		b.StartTimer()
+		claimed, err := s.RecordAndClaim(ctx, bc.ID, "w1/1", outcomes, next, at)
+		if err != nil || len(claimed) != hotWindow {
+			b.Fatalf("claimed %d, %v", len(claimed), err)
+		}
+	}
+	b.StopTimer()
+	c, err := s.Counts(ctx, bc.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if c.Claimed != int64(b.N*hotWindow) || c.Sent != int64(hotLedger+b.N*hotWindow) {
 		b.Fatalf("counts %+v after %d windows", c, b.N)
 	}
 	b.ReportMetric(float64(b.N*hotWindow)/b.Elapsed().Seconds(), "rows/s")

@@ -641,6 +641,27 @@ const releaseClaims = `
 DELETE FROM broadcast_sends AS s USING unnest($2::uuid[], $3::uuid[]) AS u(bid, id)
 WHERE s.broadcast_id = u.bid AND s.contact_id = u.id AND s.` + stillClaimed + ` AND s.owner = $1`
 
+// recordOutcomesAndReputation is recordOutcomes with the reputation delta
+// of the rows it moved ($9 the broadcast), in the same statement. A claimed
+// row is neither accepted nor delivered (an event that marks a row accepted
+// also moves it off claimed, and only claimed rows get an outcome), so each
+// row adds what its new status is worth: store.ReputationOf in SQL, summed,
+// the accepted flag being status = 'sent' (what recordOutcomes sets). A
+// window that moves no sum (failures, deferrals) inserts no delta.
+// TestOutcomeReputationIsReputationOf pins it to store.ReputationOf for
+// every status.
+const recordOutcomesAndReputation = `
+WITH moved AS (` + recordOutcomes + `), d AS (
+    SELECT count(*) FILTER (WHERE status = 'sent') AS accepted,
+           count(*) FILTER (WHERE status IN ('delivered', 'opened', 'clicked', 'complained')) AS delivered,
+           count(*) FILTER (WHERE status = 'bounced') AS bounced,
+           count(*) FILTER (WHERE status = 'complained') AS complained
+    FROM moved
+)
+INSERT INTO broadcast_reputation_deltas (broadcast_id, accepted, delivered, bounced, complained)
+SELECT $9, accepted, delivered, bounced, complained FROM d
+WHERE accepted + delivered + bounced + complained > 0`
+
 func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {
 	if len(outcomes) == 0 {
 		return nil
@@ -654,68 +675,71 @@ func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner s
 	return claimed, mapErr("record outcomes and claim", err)
 }
 
-// recordAndClaim writes outcomes and inserts the next claims in one
-// transaction, the statements pipelined in one batch: one round trip and
-// one commit (one WAL flush) for both.
+// recordAndClaim writes outcomes (with their reputation delta) and inserts
+// the next claims in one round trip and one commit (one WAL flush).
 func (s *Store) recordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
-	batch := &pgx.Batch{}
-	if len(outcomes) > 0 {
-		batch.Queue(forceKeyLookups)
-		batch.Queue(recordOutcomes, outcomeArgs(broadcast, owner, outcomes, now)...)
+	w := newWindowWrite(broadcast, owner, outcomes, next, now)
+	results := s.pool.SendBatch(ctx, w.batch)
+	claimed, err := w.read(results)
+	if cerr := results.Close(); err == nil {
+		err = cerr
 	}
-	if len(next) > 0 {
-		batch.Queue(claimQuery, claimArgs(broadcast, owner, next, now)...)
-	}
-	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	// A claimed row is neither accepted nor delivered (an event that marks a
-	// row accepted also moves it off claimed, and only claimed rows get an
-	// outcome), so each row written adds what its outcome is worth to the
-	// reputation sums.
-	var d store.Reputation
-	results := tx.SendBatch(ctx, batch)
-	if len(outcomes) > 0 {
-		if _, err := results.Exec(); err != nil {
-			results.Close()
-			return nil, err
-		}
-		rows, err := results.Query()
-		if err == nil {
-			var status string
-			_, err = pgx.ForEachRow(rows, []any{&status}, func() error {
-				st := store.SendStatus(status)
-				d = d.Plus(store.ReputationOf(st, st == store.SendSent))
-				return nil
-			})
-		}
-		if err != nil {
-			results.Close()
-			return nil, err
-		}
-	}
-	var claimed []ulid.ULID
-	if len(next) > 0 {
-		rows, err := results.Query()
-		if err == nil {
-			claimed, err = claimedIDs(rows)
-		}
-		if err != nil {
-			results.Close()
-			return nil, err
-		}
-	}
-	if err := results.Close(); err != nil {
-		return nil, err
-	}
-	if err := addReputation(ctx, tx, broadcast, d); err != nil {
-		return nil, err
-	}
-	return claimed, tx.Commit(ctx)
+	return claimed, nil
 }
 
+// windowWrite is the one batch of recordAndClaim. It is sent outside any
+// transaction block, so Postgres runs it in an implicit transaction (the
+// extended protocol's statements up to one Sync): its statements commit
+// together at the Sync, or, from the first error on, the server skips the
+// rest and rolls the whole batch back, and the connection is idle again
+// either way (never left in a transaction). forceKeyLookups' set_config(…,
+// true) holds until that transaction ends, so it governs the outcome write
+// planned after it, and no later use of the connection.
+// TestWindowWriteIsOneTransaction pins both.
+type windowWrite struct {
+	batch            *pgx.Batch
+	outcomes, claims bool
+}
+
+func newWindowWrite(broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) windowWrite {
+	w := windowWrite{batch: &pgx.Batch{}, outcomes: len(outcomes) > 0, claims: len(next) > 0}
+	if w.outcomes {
+		w.batch.Queue(forceKeyLookups)
+		w.batch.Queue(recordOutcomesAndReputation, append(outcomeArgs(broadcast, owner, outcomes, now), uid(broadcast))...)
+	}
+	if w.claims {
+		w.batch.Queue(claimQuery, claimArgs(broadcast, owner, next, now)...)
+	}
+	return w
+}
+
+// read reads w's results from results and returns the contacts claimed.
+// They are claimed only once results.Close has returned no error: the
+// commit is at the end of the batch.
+func (w windowWrite) read(results pgx.BatchResults) ([]ulid.ULID, error) {
+	if w.outcomes {
+		if _, err := results.Exec(); err != nil {
+			return nil, err
+		}
+		if _, err := results.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	if !w.claims {
+		return nil, nil
+	}
+	rows, err := results.Query()
+	if err != nil {
+		return nil, err
+	}
+	return claimedIDs(rows)
+}
+
+// Release deletes the claims in one round trip, forceKeyLookups and the
+// delete in one implicit transaction as in windowWrite.
 func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, owner string, contacts []ulid.ULID) error {
 	if len(contacts) == 0 {
 		return nil
@@ -724,18 +748,10 @@ func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, owner string, 
 	for i := range bids {
 		bids[i] = uid(broadcast)
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return mapErr("release claims", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
 	batch := &pgx.Batch{}
 	batch.Queue(forceKeyLookups)
 	batch.Queue(releaseClaims, owner, bids, uids(contacts))
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return mapErr("release claims", err)
-	}
-	return mapErr("release claims", tx.Commit(ctx))
+	return mapErr("release claims", s.pool.SendBatch(ctx, batch).Close())
 }
 
 func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, error) {
