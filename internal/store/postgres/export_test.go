@@ -78,3 +78,10 @@ var (
 	ExactSQL     = exactQuery
 	IndexOnlySQL = indexOnly
 )
+
+// PageSQL is EligiblePage's query, and PageInIDOrderSQL the settings it
+// runs under.
+var (
+	PageSQL          = pageQuery
+	PageInIDOrderSQL = pageInIDOrder
+)
