@@ -94,9 +94,23 @@ SELECT $1, id FROM contacts WHERE email ~ '^c[0-9]*[13579]@'`, seg); err != nil 
 				strings.Contains(p, "Index Scan using contacts_pkey") {
 				t.Errorf("the audience is not read from contacts_eligible alone:\n%s", p)
 			}
-			for _, l := range plan {
-				if strings.Contains(l, "Heap Fetches:") && !strings.HasSuffix(l, "Heap Fetches: 0") {
-					t.Errorf("heap fetches after VACUUM: %s\n%s", strings.TrimSpace(l), p)
+			// VACUUM marks a page all-visible only when no transaction
+			// still running (another test's) may not see its rows: the
+			// heap fetches are pinned when it covered contacts.
+			var visible bool
+			if err := pool.QueryRow(ctx, `SELECT relallvisible = relpages FROM pg_class WHERE oid = 'contacts'::regclass`).Scan(&visible); err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range plan {
+				if !strings.Contains(l, "Index Only Scan using contacts_eligible") || i+1 == len(plan) {
+					continue
+				}
+				if f := plan[i+1]; strings.Contains(f, "Heap Fetches:") && !strings.HasSuffix(f, "Heap Fetches: 0") {
+					if visible {
+						t.Errorf("heap fetches after VACUUM: %s\n%s", strings.TrimSpace(f), p)
+					} else {
+						t.Logf("VACUUM left contacts' pages not all-visible (a concurrent transaction): %s", strings.TrimSpace(f))
+					}
 				}
 			}
 			tx.Rollback(ctx) //nolint:errcheck
