@@ -122,7 +122,8 @@ func snapshotAudience(ctx context.Context, tx pgx.Tx, segment int64) (count int6
 // real quantiles. Postgres sorts uuids bytewise, which is ULID order.
 func exactQuery(segment int64) string {
 	k := strconv.Itoa(ranges.Count)
-	i := `((` + k + ` * (e.n - 2) + e.cnt - 2) / (e.cnt - 1))`
+	// NULLIF: SQL does not promise to test cnt > 32 first.
+	i := `((` + k + ` * (e.n - 2) + e.cnt - 2) / nullif(e.cnt - 1, 0))`
 	return `SELECT e.n, e.id, e.cnt, e.pick FROM (
     SELECT e.*, (e.cnt > ` + k + ` AND e.n >= 2 AND ` + i + ` BETWEEN 1 AND ` + k + ` - 1
                  AND ` + i + ` * (e.cnt - 1) / ` + k + ` = e.n - 2) AS pick
