@@ -413,14 +413,17 @@ func (a *actor) finish(ctx context.Context) bool {
 		return false
 	}
 	// One statement, so a row moving between claimed and deferred (a sweep
-	// of an earlier term) is seen in one state or the other.
-	counts, err := a.c.cfg.Store.Counts(ctx, a.id)
+	// of an earlier term) is seen in one state or the other. Pending reads
+	// only the rows still claimed, deferred or failed: checked on every
+	// tick while the last claims settle, Counts would read the whole
+	// ledger of the broadcast each time.
+	p, err := a.c.cfg.Store.Pending(ctx, a.id)
 	if err != nil {
 		a.log().Warn("cannot check pending claims", "err", err)
 		return false
 	}
-	if counts.Claimed > 0 {
-		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages in flight or in doubt", counts.Claimed))
+	if p.Claimed > 0 {
+		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages in flight or in doubt", p.Claimed))
 		return false
 	}
 	// This actor's records may be stale (a split brain, a handover): another
@@ -436,16 +439,11 @@ func (a *actor) finish(ctx context.Context) bool {
 			return false
 		}
 	}
-	if counts.Deferred > 0 {
-		_, due, err := a.c.cfg.Store.NextDue(ctx, a.id)
-		if err != nil {
-			a.log().Warn("cannot check deferred messages", "err", err)
-			return false
-		}
-		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages deferred, next due %s UTC", counts.Deferred, due.UTC().Format(time.TimeOnly)))
+	if p.Deferred > 0 {
+		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages deferred, next due %s UTC", p.Deferred, p.NextDue.UTC().Format(time.TimeOnly)))
 		return false
 	}
-	if err := a.transition(ctx, []store.State{store.StateRunning}, store.StateCompleted, a.failureSummary(ctx)); err != nil {
+	if err := a.transition(ctx, []store.State{store.StateRunning}, store.StateCompleted, a.failureSummary(ctx, p.Failed)); err != nil {
 		a.log().Warn("cannot complete broadcast", "err", err)
 		return false
 	}
@@ -454,17 +452,17 @@ func (a *actor) finish(ctx context.Context) bool {
 }
 
 // failureSummary says, for a finished broadcast, how many messages failed
-// and shows one reply, so the failures are seen without digging.
-func (a *actor) failureSummary(ctx context.Context) string {
-	counts, err := a.c.cfg.Store.Counts(ctx, a.id)
-	if err != nil || counts.Failed == 0 {
+// (failed, read with nothing left claimed or deferred, so final) and shows
+// one reply, so the failures are seen without digging.
+func (a *actor) failureSummary(ctx context.Context, failed int64) string {
+	if failed == 0 {
 		return ""
 	}
 	sample, err := a.c.cfg.Store.Failures(ctx, a.id, 1)
 	if err != nil || len(sample) == 0 {
-		return fmt.Sprintf("%d messages failed", counts.Failed)
+		return fmt.Sprintf("%d messages failed", failed)
 	}
-	return fmt.Sprintf("%d messages failed, e.g. %s: %s", counts.Failed, sample[0].Email, sample[0].Error)
+	return fmt.Sprintf("%d messages failed, e.g. %s: %s", failed, sample[0].Email, sample[0].Error)
 }
 
 // dispatch publishes the next page of every range that has none outstanding,

@@ -162,6 +162,20 @@ type Counts struct {
 	Claimed, Sent, Failed, Deferred, Unknown int64
 }
 
+// Pending is what completing a broadcast waits for, read from only the
+// ledger rows in those states (claimed, deferred, failed), so its cost is
+// the rows still open, not the broadcast's size. Each count equals the
+// same field of Counts at the same moment.
+type Pending struct {
+	// Claimed: claims without an outcome (in flight, or in doubt).
+	Claimed int64
+	// Deferred rows, and when the earliest is due again (zero: none).
+	Deferred int64
+	NextDue  time.Time
+	// Failed: rows that failed; what a finished broadcast's reason counts.
+	Failed int64
+}
+
 // Store is everything rangecast keeps in its database, in named groups; a
 // caller that needs one group asks for that one (web takes a Ledger).
 type Store interface {
@@ -232,8 +246,12 @@ type Claims interface {
 	Release(ctx context.Context, broadcast ulid.ULID, owner string, contacts []ulid.ULID) error
 	// GetSend returns one ledger row, or ErrNotFound.
 	GetSend(ctx context.Context, broadcast, contact ulid.ULID) (Send, error)
-	// Counts sums the broadcast's ledger by status.
+	// Counts sums the broadcast's ledger by status. It reads every row of
+	// the broadcast: for people (status), not for a loop.
 	Counts(ctx context.Context, broadcast ulid.ULID) (Counts, error)
+	// Pending reads, in one consistent snapshot, the broadcast's claimed,
+	// deferred and failed rows only: what completion checks.
+	Pending(ctx context.Context, broadcast ulid.ULID) (Pending, error)
 	// ClaimOwners lists the owners of the broadcast's claims still without
 	// an outcome (in flight, or in doubt when the owner is gone).
 	ClaimOwners(ctx context.Context, broadcast ulid.ULID) ([]string, error)

@@ -112,3 +112,20 @@ ORDER BY c.table_name, c.ordinal_position`)
 	}
 	return hits, nil
 }
+
+// SnapshotSQL is the accept-time audience query.
+var SnapshotSQL = snapshotQuery
+
+// ExactSQL is the query that reads every k-th eligible id, and IndexOnlySQL
+// the setting the accept transaction runs it under.
+var (
+	ExactSQL     = exactQuery
+	IndexOnlySQL = indexOnly
+)
+
+// PageSQL is EligiblePage's query, and PageInIDOrderSQL the settings it
+// runs under.
+var (
+	PageSQL          = pageQuery
+	PageInIDOrderSQL = pageInIDOrder
+)

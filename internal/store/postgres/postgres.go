@@ -19,7 +19,6 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/address"
-	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -346,16 +345,6 @@ func segmentParam(segment int64, p string) string {
 	return p
 }
 
-// snapshotQuery reads count and id bounds of the eligible audience; the
-// bounds come from the primary key (ORDER BY id LIMIT 1), as Postgres has no
-// min(uuid).
-func snapshotQuery(segment int64) string {
-	g := gate(segmentParam(segment, "$1"))
-	return `SELECT (SELECT count(*) FROM contacts c WHERE ` + g + `),
-       (SELECT c.id FROM contacts c WHERE ` + g + ` ORDER BY c.id LIMIT 1),
-       (SELECT c.id FROM contacts c WHERE ` + g + ` ORDER BY c.id DESC LIMIT 1)`
-}
-
 func pageQuery(segment int64) string {
 	return `SELECT c.id, c.email, c.name, c.attributes FROM contacts c
 WHERE c.id >= $1 AND c.id <= $2 AND ` + gate(segmentParam(segment, "$4")) + `
@@ -377,22 +366,9 @@ func (s *Store) AcceptBroadcast(ctx context.Context, id ulid.ULID, now time.Time
 	if store.State(state) != store.StateDraft {
 		return store.Broadcast{}, fmt.Errorf("accept broadcast %s: it is %s, only a draft can be started: %w", id, state, store.ErrConflict)
 	}
-	var count int64
-	var minID, maxID pgtype.UUID
-	q := snapshotQuery(segment)
-	if segment != 0 {
-		err = tx.QueryRow(ctx, q, segment).Scan(&count, &minID, &maxID)
-	} else {
-		err = tx.QueryRow(ctx, q).Scan(&count, &minID, &maxID)
-	}
+	count, minID, maxID, starts, err := snapshotAudience(ctx, tx, segment)
 	if err != nil {
-		return store.Broadcast{}, mapErr("accept broadcast: snapshot audience", err)
-	}
-	var starts [][16]byte
-	if count > 0 {
-		if starts, err = sampleStarts(ctx, tx, segment, minID.Bytes, maxID.Bytes); err != nil {
-			return store.Broadcast{}, mapErr("accept broadcast: sample audience", err)
-		}
+		return store.Broadcast{}, mapErr("accept broadcast", err)
 	}
 	_, err = tx.Exec(ctx, `
 UPDATE broadcasts SET state = 'running', reason = '', snapshot_total = $2, min_id = $3, max_id = $4,
@@ -410,64 +386,6 @@ WHERE id = $1`, uid(id), count, minID, maxID, now, starts)
 	// arguments (Open), and at 1M ledger rows ANALYZE alone took 138 ms,
 	// more than the audience query itself (docs/benchmarks.md).
 	return s.GetBroadcast(ctx, id)
-}
-
-// samplePages is how many table pages the accept-time sample reads: enough
-// that each of the 32 ranges is cut from ~30 pages' worth of ids (the
-// largest range then stays well within 2× the mean), few enough to cost a
-// fraction of the audience count at a million contacts.
-const samplePages = 1024
-
-// samplePercent is the TABLESAMPLE SYSTEM percentage that reads about
-// samplePages pages of $1: the table's size comes from its file, not from
-// planner statistics or a count.
-const samplePercent = `SELECT least(100, 100.0 * $2 / greatest(1, pg_relation_size($1::regclass) / current_setting('block_size')::int))`
-
-// sampleQuery reads the eligible ids in (min, max] on a sample of pages: of
-// contacts, or of the segment's members (each sampled row then checked
-// against the rest of the gate by key). $1 percent, $2 min, $3 max, $4
-// segment.
-func sampleQuery(segment int64) string {
-	if segment == 0 {
-		return `SELECT c.id FROM contacts c TABLESAMPLE SYSTEM ($1)
-WHERE c.id > $2 AND c.id <= $3 AND ` + gate("")
-	}
-	return `SELECT c.id FROM segment_members m TABLESAMPLE SYSTEM ($1) JOIN contacts c ON c.id = m.contact_id
-WHERE m.segment_id = $4 AND c.id > $2 AND c.id <= $3 AND ` + gate("")
-}
-
-// sampleStarts cuts the audience's ranges from a sample of its ids
-// (ranges.Cuts); nil when the sample is too small to cut from.
-func sampleStarts(ctx context.Context, tx pgx.Tx, segment int64, minID, maxID [16]byte) ([][16]byte, error) {
-	table := "contacts"
-	if segment != 0 {
-		table = "segment_members"
-	}
-	var percent float64
-	if err := tx.QueryRow(ctx, samplePercent, table, samplePages).Scan(&percent); err != nil {
-		return nil, err
-	}
-	args := []any{percent, minID, maxID}
-	if segment != 0 {
-		args = append(args, segment)
-	}
-	rows, err := tx.Query(ctx, sampleQuery(segment), args...)
-	if err != nil {
-		return nil, err
-	}
-	var sample []ulid.ULID
-	var id [16]byte
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
-		sample = append(sample, ulid.ULID(id))
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	var out [][16]byte
-	for _, c := range ranges.Cuts(sample) {
-		out = append(out, uid(c))
-	}
-	return out, nil
 }
 
 func (s *Store) SetState(ctx context.Context, id ulid.ULID, from []store.State, to store.State, reason string, now time.Time) (store.Broadcast, error) {
@@ -492,12 +410,33 @@ WHERE id = $1 AND state = ANY($5::text[])`, uid(id), string(to), reason, now, fr
 	return b, nil
 }
 
+// pageInIDOrder leaves the page query one plan: walk an index on id from
+// the page's start and stop after limit eligible contacts, with every
+// other test (segment, erasure) an index lookup per contact. On contacts
+// without planner statistics (a bulk import autovacuum has not analyzed
+// yet) the planner takes the range (from, until] for a few rows and reads
+// all of it by bitmap, then sorts: every page read the rest of its range
+// again (50 rows read per message over a 20k-contact broadcast, growing
+// with the range). The settings are local to the batch's implicit
+// transaction.
+const pageInIDOrder = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true)`
+
 func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until ulid.ULID, limit int) ([]store.Contact, error) {
 	args := []any{uid(from), uid(until), limit}
 	if b.SegmentID != 0 {
 		args = append(args, b.SegmentID)
 	}
-	rows, err := s.pool.Query(ctx, pageQuery(b.SegmentID), args...)
+	batch := &pgx.Batch{}
+	batch.Queue(pageInIDOrder)
+	batch.Queue(pageQuery(b.SegmentID), args...)
+	results := s.pool.SendBatch(ctx, batch)
+	defer results.Close()
+	if _, err := results.Exec(); err != nil {
+		return nil, mapErr("eligible page", err)
+	}
+	rows, err := results.Query()
 	if err != nil {
 		return nil, mapErr("eligible page", err)
 	}

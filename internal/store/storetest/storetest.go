@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Errors", errorCases},
 		{"Gate", gateCases},
 		{"Claims", claimCases},
+		{"Pending", pendingCases},
 		{"Outcomes", outcomeCases},
 		{"State", stateCases},
 		{"Broadcasts", broadcastCases},

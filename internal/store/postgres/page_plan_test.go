@@ -1,0 +1,71 @@
+package postgres_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rangecast/rangecast/internal/store/postgres"
+	"github.com/rangecast/rangecast/internal/testenv"
+)
+
+// TestPageReadsOnlyItsPage: on contacts never analyzed (a bulk import
+// autovacuum has not reached), a page of 200 in a range of 20k contacts
+// walks an index in id order and stops after its page, instead of reading
+// the whole range by bitmap and sorting it.
+func TestPageReadsOnlyItsPage(t *testing.T) {
+	t.Parallel()
+	s := testenv.Postgres(t)
+	ctx := t.Context()
+	pool := s.Pool()
+	if _, err := pool.Exec(ctx, `ALTER TABLE contacts SET (autovacuum_enabled = false)`); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2031, time.March, 14, 9, 0, 0, 0, time.UTC)
+	if _, err := pool.Exec(ctx, `
+INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, created_at, updated_at)
+SELECT (lpad(to_hex($1::bigint + i), 12, '0') || substr(md5(i::text), 1, 20))::uuid,
+       'c' || i || '@page.example', 'c' || i || '@page.example', 'Contact ' || i, '{}', i % 20 <> 0, $2, $2
+FROM generate_series(1, 20000) AS i`, t0.UnixMilli(), t0); err != nil {
+		t.Fatal(err)
+	}
+	var lo, hi [16]byte
+	if err := pool.QueryRow(ctx, `SELECT min(id::text)::uuid, max(id::text)::uuid FROM contacts`).Scan(&lo, &hi); err != nil {
+		t.Fatal(err)
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(postgres.PageInIDOrderSQL)
+	batch.Queue("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+postgres.PageSQL(0), lo, hi, 200)
+	res := pool.SendBatch(ctx, batch)
+	defer res.Close()
+	if _, err := res.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := res.Query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var l string
+		if err := rows.Scan(&l); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, l)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := strings.Join(plan, "\n")
+	if strings.Contains(p, "Bitmap") || strings.Contains(p, "Sort") || strings.Contains(p, "Seq Scan on contacts") ||
+		!strings.Contains(p, "Index Scan using contacts_") {
+		t.Errorf("the page does not walk an index in id order:\n%s", p)
+	}
+	for _, l := range plan {
+		if strings.Contains(l, "Index Scan using contacts_") && !strings.Contains(l, "rows=200 ") && !strings.Contains(l, "rows=211 ") {
+			t.Errorf("the page read more than its 200 contacts (and the unsubscribed among them): %s\n%s", strings.TrimSpace(l), p)
+		}
+	}
+}

@@ -1,0 +1,35 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// pendingQuery reads the three open states through their partial indexes
+// (broadcast_sends_pending, broadcast_sends_deferred, and
+// broadcast_sends_failed of migration 017), so it reads only rows in them,
+// where Counts reads every row of the broadcast. One statement: one
+// snapshot, so a row moving from deferred to claimed (a sweep) is counted
+// in one state or the other. "NOT accepted" is Counts' rule (an accepted
+// row counts as sent whatever its status).
+const pendingQuery = `
+SELECT c.n, d.n, d.at, f.n FROM
+  (SELECT count(*) AS n FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'claimed' AND NOT accepted) c,
+  (SELECT count(*) AS n, min(retry_at) AS at FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'deferred' AND NOT accepted) d,
+  (SELECT count(*) AS n FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'failed' AND NOT accepted) f`
+
+func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (store.Pending, error) {
+	var p store.Pending
+	var at *time.Time
+	if err := s.pool.QueryRow(ctx, pendingQuery, uid(broadcast)).Scan(&p.Claimed, &p.Deferred, &at, &p.Failed); err != nil {
+		return store.Pending{}, mapErr("pending sends", err)
+	}
+	if at != nil {
+		p.NextDue = at.UTC()
+	}
+	return p, nil
+}

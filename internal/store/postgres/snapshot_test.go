@@ -1,0 +1,176 @@
+package postgres_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/ranges"
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/store/postgres"
+	"github.com/rangecast/rangecast/internal/testenv"
+)
+
+// TestAudienceFromIndex: once the visibility map covers contacts, accepting
+// a broadcast reads the eligible audience from contacts_eligible alone
+// (an index-only scan with no heap fetch), and the snapshot is still the
+// gate's exact count: a contact whose address was erased while it was
+// imported (not suppressed, its hash in erased_addresses) is not counted.
+// The ranges are cut at the audience's quantiles, whole audience and
+// segment alike.
+func TestAudienceFromIndex(t *testing.T) {
+	t.Parallel()
+	s := testenv.Postgres(t)
+	ctx := t.Context()
+	pool := s.Pool()
+	t0 := time.Date(2031, time.March, 14, 9, 0, 0, 0, time.UTC)
+	const n = 20_000
+	// The bench's shape: one millisecond per contact, every 20th
+	// unsubscribed, the erasure hash set as an import sets it.
+	if _, err := pool.Exec(ctx, `
+INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, erasure_hash, created_at, updated_at)
+SELECT (lpad(to_hex($1::bigint + i), 12, '0') || substr(md5(i::text), 1, 20))::uuid,
+       'c' || i || '@index.example', 'c' || i || '@index.example', 'Contact ' || i, '{}', i % 20 <> 0, md5('c' || i) || md5(i::text), $2, $2
+FROM generate_series(1, $3::bigint) AS i`, t0.UnixMilli(), t0, n); err != nil {
+		t.Fatal(err)
+	}
+	// Erased while its import ran: the gate excludes it by its hash.
+	if _, err := pool.Exec(ctx, `INSERT INTO erased_addresses (hash, erased_at)
+SELECT erasure_hash, $1 FROM contacts WHERE email = 'c7@index.example'`, t0); err != nil {
+		t.Fatal(err)
+	}
+	seg, err := s.EnsureSegment(ctx, "odd", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO segment_members (segment_id, contact_id)
+SELECT $1, id FROM contacts WHERE email ~ '^c[0-9]*[13579]@'`, seg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE contacts, segment_members, erased_addresses`); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		segment int64
+		want    int64
+	}{
+		{"whole audience", 0, n - n/20 - 1},
+		{"segment", seg, n/2 - 1}, // the unsubscribed (every 20th) are even
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck
+			if _, err := tx.Exec(ctx, postgres.IndexOnlySQL); err != nil {
+				t.Fatal(err)
+			}
+			var args []any
+			if tc.segment != 0 {
+				args = append(args, tc.segment)
+			}
+			rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+postgres.ExactSQL(tc.segment), args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plan []string
+			for rows.Next() {
+				var l string
+				if err := rows.Scan(&l); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, l)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			p := strings.Join(plan, "\n")
+			if !strings.Contains(p, "Index Only Scan using contacts_eligible") || strings.Contains(p, "Seq Scan on contacts") ||
+				strings.Contains(p, "Index Scan using contacts_pkey") {
+				t.Errorf("the audience is not read from contacts_eligible alone:\n%s", p)
+			}
+			// VACUUM marks a page all-visible only when no transaction
+			// still running (another test's) may not see its rows: the
+			// heap fetches are pinned when it covered contacts.
+			var visible bool
+			if err := pool.QueryRow(ctx, `SELECT relallvisible = relpages FROM pg_class WHERE oid = 'contacts'::regclass`).Scan(&visible); err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range plan {
+				if !strings.Contains(l, "Index Only Scan using contacts_eligible") || i+1 == len(plan) {
+					continue
+				}
+				if f := plan[i+1]; strings.Contains(f, "Heap Fetches:") && !strings.HasSuffix(f, "Heap Fetches: 0") {
+					if visible {
+						t.Errorf("heap fetches after VACUUM: %s\n%s", strings.TrimSpace(f), p)
+					} else {
+						t.Logf("VACUUM left contacts' pages not all-visible (a concurrent transaction): %s", strings.TrimSpace(f))
+					}
+				}
+			}
+			tx.Rollback(ctx) //nolint:errcheck
+
+			b, _, err := s.CreateBroadcast(ctx, store.Broadcast{
+				ID: ulid.MustNew(ulid.Timestamp(t0.Add(time.Duration(tc.segment)*time.Second)), nil), Name: tc.name, SegmentID: tc.segment,
+				CreatedAt: t0, Content: store.Content{FromAddress: "news@index.example", Subject: "s", HTML: "h"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, err = s.AcceptBroadcast(ctx, b.ID, t0); err != nil {
+				t.Fatal(err)
+			}
+			if b.SnapshotTotal != tc.want {
+				t.Errorf("SnapshotTotal = %d, want %d", b.SnapshotTotal, tc.want)
+			}
+			var walked []ulid.ULID
+			for from := (ulid.ULID{}); ; {
+				page, err := s.EligiblePage(ctx, b, from, b.MaxID, 5000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(page) == 0 {
+					break
+				}
+				for _, c := range page {
+					walked = append(walked, c.ID)
+				}
+				next, ok := ranges.Next(page[len(page)-1].ID)
+				if !ok {
+					break
+				}
+				from = next
+			}
+			if int64(len(walked)) != tc.want || walked[0] != b.MinID || walked[len(walked)-1] != b.MaxID {
+				t.Fatalf("pages hold %d contacts from %s to %s; snapshot %d from %s to %s",
+					len(walked), walked[0], walked[len(walked)-1], b.SnapshotTotal, b.MinID, b.MaxID)
+			}
+			rs, err := ranges.SplitAt(b.MinID, b.MaxID, b.RangeStarts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rs) != ranges.Count {
+				t.Fatalf("%d ranges, want %d", len(rs), ranges.Count)
+			}
+			largest, i := 0, 0
+			for _, r := range rs {
+				k := 0
+				for i < len(walked) && walked[i].Compare(r.End) <= 0 {
+					k, i = k+1, i+1
+				}
+				largest = max(largest, k)
+			}
+			mean := len(walked) / ranges.Count
+			t.Logf("largest range %d, mean %d (%.2f×)", largest, mean, float64(largest)/float64(mean))
+			// Cut at the audience's quantiles: within a few contacts of even.
+			if largest > mean+mean/50 {
+				t.Errorf("largest range holds %d contacts, want within 2 %% of the mean %d", largest, mean)
+			}
+		})
+	}
+}
