@@ -548,7 +548,7 @@ func (s *SMTP) transactChunked(ctx context.Context, c *client, m message.Rendere
 	}
 	steps := [...]step{
 		{StageMail, 250},
-		{StageRcpt, 25}, // 250 or 251
+		{StageRcpt, 25},  // 250 or 251
 		{StageData, 250}, // the chunk
 	}
 	var refused *SendError
