@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -54,16 +53,12 @@ const indexOnly = `SELECT set_config('enable_seqscan', 'off', true), set_config(
 const planDefault = `SELECT set_config('enable_seqscan', 'on', true), set_config('enable_bitmapscan', 'on', true),
        set_config('random_page_cost', reset_val, true) FROM pg_settings WHERE name = 'random_page_cost'`
 
-// exactSort holds exactQuery's sort and window of ids (a table of at most
-// samplePages pages) in memory, for the rest of the transaction.
-const exactSort = `SELECT set_config('work_mem', '16MB', true)`
-
 // snapshotAudience reads the eligible audience's count and id bounds, and
 // cuts its ranges, reading each eligible contact at most once:
 //
 //   - a table of at most samplePages pages (which the sample would read
-//     whole): one pass gives the count and the audience's quantiles to cut
-//     at (exactQuery);
+//     whole): one pass over the eligible ids gives the count, the bounds
+//     and the cuts at the audience's real quantiles (exactSnapshot);
 //   - a larger table: the count, then a sample of samplePages pages
 //     (sampleStarts), a small share of the rows.
 //
@@ -85,9 +80,6 @@ func snapshotAudience(ctx context.Context, tx pgx.Tx, segment int64) (count int6
 		}
 	}
 	if exact {
-		if _, err = tx.Exec(ctx, exactSort); err != nil {
-			return 0, minID, maxID, nil, err
-		}
 		count, minID, maxID, starts, err = exactSnapshot(ctx, tx, segment)
 	} else {
 		var args []any
@@ -112,54 +104,27 @@ func snapshotAudience(ctx context.Context, tx pgx.Tx, segment int64) (count int6
 	return count, minID, maxID, starts, nil
 }
 
-// exactQuery reads, in one pass over the eligible ids in id order, the
-// count (cnt), the first and last id, and the ids ranges.Cuts picks from
-// every id after the first: with L = cnt-1 of them, the ids at ranks
-// floor(i·L/32), i = 1 … 31, of that list (none when L < 32, as Cuts cuts
-// nothing from fewer). A row at rank j = n-2 is one of those iff
-// i = ceil(32j/L) gives it back. Exactly what the sample made of the whole
-// audience gave before, for any size: the ranges are cut at the audience's
-// real quantiles. Postgres sorts uuids bytewise, which is ULID order.
+// exactQuery reads every eligible id in id order: for a table of at most
+// samplePages pages, as the whole-table sample did.
 func exactQuery(segment int64) string {
-	k := strconv.Itoa(ranges.Count)
-	// NULLIF: SQL does not promise to test cnt > 32 first.
-	i := `((` + k + ` * (e.n - 2) + e.cnt - 2) / nullif(e.cnt - 1, 0))`
-	return `SELECT e.n, e.id, e.cnt, e.pick FROM (
-    SELECT e.*, (e.cnt > ` + k + ` AND e.n >= 2 AND ` + i + ` BETWEEN 1 AND ` + k + ` - 1
-                 AND ` + i + ` * (e.cnt - 1) / ` + k + ` = e.n - 2) AS pick
-    FROM (SELECT c.id, row_number() OVER (ORDER BY c.id) AS n, count(*) OVER () AS cnt
-          FROM contacts c WHERE ` + gate(segmentParam(segment, "$1")) + `) e
-) e
-WHERE e.n = 1 OR e.n = e.cnt OR e.pick
-ORDER BY e.n`
+	return `SELECT c.id FROM contacts c WHERE ` + gate(segmentParam(segment, "$1")) + ` ORDER BY c.id`
 }
 
-// exactSnapshot is snapshotQuery and the cut (exactQuery) in one scan.
+// exactSnapshot is snapshotQuery and the cut in one scan: the count and
+// bounds of the ids exactQuery reads, and ranges.Cuts of every id after
+// the first, as sampleStarts cuts a sample in (min, max].
 func exactSnapshot(ctx context.Context, tx pgx.Tx, segment int64) (count int64, minID, maxID pgtype.UUID, starts [][16]byte, err error) {
 	var args []any
 	if segment != 0 {
 		args = append(args, segment)
 	}
-	rows, err := tx.Query(ctx, exactQuery(segment), args...)
-	if err != nil {
+	ids, err := idsOf(tx.Query(ctx, exactQuery(segment), args...))
+	if err != nil || len(ids) == 0 {
 		return 0, minID, maxID, nil, err
 	}
-	var n int64
-	var id [16]byte
-	var pick bool
-	_, err = pgx.ForEachRow(rows, []any{&n, &id, &count, &pick}, func() error {
-		if n == 1 {
-			minID = pgtype.UUID{Bytes: id, Valid: true}
-		}
-		if n == count {
-			maxID = pgtype.UUID{Bytes: id, Valid: true}
-		}
-		if next, ok := ranges.Next(ulid.ULID(id)); pick && ok {
-			starts = append(starts, uid(next))
-		}
-		return nil
-	})
-	return count, minID, maxID, starts, err
+	minID = pgtype.UUID{Bytes: ids[0], Valid: true}
+	maxID = pgtype.UUID{Bytes: ids[len(ids)-1], Valid: true}
+	return int64(len(ids)), minID, maxID, cuts(ids[1:]), nil
 }
 
 // samplePages is how many table pages the accept-time sample reads at
@@ -202,25 +167,32 @@ func sampleStarts(ctx context.Context, tx pgx.Tx, segment int64, minID, maxID [1
 	if segment != 0 {
 		args = append(args, segment)
 	}
-	return cutsOf(tx.Query(ctx, sampleQuery(segment), args...))
-}
-
-// cutsOf reads a query's ids and cuts ranges from them (ranges.Cuts).
-func cutsOf(rows pgx.Rows, err error) ([][16]byte, error) {
+	sample, err := idsOf(tx.Query(ctx, sampleQuery(segment), args...))
 	if err != nil {
 		return nil, err
 	}
-	var sample []ulid.ULID
-	var id [16]byte
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
-		sample = append(sample, ulid.ULID(id))
-		return nil
-	}); err != nil {
+	return cuts(sample), nil
+}
+
+// idsOf reads a query's ids.
+func idsOf(rows pgx.Rows, err error) ([]ulid.ULID, error) {
+	if err != nil {
 		return nil, err
 	}
+	var ids []ulid.ULID
+	var id [16]byte
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		ids = append(ids, ulid.ULID(id))
+		return nil
+	})
+	return ids, err
+}
+
+// cuts is ranges.Cuts of ids, as the ledger stores range starts.
+func cuts(ids []ulid.ULID) [][16]byte {
 	var out [][16]byte
-	for _, c := range ranges.Cuts(sample) {
+	for _, c := range ranges.Cuts(ids) {
 		out = append(out, uid(c))
 	}
-	return out, nil
+	return out
 }

@@ -31,10 +31,9 @@ func notAttempted(o store.Outcome) int {
 
 // dueQuery reads the due deferred rows with their contacts and whether each
 // still passes the gate. The write transaction is the only writer, so what
-// it reads cannot be moved by another sweep before it writes.
-// dueQuery puts the owner's own claims first, so a repeated call (its
-// answer was lost) gets them back even when rows of lower ids came due
-// meanwhile.
+// it reads cannot be moved by another sweep before it writes. The owner's
+// own claims come first, so a repeated call (its answer was lost) gets
+// them back even when rows of lower ids came due meanwhile.
 func dueQuery(segment int64) string {
 	return `SELECT s.contact_id, c.email, c.name, c.attributes, s.attempt + (s.status = 'deferred'), (c.id IS NOT NULL AND ` + gate(segment) + `)
 FROM broadcast_sends s LEFT JOIN contacts c ON c.id = s.contact_id
