@@ -583,7 +583,10 @@ func (h *harness) call(ctx context.Context, timeout time.Duration, f func(ctx co
 				return last // an answer, not an outage
 			}
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("gave up before a coordinator answered: %w (last answer: %v)", ctx.Err(), last)
+		}
+		if time.Now().After(deadline) {
 			return fmt.Errorf("no coordinator answered within %s: %w", timeout, last)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -997,14 +1000,25 @@ func (h *harness) pauseStorm(ctx context.Context) {
 		case <-time.After(h.randDur(2*time.Second, 5*time.Second)):
 		}
 		h.pauseMu.Lock()
-		if err := h.transition(ctx, true); err != nil {
-			h.pauseMu.Unlock()
-			h.logf("t=%s storm: pause failed: %v", h.elapsed(), err)
-			continue
+		// Neither call is cut off when the chaos phase ends: a pause whose
+		// answer was lost may still have gone through, so a resume always
+		// follows it (a resume of a running broadcast is FailedPrecondition,
+		// which counts as done). Otherwise the storm could leave the
+		// broadcast paused for good.
+		detached := context.WithoutCancel(ctx)
+		var n int64
+		began := time.Now()
+		err := h.transition(detached, true)
+		if took := time.Since(began); took > 2*time.Second {
+			h.logf("t=%s storm: the pause took %s to answer", h.elapsed(), took.Round(100*time.Millisecond))
 		}
-		n := h.storms.Add(1)
-		time.Sleep(h.randDur(500*time.Millisecond, 2*time.Second))
-		if err := h.transition(context.WithoutCancel(ctx), false); err != nil {
+		if err != nil {
+			h.logf("t=%s storm: pause failed: %v", h.elapsed(), err)
+		} else {
+			n = h.storms.Add(1)
+			time.Sleep(h.randDur(500*time.Millisecond, 2*time.Second))
+		}
+		if err := h.transition(detached, false); err != nil {
 			h.logf("t=%s storm: resume failed: %v", h.elapsed(), err)
 		}
 		if h.cfg.StormPauses > 0 && int(n) >= h.cfg.StormPauses {
