@@ -17,18 +17,21 @@ import (
 
 // RecordOutcomesSQL is the statement that writes a window's outcomes, and
 // ForceKeyLookupsSQL the one run before it in its transaction.
-const (
+var (
 	RecordOutcomesSQL  = recordOutcomes
 	ForceKeyLookupsSQL = forceKeyLookups
 )
 
+// ClaimSQL is the statement a window write claims with.
+const ClaimSQL = claimQuery
+
 // ReleaseSQL is the statement Release sends.
-const ReleaseSQL = releaseClaims
+var ReleaseSQL = releaseClaims
 
 // RecordOutcomesAndReputationSQL is the statement RecordAndClaim sends for
 // the outcomes: recordOutcomes with the reputation delta; its arguments are
 // OutcomeWriteArgs.
-const RecordOutcomesAndReputationSQL = recordOutcomesAndReputation
+var RecordOutcomesAndReputationSQL = recordOutcomesAndReputation
 
 // OutcomeWriteArgs are RecordOutcomesAndReputationSQL's arguments.
 func OutcomeWriteArgs(broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) []any {

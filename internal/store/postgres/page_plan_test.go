@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +68,13 @@ FROM generate_series(1, 20000) AS i`, t0.UnixMilli(), t0); err != nil {
 		if strings.Contains(l, "Index Scan using contacts_") && !strings.Contains(l, "rows=200 ") && !strings.Contains(l, "rows=211 ") {
 			t.Errorf("the page read more than its 200 contacts (and the unsubscribed among them): %s\n%s", strings.TrimSpace(l), p)
 		}
+	}
+	// The plan the page query runs on after its first use: the generic one
+	// (pageInIDOrder sets plan_cache_mode), of the same shape.
+	generic := explain(t, s, "force_generic_plan", postgres.PageInIDOrderSQL, "uuid, uuid, integer", postgres.PageSQL(0),
+		fmt.Sprintf(`'%x', '%x', 200`, lo[:], hi[:]))
+	checkLookupsOnly(t, "page, generic plan", generic)
+	if !strings.Contains(generic.String(), "Index Scan using contacts_") && !strings.Contains(generic.String(), "Index Only Scan using contacts_") {
+		t.Errorf("page, generic plan: no index walk of contacts: %s", generic)
 	}
 }

@@ -123,6 +123,13 @@ SELECT (SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND ta
 				{"release DELETE", postgres.ForceKeyLookupsSQL, "text, uuid[], uuid[]", postgres.ReleaseSQL,
 					fmt.Sprintf(`'w1/1', ARRAY['%s', '%[1]s']::uuid[], ARRAY['%032x', '%032x']::uuid[]`, bid, 0x2a, 0x2b)},
 			}
+			// The claim: the contacts looked up by key, the broadcast once.
+			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+				plan := explain(t, s, mode, postgres.ForceKeyLookupsSQL, "uuid, uuid[], text[], text[], timestamptz, text", postgres.ClaimSQL,
+					fmt.Sprintf(`'%s', ARRAY['%032x', '%032x']::uuid[], ARRAY['a@example.org', 'b@example.org'], ARRAY['<a@example.org>', '<b@example.org>'], '%s', 'w1/1'`,
+						bid, 0x5000a, 0x5000b, t0.Format(time.RFC3339)))
+				checkLookupsOnly(t, "claim, "+mode, plan)
+			}
 			for _, st := range statements {
 				for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 					plan := explain(t, s, mode, st.pre, st.params, st.sql, st.args)
@@ -259,7 +266,9 @@ func checkPrimaryKeyPlan(t *testing.T, what string, root planNode) {
 		case "ModifyTable", "Bitmap Heap Scan", "Nested Loop", "Function Scan", "Materialize", "Memoize":
 			// The write itself, the heap fetch of a bitmap scan, and the
 			// batched write's loop over its unnest() of keys.
-		case "CTE Scan", "Aggregate", "Subquery Scan":
+		case "CTE Scan", "Tid Scan":
+			// The write's rows by the ctids windowRows found.
+		case "Aggregate", "Subquery Scan":
 			// The reputation delta: a sum over the rows the write
 			// returned (RecordOutcomesAndReputationSQL), reading no table.
 		case "Index Scan", "Bitmap Index Scan":
@@ -282,6 +291,24 @@ func checkPrimaryKeyPlan(t *testing.T, what string, root planNode) {
 	if pkey != 1 {
 		t.Errorf("%s: %d primary-key scans, want 1; plan %s", what, pkey, root)
 	}
+}
+
+// checkLookupsOnly fails if the plan reads any table other than by an
+// index lookup: no Seq Scan, bitmap, hash or merge join, or sort, whose
+// cost rests on the statistics of a table that may have none.
+func checkLookupsOnly(t *testing.T, what string, root planNode) {
+	t.Helper()
+	var walk func(p planNode)
+	walk = func(p planNode) {
+		switch p.NodeType {
+		case "Seq Scan", "Bitmap Heap Scan", "Bitmap Index Scan", "Hash", "Hash Join", "Merge Join", "Sort":
+			t.Errorf("%s: %s in plan %s", what, p.NodeType, root)
+		}
+		for _, c := range p.Plans {
+			walk(c)
+		}
+	}
+	walk(root)
 }
 
 // TestClaimChecksBroadcastOnce: the ledger has no foreign key to broadcasts

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/store"
@@ -85,7 +87,8 @@ func TestWindowWriteIsOneTransaction(t *testing.T) {
 	outcomes[3].Status, outcomes[3].Error = store.SendFailed, "550 no such user"
 	claimed, probed, err := postgres.RecordAndClaimProbed(ctx, conn, b.ID, "w1/1", outcomes, claimsOf(ids[4:]), at,
 		postgres.Probe{SQL: `SELECT concat_ws(',', current_setting('enable_seqscan'), current_setting('enable_hashjoin'),
-       current_setting('enable_mergejoin'), current_setting('enable_bitmapscan'), current_setting('enable_memoize'))`},
+       current_setting('enable_mergejoin'), current_setting('enable_bitmapscan'), current_setting('enable_memoize'),
+       current_setting('plan_cache_mode'))`},
 		// The rows this transaction wrote: an updated row's new version
 		// and an inserted row carry its xid as xmin. A statement outside
 		// the batch's transaction would have no xid assigned (it writes
@@ -101,8 +104,8 @@ FROM (SELECT (pg_current_xact_id_if_assigned()::text::bigint % 4294967296)::text
 	if len(claimed) != 4 {
 		t.Errorf("claimed %v, want the 4 new claims", claimed)
 	}
-	if want := "off,off,off,off,off"; probed[0] != want {
-		t.Errorf("enable_seqscan, _hashjoin, _mergejoin, _bitmapscan, _memoize inside the batch = %s, want %s", probed[0], want)
+	if want := "off,off,off,off,off,force_generic_plan"; probed[0] != want {
+		t.Errorf("enable_seqscan, _hashjoin, _mergejoin, _bitmapscan, _memoize, plan_cache_mode inside the batch = %s, want %s", probed[0], want)
 	}
 	// 4 outcomes and 4 claims; one delta row (3 accepted).
 	if want := "8 1"; probed[1] != want {
@@ -123,11 +126,11 @@ FROM (SELECT (pg_current_xact_id_if_assigned()::text::bigint % 4294967296)::text
 		t.Errorf("connection transaction status after the batch = %c, want I (idle)", st)
 	}
 	var after string
-	if err := conn.QueryRow(ctx, `SELECT current_setting('enable_seqscan') || ',' || current_setting('enable_hashjoin')`).Scan(&after); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT current_setting('enable_seqscan') || ',' || current_setting('enable_hashjoin') || ',' || current_setting('plan_cache_mode')`).Scan(&after); err != nil {
 		t.Fatal(err)
 	}
-	if after != "on,on" {
-		t.Errorf("enable_seqscan, enable_hashjoin after the batch = %s, want on,on (set_config(…, true) is local to the batch)", after)
+	if after != "on,on,force_custom_plan" {
+		t.Errorf("enable_seqscan, enable_hashjoin, plan_cache_mode after the batch = %s, want on,on,force_custom_plan (set_config(…, true) is local to the batch)", after)
 	}
 
 	c, err := s.Counts(ctx, b.ID)
@@ -268,5 +271,161 @@ func TestOutcomeReputationIsReputationOf(t *testing.T) {
 		if _, err := s.Pool().Exec(ctx, `DELETE FROM broadcast_reputation`); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestWindowStatementsPlannedOnce: the claim and the outcome write run on
+// their cached generic plan (genericPlan), not planned again for every
+// window, while the connection's other statements stay custom-planned.
+func TestWindowStatementsPlannedOnce(t *testing.T) {
+	t.Parallel()
+	const windows = 6
+	s, b, ids := windowSetup(t, 4*windows)
+	ctx := t.Context()
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var prev []store.Outcome
+	for w := range windows {
+		next := ids[4*w : 4*w+4]
+		claimed, _, err := postgres.RecordAndClaimProbed(ctx, conn, b.ID, "w1/1", prev, claimsOf(next), t0.Add(time.Duration(w)*time.Second))
+		if err != nil || len(claimed) != len(next) {
+			t.Fatalf("window %d: claimed %v, %v", w, claimed, err)
+		}
+		prev = sentOutcomes(next)
+	}
+	rows, err := conn.Query(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements
+WHERE statement LIKE '%INSERT INTO broadcast_sends%' OR statement LIKE '%UPDATE broadcast_sends%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for rows.Next() {
+		var stmt string
+		var generic, custom int64
+		if err := rows.Scan(&stmt, &generic, &custom); err != nil {
+			t.Fatal(err)
+		}
+		what := "claim"
+		if strings.Contains(stmt, "UPDATE broadcast_sends") {
+			what = "outcome write"
+		}
+		seen[what] = true
+		t.Logf("%s: %d generic, %d custom plans", what, generic, custom)
+		if custom != 0 || generic == 0 {
+			t.Errorf("%s ran %d times on a custom plan and %d on its generic plan; want only the generic plan", what, custom, generic)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !seen["claim"] || !seen["outcome write"] {
+		t.Errorf("prepared statements seen: %v, want the claim and the outcome write", seen)
+	}
+}
+
+// TestCachedPlansSurviveGrowth: the window statements run on plans made
+// once per connection (genericPlan), so a plan made while the ledger and
+// the audience were tiny must still look rows up by key after both have
+// grown a thousandfold with no ANALYZE since (a new install whose first
+// list is imported while it sends). A plan that walks the table and probes
+// the window's keys would read every row of the grown table per window.
+func TestCachedPlansSurviveGrowth(t *testing.T) {
+	t.Parallel()
+	const grown = 100_000
+	s, b, ids := windowSetup(t, 32)
+	ctx := t.Context()
+	pool := s.Pool()
+	seed := func(from, to int) {
+		t.Helper()
+		// Ledger rows of this broadcast held by another worker, and
+		// contacts, ids below the test's own.
+		if _, err := pool.Exec(ctx, `
+INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner)
+SELECT $1, lpad(to_hex(g), 32, '0')::uuid, 'g' || g || '@example.org', 'claimed', '<g' || g || '@example.org>', $2, $2, 'w0/1'
+FROM generate_series($3::int, $4::int) AS g`, b.ID[:], t0, from, to); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `
+INSERT INTO contacts (id, email, email_key, created_at, updated_at)
+SELECT lpad(to_hex(g), 32, '0')::uuid, 'g' || g || '@example.org', 'g' || g || '@example.org', $1, $1
+FROM generate_series($2::int, $3::int) AS g`, t0, from, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, table := range []string{"broadcast_sends", "contacts"} {
+		if _, err := pool.Exec(ctx, `ALTER TABLE `+table+` SET (autovacuum_enabled = false)`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Tiny and analyzed: the statistics under which a planner left to
+	// itself scans the table and probes the window instead.
+	seed(1, 50)
+	if _, err := pool.Exec(ctx, `ANALYZE broadcast_sends, contacts`); err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	const reads = `SELECT coalesce(sum(seq_tup_read + idx_tup_fetch), 0)::text FROM pg_stat_xact_user_tables WHERE relid = $1::regclass`
+	window := func(outcomes, claims []ulid.ULID) (ledger, contacts int) {
+		t.Helper()
+		claimed, probed, err := postgres.RecordAndClaimProbed(ctx, conn, b.ID, "w1/1", sentOutcomes(outcomes), claimsOf(claims), t0.Add(time.Minute),
+			postgres.Probe{SQL: reads, Args: []any{"broadcast_sends"}}, postgres.Probe{SQL: reads, Args: []any{"contacts"}})
+		if err != nil || len(claimed) != len(claims) {
+			t.Fatalf("window: claimed %d of %d, %v", len(claimed), len(claims), err)
+		}
+		fmt.Sscan(probed[0], &ledger)
+		fmt.Sscan(probed[1], &contacts)
+		return ledger, contacts
+	}
+	// The plans are made here, on the tiny tables.
+	window(nil, ids[0:8])
+	window(ids[0:8], ids[8:16])
+	window(ids[8:16], ids[16:24])
+
+	seed(51, grown)
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'broadcast_sends' AND attname = 'contact_id' AND null_frac IS NOT NULL`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("broadcast_sends statistics: %d, %v (want the tiny table's)", n, err)
+	}
+	ledger, contacts := window(ids[16:24], ids[24:32])
+	t.Logf("after growth to %d rows: one window of 8 outcomes and 8 claims read %d ledger rows and %d contacts", grown, ledger, contacts)
+	if ledger > 32 || contacts > 32 {
+		t.Errorf("one window of 8 outcomes and 8 claims read %d ledger rows and %d contacts after the tables grew to %d rows; want at most 32 each (a lookup per key)", ledger, contacts, grown)
+	}
+
+	// Release, on the same connection after the growth.
+	batch := &pgx.Batch{}
+	batch.Queue(postgres.ForceKeyLookupsSQL)
+	bids := make([][16]byte, 8)
+	raw := make([][16]byte, 8)
+	for i := range bids {
+		bids[i], raw[i] = [16]byte(b.ID), [16]byte(ids[24+i])
+	}
+	batch.Queue(postgres.ReleaseSQL, "w1/1", bids, raw)
+	batch.Queue(reads, "broadcast_sends")
+	res := conn.SendBatch(ctx, batch)
+	if _, err := res.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	if tag, err := res.Exec(); err != nil || tag.RowsAffected() != 8 {
+		t.Fatalf("release: %v, %v", tag, err)
+	}
+	var got string
+	if err := res.QueryRow().Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Sscan(got, &n)
+	if n > 16 {
+		t.Errorf("releasing 8 claims read %d ledger rows after the table grew to %d rows; want at most 16", n, grown)
 	}
 }
