@@ -2,6 +2,7 @@ package address
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -145,6 +146,74 @@ func FuzzCanonical(f *testing.F) {
 		back, err := Canonical(ascii)
 		if err != nil || Key(back) != k {
 			t.Fatalf("A-label round trip: %q -> %q -> %q (%v); key %q", c, ascii, back, err, k)
+		}
+	})
+}
+
+// TestPlainDomainIsIDNA: wherever plainDomain takes its short cut, the
+// domains profile would have accepted the name and given the same A-labels
+// and U-labels (its lowercase form). Checked on every name over a small
+// alphabet up to 7 bytes, on long labels and names at the length limits,
+// and by FuzzPlainDomain.
+func TestPlainDomainIsIDNA(t *testing.T) {
+	t.Parallel()
+	const alphabet = "aZ9-.x"
+	var names []string
+	var grow func(prefix string)
+	grow = func(prefix string) {
+		names = append(names, prefix)
+		if len(prefix) == 7 {
+			return
+		}
+		for i := 0; i < len(alphabet); i++ {
+			grow(prefix + alphabet[i:i+1])
+		}
+	}
+	grow("")
+	label63 := strings.Repeat("a", 63)
+	names = append(names, "xn--bcher-kva.example", "XN--BCHER-KVA.example", "ab--c.example", "a--b.example", label63+".com",
+		label63+"a.com", strings.Repeat(label63+".", 3)+strings.Repeat("b", 61), strings.Repeat(label63+".", 3)+strings.Repeat("b", 62),
+		"example.com.", ".example.com", "a..b", "-a.com", "a-.com", "1.2.3.4", "EXAMPLE.COM")
+	plain := 0
+	for _, d := range names {
+		if !plainDomain(d) {
+			continue
+		}
+		plain++
+		ascii, err := domains.ToASCII(d)
+		if err != nil || ascii != strings.ToLower(d) {
+			t.Fatalf("plainDomain(%q) but ToASCII = %q, %v", d, ascii, err)
+		}
+		uni, err := domains.ToUnicode(ascii)
+		if err != nil || uni != ascii {
+			t.Fatalf("plainDomain(%q) but ToUnicode(%q) = %q, %v", d, ascii, uni, err)
+		}
+	}
+	if plain < len(names)/10 {
+		t.Fatalf("plainDomain took %d of %d names: the check never ran", plain, len(names))
+	}
+	for _, d := range []string{"example.com", "Mail.Example.COM", "a-b.c0", label63 + ".com"} {
+		if !plainDomain(d) {
+			t.Errorf("plainDomain(%q) = false; the common case should skip the profile", d)
+		}
+	}
+}
+
+// FuzzPlainDomain: the short cut agrees with the profile on any input.
+func FuzzPlainDomain(f *testing.F) {
+	for _, s := range []string{"example.com", "xn--bcher-kva.example", "a--b.c", "bücher.example", "EXAMPLE.com", "a.b."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, d string) {
+		if !plainDomain(d) {
+			return
+		}
+		ascii, err := domains.ToASCII(d)
+		if err != nil || ascii != strings.ToLower(d) {
+			t.Fatalf("plainDomain(%q) but ToASCII = %q, %v", d, ascii, err)
+		}
+		if uni, err := domains.ToUnicode(ascii); err != nil || uni != ascii {
+			t.Fatalf("plainDomain(%q) but ToUnicode = %q, %v", d, uni, err)
 		}
 	})
 }
