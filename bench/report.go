@@ -210,7 +210,7 @@ func (r *Report) targets(w io.Writer) {
 		}
 		ok := run.rate() >= want*of
 		latOK = latOK && ok
-		lat = append(lat, fmt.Sprintf("%d in flight %.0f %% of %s %s (want %.0f %%; peak %d at the sink)", run.spec.inFlight(), 100*run.rate()/of, against, num(of), 100*want, run.peakInFlight))
+		lat = append(lat, fmt.Sprintf("%d in flight %.0f %% of %s %s (want %.0f %%; peak %d at the sink; %s)", run.spec.inFlight(), 100*run.rate()/of, against, num(of), 100*want, run.peakInFlight, run.phases.text(of)))
 	}
 	if len(lat) > 0 {
 		p("- Latency-bound throughput (50 ms; ideal = in flight ÷ latency): %s — %s.\n", strings.Join(lat, "; "), verdict(latOK))
@@ -395,4 +395,15 @@ func (r *Report) activityNotes(w io.Writer, run *runResult) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// text says where a run's time went against a rate of: the start, the
+// body (10–90 %) as a share of it, and the last 10 % against the time it
+// would have taken at the body's pace.
+func (p phases) text(of float64) string {
+	if p.body <= 0 || p.bodyRate <= 0 {
+		return "phases not measured"
+	}
+	return fmt.Sprintf("first message after %s, 10–90 %% at %.0f %% of it, last 10 %% in %s (%s at that pace)",
+		p.start.Round(time.Millisecond), 100*p.bodyRate/of, p.tail.Round(10*time.Millisecond), p.tailAtPace.Round(10*time.Millisecond))
 }

@@ -56,6 +56,8 @@ type runResult struct {
 	// elapsed runs from just before StartBroadcast to the sink's last
 	// acceptance.
 	elapsed time.Duration
+	// phases splits elapsed: where a run short of its ideal lost the time.
+	phases phases
 	// CPU during elapsed, by process group.
 	cpuCoordinator, cpuWorkers, cpuPostgres, cpuSink time.Duration
 	kvWrites, pagesDispatched                        float64
@@ -73,6 +75,47 @@ type runResult struct {
 }
 
 func (r *runResult) rate() float64 { return float64(r.delivered) / r.elapsed.Seconds() }
+
+// phases is a run's time in three parts: until the sink's first message,
+// the body (from then until 90 % of the eligible were delivered) and the
+// tail (the last 10 %). Against a steady pace, the start is time lost
+// outright and a tail slower than the body is the ranges running out
+// unevenly.
+type phases struct {
+	start, body, tail time.Duration
+	// bodyRate is the rate between 10 % and 90 % of the eligible, and
+	// tailAtPace how long the last 10 % would have taken at it.
+	bodyRate   float64
+	tailAtPace time.Duration
+}
+
+// phasesOf splits a run's timeline (sink counts sampled from t0 on), first
+// and last being the sink's first and last acceptances.
+func phasesOf(tl []sample, t0, first, last time.Time, eligible int64) phases {
+	crossed := func(frac float64) time.Time {
+		goal := int64(frac * float64(eligible))
+		for i, s := range tl {
+			if s.n < goal {
+				continue
+			}
+			if i == 0 || s.n == tl[i-1].n {
+				return s.at
+			}
+			// Linear between the two samples around the crossing.
+			prev := tl[i-1]
+			f := float64(goal-prev.n) / float64(s.n-prev.n)
+			return prev.at.Add(time.Duration(f * float64(s.at.Sub(prev.at))))
+		}
+		return last
+	}
+	t10, t90 := crossed(0.10), crossed(0.90)
+	p := phases{start: first.Sub(t0), body: t90.Sub(first), tail: last.Sub(t90)}
+	if d := t90.Sub(t10).Seconds(); d > 0 {
+		p.bodyRate = 0.8 * float64(eligible) / d
+		p.tailAtPace = time.Duration(0.1 * float64(eligible) / p.bodyRate * float64(time.Second))
+	}
+	return p
+}
 
 // cpuPerMsg is rangecast's own CPU (coordinator + workers) per message.
 func (r *runResult) cpuPerMsg() time.Duration {
@@ -325,6 +368,9 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
 			return nil, err
 		}
+	}
+	if st, err := sinkStats(ctx, s.sinkStat); err == nil && st.FirstUnixNano > 0 && st.LastUnixNano > 0 {
+		r.phases = phasesOf(timeline, t0, time.Unix(0, st.FirstUnixNano), time.Unix(0, st.LastUnixNano), eligible)
 	}
 	cpu := sampler.stop()
 	samplerStopped = true
