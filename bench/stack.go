@@ -255,7 +255,7 @@ func (s *stack) addWorker() error {
 		"--smtp-url", "smtp://"+s.sinkAddr+"?tls=none"+os.Getenv("BENCH_SMTP_PARAMS"), "--concurrency", strconv.Itoa(s.spec.concurrency), "--pages", strconv.Itoa(max(s.spec.pages, 1)), "--metrics-addr", metricsAddr)
 	// Workers sign every message's one-click unsubscribe link with the
 	// coordinators' key; the link points at the coordinator's public HTTP.
-	p.Env = []string{"RANGECAST_PPROF=1", "RANGECAST_UNSUBSCRIBE_KEYS=" + s.h.unsubscribeKey, "RANGECAST_PUBLIC_URL=http://" + s.coordWeb}
+	p.Env = []string{"RANGECAST_PPROF=1", "RANGECAST_UNSUBSCRIBE_KEYS=" + s.h.unsubscribeKey, "RANGECAST_PUBLIC_URL=http://" + s.coordWeb, os.Getenv("BENCH_WORKER_ENV")}
 	if err := p.Start(); err != nil {
 		return err
 	}

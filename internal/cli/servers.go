@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/demo"
+	"github.com/rangecast/rangecast/internal/gcpolicy"
 	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/maintenance"
 	"github.com/rangecast/rangecast/internal/server"
@@ -104,6 +106,7 @@ Every flag can be set by the environment variable named in its help.`,
 				return err
 			}
 			o.Log = log
+			applyGCPolicy(log)
 			o.Secrets = publicSecrets(keysFile)
 			o.DKIMKeys = append(o.DKIMKeys, server.DKIMKeysFromEnv()...)
 			return server.RunWorker(cmd.Context(), o)
@@ -119,6 +122,15 @@ Every flag can be set by the environment variable named in its help.`,
 	workerPublicFlags(cmd, &o.PublicURL, &keysFile)
 	dkimKeyFlag(cmd, &o.DKIMKeys)
 	return cmd
+}
+
+// applyGCPolicy sets a page worker's garbage collector (gcpolicy) and logs
+// what it set.
+func applyGCPolicy(log *slog.Logger) {
+	g := gcpolicy.Apply()
+	if g.Percent > 0 || g.MemoryLimit > 0 {
+		log.Debug("garbage collector set for a page worker (GOGC and GOMEMLIMIT override it)", "gc_percent", g.Percent, "memory_limit_bytes", g.MemoryLimit)
+	}
 }
 
 // dkimKeyFlag is --dkim-key, repeatable; RANGECAST_DKIM_KEYS adds more.
@@ -200,6 +212,7 @@ func devCommand() *cobra.Command {
 				return err
 			}
 			s.o.Log, s.o.MailFiles = log, true
+			applyGCPolicy(log) // it runs page workers too
 			where := "SQLite"
 			if s.postgres != "" {
 				url, err := postgres.WithSchema(ctx, s.postgres, "rangecast_dev")
