@@ -3,6 +3,7 @@ package pageworker
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // InDoubtWindows bounds what one page run holds claimed without an
@@ -92,10 +93,10 @@ func (p *pipeline) run() {
 			p.w.slots <- struct{}{}
 			wg.Add(1)
 			p.sends.Add(1)
-			go func() {
+			p.w.senders.run(func() {
 				defer func() { <-p.w.slots; wg.Done(); p.sends.Done() }()
 				b.errs[i] = p.w.send(p.ctx, p.l, c, b.now)
-			}()
+			})
 		}
 		for ln, idx := range laned {
 			p.sendLane(b, ln, idx, &wg)
@@ -142,5 +143,39 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				}
 			}
 		}()
+	}
+}
+
+// senders runs sends on goroutines that outlive one send. A send renders
+// its message through html/template, which grows a new goroutine's stack
+// several times over: with a goroutine per send, runtime.newstack and
+// copystack were 6–7 % of a worker's CPU in make bench. A sender keeps its
+// grown stack for the next send. There are never more senders than sends
+// once in flight (the worker's slots bound them), and one idle for
+// senderIdle exits, so a worker that stops sending holds none.
+type senders struct{ tasks chan func() }
+
+const senderIdle = 30 * time.Second
+
+// run runs f on an idle sender, or on a new one if none is waiting.
+func (s *senders) run(f func()) {
+	select {
+	case s.tasks <- f:
+	default:
+		go s.loop(f)
+	}
+}
+
+func (s *senders) loop(f func()) {
+	idle := time.NewTimer(senderIdle)
+	defer idle.Stop()
+	for {
+		f()
+		idle.Reset(senderIdle)
+		select {
+		case f = <-s.tasks:
+		case <-idle.C:
+			return
+		}
 	}
 }

@@ -153,6 +153,8 @@ type Worker struct {
 	// while it still claims windows.
 	slots chan struct{}
 	turns chan struct{}
+	// senders run the sends (pipeline).
+	senders senders
 	// governors follows the holds the leader's governors write, between
 	// the page's dispatch and each window.
 	governors *govstate.View
@@ -172,7 +174,8 @@ type loaded struct {
 func New(cfg Config) *Worker {
 	cfg = cfg.withDefaults()
 	w := &Worker{cfg: cfg, states: cfg.States, live: newLiveness(cfg.ID, cfg.MaxPageTime), broadcasts: map[ulid.ULID]*loaded{},
-		slots: make(chan struct{}, cfg.Pages*cfg.Concurrency), turns: make(chan struct{}, cfg.Pages)}
+		slots: make(chan struct{}, cfg.Pages*cfg.Concurrency), turns: make(chan struct{}, cfg.Pages),
+		senders: senders{tasks: make(chan func())}}
 	if cfg.Bus != nil && cfg.Bus.Governors != nil {
 		w.governors = govstate.NewView(cfg.Bus.Governors)
 	}
