@@ -17,7 +17,7 @@ import (
 
 // RecordOutcomesSQL is the statement that writes a window's outcomes, and
 // ForceKeyLookupsSQL the one run before it in its transaction.
-var (
+const (
 	RecordOutcomesSQL  = recordOutcomes
 	ForceKeyLookupsSQL = forceKeyLookups
 )
@@ -26,12 +26,12 @@ var (
 const ClaimSQL = claimQuery
 
 // ReleaseSQL is the statement Release sends.
-var ReleaseSQL = releaseClaims
+const ReleaseSQL = releaseClaims
 
 // RecordOutcomesAndReputationSQL is the statement RecordAndClaim sends for
 // the outcomes: recordOutcomes with the reputation delta; its arguments are
 // OutcomeWriteArgs.
-var RecordOutcomesAndReputationSQL = recordOutcomesAndReputation
+const RecordOutcomesAndReputationSQL = recordOutcomesAndReputation
 
 // OutcomeWriteArgs are RecordOutcomesAndReputationSQL's arguments.
 func OutcomeWriteArgs(broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) []any {

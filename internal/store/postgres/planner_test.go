@@ -266,9 +266,7 @@ func checkPrimaryKeyPlan(t *testing.T, what string, root planNode) {
 		case "ModifyTable", "Bitmap Heap Scan", "Nested Loop", "Function Scan", "Materialize", "Memoize":
 			// The write itself, the heap fetch of a bitmap scan, and the
 			// batched write's loop over its unnest() of keys.
-		case "CTE Scan", "Tid Scan":
-			// The write's rows by the ctids windowRows found.
-		case "Aggregate", "Subquery Scan":
+		case "CTE Scan", "Aggregate", "Subquery Scan":
 			// The reputation delta: a sum over the rows the write
 			// returned (RecordOutcomesAndReputationSQL), reading no table.
 		case "Index Scan", "Bitmap Index Scan":

@@ -527,51 +527,41 @@ func claimedIDs(rows pgx.Rows) ([]ulid.ULID, error) {
 // the plan.
 const stillClaimed = `status || '' = 'claimed'`
 
-// windowRows finds the window's ledger rows by key, $3 and $4 being the
-// broadcast (repeated per row) and contact ids, the other arrays riding
-// along: k holds each row's ctid. The statements that use it write their
-// rows by that ctid (a TID scan per row), so they have one possible plan,
-// whatever the statistics say and however the table has grown since the
-// plan was made (genericPlan): the LATERAL subquery can only run once per
-// key, inside the loop over the keys, and OFFSET 0 keeps the planner from
-// folding it into a join it could turn around. Joined to the keys directly,
-// the write on a plan made while the ledger held 50 rows scanned the whole
-// ledger for every window once it had grown (TestCachedPlansSurviveGrowth:
-// 100,148 rows read for a window of 8 at 100k rows). Rows come out in the
-// keys' order, contact id order, which is the order they are locked in:
-// two writes of overlapping sets in different orders could deadlock. A row
-// updated by someone else after the statement's snapshot is followed to
-// its newest version and the write's guards checked again on it, as for
-// any UPDATE.
-func windowRows(columns, types string) string {
-	return `k AS MATERIALIZED (
-    SELECT x.tid, u.* FROM unnest(` + types + `) AS u(` + columns + `),
-    LATERAL (SELECT ctid AS tid FROM broadcast_sends x WHERE x.broadcast_id = u.bid AND x.contact_id = u.id OFFSET 0) AS x
-)`
-}
+// atKey is the join of broadcast_sends s to a window's keys u: the row whose
+// (broadcast_id, contact_id) is (u.bid, u.id), written as the two row
+// comparisons that bound it. A plain equality of each column would give the
+// planner a second plan: for a ledger it believes small (a plan made while
+// it held 50 rows) it walks the whole table and probes the window's keys,
+// and a generic plan (genericPlan) made so kept walking it as the table
+// grew (TestCachedPlansSurviveGrowth: 100,148 rows read for a window of 8
+// at 100k rows). Row comparisons are not equalities the planner can order
+// the table by, so the only plan is a loop over the keys with a primary-key
+// lookup each (the bounds are its start and end). A row another
+// transaction updates meanwhile is followed to its newest version, whose
+// key and guards are checked again, as with any key lookup
+// (TestOutcomeFollowsConcurrentUpdate).
+const atKey = `(s.broadcast_id, s.contact_id) >= (u.bid, u.id) AND (s.broadcast_id, s.contact_id) <= (u.bid, u.id)`
 
-// outcomeUpdate writes a window's outcomes to the rows of windowRows: $1
-// owner, $2 now, then one array per column in contact id order. It returns
-// the new status of every row it moved (a row another run holds, or one no
-// longer claimed, is left alone).
-const outcomeUpdate = `UPDATE broadcast_sends AS s SET status = k.status,
-    error = CASE WHEN k.error <> '' AND s.email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE k.error END,
-    updated_at = $2, retry_at = k.retry_at,
-    accepted = (k.status = 'sent'), owner = CASE WHEN k.status = 'claimed' THEN '' ELSE s.owner END,
-    attempt = s.attempt - k.not_attempted
-FROM k
-WHERE s.ctid = k.tid AND s.` + stillClaimed + ` AND s.owner = $1
+// outcomeUpdate writes a window's outcomes, joined on the primary key
+// (atKey): $1 owner, $2 now, then one array per column in contact id order,
+// the broadcast id repeated in each row ($3). It returns the new status of
+// every row it moved (a row another run holds, or one no longer claimed, is
+// left alone). Rows are locked in the keys' order, contact id order: two
+// writes of overlapping sets in different orders could deadlock.
+const outcomeUpdate = `UPDATE broadcast_sends AS s SET status = u.status,
+    error = CASE WHEN u.error <> '' AND s.email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE u.error END,
+    updated_at = $2, retry_at = u.retry_at,
+    accepted = (u.status = 'sent'), owner = CASE WHEN u.status = 'claimed' THEN '' ELSE s.owner END,
+    attempt = s.attempt - u.not_attempted
+FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[], $8::int[]) AS u(bid, id, status, error, retry_at, not_attempted)
+WHERE ` + atKey + ` AND s.` + stillClaimed + ` AND s.owner = $1
 RETURNING s.status`
 
-var outcomeRows = windowRows("bid, id, status, error, retry_at, not_attempted",
-	"$3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[], $8::int[]")
-
-// recordOutcomes writes a window's outcomes in one statement (outcomeUpdate
-// on windowRows). TestOutcomeWriteUsesPrimaryKey pins its plan on a
-// never-analyzed ledger and on one analyzed before the broadcast grew, and
+// recordOutcomes writes a window's outcomes in one statement.
+// TestOutcomeWriteUsesPrimaryKey pins its plan on a never-analyzed ledger
+// and on one analyzed before the broadcast grew, and
 // TestCachedPlansSurviveGrowth on one that grew after its plan was made.
-var recordOutcomes = `WITH ` + outcomeRows + `
-` + outcomeUpdate
+const recordOutcomes = outcomeUpdate
 
 // forceKeyLookups leaves the planner, for the rest of the transaction, only
 // index lookups and plain nested loops (a memo cache is no use on unique
@@ -604,11 +594,11 @@ func outcomeArgs(broadcast ulid.ULID, owner string, outcomes []store.Outcome, no
 	return []any{owner, now, bids, ids, statuses, errs, retries, skipped}
 }
 
-// releaseClaims deletes claims that $1 still holds, found by windowRows
-// ($2 the broadcast id repeated per row, $3 the contacts).
-var releaseClaims = `WITH ` + windowRows("bid, id", "$2::uuid[], $3::uuid[]") + `
-DELETE FROM broadcast_sends AS s USING k
-WHERE s.ctid = k.tid AND s.` + stillClaimed + ` AND s.owner = $1`
+// releaseClaims deletes claims that $1 still holds, by primary key (atKey):
+// the broadcast id repeated per row ($2) for the reason recordOutcomes gives.
+const releaseClaims = `
+DELETE FROM broadcast_sends AS s USING unnest($2::uuid[], $3::uuid[]) AS u(bid, id)
+WHERE ` + atKey + ` AND s.` + stillClaimed + ` AND s.owner = $1`
 
 // recordOutcomesAndReputation is recordOutcomes with the reputation delta
 // of the rows it moved ($9 the broadcast), in the same statement. A claimed
@@ -619,8 +609,8 @@ WHERE s.ctid = k.tid AND s.` + stillClaimed + ` AND s.owner = $1`
 // window that moves no sum (failures, deferrals) inserts no delta.
 // TestOutcomeReputationIsReputationOf pins it to store.ReputationOf for
 // every status.
-var recordOutcomesAndReputation = `
-WITH ` + outcomeRows + `, moved AS (` + outcomeUpdate + `), d AS (
+const recordOutcomesAndReputation = `
+WITH moved AS (` + outcomeUpdate + `), d AS (
     SELECT count(*) FILTER (WHERE status = 'sent') AS accepted,
            count(*) FILTER (WHERE status IN ('delivered', 'opened', 'clicked', 'complained')) AS delivered,
            count(*) FILTER (WHERE status = 'bounced') AS bounced,

@@ -429,3 +429,53 @@ FROM generate_series($2::int, $3::int) AS g`, t0, from, to); err != nil {
 		t.Errorf("releasing 8 claims read %d ledger rows after the table grew to %d rows; want at most 16", n, grown)
 	}
 }
+
+// TestOutcomeFollowsConcurrentUpdate: a window's outcome reaches a row that
+// another transaction updated (still claimed, still this run's: a retried
+// claim's no-op update) after the outcome statement took its snapshot. The
+// write waits for that transaction, then moves the row's newest version;
+// it must not skip the row because its version moved.
+func TestOutcomeFollowsConcurrentUpdate(t *testing.T) {
+	t.Parallel()
+	s, b, ids := windowSetup(t, 4)
+	ctx := t.Context()
+	if got, err := s.Claim(ctx, b.ID, "w1/1", claimsOf(ids), t0); err != nil || len(got) != 4 {
+		t.Fatalf("Claim = %v, %v", got, err)
+	}
+	for _, what := range []string{"outcome", "release"} {
+		other, err := s.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := ids[1]
+		if what == "release" {
+			target = ids[3]
+		}
+		if _, err := other.Exec(ctx, `UPDATE broadcast_sends SET owner = owner WHERE broadcast_id = $1 AND contact_id = $2`, b.ID[:], target[:]); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			if what == "outcome" {
+				done <- s.RecordOutcomes(ctx, b.ID, "w1/1", sentOutcomes(ids[:3]), t0.Add(time.Minute))
+			} else {
+				done <- s.Release(ctx, b.ID, "w1/1", ids[3:])
+			}
+		}()
+		// Let the write reach the locked row and wait on it.
+		time.Sleep(300 * time.Millisecond)
+		if err := other.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	c, err := s.Counts(ctx, b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Sent != 3 || c.Claimed != 0 {
+		t.Errorf("Counts = %+v, want 3 sent and the fourth released (not claimed): a row updated meanwhile was skipped", c)
+	}
+}
