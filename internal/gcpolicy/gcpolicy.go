@@ -27,9 +27,30 @@ const Percent = 400
 // soft memory limit.
 const limitShare = 0.8
 
-// cgroupLimitFiles are where a container's memory limit is read from,
-// cgroup v2 first.
-var cgroupLimitFiles = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
+// cgroupLimitFiles are where a container's memory limit is read from: the
+// process's own cgroup v2 group (from /proc/self/cgroup, which is "/"
+// inside a container with its own cgroup namespace, and the unit's path
+// under systemd), then the v2 and v1 roots.
+func cgroupLimitFiles() []string {
+	files := []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
+	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		if p := cgroupV2Path(string(b)); p != "" && p != "/" {
+			files = append([]string{"/sys/fs/cgroup" + p + "/memory.max"}, files...)
+		}
+	}
+	return files
+}
+
+// cgroupV2Path is the unified hierarchy's path in /proc/self/cgroup's
+// contents (its "0::PATH" line), or "".
+func cgroupV2Path(procSelfCgroup string) string {
+	for _, line := range strings.Split(procSelfCgroup, "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return strings.TrimSpace(p)
+		}
+	}
+	return ""
+}
 
 // Settings is what Apply decides: GC percent and soft memory limit in
 // bytes, each 0 where the environment (or no container limit) leaves the
@@ -59,7 +80,7 @@ func Decide(getenv func(string) string, readLimit func() string) Settings {
 // container's memory limit, and returns what it set.
 func Apply() Settings {
 	s := Decide(os.Getenv, func() string {
-		for _, f := range cgroupLimitFiles {
+		for _, f := range cgroupLimitFiles() {
 			if b, err := os.ReadFile(f); err == nil {
 				return string(b)
 			}

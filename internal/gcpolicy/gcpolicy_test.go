@@ -26,3 +26,18 @@ func TestDecide(t *testing.T) {
 		}
 	}
 }
+
+func TestCgroupV2Path(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"0::/\n": "/",
+		"0::/system.slice/rangecast-pageworker.service\n": "/system.slice/rangecast-pageworker.service",
+		"12:memory:/docker/abc\n11:cpu:/docker/abc\n":     "",
+		"1:name=systemd:/x\n0::/kubepods/pod1/c1\n":       "/kubepods/pod1/c1",
+		"": "",
+	} {
+		if got := cgroupV2Path(in); got != want {
+			t.Errorf("cgroupV2Path(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -150,9 +150,10 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 // its message through html/template, which grows a new goroutine's stack
 // several times over: with a goroutine per send, runtime.newstack and
 // copystack were 6–7 % of a worker's CPU in make bench. A sender keeps its
-// grown stack for the next send. There are never more senders than sends
-// once in flight (the worker's slots bound them), and one idle for
-// senderIdle exits, so a worker that stops sending holds none.
+// grown stack for the next send. A new sender starts only when none is
+// waiting for work, so there are about as many as the worker's slots (a
+// few more where a send came while a sender was between two), and one
+// idle for senderIdle exits, so a worker that stops sending holds none.
 type senders struct{ tasks chan func() }
 
 const senderIdle = 30 * time.Second

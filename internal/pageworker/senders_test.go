@@ -36,8 +36,9 @@ func TestSendersReuseGoroutines(t *testing.T) {
 	running.Wait() // all 20 at once: none waits for another
 	close(release)
 	ran.Wait()
+	// Upper bounds only: goroutines of earlier tests may end meanwhile.
 	peak := runtime.NumGoroutine() - before
-	if peak < wide || peak > wide+4 {
+	if peak > wide+4 {
 		t.Fatalf("%d sends at once: %d senders, want %d", wide, peak, wide)
 	}
 	time.Sleep(50 * time.Millisecond) // the senders are back waiting
