@@ -78,3 +78,31 @@ func TestProcReaders(t *testing.T) {
 		t.Fatalf("VmHWM %d, %v", hwm, err)
 	}
 }
+
+// TestPhasesOf: a run that starts 100 ms late, sends 1,000 a second and
+// slows to half that pace for its last 10 % is split as such.
+func TestPhasesOf(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	first := t0.Add(100 * time.Millisecond)
+	var tl []sample
+	for ms := 0; ms <= 900; ms += 50 { // 0 → 900 at 1,000/s
+		tl = append(tl, sample{at: first.Add(time.Duration(ms) * time.Millisecond), n: int64(ms)})
+	}
+	for ms := 100; ms <= 200; ms += 50 { // 900 → 1,000 at 500/s
+		tl = append(tl, sample{at: first.Add(time.Duration(900+2*ms-100) * time.Millisecond), n: int64(900 + ms/2)})
+	}
+	last := tl[len(tl)-1].at
+	p := phasesOf(tl, t0, first, last, 1000)
+	if p.start != 100*time.Millisecond {
+		t.Errorf("start = %v, want 100ms", p.start)
+	}
+	if p.bodyRate < 990 || p.bodyRate > 1010 {
+		t.Errorf("body rate = %.0f, want 1,000", p.bodyRate)
+	}
+	if p.tailAtPace < 99*time.Millisecond || p.tailAtPace > 101*time.Millisecond {
+		t.Errorf("tail at the body's pace = %v, want 100ms", p.tailAtPace)
+	}
+	if p.tail <= p.tailAtPace {
+		t.Errorf("tail = %v, want longer than at the body's pace (%v)", p.tail, p.tailAtPace)
+	}
+}
