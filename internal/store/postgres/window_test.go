@@ -341,16 +341,17 @@ func TestCachedPlansSurviveGrowth(t *testing.T) {
 	seed := func(from, to int) {
 		t.Helper()
 		// Ledger rows of this broadcast held by another worker, and
-		// contacts, ids below the test's own.
+		// contacts, ids above the test's own: a lookup that walks on past
+		// its key passes all of them.
 		if _, err := pool.Exec(ctx, `
 INSERT INTO broadcast_sends (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner)
-SELECT $1, lpad(to_hex(g), 32, '0')::uuid, 'g' || g || '@example.org', 'claimed', '<g' || g || '@example.org>', $2, $2, 'w0/1'
+SELECT $1, ('ffff' || lpad(to_hex(g), 28, '0'))::uuid, 'g' || g || '@example.org', 'claimed', '<g' || g || '@example.org>', $2, $2, 'w0/1'
 FROM generate_series($3::int, $4::int) AS g`, b.ID[:], t0, from, to); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := pool.Exec(ctx, `
 INSERT INTO contacts (id, email, email_key, created_at, updated_at)
-SELECT lpad(to_hex(g), 32, '0')::uuid, 'g' || g || '@example.org', 'g' || g || '@example.org', $1, $1
+SELECT ('ffff' || lpad(to_hex(g), 28, '0'))::uuid, 'g' || g || '@example.org', 'g' || g || '@example.org', $1, $1
 FROM generate_series($2::int, $3::int) AS g`, t0, from, to); err != nil {
 			t.Fatal(err)
 		}
@@ -389,13 +390,32 @@ FROM generate_series($2::int, $3::int) AS g`, t0, from, to); err != nil {
 	window(ids[0:8], ids[8:16])
 	window(ids[8:16], ids[16:24])
 
+	// Index pages touched, which the row counts above do not show: a
+	// lookup that walks the index past its key reads no more rows (and
+	// returns no more entries) but scans every page it passes.
+	indexPages := func() int64 {
+		t.Helper()
+		if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0)::bigint FROM pg_statio_user_indexes WHERE relid = 'broadcast_sends'::regclass`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	seed(51, grown)
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'broadcast_sends' AND attname = 'contact_id' AND null_frac IS NOT NULL`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("broadcast_sends statistics: %d, %v (want the tiny table's)", n, err)
 	}
+	before := indexPages()
 	ledger, contacts := window(ids[16:24], ids[24:32])
-	t.Logf("after growth to %d rows: one window of 8 outcomes and 8 claims read %d ledger rows and %d contacts", grown, ledger, contacts)
+	pages := indexPages() - before
+	t.Logf("after growth to %d rows: one window of 8 outcomes and 8 claims read %d ledger rows (%d index pages) and %d contacts", grown, ledger, pages, contacts)
+	if pages > 300 {
+		t.Errorf("one window of 8 outcomes and 8 claims touched %d index pages of broadcast_sends after it grew to %d rows; want at most 300 (a few per key and index)", pages, grown)
+	}
 	if ledger > 32 || contacts > 32 {
 		t.Errorf("one window of 8 outcomes and 8 claims read %d ledger rows and %d contacts after the tables grew to %d rows; want at most 32 each (a lookup per key)", ledger, contacts, grown)
 	}
