@@ -548,12 +548,16 @@ const stillClaimed = `status || '' = 'claimed'`
 // lookup (TestOutcomeFollowsConcurrentUpdate).
 const atKey = `(s.contact_id, s.broadcast_id) >= (u.id, u.bid) AND (s.contact_id, s.broadcast_id) <= (u.id, u.bid)`
 
-// outcomeUpdate writes a window's outcomes, joined on the key (atKey): $1 owner, $2 now, then one array per column in contact id order,
-// the broadcast id repeated in each row ($3). It returns the new status of
-// every row it moved (a row another run holds, or one no longer claimed, is
-// left alone). Rows are locked in the keys' order, contact id order: two
-// writes of overlapping sets in different orders could deadlock.
-const outcomeUpdate = `UPDATE broadcast_sends AS s SET status = u.status,
+// recordOutcomes writes a window's outcomes in one statement, joined on
+// the key (atKey): $1 owner, $2 now, then one array per column in contact
+// id order, the broadcast id repeated in each row ($3). It returns the new
+// status of every row it moved (a row another run holds, or one no longer
+// claimed, is left alone). Rows are locked in the keys' order, contact id
+// order: two writes of overlapping sets in different orders could
+// deadlock. TestOutcomeWriteUsesPrimaryKey pins its plan on a
+// never-analyzed ledger and on one analyzed before the broadcast grew, and
+// TestCachedPlansSurviveGrowth on one that grew after its plan was made.
+const recordOutcomes = `UPDATE broadcast_sends AS s SET status = u.status,
     error = CASE WHEN u.error <> '' AND s.email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE u.error END,
     updated_at = $2, retry_at = u.retry_at,
     accepted = (u.status = 'sent'), owner = CASE WHEN u.status = 'claimed' THEN '' ELSE s.owner END,
@@ -561,12 +565,6 @@ const outcomeUpdate = `UPDATE broadcast_sends AS s SET status = u.status,
 FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[], $8::int[]) AS u(bid, id, status, error, retry_at, not_attempted)
 WHERE ` + atKey + ` AND s.` + stillClaimed + ` AND s.owner = $1
 RETURNING s.status`
-
-// recordOutcomes writes a window's outcomes in one statement.
-// TestOutcomeWriteUsesPrimaryKey pins its plan on a never-analyzed ledger
-// and on one analyzed before the broadcast grew, and
-// TestCachedPlansSurviveGrowth on one that grew after its plan was made.
-const recordOutcomes = outcomeUpdate
 
 // forceKeyLookups leaves the planner, for the rest of the transaction, only
 // index lookups and plain nested loops (a memo cache is no use on unique
@@ -615,7 +613,7 @@ WHERE ` + atKey + ` AND s.` + stillClaimed + ` AND s.owner = $1`
 // TestOutcomeReputationIsReputationOf pins it to store.ReputationOf for
 // every status.
 const recordOutcomesAndReputation = `
-WITH moved AS (` + outcomeUpdate + `), d AS (
+WITH moved AS (` + recordOutcomes + `), d AS (
     SELECT count(*) FILTER (WHERE status = 'sent') AS accepted,
            count(*) FILTER (WHERE status IN ('delivered', 'opened', 'clicked', 'complained')) AS delivered,
            count(*) FILTER (WHERE status = 'bounced') AS bounced,
