@@ -124,6 +124,9 @@ var SnapshotSQL = snapshotQuery
 var (
 	ExactSQL     = exactQuery
 	IndexOnlySQL = indexOnly
+	// SamplePages is the table size (in pages) above which the audience is
+	// counted and sampled rather than read whole.
+	SamplePages int64 = samplePages
 )
 
 // PageSQL is EligiblePage's query, and PageInIDOrderSQL the settings it

@@ -190,3 +190,56 @@ SELECT $1, id FROM contacts WHERE email ~ '^c[0-9]*[13579]@'`, seg); err != nil 
 		})
 	}
 }
+
+// TestSnapshotCountsErasures: on a table too large to read whole (past
+// SamplePages), the accept-time count leaves out the gate's erasure test
+// while no address was ever erased, and keeps it once one was: a contact
+// imported while its address was erased (not suppressed, its hash in
+// erased_addresses) is counted before the erasure and not after.
+func TestSnapshotCountsErasures(t *testing.T) {
+	t.Parallel()
+	s := testenv.Postgres(t)
+	ctx := t.Context()
+	pool := s.Pool()
+	t0 := time.Date(2031, time.March, 14, 9, 0, 0, 0, time.UTC)
+	const n = 60_000
+	if _, err := pool.Exec(ctx, `
+INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, erasure_hash, created_at, updated_at)
+SELECT (lpad(to_hex($1::bigint + i), 12, '0') || substr(md5(i::text), 1, 20))::uuid,
+       'c' || i || '@count.example', 'c' || i || '@count.example', 'Contact ' || i, '{}', i % 20 <> 0, md5('c' || i) || md5(i::text), $2, $2
+FROM generate_series(1, $3::bigint) AS i`, t0.UnixMilli(), t0, n); err != nil {
+		t.Fatal(err)
+	}
+	var pages int64
+	if err := pool.QueryRow(ctx, `SELECT pg_relation_size('contacts') / current_setting('block_size')::int`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if pages <= postgres.SamplePages {
+		t.Fatalf("contacts has %d pages, want more than %d: the audience would be read whole", pages, postgres.SamplePages)
+	}
+	accept := func(i int) store.Broadcast {
+		t.Helper()
+		b, _, err := s.CreateBroadcast(ctx, store.Broadcast{
+			ID: ulid.MustNew(ulid.Timestamp(t0.Add(time.Duration(i)*time.Second)), nil), Name: "count", CreatedAt: t0,
+			Content: store.Content{FromAddress: "news@count.example", Subject: "s", HTML: "h"},
+		})
+		if err == nil {
+			b, err = s.AcceptBroadcast(ctx, b.ID, t0)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	eligible := int64(n - n/20)
+	if b := accept(1); b.SnapshotTotal != eligible {
+		t.Errorf("before any erasure: SnapshotTotal = %d, want %d", b.SnapshotTotal, eligible)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO erased_addresses (hash, erased_at)
+SELECT erasure_hash, $1 FROM contacts WHERE email = 'c7@count.example'`, t0); err != nil {
+		t.Fatal(err)
+	}
+	if b := accept(2); b.SnapshotTotal != eligible-1 {
+		t.Errorf("after an erasure: SnapshotTotal = %d, want %d (the erased contact left out)", b.SnapshotTotal, eligible-1)
+	}
+}
