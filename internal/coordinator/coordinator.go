@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
@@ -536,22 +537,36 @@ func (c *Coordinator) rangeRecords(ctx context.Context, b store.Broadcast) ([]bu
 	}
 	recs := make([]bus.RangeRecord, len(rs))
 	revs := make([]uint64, len(rs))
+	// The records are read rangeReaders at a time: one after another, a
+	// read per range was most of a status call's time and held up an
+	// actor's first pages (32 round trips to NATS at the default).
+	var g errgroup.Group
+	g.SetLimit(rangeReaders)
 	for i, r := range rs {
-		e, err := c.cfg.Bus.Broadcasts.Get(ctx, bus.RangeKey(b.ID.String(), r.Index))
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			recs[i] = bus.RangeRecord{Index: r.Index, Start: r.Start.String(), End: r.End.String(), Next: r.Start.String()}
-			continue
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("read range %d: %w", r.Index, err)
-		}
-		if err := bus.Decode(e.Value(), &recs[i]); err != nil {
-			return nil, nil, err
-		}
-		revs[i] = e.Revision()
+		g.Go(func() error {
+			e, err := c.cfg.Bus.Broadcasts.Get(ctx, bus.RangeKey(b.ID.String(), r.Index))
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				recs[i] = bus.RangeRecord{Index: r.Index, Start: r.Start.String(), End: r.End.String(), Next: r.Start.String()}
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("read range %d: %w", r.Index, err)
+			}
+			if err := bus.Decode(e.Value(), &recs[i]); err != nil {
+				return err
+			}
+			revs[i] = e.Revision()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
 	}
 	return recs, revs, nil
 }
+
+// rangeReaders is how many range records rangeRecords reads at once.
+const rangeReaders = 8
 
 // backoff is the wait before retrying a range after n fruitless attempts:
 // doubling from Backoff, capped, with up to 50% jitter so ranges that failed
