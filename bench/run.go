@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -195,8 +196,9 @@ type crashResult struct {
 
 // sample is the sink's count at a moment.
 type sample struct {
-	at time.Time
-	n  int64
+	at       time.Time
+	n        int64
+	inFlight int64 // messages in DATA at the sink
 }
 
 func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int, opt runOptions) (r *runResult, err error) {
@@ -325,7 +327,7 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 			return nil, err
 		}
 		now := time.Now()
-		timeline = append(timeline, sample{at: now, n: st.Recipients})
+		timeline = append(timeline, sample{at: now, n: st.Recipients, inFlight: st.InFlight})
 		r.delivered, r.peakInFlight = st.Recipients, st.PeakInFlight
 		if st.LastUnixNano > 0 {
 			r.elapsed = time.Unix(0, st.LastUnixNano).Sub(t0)
@@ -372,6 +374,7 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 	if st, err := sinkStats(ctx, s.sinkStat); err == nil && st.FirstUnixNano > 0 && st.LastUnixNano > 0 {
 		r.phases = phasesOf(timeline, t0, time.Unix(0, st.FirstUnixNano), time.Unix(0, st.LastUnixNano), eligible)
 	}
+	writeTimeline(filepath.Join(s.dir, "timeline.csv"), t0, timeline)
 	cpu := sampler.stop()
 	samplerStopped = true
 	r.cpuCoordinator, r.cpuWorkers, r.cpuPostgres, r.cpuSink = cpu["coordinator"], cpu["workers"], cpu["postgres"], cpu["sink"]
@@ -520,6 +523,20 @@ WHERE broadcast_id = $1 AND contact_id >= $2 AND contact_id <= $3`, [16]byte(bid
 		}
 	}
 	return nil
+}
+
+// writeTimeline keeps the sink's counts as sampled, in the run's folder
+// (-dir), for a look at where a run lost its time: seconds since
+// StartBroadcast, messages accepted, messages in DATA.
+func writeTimeline(path string, t0 time.Time, tl []sample) {
+	var b strings.Builder
+	b.WriteString("seconds,accepted,in_flight\n")
+	for _, s := range tl {
+		fmt.Fprintf(&b, "%.3f,%d,%d\n", s.at.Sub(t0).Seconds(), s.n, s.inFlight)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	}
 }
 
 // rateOver is the sink's rate over the last d of the timeline.

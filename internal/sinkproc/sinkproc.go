@@ -125,11 +125,13 @@ type Stats struct {
 	// PeakInFlight is the most messages the sink was answering DATA for at
 	// once: with a latency, the senders' messages in flight.
 	PeakInFlight int64 `json:"peak_in_flight"`
+	// InFlight is how many it is answering DATA for now.
+	InFlight int64 `json:"in_flight"`
 }
 
 // Stats returns the counters so far.
 func (s *Sink) Stats() Stats {
-	return Stats{Messages: s.accepted.Load(), Recipients: s.rcpts.Load(), Refused: s.refused.Load(), FirstUnixNano: s.first.Load(), LastUnixNano: s.last.Load(), PeakInFlight: s.peak.Load()}
+	return Stats{Messages: s.accepted.Load(), Recipients: s.rcpts.Load(), Refused: s.refused.Load(), FirstUnixNano: s.first.Load(), LastUnixNano: s.last.Load(), PeakInFlight: s.peak.Load(), InFlight: s.inData.Load()}
 }
 
 // StatsHandler serves Stats as JSON on GET /stats, for a harness in
