@@ -74,7 +74,7 @@ func appendHTMLText(dst []byte, src string) []byte {
 				linkStart = len(out)
 			} else if linkHref != "" {
 				text := bytes.TrimSpace(out[linkStart:])
-				if string(text) != linkHref && !strings.HasPrefix(linkHref, "#") && !strings.HasPrefix(strings.ToLower(linkHref), "mailto:") {
+				if string(text) != linkHref && !strings.HasPrefix(linkHref, "#") && !hasPrefixFold(linkHref, "mailto:") {
 					out = append(out, " ("...)
 					out = append(out, linkHref...)
 					out = append(out, ')')
@@ -124,6 +124,13 @@ func appendCollapsed(out []byte, s string) []byte {
 		out = append(out, ' ')
 	}
 	return out
+}
+
+// hasPrefixFold is strings.HasPrefix(strings.ToLower(s), prefix) for an
+// ASCII prefix in lower case, without lowering (a copy of) all of s: link
+// targets here hold upper-case ULIDs.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && asciiEqualFold(s[:len(prefix)], prefix)
 }
 
 // asciiSpace holds the ASCII characters unicode.IsSpace accepts.
