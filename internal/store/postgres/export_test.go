@@ -135,3 +135,6 @@ var (
 	PageSQL          = pageQuery
 	PageInIDOrderSQL = pageInIDOrder
 )
+
+// CutsWithin is the accept-time cut of a sample to the audience's bounds.
+var CutsWithin = cutsWithin

@@ -60,6 +60,8 @@ func TestWindowStatementsNeverJIT(t *testing.T) {
 			fmt.Sprintf(`'w1/1', ARRAY['%s']::uuid[], ARRAY['%032x']::uuid[]`, bid, 0x2a)},
 		{"eligible page", postgres.PageInIDOrderSQL, "uuid, uuid, integer", postgres.PageSQL(0),
 			fmt.Sprintf(`'%032x', '%032x', 200`, 0, 0xff)},
+		{"eligible page of a segment", postgres.PageInIDOrderSQL, "uuid, uuid, integer, bigint", postgres.PageSQL(1),
+			fmt.Sprintf(`'%032x', '%032x', 200, 1`, 0, 0xff)},
 	} {
 		if !jitPlanned(t, s, "", st.params, st.sql, st.args) {
 			t.Errorf("%s without its settings: planned without JIT at jit_above_cost 0; the check below proves nothing", st.name)

@@ -381,7 +381,7 @@ func (s *Store) AcceptBroadcast(ctx context.Context, id ulid.ULID, now time.Time
 	if store.State(state) != store.StateDraft {
 		return store.Broadcast{}, fmt.Errorf("accept broadcast %s: it is %s, only a draft can be started: %w", id, state, store.ErrConflict)
 	}
-	count, minID, maxID, starts, err := snapshotAudience(ctx, tx, segment)
+	count, minID, maxID, starts, err := snapshotAudience(ctx, s.pool, tx, segment)
 	if err != nil {
 		return store.Broadcast{}, mapErr("accept broadcast", err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/ranges"
@@ -74,14 +75,19 @@ const planDefault = `SELECT set_config('enable_seqscan', 'on', true), set_config
 //   - a table of at most samplePages pages (which the sample would read
 //     whole): one pass over the eligible ids gives the count, the bounds
 //     and the cuts at the audience's real quantiles (exactSnapshot);
-//   - a larger table: the count, then a sample of samplePages pages
-//     (sampleStarts), a small share of the rows.
+//   - a larger table: the count, and meanwhile, on another of the pool's
+//     connections, a sample of samplePages pages (sampleIDs), a small
+//     share of the rows. One after the other, the sample was a tenth of a
+//     StartBroadcast at 1M contacts. The cuts only balance the ranges; the
+//     bounds, from the count's snapshot, decide what the ranges cover, so
+//     a cut outside them (a contact imported between the two snapshots) is
+//     dropped.
 //
 // When the visibility map covers contacts, the pass is an index-only scan
 // of contacts_eligible and reads no contact row. Right after a bulk
 // import, before autovacuum has been by, it reads every row of the table
 // as it did before that index.
-func snapshotAudience(ctx context.Context, tx pgx.Tx, segment int64) (count int64, minID, maxID pgtype.UUID, starts [][16]byte, err error) {
+func snapshotAudience(ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx, segment int64) (count int64, minID, maxID pgtype.UUID, starts [][16]byte, err error) {
 	var share float64
 	var pages int64
 	var erasures bool
@@ -90,6 +96,25 @@ func snapshotAudience(ctx context.Context, tx pgx.Tx, segment int64) (count int6
 	}
 	fromIndex := share >= minVisibleShare
 	exact := pages <= samplePages
+	type sampled struct {
+		ids []ulid.ULID
+		err error
+	}
+	var sample chan sampled
+	if !exact {
+		sctx, cancel := context.WithCancel(ctx)
+		sample = make(chan sampled, 1)
+		defer func() {
+			cancel()
+			if sample != nil {
+				<-sample // never leave the sample's query running
+			}
+		}()
+		go func() {
+			ids, err := sampleIDs(sctx, pool, segment)
+			sample <- sampled{ids, err}
+		}()
+	}
 	if fromIndex {
 		if _, err = tx.Exec(ctx, indexOnly); err != nil {
 			return 0, minID, maxID, nil, err
@@ -112,9 +137,14 @@ func snapshotAudience(ctx context.Context, tx pgx.Tx, segment int64) (count int6
 			return 0, minID, maxID, nil, err
 		}
 	}
-	if count > 0 && !exact {
-		if starts, err = sampleStarts(ctx, tx, segment, minID.Bytes, maxID.Bytes); err != nil {
-			return 0, minID, maxID, nil, fmt.Errorf("sample audience: %w", err)
+	if sample != nil {
+		got := <-sample
+		sample = nil
+		if got.err != nil {
+			return 0, minID, maxID, nil, fmt.Errorf("sample audience: %w", got.err)
+		}
+		if count > 0 {
+			starts = cutsWithin(got.ids, minID.Bytes, maxID.Bytes)
 		}
 	}
 	return count, minID, maxID, starts, nil
@@ -128,7 +158,7 @@ func exactQuery(segment int64) string {
 
 // exactSnapshot is snapshotQuery and the cut in one scan: the count and
 // bounds of the ids exactQuery reads, and ranges.Cuts of every id after
-// the first, as sampleStarts cuts a sample in (min, max].
+// the first, as cutsWithin cuts a sample in (min, max].
 func exactSnapshot(ctx context.Context, tx pgx.Tx, segment int64) (count int64, minID, maxID pgtype.UUID, starts [][16]byte, err error) {
 	var args []any
 	if segment != 0 {
@@ -155,39 +185,46 @@ const samplePages = 512
 // planner statistics or a count.
 const samplePercent = `SELECT least(100, 100.0 * $2 / greatest(1, pg_relation_size($1::regclass) / current_setting('block_size')::int))`
 
-// sampleQuery reads the eligible ids in (min, max] on a sample of pages: of
-// contacts, or of the segment's members (each sampled row then checked
-// against the rest of the gate by key). $1 percent, $2 min, $3 max, $4
-// segment.
+// sampleQuery reads the eligible ids on a sample of pages: of contacts, or
+// of the segment's members (each sampled row then checked against the rest
+// of the gate by key). $1 percent, $2 segment.
 func sampleQuery(segment int64) string {
 	if segment == 0 {
-		return `SELECT c.id FROM contacts c TABLESAMPLE SYSTEM ($1)
-WHERE c.id > $2 AND c.id <= $3 AND ` + gate("")
+		return `SELECT c.id FROM contacts c TABLESAMPLE SYSTEM ($1) WHERE ` + gate("")
 	}
 	return `SELECT c.id FROM segment_members m TABLESAMPLE SYSTEM ($1) JOIN contacts c ON c.id = m.contact_id
-WHERE m.segment_id = $4 AND c.id > $2 AND c.id <= $3 AND ` + gate("")
+WHERE m.segment_id = $2 AND ` + gate("")
 }
 
-// sampleStarts cuts the audience's ranges from a sample of its ids
-// (ranges.Cuts); nil when the sample is too small to cut from.
-func sampleStarts(ctx context.Context, tx pgx.Tx, segment int64, minID, maxID [16]byte) ([][16]byte, error) {
+// sampleIDs reads the eligible ids on a sample of about samplePages pages,
+// in a transaction of its own.
+func sampleIDs(ctx context.Context, pool *pgxpool.Pool, segment int64) ([]ulid.ULID, error) {
 	table := "contacts"
 	if segment != 0 {
 		table = "segment_members"
 	}
 	var percent float64
-	if err := tx.QueryRow(ctx, samplePercent, table, samplePages).Scan(&percent); err != nil {
+	if err := pool.QueryRow(ctx, samplePercent, table, samplePages).Scan(&percent); err != nil {
 		return nil, err
 	}
-	args := []any{percent, minID, maxID}
+	args := []any{percent}
 	if segment != 0 {
 		args = append(args, segment)
 	}
-	sample, err := idsOf(tx.Query(ctx, sampleQuery(segment), args...))
-	if err != nil {
-		return nil, err
+	return idsOf(pool.Query(ctx, sampleQuery(segment), args...))
+}
+
+// cutsWithin cuts the audience's ranges from a sample of its ids
+// (ranges.Cuts) taken from the ids in (min, max]; nil when the sample is
+// too small to cut from.
+func cutsWithin(sample []ulid.ULID, min, max [16]byte) [][16]byte {
+	in := sample[:0]
+	for _, id := range sample {
+		if id.Compare(ulid.ULID(min)) > 0 && id.Compare(ulid.ULID(max)) <= 0 {
+			in = append(in, id)
+		}
 	}
-	return cuts(sample), nil
+	return cuts(in)
 }
 
 // idsOf reads a query's ids.

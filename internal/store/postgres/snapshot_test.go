@@ -243,3 +243,33 @@ SELECT erasure_hash, $1 FROM contacts WHERE email = 'c7@count.example'`, t0); er
 		t.Errorf("after an erasure: SnapshotTotal = %d, want %d (the erased contact left out)", b.SnapshotTotal, eligible-1)
 	}
 }
+
+// TestCutsWithin: the sample is read beside the count, in a snapshot of its
+// own, so it may hold ids outside the bounds the count saw (contacts
+// imported or erased in between); the cuts are those of the ids within
+// (min, max] alone, so every range start lies inside the bounds.
+func TestCutsWithin(t *testing.T) {
+	t0 := time.Date(2031, time.March, 14, 9, 0, 0, 0, time.UTC)
+	var ids []ulid.ULID
+	for i := range 200 {
+		ids = append(ids, ulid.MustNew(ulid.Timestamp(t0.Add(time.Duration(i)*time.Second)), nil))
+	}
+	min, max := ids[50], ids[149]
+	inside := append([]ulid.ULID(nil), ids[51:150]...)
+	want := postgres.CutsWithin(inside, min, max)
+	if len(want) != ranges.Count-1 {
+		t.Fatalf("%d cuts of the ids inside, want %d", len(want), ranges.Count-1)
+	}
+	got := postgres.CutsWithin(append([]ulid.ULID(nil), ids...), min, max)
+	if len(got) != len(want) {
+		t.Fatalf("%d cuts, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("cut %d = %x, want %x", i, got[i], want[i])
+		}
+		if c := ulid.ULID(got[i]); c.Compare(min) <= 0 || c.Compare(max) > 0 {
+			t.Fatalf("cut %s outside (%s, %s]", c, min, max)
+		}
+	}
+}
