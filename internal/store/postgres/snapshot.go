@@ -75,13 +75,18 @@ const planDefault = `SELECT set_config('enable_seqscan', 'on', true), set_config
 //   - a table of at most samplePages pages (which the sample would read
 //     whole): one pass over the eligible ids gives the count, the bounds
 //     and the cuts at the audience's real quantiles (exactSnapshot);
-//   - a larger table: the count, and meanwhile, on another of the pool's
-//     connections, a sample of samplePages pages (sampleIDs), a small
-//     share of the rows. One after the other, the sample was a tenth of a
-//     StartBroadcast at 1M contacts. The cuts only balance the ranges; the
-//     bounds, from the count's snapshot, decide what the ranges cover, so
-//     a cut outside them (a contact imported between the two snapshots) is
-//     dropped.
+//   - a larger table: the count, then a sample of samplePages pages
+//     (sampleIDs), a small share of the rows. One after the other, the
+//     sample was a tenth of a StartBroadcast at 1M contacts, so it runs
+//     beside the count on another of the pool's connections, if one comes
+//     while the count runs (besideSample). The accept never waits for a
+//     second connection past that: one that waited while holding its first
+//     (and the broadcast's row lock) could wait for good once accepts held
+//     every connection. Without one, or if that sample fails, the sample
+//     runs after the count in the accept's transaction, as it always did.
+//     The cuts only balance the ranges; the bounds, from the count's
+//     snapshot, decide what the ranges cover, so a cut outside them (a
+//     contact imported between the two snapshots) is dropped.
 //
 // When the visibility map covers contacts, the pass is an index-only scan
 // of contacts_eligible and reads no contact row. Right after a bulk
@@ -96,24 +101,10 @@ func snapshotAudience(ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx, segmen
 	}
 	fromIndex := share >= minVisibleShare
 	exact := pages <= samplePages
-	type sampled struct {
-		ids []ulid.ULID
-		err error
-	}
-	var sample chan sampled
+	var beside *besideSample
 	if !exact {
-		sctx, cancel := context.WithCancel(ctx)
-		sample = make(chan sampled, 1)
-		defer func() {
-			cancel()
-			if sample != nil {
-				<-sample // never leave the sample's query running
-			}
-		}()
-		go func() {
-			ids, err := sampleIDs(sctx, pool, segment)
-			sample <- sampled{ids, err}
-		}()
+		beside = startSample(ctx, pool, segment)
+		defer beside.stop()
 	}
 	if fromIndex {
 		if _, err = tx.Exec(ctx, indexOnly); err != nil {
@@ -137,17 +128,72 @@ func snapshotAudience(ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx, segmen
 			return 0, minID, maxID, nil, err
 		}
 	}
-	if sample != nil {
-		got := <-sample
-		sample = nil
-		if got.err != nil {
-			return 0, minID, maxID, nil, fmt.Errorf("sample audience: %w", got.err)
-		}
-		if count > 0 {
-			starts = cutsWithin(got.ids, minID.Bytes, maxID.Bytes)
-		}
+	if exact || count == 0 {
+		return count, minID, maxID, starts, nil
 	}
-	return count, minID, maxID, starts, nil
+	ids, err := beside.result()
+	if err != nil {
+		ids, err = sampleIDs(ctx, tx, segment)
+	}
+	if err != nil {
+		return 0, minID, maxID, nil, fmt.Errorf("sample audience: %w", err)
+	}
+	return count, minID, maxID, cutsWithin(ids, minID.Bytes, maxID.Bytes), nil
+}
+
+// besideSample is a sample read on a connection of its own while the
+// accept transaction counts.
+type besideSample struct {
+	cancel   context.CancelFunc
+	acquired chan struct{} // closed once it holds its connection
+	done     chan sampled  // its one result
+	finished bool          // done has been received from
+	got      sampled
+}
+
+// sampled is a sample's ids, or why there are none.
+type sampled struct {
+	ids []ulid.ULID
+	err error
+}
+
+func startSample(ctx context.Context, pool *pgxpool.Pool, segment int64) *besideSample {
+	ctx, cancel := context.WithCancel(ctx)
+	b := &besideSample{cancel: cancel, acquired: make(chan struct{}), done: make(chan sampled, 1)}
+	go func() {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			b.done <- sampled{err: err}
+			return
+		}
+		close(b.acquired)
+		defer conn.Release()
+		ids, err := sampleIDs(ctx, conn, segment)
+		b.done <- sampled{ids, err}
+	}()
+	return b
+}
+
+// result is the sample if it got a connection while the count ran: it
+// then waits for the sample, which holds everything it needs. Otherwise
+// it gives up the wait for one, and returns an error.
+func (b *besideSample) result() ([]ulid.ULID, error) {
+	select {
+	case <-b.acquired:
+	default:
+		b.cancel()
+	}
+	b.got, b.finished = <-b.done, true
+	return b.got.ids, b.got.err
+}
+
+// stop cancels the sample and waits for it to end, so no query of it is
+// left running when the accept returns.
+func (b *besideSample) stop() {
+	b.cancel()
+	if !b.finished {
+		<-b.done
+	}
 }
 
 // exactQuery reads every eligible id in id order: for a table of at most
@@ -196,22 +242,28 @@ func sampleQuery(segment int64) string {
 WHERE m.segment_id = $2 AND ` + gate("")
 }
 
-// sampleIDs reads the eligible ids on a sample of about samplePages pages,
-// in a transaction of its own.
-func sampleIDs(ctx context.Context, pool *pgxpool.Pool, segment int64) ([]ulid.ULID, error) {
+// querier is what sampleIDs reads through: the accept's transaction, or a
+// connection of its own.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// sampleIDs reads the eligible ids on a sample of about samplePages pages.
+func sampleIDs(ctx context.Context, q querier, segment int64) ([]ulid.ULID, error) {
 	table := "contacts"
 	if segment != 0 {
 		table = "segment_members"
 	}
 	var percent float64
-	if err := pool.QueryRow(ctx, samplePercent, table, samplePages).Scan(&percent); err != nil {
+	if err := q.QueryRow(ctx, samplePercent, table, samplePages).Scan(&percent); err != nil {
 		return nil, err
 	}
 	args := []any{percent}
 	if segment != 0 {
 		args = append(args, segment)
 	}
-	return idsOf(pool.Query(ctx, sampleQuery(segment), args...))
+	return idsOf(q.Query(ctx, sampleQuery(segment), args...))
 }
 
 // cutsWithin cuts the audience's ranges from a sample of its ids

@@ -1,6 +1,8 @@
 package postgres_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -231,6 +233,12 @@ FROM generate_series(1, $3::bigint) AS i`, t0.UnixMilli(), t0, n); err != nil {
 		}
 		return b
 	}
+	// The count's two forms: with the erasure test, and without it.
+	for _, seg := range []int64{0, 1} {
+		if !strings.Contains(postgres.SnapshotSQL(seg, true), "erased_addresses") || strings.Contains(postgres.SnapshotSQL(seg, false), "erased_addresses") {
+			t.Fatalf("segment %d: the count tests erased_addresses only with erasures: with %q, without %q", seg, postgres.SnapshotSQL(seg, true), postgres.SnapshotSQL(seg, false))
+		}
+	}
 	eligible := int64(n - n/20)
 	if b := accept(1); b.SnapshotTotal != eligible {
 		t.Errorf("before any erasure: SnapshotTotal = %d, want %d", b.SnapshotTotal, eligible)
@@ -256,7 +264,10 @@ func TestCutsWithin(t *testing.T) {
 	}
 	min, max := ids[50], ids[149]
 	inside := append([]ulid.ULID(nil), ids[51:150]...)
-	want := postgres.CutsWithin(inside, min, max)
+	var want [][16]byte
+	for _, c := range ranges.Cuts(append([]ulid.ULID(nil), inside...)) {
+		want = append(want, [16]byte(c))
+	}
 	if len(want) != ranges.Count-1 {
 		t.Fatalf("%d cuts of the ids inside, want %d", len(want), ranges.Count-1)
 	}
@@ -271,5 +282,73 @@ func TestCutsWithin(t *testing.T) {
 		if c := ulid.ULID(got[i]); c.Compare(min) <= 0 || c.Compare(max) > 0 {
 			t.Fatalf("cut %s outside (%s, %s]", c, min, max)
 		}
+	}
+}
+
+// TestAcceptWithFewConnections: accepting a broadcast on a table too large
+// to read whole samples it beside the count on a second connection when
+// one comes, and never waits for one while it holds its first: with one
+// connection in the pool, and with four accepts at once on two, every
+// accept finishes and cuts its ranges (it used to wait for good there).
+func TestAcceptWithFewConnections(t *testing.T) {
+	t.Parallel()
+	url := testenv.DatabaseURL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	seed, err := postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	t0 := time.Date(2031, time.March, 14, 9, 0, 0, 0, time.UTC)
+	const n = 60_000
+	if _, err := seed.Pool().Exec(ctx, `
+INSERT INTO contacts (id, email, email_key, name, attributes, subscribed, created_at, updated_at)
+SELECT (lpad(to_hex($1::bigint + i), 12, '0') || substr(md5(i::text), 1, 20))::uuid,
+       'c' || i || '@few.example', 'c' || i || '@few.example', 'Contact ' || i, '{}', true, $2, $2
+FROM generate_series(1, $3::bigint) AS i`, t0.UnixMilli(), t0, n); err != nil {
+		t.Fatal(err)
+	}
+	var pages int64
+	if err := seed.Pool().QueryRow(ctx, `SELECT pg_relation_size('contacts') / current_setting('block_size')::int`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if pages <= postgres.SamplePages {
+		t.Fatalf("contacts has %d pages, want more than %d: the audience would be read whole", pages, postgres.SamplePages)
+	}
+	next := 0
+	for _, tc := range []struct{ conns, accepts int }{{1, 1}, {2, 4}} {
+		s, err := postgres.Open(ctx, fmt.Sprintf("%s&pool_max_conns=%d", url, tc.conns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]ulid.ULID, tc.accepts)
+		for i := range ids {
+			next++
+			b, _, err := s.CreateBroadcast(ctx, store.Broadcast{
+				ID: ulid.MustNew(ulid.Timestamp(t0.Add(time.Duration(next)*time.Second)), nil), Name: "few", CreatedAt: t0,
+				Content: store.Content{FromAddress: "news@few.example", Subject: "s", HTML: "h"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[i] = b.ID
+		}
+		errs := make(chan error, tc.accepts)
+		for _, id := range ids {
+			go func() {
+				b, err := s.AcceptBroadcast(ctx, id, t0)
+				if err == nil && (b.SnapshotTotal != n || len(b.RangeStarts) != ranges.Count-1) {
+					err = fmt.Errorf("snapshot %d with %d range starts, want %d and %d", b.SnapshotTotal, len(b.RangeStarts), n, ranges.Count-1)
+				}
+				errs <- err
+			}()
+		}
+		for range tc.accepts {
+			if err := <-errs; err != nil {
+				t.Errorf("%d accepts at once on %d connection(s): %v", tc.accepts, tc.conns, err)
+			}
+		}
+		s.Close()
 	}
 }
