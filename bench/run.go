@@ -316,6 +316,9 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 	// broadcast ends without (a crash run's in-doubt claims are not resent).
 	deadline := time.Now().Add(time.Duration(eligible)*time.Second/100 + 3*time.Minute)
 	var timeline []sample
+	// Kept however the run ends: a stalled or failed run is where it tells
+	// the most.
+	defer func() { writeTimeline(filepath.Join(s.dir, "timeline.csv"), t0, timeline) }()
 	kv, err := s.js.KeyValue(ctx, bus.BroadcastBucket)
 	if err != nil {
 		return nil, err
@@ -374,7 +377,6 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 	if st, err := sinkStats(ctx, s.sinkStat); err == nil && st.FirstUnixNano > 0 && st.LastUnixNano > 0 {
 		r.phases = phasesOf(timeline, t0, time.Unix(0, st.FirstUnixNano), time.Unix(0, st.LastUnixNano), eligible)
 	}
-	writeTimeline(filepath.Join(s.dir, "timeline.csv"), t0, timeline)
 	cpu := sampler.stop()
 	samplerStopped = true
 	r.cpuCoordinator, r.cpuWorkers, r.cpuPostgres, r.cpuSink = cpu["coordinator"], cpu["workers"], cpu["postgres"], cpu["sink"]

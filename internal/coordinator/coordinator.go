@@ -540,11 +540,11 @@ func (c *Coordinator) rangeRecords(ctx context.Context, b store.Broadcast) ([]bu
 	// The records are read rangeReaders at a time: one after another, a
 	// read per range was most of a status call's time and held up an
 	// actor's first pages (32 round trips to NATS at the default).
-	var g errgroup.Group
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(rangeReaders)
 	for i, r := range rs {
 		g.Go(func() error {
-			e, err := c.cfg.Bus.Broadcasts.Get(ctx, bus.RangeKey(b.ID.String(), r.Index))
+			e, err := c.cfg.Bus.Broadcasts.Get(gctx, bus.RangeKey(b.ID.String(), r.Index))
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				recs[i] = bus.RangeRecord{Index: r.Index, Start: r.Start.String(), End: r.End.String(), Next: r.Start.String()}
 				return nil

@@ -26,6 +26,10 @@ func TestHTMLToTextSkippedElements(t *testing.T) {
 		{"a\u00a0\u00a0b&nbsp;c\u2003 d\t\ne", "a b c d e\n"},
 		{"<p>  lead</p>\n\n\n<p>trail  </p>  <br><br><br>x", "lead\n\ntrail\n\nx\n"},
 		{"<a href=\"https://x.example/\">  https://x.example/  </a> <a href=\"mailto:a@b\">a@b</a>", "https://x.example/  a@b\n"},
+		// mailto: in any case keeps the text alone; a target that only
+		// starts like it is a link like any other.
+		{"<a href=\"MAILTO:a@b\">write</a> <a href=\"MailTo:c@d\">us</a>", "write us\n"},
+		{"<a href=\"mailt\">m</a> <a href=\"mailto\">n</a>", "m (mailt) n (mailto)\n"},
 	} {
 		if got := htmlToText(tc.in); got != tc.want {
 			t.Errorf("htmlToText(%q) = %q, want %q", tc.in, got, tc.want)
