@@ -76,35 +76,7 @@ func TestWindowStatementsNeverJIT(t *testing.T) {
 // transaction, would be JIT compiled, with JIT on and its thresholds at 0.
 func jitPlanned(t *testing.T, s *postgres.Store, pre, params, sql, args string) bool {
 	t.Helper()
-	ctx := t.Context()
-	conn, err := s.Pool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	defer conn.Exec(ctx, `DEALLOCATE jitted`) //nolint:errcheck
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	for _, set := range []string{`SET LOCAL jit = on`, `SET LOCAL jit_above_cost = 0`, `SET LOCAL plan_cache_mode = force_generic_plan`} {
-		if _, err := tx.Exec(ctx, set); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if pre != "" {
-		if _, err := tx.Exec(ctx, pre); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := tx.Exec(ctx, `PREPARE jitted (`+params+`) AS `+sql); err != nil {
-		t.Fatal(err)
-	}
-	var raw string
-	if err := tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE jitted(`+args+`)`).Scan(&raw); err != nil {
-		t.Fatal(err)
-	}
+	raw := explainJSON(t, s, []string{`SET LOCAL jit = on`, `SET LOCAL jit_above_cost = 0`, `SET LOCAL plan_cache_mode = force_generic_plan`}, pre, params, sql, args)
 	var out []struct {
 		JIT *json.RawMessage `json:"JIT"`
 	}

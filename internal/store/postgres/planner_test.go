@@ -170,6 +170,21 @@ SELECT (SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND ta
 // transaction, without running it.
 func explain(t *testing.T, s *postgres.Store, mode, pre, params, sql, args string) planNode {
 	t.Helper()
+	raw := explainJSON(t, s, []string{`SET LOCAL plan_cache_mode = ` + mode}, pre, params, sql, args)
+	var out []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(raw), &out); err != nil || len(out) != 1 {
+		t.Fatalf("EXPLAIN output %s: %v", raw, err)
+	}
+	t.Logf("%s (pre %t): %s", mode, pre != "", out[0].Plan)
+	return out[0].Plan
+}
+
+// explainJSON is EXPLAIN (FORMAT JSON) of sql prepared in a transaction
+// that first runs sets, then pre (if any).
+func explainJSON(t *testing.T, s *postgres.Store, sets []string, pre, params, sql, args string) string {
+	t.Helper()
 	ctx := t.Context()
 	conn, err := s.Pool().Acquire(ctx)
 	if err != nil {
@@ -187,11 +202,11 @@ func explain(t *testing.T, s *postgres.Store, mode, pre, params, sql, args strin
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
-		t.Fatal(err)
-	}
-	if pre != "" {
-		if _, err := tx.Exec(ctx, pre); err != nil {
+	for _, set := range append(sets, pre) {
+		if set == "" {
+			continue
+		}
+		if _, err := tx.Exec(ctx, set); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -202,14 +217,7 @@ func explain(t *testing.T, s *postgres.Store, mode, pre, params, sql, args strin
 	if err := tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE explained(`+args+`)`).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
-	var out []struct {
-		Plan planNode `json:"Plan"`
-	}
-	if err := json.Unmarshal([]byte(raw), &out); err != nil || len(out) != 1 {
-		t.Fatalf("EXPLAIN output %s: %v", raw, err)
-	}
-	t.Logf("%s (pre %t): %s", mode, pre != "", out[0].Plan)
-	return out[0].Plan
+	return raw
 }
 
 func uuidText(id ulid.ULID) string { return fmt.Sprintf("%x", id[:]) }
