@@ -445,7 +445,7 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 // what lies beyond them in the ledger, and starts as many workers again.
 func (h *harness) crashWorkers(ctx context.Context, s *stack, id string, timeline []sample) (*crashResult, error) {
 	killed := time.Now()
-	c := &crashResult{atDelivered: timeline[len(timeline)-1].n, preRate: rateOver(timeline, 3*time.Second), pageLimit: 200, stalled: map[int]string{}}
+	c := &crashResult{atDelivered: timeline[len(timeline)-1].n, preRate: rateOver(timeline, 3*time.Second), pageLimit: ranges.PageSize, stalled: map[int]string{}}
 	n := len(s.workers)
 	for _, w := range s.workers {
 		w.Signal(syscall.SIGKILL, 10*time.Second)

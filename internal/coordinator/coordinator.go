@@ -94,7 +94,7 @@ type PagePublisher interface {
 
 func (c Config) withDefaults() Config {
 	if c.PageLimit <= 0 {
-		c.PageLimit = 200
+		c.PageLimit = ranges.PageSize
 	}
 	if c.Tick == 0 {
 		c.Tick = 5 * time.Second

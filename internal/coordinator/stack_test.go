@@ -335,12 +335,12 @@ func (s *stack) exactlyOnce(want map[string]bool) {
 }
 
 // audienceRanges are the ranges a broadcast to eligible (in id order) gets
-// when the store cuts them from every id but the first: what both stores do
-// for an audience this small (the Postgres sample then reads every page).
+// when the store cuts them from every id: what both stores do for an
+// audience this small (the Postgres store then reads every id).
 func audienceRanges(eligible []store.Contact) ([]ranges.Range, error) {
 	ids := make([]ulid.ULID, 0, len(eligible))
-	for _, c := range eligible[1:] {
+	for _, c := range eligible {
 		ids = append(ids, c.ID)
 	}
-	return ranges.SplitAt(eligible[0].ID, eligible[len(eligible)-1].ID, ranges.Cuts(ids))
+	return ranges.SplitAt(eligible[0].ID, eligible[len(eligible)-1].ID, ranges.AudienceCuts(ids))
 }

@@ -730,3 +730,74 @@ func (r *randReader) Read(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// TestAudienceRanks: ranges cut from a whole audience take no more pages
+// (of PageSize) than the audience itself, once there are Count pages of
+// it, so a 10,000-contact broadcast writes as many page records per
+// message as a 1,000,000-contact one. A smaller audience keeps Count
+// ranges of one page each.
+func TestAudienceRanks(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{0, 1, Count, Count + 1, 100, 6_399, Count * PageSize, Count*PageSize + 1, 9_500, 10_000, 12_801, 99_999, 1_000_000} {
+		ranks := AudienceRanks(n)
+		if n <= Count {
+			if ranks != nil {
+				t.Errorf("n=%d: ranks %v, want none", n, ranks)
+			}
+			continue
+		}
+		if len(ranks) != Count-1 {
+			t.Fatalf("n=%d: %d ranks, want %d", n, len(ranks), Count-1)
+		}
+		bounds := append(append([]int{0}, ranks...), n)
+		pages, largest := 0, 0
+		for i := 1; i < len(bounds); i++ {
+			size := bounds[i] - bounds[i-1]
+			if size <= 0 {
+				t.Fatalf("n=%d: range %d is empty or reversed (ranks %v)", n, i-1, ranks)
+			}
+			if i < len(bounds)-1 && n >= Count*PageSize && size%PageSize != 0 {
+				t.Errorf("n=%d: range %d holds %d, not whole pages of %d", n, i-1, size, PageSize)
+			}
+			pages += (size + PageSize - 1) / PageSize
+			largest = max(largest, size)
+		}
+		if want := max(Count, (n+PageSize-1)/PageSize); pages != want {
+			t.Errorf("n=%d: ranges take %d pages, want %d", n, pages, want)
+		}
+		if mean := n / Count; largest > 2*mean {
+			t.Errorf("n=%d: largest range %d, want ≤ 2 × the mean %d", n, largest, mean)
+		}
+	}
+}
+
+// TestAudienceCuts: the starts cut from a whole audience split it at
+// AudienceRanks, each start just after the contact before it.
+func TestAudienceCuts(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	ids := make([]ulid.ULID, 9_500)
+	for i := range ids {
+		ids[i] = ulid.MustNew(1_700_000_000_000+rnd.Uint64N(3), &randReader{rnd})
+	}
+	slices.SortFunc(ids, ulid.ULID.Compare)
+	ids = slices.Compact(ids)
+	rs, err := SplitAt(ids[0], ids[len(ids)-1], AudienceCuts(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTiles(t, rs, ids[0], ids[len(ids)-1])
+	bounds := append(append([]int{0}, AudienceRanks(len(ids))...), len(ids))
+	if len(rs) != len(bounds)-1 {
+		t.Fatalf("%d ranges, want %d", len(rs), len(bounds)-1)
+	}
+	for i, r := range rs {
+		if next, _ := Next(ids[max(0, bounds[i]-1)]); i > 0 && r.Start != next {
+			t.Errorf("range %d starts at %s, want just after the contact before it, %s", i, r.Start, next)
+		}
+		if n := bounds[i+1] - bounds[i]; !r.Contains(ids[bounds[i]]) || !r.Contains(ids[bounds[i+1]-1]) ||
+			(i > 0 && r.Contains(ids[bounds[i]-1])) {
+			t.Errorf("range %d does not hold exactly ranks [%d, %d) (%d contacts)", i, bounds[i], bounds[i+1], n)
+		}
+	}
+}

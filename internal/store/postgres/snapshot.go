@@ -203,8 +203,8 @@ func exactQuery(segment int64) string {
 }
 
 // exactSnapshot is snapshotQuery and the cut in one scan: the count and
-// bounds of the ids exactQuery reads, and ranges.Cuts of every id after
-// the first, as cutsWithin cuts a sample in (min, max].
+// bounds of the ids exactQuery reads, and ranges.AudienceCuts of them:
+// ranges of whole pages, which a sample could only estimate.
 func exactSnapshot(ctx context.Context, tx pgx.Tx, segment int64) (count int64, minID, maxID pgtype.UUID, starts [][16]byte, err error) {
 	var args []any
 	if segment != 0 {
@@ -216,7 +216,10 @@ func exactSnapshot(ctx context.Context, tx pgx.Tx, segment int64) (count int64, 
 	}
 	minID = pgtype.UUID{Bytes: ids[0], Valid: true}
 	maxID = pgtype.UUID{Bytes: ids[len(ids)-1], Valid: true}
-	return int64(len(ids)), minID, maxID, cuts(ids[1:]), nil
+	for _, c := range ranges.AudienceCuts(ids) {
+		starts = append(starts, uid(c))
+	}
+	return int64(len(ids)), minID, maxID, starts, nil
 }
 
 // samplePages is how many table pages the accept-time sample reads at

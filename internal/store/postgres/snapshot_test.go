@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -178,9 +179,12 @@ SELECT $1, id FROM contacts WHERE email ~ '^c[0-9]*[13579]@'`, seg); err != nil 
 			}
 			mean := len(walked) / ranges.Count
 			t.Logf("largest range %d, mean %d (%.2f×)", largest, mean, float64(largest)/float64(mean))
-			// Cut at the audience's quantiles: within a few contacts of even.
-			if largest > mean+mean/50 {
-				t.Errorf("largest range holds %d contacts, want within 2 %% of the mean %d", largest, mean)
+			// Cut from every id, in whole pages: within a page of even.
+			if want := ranges.AudienceCuts(walked); !slices.Equal(b.RangeStarts, want) {
+				t.Errorf("RangeStarts = %v, want ranges.AudienceCuts of the audience %v", b.RangeStarts, want)
+			}
+			if largest > mean+ranges.PageSize {
+				t.Errorf("largest range holds %d contacts, want within a page (%d) of the mean %d", largest, ranges.PageSize, mean)
 			}
 		})
 	}

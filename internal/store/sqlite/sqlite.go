@@ -533,18 +533,18 @@ WHERE rn IN (SELECT value FROM json_each(:ranks)) ORDER BY id`
 }
 
 // quantileStarts are the range starts (one id after another, the column's
-// form; each just after a quantile id) that ranges.Cuts gives for the whole
-// audience but its first id:
-// what the Postgres store's sample is when it reads every page, so both
-// stores cut a small audience the same way.
+// form) that ranges.AudienceCuts gives for the whole audience, each just
+// after the id before one of ranges.AudienceRanks: what the Postgres store
+// cuts when it reads every id, so both stores cut a small audience the
+// same way.
 func quantileStarts(ctx context.Context, tx *sql.Tx, segment, count int64) ([]byte, error) {
-	n := count - 1 // the ids after the first
-	if n < ranges.Count {
+	starts := ranges.AudienceRanks(int(count))
+	if len(starts) == 0 {
 		return nil, nil
 	}
-	ranks := make([]int64, 0, ranges.Count-1)
-	for i := int64(1); i < ranges.Count; i++ {
-		ranks = append(ranks, 1+i*n/ranges.Count)
+	ranks := make([]int, 0, len(starts))
+	for _, k := range starts {
+		ranks = append(ranks, k-1)
 	}
 	js, err := json.Marshal(ranks)
 	if err != nil {
