@@ -528,33 +528,30 @@ func (c *Coordinator) mirrorState(ctx context.Context, id ulid.ULID) (store.Broa
 // record (revision 0), and the ledger's claims make a second walk of what a
 // lost record had passed send nothing.
 func (c *Coordinator) rangeRecords(ctx context.Context, b store.Broadcast) ([]bus.RangeRecord, []uint64, error) {
-	if b.SnapshotTotal == 0 || b.MinID == (ulid.ULID{}) {
-		return nil, nil, nil
-	}
-	rs, err := ranges.SplitAt(b.MinID, b.MaxID, b.RangeStarts)
-	if err != nil {
+	recs, err := rangesAtStart(b)
+	if err != nil || len(recs) == 0 {
 		return nil, nil, err
 	}
-	recs := make([]bus.RangeRecord, len(rs))
-	revs := make([]uint64, len(rs))
+	revs := make([]uint64, len(recs))
 	// The records are read rangeReaders at a time: one after another, a
 	// read per range was most of a status call's time and held up an
 	// actor's first pages (32 round trips to NATS at the default).
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(rangeReaders)
-	for i, r := range rs {
+	for i, r := range recs {
 		g.Go(func() error {
 			e, err := c.cfg.Bus.Broadcasts.Get(gctx, bus.RangeKey(b.ID.String(), r.Index))
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				recs[i] = bus.RangeRecord{Index: r.Index, Start: r.Start.String(), End: r.End.String(), Next: r.Start.String()}
-				return nil
+				return nil // at its start
 			}
 			if err != nil {
 				return fmt.Errorf("read range %d: %w", r.Index, err)
 			}
-			if err := bus.Decode(e.Value(), &recs[i]); err != nil {
+			var rec bus.RangeRecord
+			if err := bus.Decode(e.Value(), &rec); err != nil {
 				return err
 			}
+			recs[i] = rec
 			revs[i] = e.Revision()
 			return nil
 		})
@@ -563,6 +560,23 @@ func (c *Coordinator) rangeRecords(ctx context.Context, b store.Broadcast) ([]bu
 		return nil, nil, err
 	}
 	return recs, revs, nil
+}
+
+// rangesAtStart are b's range records as they stand before any page of
+// it: each cursor at its range's start. None for an empty audience.
+func rangesAtStart(b store.Broadcast) ([]bus.RangeRecord, error) {
+	if b.SnapshotTotal == 0 || b.MinID == (ulid.ULID{}) {
+		return nil, nil
+	}
+	rs, err := ranges.SplitAt(b.MinID, b.MaxID, b.RangeStarts)
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]bus.RangeRecord, len(rs))
+	for i, r := range rs {
+		recs[i] = bus.RangeRecord{Index: r.Index, Start: r.Start.String(), End: r.End.String(), Next: r.Start.String()}
+	}
+	return recs, nil
 }
 
 // rangeReaders is how many range records rangeRecords reads at once.
