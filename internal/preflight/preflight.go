@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/big"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -27,6 +26,7 @@ const PerRange = 3
 // Pages is the part of the store the check reads.
 type Pages interface {
 	EligiblePage(ctx context.Context, b store.Broadcast, from, until ulid.ULID, limit int) ([]store.Contact, error)
+	LastEligible(ctx context.Context, b store.Broadcast, until ulid.ULID) (store.Contact, bool, error)
 }
 
 // Failure is a sampled contact the template cannot render for.
@@ -61,11 +61,13 @@ func Check(ctx context.Context, pages Pages, b store.Broadcast, c *message.Compi
 	if first[0].ID.Compare(upper) > 0 {
 		upper = all
 	}
-	last, err := lastContact(ctx, pages, b, first[0], upper)
+	last, ok, err := pages.LastEligible(ctx, b, upper)
 	if err != nil {
-		return err
+		return fmt.Errorf("preflight: read contacts: %w", err)
 	}
-	sample = append(sample, last)
+	if ok {
+		sample = append(sample, last)
+	}
 	if rs, err := ranges.Split(first[0].ID, upper); err == nil {
 		for _, r := range rs {
 			page, err := pages.EligiblePage(ctx, b, r.Start, r.End, PerRange)
@@ -99,39 +101,6 @@ func templateFailure(ct store.Contact, err error) *Failure {
 		return nil
 	}
 	return &Failure{Contact: ct.ID, Email: ct.Email, Field: ve.Field, Reason: ve.Reason}
-}
-
-// lastContact finds the eligible contact with the highest id in
-// [from.ID, upper] by bisecting the id space with the one query the store
-// has (the first contact at or above an id): at most 128 index lookups,
-// fewer because each hit jumps to a real contact.
-func lastContact(ctx context.Context, pages Pages, b store.Broadcast, from store.Contact, upper ulid.ULID) (store.Contact, error) {
-	last := from
-	lo := new(big.Int).SetBytes(from.ID[:])
-	hi := new(big.Int).SetBytes(upper[:])
-	one := big.NewInt(1)
-	for lo.Cmp(hi) < 0 {
-		// mid is above lo, so a hit moves lo up and a miss moves hi down.
-		mid := new(big.Int).Add(lo, hi)
-		mid.Add(mid, one).Rsh(mid, 1)
-		page, err := pages.EligiblePage(ctx, b, toID(mid), toID(hi), 1)
-		if err != nil {
-			return store.Contact{}, fmt.Errorf("preflight: read contacts: %w", err)
-		}
-		if len(page) == 0 {
-			hi.Sub(mid, one)
-			continue
-		}
-		last = page[0]
-		lo.SetBytes(last.ID[:])
-	}
-	return last, nil
-}
-
-func toID(n *big.Int) ulid.ULID {
-	var u ulid.ULID
-	n.FillBytes(u[:])
-	return u
 }
 
 func maxID() ulid.ULID {

@@ -219,6 +219,10 @@ type Broadcasts interface {
 	// address, in the segment) with from <= id <= until, in id order. It is
 	// the same gate that AcceptBroadcast counts.
 	EligiblePage(ctx context.Context, b Broadcast, from, until ulid.ULID, limit int) ([]Contact, error)
+	// LastEligible returns the contact with the highest id at or below
+	// until that passes EligiblePage's gate for b, and false when none
+	// does.
+	LastEligible(ctx context.Context, b Broadcast, until ulid.ULID) (Contact, bool, error)
 }
 
 // Claims are the ledger's claims and outcomes: a message reaches a transport

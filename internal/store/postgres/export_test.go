@@ -133,6 +133,7 @@ var (
 // runs under.
 var (
 	PageSQL          = pageQuery
+	LastSQL          = lastQuery
 	PageInIDOrderSQL = pageInIDOrder
 )
 

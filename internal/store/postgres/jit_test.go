@@ -62,6 +62,7 @@ func TestWindowStatementsNeverJIT(t *testing.T) {
 			fmt.Sprintf(`'%032x', '%032x', 200`, 0, 0xff)},
 		{"eligible page of a segment", postgres.PageInIDOrderSQL, "uuid, uuid, integer, bigint", postgres.PageSQL(1),
 			fmt.Sprintf(`'%032x', '%032x', 200, 1`, 0, 0xff)},
+		{"last eligible contact", postgres.PageInIDOrderSQL, "uuid", postgres.LastSQL(0), fmt.Sprintf(`'%032x'`, 0xff)},
 	} {
 		if !jitPlanned(t, s, "", st.params, st.sql, st.args) {
 			t.Errorf("%s without its settings: planned without JIT at jit_above_cost 0; the check below proves nothing", st.name)

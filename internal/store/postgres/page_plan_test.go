@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rangecast/rangecast/internal/store/postgres"
 	"github.com/rangecast/rangecast/internal/testenv"
@@ -15,7 +16,8 @@ import (
 // TestPageReadsOnlyItsPage: on contacts never analyzed (a bulk import
 // autovacuum has not reached), a page of 200 in a range of 20k contacts
 // walks an index in id order and stops after its page, instead of reading
-// the whole range by bitmap and sorting it.
+// the whole range by bitmap and sorting it; the preflight's last contact
+// walks it backwards and stops at the first eligible one.
 func TestPageReadsOnlyItsPage(t *testing.T) {
 	t.Parallel()
 	s := testenv.Postgres(t)
@@ -36,9 +38,51 @@ FROM generate_series(1, 20000) AS i`, t0.UnixMilli(), t0); err != nil {
 	if err := pool.QueryRow(ctx, `SELECT min(id::text)::uuid, max(id::text)::uuid FROM contacts`).Scan(&lo, &hi); err != nil {
 		t.Fatal(err)
 	}
+	plan := analyzedInIDOrder(t, pool, postgres.PageSQL(0), lo, hi, 200)
+	p := strings.Join(plan, "\n")
+	if strings.Contains(p, "Bitmap") || strings.Contains(p, "Sort") || strings.Contains(p, "Seq Scan on contacts") ||
+		!strings.Contains(p, "Index Scan using contacts_") {
+		t.Errorf("the page does not walk an index in id order:\n%s", p)
+	}
+	for _, l := range plan {
+		if strings.Contains(l, "Index Scan using contacts_") && !strings.Contains(l, "rows=200 ") && !strings.Contains(l, "rows=211 ") {
+			t.Errorf("the page read more than its 200 contacts (and the unsubscribed among them): %s\n%s", strings.TrimSpace(l), p)
+		}
+	}
+	// The plan the page query runs on after its first use: the generic one
+	// (pageInIDOrder sets plan_cache_mode), of the same shape.
+	generic := explain(t, s, "force_generic_plan", postgres.PageInIDOrderSQL, "uuid, uuid, integer", postgres.PageSQL(0),
+		fmt.Sprintf(`'%x', '%x', 200`, lo[:], hi[:]))
+	checkLookupsOnly(t, "page, generic plan", generic)
+	if !strings.Contains(generic.String(), "Index Scan using contacts_") && !strings.Contains(generic.String(), "Index Only Scan using contacts_") {
+		t.Errorf("page, generic plan: no index walk of contacts: %s", generic)
+	}
+
+	// The preflight's last contact (LastEligible) walks the same index
+	// backwards from its bound and stops at the first eligible contact
+	// (the last one, 20000, is unsubscribed: one row of contacts_eligible,
+	// two of the primary key).
+	plan = analyzedInIDOrder(t, pool, postgres.LastSQL(0), hi)
+	last := strings.Join(plan, "\n")
+	if strings.Contains(last, "Bitmap") || strings.Contains(last, "Sort") || strings.Contains(last, "Seq Scan on contacts") ||
+		!strings.Contains(last, "Index Scan Backward using contacts_") {
+		t.Errorf("the last contact is not read by an index walked backwards:\n%s", last)
+	}
+	for _, l := range plan {
+		if strings.Contains(l, "Index Scan Backward using contacts_") && !strings.Contains(l, "rows=1 ") && !strings.Contains(l, "rows=2 ") {
+			t.Errorf("the last contact read more than two rows: %s\n%s", strings.TrimSpace(l), last)
+		}
+	}
+}
+
+// analyzedInIDOrder is EXPLAIN ANALYZE of query under pageInIDOrder's
+// settings, line by line.
+func analyzedInIDOrder(t *testing.T, pool *pgxpool.Pool, query string, args ...any) []string {
+	t.Helper()
+	ctx := t.Context()
 	batch := &pgx.Batch{}
 	batch.Queue(postgres.PageInIDOrderSQL)
-	batch.Queue("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+postgres.PageSQL(0), lo, hi, 200)
+	batch.Queue("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+query, args...)
 	res := pool.SendBatch(ctx, batch)
 	defer res.Close()
 	if _, err := res.Exec(); err != nil {
@@ -59,22 +103,5 @@ FROM generate_series(1, 20000) AS i`, t0.UnixMilli(), t0); err != nil {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	p := strings.Join(plan, "\n")
-	if strings.Contains(p, "Bitmap") || strings.Contains(p, "Sort") || strings.Contains(p, "Seq Scan on contacts") ||
-		!strings.Contains(p, "Index Scan using contacts_") {
-		t.Errorf("the page does not walk an index in id order:\n%s", p)
-	}
-	for _, l := range plan {
-		if strings.Contains(l, "Index Scan using contacts_") && !strings.Contains(l, "rows=200 ") && !strings.Contains(l, "rows=211 ") {
-			t.Errorf("the page read more than its 200 contacts (and the unsubscribed among them): %s\n%s", strings.TrimSpace(l), p)
-		}
-	}
-	// The plan the page query runs on after its first use: the generic one
-	// (pageInIDOrder sets plan_cache_mode), of the same shape.
-	generic := explain(t, s, "force_generic_plan", postgres.PageInIDOrderSQL, "uuid, uuid, integer", postgres.PageSQL(0),
-		fmt.Sprintf(`'%x', '%x', 200`, lo[:], hi[:]))
-	checkLookupsOnly(t, "page, generic plan", generic)
-	if !strings.Contains(generic.String(), "Index Scan using contacts_") && !strings.Contains(generic.String(), "Index Only Scan using contacts_") {
-		t.Errorf("page, generic plan: no index walk of contacts: %s", generic)
-	}
+	return plan
 }

@@ -464,17 +464,42 @@ func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until
 	if b.SegmentID != 0 {
 		args = append(args, b.SegmentID)
 	}
+	return s.inIDOrder(ctx, "eligible page", limit, pageQuery(b.SegmentID), args...)
+}
+
+// lastQuery is pageQuery's last contact at or below $1. $2 segment.
+func lastQuery(segment int64) string {
+	return `SELECT c.id, c.email, c.name, c.attributes FROM contacts c
+WHERE c.id <= $1 AND ` + gate(segmentParam(segment, "$2")) + `
+ORDER BY c.id DESC LIMIT 1`
+}
+
+func (s *Store) LastEligible(ctx context.Context, b store.Broadcast, until ulid.ULID) (store.Contact, bool, error) {
+	args := []any{uid(until)}
+	if b.SegmentID != 0 {
+		args = append(args, b.SegmentID)
+	}
+	cs, err := s.inIDOrder(ctx, "last eligible contact", 1, lastQuery(b.SegmentID), args...)
+	if err != nil || len(cs) == 0 {
+		return store.Contact{}, false, err
+	}
+	return cs[0], true, nil
+}
+
+// inIDOrder reads up to limit contacts by a query of pageQuery's shape,
+// under pageInIDOrder's settings.
+func (s *Store) inIDOrder(ctx context.Context, what string, limit int, query string, args ...any) ([]store.Contact, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(pageInIDOrder)
-	batch.Queue(pageQuery(b.SegmentID), args...)
+	batch.Queue(query, args...)
 	results := s.pool.SendBatch(ctx, batch)
 	defer results.Close()
 	if _, err := results.Exec(); err != nil {
-		return nil, mapErr("eligible page", err)
+		return nil, mapErr(what, err)
 	}
 	rows, err := results.Query()
 	if err != nil {
-		return nil, mapErr("eligible page", err)
+		return nil, mapErr(what, err)
 	}
 	out := make([]store.Contact, 0, min(limit, 1000))
 	var c store.Contact
@@ -485,7 +510,7 @@ func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until
 		c.Attributes = nil
 		return nil
 	})
-	return out, mapErr("eligible page", err)
+	return out, mapErr(what, err)
 }
 
 // claimQuery inserts claims held by $6, for a broadcast that exists (checked

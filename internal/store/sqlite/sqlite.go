@@ -648,10 +648,30 @@ func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until
 		// SQLite reads a negative LIMIT as none; Postgres refuses it.
 		return nil, fmt.Errorf("eligible page: negative limit %d", limit)
 	}
-	rows, err := s.r.QueryContext(ctx, pageQuery(b.SegmentID),
+	return s.contacts(ctx, "eligible page", limit, pageQuery(b.SegmentID),
 		gateArgs(b.SegmentID, sql.Named("from", id(from)), sql.Named("until", id(until)), sql.Named("limit", limit))...)
+}
+
+// lastQuery is pageQuery's last contact at or below :until.
+func lastQuery(segment int64) string {
+	return `SELECT c.id, c.email, c.name, c.attributes FROM contacts c
+WHERE c.id <= :until AND ` + gate(segment) + `
+ORDER BY c.id DESC LIMIT 1`
+}
+
+func (s *Store) LastEligible(ctx context.Context, b store.Broadcast, until ulid.ULID) (store.Contact, bool, error) {
+	cs, err := s.contacts(ctx, "last eligible contact", 1, lastQuery(b.SegmentID), gateArgs(b.SegmentID, sql.Named("until", id(until)))...)
+	if err != nil || len(cs) == 0 {
+		return store.Contact{}, false, err
+	}
+	return cs[0], true, nil
+}
+
+// contacts reads up to limit contacts by a query of pageQuery's shape.
+func (s *Store) contacts(ctx context.Context, what string, limit int, query string, args ...any) ([]store.Contact, error) {
+	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, mapErr("eligible page", err)
+		return nil, mapErr(what, err)
 	}
 	defer rows.Close()
 	out := make([]store.Contact, 0, min(limit, 1024))
@@ -660,17 +680,17 @@ func (s *Store) EligiblePage(ctx context.Context, b store.Broadcast, from, until
 		var attrs string
 		c := store.Contact{Subscribed: true}
 		if err := rows.Scan(&cid, &c.Email, &c.Name, &attrs); err != nil {
-			return nil, mapErr("eligible page", err)
+			return nil, mapErr(what, err)
 		}
 		if c.ID, err = fromBlob(cid); err != nil {
-			return nil, mapErr("eligible page", err)
+			return nil, mapErr(what, err)
 		}
 		if err := json.Unmarshal([]byte(attrs), &c.Attributes); err != nil {
-			return nil, mapErr("eligible page", fmt.Errorf("contact %s: attributes: %w", c.ID, err))
+			return nil, mapErr(what, fmt.Errorf("contact %s: attributes: %w", c.ID, err))
 		}
 		out = append(out, c)
 	}
-	return out, mapErr("eligible page", rows.Err())
+	return out, mapErr(what, rows.Err())
 }
 
 // claimChunk bounds the rows of one claim INSERT (3 variables each, well

@@ -190,6 +190,22 @@ func testSnapshotAgreesWithPages(f *fixture) {
 		if want := ranges.AudienceCuts(ids); !slices.Equal(b.RangeStarts, want) {
 			f.t.Errorf("%s: RangeStarts = %v, want ranges.AudienceCuts of the audience %v", tc.name, b.RangeStarts, want)
 		}
+		// The last eligible contact at or below a bound is the walk's, past
+		// every ineligible contact above it.
+		for _, until := range []int{-1, len(ids) - 1, len(ids) / 2, 0} {
+			bound, want := maxULID, ids[len(ids)-1]
+			if until >= 0 {
+				bound, want = ids[until], ids[until]
+			}
+			got, ok, err := f.s.LastEligible(f.ctx, b, bound)
+			f.must(err, "LastEligible(%s)", bound)
+			if !ok || got.ID != want {
+				f.t.Errorf("%s: LastEligible(%s) = %s (found %v), want %s", tc.name, bound, got.ID, ok, want)
+			}
+		}
+		if got, ok, err := f.s.LastEligible(f.ctx, b, minULID); err != nil || ok {
+			f.t.Errorf("%s: LastEligible below every contact = %s, %v, %v; want none", tc.name, got.ID, ok, err)
+		}
 		// The snapshot is stored, not recomputed.
 		got, err := f.s.GetBroadcast(f.ctx, b.ID)
 		f.must(err, "GetBroadcast")
