@@ -238,7 +238,15 @@ func (b *bundle) effectiveEnv(t *testing.T, what string, c corev1.Container) map
 			}
 		}
 	}
+	seen := map[string]bool{}
 	for _, e := range c.Env {
+		// Kubernetes keeps the last of two entries of one name, so a
+		// second entry silently replaces the first (an optional secret
+		// key made required by a copy below it).
+		if seen[e.Name] {
+			t.Errorf("%s: env %s is listed twice", what, e.Name)
+		}
+		seen[e.Name] = true
 		switch {
 		case e.ValueFrom == nil:
 			env[e.Name] = e.Value
