@@ -80,7 +80,7 @@ func (c *Coordinator) Start(ctx context.Context, id ulid.ULID) (BroadcastStatus,
 	// reads and the ledger's counts) was 4 ms of a start at any size.
 	recs, err := rangesAtStart(b)
 	if err != nil {
-		return BroadcastStatus{}, err
+		return BroadcastStatus{}, unavailable(err)
 	}
 	return c.status(ctx, b, recs, store.Counts{}), nil
 }
@@ -141,15 +141,7 @@ func (c *Coordinator) transition(ctx context.Context, id ulid.ULID, verb string,
 	if err := c.kick(ctx, b); err != nil {
 		return BroadcastStatus{}, unavailable(err)
 	}
-	// The broadcast was a draft until the accept: no range has a record
-	// and the ledger has no row of it, so its status is the accepted
-	// broadcast at the start of every range. Reading that back (32 KV
-	// reads and the ledger's counts) was 4 ms of a start at any size.
-	recs, err := rangesAtStart(b)
-	if err != nil {
-		return BroadcastStatus{}, err
-	}
-	return c.status(ctx, b, recs, store.Counts{}), nil
+	return c.Status(ctx, id)
 }
 
 // Status assembles what "progress" means without a total: state and reason,

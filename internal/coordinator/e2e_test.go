@@ -143,8 +143,14 @@ func TestRewalkedPagesSendNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-pauseAt
-	if _, err := s.client.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: id}); err != nil {
+	paused, err := s.client.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: id})
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The answer is the broadcast as it stands (a start answers with every
+	// range at its start; a pause must not).
+	if p := paused.GetBroadcast().GetProgress(); p.GetSent() == 0 || p.GetPagesDispatched() == 0 || p.GetRangesTotal() != ranges.Count {
+		t.Errorf("the pause answered with %d sent, %d pages dispatched, %d ranges; want the sends so far", p.GetSent(), p.GetPagesDispatched(), p.GetRangesTotal())
 	}
 	before := s.waitQuiet(500 * time.Millisecond)
 	s.stopCoord()
