@@ -109,10 +109,12 @@ func Cuts(sample []ulid.ULID) []ulid.ULID {
 // PageSize is the most contacts one page walks unless the coordinator is
 // configured otherwise (the default of coordinator.Config.PageLimit).
 // Ranges cut from a whole audience hold whole pages of it (AudienceRanks).
-// A power of two: a worker trims a page to whole windows of its
-// concurrency, and any power-of-two window up to 256 (the default is 16)
-// then walks a page whole, so a range of whole pages ends on one.
-const PageSize = 256
+// A worker trims a page to whole windows of its concurrency; 192 is whole
+// windows of 8, 16 (the default), 24, 32, 48, 64 and 96, which then walk a
+// page whole, so a range of whole pages ends on one. (256 made the pages
+// of a 64-window four round trips long instead of three, and the last
+// range of a latency-bound broadcast finished that much later.)
+const PageSize = 192
 
 // AudienceRanks are the 0-based ranks, in an audience of n contacts in id
 // order, of the first contact of ranges 1 … Count-1 when they are cut from

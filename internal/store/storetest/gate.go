@@ -190,21 +190,24 @@ func testSnapshotAgreesWithPages(f *fixture) {
 		if want := ranges.AudienceCuts(ids); !slices.Equal(b.RangeStarts, want) {
 			f.t.Errorf("%s: RangeStarts = %v, want ranges.AudienceCuts of the audience %v", tc.name, b.RangeStarts, want)
 		}
-		// The last eligible contact at or below a bound is the walk's, past
-		// every ineligible contact above it.
-		for _, until := range []int{-1, len(ids) - 1, len(ids) / 2, 0} {
-			bound, want := maxULID, ids[len(ids)-1]
-			if until >= 0 {
-				bound, want = ids[until], ids[until]
+		// The last eligible contact at or below any contact's id (eligible
+		// or not, in the segment or not) is the walk's last at or below it.
+		for _, c := range cs {
+			k, found := slices.BinarySearchFunc(ids, c.ID, ulid.ULID.Compare)
+			if !found {
+				k-- // the eligible id just below c's, if any
 			}
-			got, ok, err := f.s.LastEligible(f.ctx, b, bound)
-			f.must(err, "LastEligible(%s)", bound)
-			if !ok || got.ID != want {
-				f.t.Errorf("%s: LastEligible(%s) = %s (found %v), want %s", tc.name, bound, got.ID, ok, want)
+			got, ok, err := f.s.LastEligible(f.ctx, b, c.ID)
+			f.must(err, "LastEligible(%s)", c.ID)
+			switch {
+			case k < 0 && ok:
+				f.t.Errorf("%s: LastEligible(%s) = %s; want none, no eligible contact is at or below it", tc.name, c.ID, got.ID)
+			case k >= 0 && (!ok || got.ID != ids[k]):
+				f.t.Errorf("%s: LastEligible(%s) = %s (found %v), want %s", tc.name, c.ID, got.ID, ok, ids[k])
 			}
 		}
-		if got, ok, err := f.s.LastEligible(f.ctx, b, minULID); err != nil || ok {
-			f.t.Errorf("%s: LastEligible below every contact = %s, %v, %v; want none", tc.name, got.ID, ok, err)
+		if got, ok, err := f.s.LastEligible(f.ctx, b, maxULID); err != nil || !ok || got.ID != ids[len(ids)-1] {
+			f.t.Errorf("%s: LastEligible(max) = %s, %v, %v; want the last eligible %s", tc.name, got.ID, ok, err, ids[len(ids)-1])
 		}
 		// The snapshot is stored, not recomputed.
 		got, err := f.s.GetBroadcast(f.ctx, b.ID)
