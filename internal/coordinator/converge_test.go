@@ -109,6 +109,13 @@ func (d *downStore) EligiblePage(ctx context.Context, b store.Broadcast, from, u
 	return d.Store.EligiblePage(ctx, b, from, until, limit)
 }
 
+func (d *downStore) LastEligible(ctx context.Context, b store.Broadcast, until ulid.ULID) (store.Contact, bool, error) {
+	if d.down.Load() {
+		return store.Contact{}, false, errStoreDown
+	}
+	return d.Store.LastEligible(ctx, b, until)
+}
+
 func (d *downStore) Claim(ctx context.Context, b ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	if d.down.Load() {
 		return nil, errStoreDown
