@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,17 +39,8 @@ FROM generate_series(1, 20000) AS i`, t0.UnixMilli(), t0); err != nil {
 	if err := pool.QueryRow(ctx, `SELECT min(id::text)::uuid, max(id::text)::uuid FROM contacts`).Scan(&lo, &hi); err != nil {
 		t.Fatal(err)
 	}
-	plan := analyzedInIDOrder(t, pool, postgres.PageSQL(0), lo, hi, 200)
-	p := strings.Join(plan, "\n")
-	if strings.Contains(p, "Bitmap") || strings.Contains(p, "Sort") || strings.Contains(p, "Seq Scan on contacts") ||
-		!strings.Contains(p, "Index Scan using contacts_") {
-		t.Errorf("the page does not walk an index in id order:\n%s", p)
-	}
-	for _, l := range plan {
-		if strings.Contains(l, "Index Scan using contacts_") && !strings.Contains(l, "rows=200 ") && !strings.Contains(l, "rows=211 ") {
-			t.Errorf("the page read more than its 200 contacts (and the unsubscribed among them): %s\n%s", strings.TrimSpace(l), p)
-		}
-	}
+	checkIndexWalk(t, "the page", "Index Scan using contacts_", []string{"rows=200 ", "rows=211 "},
+		analyzedInIDOrder(t, pool, postgres.PageSQL(0), lo, hi, 200))
 	// The plan the page query runs on after its first use: the generic one
 	// (pageInIDOrder sets plan_cache_mode), of the same shape.
 	generic := explain(t, s, "force_generic_plan", postgres.PageInIDOrderSQL, "uuid, uuid, integer", postgres.PageSQL(0),
@@ -62,15 +54,22 @@ FROM generate_series(1, 20000) AS i`, t0.UnixMilli(), t0); err != nil {
 	// backwards from its bound and stops at the first eligible contact
 	// (the last one, 20000, is unsubscribed: one row of contacts_eligible,
 	// two of the primary key).
-	plan = analyzedInIDOrder(t, pool, postgres.LastSQL(0), hi)
-	last := strings.Join(plan, "\n")
-	if strings.Contains(last, "Bitmap") || strings.Contains(last, "Sort") || strings.Contains(last, "Seq Scan on contacts") ||
-		!strings.Contains(last, "Index Scan Backward using contacts_") {
-		t.Errorf("the last contact is not read by an index walked backwards:\n%s", last)
+	checkIndexWalk(t, "the last contact", "Index Scan Backward using contacts_", []string{"rows=1 ", "rows=2 "},
+		analyzedInIDOrder(t, pool, postgres.LastSQL(0), hi))
+}
+
+// checkIndexWalk fails unless plan walks contacts by an index (scan, the
+// node's name) with neither a bitmap, a sort nor a sequential scan, each
+// walk returning one of rows: it stopped where the query had enough.
+func checkIndexWalk(t *testing.T, what, scan string, rows []string, plan []string) {
+	t.Helper()
+	p := strings.Join(plan, "\n")
+	if strings.Contains(p, "Bitmap") || strings.Contains(p, "Sort") || strings.Contains(p, "Seq Scan on contacts") || !strings.Contains(p, scan) {
+		t.Errorf("%s is not read by %s:\n%s", what, scan, p)
 	}
 	for _, l := range plan {
-		if strings.Contains(l, "Index Scan Backward using contacts_") && !strings.Contains(l, "rows=1 ") && !strings.Contains(l, "rows=2 ") {
-			t.Errorf("the last contact read more than two rows: %s\n%s", strings.TrimSpace(l), last)
+		if strings.Contains(l, scan) && !slices.ContainsFunc(rows, func(r string) bool { return strings.Contains(l, r) }) {
+			t.Errorf("%s read more rows than it needs (want %v): %s\n%s", what, rows, strings.TrimSpace(l), p)
 		}
 	}
 }
