@@ -216,10 +216,7 @@ func exactSnapshot(ctx context.Context, tx pgx.Tx, segment int64) (count int64, 
 	}
 	minID = pgtype.UUID{Bytes: ids[0], Valid: true}
 	maxID = pgtype.UUID{Bytes: ids[len(ids)-1], Valid: true}
-	for _, c := range ranges.AudienceCuts(ids) {
-		starts = append(starts, uid(c))
-	}
-	return int64(len(ids)), minID, maxID, starts, nil
+	return int64(len(ids)), minID, maxID, rangeStarts(ranges.AudienceCuts(ids)), nil
 }
 
 // samplePages is how many table pages the accept-time sample reads at
@@ -279,7 +276,7 @@ func cutsWithin(sample []ulid.ULID, min, max [16]byte) [][16]byte {
 			in = append(in, id)
 		}
 	}
-	return cuts(in)
+	return rangeStarts(ranges.Cuts(in))
 }
 
 // idsOf reads a query's ids.
@@ -296,11 +293,11 @@ func idsOf(rows pgx.Rows, err error) ([]ulid.ULID, error) {
 	return ids, err
 }
 
-// cuts is ranges.Cuts of ids, as the ledger stores range starts.
-func cuts(ids []ulid.ULID) [][16]byte {
-	var out [][16]byte
-	for _, c := range ranges.Cuts(ids) {
-		out = append(out, uid(c))
+// rangeStarts are range starts as the broadcasts table stores them: none
+// is NULL.
+func rangeStarts(starts []ulid.ULID) [][16]byte {
+	if len(starts) == 0 {
+		return nil
 	}
-	return out
+	return uids(starts)
 }
