@@ -83,6 +83,10 @@ type Compiled struct {
 	fromHeader string // From field value; the same for every contact
 	budget     Budget
 
+	// The parts as flat templates (flat.go), each nil where its template
+	// is more than text and fields.
+	flatSubject, flatHTML, flatText *flatTemplate
+
 	// unsubLink is why the sample render shows no unsubscribe link, or nil
 	// when it shows one (CheckUnsubscribeLink).
 	unsubLink error
@@ -181,7 +185,37 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 		return nil, err
 	}
 	c.unsubLink = checkUnsubscribeLink(html.String(), text.String(), c.text != nil)
+	c.flatten()
 	return c, nil
+}
+
+// flatten finds the parts that are flat templates. It runs after the sample
+// render, which made html/template escape the HTML tree: the escapers are
+// part of the tree a flat template is made from.
+func (c *Compiled) flatten() {
+	if len(c.subject.Templates()) == 1 {
+		c.flatSubject, _ = flattenTree(c.subject.Tree, false, c.budget)
+	}
+	if len(c.html.Templates()) == 1 {
+		c.flatHTML, _ = flattenTree(c.html.Tree, true, c.budget)
+	}
+	if c.text != nil && len(c.text.Templates()) == 1 {
+		c.flatText, _ = flattenTree(c.text.Tree, false, c.budget)
+	}
+}
+
+// execPart renders one part into buf: as a flat template where it is one
+// and this contact's values allow, otherwise with the template package,
+// metered by the budget.
+func (c *Compiled) execPart(field string, flat *flatTemplate, buf *bytes.Buffer, d *templateData, exec func(io.Writer) error) error {
+	if flat != nil {
+		start := buf.Len()
+		if flat.execute(buf, d, c.budget.MaxOutput) {
+			return nil
+		}
+		buf.Truncate(start)
+	}
+	return c.budget.meter(field, buf, exec)
 }
 
 // sampleUnsubscribeURL stands in for .UnsubscribeURL in the sample render.
@@ -340,7 +374,7 @@ func putRenderBuf(rb *renderBuf) {
 
 // execSubject renders the subject, using buf as scratch space.
 func (c *Compiled) execSubject(d templateData, buf *bytes.Buffer) (string, error) {
-	if err := c.budget.meter(fieldSubject, buf, func(w io.Writer) error { return c.subject.Execute(w, d) }); err != nil {
+	if err := c.execPart(fieldSubject, c.flatSubject, buf, &d, func(w io.Writer) error { return c.subject.Execute(w, d) }); err != nil {
 		return "", templateError(fieldSubject, err)
 	}
 	s := buf.String()
@@ -359,14 +393,14 @@ func (c *Compiled) execSubject(d templateData, buf *bytes.Buffer) (string, error
 // Without a Text template the plain part is derived from the rendered HTML,
 // so it carries the same personalisation.
 func (c *Compiled) execBodies(d templateData, html, text *bytes.Buffer) error {
-	if err := c.budget.meter(fieldHTML, html, func(w io.Writer) error { return c.html.Execute(w, d) }); err != nil {
+	if err := c.execPart(fieldHTML, c.flatHTML, html, &d, func(w io.Writer) error { return c.html.Execute(w, d) }); err != nil {
 		return templateError(fieldHTML, err)
 	}
 	if c.text == nil {
 		text.Write(appendHTMLText(text.AvailableBuffer(), html.String()))
 		return nil
 	}
-	if err := c.budget.meter(fieldText, text, func(w io.Writer) error { return c.text.Execute(w, d) }); err != nil {
+	if err := c.execPart(fieldText, c.flatText, text, &d, func(w io.Writer) error { return c.text.Execute(w, d) }); err != nil {
 		return templateError(fieldText, err)
 	}
 	return nil

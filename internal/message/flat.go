@@ -1,0 +1,294 @@
+package message
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"text/template/parse"
+	"unicode/utf8"
+)
+
+// A flat template is a parsed template that is only text and contact
+// fields ({{.Name}}, {{.Attributes.city}}, {{.UnsubscribeURL}}), each
+// followed by html/template's escapers where it has any: nearly every real
+// email. text/template executes such a template through reflection (a
+// reflect.Value.Call per escaper), which was the largest share of a page
+// worker's rendering; a flat template writes the same bytes with direct
+// field reads and the escapers below.
+//
+// It is an optimisation only, never a second meaning: anything it does not
+// know (another node, a function, an escaper it lacks, a value that is not
+// a string, a missing attribute, output past the budget) makes
+// flattenTree or execute say no, and the template package renders that
+// message as before. TestFlatMatchesTemplate and FuzzFlatMatchesTemplate
+// compare the two byte for byte.
+type flatTemplate struct {
+	parts []flatPart
+}
+
+// flatPart is literal text, or one field passed through escapers.
+type flatPart struct {
+	text    string
+	field   flatField
+	attr    string // the key, for flatAttr
+	escapes []func(string) string
+}
+
+type flatField uint8
+
+const (
+	flatText flatField = iota
+	flatID
+	flatEmail
+	flatName
+	flatUnsubscribeURL
+	flatAttr
+)
+
+var flatFields = map[string]flatField{
+	"ID":             flatID,
+	"Email":          flatEmail,
+	"Name":           flatName,
+	"UnsubscribeURL": flatUnsubscribeURL,
+}
+
+// flatEscapers are html/template's escapers that a flat template may use,
+// by the names html/template gives them in the escaped tree. The ones
+// missing here (JS, CSS, comment, srcset, …) keep their template on the
+// template package.
+var flatEscapers = map[string]func(string) string{
+	"_html_template_htmlescaper":    htmlEscaper,
+	"_html_template_attrescaper":    htmlEscaper, // the same for a plain string
+	"_html_template_rcdataescaper":  htmlEscaper, // the same for a plain string
+	"_html_template_nospaceescaper": htmlNospaceEscaper,
+	"_html_template_urlfilter":      urlFilter,
+	"_html_template_urlnormalizer":  func(s string) string { return processURL(s, true) },
+	"_html_template_urlescaper":     func(s string) string { return processURL(s, false) },
+}
+
+// flattenTree returns tree as a flat template, or false when it is more
+// than text and fields. escaped says whether escaper names are allowed
+// (an html/template tree, after its escaping); a text/template tree's
+// pipelines are a field alone.
+func flattenTree(tree *parse.Tree, escaped bool, budget Budget) (*flatTemplate, bool) {
+	if tree == nil || tree.Root == nil {
+		return nil, false
+	}
+	f := &flatTemplate{}
+	for _, n := range tree.Root.Nodes {
+		switch n := n.(type) {
+		case *parse.TextNode:
+			if len(n.Text) > 0 {
+				f.parts = append(f.parts, flatPart{text: string(n.Text)})
+			}
+		case *parse.ActionNode:
+			p, ok := flatAction(n.Pipe, escaped)
+			if !ok {
+				return nil, false
+			}
+			f.parts = append(f.parts, p)
+		default:
+			return nil, false
+		}
+	}
+	// Every write is a step of the budget; past its steps, the template
+	// package reports the error.
+	if budget.MaxSteps > 0 && len(f.parts)+1 > budget.MaxSteps {
+		return nil, false
+	}
+	return f, true
+}
+
+func flatAction(pipe *parse.PipeNode, escaped bool) (flatPart, bool) {
+	if pipe == nil || len(pipe.Decl) > 0 || len(pipe.Cmds) == 0 || len(pipe.Cmds[0].Args) != 1 {
+		return flatPart{}, false
+	}
+	field, ok := pipe.Cmds[0].Args[0].(*parse.FieldNode)
+	if !ok {
+		return flatPart{}, false
+	}
+	var p flatPart
+	switch {
+	case len(field.Ident) == 1 && flatFields[field.Ident[0]] != flatText:
+		p.field = flatFields[field.Ident[0]]
+	case len(field.Ident) == 2 && field.Ident[0] == "Attributes":
+		p.field, p.attr = flatAttr, field.Ident[1]
+	default:
+		return flatPart{}, false
+	}
+	for _, cmd := range pipe.Cmds[1:] {
+		if !escaped || len(cmd.Args) != 1 {
+			return flatPart{}, false
+		}
+		id, ok := cmd.Args[0].(*parse.IdentifierNode)
+		if !ok || flatEscapers[id.Ident] == nil {
+			return flatPart{}, false
+		}
+		p.escapes = append(p.escapes, flatEscapers[id.Ident])
+	}
+	return p, true
+}
+
+// execute writes the template for d to buf and reports true, or reports
+// false, having written some or none of it, when this execution needs the
+// template package: a value that is not a string (it prints differently,
+// or fails), a missing attribute (an error), output past maxOutput (the
+// budget's error).
+func (f *flatTemplate) execute(buf *bytes.Buffer, d *templateData, maxOutput int) bool {
+	start := buf.Len()
+	for i := range f.parts {
+		p := &f.parts[i]
+		var v string
+		switch p.field {
+		case flatText:
+			buf.WriteString(p.text)
+			continue
+		case flatID:
+			v = d.ID.String()
+		case flatEmail:
+			v = d.Email
+		case flatName:
+			v = d.Name
+		case flatUnsubscribeURL:
+			v = d.UnsubscribeURL
+		case flatAttr:
+			s, ok := d.Attributes[p.attr].(string)
+			if !ok {
+				return false
+			}
+			v = s
+		}
+		for _, esc := range p.escapes {
+			v = esc(v)
+		}
+		buf.WriteString(v)
+	}
+	return maxOutput <= 0 || buf.Len()-start <= maxOutput
+}
+
+// The escapers below are html/template's (Go's html/template/html.go and
+// url.go, BSD licence) for a plain string argument, which is all a flat
+// template passes them: a contact's fields are strings, and each escaper's
+// output is a plain string for the next.
+
+// filterFailsafe is what html/template writes in place of a value it
+// refuses in its context.
+const filterFailsafe = "ZgotmplZ"
+
+func htmlEscaper(s string) string { return htmlReplacer(s, htmlReplacementTable, true) }
+
+func htmlNospaceEscaper(s string) string {
+	if s == "" {
+		return filterFailsafe
+	}
+	return htmlReplacer(s, htmlNospaceReplacementTable, false)
+}
+
+var htmlReplacementTable = []string{
+	0:    "\uFFFD",
+	'"':  "&#34;",
+	'&':  "&amp;",
+	'\'': "&#39;",
+	'+':  "&#43;",
+	'<':  "&lt;",
+	'>':  "&gt;",
+}
+
+var htmlNospaceReplacementTable = []string{
+	0:    "&#xfffd;",
+	'\t': "&#9;",
+	'\n': "&#10;",
+	'\v': "&#11;",
+	'\f': "&#12;",
+	'\r': "&#13;",
+	' ':  "&#32;",
+	'"':  "&#34;",
+	'&':  "&amp;",
+	'\'': "&#39;",
+	'+':  "&#43;",
+	'<':  "&lt;",
+	'=':  "&#61;",
+	'>':  "&gt;",
+	'`':  "&#96;",
+}
+
+func htmlReplacer(s string, table []string, badRunes bool) string {
+	written, b := 0, new(strings.Builder)
+	r, w := rune(0), 0
+	for i := 0; i < len(s); i += w {
+		// Not a range loop: a decoding error's width is not RuneLen's.
+		r, w = utf8.DecodeRuneInString(s[i:])
+		if int(r) < len(table) {
+			if repl := table[r]; len(repl) != 0 {
+				if written == 0 {
+					b.Grow(len(s))
+				}
+				b.WriteString(s[written:i])
+				b.WriteString(repl)
+				written = i + w
+			}
+		} else if badRunes {
+			// Allowed through unescaped.
+		} else if 0xfdd0 <= r && r <= 0xfdef || 0xfff0 <= r && r <= 0xffff {
+			if written == 0 {
+				b.Grow(len(s))
+			}
+			fmt.Fprintf(b, "%s&#x%x;", s[written:i], r)
+			written = i + w
+		}
+	}
+	if written == 0 {
+		return s
+	}
+	b.WriteString(s[written:])
+	return b.String()
+}
+
+func urlFilter(s string) string {
+	if protocol, _, ok := strings.Cut(s, ":"); ok && !strings.Contains(protocol, "/") {
+		if !strings.EqualFold(protocol, "http") && !strings.EqualFold(protocol, "https") && !strings.EqualFold(protocol, "mailto") {
+			return "#" + filterFailsafe
+		}
+	}
+	return s
+}
+
+// processURL normalizes (norm) or escapes s as a URL part.
+func processURL(s string, norm bool) string {
+	var b strings.Builder
+	written := 0
+	for i, n := 0, len(s); i < n; i++ {
+		c := s[i]
+		switch c {
+		case '!', '#', '$', '&', '*', '+', ',', '/', ':', ';', '=', '?', '@', '[', ']':
+			if norm {
+				continue
+			}
+		case '-', '.', '_', '~':
+			continue
+		case '%':
+			if norm && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+				continue
+			}
+		default:
+			if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+				continue
+			}
+		}
+		if written == 0 {
+			b.Grow(len(s) + 16)
+		}
+		b.WriteString(s[written:i])
+		fmt.Fprintf(&b, "%%%02x", c)
+		written = i + 1
+	}
+	if written == 0 {
+		return s
+	}
+	b.WriteString(s[written:])
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}

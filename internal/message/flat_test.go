@@ -1,0 +1,177 @@
+package message
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// flatTemplates put fields in every HTML context html/template escapes
+// for. The ones a flat template cannot take (script, style, comments,
+// srcset, functions, branches) are here too: they must fall back, not
+// render differently.
+var flatTemplates = []struct {
+	html, subject, text string
+	flat                bool // every part is expected to be flat
+}{
+	{html: `<p>Hi {{.Name}}, {{.Attributes.a}}</p>`, subject: "Hi {{.Name}} {{.Attributes.a}}", text: "Hi {{.Name}}\n{{.Attributes.b}} {{.ID}} {{.Email}}\n", flat: true},
+	{html: `<p title="{{.Name}}" data-x='{{.Attributes.a}}' y={{.Attributes.b}}>{{.Email}} {{.ID}}</p>`, subject: "{{.Email}}", flat: true},
+	{html: `<a href="{{.UnsubscribeURL}}">u</a><a href="{{.Attributes.a}}">a</a><a href={{.Attributes.b}}>b</a>`, subject: "s", flat: true},
+	{html: `<a href="https://x.example/p?e={{.Email}}&n={{.Name}}&a={{.Attributes.a}}">q</a><a href="/path/{{.Attributes.b}}">p</a>`, subject: "s {{.ID}}", flat: true},
+	{html: `<textarea>{{.Name}}</textarea><title>{{.Attributes.a}}</title><img alt={{.Attributes.b}} src="{{.Attributes.a}}">`, subject: "s", flat: true},
+	{html: `<!doctype html><html><head><meta charset="utf-8"></head><body>{{.Name}}<br>{{.Attributes.a}}{{.Attributes.b}}</body></html>`, subject: "{{.Attributes.a}}{{.Attributes.b}}", flat: true},
+	// Not flat: they must render as the template package does.
+	{html: `<script>var n = {{.Name}};</script><p>{{.Attributes.a}}</p>`, subject: "s"},
+	{html: `<style>p { color: {{.Attributes.a}} }</style><p style="x: {{.Name}}">{{.Attributes.b}}</p>`, subject: "s"},
+	{html: `<!-- {{.Name}} --><p onclick="f({{.Attributes.a}})">x</p><img srcset="{{.Attributes.b}}">`, subject: "s"},
+	{html: `{{if .Name}}<p>{{.Name}}</p>{{else}}<p>none</p>{{end}}{{with index .Attributes "b"}}{{.}}{{end}}`, subject: `{{printf "%s!" .Name}}`},
+	{html: `<p>{{.Name | html}} {{.Attributes.a | urlquery}} {{len .Name}}</p>`, subject: "s", text: `{{range $i, $c := .Attributes}}{{$i}}={{$c}} {{end}}`},
+	{html: `{{define "x"}}<b>{{.}}</b>{{end}}<p>{{template "x" .Name}}{{.Attributes.a}}</p>`, subject: "s"},
+	{html: `<p>{{$.Name}} {{.Attributes.a.b}}</p>`, subject: "s"},
+}
+
+// flatValues are the strings that exercise html/template's escapers: each
+// escaper's specials, entities, percent escapes (valid and not), URLs with
+// safe and unsafe schemes, empty, NUL, invalid UTF-8 and the noncharacters
+// the unquoted-attribute escaper writes as references.
+var flatValues = []string{
+	"Ada Lovelace", "", " ", "O'Brien & \"Sons\" <b>+</b>", "a=b`c d\te\nf\rg\vh\fi",
+	"https://example.com/a b?c=d&e=f#g", "javascript:alert(1)", "JavaScript:x", "mailto:a@b.example",
+	"HTTP://X.EXAMPLE/%41%zz%4", "/rel/path:colon", "data:text/html,x", "%", "%%41",
+	"Zoë Ångström 日本 🎉", "\x00nul", "bad\xffutf8\xc3", "\ufdd0\ufdef\ufff0\uffff", "&amp;&lt;",
+	"!#$&*+,/:;=?@[]-._~'()", strings.Repeat("<&>", 50),
+}
+
+// slowOnly is c with no flat templates: everything through the template
+// package, as before flat templates existed.
+func slowOnly(c *Compiled) *Compiled {
+	cp := *c
+	cp.flatSubject, cp.flatHTML, cp.flatText = nil, nil, nil
+	return &cp
+}
+
+// renderParts renders the subject and both bodies for d, or the error.
+func renderParts(c *Compiled, d templateData) string {
+	var subject, html, text bytes.Buffer
+	s, err := c.execSubject(d, &subject)
+	if err != nil {
+		return "subject error: " + err.Error()
+	}
+	if err := c.execBodies(d, &html, &text); err != nil {
+		return "body error: " + err.Error()
+	}
+	return s + "\x00" + html.String() + "\x00" + text.String()
+}
+
+func flatCompile(t testing.TB, i int) *Compiled {
+	t.Helper()
+	ft := flatTemplates[i]
+	c, err := Compile(Template{FromName: "N", FromAddress: "news@example.com", Subject: ft.subject, HTML: ft.html, Text: ft.text})
+	if err != nil {
+		t.Fatalf("template %d: %v", i, err)
+	}
+	return c
+}
+
+func flatData(name, a, b string) templateData {
+	return templateData{
+		ID: testContact, Email: "ada@example.org", Name: name,
+		Attributes:     map[string]any{"a": a, "b": b},
+		UnsubscribeURL: "https://example.com/u/" + a,
+	}
+}
+
+func TestFlatMatchesTemplate(t *testing.T) {
+	t.Parallel()
+	for i, ft := range flatTemplates {
+		c := flatCompile(t, i)
+		slow := slowOnly(c)
+		gotFlat := c.flatSubject != nil && c.flatHTML != nil && (ft.text == "" || c.flatText != nil)
+		if gotFlat != ft.flat {
+			t.Errorf("template %d: flat = %v, want %v (%q)", i, gotFlat, ft.flat, ft.html)
+		}
+		for _, name := range flatValues {
+			for _, a := range flatValues {
+				d := flatData(name, a, flatValues[(len(a)+len(name))%len(flatValues)])
+				if got, want := renderParts(c, d), renderParts(slow, d); got != want {
+					t.Fatalf("template %d, name %q, a %q:\nflat     %q\ntemplate %q", i, name, a, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestFlatFallsBack: values a flat template does not write itself
+// (not a string, absent, past the output budget) render, or fail, exactly
+// as through the template package.
+func TestFlatFallsBack(t *testing.T) {
+	t.Parallel()
+	c := flatCompile(t, 0)
+	if c.flatHTML == nil {
+		t.Fatal("template 0 is not flat")
+	}
+	slow := slowOnly(c)
+	for _, attrs := range []map[string]any{
+		{"a": 42.5, "b": "x"}, {"a": true, "b": nil}, {"a": "x"}, nil,
+		{"a": []any{"x", 1}, "b": map[string]any{"k": "v"}}, {"a": ulid.ULID{}, "b": "y"},
+	} {
+		d := templateData{ID: testContact, Email: "e@example.org", Name: "N", Attributes: attrs}
+		if got, want := renderParts(c, d), renderParts(slow, d); got != want {
+			t.Errorf("attributes %v:\nflat     %q\ntemplate %q", attrs, got, want)
+		}
+	}
+
+	small := *c
+	small.budget.MaxOutput = 64
+	d := flatData(strings.Repeat("n", 100), "a", "b")
+	got := renderParts(&small, d)
+	if want := renderParts(slowOnly(&small), d); got != want || !strings.Contains(got, "renders to more than 64 bytes") {
+		t.Errorf("past the output budget:\nflat     %q\ntemplate %q", got, want)
+	}
+}
+
+// TestFlatRenderIdentical compares whole messages, headers and MIME parts
+// included, for the golden templates.
+func TestFlatRenderIdentical(t *testing.T) {
+	t.Parallel()
+	c := mustCompile(t, baseTemplate())
+	if c.flatSubject == nil || c.flatHTML == nil || c.flatText == nil {
+		t.Fatal("the base template is not flat")
+	}
+	for i, name := range []string{"Ada", "Zoë <Ångström> & \"co\"", "x+y=z"} {
+		p := baseParams()
+		p.Contact.Name = name
+		p.Contact.ID = ulid.MustNew(uint64(i), bytes.NewReader(make([]byte, 16)))
+		got, err := c.Render(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := slowOnly(c).Render(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes, want.Bytes) {
+			t.Errorf("name %q: flat and template renders differ:\n%s\n---\n%s", name, got.Bytes, want.Bytes)
+		}
+	}
+}
+
+func FuzzFlatMatchesTemplate(f *testing.F) {
+	for i := range flatTemplates {
+		f.Add(uint8(i), "Ada", "https://x.example/?a=b", "<&>")
+	}
+	f.Add(uint8(2), "x", "javascript:y", "%zz")
+	compiled := make([]*Compiled, len(flatTemplates))
+	for i := range flatTemplates {
+		compiled[i] = flatCompile(f, i)
+	}
+	f.Fuzz(func(t *testing.T, i uint8, name, a, b string) {
+		c := compiled[int(i)%len(compiled)]
+		d := flatData(name, a, b)
+		if got, want := renderParts(c, d), renderParts(slowOnly(c), d); got != want {
+			t.Fatalf("template %d:\nflat     %q\ntemplate %q", int(i)%len(compiled), got, want)
+		}
+	})
+}
