@@ -19,7 +19,7 @@ import (
 // It is an optimisation only, never a second meaning: anything it does not
 // know (another node, a function, an escaper it lacks, a value that is not
 // a string, a missing attribute, output past the budget) makes
-// flattenTree or execute say no, and the template package renders that
+// flattenTree return nil or execute say no, and the template package renders that
 // message as before. TestFlatMatchesTemplate and FuzzFlatMatchesTemplate
 // compare the two byte for byte.
 type flatTemplate struct {
@@ -66,13 +66,13 @@ var flatEscapers = map[string]func(string) string{
 	"_html_template_urlescaper":     func(s string) string { return processURL(s, false) },
 }
 
-// flattenTree returns tree as a flat template, or false when it is more
+// flattenTree returns tree as a flat template, or nil when it is more
 // than text and fields. escaped says whether escaper names are allowed
 // (an html/template tree, after its escaping); a text/template tree's
 // pipelines are a field alone.
-func flattenTree(tree *parse.Tree, escaped bool, budget Budget) (*flatTemplate, bool) {
+func flattenTree(tree *parse.Tree, escaped bool, budget Budget) *flatTemplate {
 	if tree == nil || tree.Root == nil {
-		return nil, false
+		return nil
 	}
 	f := &flatTemplate{}
 	for _, n := range tree.Root.Nodes {
@@ -84,19 +84,19 @@ func flattenTree(tree *parse.Tree, escaped bool, budget Budget) (*flatTemplate, 
 		case *parse.ActionNode:
 			p, ok := flatAction(n.Pipe, escaped)
 			if !ok {
-				return nil, false
+				return nil
 			}
 			f.parts = append(f.parts, p)
 		default:
-			return nil, false
+			return nil
 		}
 	}
 	// Every write is a step of the budget; past its steps, the template
 	// package reports the error.
 	if budget.MaxSteps > 0 && len(f.parts)+1 > budget.MaxSteps {
-		return nil, false
+		return nil
 	}
-	return f, true
+	return f
 }
 
 func flatAction(pipe *parse.PipeNode, escaped bool) (flatPart, bool) {

@@ -194,13 +194,13 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 // part of the tree a flat template is made from.
 func (c *Compiled) flatten() {
 	if len(c.subject.Templates()) == 1 {
-		c.flatSubject, _ = flattenTree(c.subject.Tree, false, c.budget)
+		c.flatSubject = flattenTree(c.subject.Tree, false, c.budget)
 	}
 	if len(c.html.Templates()) == 1 {
-		c.flatHTML, _ = flattenTree(c.html.Tree, true, c.budget)
+		c.flatHTML = flattenTree(c.html.Tree, true, c.budget)
 	}
 	if c.text != nil && len(c.text.Templates()) == 1 {
-		c.flatText, _ = flattenTree(c.text.Tree, false, c.budget)
+		c.flatText = flattenTree(c.text.Tree, false, c.budget)
 	}
 }
 
