@@ -64,15 +64,22 @@ func (c *Coordinator) startDue(ctx context.Context) {
 }
 
 // unscheduleFailed takes a draft that failed its start check off the
-// schedule and shows why in its reason.
+// schedule and shows why in its reason. The reason is written first: the
+// two are separate writes, and in this order nobody (a status read, a
+// restart between them) sees a draft taken off its schedule without saying
+// why; a crash after the first leaves it scheduled, and the next tick tries
+// it and unschedules it again.
 func (c *Coordinator) unscheduleFailed(ctx context.Context, id ulid.ULID, cause error, now time.Time) {
 	reason := fmt.Sprintf("scheduled start at %s UTC failed: %v", now.UTC().Format(time.DateTime), cause)
+	if _, err := c.cfg.Store.SetState(ctx, id, []store.State{store.StateDraft}, store.StateDraft, reason, now); err != nil {
+		if !errors.Is(err, store.ErrConflict) { // a conflict: no longer a draft, nothing to unschedule
+			c.cfg.Log.Warn("cannot record why a scheduled broadcast did not start; retried", "broadcast", id, "err", err)
+		}
+		return
+	}
 	if _, err := c.cfg.Store.ScheduleDraft(ctx, id, time.Time{}, now); err != nil {
 		c.cfg.Log.Warn("cannot unschedule a broadcast that failed to start", "broadcast", id, "err", err)
 		return
-	}
-	if _, err := c.cfg.Store.SetState(ctx, id, []store.State{store.StateDraft}, store.StateDraft, reason, now); err != nil && !errors.Is(err, store.ErrConflict) {
-		c.cfg.Log.Warn("cannot record why a scheduled broadcast did not start", "broadcast", id, "err", err)
 	}
 	c.cfg.Log.Error("scheduled broadcast did not start; unscheduled", "broadcast", id, "err", cause)
 }
