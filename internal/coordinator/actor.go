@@ -209,15 +209,40 @@ func (a *actor) run(ctx context.Context) {
 			}
 		}
 		if a.b.State.Finished() {
-			return
+			if a.retire() {
+				return
+			}
+			continue
 		}
 		a.reconcile(ctx)
 		a.sweep(ctx)
 		if a.finish(ctx) {
-			return
+			if a.retire() {
+				return
+			}
+			continue
 		}
 		a.dispatch(ctx)
 	}
+}
+
+// retire takes the actor of a finished broadcast out of the coordinator's
+// actors, unless a state change was handed to it meanwhile: then it reads
+// that first. A Retry reopens a broadcast the moment it completes; its kick,
+// given to an actor on its way out, was lost, and the broadcast stayed
+// running with no actor to sweep its rows (TestRetryCommand, under load).
+// Under c.mu, where kick looks actors up and notifies them, so a later kick
+// finds no actor and starts a new one.
+func (a *actor) retire() bool {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	if len(a.kicks) > 0 {
+		return false
+	}
+	if a.c.actors[a.id] == a {
+		delete(a.c.actors, a.id)
+	}
+	return true
 }
 
 // adopt follows the store's state of the broadcast.

@@ -430,6 +430,11 @@ func (c *Coordinator) actorByID(ctx context.Context, id ulid.ULID) (*actor, erro
 func (c *Coordinator) actorFor(ctx context.Context, b store.Broadcast) (*actor, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.actorForLocked(ctx, b)
+}
+
+// actorForLocked is actorFor with c.mu held.
+func (c *Coordinator) actorForLocked(ctx context.Context, b store.Broadcast) (*actor, error) {
 	if a := c.actors[b.ID]; a != nil {
 		return a, nil
 	}
@@ -448,7 +453,9 @@ func (c *Coordinator) actorFor(ctx context.Context, b store.Broadcast) (*actor, 
 		defer activeBroadcasts.Dec()
 		a.run(c.ctx)
 		c.mu.Lock()
-		delete(c.actors, b.ID)
+		if c.actors[b.ID] == a { // a retired actor is out already, maybe replaced
+			delete(c.actors, b.ID)
+		}
 		c.mu.Unlock()
 	}()
 	return a, nil
@@ -464,16 +471,18 @@ func (c *Coordinator) kick(ctx context.Context, b store.Broadcast) error {
 	if !c.Leading() {
 		return nil
 	}
+	// Looked up (or started) and notified under c.mu, the lock an actor
+	// retires under (actor.retire): the kick reaches an actor that reads
+	// it, or finds none and starts one.
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if b.State.Finished() {
-		c.mu.Lock()
-		a := c.actors[b.ID]
-		c.mu.Unlock()
-		if a != nil {
+		if a := c.actors[b.ID]; a != nil {
 			a.notify(b)
 		}
 		return nil
 	}
-	a, err := c.actorFor(ctx, b)
+	a, err := c.actorForLocked(ctx, b)
 	if errors.Is(err, errFollower) {
 		return nil
 	}
