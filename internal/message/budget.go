@@ -89,12 +89,17 @@ func (bw *budgetWriter) Write(p []byte) (int, error) {
 	case bw.b.MaxOutput > 0 && bw.written > bw.b.MaxOutput:
 		bw.err = &ValidationError{Field: bw.field, Reason: fmt.Sprintf("renders to more than %d bytes", bw.b.MaxOutput)}
 	case !bw.deadline.IsZero() && bw.steps%clockEvery == 0 && bw.b.clock().Now().After(bw.deadline):
-		bw.err = &ValidationError{Field: bw.field, Reason: fmt.Sprintf("takes longer than %s to render", bw.b.MaxTime)}
+		bw.err = bw.b.timeError(bw.field)
 	}
 	if bw.err != nil {
 		return 0, bw.err
 	}
 	return bw.w.Write(p)
+}
+
+// timeError is the error of a part that rendered past MaxTime.
+func (b *Budget) timeError(field string) *ValidationError {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf("takes longer than %s to render", b.MaxTime)}
 }
 
 // budgetErr returns the budget's own error when it ended the execution

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"text/template/parse"
+	"time"
 	"unicode/utf8"
 )
 
@@ -19,8 +20,8 @@ import (
 // It is an optimisation only, never a second meaning: anything it does not
 // know (another node, a function, an escaper it lacks, a value that is not
 // a string, a missing attribute, output past the budget) makes
-// flattenTree return nil or execute say no, and the template package renders that
-// message as before. TestFlatMatchesTemplate and FuzzFlatMatchesTemplate
+// flattenTree return nil or execute say no, and the template package
+// renders that message as before. TestFlatMatchesTemplate and FuzzFlatMatchesTemplate
 // compare the two byte for byte.
 type flatTemplate struct {
 	parts []flatPart
@@ -53,9 +54,12 @@ var flatFields = map[string]flatField{
 }
 
 // flatEscapers are html/template's escapers that a flat template may use,
-// by the names html/template gives them in the escaped tree. The ones
-// missing here (JS, CSS, comment, srcset, …) keep their template on the
-// template package.
+// by the names html/template gives them in the escaped tree: text, quoted
+// and unquoted attributes, RCDATA (title, textarea), and URLs, in href and
+// src as in CSS url(). A field in any other context (script and event
+// handlers, CSS values, srcset, inside an HTML comment) has an escaper
+// missing here and keeps its template on the template package. Comments
+// themselves are no obstacle: html/template drops them from the tree.
 var flatEscapers = map[string]func(string) string{
 	"_html_template_htmlescaper":    htmlEscaper,
 	"_html_template_attrescaper":    htmlEscaper, // the same for a plain string
@@ -67,10 +71,15 @@ var flatEscapers = map[string]func(string) string{
 }
 
 // flattenTree returns tree as a flat template, or nil when it is more
-// than text and fields. escaped says whether escaper names are allowed
-// (an html/template tree, after its escaping); a text/template tree's
-// pipelines are a field alone.
-func flattenTree(tree *parse.Tree, escaped bool, budget Budget) *flatTemplate {
+// than text and fields. escaped says the tree is html/template's, after
+// its escaping: every action must then carry escapers, all of them known
+// here, and a tree that has none was not escaped and is not flat. A
+// text/template tree's pipelines are a field alone.
+//
+// The budget's steps need no check here: a flat template writes once per
+// part whatever the contact, and the sample render, which the budget
+// meters, wrote exactly as many.
+func flattenTree(tree *parse.Tree, escaped bool) *flatTemplate {
 	if tree == nil || tree.Root == nil {
 		return nil
 	}
@@ -91,16 +100,16 @@ func flattenTree(tree *parse.Tree, escaped bool, budget Budget) *flatTemplate {
 			return nil
 		}
 	}
-	// Every write is a step of the budget; past its steps, the template
-	// package reports the error.
-	if budget.MaxSteps > 0 && len(f.parts)+1 > budget.MaxSteps {
-		return nil
-	}
 	return f
 }
 
 func flatAction(pipe *parse.PipeNode, escaped bool) (flatPart, bool) {
 	if pipe == nil || len(pipe.Decl) > 0 || len(pipe.Cmds) == 0 || len(pipe.Cmds[0].Args) != 1 {
+		return flatPart{}, false
+	}
+	if escaped != (len(pipe.Cmds) > 1) {
+		// An HTML action without an escaper, or a text action with a
+		// function: neither is a field alone.
 		return flatPart{}, false
 	}
 	field, ok := pipe.Cmds[0].Args[0].(*parse.FieldNode)
@@ -109,40 +118,57 @@ func flatAction(pipe *parse.PipeNode, escaped bool) (flatPart, bool) {
 	}
 	var p flatPart
 	switch {
-	case len(field.Ident) == 1 && flatFields[field.Ident[0]] != flatText:
-		p.field = flatFields[field.Ident[0]]
+	case len(field.Ident) == 1:
+		if p.field, ok = flatFields[field.Ident[0]]; !ok {
+			return flatPart{}, false
+		}
 	case len(field.Ident) == 2 && field.Ident[0] == "Attributes":
 		p.field, p.attr = flatAttr, field.Ident[1]
 	default:
 		return flatPart{}, false
 	}
 	for _, cmd := range pipe.Cmds[1:] {
-		if !escaped || len(cmd.Args) != 1 {
+		if len(cmd.Args) != 1 {
 			return flatPart{}, false
 		}
 		id, ok := cmd.Args[0].(*parse.IdentifierNode)
-		if !ok || flatEscapers[id.Ident] == nil {
+		if !ok {
 			return flatPart{}, false
 		}
-		p.escapes = append(p.escapes, flatEscapers[id.Ident])
+		esc, ok := flatEscapers[id.Ident]
+		if !ok {
+			return flatPart{}, false
+		}
+		p.escapes = append(p.escapes, esc)
 	}
 	return p, true
 }
 
-// execute writes the template for d to buf and reports true, or reports
+// execute writes the template for d to buf and reports true; or reports
 // false, having written some or none of it, when this execution needs the
 // template package: a value that is not a string (it prints differently,
-// or fails), a missing attribute (an error), output past maxOutput (the
-// budget's error).
-func (f *flatTemplate) execute(buf *bytes.Buffer, d *templateData, maxOutput int) bool {
+// or fails), a missing attribute (an error), output past the budget (the
+// template package stops at the same byte and says so). Past the budget's
+// time it returns the budget's error itself: rendering again would spend
+// the time twice.
+//
+// The limits are checked after every part, as the template package's meter
+// checks every write, so a value repeated in a thousand escaping contexts
+// stops at MaxOutput instead of being written whole first.
+func (f *flatTemplate) execute(buf *bytes.Buffer, d *templateData, b *Budget, field string) (bool, error) {
 	start := buf.Len()
+	var deadline time.Time
+	if b.MaxTime > 0 && len(f.parts) >= clockEvery {
+		// Fewer parts than the meter's clock interval: the template package
+		// would not read the clock either.
+		deadline = b.clock().Now().Add(b.MaxTime)
+	}
 	for i := range f.parts {
 		p := &f.parts[i]
 		var v string
 		switch p.field {
 		case flatText:
-			buf.WriteString(p.text)
-			continue
+			v = p.text
 		case flatID:
 			v = d.ID.String()
 		case flatEmail:
@@ -154,7 +180,7 @@ func (f *flatTemplate) execute(buf *bytes.Buffer, d *templateData, maxOutput int
 		case flatAttr:
 			s, ok := d.Attributes[p.attr].(string)
 			if !ok {
-				return false
+				return false, nil
 			}
 			v = s
 		}
@@ -162,8 +188,14 @@ func (f *flatTemplate) execute(buf *bytes.Buffer, d *templateData, maxOutput int
 			v = esc(v)
 		}
 		buf.WriteString(v)
+		if b.MaxOutput > 0 && buf.Len()-start > b.MaxOutput {
+			return false, nil
+		}
+		if !deadline.IsZero() && (i+1)%clockEvery == 0 && b.clock().Now().After(deadline) {
+			return false, b.timeError(field)
+		}
 	}
-	return maxOutput <= 0 || buf.Len()-start <= maxOutput
+	return true, nil
 }
 
 // The escapers below are html/template's (Go's html/template/html.go and
@@ -279,7 +311,10 @@ func processURL(s string, norm bool) string {
 			b.Grow(len(s) + 16)
 		}
 		b.WriteString(s[written:i])
-		fmt.Fprintf(&b, "%%%02x", c)
+		// html/template writes fmt's "%%%02x": lower-case hex.
+		b.WriteByte('%')
+		b.WriteByte(lowerHex[c>>4])
+		b.WriteByte(lowerHex[c&0xf])
 		written = i + 1
 	}
 	if written == 0 {
@@ -288,6 +323,8 @@ func processURL(s string, norm bool) string {
 	b.WriteString(s[written:])
 	return b.String()
 }
+
+const lowerHex = "0123456789abcdef"
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/clock"
 )
 
 // flatTemplates put fields in every HTML context html/template escapes
-// for. The ones a flat template cannot take (script, style, comments,
-// srcset, functions, branches) are here too: they must fall back, not
+// for. The ones a flat template cannot take (script, CSS values, a field
+// in a comment, srcset, functions, branches) are here too: they must fall back, not
 // render differently.
 var flatTemplates = []struct {
 	html, subject, text string
@@ -22,6 +25,8 @@ var flatTemplates = []struct {
 	{html: `<a href="https://x.example/p?e={{.Email}}&n={{.Name}}&a={{.Attributes.a}}">q</a><a href="/path/{{.Attributes.b}}">p</a>`, subject: "s {{.ID}}", flat: true},
 	{html: `<textarea>{{.Name}}</textarea><title>{{.Attributes.a}}</title><img alt={{.Attributes.b}} src="{{.Attributes.a}}">`, subject: "s", flat: true},
 	{html: `<!doctype html><html><head><meta charset="utf-8"></head><body>{{.Name}}<br>{{.Attributes.a}}{{.Attributes.b}}</body></html>`, subject: "{{.Attributes.a}}{{.Attributes.b}}", flat: true},
+	// CSS url() is a URL context, and html/template drops comments.
+	{html: `<style>p { background: url({{.Attributes.a}}) }</style><p style="background: url('{{.Attributes.b}}')">x</p><!-- note -->{{.Name}}`, subject: "s", flat: true},
 	// Not flat: they must render as the template package does.
 	{html: `<script>var n = {{.Name}};</script><p>{{.Attributes.a}}</p>`, subject: "s"},
 	{html: `<style>p { color: {{.Attributes.a}} }</style><p style="x: {{.Name}}">{{.Attributes.b}}</p>`, subject: "s"},
@@ -129,6 +134,72 @@ func TestFlatFallsBack(t *testing.T) {
 	got := renderParts(&small, d)
 	if want := renderParts(slowOnly(&small), d); got != want || !strings.Contains(got, "renders to more than 64 bytes") {
 		t.Errorf("past the output budget:\nflat     %q\ntemplate %q", got, want)
+	}
+}
+
+// TestFlatStopsAtOutputBudget: a value repeated in many escaping contexts
+// stops at MaxOutput, not after the whole part was written (2,000 links
+// holding a 24 KB escaped value are 48 MB).
+func TestFlatStopsAtOutputBudget(t *testing.T) {
+	t.Parallel()
+	c, err := Compile(Template{FromName: "N", FromAddress: "news@example.com", Subject: "s",
+		HTML: strings.Repeat(`<a href="/?q={{.Attributes.a}}">x</a>`, 2000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.flatHTML == nil {
+		t.Fatal("the links template is not flat")
+	}
+	c.budget.MaxTime = 0 // the output's limit alone, however slow the box
+	d := flatData("N", strings.Repeat("🎉", 2048), "b")
+	onePart := len(processURL(d.Attributes["a"].(string), false)) + 64
+	var buf bytes.Buffer
+	ok, err := c.flatHTML.execute(&buf, &d, &c.budget, fieldHTML)
+	if ok || err != nil {
+		t.Fatalf("execute = %v, %v; want a fallback past the output budget", ok, err)
+	}
+	if buf.Len() > c.budget.MaxOutput+onePart {
+		t.Errorf("wrote %d bytes before stopping; the budget is %d and one part at most %d", buf.Len(), c.budget.MaxOutput, onePart)
+	}
+	if got := renderParts(c, d); !strings.Contains(got, "renders to more than") {
+		t.Errorf("render past the output budget: %q", got)
+	}
+}
+
+// steppingClock moves on by step at every reading.
+type steppingClock struct {
+	clock.Real
+	now  time.Time
+	step time.Duration
+}
+
+func (s *steppingClock) Now() time.Time { s.now = s.now.Add(s.step); return s.now }
+
+// TestFlatMaxTime: the flat path keeps the budget's time, reading the
+// clock as the template package's meter does, and fails with its error.
+func TestFlatMaxTime(t *testing.T) {
+	t.Parallel()
+	c, err := Compile(Template{FromName: "N", FromAddress: "news@example.com", Subject: "s",
+		HTML: strings.Repeat(`<p>{{.Name}}</p>`, 2000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.flatHTML == nil {
+		t.Fatal("the paragraphs template is not flat")
+	}
+	c.budget.MaxTime = time.Second
+	d := flatData("N", "a", "b")
+	for _, cc := range []*Compiled{c, slowOnly(c)} {
+		cc.budget.Clock = &steppingClock{step: 100 * time.Millisecond}
+		got := renderParts(cc, d)
+		if !strings.Contains(got, "body error: ") || !strings.Contains(got, "takes longer than 1s to render") {
+			t.Errorf("flat %v: %q", cc.flatHTML != nil, got)
+		}
+	}
+	// A fast clock: the same template renders.
+	c.budget.Clock = &steppingClock{step: time.Microsecond}
+	if got := renderParts(c, d); strings.Contains(got, "error") {
+		t.Errorf("with time to spare: %q", got)
 	}
 }
 

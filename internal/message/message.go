@@ -194,13 +194,13 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 // part of the tree a flat template is made from.
 func (c *Compiled) flatten() {
 	if len(c.subject.Templates()) == 1 {
-		c.flatSubject = flattenTree(c.subject.Tree, false, c.budget)
+		c.flatSubject = flattenTree(c.subject.Tree, false)
 	}
 	if len(c.html.Templates()) == 1 {
-		c.flatHTML = flattenTree(c.html.Tree, true, c.budget)
+		c.flatHTML = flattenTree(c.html.Tree, true)
 	}
 	if c.text != nil && len(c.text.Templates()) == 1 {
-		c.flatText = flattenTree(c.text.Tree, false, c.budget)
+		c.flatText = flattenTree(c.text.Tree, false)
 	}
 }
 
@@ -210,8 +210,9 @@ func (c *Compiled) flatten() {
 func (c *Compiled) execPart(field string, flat *flatTemplate, buf *bytes.Buffer, d *templateData, exec func(io.Writer) error) error {
 	if flat != nil {
 		start := buf.Len()
-		if flat.execute(buf, d, c.budget.MaxOutput) {
-			return nil
+		ok, err := flat.execute(buf, d, &c.budget, field)
+		if ok || err != nil {
+			return err
 		}
 		buf.Truncate(start)
 	}
