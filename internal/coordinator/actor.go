@@ -26,6 +26,8 @@ type actor struct {
 	reports  chan reportReq
 	kicks    chan store.Broadcast
 	poisoned chan poisoned
+	// done is closed when run has returned: nothing reads reports any more.
+	done chan struct{}
 
 	// Owned by the run goroutine.
 	b           store.Broadcast
@@ -86,6 +88,7 @@ func newActor(ctx context.Context, c *Coordinator, b store.Broadcast) (*actor, e
 	a := &actor{
 		c: c, id: b.ID, b: b, recs: recs, revs: revs,
 		reports:     make(chan reportReq),
+		done:        make(chan struct{}),
 		goneSince:   map[string]time.Time{},
 		kicks:       make(chan store.Broadcast, 1),
 		poisoned:    make(chan poisoned, 8),
@@ -100,11 +103,19 @@ func newActor(ctx context.Context, c *Coordinator, b store.Broadcast) (*actor, e
 	return a, nil
 }
 
+// errActorGone: the actor stopped (its broadcast finished, or the
+// coordinator stopped leading) before it took the report.
+var errActorGone = errors.New("the broadcast's actor has stopped")
+
 // report hands a report to the actor and waits until it is applied.
 func (a *actor) report(ctx context.Context, rep bus.Report) error {
 	req := reportReq{rep: rep, done: make(chan error, 1)}
 	select {
 	case a.reports <- req:
+	case <-a.done:
+		// Reports are consumed one at a time: waiting out the timeout below
+		// would hold every other broadcast's reports back.
+		return errActorGone
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-a.c.cfg.Clock.After(30 * time.Second):
@@ -155,6 +166,7 @@ func (a *actor) log() interface {
 
 func (a *actor) run(ctx context.Context) {
 	clk := a.c.cfg.Clock
+	defer close(a.done)
 	defer a.dropOutstanding()
 	a.dispatch(ctx)
 	for {

@@ -382,6 +382,8 @@ func (c *Coordinator) onReport(ctx context.Context, msg jetstream.Msg) {
 	}
 	if a != nil { // nil: finished or unknown, no cursor left to move
 		if err := a.report(ctx, rep); err != nil {
+			// An actor gone since the lookup: the redelivery finds its
+			// successor, or the broadcast finished and nothing to apply to.
 			c.cfg.Log.Warn("report not applied; retried", "broadcast", rep.Broadcast, "err", err)
 			msg.NakWithDelay(time.Second) //nolint:errcheck
 			return
