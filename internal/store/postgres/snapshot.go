@@ -47,10 +47,10 @@ const visibility = `SELECT CASE WHEN relpages > 0 THEN least(1, relallvisible::f
        EXISTS (SELECT 1 FROM erased_addresses)
 FROM pg_class WHERE oid = 'contacts'::regclass`
 
-// minVisibleShare is the share from which a segment's audience is read
-// from the index alone. Below it (a bulk import autovacuum has not reached
-// yet) an index-only scan would visit each row's page as well, so the
-// planner's own choice is the cheaper read.
+// minVisibleShare is the share from which the audience is read from the
+// index alone. Below it (a bulk import autovacuum has not reached yet) an
+// index-only scan would visit each row's page as well, so the planner's
+// own choice (a scan of the table) is the cheaper read.
 const minVisibleShare = 0.9
 
 // indexOnly turns the planner, for the rest of the transaction, to the
@@ -59,20 +59,8 @@ const minVisibleShare = 0.9
 // merge join, in id order) the primary key and every row behind it, to an
 // index-only scan of contacts_eligible, a fraction of the table's size,
 // whose leaf pages a full scan reads nearly in order. The accept
-// transaction sets it for a segment only, when the visibility map covers
-// the table (minVisibleShare): there the planner's other choice is a row
-// fetch per member.
-//
-// The whole audience is left to the planner, a parallel scan of the
-// table. Forced onto the index it was no faster with a warm cache (141
-// against 152 ms at 1M contacts on the 2-core bench box) and much slower
-// on a busy server: an index scan reads through shared buffers, and when
-// they are full of dirty pages (the ledger's writes while another
-// broadcast sends, or make bench's ledger fill) it writes one out for each
-// page it reads, 4,300 of them at 1M (250 against 130 ms, and 368 against
-// 125 ms for the bare query in make bench). A sequential scan reads
-// through a small ring of its own, leaving the cache, and the sending
-// broadcast's pages in it, alone.
+// transaction sets it only when the visibility map covers the table
+// (minVisibleShare).
 const indexOnly = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('random_page_cost', current_setting('seq_page_cost'), true)`
 
@@ -100,9 +88,10 @@ const planDefault = `SELECT set_config('enable_seqscan', 'on', true), set_config
 //     snapshot, decide what the ranges cover, so a cut outside them (a
 //     contact imported between the two snapshots) is dropped.
 //
-// For a segment, when the visibility map covers contacts, the pass is an
-// index-only scan of contacts_eligible and reads no contact row (indexOnly
-// says why the whole audience is not).
+// When the visibility map covers contacts, the pass is an index-only scan
+// of contacts_eligible and reads no contact row. Right after a bulk
+// import, before autovacuum has been by, it reads every row of the table
+// as it did before that index.
 func snapshotAudience(ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx, segment int64) (count int64, minID, maxID pgtype.UUID, starts [][16]byte, err error) {
 	var share float64
 	var pages int64
@@ -110,7 +99,7 @@ func snapshotAudience(ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx, segmen
 	if err = tx.QueryRow(ctx, visibility).Scan(&share, &pages, &erasures); err != nil {
 		return 0, minID, maxID, nil, fmt.Errorf("contacts' visibility: %w", err)
 	}
-	fromIndex := segment != 0 && share >= minVisibleShare
+	fromIndex := share >= minVisibleShare
 	exact := pages <= samplePages
 	var beside *besideSample
 	if !exact {
