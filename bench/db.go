@@ -172,11 +172,10 @@ func (h *harness) resetLedger(ctx context.Context, schema string, history bool) 
 	took := time.Since(began)
 	// The history was written in one statement a moment ago, leaving the
 	// shared buffers full of dirty pages, which a system that sent before
-	// wrote out long since (checkpoint_timeout is 5 min): an index scan in
-	// the accept would write one out for each page it reads (3x the count's
-	// time at 1M contacts). The bare query, a table scan through its own
-	// buffer ring, would not see them: a comparison of the two needs them
-	// written.
+	// wrote out long since (checkpoint_timeout is 5 min). Left there, they
+	// fall on whatever runs next: an index scan writes one out for each
+	// page it reads, while the bare query, a table scan through a buffer
+	// ring of its own, does not see them.
 	if _, err = conn.Exec(ctx, "CHECKPOINT"); err != nil {
 		h.logf("CHECKPOINT after the ledger reset: %v (StartBroadcast may pay for the reset's dirty pages)", err)
 	}

@@ -62,18 +62,18 @@ const minVisibleShare = 0.9
 // transaction sets it only when the visibility map covers the table
 // (minVisibleShare).
 //
-// The index is read through shared buffers, where a table scan has a small
-// ring of its own: when the buffers are full of dirty pages, the scan
-// writes one out for every page it reads. Measured at 1M contacts on a
-// 2-core box with the default 128 MB of shared buffers: 141 ms by the
-// table, 152 by the index with clean buffers; 130 against 250 ms right
-// after a 1.5M-row insert had dirtied them all (4,300 pages written out).
-// The planner's table scan was tried for the whole audience and kept
-// StartBroadcast at 1.3x the bare query in such a state, but read every
-// contact's row once per broadcast (rows read per message 2.1 -> 3.2 at
-// 1M, 3.6 at 100k), and with shared buffers sized for a server, where the
-// bgwriter keeps clean ones ahead, the index is a quarter of the table's
-// pages to read.
+// Where it costs: at 1M contacts on the 2-core bench box of 2026-12-03,
+// the count by the index and by the table took 152 and 141 ms with a warm
+// cache, but in make bench the index's took 298 ms in each parallel worker
+// for 4,678 index pages (clean buffers, none written, no heap fetch)
+// against 74 ms for the table's 19,230 pages: the index is read a page at
+// a time, without the readahead a table scan gets, and there its pages
+// were not cached. With shared buffers full of dirty pages it also writes
+// one out for each page it reads (250 against 130 ms after a 1.5M-row
+// insert). The planner's table scan was tried for the whole audience:
+// StartBroadcast went from 3.4x to 1.3-1.4x the bare query, but every
+// contact's row was then read once per broadcast (rows read per message
+// 2.1 -> 3.2 at 1M, 3.6 at 100k, past the issue's 3), so it was not kept.
 const indexOnly = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('random_page_cost', current_setting('seq_page_cost'), true)`
 
