@@ -67,8 +67,8 @@ const minVisibleShare = 0.9
 // cache, but in make bench the index's took 298 ms in each parallel worker
 // for 4,678 index pages (clean buffers, none written, no heap fetch)
 // against 74 ms for the table's 19,230 pages: the index is read a page at
-// a time, without the readahead a table scan gets, and there its pages
-// were not cached. With shared buffers full of dirty pages it also writes
+// a time, without the readahead a table scan gets, and its pages were
+// apparently not in the page cache there (not verified). With shared buffers full of dirty pages it also writes
 // one out for each page it reads (250 against 130 ms after a 1.5M-row
 // insert). The planner's table scan was tried for the whole audience:
 // StartBroadcast went from 3.4x to 1.3-1.4x the bare query, but every
