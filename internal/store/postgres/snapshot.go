@@ -65,15 +65,18 @@ const minVisibleShare = 0.9
 // Where it costs: at 1M contacts on the 2-core bench box of 2026-12-03,
 // the count by the index and by the table took 152 and 141 ms with a warm
 // cache, but in make bench the index's took 298 ms in each parallel worker
-// for 4,678 index pages (clean buffers, none written, no heap fetch)
-// against 74 ms for the table's 19,230 pages: the index is read a page at
-// a time, without the readahead a table scan gets, and its pages were
-// apparently not in the page cache there (not verified). With shared buffers full of dirty pages it also writes
-// one out for each page it reads (250 against 130 ms after a 1.5M-row
-// insert). The planner's table scan was tried for the whole audience:
-// StartBroadcast went from 3.4x to 1.3-1.4x the bare query, but every
-// contact's row was then read once per broadcast (rows read per message
-// 2.1 -> 3.2 at 1M, 3.6 at 100k, past the issue's 3), so it was not kept.
+// for 4,678 index pages (clean buffers, none written, no heap fetch, and
+// every page of the index in the kernel's page cache, by mincore) against
+// 74 ms in each for the table's 19,230 pages when the harness ran the bare
+// query a few seconds before. Why is not known: not I/O, not dirty
+// buffers; the processes started for the run, or the sample beside, taking
+// CPU from the count's three processes on two cores is the suspicion.
+// With shared buffers full of dirty pages the index scan also writes one
+// out for each page it reads (250 against 130 ms after a 1.5M-row insert).
+// The planner's table scan was tried for the whole audience: StartBroadcast
+// went from 3.4x to 1.3-1.4x the bare query, but every contact's row was
+// then read once per broadcast (rows read per message 2.1 -> 3.2 at 1M,
+// 3.6 at 100k, past the issue's 3), so it was not kept.
 const indexOnly = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('random_page_cost', current_setting('seq_page_cost'), true)`
 
