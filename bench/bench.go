@@ -175,7 +175,7 @@ func (h *harness) build(ctx context.Context) error {
 // them.
 func (h *harness) measure(ctx context.Context, rep *Report) error {
 	p := h.plan
-	ceil, err := h.measureCeiling(ctx, p.ceilingConns, p.ceilingMessages)
+	ceil, err := h.measureCeiling(ctx, fmt.Sprintf("ceiling-%d", p.ceilingConns), p.ceilingConns, p.ceilingMessages)
 	if err != nil {
 		return err
 	}
@@ -191,9 +191,25 @@ func (h *harness) measure(ctx context.Context, rep *Report) error {
 		for _, w := range workers {
 			spec := stackSpec{name: fmt.Sprintf("e2e-%dw-sync-%s", w, syncName(always)), syncAlways: always, workers: w, concurrency: p.concurrency}
 			profile := !always && w == 2
+			// The targets' runs: the bare client beside them too.
+			var bare adjacentBare
+			beside := w == 2 && h.selected(spec.name)
+			if beside {
+				if bare.before, err = h.measureCeiling(ctx, "bare-before-"+spec.name, p.ceilingConns, p.ceilingMessages); err != nil {
+					return err
+				}
+			}
 			r, err := h.scenario(ctx, rep, spec, p.e2eContacts, runOptions{profile: profile}, kindE2E)
 			if err != nil {
 				return err
+			}
+			if beside {
+				if bare.after, err = h.measureCeiling(ctx, "bare-after-"+spec.name, p.ceilingConns, p.ceilingMessages); err != nil {
+					return err
+				}
+				if r != nil {
+					r.bare = &bare
+				}
 			}
 			if profile && r != nil {
 				e2e2 = r

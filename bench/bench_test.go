@@ -106,3 +106,24 @@ func TestPhasesOf(t *testing.T) {
 		t.Errorf("tail = %v, want longer than at the body's pace (%v)", p.tail, p.tailAtPace)
 	}
 }
+
+// TestAdjacentBare: a run's ratio is against the bare client measured
+// beside it (both runs pooled), not the matrix's first ceiling.
+func TestAdjacentBare(t *testing.T) {
+	first := ceilingResult{messages: 1000, elapsed: 100 * time.Millisecond, clientCPU: 50 * time.Millisecond}
+	b := &adjacentBare{
+		before: ceilingResult{messages: 1000, elapsed: time.Second, clientCPU: 100 * time.Millisecond},
+		after:  ceilingResult{messages: 1000, elapsed: 3 * time.Second, clientCPU: 300 * time.Millisecond},
+	}
+	alone := &runResult{}
+	if got := alone.bareRate(first); got != 10_000 {
+		t.Errorf("a run without its own bare client: rate %v, want the first ceiling's 10,000", got)
+	}
+	beside := &runResult{bare: b}
+	if got := beside.bareRate(first); got != 500 {
+		t.Errorf("rate beside the run %v, want 2,000 messages in 4 s = 500", got)
+	}
+	if got := beside.bareCPUPerMsg(first); got != float64(200*time.Microsecond) {
+		t.Errorf("CPU per message beside the run %v ns, want 200 µs", got)
+	}
+}

@@ -65,6 +65,27 @@ type ceilingResult struct {
 
 func (r ceilingResult) rate() float64 { return float64(r.messages) / r.elapsed.Seconds() }
 
+// cpuPerMsg is the bare client's own CPU per message.
+func (r ceilingResult) cpuPerMsg() float64 {
+	return float64(r.clientCPU) / float64(max(1, r.messages))
+}
+
+// adjacentBare is the bare client measured just before and just after one
+// scenario. The box's speed drifts by tens of percent over the minutes a
+// matrix takes (a ceiling of 10.5k msg/s at the start of one run, 6.7k in
+// another an hour later), so a ratio against the run's first ceiling
+// measures the drift as much as rangecast; against the mean of the two
+// beside it, the drift within the scenario's own minute.
+type adjacentBare struct{ before, after ceilingResult }
+
+func (a adjacentBare) rate() float64 {
+	return float64(a.before.messages+a.after.messages) / (a.before.elapsed + a.after.elapsed).Seconds()
+}
+
+func (a adjacentBare) cpuPerMsg() float64 {
+	return float64(a.before.clientCPU+a.after.clientCPU) / float64(max(1, a.before.messages+a.after.messages))
+}
+
 // bareClient pushes n messages to addr over conns connections, each reused
 // for every message (MAIL, RCPT, DATA; no RSET needed after a 250): no
 // database, no NATS, no rendering. It is what the machine can do with SMTP
@@ -127,9 +148,10 @@ func bareClient(ctx context.Context, addr string, conns int, n int64, m message.
 	return elapsed, ctx.Err()
 }
 
-// measureCeiling runs the bare client against a fresh sink.
-func (h *harness) measureCeiling(ctx context.Context, conns int, n int64) (ceilingResult, error) {
-	s := &stack{h: h, spec: stackSpec{name: fmt.Sprintf("ceiling-%d", conns)}}
+// measureCeiling runs the bare client against a fresh sink; name is the
+// work folder's (the run's first ceiling, or the one beside a scenario).
+func (h *harness) measureCeiling(ctx context.Context, name string, conns int, n int64) (ceilingResult, error) {
+	s := &stack{h: h, spec: stackSpec{name: name}}
 	s.dir = h.dir + "/" + s.spec.name
 	if err := os.MkdirAll(s.dir+"/logs", 0o755); err != nil {
 		return ceilingResult{}, err

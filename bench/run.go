@@ -73,9 +73,29 @@ type runResult struct {
 	state    string
 	profiles map[string]string
 	crash    *crashResult
+	// bare is the bare client measured beside this run (the targets'
+	// end-to-end runs); nil elsewhere.
+	bare *adjacentBare
 }
 
 func (r *runResult) rate() float64 { return float64(r.delivered) / r.elapsed.Seconds() }
+
+// bareRate and bareCPUPerMsg are the bare client's rate and CPU per
+// message to compare this run with: measured beside it where it was, else
+// the run's first ceiling.
+func (r *runResult) bareRate(first ceilingResult) float64 {
+	if r.bare != nil {
+		return r.bare.rate()
+	}
+	return first.rate()
+}
+
+func (r *runResult) bareCPUPerMsg(first ceilingResult) float64 {
+	if r.bare != nil {
+		return r.bare.cpuPerMsg()
+	}
+	return first.cpuPerMsg()
+}
 
 // phases is a run's time in three parts: until the sink's first message,
 // the body (from then until 90 % of the eligible were delivered) and the
