@@ -139,3 +139,11 @@ var (
 
 // CutsWithin is the accept-time cut of a sample to the audience's bounds.
 var CutsWithin = cutsWithin
+
+// OpenRowScansSQL is run before ClaimOwnersSQL and PendingSQL in their
+// transactions.
+const (
+	OpenRowScansSQL = openRowScans
+	ClaimOwnersSQL  = claimOwners
+	PendingSQL      = pendingQuery
+)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/store"
@@ -25,7 +26,17 @@ SELECT c.n, d.n, d.at, f.n FROM
 func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (store.Pending, error) {
 	var p store.Pending
 	var at *time.Time
-	if err := s.pool.QueryRow(ctx, pendingQuery, uid(broadcast)).Scan(&p.Claimed, &p.Deferred, &at, &p.Failed); err != nil {
+	// Under openRowScans: called on every tick while a broadcast's last
+	// claims settle, just after most rows left 'claimed'.
+	batch := &pgx.Batch{}
+	batch.Queue(openRowScans)
+	batch.Queue(pendingQuery, uid(broadcast))
+	results := s.pool.SendBatch(ctx, batch)
+	defer results.Close()
+	if _, err := results.Exec(); err != nil {
+		return store.Pending{}, mapErr("pending sends", err)
+	}
+	if err := results.QueryRow().Scan(&p.Claimed, &p.Deferred, &at, &p.Failed); err != nil {
 		return store.Pending{}, mapErr("pending sends", err)
 	}
 	if at != nil {
