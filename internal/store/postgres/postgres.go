@@ -808,19 +808,23 @@ FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2`, uid(broadcast
 }
 
 // claimOwners reads the partial index of claimed rows (under
-// openRowScans): its cost is the claims in flight, not the broadcast's size.
+// openRowScans).
 const claimOwners = `SELECT DISTINCT owner FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'claimed'`
 
 // openRowScans has the reads of the open-state partial indexes
 // (claimOwners, pendingQuery) walk them by index scan, for the rest of the
 // transaction. Every row that leaves 'claimed' leaves a dead entry in
 // broadcast_sends_pending until vacuum. A bitmap scan, the planner's
-// choice for a few expected rows, visits every one of those entries' heap
-// pages on every call; an index scan marks an entry dead the first time it
-// finds its row gone for every snapshot, and later scans skip it. In make
-// bench the reconciler's call (once per 10 s per broadcast) took 100–355 ms
-// at 8k msg/s; in psql, after 80,000 claims moved on, the bitmap read 2,491
-// pages on every call, the index scan 2,555 once and 67 on the next.
+// choice for a few expected rows once the ledger has some 80k rows, visits
+// the heap page of every dead entry since the last vacuum on every call;
+// an index scan marks an entry dead the first time it finds its row gone
+// for every snapshot, and later scans skip it. So the reconciler's call
+// (every 10 s per broadcast) costs the claims that moved on since the last
+// call, not since the last vacuum, which on a large ledger (autovacuum
+// waits for a fifth of its rows to be dead) is millions. In psql, after
+// 80,000 claims moved on: the bitmap read 2,491 pages on every call, the
+// index scan 2,555 once and 67 on the next. In make bench at 1M (8k msg/s,
+// autovacuum frequent) both took 60–280 ms a call: 80k entries a call.
 const openRowScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 func (s *Store) ClaimOwners(ctx context.Context, broadcast ulid.ULID) ([]string, error) {
