@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/store"
@@ -28,14 +27,11 @@ func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (store.Pending
 	var at *time.Time
 	// Under openRowScans: called on every tick while a broadcast's last
 	// claims settle, just after most rows left 'claimed'.
-	batch := &pgx.Batch{}
-	batch.Queue(openRowScans)
-	batch.Queue(pendingQuery, uid(broadcast))
-	results := s.pool.SendBatch(ctx, batch)
-	defer results.Close()
-	if _, err := results.Exec(); err != nil {
+	results, err := s.after(ctx, openRowScans, pendingQuery, uid(broadcast))
+	if err != nil {
 		return store.Pending{}, mapErr("pending sends", err)
 	}
+	defer results.Close()
 	if err := results.QueryRow().Scan(&p.Claimed, &p.Deferred, &at, &p.Failed); err != nil {
 		return store.Pending{}, mapErr("pending sends", err)
 	}

@@ -486,17 +486,29 @@ func (s *Store) LastEligible(ctx context.Context, b store.Broadcast, until ulid.
 	return cs[0], true, nil
 }
 
+// after sends settings (set_config(…, true) calls) and query as one batch,
+// so one implicit transaction: the settings hold for query alone. The
+// results are at query's; the caller closes them.
+func (s *Store) after(ctx context.Context, settings, query string, args ...any) (pgx.BatchResults, error) {
+	batch := &pgx.Batch{}
+	batch.Queue(settings)
+	batch.Queue(query, args...)
+	results := s.pool.SendBatch(ctx, batch)
+	if _, err := results.Exec(); err != nil {
+		results.Close()
+		return nil, err
+	}
+	return results, nil
+}
+
 // inIDOrder reads up to limit contacts by a query of pageQuery's shape,
 // under pageInIDOrder's settings.
 func (s *Store) inIDOrder(ctx context.Context, what string, limit int, query string, args ...any) ([]store.Contact, error) {
-	batch := &pgx.Batch{}
-	batch.Queue(pageInIDOrder)
-	batch.Queue(query, args...)
-	results := s.pool.SendBatch(ctx, batch)
-	defer results.Close()
-	if _, err := results.Exec(); err != nil {
+	results, err := s.after(ctx, pageInIDOrder, query, args...)
+	if err != nil {
 		return nil, mapErr(what, err)
 	}
+	defer results.Close()
 	rows, err := results.Query()
 	if err != nil {
 		return nil, mapErr(what, err)
@@ -828,14 +840,11 @@ const claimOwners = `SELECT DISTINCT owner FROM broadcast_sends WHERE broadcast_
 const openRowScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 func (s *Store) ClaimOwners(ctx context.Context, broadcast ulid.ULID) ([]string, error) {
-	batch := &pgx.Batch{}
-	batch.Queue(openRowScans)
-	batch.Queue(claimOwners, uid(broadcast))
-	results := s.pool.SendBatch(ctx, batch)
-	defer results.Close()
-	if _, err := results.Exec(); err != nil {
+	results, err := s.after(ctx, openRowScans, claimOwners, uid(broadcast))
+	if err != nil {
 		return nil, mapErr("claim owners", err)
 	}
+	defer results.Close()
 	rows, err := results.Query()
 	if err != nil {
 		return nil, mapErr("claim owners", err)
