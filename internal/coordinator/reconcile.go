@@ -123,7 +123,7 @@ func (a *actor) settleGone(ctx context.Context, owner string) {
 			again.Error = "in doubt: the server has no record of it; sent again"
 			settled, resend = append(settled, again), resend+1
 		case a.policy() == InDoubtResend:
-			again.Error = "in doubt: sent again (in-doubt policy resend)"
+			again.Error = store.InDoubtResent
 			settled, resend = append(settled, again), resend+1
 		default:
 			settled = append(settled, store.Outcome{ContactID: d.ContactID, Status: store.SendUnknown,

@@ -160,6 +160,9 @@ type sim struct {
 
 	tr           *simTransport
 	unsubscribed map[ulid.ULID]bool
+	// erased are the contacts erased mid-broadcast, with what they had
+	// received then and whether a claim of theirs was open.
+	erased       map[ulid.ULID]erasure
 	cancelled    bool
 	cursorBroken bool
 	// pendingStates are operator calls whose KV write has not landed yet.
@@ -174,6 +177,11 @@ type sim struct {
 	violations   []string
 	sentTotal    int
 	unknownTotal int
+}
+
+type erasure struct {
+	received int
+	claimed  bool
 }
 
 type simJob struct {
@@ -420,7 +428,7 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	s := &sim{t: t, seed: seed, rng: rng, verbose: verbose, ctx: context.Background(),
 		kv: newFakeKV(), workers: newFakeKV(), clk: &simClock{now: time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)},
-		unsubscribed: map[ulid.ULID]bool{}, hasRow: map[ulid.ULID]bool{}, faults: map[string]int{}}
+		unsubscribed: map[ulid.ULID]bool{}, erased: map[ulid.ULID]erasure{}, hasRow: map[ulid.ULID]bool{}, faults: map[string]int{}}
 	s.tr = &simTransport{s: s, attempts: map[string]int{}, received: map[string]int{}, accepted: map[string]bool{}, maybe: map[string]int{}}
 	s.window = 1 + rng.IntN(5)
 	s.pageLimit = s.window * (1 + rng.IntN(4))
@@ -629,6 +637,7 @@ func (s *sim) step(faults bool) {
 		})
 		add(0.05, func() { s.operator(store.StateRunning, store.StateCancelled) })
 		add(0.8, s.unsubscribeOne)
+		add(0.4, s.eraseOne)
 		add(0.5, func() {
 			if s.chance(0.5) {
 				s.kv.failNext = true
@@ -903,7 +912,7 @@ func (s *sim) checkCursors() {
 		start, _ := ulid.ParseStrict(rec.Start)
 		end, _ := ulid.ParseStrict(rec.End)
 		for _, c := range s.contacts {
-			if c.DoNotContact || s.unsubscribed[c.ID] || c.ID.Compare(start) < 0 || c.ID.Compare(end) > 0 {
+			if _, erased := s.erased[c.ID]; erased || c.DoNotContact || s.unsubscribed[c.ID] || c.ID.Compare(start) < 0 || c.ID.Compare(end) > 0 {
 				continue
 			}
 			passed := c.ID.Compare(next) < 0 || (rec.Done && c.ID.Compare(end) <= 0)
@@ -964,6 +973,29 @@ func (s *sim) unsubscribeOne() {
 	s.logf("%s unsubscribes", c.Email)
 }
 
+// eraseOne erases a contact (GDPR Art. 17) mid-broadcast. Every copy is
+// parked at a store gate, so no send is under way: a claim open now may
+// still be sent once (its send comes after the claim), nothing else may.
+func (s *sim) eraseOne() {
+	c := s.contacts[s.rng.IntN(len(s.contacts))]
+	if _, done := s.erased[c.ID]; done {
+		return
+	}
+	row, err := s.st.GetSend(s.ctx, s.b.ID, c.ID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return
+	}
+	if _, err := s.st.Erase(s.ctx, []string{c.Email}, s.clk.Now()); err != nil {
+		return
+	}
+	s.tr.mu.Lock()
+	e := erasure{received: s.tr.received[c.Email], claimed: err == nil && row.Status == store.SendClaimed}
+	s.tr.mu.Unlock()
+	s.erased[c.ID] = e
+	s.fault("erasure mid-broadcast")
+	s.logf("%s is erased (received %d, claim open %v)", c.Email, e.received, e.claimed)
+}
+
 // stopCopies ends the goroutines of copies still waiting at a gate.
 func (s *sim) stopCopies() {
 	for _, c := range s.copies {
@@ -991,6 +1023,12 @@ func (s *sim) check() {
 	for _, c := range s.contacts {
 		n := s.tr.received[c.Email]
 		s.sentTotal += n
+		e, erased := s.erased[c.ID]
+		if erased {
+			if open := map[bool]int{true: 1}[e.claimed]; n > e.received+open {
+				s.violate("%s received %d messages after its erasure (%d claim open then)", c.Email, n-e.received, open)
+			}
+		}
 		if n > 1 {
 			if s.policy == InDoubtResend && !s.lookup {
 				dups += n - 1 // resend chose this risk: bounded below
@@ -1005,10 +1043,10 @@ func (s *sim) check() {
 			// (or whose broadcast was cancelled) is then rightly skipped,
 			// though the first try may have reached them. The policy
 			// accepts not knowing.
-			if n > 0 && !(s.policy == InDoubtResend && !s.lookup && (s.unsubscribed[c.ID] || s.cancelled)) {
+			if n > 0 && !(s.policy == InDoubtResend && !s.lookup && (s.unsubscribed[c.ID] || erased || s.cancelled)) {
 				s.violate("%s received a message but has no ledger row", c.Email)
 			}
-			if !c.DoNotContact && !s.unsubscribed[c.ID] && !s.cancelled {
+			if !c.DoNotContact && !s.unsubscribed[c.ID] && !erased && !s.cancelled {
 				s.violate("%s is eligible and has no ledger row: skipped silently", c.Email)
 			}
 			continue

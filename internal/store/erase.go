@@ -49,6 +49,16 @@ type Erased struct {
 // address that was erased before.
 const ErasedReason = "address erased before (GDPR Art. 17); imported again, never mailed"
 
+// InDoubtResent is the error of a ledger row the reconciler released to be
+// sent again under the resend in-doubt policy, with no lookup to ask: its
+// earlier attempt may have been delivered. ErasedInDoubt is the error such
+// a row gets, with status unknown rather than failed, when its contact is
+// erased before the resend: "not sent" would be untrue.
+const (
+	InDoubtResent = "in doubt: sent again (in-doubt policy resend)"
+	ErasedInDoubt = "in doubt, not sent again: the contact was erased before the resend, and the earlier attempt may have been delivered"
+)
+
 // ErasedToken is the prefix of every token that replaces an erased
 // address. It has no @, so no transport can take it for an address.
 const ErasedToken = "erased:"

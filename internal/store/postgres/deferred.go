@@ -33,7 +33,9 @@ func notAttempted(o store.Outcome) int {
 // same), deletes those whose contact no longer
 // passes the gate, fails those whose contact was erased (deferred after the
 // erasure by a send claimed before it: failed, the row keeps its place in
-// the counts), and moves the rest back to claimed. The three statements
+// the counts; unknown instead when the reconciler released it after an
+// attempt that may have been delivered, store.InDoubtResent), and moves
+// the rest back to claimed. The three statements
 // touch disjoint rows. $1 broadcast, $2 now, $3 limit, $4 owner, $5 the
 // erased rows' error, $6 segment.
 func claimDueQuery(segment int64) string {
@@ -52,7 +54,9 @@ WITH due AS (
       AND EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id)
       AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id AND ` + g + `)
 ), erased AS (
-    UPDATE broadcast_sends s SET status = 'failed', error = $5, retry_at = NULL, owner = '', updated_at = $2
+    UPDATE broadcast_sends s SET status = CASE WHEN s.error = ` + inDoubtResent + ` THEN 'unknown' ELSE 'failed' END,
+        error = CASE WHEN s.error = ` + inDoubtResent + ` THEN ` + erasedInDoubt + ` ELSE $5 END,
+        retry_at = NULL, owner = '', updated_at = $2
     FROM due
     WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id
       AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id)

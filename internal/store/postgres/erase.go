@@ -148,7 +148,9 @@ var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 // eraseLedger anonymises the erased contact's ledger rows and events. A
 // row keeps its status, so the broadcast's counts do not move, except a
 // deferred one, which would otherwise wait for a retry that can never
-// happen: it fails, with the reason. A claimed row is left claimed: its
+// happen: it fails, with the reason, or, released by the reconciler to be
+// sent again after an attempt that may have been delivered
+// (store.InDoubtResent), it is recorded unknown. A claimed row is left claimed: its
 // worker (or the reconciler) records its outcome, and only the token is
 // left to find.
 func eraseLedger(ctx context.Context, tx pgx.Tx, e *store.Erased, now time.Time) error {
@@ -172,8 +174,9 @@ func eraseLedger(ctx context.Context, tx pgx.Tx, e *store.Erased, now time.Time)
 	for _, r := range todo {
 		reply := store.ScrubAddress(store.ScrubAddress(r.reply, r.email), e.Email)
 		if _, err := tx.Exec(ctx, `
-UPDATE broadcast_sends SET email = $3, error = CASE WHEN status = 'deferred' THEN $5 ELSE $4 END,
-    status = CASE WHEN status = 'deferred' THEN 'failed' ELSE status END,
+UPDATE broadcast_sends SET email = $3,
+    error = CASE WHEN status <> 'deferred' THEN $4 WHEN error = `+inDoubtResent+` THEN `+erasedInDoubt+` ELSE $5 END,
+    status = CASE WHEN status <> 'deferred' THEN status WHEN error = `+inDoubtResent+` THEN 'unknown' ELSE 'failed' END,
     retry_at = CASE WHEN status = 'deferred' THEN NULL ELSE retry_at END, updated_at = $6
 WHERE broadcast_id = $1 AND contact_id = $2`, r.bid, uid(e.Contact), token, reply, erasedDeferral, now); err != nil {
 			return err
@@ -200,6 +203,13 @@ const withheldReply = `'` + store.WithheldReply + `'`
 
 // erasedDeferral is the error of a deferred row whose contact was erased.
 const erasedDeferral = "not sent: the contact was erased before its retry"
+
+// inDoubtResent and erasedInDoubt are store.InDoubtResent and
+// store.ErasedInDoubt as SQL literals.
+const (
+	inDoubtResent = `'` + store.InDoubtResent + `'`
+	erasedInDoubt = `'` + store.ErasedInDoubt + `'`
+)
 
 // eraseReceipts anonymises the address's transactional receipts: the row
 // (status, attempts, times) stays, the address, payload and replies go. A

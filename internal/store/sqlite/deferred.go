@@ -46,9 +46,11 @@ const (
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?4))`
 	dropDue = `DELETE FROM broadcast_sends WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?3))`
 	// failErased settles a due row whose contact was erased (deferred after
-	// the erasure by a send claimed before it) as failed, so it keeps its
-	// place in the counts instead of vanishing.
-	failErased = `UPDATE broadcast_sends SET status = 'failed', error = ?4, retry_at = NULL, owner = '', updated_at = ?5
+	// the erasure by a send claimed before it) as failed, or unknown when
+	// the reconciler released it after an attempt that may have been
+	// delivered, so it keeps its place in the counts instead of vanishing.
+	failErased = `UPDATE broadcast_sends SET status = CASE WHEN error = ` + inDoubtResent + ` THEN 'unknown' ELSE 'failed' END,
+    error = CASE WHEN error = ` + inDoubtResent + ` THEN ` + erasedInDoubt + ` ELSE ?4 END, retry_at = NULL, owner = '', updated_at = ?5
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?3))`
 )
 

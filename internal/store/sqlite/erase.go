@@ -127,6 +127,11 @@ const withheldReply = `'` + store.WithheldReply + `'`
 // erasedDeferral and erasedReceipt are the errors of a deferred row and a
 // queued receipt whose person was erased.
 const (
+	// store.InDoubtResent and store.ErasedInDoubt as SQL literals: a
+	// deferred row released after an attempt that may have been delivered
+	// is recorded unknown, not failed.
+	inDoubtResent  = `'` + store.InDoubtResent + `'`
+	erasedInDoubt  = `'` + store.ErasedInDoubt + `'`
 	erasedDeferral = "not sent: the contact was erased before its retry"
 	erasedReceipt  = "not sent: the recipient was erased"
 )
@@ -157,9 +162,10 @@ func eraseLedger(ctx context.Context, tx *sql.Tx, e *store.Erased, now time.Time
 	for _, r := range todo {
 		reply := store.ScrubAddress(store.ScrubAddress(r.reply, r.email), e.Email)
 		if _, err := tx.ExecContext(ctx, `
-UPDATE broadcast_sends SET email = ?3, error = CASE WHEN status = 'deferred' THEN ?5 ELSE ?4 END,
+UPDATE broadcast_sends SET email = ?3,
+    error = CASE WHEN status <> 'deferred' THEN ?4 WHEN error = `+inDoubtResent+` THEN `+erasedInDoubt+` ELSE ?5 END,
     retry_at = CASE WHEN status = 'deferred' THEN NULL ELSE retry_at END,
-    status = CASE WHEN status = 'deferred' THEN 'failed' ELSE status END, updated_at = ?6
+    status = CASE WHEN status <> 'deferred' THEN status WHEN error = `+inDoubtResent+` THEN 'unknown' ELSE 'failed' END, updated_at = ?6
 WHERE broadcast_id = ?1 AND contact_id = ?2`, r.bid, id(e.Contact), token, reply, erasedDeferral, ts(now)); err != nil {
 			return err
 		}

@@ -26,6 +26,7 @@ var eraseCases = []testCase{
 	{"ClaimAfterErasure", testEraseBeforeClaim},
 	{"UnknownAddress", testEraseUnknown},
 	{"RacesClaims", testEraseRacesClaims},
+	{"InDoubtIsNotFailed", testEraseInDoubt},
 	{"UnmatchedEvents", testEraseUnmatchedEvents},
 }
 
@@ -282,6 +283,50 @@ func testEraseBeforeClaim(f *fixture) {
 	f.must(err, "RecordAndClaim")
 	if len(got) != 0 {
 		f.t.Errorf("RecordAndClaim claimed the erased contact: %v", got)
+	}
+}
+
+// A row the reconciler released to be sent again after an attempt that may
+// have been delivered (store.InDoubtResent) is recorded unknown, not
+// failed "not sent", when its contact is erased before the resend: by the
+// erasure itself (the row deferred), by the sweep (the row claimed at the
+// erasure, released after it). A plain deferral still fails.
+func testEraseInDoubt(f *fixture) {
+	ctx := f.ctx
+	ids := f.subscribers("doubt", 3)
+	b := f.running("doubt", 0)
+	page := f.page(b, minULID, maxULID, 10)
+	claims := make([]store.Claim, len(page))
+	for i, c := range page {
+		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: messageID(b.ID, c.ID)}
+	}
+	got, err := f.s.Claim(ctx, b.ID, "w1/1", claims, at(2))
+	f.must(err, "Claim")
+	if len(got) != 3 {
+		f.t.Fatalf("Claim: %d of 3", len(got))
+	}
+	// The third contact is erased while its claim is open.
+	_, err = f.s.Erase(ctx, []string{page[2].Email}, at(3))
+	f.must(err, "Erase")
+	// The owner is gone: the reconciler releases all three, two in doubt.
+	f.must(f.s.RecordOutcomes(ctx, b.ID, "w1/1", []store.Outcome{
+		{ContactID: page[0].ID, Status: store.SendDeferred, RetryAt: at(4), Error: store.InDoubtResent},
+		{ContactID: page[1].ID, Status: store.SendDeferred, RetryAt: at(4), Error: "451 4.3.0 try again later"},
+		{ContactID: page[2].ID, Status: store.SendDeferred, RetryAt: at(4), Error: store.InDoubtResent},
+	}, at(4)), "RecordOutcomes")
+	_, err = f.s.Erase(ctx, []string{page[0].Email, page[1].Email}, at(5))
+	f.must(err, "Erase")
+	due, err := f.s.ClaimDue(ctx, b, "w2/1", at(6), 10)
+	f.must(err, "ClaimDue")
+	if len(due) != 0 {
+		f.t.Fatalf("ClaimDue handed out %d rows of erased contacts", len(due))
+	}
+	for i, want := range []store.SendStatus{store.SendUnknown, store.SendFailed, store.SendUnknown} {
+		row, err := f.s.GetSend(ctx, b.ID, ids[i])
+		f.must(err, "GetSend")
+		if row.Status != want || (want == store.SendUnknown) != (row.Error == store.ErasedInDoubt) {
+			f.t.Errorf("contact %d: %s %q after erasure; want %s", i, row.Status, row.Error, want)
+		}
 	}
 }
 
