@@ -60,8 +60,12 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		window := make([]store.Contact, len(due))
 		mine := make(map[ulid.ULID]bool, len(due))
 		attempt := make(map[ulid.ULID]int, len(due))
+		inDoubt := make(map[ulid.ULID]bool)
 		for k, d := range due {
 			window[k], mine[d.ID], attempt[d.ID] = d.Contact, true, d.Attempt
+			if d.InDoubt {
+				inDoubt[d.ID] = true
+			}
 		}
 		res, outcomes := w.deliver(pageCtx, l, window, mine, h, now)
 		res.claimed = len(window)
@@ -81,6 +85,16 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 			}
 			outcomes[k].RetryAt = w.retryAfterAttempt(now, attempt[o.ContactID])
 			outcomes[k].Error = "deferred again: " + o.Error
+		}
+		// A row whose earlier attempt may have been delivered (the
+		// reconciler released it to be sent again) never ends failed,
+		// whether refused now or given up on: "not delivered" may be
+		// untrue. It ends unknown, with this attempt's reason.
+		for k, o := range outcomes {
+			if o.Status == store.SendFailed && inDoubt[o.ContactID] {
+				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendUnknown, Error: store.InDoubtEndedPrefix + o.Error}
+				res.failed--
+			}
 		}
 		err = w.persist(ctx, owner, func() error {
 			return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())

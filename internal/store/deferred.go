@@ -12,6 +12,10 @@ import (
 type Due struct {
 	Contact
 	Attempt int
+	// InDoubt says an earlier attempt may have been delivered: the
+	// reconciler released the row to be sent again (InDoubtResent). If it
+	// ends without a send, it ends unknown, never failed.
+	InDoubt bool
 }
 
 // Deferrals is the part of the ledger for rows the governor held back: a

@@ -51,12 +51,16 @@ const ErasedReason = "address erased before (GDPR Art. 17); imported again, neve
 
 // InDoubtResent is the error of a ledger row the reconciler released to be
 // sent again under the resend in-doubt policy, with no lookup to ask: its
-// earlier attempt may have been delivered. ErasedInDoubt is the error such
-// a row gets, with status unknown rather than failed, when its contact is
-// erased before the resend: "not sent" would be untrue.
+// earlier attempt may have been delivered. Recording it marks the row in
+// doubt for good (Due.InDoubt), through any later outcome: such a row
+// never ends failed, since "not delivered" may be untrue. ErasedInDoubt is
+// the error it gets, with status unknown, when its contact is erased
+// before a resend; InDoubtEndedPrefix starts the error it gets, with status
+// unknown, when a resend is refused for good or given up on.
 const (
-	InDoubtResent = "in doubt: sent again (in-doubt policy resend)"
-	ErasedInDoubt = "in doubt, not sent again: the contact was erased before the resend, and the earlier attempt may have been delivered"
+	InDoubtResent      = "in doubt: sent again (in-doubt policy resend)"
+	ErasedInDoubt      = "in doubt, not sent again: the contact was erased before the resend, and the earlier attempt may have been delivered"
+	InDoubtEndedPrefix = "in doubt: an earlier attempt may have been delivered; the resend ended: "
 )
 
 // ErasedToken is the prefix of every token that replaces an erased

@@ -175,8 +175,8 @@ func eraseLedger(ctx context.Context, tx pgx.Tx, e *store.Erased, now time.Time)
 		reply := store.ScrubAddress(store.ScrubAddress(r.reply, r.email), e.Email)
 		if _, err := tx.Exec(ctx, `
 UPDATE broadcast_sends SET email = $3,
-    error = CASE WHEN status <> 'deferred' THEN $4 WHEN error = `+inDoubtResent+` THEN `+erasedInDoubt+` ELSE $5 END,
-    status = CASE WHEN status <> 'deferred' THEN status WHEN error = `+inDoubtResent+` THEN 'unknown' ELSE 'failed' END,
+    error = CASE WHEN status <> 'deferred' THEN $4 WHEN in_doubt THEN `+erasedInDoubt+` ELSE $5 END,
+    status = CASE WHEN status <> 'deferred' THEN status WHEN in_doubt THEN 'unknown' ELSE 'failed' END,
     retry_at = CASE WHEN status = 'deferred' THEN NULL ELSE retry_at END, updated_at = $6
 WHERE broadcast_id = $1 AND contact_id = $2`, r.bid, uid(e.Contact), token, reply, erasedDeferral, now); err != nil {
 			return err

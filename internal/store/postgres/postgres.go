@@ -619,7 +619,7 @@ const atKey = `(s.contact_id, s.broadcast_id) >= (u.id, u.bid) AND (s.contact_id
 const recordOutcomes = `UPDATE broadcast_sends AS s SET status = u.status,
     error = CASE WHEN u.error NOT IN ('', ` + inDoubtResent + `) AND s.email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE u.error END,
     updated_at = $2, retry_at = u.retry_at,
-    accepted = (u.status = 'sent'), owner = CASE WHEN u.status = 'claimed' THEN '' ELSE s.owner END,
+    accepted = (u.status = 'sent'), in_doubt = s.in_doubt OR u.error = ` + inDoubtResent + `, owner = CASE WHEN u.status = 'claimed' THEN '' ELSE s.owner END,
     attempt = s.attempt - u.not_attempted
 FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[], $8::int[]) AS u(bid, id, status, error, retry_at, not_attempted)
 WHERE ` + atKey + ` AND s.` + stillClaimed + ` AND s.owner = $1

@@ -35,7 +35,7 @@ func notAttempted(o store.Outcome) int {
 // own claims come first, so a repeated call (its answer was lost) gets
 // them back even when rows of lower ids came due meanwhile.
 func dueQuery(segment int64) string {
-	return `SELECT s.contact_id, c.email, c.name, c.attributes, s.attempt + (s.status = 'deferred'), (c.id IS NOT NULL AND ` + gate(segment) + `)
+	return `SELECT s.contact_id, c.email, c.name, c.attributes, s.attempt + (s.status = 'deferred'), s.in_doubt, (c.id IS NOT NULL AND ` + gate(segment) + `)
 FROM broadcast_sends s LEFT JOIN contacts c ON c.id = s.contact_id
 WHERE s.broadcast_id = :broadcast AND ((s.status = 'deferred' AND s.retry_at <= :now) OR (s.status = 'claimed' AND s.owner = :owner))
 ORDER BY s.status = 'claimed' DESC, s.contact_id LIMIT :limit`
@@ -49,8 +49,8 @@ WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status 
 	// the erasure by a send claimed before it) as failed, or unknown when
 	// the reconciler released it after an attempt that may have been
 	// delivered, so it keeps its place in the counts instead of vanishing.
-	failErased = `UPDATE broadcast_sends SET status = CASE WHEN error = ` + inDoubtResent + ` THEN 'unknown' ELSE 'failed' END,
-    error = CASE WHEN error = ` + inDoubtResent + ` THEN ` + erasedInDoubt + ` ELSE ?4 END, retry_at = NULL, owner = '', updated_at = ?5
+	failErased = `UPDATE broadcast_sends SET status = CASE WHEN in_doubt THEN 'unknown' ELSE 'failed' END,
+    error = CASE WHEN in_doubt THEN ` + erasedInDoubt + ` ELSE ?4 END, retry_at = NULL, owner = '', updated_at = ?5
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?3))`
 )
 
@@ -72,7 +72,8 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 			var email, name, attrs sql.NullString
 			var eligible sql.NullBool
 			var attempt int
-			if err := rows.Scan(&cid, &email, &name, &attrs, &attempt, &eligible); err != nil {
+			var inDoubt bool
+			if err := rows.Scan(&cid, &email, &name, &attrs, &attempt, &inDoubt, &eligible); err != nil {
 				rows.Close()
 				return err
 			}
@@ -89,7 +90,7 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 				gone = append(gone, u)
 				continue
 			}
-			c := store.Due{Contact: store.Contact{ID: u, Email: email.String, Name: name.String, Subscribed: true}, Attempt: attempt}
+			c := store.Due{Contact: store.Contact{ID: u, Email: email.String, Name: name.String, Subscribed: true}, Attempt: attempt, InDoubt: inDoubt}
 			if err := json.Unmarshal([]byte(attrs.String), &c.Attributes); err != nil {
 				rows.Close()
 				return fmt.Errorf("contact %s: attributes: %w", u, err)

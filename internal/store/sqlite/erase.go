@@ -163,9 +163,9 @@ func eraseLedger(ctx context.Context, tx *sql.Tx, e *store.Erased, now time.Time
 		reply := store.ScrubAddress(store.ScrubAddress(r.reply, r.email), e.Email)
 		if _, err := tx.ExecContext(ctx, `
 UPDATE broadcast_sends SET email = ?3,
-    error = CASE WHEN status <> 'deferred' THEN ?4 WHEN error = `+inDoubtResent+` THEN `+erasedInDoubt+` ELSE ?5 END,
+    error = CASE WHEN status <> 'deferred' THEN ?4 WHEN in_doubt THEN `+erasedInDoubt+` ELSE ?5 END,
     retry_at = CASE WHEN status = 'deferred' THEN NULL ELSE retry_at END,
-    status = CASE WHEN status <> 'deferred' THEN status WHEN error = `+inDoubtResent+` THEN 'unknown' ELSE 'failed' END, updated_at = ?6
+    status = CASE WHEN status <> 'deferred' THEN status WHEN in_doubt THEN 'unknown' ELSE 'failed' END, updated_at = ?6
 WHERE broadcast_id = ?1 AND contact_id = ?2`, r.bid, id(e.Contact), token, reply, erasedDeferral, ts(now)); err != nil {
 			return err
 		}

@@ -27,6 +27,7 @@ var eraseCases = []testCase{
 	{"UnknownAddress", testEraseUnknown},
 	{"RacesClaims", testEraseRacesClaims},
 	{"InDoubtIsNotFailed", testEraseInDoubt},
+	{"InDoubtOutlivesAResend", testEraseInDoubtAfterResend},
 	{"UnmatchedEvents", testEraseUnmatchedEvents},
 }
 
@@ -326,6 +327,65 @@ func testEraseInDoubt(f *fixture) {
 		f.must(err, "GetSend")
 		if row.Status != want || (want == store.SendUnknown) != (row.Error == store.ErasedInDoubt) {
 			f.t.Errorf("contact %d: %s %q after erasure; want %s", i, row.Status, row.Error, want)
+		}
+	}
+}
+
+// A row released in doubt stays in doubt through its resend's own
+// outcome: ClaimDue says so (Due.InDoubt) on every later claim, and an
+// erasure after the resend was deferred again (its error no longer
+// InDoubtResent) records it unknown, by the erasure itself or by the
+// sweep, while a row only ever deferred by a 451 still fails.
+func testEraseInDoubtAfterResend(f *fixture) {
+	ctx := f.ctx
+	ids := f.subscribers("resent", 4)
+	b := f.running("resent", 0)
+	page := f.page(b, minULID, maxULID, 10)
+	claims := make([]store.Claim, len(page))
+	for i, c := range page {
+		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: messageID(b.ID, c.ID)}
+	}
+	got, err := f.s.Claim(ctx, b.ID, "w1/1", claims, at(2))
+	f.must(err, "Claim")
+	if len(got) != 4 {
+		f.t.Fatalf("Claim: %d of 4", len(got))
+	}
+	first := []store.Outcome{
+		{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(4), Error: store.InDoubtResent},
+		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(4), Error: store.InDoubtResent},
+		{ContactID: ids[2], Status: store.SendDeferred, RetryAt: at(4), Error: "451 4.3.0 try again later"},
+		{ContactID: ids[3], Status: store.SendDeferred, RetryAt: at(4), Error: store.InDoubtResent},
+	}
+	f.must(f.s.RecordOutcomes(ctx, b.ID, "w1/1", first, at(3)), "RecordOutcomes")
+	due, err := f.s.ClaimDue(ctx, b, "w2/1", at(5), 10)
+	f.must(err, "ClaimDue")
+	if len(due) != 4 {
+		f.t.Fatalf("ClaimDue: %d rows, want 4", len(due))
+	}
+	for i, d := range due {
+		if want := i != 2; d.InDoubt != want {
+			f.t.Errorf("ClaimDue: contact %d in doubt %v, want %v", i, d.InDoubt, want)
+		}
+	}
+	// The resends of the first three are deferred again; the fourth's is
+	// under way.
+	again := func(i, retry int) store.Outcome {
+		return store.Outcome{ContactID: ids[i], Status: store.SendDeferred, RetryAt: at(retry), Error: "deferred again: 451 4.3.0 try again later"}
+	}
+	f.must(f.s.RecordOutcomes(ctx, b.ID, "w2/1", []store.Outcome{again(0, 20), again(1, 8), again(2, 20)}, at(6)), "RecordOutcomes")
+	_, err = f.s.Erase(ctx, []string{page[0].Email, page[2].Email, page[3].Email}, at(7))
+	f.must(err, "Erase")
+	f.must(f.s.RecordOutcomes(ctx, b.ID, "w2/1", []store.Outcome{again(3, 8)}, at(7)), "RecordOutcomes")
+	due, err = f.s.ClaimDue(ctx, b, "w3/1", at(9), 10)
+	f.must(err, "ClaimDue")
+	if len(due) != 1 || due[0].ID != ids[1] || !due[0].InDoubt {
+		f.t.Errorf("ClaimDue after the erasure = %+v; want contact 1 alone, in doubt", due)
+	}
+	for i, want := range []store.SendStatus{store.SendUnknown, store.SendClaimed, store.SendFailed, store.SendUnknown} {
+		row, err := f.s.GetSend(ctx, b.ID, ids[i])
+		f.must(err, "GetSend")
+		if row.Status != want || (want == store.SendUnknown) != (row.Error == store.ErasedInDoubt) {
+			f.t.Errorf("contact %d: %s %q; want %s", i, row.Status, row.Error, want)
 		}
 	}
 }
