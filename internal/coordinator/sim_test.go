@@ -1115,4 +1115,8 @@ var simRegressions = map[string]uint64{
 	"outcome writes lost to store errors (hole 4, without retries)":    19,
 	// Pinned by storetest's Deferred/RetrySameOwnerNewDueFirst.
 	"a sweep's claim-due answer lost while lower ids came due": 13128,
+	// Pinned by pageworker's TestClaimRetriedAfterErasure.
+	"a claim's answer lost, then one of its contacts erased": 4608,
+	// Pinned by storetest's Erase/InDoubtOutlivesAResend.
+	"a resend in doubt deferred again, then its contact erased": 8491,
 }

@@ -239,3 +239,98 @@ func TestFailedOutcomeWritesKeepWhatIsKnown(t *testing.T) {
 		}
 	}
 }
+
+// erasingStore commits the first claim that names contacts (by Claim, or by
+// RecordAndClaim when viaRecord), then erases the first of them and loses
+// the answer: the retry finds that contact gone.
+type erasingStore struct {
+	store.Store
+	viaRecord bool
+	mu        sync.Mutex
+	done      bool
+	erased    string
+}
+
+func (s *erasingStore) claimThenErase(ctx context.Context, next []store.Claim, now time.Time, claim func() ([]ulid.ULID, error)) ([]ulid.ULID, error) {
+	s.mu.Lock()
+	first := !s.done && len(next) > 0
+	s.done = s.done || first
+	s.mu.Unlock()
+	got, err := claim()
+	if !first || err != nil {
+		return got, err
+	}
+	if _, err := s.Store.Erase(ctx, []string{next[0].Email}, now); err != nil {
+		return nil, err
+	}
+	s.erased = next[0].Email
+	return nil, errors.New("conn closed: unexpected EOF")
+}
+
+func (s *erasingStore) Claim(ctx context.Context, b ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	if s.viaRecord {
+		return s.Store.Claim(ctx, b, owner, claims, now)
+	}
+	return s.claimThenErase(ctx, claims, now, func() ([]ulid.ULID, error) { return s.Store.Claim(ctx, b, owner, claims, now) })
+}
+
+func (s *erasingStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
+	if !s.viaRecord {
+		return s.Store.RecordAndClaim(ctx, b, owner, outcomes, next, now)
+	}
+	return s.claimThenErase(ctx, next, now, func() ([]ulid.ULID, error) {
+		return s.Store.RecordAndClaim(ctx, b, owner, outcomes, next, now)
+	})
+}
+
+// TestClaimRetriedAfterErasure: a claim commits, its answer is lost, and one
+// of its contacts is erased before the retry. The retry claims only
+// contacts that still exist, so the erased one's row is this run's but
+// never comes back: it must be recorded failed, never sent
+// (store.ErasedBeforeSend), not left claimed for the reconciler to call
+// unknown when the run ends (the simulation's seeds 4608, 9631, 9856).
+func TestClaimRetriedAfterErasure(t *testing.T) {
+	t.Parallel()
+	for _, viaRecord := range []bool{false, true} {
+		for name, open := range map[string]func(testing.TB) store.Store{
+			"sqlite":   func(t testing.TB) store.Store { return testenv.SQLite(t) },
+			"postgres": func(t testing.TB) store.Store { return testenv.Postgres(t) },
+		} {
+			t.Run(fmt.Sprintf("%s/recordAndClaim=%v", name, viaRecord), func(t *testing.T) {
+				t.Parallel()
+				st := &erasingStore{Store: open(t), viaRecord: viaRecord}
+				tr := &scripted{accepted: map[string]int{}, answer: func(string) error { return nil }}
+				f := newCopiesFixture(t, st, 20, tr)
+				f.w.cfg.Clock = clock.Real{} // the retry's backoff runs on real time
+				ctx := t.Context()
+				rep, err := f.w.RunPage(ctx, f.job(), "w/1")
+				if err != nil || !rep.Done || rep.Sent != 19 {
+					t.Fatalf("page: %+v, %v; want 19 sent and the range done", rep, err)
+				}
+				if st.erased == "" {
+					t.Fatal("no claim was erased under")
+				}
+				c, err := st.Counts(ctx, f.b.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c != (store.Counts{Sent: 19, Failed: 1}) {
+					t.Errorf("ledger = %+v; want 19 sent and the erased contact failed, nothing claimed or unknown", c)
+				}
+				for _, ct := range f.contacts {
+					want := 1
+					if ct.Email == st.erased {
+						want = 0
+						row, err := st.GetSend(ctx, f.b.ID, ct.ID)
+						if err != nil || row.Status != store.SendFailed || row.Error != store.ErasedBeforeSend {
+							t.Errorf("erased contact's row: %+v, %v; want failed %q", row, err, store.ErasedBeforeSend)
+						}
+					}
+					if n := tr.accepted[ct.Email]; n != want {
+						t.Errorf("%s received %d copies, want %d", ct.Email, n, want)
+					}
+				}
+			})
+		}
+	}
+}

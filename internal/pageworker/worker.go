@@ -455,6 +455,47 @@ func (w *Worker) persist(ctx context.Context, owner string, write func() error) 
 	}
 }
 
+// persistClaim runs a write that claims window (Claim, RecordAndClaim)
+// through persist, and returns the contacts it claimed. A write tried more
+// than once may have committed the first time, its answer lost. A contact
+// erased in between is then held by this run, but the retry, which claims
+// only contacts that still exist, does not return it: nobody would send it,
+// and the reconciler would call it unknown when the run ends. So after a
+// retry the run's own claims of the window that did not come back are
+// recorded failed, never sent (store.ErasedBeforeSend). The outcome write
+// is fenced on owner and status: a contact another run holds, or that has
+// an outcome already, is left alone.
+func (w *Worker) persistClaim(ctx, pageCtx context.Context, l *loaded, owner string, window []store.Contact, write func() ([]ulid.ULID, error)) ([]ulid.ULID, error) {
+	var claimed []ulid.ULID
+	tries := 0
+	err := w.persist(ctx, owner, func() error {
+		tries++
+		var err error
+		claimed, err = write()
+		return err
+	})
+	if err != nil || tries == 1 || len(claimed) == len(window) {
+		return claimed, err
+	}
+	back := make(map[ulid.ULID]bool, len(claimed))
+	for _, id := range claimed {
+		back[id] = true
+	}
+	var gone []store.Outcome
+	for _, c := range window {
+		if !back[c.ID] {
+			gone = append(gone, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: store.ErasedBeforeSend})
+		}
+	}
+	if err := w.persist(ctx, owner, func() error {
+		return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, gone, w.cfg.Clock.Now())
+	}); err != nil {
+		// Left claimed: the reconciler settles them when the run is gone.
+		w.cfg.Log.Warn("cannot record claims of erased contacts", "broadcast", l.b.ID, "err", err)
+	}
+	return claimed, nil
+}
+
 func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
 	w.mu.Lock()
 	l, ok := w.broadcasts[id]
@@ -531,11 +572,8 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	p := newPipeline(w, pageCtx, l, 1)
 	defer p.close() // a claimed window is sent whole, however the page ends
 	claim := func(k int) error {
-		var claimed []ulid.ULID
-		err := w.persist(ctx, owner, func() error {
-			var err error
-			claimed, err = w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[k]), w.cfg.Clock.Now())
-			return err
+		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, windows[k], func() ([]ulid.ULID, error) {
+			return w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[k]), w.cfg.Clock.Now())
 		})
 		if err == nil {
 			w.release(pageCtx, p, l, h, windows[k], claimed)
@@ -576,11 +614,8 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 				following = windows[released]
 			}
 		}
-		var claimed []ulid.ULID
-		err := w.persist(ctx, owner, func() error {
-			var err error
-			claimed, err = w.cfg.Store.RecordAndClaim(pageCtx, l.b.ID, owner, outcomes, w.claimsFor(l, following), w.cfg.Clock.Now())
-			return err
+		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, following, func() ([]ulid.ULID, error) {
+			return w.cfg.Store.RecordAndClaim(pageCtx, l.b.ID, owner, outcomes, w.claimsFor(l, following), w.cfg.Clock.Now())
 		})
 		if err != nil {
 			// The outcomes of this window are not recorded: the cursor must

@@ -63,6 +63,12 @@ const (
 	InDoubtEndedPrefix = "in doubt: an earlier attempt may have been delivered; the resend ended: "
 )
 
+// ErasedBeforeSend is the error a page run records, with status failed, for
+// a claim of its own that it never sent because the contact was erased
+// before the run learnt it held it: a claim whose commit's answer was lost,
+// retried after the erasure, does not return the erased contact.
+const ErasedBeforeSend = "not sent: the contact was erased before its send"
+
 // ErasedToken is the prefix of every token that replaces an erased
 // address. It has no @, so no transport can take it for an address.
 const ErasedToken = "erased:"

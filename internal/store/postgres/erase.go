@@ -207,8 +207,9 @@ const erasedDeferral = "not sent: the contact was erased before its retry"
 // inDoubtResent and erasedInDoubt are store.InDoubtResent and
 // store.ErasedInDoubt as SQL literals.
 const (
-	inDoubtResent = `'` + store.InDoubtResent + `'`
-	erasedInDoubt = `'` + store.ErasedInDoubt + `'`
+	inDoubtResent    = `'` + store.InDoubtResent + `'`
+	erasedInDoubt    = `'` + store.ErasedInDoubt + `'`
+	erasedBeforeSend = `'` + store.ErasedBeforeSend + `'`
 )
 
 // eraseReceipts anonymises the address's transactional receipts: the row

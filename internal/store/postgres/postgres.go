@@ -617,7 +617,7 @@ const atKey = `(s.contact_id, s.broadcast_id) >= (u.id, u.bid) AND (s.contact_id
 // never-analyzed ledger and on one analyzed before the broadcast grew, and
 // TestCachedPlansSurviveGrowth on one that grew after its plan was made.
 const recordOutcomes = `UPDATE broadcast_sends AS s SET status = u.status,
-    error = CASE WHEN u.error NOT IN ('', ` + inDoubtResent + `) AND s.email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE u.error END,
+    error = CASE WHEN u.error NOT IN ('', ` + inDoubtResent + `, ` + erasedBeforeSend + `) AND s.email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE u.error END,
     updated_at = $2, retry_at = u.retry_at,
     accepted = (u.status = 'sent'), in_doubt = s.in_doubt OR u.error = ` + inDoubtResent + `, owner = CASE WHEN u.status = 'claimed' THEN '' ELSE s.owner END,
     attempt = s.attempt - u.not_attempted

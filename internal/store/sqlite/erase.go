@@ -130,10 +130,11 @@ const (
 	// store.InDoubtResent and store.ErasedInDoubt as SQL literals: a
 	// deferred row released after an attempt that may have been delivered
 	// is recorded unknown, not failed.
-	inDoubtResent  = `'` + store.InDoubtResent + `'`
-	erasedInDoubt  = `'` + store.ErasedInDoubt + `'`
-	erasedDeferral = "not sent: the contact was erased before its retry"
-	erasedReceipt  = "not sent: the recipient was erased"
+	inDoubtResent    = `'` + store.InDoubtResent + `'`
+	erasedInDoubt    = `'` + store.ErasedInDoubt + `'`
+	erasedBeforeSend = `'` + store.ErasedBeforeSend + `'`
+	erasedDeferral   = "not sent: the contact was erased before its retry"
+	erasedReceipt    = "not sent: the recipient was erased"
 )
 
 func eraseLedger(ctx context.Context, tx *sql.Tx, e *store.Erased, now time.Time) error {

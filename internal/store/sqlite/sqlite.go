@@ -783,7 +783,7 @@ func claimTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owner string,
 // (TestOutcomeWritesUsePrimaryKey pins the plan, with and without ANALYZE).
 const (
 	recordOutcome = `
-UPDATE broadcast_sends SET status = ?3, error = CASE WHEN ?4 NOT IN ('', ` + inDoubtResent + `) AND email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE ?4 END, updated_at = ?5, retry_at = ?6, accepted = (?3 = 'sent'), in_doubt = (in_doubt OR ?4 = ` + inDoubtResent + `),
+UPDATE broadcast_sends SET status = ?3, error = CASE WHEN ?4 NOT IN ('', ` + inDoubtResent + `, ` + erasedBeforeSend + `) AND email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE ?4 END, updated_at = ?5, retry_at = ?6, accepted = (?3 = 'sent'), in_doubt = (in_doubt OR ?4 = ` + inDoubtResent + `),
     owner = CASE WHEN ?3 = 'claimed' THEN '' ELSE owner END, attempt = attempt - ?8
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND status = 'claimed' AND owner = ?7`
 	releaseClaim = `
