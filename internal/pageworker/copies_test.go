@@ -19,6 +19,12 @@ import (
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
+// bothStores opens a store of each kind the page walk runs on.
+var bothStores = map[string]func(testing.TB) store.Store{
+	"sqlite":   func(t testing.TB) store.Store { return testenv.SQLite(t) },
+	"postgres": func(t testing.TB) store.Store { return testenv.Postgres(t) },
+}
+
 // running is a StateSource for which every broadcast runs.
 type running struct{}
 
@@ -95,10 +101,7 @@ func (f *copiesFixture) job() bus.PageJob {
 // (deferred) and go out once through the sweep.
 func TestTwoCopiesOfAPageLoseNobody(t *testing.T) {
 	t.Parallel()
-	for name, open := range map[string]func(testing.TB) store.Store{
-		"sqlite":   func(t testing.TB) store.Store { return testenv.SQLite(t) },
-		"postgres": func(t testing.TB) store.Store { return testenv.Postgres(t) },
-	} {
+	for name, open := range bothStores {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			st := open(t)
@@ -208,10 +211,7 @@ func (s *flakyStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner stri
 func TestFailedOutcomeWritesKeepWhatIsKnown(t *testing.T) {
 	t.Parallel()
 	for _, ambiguous := range []bool{false, true} {
-		for name, open := range map[string]func(testing.TB) store.Store{
-			"sqlite":   func(t testing.TB) store.Store { return testenv.SQLite(t) },
-			"postgres": func(t testing.TB) store.Store { return testenv.Postgres(t) },
-		} {
+		for name, open := range bothStores {
 			t.Run(fmt.Sprintf("%s/ambiguous=%v", name, ambiguous), func(t *testing.T) {
 				t.Parallel()
 				flaky := &flakyStore{Store: open(t), failures: 3, commitFirst: ambiguous}
@@ -292,10 +292,7 @@ func (s *erasingStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner st
 func TestClaimRetriedAfterErasure(t *testing.T) {
 	t.Parallel()
 	for _, viaRecord := range []bool{false, true} {
-		for name, open := range map[string]func(testing.TB) store.Store{
-			"sqlite":   func(t testing.TB) store.Store { return testenv.SQLite(t) },
-			"postgres": func(t testing.TB) store.Store { return testenv.Postgres(t) },
-		} {
+		for name, open := range bothStores {
 			t.Run(fmt.Sprintf("%s/recordAndClaim=%v", name, viaRecord), func(t *testing.T) {
 				t.Parallel()
 				st := &erasingStore{Store: open(t), viaRecord: viaRecord}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/store"
-	"github.com/rangecast/rangecast/internal/testenv"
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
@@ -18,10 +17,7 @@ import (
 // in between. A row only ever deferred by a 451 still fails.
 func TestSweepNeverFailsARowInDoubt(t *testing.T) {
 	t.Parallel()
-	for name, open := range map[string]func(testing.TB) store.Store{
-		"sqlite":   func(t testing.TB) store.Store { return testenv.SQLite(t) },
-		"postgres": func(t testing.TB) store.Store { return testenv.Postgres(t) },
-	} {
+	for name, open := range bothStores {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			st := open(t)

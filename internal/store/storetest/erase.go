@@ -297,17 +297,9 @@ func testEraseInDoubt(f *fixture) {
 	ids := f.subscribers("doubt", 3)
 	b := f.running("doubt", 0)
 	page := f.page(b, minULID, maxULID, 10)
-	claims := make([]store.Claim, len(page))
-	for i, c := range page {
-		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: messageID(b.ID, c.ID)}
-	}
-	got, err := f.s.Claim(ctx, b.ID, "w1/1", claims, at(2))
-	f.must(err, "Claim")
-	if len(got) != 3 {
-		f.t.Fatalf("Claim: %d of 3", len(got))
-	}
+	f.claimPage("w1/1", b, page, at(2))
 	// The third contact is erased while its claim is open.
-	_, err = f.s.Erase(ctx, []string{page[2].Email}, at(3))
+	_, err := f.s.Erase(ctx, []string{page[2].Email}, at(3))
 	f.must(err, "Erase")
 	// The owner is gone: the reconciler releases all three, two in doubt.
 	f.must(f.s.RecordOutcomes(ctx, b.ID, "w1/1", []store.Outcome{
@@ -341,15 +333,7 @@ func testEraseInDoubtAfterResend(f *fixture) {
 	ids := f.subscribers("resent", 4)
 	b := f.running("resent", 0)
 	page := f.page(b, minULID, maxULID, 10)
-	claims := make([]store.Claim, len(page))
-	for i, c := range page {
-		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: messageID(b.ID, c.ID)}
-	}
-	got, err := f.s.Claim(ctx, b.ID, "w1/1", claims, at(2))
-	f.must(err, "Claim")
-	if len(got) != 4 {
-		f.t.Fatalf("Claim: %d of 4", len(got))
-	}
+	f.claimPage("w1/1", b, page, at(2))
 	first := []store.Outcome{
 		{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(4), Error: store.InDoubtResent},
 		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(4), Error: store.InDoubtResent},

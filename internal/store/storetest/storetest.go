@@ -282,6 +282,21 @@ func (f *fixture) claimAs(owner string, b store.Broadcast, ids []ulid.ULID, now 
 	return got
 }
 
+// claimPage claims a page's contacts, with their own addresses, as owner
+// and fails the test unless every one was claimed.
+func (f *fixture) claimPage(owner string, b store.Broadcast, page []store.Contact, now time.Time) {
+	f.t.Helper()
+	claims := make([]store.Claim, len(page))
+	for i, c := range page {
+		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: messageID(b.ID, c.ID)}
+	}
+	got, err := f.s.Claim(f.ctx, b.ID, owner, claims, now)
+	f.must(err, "Claim")
+	if len(got) != len(page) {
+		f.t.Fatalf("Claim: %d of %d", len(got), len(page))
+	}
+}
+
 func (f *fixture) counts(b store.Broadcast) store.Counts {
 	f.t.Helper()
 	c, err := f.s.Counts(f.ctx, b.ID)
