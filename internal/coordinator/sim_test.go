@@ -325,10 +325,20 @@ type copyResult struct {
 }
 
 // gatedStore is the store as one page copy sees it: every call waits for
-// the scheduler first.
+// the scheduler first. It implements pageworker.Store, not store.Store,
+// and embeds neither: a call the worker starts making does not compile
+// here until it is given a gate.
 type gatedStore struct {
-	store.Store
-	c *copyRun
+	st store.Store
+	c  *copyRun
+}
+
+var _ pageworker.Store = (*gatedStore)(nil)
+
+// GetBroadcast is the page's first read (its content, once per worker), no
+// write: not a fault point.
+func (g *gatedStore) GetBroadcast(ctx context.Context, id ulid.ULID) (store.Broadcast, error) {
+	return g.st.GetBroadcast(ctx, id)
 }
 
 func (g *gatedStore) gate(op string) gateFault {
@@ -346,7 +356,7 @@ func (g *gatedStore) EligiblePage(ctx context.Context, b store.Broadcast, from, 
 	if g.gate("eligible") != gateGo {
 		return nil, errSimStore
 	}
-	return g.Store.EligiblePage(ctx, b, from, until, limit)
+	return g.st.EligiblePage(ctx, b, from, until, limit)
 }
 
 func (g *gatedStore) Claim(ctx context.Context, b ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
@@ -354,10 +364,10 @@ func (g *gatedStore) Claim(ctx context.Context, b ulid.ULID, owner string, claim
 	case gateErr:
 		return nil, errSimStore
 	case gateAmbiguous:
-		g.Store.Claim(ctx, b, owner, claims, now) //nolint:errcheck
+		g.st.Claim(ctx, b, owner, claims, now) //nolint:errcheck
 		return nil, errSimStore
 	}
-	return g.Store.Claim(ctx, b, owner, claims, now)
+	return g.st.Claim(ctx, b, owner, claims, now)
 }
 
 func (g *gatedStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
@@ -365,10 +375,10 @@ func (g *gatedStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner stri
 	case gateErr:
 		return nil, errSimStore
 	case gateAmbiguous:
-		g.Store.RecordAndClaim(ctx, b, owner, outcomes, next, now) //nolint:errcheck
+		g.st.RecordAndClaim(ctx, b, owner, outcomes, next, now) //nolint:errcheck
 		return nil, errSimStore
 	}
-	return g.Store.RecordAndClaim(ctx, b, owner, outcomes, next, now)
+	return g.st.RecordAndClaim(ctx, b, owner, outcomes, next, now)
 }
 
 func (g *gatedStore) RecordOutcomes(ctx context.Context, b ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {
@@ -376,10 +386,10 @@ func (g *gatedStore) RecordOutcomes(ctx context.Context, b ulid.ULID, owner stri
 	case gateErr:
 		return errSimStore
 	case gateAmbiguous:
-		g.Store.RecordOutcomes(ctx, b, owner, outcomes, now) //nolint:errcheck
+		g.st.RecordOutcomes(ctx, b, owner, outcomes, now) //nolint:errcheck
 		return errSimStore
 	}
-	return g.Store.RecordOutcomes(ctx, b, owner, outcomes, now)
+	return g.st.RecordOutcomes(ctx, b, owner, outcomes, now)
 }
 
 func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error) {
@@ -387,10 +397,10 @@ func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner stri
 	case gateErr:
 		return nil, errSimStore
 	case gateAmbiguous:
-		g.Store.ClaimDue(ctx, b, owner, now, limit) //nolint:errcheck
+		g.st.ClaimDue(ctx, b, owner, now, limit) //nolint:errcheck
 		return nil, errSimStore
 	}
-	return g.Store.ClaimDue(ctx, b, owner, now, limit)
+	return g.st.ClaimDue(ctx, b, owner, now, limit)
 }
 
 // simStates is the workers' view of broadcast states: the KV stand-in.
@@ -725,7 +735,7 @@ func (s *sim) startCopy(dup bool) {
 	c := &copyRun{id: s.nextID, owner: fmt.Sprintf("w%d/1", s.nextID), job: j, dup: dup,
 		gateCh: make(chan string), resume: make(chan gateFault), done: make(chan copyResult, 1)}
 	s.setLive(c.owner, true)
-	w := pageworker.New(pageworker.Config{Store: &gatedStore{Store: s.st, c: c}, Transport: s.tr, Clock: s.clk,
+	w := pageworker.New(pageworker.Config{Store: &gatedStore{st: s.st, c: c}, Transport: s.tr, Clock: s.clk,
 		Log: slog.New(slog.DiscardHandler), Concurrency: s.window, States: simStates{s.kv}, ID: fmt.Sprintf("w%d", c.id),
 		RetryAfter: 10 * time.Second, SweepRetry: time.Minute, MaxAttempts: 10, StoreRetryFor: 15 * time.Minute,
 		Jitter: func(n int64) int64 { return s.rng.Int64N(n + 1) }})

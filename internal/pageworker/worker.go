@@ -27,9 +27,22 @@ import (
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
+// Store is the part of the store a page worker uses. It is kept to what
+// the worker calls, so a test double that must see every call (the
+// simulation's gatedStore, which puts each one at the scheduler's mercy)
+// stops compiling when the worker starts calling something new.
+type Store interface {
+	GetBroadcast(ctx context.Context, id ulid.ULID) (store.Broadcast, error)
+	EligiblePage(ctx context.Context, b store.Broadcast, from, until ulid.ULID, limit int) ([]store.Contact, error)
+	Claim(ctx context.Context, broadcast ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error)
+	RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error)
+	RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error
+	ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error)
+}
+
 // Config wires a worker to its parts.
 type Config struct {
-	Store     store.Store
+	Store     Store
 	Bus       *bus.Bus
 	Transport transport.Transport
 	Clock     clock.Clock
