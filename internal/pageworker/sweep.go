@@ -59,13 +59,9 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		taken += len(due)
 		window := make([]store.Contact, len(due))
 		mine := make(map[ulid.ULID]bool, len(due))
-		attempt := make(map[ulid.ULID]int, len(due))
-		inDoubt := make(map[ulid.ULID]bool)
+		row := make(map[ulid.ULID]store.Due, len(due)) // attempt and in-doubt flag by contact
 		for k, d := range due {
-			window[k], mine[d.ID], attempt[d.ID] = d.Contact, true, d.Attempt
-			if d.InDoubt {
-				inDoubt[d.ID] = true
-			}
+			window[k], mine[d.ID], row[d.ID] = d.Contact, true, d
 		}
 		res, outcomes := w.deliver(pageCtx, l, window, mine, h, now)
 		res.claimed = len(window)
@@ -76,14 +72,15 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 			if o.Status != store.SendDeferred || res.held[o.ContactID] {
 				continue // a held row was not attempted: it never fails for it
 			}
-			if attempt[o.ContactID] >= w.cfg.MaxAttempts {
+			attempt := row[o.ContactID].Attempt
+			if attempt >= w.cfg.MaxAttempts {
 				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendFailed,
-					Error: fmt.Sprintf("%s%d attempts; last: %s", store.GaveUpPrefix, attempt[o.ContactID], o.Error)}
+					Error: fmt.Sprintf("%s%d attempts; last: %s", store.GaveUpPrefix, attempt, o.Error)}
 				res.deferred--
 				res.failed++
 				continue
 			}
-			outcomes[k].RetryAt = w.retryAfterAttempt(now, attempt[o.ContactID])
+			outcomes[k].RetryAt = w.retryAfterAttempt(now, attempt)
 			outcomes[k].Error = "deferred again: " + o.Error
 		}
 		// A row whose earlier attempt may have been delivered (the
@@ -91,7 +88,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		// whether refused now or given up on: "not delivered" may be
 		// untrue. It ends unknown, with this attempt's reason.
 		for k, o := range outcomes {
-			if o.Status == store.SendFailed && inDoubt[o.ContactID] {
+			if o.Status == store.SendFailed && row[o.ContactID].InDoubt {
 				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendUnknown, Error: store.InDoubtEndedPrefix + o.Error}
 				res.failed--
 			}
