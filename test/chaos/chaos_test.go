@@ -35,7 +35,8 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 // TestChaosShort is the short form of `make chaos`: 5,000 contacts, 30 s of
 // faults (worker kills every 2–5 s, two coordinator kills, a nats-server
 // restart, Postgres backends terminated, a measured pause and a pause storm,
-// an SMTP sink refusing 3 % of RCPTs with 451 at random), real processes
+// an SMTP sink refusing 3 % of RCPTs with 451 at random, two erasures of
+// contacts in flight and at random), real processes
 // throughout. Every check must pass.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {

@@ -37,6 +37,7 @@ import (
 	"github.com/rangecast/rangecast/internal/child"
 	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/sinkproc"
+	"github.com/rangecast/rangecast/internal/store"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
@@ -75,6 +76,10 @@ type Config struct {
 	// RefuseRcpt is the share of RCPTs the sink answers 451 at random, as
 	// providers' deferrals and greylisting do.
 	RefuseRcpt float64
+	// Erasures is how many times contacts are erased (GDPR Art. 17) while
+	// the broadcast runs, ErasePerEvent of them each time: half among the
+	// rows claimed or deferred at that moment, half at random.
+	Erasures, ErasePerEvent int
 
 	SinkLatency  time.Duration
 	InDoubtAfter time.Duration
@@ -104,7 +109,7 @@ func LongConfig() Config {
 		Coordinators: 2, Workers: 4, Concurrency: 16,
 		WorkerKillMin: time.Second, WorkerKillMax: 3 * time.Second,
 		CoordinatorKills: 3, NATSRestarts: 1, PGTerminations: 1, PauseResume: true, PauseFor: 4 * time.Second,
-		PauseStorm: true, RefuseRcpt: 0.03,
+		PauseStorm: true, RefuseRcpt: 0.03, Erasures: 3, ErasePerEvent: 20,
 		SinkLatency: 20 * time.Millisecond, InDoubtAfter: 5 * time.Second, CompleteTimeout: 5 * time.Minute,
 	}
 }
@@ -116,6 +121,7 @@ func ShortConfig() Config {
 	c.Contacts, c.Duration = 5000, 30*time.Second
 	c.WorkerKillMin, c.WorkerKillMax = 2*time.Second, 5*time.Second
 	c.CoordinatorKills, c.PauseFor = 2, 3*time.Second
+	c.Erasures = 2
 	c.CompleteTimeout = 60 * time.Second
 	return c
 }
@@ -182,6 +188,8 @@ type harness struct {
 
 	broadcastID string
 	started     time.Time
+	eligible    []string // the eligible addresses, for picks at random
+	erased      erasures
 
 	// Chaos counters.
 	workerKills, coordKills, natsRestarts atomic.Int64
@@ -235,6 +243,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		cfg.Seed = uint64(time.Now().UnixNano())
 	}
 	h := &harness{cfg: cfg, out: cfg.Out, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)), runID: randomHex(4)}
+	h.erased.of = map[string]int{}
 	dir, cleanup, err := child.WorkDir(cfg.Dir, "rangecast-chaos-", cfg.Keep)
 	if err != nil {
 		return nil, err
@@ -265,6 +274,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	h.eligible = keysOf(eligible)
+	sort.Strings(h.eligible) // the seed picks the same contacts
 	if err := h.startBroadcast(ctx, len(eligible)); err != nil {
 		return nil, err
 	}
@@ -874,6 +885,9 @@ func (h *harness) schedule(ctx context.Context) {
 	if h.cfg.PGOutage > 0 {
 		evs = append(evs, event{at: 0.33, name: "postgres outage", run: h.pgOutage})
 	}
+	for k := range h.cfg.Erasures {
+		evs = append(evs, event{at: 0.4 + 0.3*float64(k)/float64(max(1, h.cfg.Erasures-1)), name: fmt.Sprintf("erasure %d", k+1), run: h.eraseContacts})
+	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 	for _, ev := range evs {
 		at := h.started.Add(time.Duration(ev.at * float64(h.cfg.Duration)))
@@ -1093,7 +1107,11 @@ func (h *harness) ledger(ctx context.Context) (map[string]ledgerRow, error) {
 	out := map[string]ledgerRow{}
 	var email, st string
 	_, err = pgx.ForEachRow(rows, []any{&email, &st}, func() error {
-		out[email] = ledgerRow{status: st}
+		// An erased contact's rows carry a token, not the address:
+		// checkErasures reads them by contact id.
+		if !strings.HasPrefix(email, store.ErasedToken) {
+			out[email] = ledgerRow{status: st}
+		}
 		return nil
 	})
 	return out, err
@@ -1135,8 +1153,8 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 	var missing, ineligible, sentNotAtSink, unknownDelivered int
 	var missingExamples, ineligibleExamples, lieExamples []string
 	for email := range eligible {
-		if byRcpt[email] > 0 {
-			continue
+		if _, gone := h.erased.of[email]; gone || byRcpt[email] > 0 {
+			continue // an erased contact is held to checkErasures's rules
 		}
 		st := ledger[email].status
 		if st == "unknown" || st == "claimed" {
@@ -1216,7 +1234,12 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 	}
 	// Every address is good: a 451 at random is no reason to fail anyone
 	// (ten in a row for one address is about one in 10^15).
-	add(failed == 0, "failed (random 451s are deferrals, not failures)", "%d; the sink refused %.0f%% of RCPTs at random; pause storm: %d pauses", failed, h.cfg.RefuseRcpt*100, h.storms.Load())
+	erasure, err := h.checkErasures(ctx, recs)
+	if err != nil {
+		return nil, fmt.Errorf("check erasures: %w", err)
+	}
+	res.Checks = append(res.Checks, erasure)
+	add(failed == 0, "failed (random 451s are deferrals, not failures; erased contacts aside)", "%d; the sink refused %.0f%% of RCPTs at random; pause storm: %d pauses", failed, h.cfg.RefuseRcpt*100, h.storms.Load())
 	if completed && h.lastKill.Load() != 0 && b.GetFinishedAt() != nil {
 		add(true, "from the last worker kill -9 to completion", "%s (--in-doubt-after %s)",
 			b.GetFinishedAt().AsTime().Sub(time.Unix(0, h.lastKill.Load())).Round(100*time.Millisecond), h.cfg.InDoubtAfter)
