@@ -232,7 +232,7 @@ func (h *harness) checkErasures(ctx context.Context, recs []sinkproc.Record) (Ch
 	for _, e := range h.erased.list {
 		inFlight += e.inFlight
 	}
-	c.Detail = fmt.Sprintf("%d erased in %d calls (%d claimed or deferred when picked): received before the erasure returned %d, after it (claimed before) %d; never received: failed \"not sent: the contact was erased …\" %d, unknown %d, never claimed %d",
+	c.Detail = fmt.Sprintf("%d erased in %d calls (%d claimed or deferred when picked): received before the erasure returned %d, after it %d; never received: failed \"not sent: the contact was erased …\" %d, unknown %d, never claimed %d",
 		len(h.erased.of), len(h.erased.list), inFlight, before, after, notSent, unknown, never)
 	if !c.OK {
 		c.Detail += "; breaches: " + strings.Join(breaches, "; ")
