@@ -66,7 +66,7 @@ chaos:
 	$(GO) run ./test/chaos
 
 chaos-short:
-	$(GO) test -count=1 -run '^TestChaosShort$$' -v ./test/chaos
+	$(GO) test -count=1 -run '^TestChaosShort(Resend)?$$' -v ./test/chaos
 
 # Container images, one per binary, from the Dockerfile's targets (static
 # builds on distroless/static:nonroot). Needs a Docker engine with BuildKit;

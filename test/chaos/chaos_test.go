@@ -36,9 +36,15 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 // faults (worker kills every 2–5 s, two coordinator kills, a nats-server
 // restart, Postgres backends terminated, a measured pause and a pause storm,
 // an SMTP sink refusing 3 % of RCPTs with 451 at random, two erasures of
-// contacts in flight and at random), real processes
-// throughout. Every check must pass.
-func TestChaosShort(t *testing.T) {
+// contacts in flight and at random), real processes throughout, under the
+// skip in-doubt policy: no second copy to anyone. Every check must pass.
+func TestChaosShort(t *testing.T) { runShort(t, "skip") }
+
+// TestChaosShortResend is the same run under the resend in-doubt policy:
+// no gap, and a second copy only to a row released in doubt.
+func TestChaosShortResend(t *testing.T) { runShort(t, "resend") }
+
+func runShort(t *testing.T, policy string) {
 	if testing.Short() {
 		t.Skip("builds and runs nats-server, coordinators, workers and an SMTP sink as processes")
 	}
@@ -50,7 +56,7 @@ func TestChaosShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := ShortConfig()
-	cfg.DatabaseURL, cfg.BinDir, cfg.Dir = dbURL, bin, t.TempDir()
+	cfg.DatabaseURL, cfg.BinDir, cfg.Dir, cfg.InDoubtPolicy = dbURL, bin, t.TempDir(), policy
 	out := &lineWriter{t: t}
 	cfg.Out = out
 	res, err := Run(ctx, cfg)

@@ -83,6 +83,11 @@ type Config struct {
 
 	SinkLatency  time.Duration
 	InDoubtAfter time.Duration
+	// InDoubtPolicy is the coordinators' --in-doubt-policy: "skip" (a
+	// killed worker's claims end unknown: a gap, never a second copy) or
+	// "resend" (they are sent again: a second copy, only of those, never a
+	// gap). The verdict holds the run to the policy's own promise.
+	InDoubtPolicy string
 	// CompleteTimeout bounds the wait for completion after the chaos phase.
 	CompleteTimeout time.Duration
 
@@ -110,7 +115,7 @@ func LongConfig() Config {
 		WorkerKillMin: time.Second, WorkerKillMax: 3 * time.Second,
 		CoordinatorKills: 3, NATSRestarts: 1, PGTerminations: 1, PauseResume: true, PauseFor: 4 * time.Second,
 		PauseStorm: true, RefuseRcpt: 0.03, Erasures: 3, ErasePerEvent: 20,
-		SinkLatency: 20 * time.Millisecond, InDoubtAfter: 5 * time.Second, CompleteTimeout: 5 * time.Minute,
+		SinkLatency: 20 * time.Millisecond, InDoubtAfter: 5 * time.Second, InDoubtPolicy: "skip", CompleteTimeout: 5 * time.Minute,
 	}
 }
 
@@ -477,7 +482,7 @@ func (h *harness) startAll(ctx context.Context) error {
 		}
 		p := h.newProc("coordinator", fmt.Sprintf("coordinator-%d", i+1), "--database-url", h.dbURL, "--nats-url", natsURL,
 			"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--metrics-addr", metricsAddr,
-			"--in-doubt-after", h.cfg.InDoubtAfter.String(), "--in-doubt-policy", "skip",
+			"--in-doubt-after", h.cfg.InDoubtAfter.String(), "--in-doubt-policy", h.cfg.InDoubtPolicy,
 			// The sink is no provider whose trust must be earned: the
 			// governor runs, but its ceiling and rate do not bind.
 			"--initial-daily-ceiling", "5000000", "--domain-rate", "1000000", "--domain-burst", "1000000",
@@ -1088,6 +1093,12 @@ func (h *harness) pauseResume(ctx context.Context) error {
 // ledgerRow is one broadcast_sends row.
 type ledgerRow struct {
 	status string
+	// inDoubt: released for a resend after an attempt that may have been
+	// delivered (the resend policy): the one kind of row a second copy may
+	// go to.
+	inDoubt   bool
+	error     string
+	claimedAt time.Time
 }
 
 func (h *harness) ledger(ctx context.Context) (map[string]ledgerRow, error) {
@@ -1100,18 +1111,24 @@ func (h *harness) ledger(ctx context.Context) (map[string]ledgerRow, error) {
 		return nil, err
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT lower(email), status FROM broadcast_sends WHERE broadcast_id = $1`, [16]byte(id))
+	rows, err := conn.Query(ctx, `SELECT contact_id, lower(email), status, in_doubt, error, claimed_at FROM broadcast_sends WHERE broadcast_id = $1`, [16]byte(id))
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]ledgerRow{}
-	var email, st string
-	_, err = pgx.ForEachRow(rows, []any{&email, &st}, func() error {
-		// An erased contact's rows carry a token, not the address:
-		// checkErasures reads them by contact id.
-		if !strings.HasPrefix(email, store.ErasedToken) {
-			out[email] = ledgerRow{status: st}
+	erased := h.erased.byContact()
+	var cid [16]byte
+	var email string
+	var r ledgerRow
+	_, err = pgx.ForEachRow(rows, []any{&cid, &email, &r.status, &r.inDoubt, &r.error, &r.claimedAt}, func() error {
+		// An erased contact's rows carry a token, not the address: the
+		// harness knows whom it erased.
+		if strings.HasPrefix(email, store.ErasedToken) {
+			if e, ok := erased[cid]; ok {
+				email = e
+			}
 		}
+		out[email] = r
 		return nil
 	})
 	return out, err
@@ -1134,15 +1151,23 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 		byRcpt[r.Recipient]++
 		byMID[r.MessageID]++
 	}
-	var dupRcpt, dupCopies, dupMID int
+	// Under the resend policy a second copy may go to a row released in
+	// doubt, and only there; under skip, nowhere.
+	resend := h.cfg.InDoubtPolicy == "resend"
+	var dupRcpt, dupCopies, resentCopies, dupMID int
 	var dupExamples []string
 	for rcpt, n := range byRcpt {
-		if n > 1 {
-			dupRcpt++
-			dupCopies += n - 1
-			if len(dupExamples) < 5 {
-				dupExamples = append(dupExamples, fmt.Sprintf("%s ×%d (ledger %s)", rcpt, n, ledger[rcpt].status))
-			}
+		if n <= 1 {
+			continue
+		}
+		if resend && ledger[rcpt].inDoubt {
+			resentCopies += n - 1
+			continue
+		}
+		dupRcpt++
+		dupCopies += n - 1
+		if len(dupExamples) < 5 {
+			dupExamples = append(dupExamples, fmt.Sprintf("%s ×%d (ledger %s)", rcpt, n, ledger[rcpt].status))
 		}
 	}
 	for _, n := range byMID {
@@ -1157,7 +1182,7 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 			continue // an erased contact is held to checkErasures's rules
 		}
 		st := ledger[email].status
-		if st == "unknown" || st == "claimed" {
+		if !resend && (st == "unknown" || st == "claimed") {
 			continue // in doubt: counted and shown, never resent
 		}
 		missing++
@@ -1177,6 +1202,9 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 		}
 	}
 	for email, row := range ledger {
+		if _, gone := h.erased.of[email]; gone {
+			continue // checkErasures
+		}
 		switch row.status {
 		case "sent":
 			if byRcpt[email] == 0 {
@@ -1215,8 +1243,14 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 		}
 		return fmt.Sprintf("%d, e.g. %s", n, strings.Join(ex, ", "))
 	}
-	add(dupCopies == 0, "duplicates at the sink", "%s (recipients with more than one copy %d, Message-IDs seen twice %d)", withExamples(dupCopies, dupExamples), dupRcpt, dupMID)
-	add(missing == 0, "eligible never received and not in doubt", "%s", withExamples(missing, missingExamples))
+	if resend {
+		add(dupCopies == 0, "duplicates at the sink, but for rows released in doubt (resend policy)", "%s (Message-IDs seen twice %d, with the resends)", withExamples(dupCopies, dupExamples), dupMID)
+		add(resentCopies <= int(bound), "second copies of rows released in doubt ≤ pageworker.InDoubtBound × worker kills", "%d ≤ %d", resentCopies, bound)
+		add(missing == 0, "eligible never received (resend policy: never a gap, erased contacts aside)", "%s", withExamples(missing, missingExamples))
+	} else {
+		add(dupCopies == 0, "duplicates at the sink", "%s (recipients with more than one copy %d, Message-IDs seen twice %d)", withExamples(dupCopies, dupExamples), dupRcpt, dupMID)
+		add(missing == 0, "eligible never received and not in doubt", "%s", withExamples(missing, missingExamples))
+	}
 	add(inDoubt <= bound, "in doubt (unknown + claimed) ≤ pageworker.InDoubtBound (3 windows) × worker kills",
 		"%d (unknown %d, of which the sink has %d; still claimed %d) ≤ %d × %d = %d", inDoubt, p.GetUnknown(), unknownDelivered, p.GetInDoubt(), perKill, h.workerKills.Load(), bound)
 	reason := ""
@@ -1227,14 +1261,17 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 	add(ineligible == 0, "ineligible or unknown recipients at the sink", "%s", withExamples(ineligible, ineligibleExamples))
 	add(sentNotAtSink == 0, "ledger says sent but the sink never accepted it", "%s", withExamples(sentNotAtSink, lieExamples))
 	failed := 0
-	for _, row := range ledger {
+	for email, row := range ledger {
+		if _, gone := h.erased.of[email]; gone {
+			continue
+		}
 		if row.status == "failed" {
 			failed++
 		}
 	}
 	// Every address is good: a 451 at random is no reason to fail anyone
 	// (ten in a row for one address is about one in 10^15).
-	erasure, err := h.checkErasures(ctx, recs)
+	erasure, err := h.checkErasures(ctx, recs, ledger)
 	if err != nil {
 		return nil, fmt.Errorf("check erasures: %w", err)
 	}

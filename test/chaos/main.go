@@ -48,6 +48,7 @@ func main() {
 	flag.IntVar(&cfg.Erasures, "erasures", cfg.Erasures, "times contacts are erased (GDPR Art. 17) while the broadcast runs")
 	flag.IntVar(&cfg.ErasePerEvent, "erase-per-event", cfg.ErasePerEvent, "contacts erased each time: half among those claimed or deferred then, half at random")
 	flag.DurationVar(&cfg.SinkLatency, "sink-latency", cfg.SinkLatency, "the sink's delay before each 250, like a real relay")
+	flag.StringVar(&cfg.InDoubtPolicy, "in-doubt-policy", cfg.InDoubtPolicy, "coordinators' --in-doubt-policy: skip (a killed worker's claims end unknown) or resend (sent again; second copies of those only)")
 	flag.DurationVar(&cfg.InDoubtAfter, "in-doubt-after", cfg.InDoubtAfter, "coordinators' --in-doubt-after")
 	flag.DurationVar(&cfg.CompleteTimeout, "complete-timeout", cfg.CompleteTimeout, "how long to wait for completion after the chaos phase")
 	flag.StringVar(&cfg.Dir, "dir", "", "work folder (binaries, logs, JetStream store, sink log); default a temporary one")
@@ -57,7 +58,7 @@ func main() {
 	flag.Parse()
 	if *short {
 		s := ShortConfig()
-		s.Dir, s.Keep, s.BinDir, s.Seed = cfg.Dir, cfg.Keep, cfg.BinDir, cfg.Seed
+		s.Dir, s.Keep, s.BinDir, s.Seed, s.InDoubtPolicy = cfg.Dir, cfg.Keep, cfg.BinDir, cfg.Seed, cfg.InDoubtPolicy
 		cfg = s
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
