@@ -3,13 +3,16 @@
 // breaks them while a broadcast runs: kill -9 of workers every 1–3 s and of
 // the leading coordinator, a nats-server restart, Postgres backends
 // terminated, a measured pause and a pause storm (pause and resume every few
-// seconds), while the SMTP sink refuses 3 % of RCPTs with 451 at random.
-// Then it checks, one line per check,
-// that nobody got two copies and nobody eligible was skipped unless counted
-// as in doubt, and exits non-zero on any breach.
+// seconds) and erasures of contacts, while the SMTP sink refuses 3 % of
+// RCPTs with 451 at random. Then it checks, one line per check, what the
+// in-doubt policy promises (skip: nobody got two copies and nobody eligible
+// was skipped unless counted as in doubt; resend: nobody was skipped, and
+// only rows released in doubt got a second copy) and what erasure promises,
+// and exits non-zero on any breach.
 //
 //	go run ./test/chaos                      # 50,000 contacts (make chaos)
 //	go run ./test/chaos -contacts 5000 -duration 30s
+//	go run ./test/chaos -short -pg-outage 8s # the short form, every other flag still applies
 //
 // Postgres comes from TEST_DATABASE_URL (default
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable); the run keeps to
@@ -26,8 +29,13 @@ import (
 )
 
 func main() {
+	// -short picks the defaults the other flags start from, so that
+	// "-short -pg-outage 8s" is the short form with an outage.
 	cfg := LongConfig()
-	short := flag.Bool("short", false, "the short form make test runs: 5,000 contacts, 30 s, fewer kills")
+	if shortRequested(os.Args[1:]) {
+		cfg = ShortConfig()
+	}
+	flag.Bool("short", false, "start from the short form make test runs (5,000 contacts, 30 s, fewer kills); other flags still apply")
 	flag.IntVar(&cfg.Contacts, "contacts", cfg.Contacts, "contacts to import (5% unsubscribed, 2% do-not-contact)")
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "chaos phase; the broadcast is throttled to take about this long")
 	flag.Int64Var(&cfg.Throttle, "throttle", 0, "broadcast throttle per hour (0: pace the audience over -duration)")
@@ -56,11 +64,6 @@ func main() {
 	flag.StringVar(&cfg.BinDir, "bin", "", "folder with prebuilt coordinator, pageworker, smtpsink and nats-server (default: build them)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: from the clock)")
 	flag.Parse()
-	if *short {
-		s := ShortConfig()
-		s.Dir, s.Keep, s.BinDir, s.Seed, s.InDoubtPolicy = cfg.Dir, cfg.Keep, cfg.BinDir, cfg.Seed, cfg.InDoubtPolicy
-		cfg = s
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg.Out = os.Stdout
@@ -73,4 +76,18 @@ func main() {
 	if !res.OK() {
 		os.Exit(1)
 	}
+}
+
+// shortRequested reports whether args ask for -short (before flag parsing:
+// it decides the other flags' defaults).
+func shortRequested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-short", "--short", "-short=true", "--short=true":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
 }
