@@ -76,6 +76,11 @@ type Config struct {
 	// RefuseRcpt is the share of RCPTs the sink answers 451 at random, as
 	// providers' deferrals and greylisting do.
 	RefuseRcpt float64
+	// RelayOutage stops the SMTP sink for this long, once, a fifth into
+	// the chaos phase (0: never): every send is refused at connect, so the
+	// receiving provider's breaker opens, and it must ramp back up and
+	// close while the sink goes on refusing RefuseRcpt at random.
+	RelayOutage time.Duration
 	// Erasures is how many times contacts are erased (GDPR Art. 17) while
 	// the broadcast runs, ErasePerEvent of them each time: half among the
 	// rows claimed or deferred at that moment, half at random.
@@ -890,6 +895,9 @@ func (h *harness) schedule(ctx context.Context) {
 	if h.cfg.PGOutage > 0 {
 		evs = append(evs, event{at: 0.33, name: "postgres outage", run: h.pgOutage})
 	}
+	if h.cfg.RelayOutage > 0 {
+		evs = append(evs, event{at: 0.2, name: "relay outage", run: h.relayOutage})
+	}
 	for k := range h.cfg.Erasures {
 		evs = append(evs, event{at: 0.4 + 0.3*float64(k)/float64(max(1, h.cfg.Erasures-1)), name: fmt.Sprintf("erasure %d", k+1), run: h.eraseContacts})
 	}
@@ -986,6 +994,22 @@ func (h *harness) restartNATS(ctx context.Context) error {
 		how = "kill -9"
 	}
 	h.logf("t=%s nats-server restarted (%s), down for %s", h.elapsed(), how, time.Since(began).Round(100*time.Millisecond))
+	return nil
+}
+
+// relayOutage stops the SMTP sink for RelayOutage and starts it again on
+// the same address.
+func (h *harness) relayOutage(ctx context.Context) error {
+	h.sink.Signal(syscall.SIGTERM, 10*time.Second)
+	h.logf("t=%s relay outage begins: the SMTP sink is down for %s", h.elapsed(), h.cfg.RelayOutage)
+	time.Sleep(h.cfg.RelayOutage)
+	if err := h.sink.Start(); err != nil {
+		return err
+	}
+	if err := child.WaitTCP(context.WithoutCancel(ctx), h.sinkAddr, 10*time.Second); err != nil {
+		return fmt.Errorf("smtpsink: %w", err)
+	}
+	h.logf("t=%s relay outage over", h.elapsed())
 	return nil
 }
 

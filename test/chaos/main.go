@@ -53,6 +53,7 @@ func main() {
 	flag.BoolVar(&cfg.PauseStorm, "pause-storm", cfg.PauseStorm, "pause and resume the broadcast every few seconds during the chaos phase")
 	flag.IntVar(&cfg.StormPauses, "storm-pauses", cfg.StormPauses, "end the pause storm after this many pauses (0: no end)")
 	flag.Float64Var(&cfg.RefuseRcpt, "refuse-rcpt", cfg.RefuseRcpt, "share of RCPTs the sink answers 451 at random (0.03: 3 %)")
+	flag.DurationVar(&cfg.RelayOutage, "relay-outage", cfg.RelayOutage, "stop the SMTP sink for this long, once, a fifth into the chaos phase (0: never)")
 	flag.IntVar(&cfg.Erasures, "erasures", cfg.Erasures, "times contacts are erased (GDPR Art. 17) while the broadcast runs")
 	flag.IntVar(&cfg.ErasePerEvent, "erase-per-event", cfg.ErasePerEvent, "contacts erased each time: half among those claimed or deferred then, half at random")
 	flag.DurationVar(&cfg.SinkLatency, "sink-latency", cfg.SinkLatency, "the sink's delay before each 250, like a real relay")
