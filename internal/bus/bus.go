@@ -302,10 +302,14 @@ type PageJob struct {
 	// Probe names half-open providers this page carries the ramp's step
 	// for: their recipients may be sent, on at most Conns[provider]
 	// connections at a time (1 when absent: the breaker's probe), until the
-	// first refusal; the rest are deferred until Defer's time for that
+	// step's transient refusals are at least StepFloor and StepShare of its
+	// attempts (governor.StepEnds; both 0, from an older coordinator: the
+	// first refusal); the rest are deferred until Defer's time for that
 	// provider.
-	Probe []string       `json:"probe,omitempty"`
-	Conns map[string]int `json:"conns,omitempty"`
+	Probe     []string       `json:"probe,omitempty"`
+	Conns     map[string]int `json:"conns,omitempty"`
+	StepShare float64        `json:"step_share,omitempty"`
+	StepFloor int            `json:"step_floor,omitempty"`
 }
 
 // SweepRange is the Range of a sweep job, which belongs to no range.

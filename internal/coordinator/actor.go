@@ -561,7 +561,7 @@ func (a *actor) dispatch(ctx context.Context) {
 		}
 		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue}
 		if pacer := a.c.pacer(); pacer != nil {
-			job.Defer, _, _ = pacer.Holds(now, a.domain(), false)
+			job.Defer = pacer.Holds(now, a.domain(), false).Defer
 		}
 		if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {
 			a.log().Warn("dispatch failed; retried on the next tick", "range", i, "err", err)

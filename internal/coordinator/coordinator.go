@@ -156,8 +156,23 @@ type Pacer interface {
 	// provider answered.
 	Observe(now time.Time, domain string, rep bus.Report)
 	// Holds names the providers whose recipients a page must defer now
-	// (with when to retry) and, for a sweep, those it may send one probe to.
-	Holds(now time.Time, domain string, sweep bool) (deferUntil map[string]time.Time, probe []string, conns map[string]int)
+	// (with when to retry) and, for a sweep, the half-open ones whose ramp
+	// step it carries.
+	Holds(now time.Time, domain string, sweep bool) ProviderHolds
+}
+
+// ProviderHolds is what a page is told about receiving providers
+// (bus.PageJob's Defer, Probe, Conns and StepShare).
+type ProviderHolds struct {
+	// Defer: providers whose recipients wait, and until when.
+	Defer map[string]time.Time
+	// Probe: half-open providers whose ramp step the page carries, on
+	// Conns[provider] connections, until its refusals are at least
+	// StepFloor and StepShare of its attempts (governor.StepEnds).
+	Probe     []string
+	Conns     map[string]int
+	StepShare float64
+	StepFloor int
 }
 
 // Coordinator runs one actor per unfinished broadcast and feeds them reports.

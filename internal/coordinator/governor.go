@@ -235,18 +235,30 @@ func (g *domainHost) Observe(now time.Time, domain string, rep bus.Report) {
 		g.mu.Unlock()
 	}
 	urgent := false
-	// Successes first: a half-open breaker's probe that went through
+	// A carried ramp step is judged as a whole (RecordStep). Otherwise
+	// successes first: a half-open breaker's probe that went through
 	// closes it before any later failure in the same page counts.
+	carried := map[string]bool{}
+	for _, p := range rep.Probed {
+		carried[p] = true
+	}
 	for _, p := range slices.Sorted(maps.Keys(rep.Providers)) {
-		if r := rep.Providers[p]; r.Sent > 0 {
+		if r := rep.Providers[p]; r.Sent > 0 && !carried[p] {
 			h.d.RecordSuccess(now, p, r.Sent)
 		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(rep.Providers)) {
 		r := rep.Providers[p]
-		for range r.Transient {
-			h.d.RecordTransientReply(now, p, r.Reply)
-			urgent = true
+		if carried[p] {
+			if r.Sent > 0 || r.Transient > 0 {
+				h.d.RecordStep(now, p, r.Sent, r.Transient, r.Reply)
+				urgent = urgent || r.Transient > 0
+			}
+		} else {
+			for range r.Transient {
+				h.d.RecordTransientReply(now, p, r.Reply)
+				urgent = true
+			}
 		}
 		if r.Hold > 0 {
 			// The provider's own guidance (Gmail's 421 4.7.28): held as
@@ -288,10 +300,10 @@ const rampRetry = 5 * time.Second
 // with the step's connections. A page defers a half-open provider's
 // recipients without taking its step, so the step goes with the sweep of
 // that provider's deferred rows.
-func (g *domainHost) Holds(now time.Time, domain string, sweep bool) (map[string]time.Time, []string, map[string]int) {
+func (g *domainHost) Holds(now time.Time, domain string, sweep bool) ProviderHolds {
 	h, err := g.domain(domain)
 	if err != nil {
-		return nil, nil, nil
+		return ProviderHolds{}
 	}
 	var hold map[string]time.Time
 	var probe []string
@@ -326,7 +338,8 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool) (map[string
 			g.mu.Unlock()
 		}
 	}
-	return hold, probe, conns
+	l := h.d.Limits()
+	return ProviderHolds{Defer: hold, Probe: probe, Conns: conns, StepShare: l.BreakerShare, StepFloor: l.BreakerFailures}
 }
 
 // status reports a hosted domain, or nil when it is not hosted here.

@@ -22,6 +22,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/store"
@@ -760,7 +761,10 @@ func (s *sim) startCopy(dup bool) {
 // governed decorates a copy's job, during the faults, as the governor
 // would: the recipients' provider held (every row deferred, not an
 // attempt), or, on a sweep, carrying a half-open provider's ramp step on a
-// few connections (sent until the first refusal, the rest deferred).
+// few connections (sent until its refusals meet the breaker's rule, or,
+// on one connection, as an older coordinator asks, the first refusal; the
+// rest deferred). The rule follows from the connections drawn, so the
+// schedules' draws, and the recorded seeds, are unchanged.
 func (s *sim) governed(job bus.PageJob) bus.PageJob {
 	if p := map[bool]float64{false: 0.12, true: 0.5}[job.Sweep]; !s.inFaults || !s.chance(p) {
 		return job
@@ -771,6 +775,9 @@ func (s *sim) governed(job bus.PageJob) bus.PageJob {
 	if job.Sweep && s.chance(0.8) {
 		job.Probe = []string{provider}
 		job.Conns = map[string]int{provider: 1 + s.rng.IntN(3)}
+		if job.Conns[provider] > 1 {
+			job.StepShare, job.StepFloor = governor.BreakerShare, governor.BreakerFailures
+		}
 		s.fault("ramp step carried")
 		s.logf("the copy carries %s's ramp step on %d connections", provider, job.Conns[provider])
 	} else {

@@ -58,7 +58,8 @@ func (a *actor) sweep(ctx context.Context) {
 		// Sweeps carry the breakers' probes: their rows are the held
 		// providers' recipients, so a probe is not spent on a page that
 		// has none.
-		job.Defer, job.Probe, job.Conns = pacer.Holds(now, a.domain(), true)
+		h := pacer.Holds(now, a.domain(), true)
+		job.Defer, job.Probe, job.Conns, job.StepShare, job.StepFloor = h.Defer, h.Probe, h.Conns, h.StepShare, h.StepFloor
 	}
 	if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {
 		a.log().Warn("sweep dispatch failed; retried on the next tick", "err", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/governor"
 )
 
@@ -62,8 +63,8 @@ func (p *budgetPacer) Settle(_ string, granted, sent int) {
 func (p *budgetPacer) Observe(time.Time, string, bus.Report) {}
 
 // Holds holds no provider: this pacer only budgets.
-func (p *budgetPacer) Holds(time.Time, string, bool) (map[string]time.Time, []string, map[string]int) {
-	return nil, nil, nil
+func (p *budgetPacer) Holds(time.Time, string, bool) coordinator.ProviderHolds {
+	return coordinator.ProviderHolds{}
 }
 
 // TestPacerGatesDispatch: the governor hook is asked before every page, the

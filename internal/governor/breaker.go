@@ -220,6 +220,46 @@ func (b *BreakerState) success(now time.Time, n, rampTo int) {
 	}
 }
 
+// step judges a carried ramp step (Domain.RecordStep): sent accepted,
+// failed refused. Half-open, the step re-opens the breaker by the rule that
+// opened it, at least l.BreakerFailures refusals that are at least
+// l.BreakerShare of its attempts, or when it had refusals and nothing
+// accepted (a step with fewer recipients than the floor: no sign the
+// provider is back); otherwise it is a clean step. The first refusal alone
+// is not the provider's answer, since most providers defer a few percent
+// at random. In any other phase the counts are taken one by one, successes
+// first, as before the ramp.
+func (b *BreakerState) step(now time.Time, sent, failed int, l Limits, window sendWindow, reply string) {
+	if b.phase(now) != PhaseHalfOpen {
+		if sent > 0 {
+			b.success(now, sent, l.RampConnections)
+		}
+		for range failed {
+			b.failure(now, l.BreakerOpen, l.BreakerFailures, l.BreakerShare, window, reply)
+		}
+		return
+	}
+	if StepEnds(sent+failed, failed, l.BreakerShare, l.BreakerFailures) || (sent == 0 && failed > 0) {
+		linear := b.Linear
+		b.trip(now, l.BreakerOpen, fmt.Sprintf("refused again while ramping up: %d of a step's %d attempts%s", failed, sent+failed, replySuffix(reply)))
+		b.Linear = linear
+		return
+	}
+	if sent > 0 {
+		b.success(now, sent, l.RampConnections)
+	}
+}
+
+// StepEnds reports whether a carried ramp step that has made attempts, of
+// which refused were refused for a transient reason, has met its
+// provider's answer: at least floor refusals, and at least share of its
+// attempts (the breaker's own rule, which RecordStep judges the step by;
+// with floor and share 0, the first refusal). The worker stops sending the
+// step's recipients then; the rest wait.
+func StepEnds(attempts, refused int, share float64, floor int) bool {
+	return refused > 0 && refused >= floor && float64(refused) >= share*float64(attempts)
+}
+
 // conns is the connections the next half-open carrier may use.
 func (b *BreakerState) conns() int { return max(b.Conns, 1) }
 

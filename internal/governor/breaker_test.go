@@ -1,6 +1,7 @@
 package governor
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -381,5 +382,106 @@ func TestBreakerShareSurvivesANewLeader(t *testing.T) {
 	next := NewDomain("example.com", Limits{}, &st, t0.Add(120*time.Second))
 	if run(next, 120, 120) {
 		t.Fatal("3 % opened the breaker of the new leader")
+	}
+}
+
+// TestRampStepJudgedByItsShare: a half-open provider's ramp step is judged
+// as a whole by the breaker's share rule (RecordStep): an isolated refusal
+// among many accepted sends advances the ramp; refusals at the share
+// re-open the breaker.
+func TestRampStepJudgedByItsShare(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	halfOpen := func() *Domain {
+		d := NewDomain("example.com", Limits{}, nil, t0)
+		for range BreakerFailures {
+			d.RecordTransient(t0, "yahoo.com")
+		}
+		if open, _ := d.ProviderOpen(t0.Add(BreakerOpen), "yahoo.com"); open {
+			t.Fatal("not half-open after the open period")
+		}
+		return d
+	}
+	at := t0.Add(BreakerOpen + time.Second)
+
+	d := halfOpen()
+	d.RecordStep(at, "yahoo.com", 30, 1, "451 4.7.1")
+	if c := d.Connections(at, "yahoo.com"); c != 2 {
+		t.Errorf("after a step of 30 accepted and 1 refused: %d connections; want the ramp's next step, 2", c)
+	}
+
+	d = halfOpen()
+	d.RecordStep(at, "yahoo.com", 3, 1, "451 4.7.1")
+	if c := d.Connections(at, "yahoo.com"); c != 2 {
+		t.Errorf("after a step of 3 accepted and 1 refused (one refusal, under the floor of %d): %d connections; want 2", BreakerFailures, c)
+	}
+
+	d = halfOpen()
+	d.RecordStep(at, "yahoo.com", 15, 5, "451 4.7.1")
+	if open, _ := d.ProviderOpen(at, "yahoo.com"); !open {
+		t.Error("a step of 15 accepted and 5 refused (25 %) did not re-open the breaker")
+	}
+
+	d = halfOpen()
+	d.RecordStep(at, "yahoo.com", 0, BreakerFailures, "451 4.7.1")
+	if open, _ := d.ProviderOpen(at, "yahoo.com"); !open {
+		t.Errorf("a step whose %d attempts were all refused did not re-open the breaker", BreakerFailures)
+	}
+
+	// A step with fewer recipients than the floor, all refused: nothing
+	// says the provider is back (and leaving it half-open with its probe
+	// spent held the provider until ProbeLease).
+	d = halfOpen()
+	d.RecordStep(at, "yahoo.com", 0, 2, "451 4.7.1")
+	if open, _ := d.ProviderOpen(at, "yahoo.com"); !open {
+		t.Error("a step of 2 recipients, both refused, did not re-open the breaker")
+	}
+}
+
+// TestRampClosesUnderRandomDeferrals replays a provider that refuses a
+// share of attempts at random after a short outage opened its breaker:
+// each step carries 100 of its recipients and stops where the worker would
+// (StepEnds). At 3 % (an ordinary provider) the breaker must close within
+// ten minutes; judged by its first refusal, a step of 100 was re-opened 95
+// times in 100 and the broadcast stalled for good. At 50 % the provider is
+// unwell and the breaker must stay open or ramping.
+func TestRampClosesUnderRandomDeferrals(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		refused float64
+		closes  bool
+	}{{0.03, true}, {0.10, true}, {0.5, false}} {
+		rng := rand.New(rand.NewPCG(7, uint64(c.refused*1000)))
+		t0 := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+		d := NewDomain("example.com", Limits{}, nil, t0)
+		for range BreakerFailures { // the outage
+			d.RecordTransient(t0, "yahoo.com")
+		}
+		now, closed := t0, false
+		for now.Before(t0.Add(10 * time.Minute)) {
+			now = now.Add(5 * time.Second)
+			if open, _ := d.ProviderOpen(now, "yahoo.com"); open {
+				continue
+			}
+			if d.Connections(now, "yahoo.com") == 0 {
+				closed = true
+				break
+			}
+			sent, failed := 0, 0
+			for range 100 {
+				if rng.Float64() < c.refused {
+					failed++
+				} else {
+					sent++
+				}
+				if StepEnds(sent+failed, failed, BreakerShare, BreakerFailures) {
+					break
+				}
+			}
+			d.RecordStep(now, "yahoo.com", sent, failed, "451 4.3.0")
+		}
+		if closed != c.closes {
+			t.Errorf("%.0f %% refused at random: closed within 10 minutes = %v, want %v (%+v)", c.refused*100, closed, c.closes, d.Status(now).Providers)
+		}
 	}
 }

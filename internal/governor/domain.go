@@ -467,6 +467,19 @@ func (d *Domain) RecordSuccess(now time.Time, provider string, n int) {
 	now = now.UTC()
 	d.roll(now)
 	p := Provider(provider)
+	d.countSent(now, p, n)
+	b, ok := d.st.Breakers[p]
+	if !ok {
+		return
+	}
+	b.success(now, n, d.limits.RampConnections)
+	d.st.Breakers[p] = b
+	d.tidy(now)
+}
+
+// countSent adds n accepted sends to provider p's window (what the
+// breaker's share counts them against). d.mu is held.
+func (d *Domain) countSent(now time.Time, p string, n int) {
 	if d.sent == nil {
 		d.sent = map[string]sendWindow{}
 	}
@@ -480,11 +493,36 @@ func (d *Domain) RecordSuccess(now time.Time, provider string, n int) {
 			}
 		}
 	}
+}
+
+// RecordStep takes what a page that carried a half-open provider's ramp
+// step met there: sent accepted, failed refused for a transient reason
+// (reply, the latest). The step is judged as a whole, by the breaker's own
+// share rule: it re-opens the breaker only if its refusals are at least
+// BreakerShare of its attempts; otherwise the ramp goes on, or the breaker
+// closes. Judged by its first refusal instead, a provider that defers a
+// few percent at random, as most do, re-opened on every step of a step
+// carrying a few dozen recipients, and a broadcast stalled for good after
+// one short relay outage (make chaos -relay-outage). Outside half-open
+// (the step's page came back after the breaker moved on) the counts go in
+// as RecordSuccess and RecordTransientReply would put them.
+func (d *Domain) RecordStep(now time.Time, provider string, sent, failed int, reply string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	p := Provider(provider)
+	if sent > 0 {
+		d.countSent(now, p, sent)
+	}
 	b, ok := d.st.Breakers[p]
-	if !ok {
+	if !ok && failed == 0 {
 		return
 	}
-	b.success(now, n, d.limits.RampConnections)
+	b.step(now, sent, failed, d.limits, d.sent[p], reply)
+	if d.st.Breakers == nil {
+		d.st.Breakers = map[string]BreakerState{}
+	}
 	d.st.Breakers[p] = b
 	d.tidy(now)
 }

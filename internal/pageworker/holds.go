@@ -21,22 +21,35 @@ type holds struct {
 
 // lane is one carried ramp step: the provider's recipients in this page are
 // sent on at most conns connections at a time, across all of the page's
-// windows in flight, until the first refusal ends the step.
+// windows in flight, until the step's transient refusals are at least
+// floor and share of its attempts (governor.StepEnds, the rule the
+// coordinator judges the step by): an isolated deferral, which most
+// providers give a few percent of the time, does not end it.
 type lane struct {
 	conns int
+	share float64
+	floor int
 	sem   chan struct{}
 	mu    sync.Mutex
-	ended bool
-	until time.Time // when the provider's recipients are due once it ended
+	// attempts and refused count the step's sends that had an answer
+	// about the provider (a recipient's own refusal is not one).
+	attempts, refused int
+	ended             bool
+	until             time.Time // when the provider's recipients are due once it ended
 }
 
-// end ends the step after a refusal at now: the rest wait for the hold the
-// page was given (the coordinator's open period, as configured), or, if
-// that has passed already, the default open period from now.
-func (l *lane) end(now time.Time) {
+// settle counts one of the step's sends at now, refused or accepted, and
+// ends the step once its refusals reach its share: the rest wait for the
+// hold the page was given (the coordinator's open period, as configured),
+// or, if that has passed already, the default open period from now.
+func (l *lane) settle(now time.Time, refused bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.ended {
+	l.attempts++
+	if refused {
+		l.refused++
+	}
+	if !l.ended && governor.StepEnds(l.attempts, l.refused, l.share, l.floor) {
 		l.ended = true
 		if !l.until.After(now) {
 			l.until = now.Add(governor.BreakerOpen)
@@ -58,7 +71,7 @@ func newHolds(job bus.PageJob) *holds {
 	}
 	for _, p := range job.Probe {
 		c := max(job.Conns[p], 1)
-		h.lanes[p] = &lane{conns: c, sem: make(chan struct{}, c), until: job.Defer[p]}
+		h.lanes[p] = &lane{conns: c, share: job.StepShare, floor: job.StepFloor, sem: make(chan struct{}, c), until: job.Defer[p]}
 	}
 	return h
 }

@@ -37,27 +37,53 @@ func TestHoldsDeferHeldProvidersAndCarryTheRampStep(t *testing.T) {
 			t.Errorf("check(%s) = %s, %v; want %s, %v", s.email, p, until, s.provider, s.until)
 		}
 		if s.refused {
-			h.lane(p).end(at)
+			h.lane(p).settle(at, true) // no StepShare (an older coordinator): the first refusal ends it
 		}
 	}
 }
 
-func TestHoldsAddKeepsProbesAndLaterTimes(t *testing.T) {
+// TestRampStepOutlastsAnIsolatedRefusal: a carried step with the breaker's
+// rule (5 refusals that are 20 % of its attempts) goes on past refusals
+// that are a small share of its attempts (most providers defer a few
+// percent at random) and ends once they meet the rule, the one the
+// coordinator judges the step by.
+func TestRampStepOutlastsAnIsolatedRefusal(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
-	job := bus.PageJob{Defer: map[string]time.Time{"google": at.Add(time.Minute)}, Probe: []string{"yahoo"}}
+	job := bus.PageJob{Defer: map[string]time.Time{"yahoo": at.Add(time.Minute)}, Probe: []string{"yahoo"}, StepShare: 0.2, StepFloor: 5}
 	h := newHolds(job)
-	h.add(map[string]time.Time{"google": at, "yahoo": at.Add(time.Hour), "microsoft": at.Add(2 * time.Minute)})
-	if _, until := h.check("a@gmail.com"); !until.Equal(at.Add(time.Minute)) {
-		t.Errorf("google until %v; the later of the two holds is %v", until, at.Add(time.Minute))
+	ln := h.lane("yahoo")
+	going := func(after string) {
+		t.Helper()
+		if _, until := h.check("a@yahoo.com"); !until.IsZero() {
+			t.Fatalf("after %s the step ended (deferred until %v)", after, until)
+		}
 	}
-	if _, until := h.check("b@yahoo.com"); !until.IsZero() {
-		t.Errorf("the page's yahoo probe was taken away (deferred until %v)", until)
+	ln.settle(at, true)
+	going("1 refused (under the floor)")
+	for range 16 {
+		ln.settle(at, false)
 	}
-	if _, until := h.check("c@hotmail.com"); !until.Equal(at.Add(2 * time.Minute)) {
-		t.Errorf("microsoft, held since dispatch, deferred until %v; want %v", until, at.Add(2*time.Minute))
+	for range 3 {
+		ln.settle(at, true)
 	}
-	if len(job.Defer) != 1 {
-		t.Errorf("the job's own map was changed: %v", job.Defer)
+	going("16 accepted and 4 refused (20 %, under the floor)")
+	for range 10 {
+		ln.settle(at, false)
+	}
+	ln.settle(at, true)
+	going("26 accepted and 5 refused (16 %)")
+	ln.settle(at, true)
+	ln.settle(at, true)
+	if _, until := h.check("a@yahoo.com"); !until.Equal(at.Add(time.Minute)) {
+		t.Errorf("26 accepted and 7 refused (21 %%): deferred until %v; want the step ended, until the page's hold %v", until, at.Add(time.Minute))
+	}
+
+	dead := newHolds(job)
+	for range 5 {
+		dead.lane("yahoo").settle(at, true)
+	}
+	if _, until := dead.check("a@yahoo.com"); until.IsZero() {
+		t.Error("a step whose first 5 sends were refused went on")
 	}
 }

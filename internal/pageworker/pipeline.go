@@ -108,8 +108,9 @@ func (p *pipeline) run() {
 
 // sendLane sends a window's recipients idx of a carried ramp step: each send
 // takes one of the step's connections (shared by every window of the page)
-// and then a slot, and once a send is refused for a reason that is not the
-// recipient's own the step ends and the rest get errStepEnded.
+// and then a slot, and once the step's refusals for a reason that is not a
+// recipient's own reach its share (lane.settle) the step ends and the rest
+// get errStepEnded.
 func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 	var mu sync.Mutex
 	next := 0
@@ -138,8 +139,8 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				err := p.w.send(p.ctx, p.l, b.window[i], b.now)
 				<-p.w.slots
 				<-ln.sem
-				if b.errs[i] = err; err != nil && !isRecipientError(err) {
-					ln.end(b.now)
+				if b.errs[i] = err; err == nil || !isRecipientError(err) {
+					ln.settle(b.now, err != nil)
 				}
 			}
 		}()

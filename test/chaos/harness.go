@@ -119,7 +119,7 @@ func LongConfig() Config {
 		Coordinators: 2, Workers: 4, Concurrency: 16,
 		WorkerKillMin: time.Second, WorkerKillMax: 3 * time.Second,
 		CoordinatorKills: 3, NATSRestarts: 1, PGTerminations: 1, PauseResume: true, PauseFor: 4 * time.Second,
-		PauseStorm: true, RefuseRcpt: 0.03, Erasures: 3, ErasePerEvent: 20,
+		PauseStorm: true, RefuseRcpt: 0.03, RelayOutage: 10 * time.Second, Erasures: 3, ErasePerEvent: 20,
 		SinkLatency: 20 * time.Millisecond, InDoubtAfter: 5 * time.Second, InDoubtPolicy: "skip", CompleteTimeout: 5 * time.Minute,
 	}
 }
@@ -131,8 +131,10 @@ func ShortConfig() Config {
 	c.Contacts, c.Duration = 5000, 30*time.Second
 	c.WorkerKillMin, c.WorkerKillMax = 2*time.Second, 5*time.Second
 	c.CoordinatorKills, c.PauseFor = 2, 3*time.Second
-	c.Erasures = 2
-	c.CompleteTimeout = 60 * time.Second
+	c.Erasures, c.RelayOutage = 2, 5*time.Second
+	// The relay outage opens the provider's breaker for 30 s and its ramp
+	// takes a few more; the throttle then catches up.
+	c.CompleteTimeout = 90 * time.Second
 	return c
 }
 
