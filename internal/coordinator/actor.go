@@ -50,8 +50,12 @@ type actor struct {
 	nextReconcile time.Time
 	goneSince     map[string]time.Time
 	// refusedPages counts page reports in a row, across ranges, that sent
-	// nothing because the server refused every recipient they tried.
+	// nothing because the server refused every recipient they tried; one
+	// counts only once refusedNext has passed (Coordinator.backoff after
+	// the last one counted), so MaxFruitless of them are fruitless
+	// resumptions spread over the backoff's time, as a range's own are.
 	refusedPages int
+	refusedNext  time.Time
 	// mirrored is when the state in KV was last brought level with the
 	// store.
 	mirrored time.Time
@@ -293,7 +297,7 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 		a.settle(o.limit, rep)
 	}
 	if rep.Sent > 0 {
-		a.refusedPages = 0
+		a.refusedPages, a.refusedNext = 0, time.Time{}
 	}
 	for attempt := 0; ; attempt++ {
 		rec := a.recs[i]
@@ -350,8 +354,15 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 			// (ranges of a few contacts each would never reach
 			// MaxFruitless on their own). One recipient refused for ever
 			// while others are sent is that recipient's, bounded by its
-			// attempts.
+			// attempts. Every range's page meets an outage of the relay
+			// within the same second, so the pages count only at the
+			// backoff's pace: counted per report, a 10 s relay outage
+			// failed a 50,000-contact broadcast for good (make chaos).
+			if now.Before(a.refusedNext) {
+				return a.fruitless(ctx, i, rep, now)
+			}
 			a.refusedPages++
+			a.refusedNext = now.Add(a.c.backoff(a.refusedPages))
 			if a.refusedPages >= a.c.cfg.MaxFruitless {
 				reason := fmt.Sprintf("%d pages in a row made no progress: every recipient tried was refused; last error: %s", a.refusedPages, rep.Error)
 				return a.transition(ctx, []store.State{store.StateRunning}, store.StateFailed, reason)

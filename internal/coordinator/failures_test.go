@@ -140,6 +140,41 @@ func TestTransientForeverFailsTheBroadcast(t *testing.T) {
 	}
 }
 
+// TestRelayOutageOutlastsEveryRange: a relay that refuses everyone for a
+// moment, while every range has a page out, is not a server that refuses
+// everyone for good. Counted per report, the refused pages of every range
+// reached MaxFruitless within the outage and failed the broadcast for
+// good; counted at the backoff's pace, it rides the outage out and
+// completes, everyone sent once.
+func TestRelayOutageOutlastsEveryRange(t *testing.T) {
+	t.Parallel()
+	var outageEnds atomic.Int64 // Unix ns; 0 until the first RCPT starts it
+	s := newStack(t, stackOptions{workers: 2, concurrency: 4, pageLimit: 8, sinkOpts: []capture.Option{
+		capture.WithRcptHook(func(string) *smtp.SMTPError {
+			outageEnds.CompareAndSwap(0, time.Now().Add(400*time.Millisecond).UnixNano())
+			if time.Now().UnixNano() < outageEnds.Load() {
+				return reply(451, smtp.EnhancedCode{4, 4, 1}, "Connection timed out downstream")
+			}
+			return nil
+		}),
+	}})
+	s.stopCoord()
+	// Eight refused pages in a row fail the broadcast; at the backoff's
+	// pace that takes at least 0.2+0.4+0.8+1+… s (halved by the jitter at
+	// worst), well past the outage.
+	s.coordCfg.Backoff, s.coordCfg.MaxBackoff, s.coordCfg.MaxFruitless = 400*time.Millisecond, 2*time.Second, 8
+	s.coordCfg.Tick = 50 * time.Millisecond
+	s.startCoordinator()
+	a := s.seed(400)
+	id := s.create("", 0)
+	s.start(id)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	if b.GetProgress().GetFailed() != 0 {
+		t.Fatalf("completed with %d failed after a 400 ms outage: %s", b.GetProgress().GetFailed(), b.GetReason())
+	}
+	s.exactlyOnce(a.eligible(false))
+}
+
 // TestChannelErrorPausesWithReason: an authentication failure is not one
 // address's fault; the broadcast pauses with the error shown, and a human's
 // resume after the fix completes it with nobody sent twice.
