@@ -162,7 +162,7 @@ type Pacer interface {
 }
 
 // ProviderHolds is what a page is told about receiving providers
-// (bus.PageJob's Defer, Probe, Conns and StepShare).
+// (bus.PageJob's Defer, Probe, Conns, StepShare and StepFloor).
 type ProviderHolds struct {
 	// Defer: providers whose recipients wait, and until when.
 	Defer map[string]time.Time
