@@ -876,6 +876,9 @@ type event struct {
 	at   float64 // fraction of the chaos phase
 	name string
 	run  func(ctx context.Context) error
+	// alongside runs it beside the events after it, which would otherwise
+	// wait for it (a long outage would push them past the chaos phase).
+	alongside bool
 }
 
 // schedule runs the one-off faults at fixed fractions of the chaos phase,
@@ -898,12 +901,14 @@ func (h *harness) schedule(ctx context.Context) {
 		evs = append(evs, event{at: 0.33, name: "postgres outage", run: h.pgOutage})
 	}
 	if h.cfg.RelayOutage > 0 {
-		evs = append(evs, event{at: 0.2, name: "relay outage", run: h.relayOutage})
+		evs = append(evs, event{at: 0.2, name: "relay outage", run: h.relayOutage, alongside: true})
 	}
 	for k := range h.cfg.Erasures {
 		evs = append(evs, event{at: 0.4 + 0.3*float64(k)/float64(max(1, h.cfg.Erasures-1)), name: fmt.Sprintf("erasure %d", k+1), run: h.eraseContacts})
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+	var alongside sync.WaitGroup
+	defer alongside.Wait()
 	for _, ev := range evs {
 		at := h.started.Add(time.Duration(ev.at * float64(h.cfg.Duration)))
 		select {
@@ -912,8 +917,15 @@ func (h *harness) schedule(ctx context.Context) {
 			continue
 		case <-time.After(time.Until(at)):
 		}
-		if err := ev.run(ctx); err != nil {
-			h.logf("t=%s %s: %v", h.elapsed(), ev.name, err)
+		run := func() {
+			if err := ev.run(ctx); err != nil {
+				h.logf("t=%s %s: %v", h.elapsed(), ev.name, err)
+			}
+		}
+		if ev.alongside {
+			alongside.Go(run)
+		} else {
+			run()
 		}
 	}
 }
