@@ -387,6 +387,11 @@ type ProviderResult struct {
 	Linear bool          `json:"linear,omitempty"`
 	// Reply is the latest refusal's short form ("451 4.3.0"), for status.
 	Reply string `json:"reply,omitempty"`
+	// StepEnded: the page carried this provider's ramp step and ended it
+	// (its refusals met governor.StepEnds, or a quota, hold or channel
+	// error): the coordinator re-opens the breaker whatever sends still in
+	// flight then brought. An older worker never sets it.
+	StepEnded bool `json:"step_ended,omitempty"`
 }
 
 // RangeRecord is the coordinator's cursor for one range, stored in KV.

@@ -160,8 +160,8 @@ func TestRelayOutageOutlastsEveryRange(t *testing.T) {
 	}})
 	s.stopCoord()
 	// Eight refused pages in a row fail the broadcast; at the backoff's
-	// pace that takes at least 0.2+0.4+0.8+1+… s (halved by the jitter at
-	// worst), well past the outage.
+	// pace (0.4, 0.8, 1.6, 2, 2, 2, 2 s, each jittered down to half at
+	// worst) that takes at least 5.4 s, well past the outage.
 	s.coordCfg.Backoff, s.coordCfg.MaxBackoff, s.coordCfg.MaxFruitless = 400*time.Millisecond, 2*time.Second, 8
 	s.coordCfg.Tick = 50 * time.Millisecond
 	s.startCoordinator()

@@ -250,8 +250,8 @@ func (g *domainHost) Observe(now time.Time, domain string, rep bus.Report) {
 	for _, p := range slices.Sorted(maps.Keys(rep.Providers)) {
 		r := rep.Providers[p]
 		if carried[p] {
-			if r.Sent > 0 || r.Transient > 0 {
-				h.d.RecordStep(now, p, r.Sent, r.Transient, r.Reply)
+			if r.Sent > 0 || r.Transient > 0 || r.StepEnded {
+				h.d.RecordStep(now, p, r.Sent, r.Transient, r.StepEnded, r.Reply)
 				urgent = urgent || r.Transient > 0
 			}
 		} else {

@@ -761,10 +761,11 @@ func (s *sim) startCopy(dup bool) {
 // governed decorates a copy's job, during the faults, as the governor
 // would: the recipients' provider held (every row deferred, not an
 // attempt), or, on a sweep, carrying a half-open provider's ramp step on a
-// few connections (sent until its refusals meet the breaker's rule, or,
-// on one connection, as an older coordinator asks, the first refusal; the
-// rest deferred). The rule follows from the connections drawn, so the
-// schedules' draws, and the recorded seeds, are unchanged.
+// few connections (sent until its refusals meet the breaker's rule, the
+// rest deferred). On one connection the job carries no rule, as an older
+// coordinator's does, and the step ends at its first refusal: the rule
+// follows from the connections already drawn, so no new draw enters the
+// schedules and the recorded seeds replay unchanged.
 func (s *sim) governed(job bus.PageJob) bus.PageJob {
 	if p := map[bool]float64{false: 0.12, true: 0.5}[job.Sweep]; !s.inFaults || !s.chance(p) {
 		return job

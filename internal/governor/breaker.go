@@ -221,15 +221,17 @@ func (b *BreakerState) success(now time.Time, n, rampTo int) {
 }
 
 // step judges a carried ramp step (Domain.RecordStep): sent accepted,
-// failed refused. Half-open, the step re-opens the breaker by the rule that
-// opened it, at least l.BreakerFailures refusals that are at least
-// l.BreakerShare of its attempts, or when it had refusals and nothing
-// accepted (a step with fewer recipients than the floor: no sign the
-// provider is back); otherwise it is a clean step. The first refusal alone
+// failed refused. Half-open, the step re-opens the breaker when the worker
+// ended it (ended: the rule below met on the sends it had answers for, or
+// more than a deferral), by the rule that opened it, at least
+// l.BreakerFailures refusals that are at least l.BreakerShare of its
+// attempts, or when it had refusals and nothing accepted (a step with
+// fewer recipients than the floor: no sign the provider is back);
+// otherwise it is a clean step. The first refusal alone
 // is not the provider's answer, since most providers defer a few percent
 // at random. In any other phase the counts are taken one by one, successes
 // first, as before the ramp.
-func (b *BreakerState) step(now time.Time, sent, failed int, l Limits, window sendWindow, reply string) {
+func (b *BreakerState) step(now time.Time, sent, failed int, ended bool, l Limits, window sendWindow, reply string) {
 	if b.phase(now) != PhaseHalfOpen {
 		if sent > 0 {
 			b.success(now, sent, l.RampConnections)
@@ -239,7 +241,7 @@ func (b *BreakerState) step(now time.Time, sent, failed int, l Limits, window se
 		}
 		return
 	}
-	if StepEnds(sent+failed, failed, l.BreakerShare, l.BreakerFailures) || (sent == 0 && failed > 0) {
+	if ended || StepEnds(sent+failed, failed, l.BreakerShare, l.BreakerFailures) || (sent == 0 && failed > 0) {
 		linear := b.Linear
 		b.trip(now, l.BreakerOpen, fmt.Sprintf("refused again while ramping up: %d of a step's %d attempts%s", failed, sent+failed, replySuffix(reply)))
 		b.Linear = linear

@@ -497,16 +497,19 @@ func (d *Domain) countSent(now time.Time, p string, n int) {
 
 // RecordStep takes what a page that carried a half-open provider's ramp
 // step met there: sent accepted, failed refused for a transient reason
-// (reply, the latest). The step is judged as a whole, by the breaker's own
-// share rule: it re-opens the breaker only if its refusals are at least
-// BreakerShare of its attempts; otherwise the ramp goes on, or the breaker
-// closes. Judged by its first refusal instead, a provider that defers a
-// few percent at random, as most do, re-opened on every step of a step
-// carrying a few dozen recipients, and a broadcast stalled for good after
-// one short relay outage (make chaos -relay-outage). Outside half-open
-// (the step's page came back after the breaker moved on) the counts go in
-// as RecordSuccess and RecordTransientReply would put them.
-func (d *Domain) RecordStep(now time.Time, provider string, sent, failed int, reply string) {
+// (reply, the latest), and whether the worker ended the step (ended: its
+// refusals met the rule, or the provider said more than a deferral). The
+// step is judged as a whole (BreakerState.step): it re-opens the breaker
+// when the worker ended it, when its refusals are at least BreakerFailures
+// and BreakerShare of its attempts, or when it had refusals and nothing
+// accepted; otherwise the ramp goes on, or the breaker closes. Judged by
+// its first refusal instead, a provider that defers a few percent at
+// random, as most do, re-opened on nearly every step carrying a few dozen
+// recipients, and a broadcast stalled for good after one short relay
+// outage (make chaos -relay-outage). Outside half-open (the step's page
+// came back after the breaker moved on) the counts go in as RecordSuccess
+// and RecordTransientReply would put them.
+func (d *Domain) RecordStep(now time.Time, provider string, sent, failed int, ended bool, reply string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now = now.UTC()
@@ -519,7 +522,7 @@ func (d *Domain) RecordStep(now time.Time, provider string, sent, failed int, re
 	if !ok && failed == 0 {
 		return
 	}
-	b.step(now, sent, failed, d.limits, d.sent[p], reply)
+	b.step(now, sent, failed, ended, d.limits, d.sent[p], reply)
 	if d.st.Breakers == nil {
 		d.st.Breakers = map[string]BreakerState{}
 	}

@@ -38,10 +38,8 @@ type lane struct {
 	until             time.Time // when the provider's recipients are due once it ended
 }
 
-// settle counts one of the step's sends at now, refused or accepted, and
-// ends the step once its refusals reach its share: the rest wait for the
-// hold the page was given (the coordinator's open period, as configured),
-// or, if that has passed already, the default open period from now.
+// settle counts one of the step's sends at now, refused for a transient
+// reason or accepted, and ends the step once its refusals meet the rule.
 func (l *lane) settle(now time.Time, refused bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -49,7 +47,24 @@ func (l *lane) settle(now time.Time, refused bool) {
 	if refused {
 		l.refused++
 	}
-	if !l.ended && governor.StepEnds(l.attempts, l.refused, l.share, l.floor) {
+	if governor.StepEnds(l.attempts, l.refused, l.share, l.floor) {
+		l.end(now)
+	}
+}
+
+// stop ends the step at once: the provider said more than a deferral (a
+// quota, a pause of its own, a channel error).
+func (l *lane) stop(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.end(now)
+}
+
+// end ends the step: the rest wait for the hold the page was given (the
+// coordinator's open period, as configured), or, if that has passed
+// already, the default open period from now. l.mu is held.
+func (l *lane) end(now time.Time) {
+	if !l.ended {
 		l.ended = true
 		if !l.until.After(now) {
 			l.until = now.Add(governor.BreakerOpen)

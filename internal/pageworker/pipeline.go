@@ -83,11 +83,11 @@ func (p *pipeline) run() {
 			if !b.mine[c.ID] || !b.deferUntil[i].IsZero() {
 				continue
 			}
-			if b.lanes != nil && b.lanes[i] != nil {
+			if ln := b.lane(i); ln != nil {
 				if laned == nil {
 					laned = map[*lane][]int{}
 				}
-				laned[b.lanes[i]] = append(laned[b.lanes[i]], i)
+				laned[ln] = append(laned[ln], i)
 				continue
 			}
 			p.w.slots <- struct{}{}
@@ -108,9 +108,9 @@ func (p *pipeline) run() {
 
 // sendLane sends a window's recipients idx of a carried ramp step: each send
 // takes one of the step's connections (shared by every window of the page)
-// and then a slot, and once the step's refusals for a reason that is not a
-// recipient's own reach its share (lane.settle) the step ends and the rest
-// get errStepEnded.
+// and then a slot, and once the step's transient refusals meet the
+// breaker's rule (lane.settle), or the provider answers with more than a
+// deferral (lane.stop), the step ends and the rest get errStepEnded.
 func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 	var mu sync.Mutex
 	next := 0
@@ -139,8 +139,15 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				err := p.w.send(p.ctx, p.l, b.window[i], b.now)
 				<-p.w.slots
 				<-ln.sem
-				if b.errs[i] = err; err == nil || !isRecipientError(err) {
-					ln.settle(b.now, err != nil)
+				switch b.errs[i] = err; {
+				case err == nil:
+					ln.settle(b.now, false)
+				case isRecipientError(err):
+					// The recipient's own: says nothing of the provider.
+				case isDeferral(err):
+					ln.settle(b.now, true)
+				default:
+					ln.stop(b.now)
 				}
 			}
 		}()

@@ -82,3 +82,59 @@ func TestRampStepKeepsToItsConnections(t *testing.T) {
 	}
 	t.Logf("%d sends (at most %d at once), then %d deferred to the hold", sends, most, deferred)
 }
+
+// TestRampStepJudgedByTheBreakersRule: a step carried with the breaker's
+// rule (5 refusals that are 20 % of its attempts) goes on past a plain
+// deferral, so a provider's ordinary few percent do not end it, and ends at
+// once on a reply that says more than "later" (a quota, the provider's own
+// pause), reporting that it ended.
+func TestRampStepJudgedByTheBreakersRule(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		refusal error
+		ends    bool
+	}{
+		{"a 451 goes on", &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}, false},
+		{"a 452 quota stops it", &transport.SendError{Code: 452, Enhanced: "4.5.3", Text: "too many recipients today", Stage: transport.StageRcpt}, true},
+		{"Gmail's 421 4.7.28 stops it", &transport.SendError{Code: 421, Enhanced: "4.7.28", Text: "Our system has detected an unusual rate of unsolicited mail. To protect our users, this message has been temporarily rate limited.", Stage: transport.StageRcpt}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			st := testenv.SQLite(t)
+			var mu sync.Mutex
+			sends := 0
+			tr := &scripted{accepted: map[string]int{}}
+			f := newCopiesFixture(t, st, 30, tr)
+			f.w.cfg.Concurrency = 4
+			refused := f.contacts[3].Email
+			tr.answer = func(to string) error {
+				mu.Lock()
+				sends++
+				mu.Unlock()
+				if to == refused {
+					return c.refusal
+				}
+				return nil
+			}
+			job := f.job()
+			job.Defer = map[string]time.Time{"example.org": f.clk.Now().Add(30 * time.Second)}
+			job.Probe, job.Conns = []string{"example.org"}, map[string]int{"example.org": 1}
+			job.StepShare, job.StepFloor = 0.2, 5
+			rep, err := f.w.RunPage(t.Context(), job, "w/1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr := rep.Providers["example.org"]
+			if c.ends {
+				if !pr.StepEnded || sends >= len(f.contacts) {
+					t.Fatalf("%d of %d sent, report %+v; want the step ended at the refusal and reported ended", sends, len(f.contacts), pr)
+				}
+				return
+			}
+			if pr.StepEnded || sends != len(f.contacts) || pr.Sent != len(f.contacts)-1 || pr.Transient != 1 {
+				t.Fatalf("%d of %d sent, report %+v; want every recipient tried, one deferral, the step not ended", sends, len(f.contacts), pr)
+			}
+		})
+	}
+}

@@ -788,6 +788,7 @@ func (r windowResult) addTo(rep *bus.Report) {
 		sum.Transient += pr.Transient
 		sum.Quota = sum.Quota || pr.Quota
 		sum.Hold, sum.Linear = max(sum.Hold, pr.Hold), sum.Linear || pr.Linear
+		sum.StepEnded = sum.StepEnded || pr.StepEnded
 		if pr.Reply != "" {
 			sum.Reply = pr.Reply
 		}
@@ -843,6 +844,14 @@ type batch struct {
 	lanes []*lane
 }
 
+// lane is the carried ramp step contact i is sent under, nil for none.
+func (b *batch) lane(i int) *lane {
+	if b.lanes == nil {
+		return nil
+	}
+	return b.lanes[i]
+}
+
 // prepare decides, before a window is sent, which of its contacts are sent:
 // those this run holds whose provider the governor does not hold.
 func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) *batch {
@@ -874,7 +883,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 		if err == errStepEnded {
 			// Not sent: the carried step ended at an earlier refusal. The
 			// recipient waits like a held provider's, without an attempt.
-			_, deferUntil[i] = b.lanes[i].over()
+			_, deferUntil[i] = b.lane(i).over()
 			attempted--
 		}
 	}
@@ -884,6 +893,11 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	for i, c := range window {
 		if !mine[c.ID] {
 			continue
+		}
+		if ln := b.lane(i); ln != nil {
+			if ended, _ := ln.over(); ended {
+				res.provider(providers[i], func(p *bus.ProviderResult) { p.StepEnded = true })
+			}
 		}
 		if !deferUntil[i].IsZero() {
 			why := "deferred: " + providers[i] + " held by the governor"
@@ -995,6 +1009,16 @@ func classOf(err error) transport.Class {
 // address, a message that cannot be built for it), which says nothing about
 // the provider.
 func isRecipientError(err error) bool { return classOf(err) == transport.Recipient }
+
+// isDeferral reports whether err is a provider's plain transient refusal,
+// the kind a ramp step tolerates a share of: not a quota, nor a pause the
+// provider's guidance asks for, nor a channel error.
+func isDeferral(err error) bool {
+	if g, ok := transport.Guide(err); ok && g.Hold > 0 {
+		return false
+	}
+	return classOf(err) == transport.Transient
+}
 
 // retryAfterAttempt is when a swept row refused again is due: RetryAfter
 // doubled per attempt so far, at most SweepRetry, jittered by up to half, so

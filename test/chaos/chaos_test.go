@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -50,7 +51,8 @@ func runShort(t *testing.T, policy string) {
 	}
 	dbURL := testenv.DatabaseURL(t) // skips without Postgres unless RANGECAST_REQUIRE_PG=1
 	bin := filepath.Join(t.TempDir(), "bin")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Building, importing, 30 s of faults and up to 90 s to complete.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := BuildBinaries(ctx, bin); err != nil {
 		t.Fatal(err)
@@ -67,6 +69,25 @@ func runShort(t *testing.T, policy string) {
 	for _, c := range res.Checks {
 		if !c.OK {
 			t.Errorf("breach: %s", c)
+		}
+	}
+}
+
+// TestShortKeepsTheOtherFlags: -short sets the defaults, wherever it stands,
+// and every other flag still applies.
+func TestShortKeepsTheOtherFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig([]string{"-in-doubt-policy", "resend", "-short", "-relay-outage", "7s"}, flag.ContinueOnError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Contacts != ShortConfig().Contacts || cfg.InDoubtPolicy != "resend" || cfg.RelayOutage != 7*time.Second {
+		t.Errorf("-in-doubt-policy resend -short -relay-outage 7s: contacts %d, policy %q, relay outage %s; want %d, resend, 7s",
+			cfg.Contacts, cfg.InDoubtPolicy, cfg.RelayOutage, ShortConfig().Contacts)
+	}
+	for _, args := range [][]string{{"-short=false"}, {"-seed", "4"}} {
+		if cfg, err := parseConfig(args, flag.ContinueOnError); err != nil || cfg.Contacts != LongConfig().Contacts {
+			t.Errorf("%v: contacts %d, %v; want the long form's %d", args, cfg.Contacts, err, LongConfig().Contacts)
 		}
 	}
 }

@@ -287,7 +287,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	h.eligible = keysOf(eligible)
-	sort.Strings(h.eligible) // the seed picks the same contacts
+	sort.Strings(h.eligible) // a pick depends on the random draw, not on map order
 	if err := h.startBroadcast(ctx, len(eligible)); err != nil {
 		return nil, err
 	}

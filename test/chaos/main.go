@@ -23,48 +23,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
 func main() {
-	// -short picks the defaults the other flags start from, so that
-	// "-short -pg-outage 8s" is the short form with an outage.
-	cfg := LongConfig()
-	if shortRequested(os.Args[1:]) {
-		cfg = ShortConfig()
-	}
-	flag.Bool("short", false, "start from the short form make test runs (5,000 contacts, 30 s, fewer kills); other flags still apply")
-	flag.IntVar(&cfg.Contacts, "contacts", cfg.Contacts, "contacts to import (5% unsubscribed, 2% do-not-contact)")
-	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "chaos phase; the broadcast is throttled to take about this long")
-	flag.Int64Var(&cfg.Throttle, "throttle", 0, "broadcast throttle per hour (0: pace the audience over -duration)")
-	flag.IntVar(&cfg.Workers, "workers", cfg.Workers, "page workers")
-	flag.IntVar(&cfg.Coordinators, "coordinators", cfg.Coordinators, "coordinators")
-	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "each worker's in-flight window")
-	flag.DurationVar(&cfg.WorkerKillMin, "worker-kill-min", cfg.WorkerKillMin, "shortest wait between worker kills")
-	flag.DurationVar(&cfg.WorkerKillMax, "worker-kill-max", cfg.WorkerKillMax, "longest wait between worker kills")
-	flag.IntVar(&cfg.CoordinatorKills, "coordinator-kills", cfg.CoordinatorKills, "kill -9 of the leading coordinator")
-	flag.IntVar(&cfg.NATSRestarts, "nats-restarts", cfg.NATSRestarts, "nats-server restarts")
-	flag.BoolVar(&cfg.NATSKill, "nats-kill", cfg.NATSKill, "restart nats-server with kill -9 rather than SIGTERM")
-	flag.IntVar(&cfg.PGTerminations, "pg-terminations", cfg.PGTerminations, "times every Postgres backend of the run is terminated")
-	flag.DurationVar(&cfg.PGOutage, "pg-outage", cfg.PGOutage, "cut every process off Postgres for this long, once, a third into the chaos phase (0: never)")
-	flag.BoolVar(&cfg.PauseResume, "pause", cfg.PauseResume, "pause and resume the broadcast once, measuring what is still sent")
-	flag.BoolVar(&cfg.PauseStorm, "pause-storm", cfg.PauseStorm, "pause and resume the broadcast every few seconds during the chaos phase")
-	flag.IntVar(&cfg.StormPauses, "storm-pauses", cfg.StormPauses, "end the pause storm after this many pauses (0: no end)")
-	flag.Float64Var(&cfg.RefuseRcpt, "refuse-rcpt", cfg.RefuseRcpt, "share of RCPTs the sink answers 451 at random (0.03: 3 %)")
-	flag.DurationVar(&cfg.RelayOutage, "relay-outage", cfg.RelayOutage, "stop the SMTP sink for this long, once, a fifth into the chaos phase (0: never)")
-	flag.IntVar(&cfg.Erasures, "erasures", cfg.Erasures, "times contacts are erased (GDPR Art. 17) while the broadcast runs")
-	flag.IntVar(&cfg.ErasePerEvent, "erase-per-event", cfg.ErasePerEvent, "contacts erased each time: half among those claimed or deferred then, half at random")
-	flag.DurationVar(&cfg.SinkLatency, "sink-latency", cfg.SinkLatency, "the sink's delay before each 250, like a real relay")
-	flag.StringVar(&cfg.InDoubtPolicy, "in-doubt-policy", cfg.InDoubtPolicy, "coordinators' --in-doubt-policy: skip (a killed worker's claims end unknown) or resend (sent again; second copies of those only)")
-	flag.DurationVar(&cfg.InDoubtAfter, "in-doubt-after", cfg.InDoubtAfter, "coordinators' --in-doubt-after")
-	flag.DurationVar(&cfg.CompleteTimeout, "complete-timeout", cfg.CompleteTimeout, "how long to wait for completion after the chaos phase")
-	flag.StringVar(&cfg.Dir, "dir", "", "work folder (binaries, logs, JetStream store, sink log); default a temporary one")
-	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work folder and the Postgres schema")
-	flag.StringVar(&cfg.BinDir, "bin", "", "folder with prebuilt coordinator, pageworker, smtpsink and nats-server (default: build them)")
-	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: from the clock)")
-	flag.Parse()
+	cfg, _ := parseConfig(os.Args[1:], flag.ExitOnError)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg.Out = os.Stdout
@@ -79,16 +45,53 @@ func main() {
 	}
 }
 
-// shortRequested reports whether args ask for -short (before flag parsing:
-// it decides the other flags' defaults).
-func shortRequested(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "-short", "--short", "-short=true", "--short=true":
-			return true
-		case "--":
-			return false
-		}
+// parseConfig reads the command line. -short picks the defaults the other
+// flags start from, so that "-short -pg-outage 8s" is the short form with an
+// outage: a first parse reads it (as the flag package reads it), the second
+// the rest.
+func parseConfig(args []string, onError flag.ErrorHandling) (Config, error) {
+	cfg := LongConfig()
+	probe, scratch := flag.NewFlagSet("chaos", flag.ContinueOnError), cfg
+	probe.SetOutput(io.Discard)
+	if short := register(probe, &scratch); probe.Parse(args) == nil && *short {
+		cfg = ShortConfig()
 	}
-	return false
+	fs := flag.NewFlagSet("chaos", onError)
+	register(fs, &cfg)
+	return cfg, fs.Parse(args)
+}
+
+// register defines the command's flags on fs, defaulting to cfg's values,
+// and returns -short.
+func register(fs *flag.FlagSet, cfg *Config) *bool {
+	short := fs.Bool("short", false, "start from the short form make test runs (5,000 contacts, 30 s, fewer kills); other flags still apply")
+	fs.IntVar(&cfg.Contacts, "contacts", cfg.Contacts, "contacts to import (5% unsubscribed, 2% do-not-contact)")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "chaos phase; the broadcast is throttled to take about this long")
+	fs.Int64Var(&cfg.Throttle, "throttle", 0, "broadcast throttle per hour (0: pace the audience over -duration)")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "page workers")
+	fs.IntVar(&cfg.Coordinators, "coordinators", cfg.Coordinators, "coordinators")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "each worker's in-flight window")
+	fs.DurationVar(&cfg.WorkerKillMin, "worker-kill-min", cfg.WorkerKillMin, "shortest wait between worker kills")
+	fs.DurationVar(&cfg.WorkerKillMax, "worker-kill-max", cfg.WorkerKillMax, "longest wait between worker kills")
+	fs.IntVar(&cfg.CoordinatorKills, "coordinator-kills", cfg.CoordinatorKills, "kill -9 of the leading coordinator")
+	fs.IntVar(&cfg.NATSRestarts, "nats-restarts", cfg.NATSRestarts, "nats-server restarts")
+	fs.BoolVar(&cfg.NATSKill, "nats-kill", cfg.NATSKill, "restart nats-server with kill -9 rather than SIGTERM")
+	fs.IntVar(&cfg.PGTerminations, "pg-terminations", cfg.PGTerminations, "times every Postgres backend of the run is terminated")
+	fs.DurationVar(&cfg.PGOutage, "pg-outage", cfg.PGOutage, "cut every process off Postgres for this long, once, a third into the chaos phase (0: never)")
+	fs.BoolVar(&cfg.PauseResume, "pause", cfg.PauseResume, "pause and resume the broadcast once, measuring what is still sent")
+	fs.BoolVar(&cfg.PauseStorm, "pause-storm", cfg.PauseStorm, "pause and resume the broadcast every few seconds during the chaos phase")
+	fs.IntVar(&cfg.StormPauses, "storm-pauses", cfg.StormPauses, "end the pause storm after this many pauses (0: no end)")
+	fs.Float64Var(&cfg.RefuseRcpt, "refuse-rcpt", cfg.RefuseRcpt, "share of RCPTs the sink answers 451 at random (0.03: 3 %)")
+	fs.DurationVar(&cfg.RelayOutage, "relay-outage", cfg.RelayOutage, "stop the SMTP sink for this long, once, a fifth into the chaos phase (0: never)")
+	fs.IntVar(&cfg.Erasures, "erasures", cfg.Erasures, "times contacts are erased (GDPR Art. 17) while the broadcast runs")
+	fs.IntVar(&cfg.ErasePerEvent, "erase-per-event", cfg.ErasePerEvent, "contacts erased each time: half among those claimed or deferred then, half at random")
+	fs.DurationVar(&cfg.SinkLatency, "sink-latency", cfg.SinkLatency, "the sink's delay before each 250, like a real relay")
+	fs.StringVar(&cfg.InDoubtPolicy, "in-doubt-policy", cfg.InDoubtPolicy, "coordinators' --in-doubt-policy: skip (a killed worker's claims end unknown) or resend (sent again; second copies of those only)")
+	fs.DurationVar(&cfg.InDoubtAfter, "in-doubt-after", cfg.InDoubtAfter, "coordinators' --in-doubt-after")
+	fs.DurationVar(&cfg.CompleteTimeout, "complete-timeout", cfg.CompleteTimeout, "how long to wait for completion after the chaos phase")
+	fs.StringVar(&cfg.Dir, "dir", "", "work folder (binaries, logs, JetStream store, sink log); default a temporary one")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work folder and the Postgres schema")
+	fs.StringVar(&cfg.BinDir, "bin", "", "folder with prebuilt coordinator, pageworker, smtpsink and nats-server (default: build them)")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: from the clock)")
+	return short
 }
