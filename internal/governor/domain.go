@@ -518,16 +518,10 @@ func (d *Domain) RecordStep(now time.Time, provider string, sent, failed int, en
 	if sent > 0 {
 		d.countSent(now, p, sent)
 	}
-	b, ok := d.st.Breakers[p]
-	if !ok && failed == 0 {
+	if _, ok := d.st.Breakers[p]; !ok && failed == 0 {
 		return
 	}
-	b.step(now, sent, failed, ended, d.limits, d.sent[p], reply)
-	if d.st.Breakers == nil {
-		d.st.Breakers = map[string]BreakerState{}
-	}
-	d.st.Breakers[p] = b
-	d.tidy(now)
+	d.changeBreaker(now, p, func(b *BreakerState) { b.step(now, sent, failed, ended, d.limits, d.sent[p], reply) })
 }
 
 // ResetRateLimit resets the hourly limit: sends before now stop counting
