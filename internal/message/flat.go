@@ -155,7 +155,11 @@ func flatAction(pipe *parse.PipeNode, escaped bool) (flatPart, bool) {
 // The limits are checked after every part, as the template package's meter
 // checks every write, so a value repeated in a thousand escaping contexts
 // stops at MaxOutput instead of being written whole first.
-func (f *flatTemplate) execute(buf *bytes.Buffer, d *templateData, b *Budget, field string) (bool, error) {
+//
+// A non-nil written gets, for every part in order, the string written for
+// it: what the plain text derived from the HTML reads a contact's values
+// from (derivedtext.go).
+func (f *flatTemplate) execute(buf *bytes.Buffer, d *templateData, b *Budget, field string, written *[]string) (bool, error) {
 	start := buf.Len()
 	var deadline time.Time
 	if b.MaxTime > 0 && len(f.parts) >= clockEvery {
@@ -188,6 +192,9 @@ func (f *flatTemplate) execute(buf *bytes.Buffer, d *templateData, b *Budget, fi
 			v = esc(v)
 		}
 		buf.WriteString(v)
+		if written != nil {
+			*written = append(*written, v)
+		}
 		if b.MaxOutput > 0 && buf.Len()-start > b.MaxOutput {
 			return false, nil
 		}

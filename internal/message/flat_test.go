@@ -54,17 +54,19 @@ var flatValues = []string{
 func slowOnly(c *Compiled) *Compiled {
 	cp := *c
 	cp.flatSubject, cp.flatHTML, cp.flatText = nil, nil, nil
+	cp.derivedText = nil
 	return &cp
 }
 
 // renderParts renders the subject and both bodies for d, or the error.
 func renderParts(c *Compiled, d templateData) string {
 	var subject, html, text bytes.Buffer
+	var written []string
 	s, err := c.execSubject(d, &subject)
 	if err != nil {
 		return "subject error: " + err.Error()
 	}
-	if err := c.execBodies(d, &html, &text); err != nil {
+	if err := c.execBodies(d, &html, &text, &written); err != nil {
 		return "body error: " + err.Error()
 	}
 	return s + "\x00" + html.String() + "\x00" + text.String()
@@ -154,7 +156,7 @@ func TestFlatStopsAtOutputBudget(t *testing.T) {
 	d := flatData("N", strings.Repeat("🎉", 2048), "b")
 	onePart := len(processURL(d.Attributes["a"].(string), false)) + 64
 	var buf bytes.Buffer
-	ok, err := c.flatHTML.execute(&buf, &d, &c.budget, fieldHTML)
+	ok, err := c.flatHTML.execute(&buf, &d, &c.budget, fieldHTML, nil)
 	if ok || err != nil {
 		t.Fatalf("execute = %v, %v; want a fallback past the output budget", ok, err)
 	}

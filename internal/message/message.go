@@ -86,6 +86,9 @@ type Compiled struct {
 	// The parts as flat templates (flat.go), each nil where its template
 	// is more than text and fields.
 	flatSubject, flatHTML, flatText *flatTemplate
+	// The plain part derived from flatHTML where there is no Text
+	// template and it can be worked out once (derivedtext.go), or nil.
+	derivedText *derivedText
 
 	// unsubLink is why the sample render shows no unsubscribe link, or nil
 	// when it shows one (CheckUnsubscribeLink).
@@ -181,7 +184,7 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 	if _, err := c.execSubject(sample, &subject); err != nil {
 		return nil, err
 	}
-	if err := c.execBodies(sample, &html, &text); err != nil {
+	if err := c.execBodies(sample, &html, &text, nil); err != nil {
 		return nil, err
 	}
 	c.unsubLink = checkUnsubscribeLink(html.String(), text.String(), c.text != nil)
@@ -199,6 +202,9 @@ func (c *Compiled) flatten() {
 	if len(c.html.Templates()) == 1 {
 		c.flatHTML = flattenTree(c.html.Tree, true)
 	}
+	if c.text == nil {
+		c.derivedText = deriveText(c.flatHTML)
+	}
 	if c.text != nil && len(c.text.Templates()) == 1 {
 		c.flatText = flattenTree(c.text.Tree, false)
 	}
@@ -207,16 +213,18 @@ func (c *Compiled) flatten() {
 // execPart renders one part into buf: as a flat template where it is one
 // and this contact's values allow, otherwise with the template package,
 // metered by the budget.
-func (c *Compiled) execPart(field string, flat *flatTemplate, buf *bytes.Buffer, d *templateData, exec func(io.Writer) error) error {
+// It reports whether the flat template wrote it; written is as for
+// flatTemplate.execute.
+func (c *Compiled) execPart(field string, flat *flatTemplate, buf *bytes.Buffer, d *templateData, exec func(io.Writer) error, written *[]string) (bool, error) {
 	if flat != nil {
 		start := buf.Len()
-		ok, err := flat.execute(buf, d, &c.budget, field)
+		ok, err := flat.execute(buf, d, &c.budget, field, written)
 		if ok || err != nil {
-			return err
+			return ok, err
 		}
 		buf.Truncate(start)
 	}
-	return c.budget.meter(field, buf, exec)
+	return false, c.budget.meter(field, buf, exec)
 }
 
 // sampleUnsubscribeURL stands in for .UnsubscribeURL in the sample render.
@@ -303,7 +311,7 @@ func (c *Compiled) Render(p Params) (Rendered, error) {
 	if err != nil {
 		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
 	}
-	if err := c.execBodies(data, &rb.html, &rb.text); err != nil {
+	if err := c.execBodies(data, &rb.html, &rb.text, &rb.written); err != nil {
 		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
 	}
 
@@ -347,6 +355,7 @@ func (c *Compiled) Render(p Params) (Rendered, error) {
 type renderBuf struct {
 	subject, html, text bytes.Buffer // template output
 	msg                 []byte
+	written             []string // the HTML's parts as written (derivedText)
 }
 
 var renderBufs = sync.Pool{New: func() any { return new(renderBuf) }}
@@ -361,6 +370,7 @@ func getRenderBuf() *renderBuf {
 	rb.html.Reset()
 	rb.text.Reset()
 	rb.msg = rb.msg[:0]
+	rb.written = rb.written[:0]
 	return rb
 }
 
@@ -375,7 +385,7 @@ func putRenderBuf(rb *renderBuf) {
 
 // execSubject renders the subject, using buf as scratch space.
 func (c *Compiled) execSubject(d templateData, buf *bytes.Buffer) (string, error) {
-	if err := c.execPart(fieldSubject, c.flatSubject, buf, &d, func(w io.Writer) error { return c.subject.Execute(w, d) }); err != nil {
+	if _, err := c.execPart(fieldSubject, c.flatSubject, buf, &d, func(w io.Writer) error { return c.subject.Execute(w, d) }, nil); err != nil {
 		return "", templateError(fieldSubject, err)
 	}
 	s := buf.String()
@@ -393,15 +403,28 @@ func (c *Compiled) execSubject(d templateData, buf *bytes.Buffer) (string, error
 // execBodies renders the HTML and plain-text bodies into html and text.
 // Without a Text template the plain part is derived from the rendered HTML,
 // so it carries the same personalisation.
-func (c *Compiled) execBodies(d templateData, html, text *bytes.Buffer) error {
-	if err := c.execPart(fieldHTML, c.flatHTML, html, &d, func(w io.Writer) error { return c.html.Execute(w, d) }); err != nil {
+// written is scratch space for the HTML's values (derivedText).
+func (c *Compiled) execBodies(d templateData, html, text *bytes.Buffer, written *[]string) error {
+	var values *[]string
+	if c.text == nil && c.derivedText != nil && written != nil {
+		*written = (*written)[:0]
+		values = written
+	}
+	flat, err := c.execPart(fieldHTML, c.flatHTML, html, &d, func(w io.Writer) error { return c.html.Execute(w, d) }, values)
+	if err != nil {
 		return templateError(fieldHTML, err)
 	}
 	if c.text == nil {
-		text.Write(appendHTMLText(text.AvailableBuffer(), html.String()))
+		if flat && values != nil {
+			if out, ok := c.derivedText.appendTo(text.AvailableBuffer(), *values); ok {
+				text.Write(out)
+				return nil
+			}
+		}
+		text.Write(appendHTMLText(text.AvailableBuffer(), html.String(), nil))
 		return nil
 	}
-	if err := c.execPart(fieldText, c.flatText, text, &d, func(w io.Writer) error { return c.text.Execute(w, d) }); err != nil {
+	if _, err := c.execPart(fieldText, c.flatText, text, &d, func(w io.Writer) error { return c.text.Execute(w, d) }, nil); err != nil {
 		return templateError(fieldText, err)
 	}
 	return nil

@@ -13,13 +13,14 @@ import (
 // and comments; turn block boundaries into line breaks; keep link targets,
 // because a text reader has no other way to follow a call-to-action.
 func htmlToText(src string) string {
-	return string(appendHTMLText(nil, src))
+	return string(appendHTMLText(nil, src, nil))
 }
 
 // appendHTMLText appends htmlToText(src) to dst. Render keeps dst in a pool:
 // this runs on every recipient's HTML, so it works in one buffer instead of
-// building and splitting intermediate strings.
-func appendHTMLText(dst []byte, src string) []byte {
+// building and splitting intermediate strings. A non-nil seen is told
+// about every link (derivedtext.go); rendering passes nil.
+func appendHTMLText(dst []byte, src string, seen *linkWatch) []byte {
 	start := len(dst)
 	out := dst
 	var linkHref string
@@ -72,9 +73,16 @@ func appendHTMLText(dst []byte, src string) []byte {
 			if !closing {
 				linkHref = attrHref(tag)
 				linkStart = len(out)
+				if seen != nil {
+					seen.opened(tag, linkHref)
+				}
 			} else if linkHref != "" {
 				text := bytes.TrimSpace(out[linkStart:])
-				if string(text) != linkHref && !strings.HasPrefix(linkHref, "#") && !hasPrefixFold(linkHref, "mailto:") {
+				shown := linkShown(string(text), linkHref)
+				if seen != nil {
+					seen.closed(string(text), linkHref, shown)
+				}
+				if shown {
 					out = append(out, " ("...)
 					out = append(out, linkHref...)
 					out = append(out, ')')
@@ -85,6 +93,13 @@ func appendHTMLText(dst []byte, src string) []byte {
 	}
 	n := tidyLines(out[start:])
 	return append(out[:start+n], '\n')
+}
+
+// linkShown says whether a link's target follows its text in the plain
+// part: where the text is not the target already, and the target leads
+// somewhere a reader of plain text could go.
+func linkShown(text, href string) bool {
+	return text != href && !strings.HasPrefix(href, "#") && !hasPrefixFold(href, "mailto:")
 }
 
 // appendCollapsed appends character data with HTML's whitespace collapsing:
