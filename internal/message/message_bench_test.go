@@ -116,3 +116,17 @@ func BenchmarkRenderDKIM(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUnsubscribeURL is one contact's signed one-click link, which a
+// page worker makes for every message besides rendering it.
+func BenchmarkUnsubscribeURL(b *testing.B) {
+	u, err := NewUnsubscribe("https://mail.example.com", []byte(strings.Repeat("k", MinUnsubscribeKeyLen)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	broadcast, contact := ulid.Make(), ulid.Make()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = u.URL(broadcast, contact)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/oklog/ulid/v2"
@@ -239,4 +240,31 @@ func TestPlaceholderKeysRefused(t *testing.T) {
 			t.Errorf("ParseUnsubscribeKeys(%q): %v", k, err)
 		}
 	}
+}
+
+// TestUnsubscribeURLIsTheToken: the pooled MACs of URL make the links
+// UnsubscribeToken makes, for one Unsubscribe used again and again and from
+// many goroutines.
+func TestUnsubscribeURLIsTheToken(t *testing.T) {
+	t.Parallel()
+	key := []byte(strings.Repeat("k", MinUnsubscribeKeyLen))
+	u, err := NewUnsubscribe("https://mail.example.com/", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				b := ulid.MustNew(uint64(g), strings.NewReader(strings.Repeat(string(rune('a'+g)), 16)))
+				c := ulid.MustNew(uint64(i), strings.NewReader(strings.Repeat(string(rune('A'+i%26)), 16)))
+				want := "https://mail.example.com" + UnsubscribePath + UnsubscribeToken(key, b, c)
+				if got := u.URL(b, c); got != want {
+					t.Errorf("URL = %q, want %q", got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
