@@ -455,9 +455,9 @@ func (h *harness) runBroadcast(ctx context.Context, spec stackSpec, contacts int
 		o := reads0[t]
 		r.reads[t] = tableReads{seqScans: v.seqScans - o.seqScans, seqRows: v.seqRows - o.seqRows, idxScans: v.idxScans - o.idxScans, idxRows: v.idxRows - o.idxRows}
 	}
-	h.logf("%s: %s, %d delivered in %s: %.0f msg/s; start %s (bare query %s); rangecast CPU %s/msg; KV writes %.1f per 1,000; %.3f Postgres xacts/msg; %.1f rows read/msg %s; coordinator peak RSS %d MiB",
+	h.logf("%s: %s, %d delivered in %s: %.0f msg/s; start %s (bare query %s); rangecast CPU %s/msg (coordinator %s, workers %s per message); KV writes %.1f per 1,000; %.3f Postgres xacts/msg; %.1f rows read/msg %s; coordinator peak RSS %d MiB",
 		spec.name, r.state, r.delivered, r.elapsed.Round(time.Millisecond), r.rate(), r.startLatency.Round(time.Millisecond), r.bareSnapshot.Round(100*time.Microsecond),
-		r.cpuPerMsg().Round(100*time.Nanosecond), r.kvPer1000(), r.xactsPerMsg(), r.rowsReadPerMsg(), readsText(r.reads), r.coordHWMKB/1024)
+		r.cpuPerMsg().Round(100*time.Nanosecond), perMsg(r.cpuCoordinator, r.delivered), perMsg(r.cpuWorkers, r.delivered), r.kvPer1000(), r.xactsPerMsg(), r.rowsReadPerMsg(), readsText(r.reads), r.coordHWMKB/1024)
 	return r, nil
 }
 

@@ -102,7 +102,7 @@ func Start(o Options) (*Sink, error) {
 		srv.ErrorLog = log.New(io.Discard, "", 0)
 	}
 	s.srv = srv
-	go func() { s.served <- srv.Serve(ln) }()
+	go func() { s.served <- srv.Serve(flushOnReadListener{ln}) }()
 	return s, nil
 }
 
