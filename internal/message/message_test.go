@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"mime"
 	"mime/multipart"
 	"mime/quotedprintable"
@@ -486,6 +487,71 @@ func TestRenderRefusesUndeliverable(t *testing.T) {
 		var ve *ValidationError
 		if !errors.As(err, &ve) || ve.Field != "contact email" {
 			t.Errorf("Render to %q: %v; want a contact email error", email, err)
+		}
+	}
+}
+
+// TestIndexLineBreakOrNUL holds the header check's loop to the IndexAny it
+// replaced, on random bytes (control characters, UTF-8, and not).
+func TestIndexLineBreakOrNUL(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []byte{0, '\t', '\n', '\v', '\f', '\r', ' ', 'a', 0x7f, 0x80, 0xc3, 0xa9, 0xe2, 0x80, 0xa8, 0xff}
+	for range 20000 {
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		if got, want := indexLineBreakOrNUL(string(b)), strings.IndexAny(string(b), "\r\n\x00"); got != want {
+			t.Fatalf("%q: %d, want %d", b, got, want)
+		}
+	}
+}
+
+// TestPlainAddrSpecIsParsedAsItIs: whatever plainAddrSpec takes,
+// mail.ParseAddress takes too, with no name and the address unchanged, so
+// skipping the parse for it changes nothing.
+func TestPlainAddrSpecIsParsedAsItIs(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	// An atext local part and a domain of label bytes, dots in both, and
+	// now and then something else anywhere.
+	local, domain := "aZ09.-_+!#$%&'*/=?^`{|}~..", "aZ09-.."
+	rare := " \"()<>[]:;,\\\x00\xc3\xa9@_"
+	part := func(alphabet string) []byte {
+		b := make([]byte, 1+rng.IntN(8))
+		for i := range b {
+			if rng.IntN(30) == 0 {
+				b[i] = rare[rng.IntN(len(rare))]
+			} else {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+		}
+		return b
+	}
+	took := 0
+	for range 200000 {
+		s := string(part(local)) + "@" + string(part(domain))
+		if !plainAddrSpec(s) {
+			continue
+		}
+		took++
+		a, err := mail.ParseAddress(s)
+		if err != nil || a.Name != "" || a.Address != s {
+			t.Fatalf("plainAddrSpec(%q) but mail.ParseAddress gives %+v, %v", s, a, err)
+		}
+	}
+	if took < 20000 {
+		t.Fatalf("only %d random strings were plain: the test tests little", took)
+	}
+	for _, s := range []string{"ada@example.org", "o'brien+x@mail.example.co.uk", "a.b.c@x-y.example"} {
+		if !plainAddrSpec(s) {
+			t.Errorf("plainAddrSpec(%q) = false", s)
+		}
+	}
+	for _, s := range []string{"@x", "a@", "a..b@x", ".a@x", "a.@x", "a@x..y", "a@[1.2.3.4]", `"a b"@x`, "a@b@c", "Ada <a@x>", "é@x", "a@x_y"} {
+		if plainAddrSpec(s) {
+			t.Errorf("plainAddrSpec(%q) = true", s)
 		}
 	}
 }
