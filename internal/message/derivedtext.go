@@ -19,9 +19,11 @@ import (
 // while the value cannot change how the text around it converts, so:
 //
 //   - deriveText refuses a template where a field follows the start of a
-//     character reference ("&am") or a tag ("<"), holds the markers' code
-//     points itself, or sits in an <a> tag anywhere but its href: a value
-//     there can decide which href the conversion reads;
+//     character reference ("&am") or a tag ("<"), or sits in an <a> tag
+//     anywhere but its href (a value there can decide which href the
+//     conversion reads), or has no HTML escaper last (a URL in a <style>:
+//     its value may hold '<' or a bare '&'), or whose text holds the
+//     markers' code points, as characters or as references;
 //   - appendTo says no for a contact whose value is empty, or starts or ends
 //     with white space (it would merge with the text around it), or puts
 //     white space in a link target, or makes a link's target equal to its
@@ -107,12 +109,21 @@ func deriveText(f *flatTemplate) *derivedText {
 	var src strings.Builder
 	for i, p := range f.parts {
 		if p.field != flatText {
+			if !p.htmlEscaped {
+				// A value that may hold '<', '>' or a bare '&' (a URL
+				// in a <style>) could open markup or end a character
+				// reference, where the conversion and html/template do
+				// not agree on what is markup.
+				return nil
+			}
 			src.WriteRune(markerBase + rune(i))
 			continue
 		}
 		// Bytes that are not UTF-8 could make one character with a
 		// value's first bytes, and that character could be white space.
-		if !utf8.ValidString(p.text) || countMarkers(p.text) > 0 {
+		// A marker's code point, even written as a character reference
+		// ("&#983041;"), would read as a field.
+		if !utf8.ValidString(p.text) || countMarkers(html.UnescapeString(p.text)) > 0 {
 			return nil
 		}
 		if i+1 < len(f.parts) && opensBeforeField(p.text) {

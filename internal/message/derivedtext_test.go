@@ -13,7 +13,7 @@ import (
 // attribute.
 var derivedValues = append([]string{
 	"Ada", " lead", "trail ", "\u00a0nbsp", "nbsp\u00a0", "\u0085", "a\u00a0\u2003b", "#frag", "mailto:x@y.example", "MAILTO:X",
-	"u", "q", "Unsubscribe", "https://example.com/u/u", "\xc2", "\xa0x", "x href=y", "amp;", "lt;", "-->", "<!--",
+	"u", "q", "Unsubscribe", "href=https://evil.example/", "--", "r", "&amp", "https://example.com/u/u", "\xc2", "\xa0x", "x href=y", "amp;", "lt;", "-->", "<!--",
 	"a\n\nb", "x\ty", "\ufffd", "&", "&amp", "#", "a.example/b c",
 }, flatValues...)
 
@@ -38,6 +38,20 @@ var derivedTemplates = []struct {
 	{`<p>x&{{.Attributes.a}}</p>`, false},
 	{`<a title="{{.Name}}" href="/x">y</a>`, false},
 	{`<a data-a="{{.Attributes.a}}">y</a>`, false},
+	// Found by review: a reference that decodes to a marker's code point
+	// read as a field, and let a field into an <a> tag outside its href;
+	// a URL in a <style> the conversion does not skip (html/template ends
+	// the element only at "</style" and a delimiter) carried a bare '&',
+	// '<' or "--" into the text.
+	{`<p>Hi {{.Name}} &#983041;</p>`, false},
+	{`<p>Hi {{.Name}} &#xF0001;</p>`, false},
+	{`<a title="{{.Name}}" href="&#983041;">t</a>`, false},
+	{`<style>a{x:y}</stylex>p{background:url({{.Attributes.a}}amp;)}</style>`, false},
+	{`<head><style></head>p{background:url({{.Attributes.a}}amp;)}</style>`, false},
+	{`<!DOCTYPE html <style>p{background:url({{.Attributes.a}};x)}</style>`, false},
+	{`<style></stylex>p{background:url(a<b{{.Attributes.a}}>b)}</style>`, false},
+	{`<style></stylex>p{background:url(<!--{{.Attributes.a}}>after)}</style>`, false},
+	{`<p style="background: url('{{.Attributes.a}}')">{{.Name}}</p>`, true},
 }
 
 func derivedCompile(t testing.TB, html string) (*Compiled, bool) {
@@ -109,7 +123,8 @@ var derivedFragments = []string{
 	`<a href={{.Attributes.b}}>`, `<a href="#top">`, `<a href="mailto:{{.Email}}">`, `<a title="{{.Name}}" href="/x">`, "</a>",
 	"{{.Name}}", "{{.Attributes.a}}", "{{.Attributes.b}}", "{{.Email}}", "{{.ID}}", "{{.UnsubscribeURL}}",
 	" ", "\n", "  text ", "&amp;", "&am", "&#3", "&", "x<", "Unsubscribe", "u", "#", "mailto:", "\u00a0", "é", "\xc2",
-	"<!-- c -->", "https://example.com/u/",
+	"<!-- c -->", "https://example.com/u/", "&#983041;", "&#xF0000;", "<style>", "</stylex>", "</style>",
+	"p{background:url({{.Attributes.a}})}", "<!DOCTYPE html ", "amp;", "<!--",
 }
 
 // TestDerivedTextRandomTemplates compares the derived text with the

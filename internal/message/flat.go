@@ -33,6 +33,20 @@ type flatPart struct {
 	field   flatField
 	attr    string // the key, for flatAttr
 	escapes []func(string) string
+	// htmlEscaped says the last escaper is one of HTML's (text, attribute,
+	// RCDATA, unquoted attribute), which leave no '<', '>' or bare '&' in
+	// the value: only then can the value not change the markup around it
+	// (derivedtext.go). A URL in CSS, url(…) in a <style>, has no HTML
+	// escaper after its URL ones.
+	htmlEscaped bool
+}
+
+// htmlEscapers are the escapers htmlEscaped asks for, by name.
+var htmlEscapers = map[string]bool{
+	"_html_template_htmlescaper":    true,
+	"_html_template_attrescaper":    true,
+	"_html_template_rcdataescaper":  true,
+	"_html_template_nospaceescaper": true,
 }
 
 type flatField uint8
@@ -140,6 +154,7 @@ func flatAction(pipe *parse.PipeNode, escaped bool) (flatPart, bool) {
 			return flatPart{}, false
 		}
 		p.escapes = append(p.escapes, esc)
+		p.htmlEscaped = htmlEscapers[id.Ident]
 	}
 	return p, true
 }
