@@ -3,6 +3,7 @@ package sinkproc
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // flushOnRead holds what the server writes until it next reads, as Postfix
@@ -17,8 +18,11 @@ import (
 // relay of that kind would.
 type flushOnRead struct {
 	net.Conn
-	mu  sync.Mutex
+	mu  sync.Mutex // guards out
 	out []byte
+	// wmu keeps flushes in order. It is held across the write, never
+	// with mu, so a write the client does not read cannot hold up Close.
+	wmu sync.Mutex
 }
 
 func (c *flushOnRead) Write(p []byte) (int, error) {
@@ -28,19 +32,30 @@ func (c *flushOnRead) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// flush sends what is held.
-func (c *flushOnRead) flush() error {
+// take returns what is held and holds nothing more.
+func (c *flushOnRead) take() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for len(c.out) > 0 {
-		n, err := c.Conn.Write(c.out)
-		c.out = c.out[n:]
+	b := c.out
+	c.out = nil
+	return b
+}
+
+// flush sends what is held.
+func (c *flushOnRead) flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.write(c.take())
+}
+
+func (c *flushOnRead) write(b []byte) error {
+	for len(b) > 0 {
+		n, err := c.Conn.Write(b)
 		if err != nil {
-			c.out = nil
 			return err
 		}
+		b = b[n:]
 	}
-	c.out = c.out[:0]
 	return nil
 }
 
@@ -51,10 +66,21 @@ func (c *flushOnRead) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
-// Close sends what is held first: a reply written just before the
-// connection ends (221 to QUIT, 421 at shutdown) still reaches the client.
+// closeFlushWait bounds the last flush of Close: a client that reads
+// nothing must not hold up the sink's shutdown (go-smtp closes its
+// connections one after another).
+const closeFlushWait = time.Second
+
+// Close tries to send what is held first, so a reply written just before
+// the connection ends (221 to QUIT) reaches a client that reads it. A flush
+// already under way (a client that stopped reading) is not waited for:
+// closing the connection ends it.
 func (c *flushOnRead) Close() error {
-	c.flush() //nolint:errcheck // closing anyway; the client sees the connection end
+	if c.wmu.TryLock() {
+		c.Conn.SetWriteDeadline(time.Now().Add(closeFlushWait)) //nolint:errcheck // closing anyway
+		c.write(c.take())                                       //nolint:errcheck // closing anyway; the client sees the connection end
+		c.wmu.Unlock()
+	}
 	return c.Conn.Close()
 }
 

@@ -106,3 +106,30 @@ func TestPipelinedRepliesTogether(t *testing.T) {
 		t.Fatalf("stats %+v; want the one recipient", st)
 	}
 }
+
+// TestCloseDoesNotWaitForAStuckClient: a client that stopped reading holds
+// a flush in its write; Close ends it instead of waiting for the write
+// deadline (Sink.Close took 57 s per such connection).
+func TestCloseDoesNotWaitForAStuckClient(t *testing.T) {
+	t.Parallel()
+	server, client := net.Pipe() // unbuffered: a write waits for a read that never comes
+	defer client.Close()
+	c := &flushOnRead{Conn: server}
+	c.Write([]byte("250 never read\r\n")) //nolint:errcheck
+	flushed := make(chan error, 1)
+	go func() { flushed <- c.flush() }()
+	time.Sleep(50 * time.Millisecond) // the flush is in its write
+	closed := make(chan struct{})
+	go func() {
+		c.Close() //nolint:errcheck
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a client that reads nothing")
+	}
+	if err := <-flushed; err == nil {
+		t.Error("the stuck flush returned no error after Close")
+	}
+}
