@@ -197,17 +197,14 @@ func splitMarkers(s string) []textOp {
 // nothing, where this contact's values need the conversion itself.
 func (d *derivedText) appendTo(dst []byte, written []string) ([]byte, bool) {
 	start := len(dst)
-	for _, op := range d.ops {
-		var ok bool
-		if dst, ok = d.appendOp(dst, op, written); !ok {
-			return dst[:start], false
-		}
+	dst, ok := d.appendOps(dst, d.ops, written)
+	if !ok {
+		return dst[:start], false
 	}
 	if len(d.links) > 0 {
 		scratch := dst[len(dst):]
 		for _, l := range d.links {
 			var text, href []byte
-			var ok bool
 			if text, ok = d.appendOps(scratch[:0], l.text, written); !ok {
 				return dst[:start], false
 			}

@@ -39,20 +39,35 @@ var UnsubscribeTokenLen = base64.RawURLEncoding.EncodedLen(tokenLen)
 
 func tokenMAC(key []byte, broadcast, contact ulid.ULID) []byte {
 	m := hmac.New(sha256.New, key)
-	m.Write([]byte(tokenDomain))
+	writeTokenInput(m, broadcast, contact)
+	return m.Sum(nil)[:tokenMACLen]
+}
+
+// writeTokenInput writes what a token's MAC covers to m.
+func writeTokenInput(m hash.Hash, broadcast, contact ulid.ULID) {
+	m.Write(tokenDomainBytes)
 	m.Write(broadcast[:])
 	m.Write(contact[:])
-	return m.Sum(nil)[:tokenMACLen]
+}
+
+var tokenDomainBytes = []byte(tokenDomain)
+
+// appendToken appends the token for contact's copy of broadcast, signed
+// with m, a keyed HMAC-SHA256 in its initial state: the ids, then the MAC
+// cut to its length, in base64url.
+func appendToken(dst []byte, m hash.Hash, broadcast, contact ulid.ULID) []byte {
+	var raw [16 + 16 + sha256.Size]byte
+	copy(raw[:16], broadcast[:])
+	copy(raw[16:32], contact[:])
+	writeTokenInput(m, broadcast, contact)
+	sum := m.Sum(raw[:32])
+	return base64.RawURLEncoding.AppendEncode(dst, sum[:tokenLen])
 }
 
 // UnsubscribeToken is the token for contact's copy of broadcast, signed with
 // key.
 func UnsubscribeToken(key []byte, broadcast, contact ulid.ULID) string {
-	raw := make([]byte, 0, tokenLen)
-	raw = append(raw, broadcast[:]...)
-	raw = append(raw, contact[:]...)
-	raw = append(raw, tokenMAC(key, broadcast, contact)...)
-	return base64.RawURLEncoding.EncodeToString(raw)
+	return string(appendToken(nil, hmac.New(sha256.New, key), broadcast, contact))
 }
 
 // VerifyUnsubscribeToken returns the broadcast and contact a token names when
@@ -114,23 +129,13 @@ func (u *Unsubscribe) URL(broadcast, contact ulid.ULID) string {
 	} else {
 		m = hmac.New(sha256.New, u.key)
 	}
-	// The token's bytes as UnsubscribeToken makes them, the MAC appended
-	// whole and cut to its length.
-	var raw [16 + 16 + sha256.Size]byte
-	copy(raw[:16], broadcast[:])
-	copy(raw[16:32], contact[:])
-	m.Write(tokenDomainBytes)
-	m.Write(broadcast[:])
-	m.Write(contact[:])
-	sum := m.Sum(raw[:32])
-	u.macs.Put(m)
 	out := make([]byte, 0, len(u.base)+len(UnsubscribePath)+UnsubscribeTokenLen)
 	out = append(out, u.base...)
 	out = append(out, UnsubscribePath...)
-	return string(base64.RawURLEncoding.AppendEncode(out, sum[:tokenLen]))
+	out = appendToken(out, m, broadcast, contact)
+	u.macs.Put(m)
+	return string(out)
 }
-
-var tokenDomainBytes = []byte(tokenDomain)
 
 // ParseUnsubscribeKeys reads a comma-separated key list (the first signs).
 // Each key is used as its bytes and must be at least MinUnsubscribeKeyLen
