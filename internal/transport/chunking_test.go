@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rangecast/rangecast/internal/message"
@@ -107,6 +108,27 @@ func TestChunkedLostWithMessageInHand(t *testing.T) {
 	_, err := tr.Send(t.Context(), msg(1, "a@example.org"))
 	if se := sendErr(t, err); !se.MaybeDelivered {
 		t.Fatalf("err = %+v; want maybe delivered", se)
+	}
+}
+
+// TestChunkedLostOnPooledConnectionNotRetried: a pooled connection that
+// was open when taken, whose server took the chunk and died before any
+// reply, is not a stale pool: the message may have been delivered, so it
+// is not sent again on a fresh connection.
+func TestChunkedLostOnPooledConnectionNotRetried(t *testing.T) {
+	t.Parallel()
+	var chunks atomic.Int32
+	srv := startRaw(t, &rawServer{ext: chunkingExt, afterChunk: func() bool { return chunks.Add(1) == 1 }})
+	tr := newSMTP(t, srv.url())
+	if _, err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tr.Send(t.Context(), msg(2, "b@example.org"))
+	if se := sendErr(t, err); !se.MaybeDelivered {
+		t.Fatalf("err = %+v; want maybe delivered", se)
+	}
+	if n := chunks.Load(); n != 2 {
+		t.Errorf("the server read %d chunks; want 2 (the second message sent once)", n)
 	}
 }
 

@@ -72,8 +72,9 @@ type SMTP struct {
 // client, kept so a cancelled context can close it from another goroutine.
 // c is nil until the handshake is done.
 type conn struct {
-	nc net.Conn
-	c  *client
+	nc    net.Conn
+	c     *client
+	probe *idleProbe // made when the connection first goes back to the pool
 }
 
 var _ Transport = (*SMTP)(nil)
@@ -301,11 +302,13 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 		case errors.Is(err, errRedial):
 			continue
 		}
-		// A pooled connection the server has since dropped (idle timeout,
-		// restart) fails on the first command. Nothing was sent, so one
-		// retry on a fresh connection is safe and keeps a stale pool from
-		// looking like a server outage.
-		if isSendErr && reused && attempt == 0 && se.Stage == StageMail && (se.Code == 0 || se.Code == 421) && ctx.Err() == nil {
+		// A pooled connection the server dropped after takeIdle looked at
+		// it fails on the first command. Unless the body went with that
+		// command (BDAT), nothing was sent, so one retry on a fresh
+		// connection is safe and keeps a stale pool from looking like a
+		// server outage. A body that went out stays in doubt: the server
+		// may have taken it before it closed.
+		if isSendErr && reused && attempt == 0 && se.Stage == StageMail && (se.Code == 0 || se.Code == 421) && !se.MaybeDelivered && ctx.Err() == nil {
 			continue
 		}
 		return "", err
@@ -595,18 +598,31 @@ func (s *SMTP) isClosed() bool {
 	return s.closed
 }
 
+// takeIdle returns a pooled connection that is still open and quiet, and
+// closes the ones the server dropped while they waited.
 func (s *SMTP) takeIdle() (*conn, bool) {
-	select {
-	case pc := <-s.idle:
-		return pc, true
-	default:
-		return nil, false
+	for {
+		select {
+		case pc := <-s.idle:
+			if pc.c.br.Buffered() == 0 && pc.probe.quietOpen() {
+				return pc, true
+			}
+			// Dropped by the server while idle (a restart, an idle
+			// timeout, a limit of messages per connection), or sent
+			// something unasked: nothing of ours went into it.
+			pc.nc.Close()
+		default:
+			return nil, false
+		}
 	}
 }
 
 // put returns a healthy connection to the pool, or closes it when the pool
 // is full or the transport is closed.
 func (s *SMTP) put(pc *conn) {
+	if pc.probe == nil {
+		pc.probe = newIdleProbe(pc.nc)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.closed {

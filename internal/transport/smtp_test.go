@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -490,5 +491,113 @@ func TestNewSMTP(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("NewSMTP(%q) error leaks the password: %q", b.url, err)
 		}
+	}
+}
+
+// TestRelayRestartLeavesNoSendInDoubt: a relay that restarts drops every
+// pooled connection. The next sends must find that out before writing into
+// them: with CHUNKING a pipelined transaction carries its body, so a
+// connection found dead only by its missing replies leaves the message in
+// doubt (and the stale-pool retry then took the next dead one).
+func TestRelayRestartLeavesNoSendInDoubt(t *testing.T) {
+	t.Parallel()
+	const pool = 4
+	srv := startCapture(t, capture.WithLatency(200*time.Millisecond))
+	tr := newSMTP(t, srv.URL()+"&pool=4")
+	var wg sync.WaitGroup
+	for i := range pool {
+		wg.Go(func() {
+			if _, err := tr.Send(t.Context(), msg(i, fmt.Sprintf("r%d@example.org", i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(tr.idle) != pool {
+		t.Fatalf("%d pooled connections, want %d", len(tr.idle), pool)
+	}
+	addr := srv.Addr()
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := capture.Start(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { again.Close() })
+	time.Sleep(50 * time.Millisecond) // the old server's FINs cross loopback
+
+	for i := range pool {
+		if _, err := tr.Send(t.Context(), msg(10+i, fmt.Sprintf("s%d@example.org", i))); err != nil {
+			t.Errorf("send %d after the restart: %v", i, err)
+		}
+	}
+	if again.Count() != pool {
+		t.Errorf("the restarted relay took %d messages, want %d", again.Count(), pool)
+	}
+}
+
+// TestQuietOpen tells an idle connection that is as it was left from one the
+// server closed, reset or spoke on, on real sockets.
+func TestQuietOpen(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pair := func() (client, server net.Conn) {
+		t.Helper()
+		client, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err = ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close(); server.Close() })
+		return client, server
+	}
+	// settled waits for what the server did to reach the client's socket.
+	settled := func(c net.Conn, want bool) bool {
+		for range 200 {
+			if newIdleProbe(c).quietOpen() == want {
+				return true
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return false
+	}
+
+	c, _ := pair()
+	if !newIdleProbe(c).quietOpen() {
+		t.Error("a fresh idle connection is not quiet")
+	}
+	// The last Send's deadline has long passed on an idle connection.
+	_ = c.SetDeadline(time.Now().Add(-time.Second))
+	if !newIdleProbe(c).quietOpen() {
+		t.Error("an idle connection with a past deadline is not quiet")
+	}
+
+	c, s := pair()
+	s.Close()
+	if !settled(c, false) {
+		t.Error("a connection the server closed is quiet")
+	}
+
+	c, s = pair()
+	if _, err := s.Write([]byte("421 4.4.2 idle too long\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !settled(c, false) {
+		t.Error("a connection the server sent a 421 on is quiet")
+	}
+
+	c, s = pair()
+	_ = s.(*net.TCPConn).SetLinger(0) // close with a reset
+	s.Close()
+	if !settled(c, false) {
+		t.Error("a connection the server reset is quiet")
 	}
 }
