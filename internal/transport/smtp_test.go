@@ -498,42 +498,52 @@ func TestNewSMTP(t *testing.T) {
 // pooled connection. The next sends must find that out before writing into
 // them: with CHUNKING a pipelined transaction carries its body, so a
 // connection found dead only by its missing replies leaves the message in
-// doubt (and the stale-pool retry then took the next dead one).
+// doubt (and the stale-pool retry then took the next dead one). Over TLS the
+// check looks at the socket under it.
 func TestRelayRestartLeavesNoSendInDoubt(t *testing.T) {
 	t.Parallel()
-	const pool = 4
-	srv := startCapture(t, capture.WithLatency(200*time.Millisecond))
-	tr := newSMTP(t, srv.URL()+"&pool=4")
-	var wg sync.WaitGroup
-	for i := range pool {
-		wg.Go(func() {
-			if _, err := tr.Send(t.Context(), msg(i, fmt.Sprintf("r%d@example.org", i))); err != nil {
-				t.Error(err)
+	for name, opt := range map[string][]capture.Option{
+		"plain":        nil,
+		"starttls":     {capture.WithStartTLS()},
+		"implicit tls": {capture.WithImplicitTLS()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			const pool = 4
+			srv := startCapture(t, append([]capture.Option{capture.WithLatency(200 * time.Millisecond)}, opt...)...)
+			tr := newSMTP(t, srv.URL()+"&pool=4")
+			var wg sync.WaitGroup
+			for i := range pool {
+				wg.Go(func() {
+					if _, err := tr.Send(t.Context(), msg(i, fmt.Sprintf("r%d@example.org", i))); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			if len(tr.idle) != pool {
+				t.Fatalf("%d pooled connections, want %d", len(tr.idle), pool)
+			}
+			addr := srv.Addr()
+			if err := srv.Close(); err != nil {
+				t.Fatal(err)
+			}
+			again, err := capture.Start(addr, opt...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { again.Close() })
+			time.Sleep(50 * time.Millisecond) // the old server's FINs cross loopback
+
+			for i := range pool {
+				if _, err := tr.Send(t.Context(), msg(10+i, fmt.Sprintf("s%d@example.org", i))); err != nil {
+					t.Errorf("send %d after the restart: %v", i, err)
+				}
+			}
+			if again.Count() != pool {
+				t.Errorf("the restarted relay took %d messages, want %d", again.Count(), pool)
 			}
 		})
-	}
-	wg.Wait()
-	if len(tr.idle) != pool {
-		t.Fatalf("%d pooled connections, want %d", len(tr.idle), pool)
-	}
-	addr := srv.Addr()
-	if err := srv.Close(); err != nil {
-		t.Fatal(err)
-	}
-	again, err := capture.Start(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { again.Close() })
-	time.Sleep(50 * time.Millisecond) // the old server's FINs cross loopback
-
-	for i := range pool {
-		if _, err := tr.Send(t.Context(), msg(10+i, fmt.Sprintf("s%d@example.org", i))); err != nil {
-			t.Errorf("send %d after the restart: %v", i, err)
-		}
-	}
-	if again.Count() != pool {
-		t.Errorf("the restarted relay took %d messages, want %d", again.Count(), pool)
 	}
 }
 
