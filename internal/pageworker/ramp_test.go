@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/testenv"
@@ -118,11 +119,7 @@ func TestRampStepJudgedByTheBreakersRule(t *testing.T) {
 				}
 				return nil
 			}
-			job := f.job()
-			job.Defer = map[string]time.Time{"example.org": f.clk.Now().Add(30 * time.Second)}
-			job.Probe, job.Conns = []string{"example.org"}, map[string]int{"example.org": 1}
-			job.StepShare, job.StepFloor = 0.2, 5
-			rep, err := f.w.RunPage(t.Context(), job, "w/1")
+			rep, err := f.w.RunPage(t.Context(), f.rampStepJob(), "w/1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,11 +174,7 @@ func TestRampStepAfterARelayRestart(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the old relay's FINs cross loopback
 
 	f := newCopiesFixture(t, st, 12, tr)
-	job := f.job()
-	job.Defer = map[string]time.Time{"example.org": f.clk.Now().Add(30 * time.Second)}
-	job.Probe, job.Conns = []string{"example.org"}, map[string]int{"example.org": 1}
-	job.StepShare, job.StepFloor = 0.2, 5
-	rep, err := f.w.RunPage(t.Context(), job, "w/1")
+	rep, err := f.w.RunPage(t.Context(), f.rampStepJob(), "w/1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,4 +193,15 @@ func TestRampStepAfterARelayRestart(t *testing.T) {
 	if relay.Count() != 12 {
 		t.Errorf("the restarted relay took %d of 12", relay.Count())
 	}
+}
+
+// rampStepJob is the fixture's page carrying example.org's ramp step on one
+// connection, judged by the breaker's rule (5 refusals that are 20 % of its
+// attempts), with the provider held for 30 s once the step ends.
+func (f *copiesFixture) rampStepJob() bus.PageJob {
+	job := f.job()
+	job.Defer = map[string]time.Time{"example.org": f.clk.Now().Add(30 * time.Second)}
+	job.Probe, job.Conns = []string{"example.org"}, map[string]int{"example.org": 1}
+	job.StepShare, job.StepFloor = 0.2, 5
+	return job
 }
