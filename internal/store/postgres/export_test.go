@@ -122,8 +122,9 @@ var SnapshotSQL = snapshotQuery
 // ExactSQL is the query that reads every k-th eligible id, and IndexOnlySQL
 // the setting the accept transaction runs it under.
 var (
-	ExactSQL     = exactQuery
-	IndexOnlySQL = indexOnly
+	ExactSQL       = exactQuery
+	IndexOnlySQL   = indexOnly
+	PlanDefaultSQL = planDefault
 	// SamplePages is the table size (in pages) above which the audience is
 	// counted and sampled rather than read whole.
 	SamplePages int64 = samplePages

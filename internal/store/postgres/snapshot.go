@@ -77,13 +77,26 @@ const minVisibleShare = 0.9
 // went from 3.4x to 1.3-1.4x the bare query, but every contact's row was
 // then read once per broadcast (rows read per message 2.1 -> 3.2 at 1M,
 // 3.6 at 100k, past the issue's 3), so it was not kept.
+//
+// What was wrong is the parallel scan: the planner splits the count of
+// contacts_eligible over two workers, and a parallel index scan hands its
+// leaf pages out one at a time through shared state, which for an index of
+// a few thousand pages costs more than it shares out. At 1M contacts on the
+// same 2-core box (2026-12-04, a session each, alternating): the count with
+// the bounds took 197-384 ms with the two workers, 161-167 ms with one,
+// 111-156 ms with none, and the table scan 148-183 ms. So the count runs in
+// the accept's own backend, which also leaves the other core to the sample
+// beside it. A Postgres with many cores and tens of millions of contacts
+// might count faster in parallel; that was not measured.
 const indexOnly = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('random_page_cost', current_setting('seq_page_cost'), true)`
+       set_config('random_page_cost', current_setting('seq_page_cost'), true),
+       set_config('max_parallel_workers_per_gather', '0', true)`
 
 // planDefault undoes indexOnly for the rest of the transaction (the
 // sample and the update that follow).
 const planDefault = `SELECT set_config('enable_seqscan', 'on', true), set_config('enable_bitmapscan', 'on', true),
-       set_config('random_page_cost', reset_val, true) FROM pg_settings WHERE name = 'random_page_cost'`
+       set_config('random_page_cost', (SELECT reset_val FROM pg_settings WHERE name = 'random_page_cost'), true),
+       set_config('max_parallel_workers_per_gather', (SELECT reset_val FROM pg_settings WHERE name = 'max_parallel_workers_per_gather'), true)`
 
 // snapshotAudience reads the eligible audience's count and id bounds, and
 // cuts its ranges, reading each eligible contact at most once:

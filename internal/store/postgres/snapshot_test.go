@@ -352,3 +352,39 @@ func mustSample(t *testing.T, pool *pgxpool.Pool) {
 		t.Fatalf("contacts has %d pages, want more than %d: the audience would be read whole", pages, postgres.SamplePages)
 	}
 }
+
+// TestIndexOnlyCountsInOneBackend: the accept's count runs without parallel
+// workers (a parallel scan of contacts_eligible cost more than it shared
+// out, see indexOnly), and planDefault gives the rest of the transaction
+// back the server's own settings.
+func TestIndexOnlyCountsInOneBackend(t *testing.T) {
+	t.Parallel()
+	s := testenv.Postgres(t)
+	ctx := t.Context()
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	settings := func() (workers, seqscan, pageCost string) {
+		t.Helper()
+		if err := tx.QueryRow(ctx, `SELECT current_setting('max_parallel_workers_per_gather'), current_setting('enable_seqscan'),
+       current_setting('random_page_cost')`).Scan(&workers, &seqscan, &pageCost); err != nil {
+			t.Fatal(err)
+		}
+		return workers, seqscan, pageCost
+	}
+	w0, seq0, cost0 := settings()
+	if _, err := tx.Exec(ctx, postgres.IndexOnlySQL); err != nil {
+		t.Fatal(err)
+	}
+	if w, seq, _ := settings(); w != "0" || seq != "off" {
+		t.Errorf("under indexOnly: max_parallel_workers_per_gather %s, enable_seqscan %s; want 0 and off", w, seq)
+	}
+	if _, err := tx.Exec(ctx, postgres.PlanDefaultSQL); err != nil {
+		t.Fatal(err)
+	}
+	if w, seq, cost := settings(); w != w0 || seq != seq0 || cost != cost0 {
+		t.Errorf("after planDefault: %s, %s, %s; want the server's %s, %s, %s", w, seq, cost, w0, seq0, cost0)
+	}
+}
