@@ -11,7 +11,7 @@ import (
 // selects them (not the long store walks those packages also have).
 var (
 	MicroPackages = []string{"./internal/ranges/", "./internal/message/", "./internal/store/postgres/"}
-	MicroPattern  = "^Benchmark(Split|Position|Render|EligiblePage|ClaimBatch|RecordOutcomes)$"
+	MicroPattern  = "^Benchmark(Split|Position|Render|EligiblePage|ClaimBatch|RecordOutcomes|WindowWrite)$"
 )
 
 // micro runs the micro-benchmarks and returns go test's output.

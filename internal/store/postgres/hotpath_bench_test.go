@@ -1,10 +1,17 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/ranges"
@@ -218,4 +225,128 @@ func BenchmarkRecordOutcomesAndClaim(b *testing.B) {
 		b.Fatalf("counts %+v after %d windows", c, b.N)
 	}
 	b.ReportMetric(float64(b.N*hotWindow)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkWindowWrite is the page worker's steady state against the
+// ledger of hotSetup: window after window, one RecordAndClaim that records
+// the outcomes of the window sent (all sent) and claims the next, as
+// runPage does. Besides time it reports the Postgres CPU a message costs
+// (pg-µs/msg: utime+stime of the pool's backends, from /proc, when the
+// server runs on this machine), which is what make bench's Postgres CPU
+// target counts, by window size. DESIGN bounds a claim batch by the
+// in-flight window (small claim batches), so a window's commit and
+// statements are shared by that many messages and no more.
+//
+//	go test -run '^$' -bench WindowWrite ./internal/store/postgres/
+func BenchmarkWindowWrite(b *testing.B) {
+	for _, window := range []int{4, hotWindow, 64} {
+		b.Run(strconv.Itoa(window), func(b *testing.B) { benchWindowWrite(b, window) })
+	}
+}
+
+func benchWindowWrite(b *testing.B, window int) {
+	s, bc := hotSetup(b)
+	ctx := context.Background()
+	entropy := ulid.Monotonic(ulid.DefaultEntropy(), 0)
+	at := hotT0.Add(time.Hour)
+	backends := poolBackends(b, s)
+	claimed, err := s.Claim(ctx, bc.ID, "w1/1", freshWindow(b, s, entropy, at, window), at)
+	if err != nil || len(claimed) != window {
+		b.Fatalf("claimed %d, %v", len(claimed), err)
+	}
+	outcomes := make([]store.Outcome, window)
+	var cpu time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		next := freshWindow(b, s, entropy, at, window)
+		for i, id := range claimed {
+			outcomes[i] = store.Outcome{ContactID: id, Status: store.SendSent}
+		}
+		before := backends.cpu()
+		b.StartTimer()
+		claimed, err = s.RecordAndClaim(ctx, bc.ID, "w1/1", outcomes, next, at)
+		b.StopTimer()
+		cpu += backends.cpu() - before
+		b.StartTimer()
+		if err != nil || len(claimed) != window {
+			b.Fatalf("claimed %d, %v", len(claimed), err)
+		}
+	}
+	msgs := float64(b.N * window)
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/msgs, "µs/msg")
+	if backends.readable {
+		b.ReportMetric(float64(cpu.Microseconds())/msgs, "pg-µs/msg")
+	}
+}
+
+// freshWindow is freshClaims for a window of n.
+func freshWindow(b *testing.B, s *postgres.Store, entropy *ulid.MonotonicEntropy, at time.Time, n int) []store.Claim {
+	b.Helper()
+	var out []store.Claim
+	for len(out) < n {
+		out = append(out, freshClaims(b, s, entropy, at)...)
+	}
+	return out[:n:n]
+}
+
+// backendSet is the server processes behind a pool's connections.
+type backendSet struct {
+	pids     []uint32
+	readable bool // /proc has them: the server runs on this machine
+}
+
+// poolBackends opens the pool's connections (a few, as the page worker's
+// sequential writes use) and names their server processes.
+func poolBackends(b *testing.B, s *postgres.Store) backendSet {
+	b.Helper()
+	ctx := context.Background()
+	var conns []*pgxpool.Conn
+	for range 4 {
+		c, err := s.Pool().Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	var set backendSet
+	for _, c := range s.Pool().AcquireAllIdle(ctx) {
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		set.pids = append(set.pids, c.Conn().PgConn().PID())
+		c.Release()
+	}
+	_, err := procCPU(set.pids[0])
+	set.readable = err == nil
+	return set
+}
+
+// cpu is the backends' utime+stime so far.
+func (set backendSet) cpu() time.Duration {
+	var total time.Duration
+	for _, pid := range set.pids {
+		t, _ := procCPU(pid)
+		total += t
+	}
+	return total
+}
+
+// procCPU reads utime+stime of pid from /proc/PID/stat, in USER_HZ (100)
+// ticks.
+func procCPU(pid uint32) (time.Duration, error) {
+	data, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// Fields are counted after the command name, which may hold spaces.
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
