@@ -132,6 +132,32 @@ func TestChunkedLostOnPooledConnectionNotRetried(t *testing.T) {
 	}
 }
 
+// TestChunkTakenAfterRefusalNotRetried: a server that answers MAIL on a
+// reused connection with 421 and then takes the chunk anyway (not RFC 3030)
+// has said it took the message. Read as a stale pool, the 421 had the
+// message sent again on a fresh connection: a second copy.
+func TestChunkTakenAfterRefusalNotRetried(t *testing.T) {
+	t.Parallel()
+	var mails atomic.Int32
+	srv := startRaw(t, &rawServer{ext: chunkingExt, record: true, chunkAnyway: true, mail: func(string) string {
+		if mails.Add(1) == 2 {
+			return "421 4.3.2 Service shutting down"
+		}
+		return ""
+	}})
+	tr := newSMTP(t, srv.url())
+	if _, err := tr.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tr.Send(t.Context(), msg(2, "b@example.org"))
+	if se := sendErr(t, err); !se.MaybeDelivered {
+		t.Fatalf("err = %+v; want maybe delivered", se)
+	}
+	if _, _, bodies := srv.received(); len(bodies) != 2 {
+		t.Errorf("the server took %d messages; want 2 (the second sent once)", len(bodies))
+	}
+}
+
 // TestChunkingOff: chunking=0 keeps to DATA where the server offers
 // CHUNKING.
 func TestChunkingOff(t *testing.T) {

@@ -9,6 +9,9 @@ import "net"
 // Send).
 type idleProbe struct{}
 
+// canProbe: idle connections are not looked at on this platform.
+const canProbe = false
+
 func newIdleProbe(net.Conn) *idleProbe { return &idleProbe{} }
 
 func (*idleProbe) quietOpen() bool { return true }

@@ -27,6 +27,9 @@ type idleProbe struct {
 	peek  func(fd uintptr)
 }
 
+// canProbe: idle connections are looked at on this platform.
+const canProbe = true
+
 func newIdleProbe(nc net.Conn) *idleProbe {
 	if tc, ok := nc.(*tls.Conn); ok {
 		nc = tc.NetConn()

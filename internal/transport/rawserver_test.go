@@ -37,6 +37,9 @@ type rawServer struct {
 	// what is still unanswered (a server or link that dies with the
 	// message in hand).
 	afterChunk func() bool
+	// chunkAnyway takes a BDAT chunk whatever MAIL and RCPT were
+	// answered, as a server that does not follow RFC 3030 might.
+	chunkAnyway bool
 
 	record bool
 
@@ -235,7 +238,7 @@ func (s *rawServer) serve(c net.Conn) {
 				return
 			}
 			r := "554 5.5.1 Error: no valid recipients"
-			if mailOK && rcptOK {
+			if mailOK && rcptOK || s.chunkAnyway {
 				s.mu.Lock()
 				s.bodies = append(s.bodies, body)
 				r = fmt.Sprintf("250 2.0.0 Ok: queued as R%d", len(s.bodies))

@@ -571,8 +571,13 @@ func (s *SMTP) transactChunked(ctx context.Context, c *client, m message.Rendere
 			refused = stageError(ctx, st.stage, c.replyError(code))
 		case ok && refused != nil && st.stage == StageData:
 			// A chunk taken after MAIL or RCPT was refused: the server is
-			// not following RFC 3030, and nothing it says can be trusted.
+			// not following RFC 3030, and nothing it says can be trusted,
+			// least of all the refusal. It said it took the message, so
+			// the message may have been delivered: a 421 at MAIL on a
+			// reused connection would otherwise look like a stale pool and
+			// be sent again (TestChunkTakenAfterRefusalNotRetried).
 			c.broken = true
+			refused.MaybeDelivered = true
 		}
 	}
 	if refused != nil {

@@ -501,6 +501,9 @@ func TestNewSMTP(t *testing.T) {
 // doubt (and the stale-pool retry then took the next dead one). Over TLS the
 // check looks at the socket under it.
 func TestRelayRestartLeavesNoSendInDoubt(t *testing.T) {
+	if !canProbe {
+		t.Skip("this platform has no idle check (idlecheck_other.go)")
+	}
 	t.Parallel()
 	for name, opt := range map[string][]capture.Option{
 		"plain":        nil,
@@ -550,6 +553,9 @@ func TestRelayRestartLeavesNoSendInDoubt(t *testing.T) {
 // TestQuietOpen tells an idle connection that is as it was left from one the
 // server closed, reset or spoke on, on real sockets.
 func TestQuietOpen(t *testing.T) {
+	if !canProbe {
+		t.Skip("this platform has no idle check (idlecheck_other.go)")
+	}
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
