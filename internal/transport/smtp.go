@@ -24,6 +24,10 @@ const (
 	defaultPool    = 16
 	maxPool        = 1024
 	defaultTimeout = 30 * time.Second
+	// defaultIdle is how long a pooled connection may sit unused and still
+	// be reused: well below the 5 minutes RFC 5321 asks servers to wait,
+	// and below the 30-60 s some relays keep an idle client.
+	defaultIdle = 20 * time.Second
 )
 
 type tlsMode int
@@ -56,7 +60,10 @@ type SMTP struct {
 	creds    *credentials // nil: no AUTH
 	helo     string
 	timeout  time.Duration
-	dialer   net.Dialer
+	// maxIdle: a pooled connection unused for longer is closed, not
+	// reused (idle= in the URL).
+	maxIdle time.Duration
+	dialer  net.Dialer
 	// noChunking keeps to DATA even where the server offers CHUNKING
 	// (chunking=0 in the URL), for a relay whose BDAT is broken.
 	noChunking bool
@@ -75,6 +82,8 @@ type conn struct {
 	nc    net.Conn
 	c     *client
 	probe *idleProbe // made when the connection first goes back to the pool
+	// idleSince is when the connection last went back to the pool.
+	idleSince time.Time
 }
 
 var _ Transport = (*SMTP)(nil)
@@ -91,6 +100,8 @@ var _ Transport = (*SMTP)(nil)
 //	insecure_skip_verify=1  accept any server certificate (tests only)
 //	pool=N                  idle connections kept for reuse (default 16)
 //	timeout=30s             bound on one Send, including connecting
+//	idle=20s                longest a pooled connection may sit unused and
+//	                        still be reused (default 20s)
 //	helo=name               name sent in EHLO (default "localhost")
 //	auth=plain|login|xoauth2  the AUTH mechanism (default: PLAIN, else LOGIN,
 //	                        whichever the server offers; XOAUTH2 with token_file)
@@ -110,7 +121,7 @@ func NewSMTP(rawURL string) (*SMTP, error) {
 		}
 		return nil, fmt.Errorf("transport: invalid SMTP URL: %v", err)
 	}
-	s := &SMTP{redacted: u.Redacted(), helo: "localhost", timeout: defaultTimeout}
+	s := &SMTP{redacted: u.Redacted(), helo: "localhost", timeout: defaultTimeout, maxIdle: defaultIdle}
 	bad := func(format string, args ...any) (*SMTP, error) {
 		return nil, fmt.Errorf("transport: invalid SMTP URL %s: %s", s.redacted, fmt.Sprintf(format, args...))
 	}
@@ -188,6 +199,12 @@ func NewSMTP(rawURL string) (*SMTP, error) {
 				return bad("timeout=%q: must be a positive duration such as 30s", v)
 			}
 			s.timeout = d
+		case "idle":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return bad("idle=%q: must be a positive duration such as 20s", v)
+			}
+			s.maxIdle = d
 		case "auth":
 			m := strings.ToUpper(v)
 			if m != mechPlain && m != mechLogin && m != mechXOAuth2 {
@@ -211,7 +228,7 @@ func NewSMTP(rawURL string) (*SMTP, error) {
 			}
 			s.helo = v
 		default:
-			return bad("unknown parameter %q (known: tls, insecure_skip_verify, pool, timeout, helo, auth, token_file, chunking)", key)
+			return bad("unknown parameter %q (known: tls, insecure_skip_verify, pool, timeout, idle, helo, auth, token_file, chunking)", key)
 		}
 	}
 	if authMech != "" || tokenPath != "" {
@@ -604,17 +621,25 @@ func (s *SMTP) isClosed() bool {
 }
 
 // takeIdle returns a pooled connection that is still open and quiet, and
-// closes the ones the server dropped while they waited.
+// closes the ones the server dropped while they waited, and the ones that
+// waited longer than maxIdle.
+//
+// The idle check sees a close that has happened; a server whose idle
+// timeout fires just as a transaction goes out still closes under it, and
+// with CHUNKING that transaction carried its body: the message would end
+// in doubt. A connection unused for maxIdle, below any timeout a server
+// should keep, is never reused near its server's timeout.
 func (s *SMTP) takeIdle() (*conn, bool) {
 	for {
 		select {
 		case pc := <-s.idle:
-			if pc.c.br.Buffered() == 0 && pc.probe.quietOpen() {
+			if pc.c.br.Buffered() == 0 && time.Since(pc.idleSince) < s.maxIdle && pc.probe.quietOpen() {
 				return pc, true
 			}
 			// Dropped by the server while idle (a restart, an idle
-			// timeout, a limit of messages per connection), or sent
-			// something unasked: nothing of ours went into it.
+			// timeout, a limit of messages per connection), sent
+			// something unasked, or unused for too long: nothing of ours
+			// went into it.
 			pc.nc.Close()
 		default:
 			return nil, false
@@ -628,6 +653,9 @@ func (s *SMTP) put(pc *conn) {
 	if pc.probe == nil {
 		pc.probe = newIdleProbe(pc.nc)
 	}
+	// Real time, not an injected clock: the server's idle timer runs on
+	// it, as the I/O deadlines do.
+	pc.idleSince = time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.closed {

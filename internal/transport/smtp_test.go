@@ -550,6 +550,30 @@ func TestRelayRestartLeavesNoSendInDoubt(t *testing.T) {
 	}
 }
 
+// TestIdleConnectionRetired: a pooled connection unused for longer than
+// idle= is closed and a fresh one dialed, so a connection is never reused
+// near the server's own idle timeout; one reused sooner stays.
+func TestIdleConnectionRetired(t *testing.T) {
+	t.Parallel()
+	srv := startRaw(t, &rawServer{ext: chunkingExt, record: true})
+	tr := newSMTP(t, srv.url()+"&pool=1&idle=100ms")
+	for i, wait := range []time.Duration{0, 0, 300 * time.Millisecond} {
+		time.Sleep(wait)
+		if _, err := tr.Send(t.Context(), msg(i, fmt.Sprintf("r%d@example.org", i))); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if n := srv.connections(); n != 2 {
+		t.Errorf("%d connections; want 2 (one reused at once, one retired after 300ms idle)", n)
+	}
+	if _, _, bodies := srv.received(); len(bodies) != 3 {
+		t.Errorf("the server took %d messages; want 3", len(bodies))
+	}
+	if _, err := NewSMTP(srv.url() + "&idle=0s"); err == nil || !strings.Contains(err.Error(), "idle") {
+		t.Errorf("idle=0s: err = %v; want a refusal naming idle", err)
+	}
+}
+
 // TestQuietOpen tells an idle connection that is as it was left from one the
 // server closed, reset or spoke on, on real sockets.
 func TestQuietOpen(t *testing.T) {
