@@ -115,7 +115,7 @@ Every flag can be set by the environment variable named in its help.`,
 	f := cmd.Flags()
 	serverFlags(cmd, &o.DatabaseURL, &o.NATSURL, &o.MetricsAddr, &level, &format, server.DefaultWorkerMetricsAddr)
 	natsReplicasFlag(cmd, &o.NATSReplicas)
-	f.StringVar(&o.SMTPURL, "smtp-url", "", "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s, ?auth=plain|login|xoauth2 (default: what the server offers), ?token_file=PATH (XOAUTH2 token, re-read when it changes), ?chunking=0 (DATA even where BDAT is offered) (env RANGECAST_SMTP_URL)")
+	f.StringVar(&o.SMTPURL, "smtp-url", "", "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s, ?idle=8s (a pooled connection unused for longer is closed, not reused), ?helo=NAME, ?auth=plain|login|xoauth2 (default: what the server offers), ?token_file=PATH (XOAUTH2 token, re-read when it changes), ?chunking=0 (DATA even where BDAT is offered) (env RANGECAST_SMTP_URL)")
 	f.IntVar(&o.Concurrency, "concurrency", 16, "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
 	f.IntVar(&o.Pages, "pages", 1, "pages run at once, each claiming its own windows: in flight is at most pages × concurrency, and a kill -9 leaves at most (pages × 2 + 1) × concurrency in doubt (env RANGECAST_PAGES)")
 	f.IntVar(&o.TxSlots, "tx-slots", 4, "transactional messages sent at once, apart from the page window, so they never wait behind a broadcast (env RANGECAST_TX_SLOTS)")

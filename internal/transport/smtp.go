@@ -25,9 +25,12 @@ const (
 	maxPool        = 1024
 	defaultTimeout = 30 * time.Second
 	// defaultIdle is how long a pooled connection may sit unused and still
-	// be reused: well below the 5 minutes RFC 5321 asks servers to wait,
-	// and below the 30-60 s some relays keep an idle client.
-	defaultIdle = 20 * time.Second
+	// be reused: below the 5 minutes RFC 5321 asks servers to wait, and
+	// below the 10 s Postfix keeps an idle client when it is overloaded.
+	// A connection is reused within milliseconds while a page sends; only a
+	// pause (a governor hold, a slow trickle) lets one sit this long, and
+	// then a fresh dial costs little.
+	defaultIdle = 8 * time.Second
 )
 
 type tlsMode int
@@ -100,8 +103,10 @@ var _ Transport = (*SMTP)(nil)
 //	insecure_skip_verify=1  accept any server certificate (tests only)
 //	pool=N                  idle connections kept for reuse (default 16)
 //	timeout=30s             bound on one Send, including connecting
-//	idle=20s                longest a pooled connection may sit unused and
-//	                        still be reused (default 20s)
+//	idle=8s                 longest a pooled connection may sit unused and
+//	                        still be reused (default 8s); keep it below the
+//	                        relay's own idle timeout
+//	chunking=0              keep to DATA where the server offers CHUNKING
 //	helo=name               name sent in EHLO (default "localhost")
 //	auth=plain|login|xoauth2  the AUTH mechanism (default: PLAIN, else LOGIN,
 //	                        whichever the server offers; XOAUTH2 with token_file)
@@ -202,7 +207,7 @@ func NewSMTP(rawURL string) (*SMTP, error) {
 		case "idle":
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				return bad("idle=%q: must be a positive duration such as 20s", v)
+				return bad("idle=%q: must be a positive duration such as 8s", v)
 			}
 			s.maxIdle = d
 		case "auth":
@@ -627,8 +632,8 @@ func (s *SMTP) isClosed() bool {
 // The idle check sees a close that has happened; a server whose idle
 // timeout fires just as a transaction goes out still closes under it, and
 // with CHUNKING that transaction carried its body: the message would end
-// in doubt. A connection unused for maxIdle, below any timeout a server
-// should keep, is never reused near its server's timeout.
+// in doubt. A connection unused for maxIdle, set below the relay's idle
+// timeout, is never reused near that timeout.
 func (s *SMTP) takeIdle() (*conn, bool) {
 	for {
 		select {

@@ -556,15 +556,15 @@ func TestRelayRestartLeavesNoSendInDoubt(t *testing.T) {
 func TestIdleConnectionRetired(t *testing.T) {
 	t.Parallel()
 	srv := startRaw(t, &rawServer{ext: chunkingExt, record: true})
-	tr := newSMTP(t, srv.url()+"&pool=1&idle=100ms")
-	for i, wait := range []time.Duration{0, 0, 300 * time.Millisecond} {
+	tr := newSMTP(t, srv.url()+"&pool=1&idle=1s")
+	for i, wait := range []time.Duration{0, 0, 1500 * time.Millisecond} {
 		time.Sleep(wait)
 		if _, err := tr.Send(t.Context(), msg(i, fmt.Sprintf("r%d@example.org", i))); err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
 	}
 	if n := srv.connections(); n != 2 {
-		t.Errorf("%d connections; want 2 (one reused at once, one retired after 300ms idle)", n)
+		t.Errorf("%d connections; want 2 (one reused at once, one retired after 1.5s idle)", n)
 	}
 	if _, _, bodies := srv.received(); len(bodies) != 3 {
 		t.Errorf("the server took %d messages; want 3", len(bodies))
