@@ -153,6 +153,10 @@ type sim struct {
 	pTransient, pRecipient, pLostAfterDot  float64
 	pStoreErr, pAmbiguous, pKill, pDupCopy float64
 	faultSteps                             int
+	// outages are stretches of steps, during the faults, in which the relay
+	// refuses every connection (down, or restarting): every send of a
+	// window fails at once, on every range, as CI's chaos run met it.
+	outages [][2]int
 
 	queue   []*simJob
 	copies  []*copyRun
@@ -256,6 +260,13 @@ func (tr *simTransport) draw(to string, attempt int) float64 {
 }
 
 func (tr *simTransport) Send(_ context.Context, m message.Rendered) (string, error) {
+	if tr.s.relayDown() {
+		// Refused before a byte of the message went out, whoever it is for.
+		if tr.s.steps%2 == 0 {
+			return "", &transport.SendError{Stage: transport.StageConnect, Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
+		}
+		return "", &transport.SendError{Code: 421, Enhanced: "4.3.2", Text: "Service not available, closing transmission channel", Stage: transport.StageConnect}
+	}
 	tr.mu.Lock()
 	tr.attempts[m.To]++
 	attempt := tr.attempts[m.To]
@@ -296,6 +307,34 @@ func (tr *simTransport) Send(_ context.Context, m message.Rendered) (string, err
 }
 
 func (tr *simTransport) Close() error { return nil }
+
+// simOutages draws the relay's outages of a schedule from a stream of their
+// own, so the schedules the other faults draw stay as they were: none in
+// most schedules, else one or two stretches of 20 to 320 steps starting in
+// the first 150 (while most audiences are still being sent), within the
+// faults: seconds to minutes of the simulated clock.
+func simOutages(seed uint64, faultSteps int) [][2]int {
+	rng := rand.New(rand.NewPCG(seed^0x6f75746167657321, seed))
+	if rng.Float64() >= 0.4 {
+		return nil
+	}
+	var out [][2]int
+	for range 1 + rng.IntN(2) {
+		start := rng.IntN(min(faultSteps, 150)) // most audiences are sent within the first hundred steps
+		out = append(out, [2]int{start, min(start+20+rng.IntN(300), faultSteps)})
+	}
+	return out
+}
+
+// relayDown says whether the relay is in one of the schedule's outages.
+func (s *sim) relayDown() bool {
+	for _, o := range s.outages {
+		if s.steps >= o[0] && s.steps < o[1] {
+			return true
+		}
+	}
+	return false
+}
 
 // gateFault is the scheduler's answer to a page copy waiting at a store call.
 type gateFault int
@@ -451,6 +490,11 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	s.pKill = []float64{0, 0.01, 0.03}[rng.IntN(3)]
 	s.pDupCopy = []float64{0, 0.1, 0.3}[rng.IntN(3)]
 	s.faultSteps = 200 + rng.IntN(600)
+	s.outages = simOutages(seed, s.faultSteps)
+	for _, o := range s.outages {
+		s.fault("relay outage")
+		s.logf("the relay refuses every connection from step %d to %d", o[0], o[1])
+	}
 	switch rng.IntN(3) {
 	case 0:
 		s.lookup = true

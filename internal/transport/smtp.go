@@ -581,7 +581,13 @@ func (s *SMTP) transactChunked(ctx context.Context, c *client, m message.Rendere
 		code, err := c.readReply()
 		if err != nil {
 			if refused != nil {
-				return "", refused // refused before the chunk: nothing delivered; the client is broken, not reused
+				// Refused before the chunk, then no reply to it: nothing
+				// delivered, and the client is broken, not reused. A 421
+				// at MAIL followed by a close is how RFC 5321 has a server
+				// go away, the ordinary stale pool, so Send may retry it
+				// on a fresh connection; only a server that takes the
+				// chunk after refusing (below) says otherwise.
+				return "", refused
 			}
 			se := stageError(ctx, st.stage, err)
 			se.MaybeDelivered = true
