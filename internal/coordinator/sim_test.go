@@ -153,10 +153,10 @@ type sim struct {
 	pTransient, pRecipient, pLostAfterDot  float64
 	pStoreErr, pAmbiguous, pKill, pDupCopy float64
 	faultSteps                             int
-	// outages are stretches of steps, during the faults, in which the relay
-	// refuses every connection (down, or restarting): every send of a
-	// window fails at once, on every range, as CI's chaos run met it.
-	outages [][2]int
+	// outages are stretches, during the faults, in which the relay refuses
+	// every connection (down, or restarting): every send of a window fails
+	// at once, on every range, as CI's chaos run met it.
+	outages []simOutage
 
 	queue   []*simJob
 	copies  []*copyRun
@@ -308,28 +308,51 @@ func (tr *simTransport) Send(_ context.Context, m message.Rendered) (string, err
 
 func (tr *simTransport) Close() error { return nil }
 
+// simOutage is one outage of the relay: from a step, for a time of the
+// simulated clock (until is set when the step comes).
+type simOutage struct {
+	start  int
+	length time.Duration
+	until  time.Time
+}
+
+// simOutageLongest keeps an outage shorter than the least time in which
+// MaxFruitless (8) refused pages in a row can be counted at the backoff's
+// pace with the simulation's Backoff and MaxBackoff (1 s doubling to 30 s,
+// each jittered down to half: 0.5+1+2+4+8+15+15 = 45.5 s). A longer one
+// fails the broadcast, as DESIGN has it (fail safe on errors); the check
+// holds the simulation to riding out every shorter one.
+const simOutageLongest = 40 * time.Second
+
 // simOutages draws the relay's outages of a schedule from a stream of their
 // own, so the schedules the other faults draw stay as they were: none in
-// most schedules, else one or two stretches of 20 to 320 steps starting in
-// the first 150 (while most audiences are still being sent), within the
-// faults: seconds to minutes of the simulated clock.
-func simOutages(seed uint64, faultSteps int) [][2]int {
+// most schedules, else one, starting in the first 150 steps (while most
+// audiences are still being sent) and lasting 2 s to simOutageLongest of
+// the simulated clock. One: two outages with no page sent between them
+// count as one as long as both, and could rightly fail the broadcast.
+func simOutages(seed uint64, faultSteps int) []simOutage {
 	rng := rand.New(rand.NewPCG(seed^0x6f75746167657321, seed))
 	if rng.Float64() >= 0.4 {
 		return nil
 	}
-	var out [][2]int
-	for range 1 + rng.IntN(2) {
-		start := rng.IntN(min(faultSteps, 150)) // most audiences are sent within the first hundred steps
-		out = append(out, [2]int{start, min(start+20+rng.IntN(300), faultSteps)})
+	return []simOutage{{start: rng.IntN(min(faultSteps, 150)),
+		length: 2*time.Second + time.Duration(rng.Int64N(int64(simOutageLongest-2*time.Second)))}}
+}
+
+// startOutages starts the outages whose step has come.
+func (s *sim) startOutages() {
+	for i := range s.outages {
+		if o := &s.outages[i]; o.start == s.steps {
+			o.until = s.clk.Now().Add(o.length)
+			s.logf("the relay refuses every connection for %s", o.length.Round(time.Millisecond))
+		}
 	}
-	return out
 }
 
 // relayDown says whether the relay is in one of the schedule's outages.
 func (s *sim) relayDown() bool {
 	for _, o := range s.outages {
-		if s.steps >= o[0] && s.steps < o[1] {
+		if !o.until.IsZero() && s.clk.Now().Before(o.until) {
 			return true
 		}
 	}
@@ -491,9 +514,8 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	s.pDupCopy = []float64{0, 0.1, 0.3}[rng.IntN(3)]
 	s.faultSteps = 200 + rng.IntN(600)
 	s.outages = simOutages(seed, s.faultSteps)
-	for _, o := range s.outages {
+	for range s.outages {
 		s.fault("relay outage")
-		s.logf("the relay refuses every connection from step %d to %d", o[0], o[1])
 	}
 	switch rng.IntN(3) {
 	case 0:
@@ -628,6 +650,9 @@ func (s *sim) run() {
 		if !faults && s.steps == s.faultSteps {
 			s.endFaults()
 		}
+		if faults {
+			s.startOutages()
+		}
 		s.step(faults)
 	}
 	b, _ := s.st.GetBroadcast(s.ctx, s.b.ID)
@@ -639,6 +664,9 @@ func (s *sim) run() {
 func (s *sim) endFaults() {
 	s.leaders = s.leaders[:1]
 	s.kv.failNext, s.kv.loseNext, s.kv.failState = false, false, false
+	for i := range s.outages {
+		s.outages[i].until = time.Time{} // the relay is back
+	}
 	for len(s.pendingStates) > 0 {
 		s.mirrorOne()
 	}
