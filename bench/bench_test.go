@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/rangecast/rangecast/internal/procstat"
 )
 
 func TestNum(t *testing.T) {
@@ -63,14 +65,14 @@ func TestCrashTimeline(t *testing.T) {
 	}
 }
 
-// cpuTime and statusKB read this process's own /proc entries.
+// procstat.CPU and statusKB read this process's own /proc entries.
 func TestProcReaders(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc")
 	}
 	pid := os.Getpid()
-	if _, err := cpuTime(pid); err != nil {
+	if _, err := procstat.CPU(pid); err != nil {
 		t.Fatal(err)
 	}
 	hwm, err := statusKB(pid, "VmHWM")

@@ -13,6 +13,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/message"
+	"github.com/rangecast/rangecast/internal/procstat"
 )
 
 // content is what every benchmark broadcast sends, and what the bare client
@@ -165,14 +166,14 @@ func (h *harness) measureCeiling(ctx context.Context, name string, conns int, n 
 		return ceilingResult{}, err
 	}
 	self := os.Getpid()
-	cpu0, err1 := cpuTime(self)
-	sink0, err2 := cpuTime(s.sink.Pid())
+	cpu0, err1 := procstat.CPU(self)
+	sink0, err2 := procstat.CPU(s.sink.Pid())
 	elapsed, err := bareClient(ctx, s.sinkAddr, conns, n, m)
 	if err != nil {
 		return ceilingResult{}, err
 	}
-	cpu1, err3 := cpuTime(self)
-	sink1, err4 := cpuTime(s.sink.Pid())
+	cpu1, err3 := procstat.CPU(self)
+	sink1, err4 := procstat.CPU(s.sink.Pid())
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 		return ceilingResult{}, fmt.Errorf("read /proc cpu times")
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rangecast/rangecast/internal/procstat"
 	"github.com/rangecast/rangecast/internal/sinkproc"
 )
 
@@ -118,7 +119,7 @@ func startCPUSampler(interval time.Duration, groups map[string]func() []int) *cp
 func (s *cpuSampler) sample(first bool) {
 	for g, pids := range s.groups {
 		for _, pid := range pids() {
-			v, err := cpuTime(pid)
+			v, err := procstat.CPU(pid)
 			if err != nil {
 				continue // exited between listing and reading
 			}

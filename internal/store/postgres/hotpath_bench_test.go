@@ -1,10 +1,7 @@
 package postgres_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -14,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/rangecast/rangecast/internal/procstat"
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/store/postgres"
@@ -325,7 +323,7 @@ func poolBackends(b *testing.B, s *postgres.Store) backendSet {
 	set.readable = true
 	for _, pid := range set.pids {
 		comm, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/comm")
-		if _, cerr := procCPU(pid); err != nil || cerr != nil || strings.TrimSpace(string(comm)) != "postgres" {
+		if _, cerr := procstat.CPU(int(pid)); err != nil || cerr != nil || strings.TrimSpace(string(comm)) != "postgres" {
 			set.readable = false
 		}
 	}
@@ -336,28 +334,8 @@ func poolBackends(b *testing.B, s *postgres.Store) backendSet {
 func (set backendSet) cpu() time.Duration {
 	var total time.Duration
 	for _, pid := range set.pids {
-		t, _ := procCPU(pid)
+		t, _ := procstat.CPU(int(pid))
 		total += t
 	}
 	return total
-}
-
-// procCPU reads utime+stime of pid from /proc/PID/stat, in USER_HZ (100)
-// ticks.
-func procCPU(pid uint32) (time.Duration, error) {
-	data, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// Fields are counted after the command name, which may hold spaces.
-	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
