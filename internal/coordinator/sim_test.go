@@ -153,10 +153,10 @@ type sim struct {
 	pTransient, pRecipient, pLostAfterDot  float64
 	pStoreErr, pAmbiguous, pKill, pDupCopy float64
 	faultSteps                             int
-	// outages are stretches, during the faults, in which the relay refuses
-	// every connection (down, or restarting): every send of a window fails
-	// at once, on every range, as CI's chaos run met it.
-	outages []simOutage
+	// outage, when not nil, is a stretch during the faults in which the
+	// relay refuses every connection (down, or restarting): every send of
+	// a window fails at once, on every range, as CI's chaos run met it.
+	outage *simOutage
 
 	queue   []*simJob
 	copies  []*copyRun
@@ -324,39 +324,33 @@ type simOutage struct {
 // holds the simulation to riding out every shorter one.
 const simOutageLongest = 40 * time.Second
 
-// simOutages draws the relay's outages of a schedule from a stream of their
+// simOutageOf draws the relay's outage of a schedule from a stream of its
 // own, so the schedules the other faults draw stay as they were: none in
 // most schedules, else one, starting in the first 150 steps (while most
 // audiences are still being sent) and lasting 2 s to simOutageLongest of
 // the simulated clock. One: two outages with no page sent between them
 // count as one as long as both, and could rightly fail the broadcast.
-func simOutages(seed uint64, faultSteps int) []simOutage {
+func simOutageOf(seed uint64, faultSteps int) *simOutage {
 	rng := rand.New(rand.NewPCG(seed^0x6f75746167657321, seed))
 	if rng.Float64() >= 0.4 {
 		return nil
 	}
-	return []simOutage{{start: rng.IntN(min(faultSteps, 150)),
-		length: 2*time.Second + time.Duration(rng.Int64N(int64(simOutageLongest-2*time.Second)))}}
+	return &simOutage{start: rng.IntN(min(faultSteps, 150)),
+		length: 2*time.Second + time.Duration(rng.Int64N(int64(simOutageLongest-2*time.Second)))}
 }
 
-// startOutages starts the outages whose step has come.
-func (s *sim) startOutages() {
-	for i := range s.outages {
-		if o := &s.outages[i]; o.start == s.steps {
-			o.until = s.clk.Now().Add(o.length)
-			s.logf("the relay refuses every connection for %s", o.length.Round(time.Millisecond))
-		}
+// startOutage starts the outage when its step has come.
+func (s *sim) startOutage() {
+	if o := s.outage; o != nil && o.start == s.steps {
+		o.until = s.clk.Now().Add(o.length)
+		s.logf("the relay refuses every connection for %s", o.length.Round(time.Millisecond))
 	}
 }
 
-// relayDown says whether the relay is in one of the schedule's outages.
+// relayDown says whether the relay is in the schedule's outage.
 func (s *sim) relayDown() bool {
-	for _, o := range s.outages {
-		if !o.until.IsZero() && s.clk.Now().Before(o.until) {
-			return true
-		}
-	}
-	return false
+	o := s.outage
+	return o != nil && !o.until.IsZero() && s.clk.Now().Before(o.until)
 }
 
 // gateFault is the scheduler's answer to a page copy waiting at a store call.
@@ -513,8 +507,7 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	s.pKill = []float64{0, 0.01, 0.03}[rng.IntN(3)]
 	s.pDupCopy = []float64{0, 0.1, 0.3}[rng.IntN(3)]
 	s.faultSteps = 200 + rng.IntN(600)
-	s.outages = simOutages(seed, s.faultSteps)
-	for range s.outages {
+	if s.outage = simOutageOf(seed, s.faultSteps); s.outage != nil {
 		s.fault("relay outage")
 	}
 	switch rng.IntN(3) {
@@ -651,7 +644,7 @@ func (s *sim) run() {
 			s.endFaults()
 		}
 		if faults {
-			s.startOutages()
+			s.startOutage()
 		}
 		s.step(faults)
 	}
@@ -664,8 +657,8 @@ func (s *sim) run() {
 func (s *sim) endFaults() {
 	s.leaders = s.leaders[:1]
 	s.kv.failNext, s.kv.loseNext, s.kv.failState = false, false, false
-	for i := range s.outages {
-		s.outages[i].until = time.Time{} // the relay is back
+	if s.outage != nil {
+		s.outage.until = time.Time{} // the relay is back
 	}
 	for len(s.pendingStates) > 0 {
 		s.mirrorOne()
