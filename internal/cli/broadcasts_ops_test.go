@@ -433,9 +433,17 @@ func TestRetryCommand(t *testing.T) {
 		// A claim nobody holds any more, as a worker killed mid-send leaves
 		// it: the reconciler finds its owner gone and, with no lookup and
 		// the skip policy, marks it unknown.
+		// Only a running broadcast takes claims: the draft runs for the
+		// moment of the claim and is a draft again when started.
 		ghost := cs[25]
+		if _, err := s.store.SetState(ctx, bid, []store.State{store.StateDraft}, store.StateRunning, "", time.Now()); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := s.store.Claim(ctx, bid, "ghost/1", []store.Claim{{ContactID: ghost.ID, Email: ghost.Email,
 			MessageID: message.MessageID(bid, ghost.ID, "rangecast.test")}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.store.SetState(ctx, bid, []store.State{store.StateRunning}, store.StateDraft, "", time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		s.must("broadcasts", "start", id)

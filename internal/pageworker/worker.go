@@ -452,8 +452,8 @@ func (w *Worker) persist(ctx context.Context, owner string, write func() error) 
 	var stopAt time.Time
 	for attempt := 0; ; attempt++ {
 		err := write()
-		if err == nil {
-			return nil
+		if err == nil || errors.Is(err, store.ErrNotRunning) {
+			return err // a refused claim is an answer, not a failure to retry
 		}
 		now := clk.Now()
 		if ctx.Err() != nil && stopAt.IsZero() {
@@ -594,6 +594,10 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		return err
 	}
 	if err := claim(0); err != nil {
+		if class, refused := notRunning(err); refused {
+			rep.Class = class // nothing claimed: the range resumes from here
+			return rep, nil
+		}
 		return rep, err
 	}
 	released := 1
@@ -630,6 +634,13 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, following, func() ([]ulid.ULID, error) {
 			return w.cfg.Store.RecordAndClaim(pageCtx, l.b.ID, owner, outcomes, w.claimsFor(l, following), w.cfg.Clock.Now())
 		})
+		if c, refused := notRunning(err); refused {
+			// This window's outcomes are recorded; the next one is not
+			// claimed, so the page stops after the windows sending now,
+			// as if stopBefore had seen the state.
+			following, err = nil, nil
+			stop, class = true, c
+		}
 		if err != nil {
 			// The outcomes of this window are not recorded: the cursor must
 			// not pass it, and its claims (and those of the window behind
@@ -669,11 +680,15 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		}
 		next = n
 		if claimErr != nil {
+			rep.Next = next.String()
+			stopped = true
+			if c, refused := notRunning(claimErr); refused {
+				rep.Class = c // window 1 was not claimed
+				continue
+			}
 			// Window 1's claims may have committed: they stay this run's
 			// until the reconciler finds the run gone.
-			rep.Next = next.String()
 			rep.Class, rep.Error = bus.ClassTransient, claimErr.Error()
-			stopped = true
 			continue
 		}
 		if stop && k+1 == released {
@@ -736,6 +751,21 @@ func (w *Worker) stopBefore(ctx, pageCtx context.Context, job bus.PageJob) (bool
 	default:
 		return true, bus.ClassPaused
 	}
+}
+
+// notRunning says whether err is the store refusing a claim because the
+// broadcast is not running, and the class a page stopped by it reports:
+// the store's answer stands even when the worker's view of the state
+// (stopBefore) still says running.
+func notRunning(err error) (bus.ErrorClass, bool) {
+	var nr *store.NotRunningError
+	if !errors.As(err, &nr) {
+		return bus.ClassNone, false
+	}
+	if nr.State == store.StatePaused {
+		return bus.ClassPaused, true
+	}
+	return bus.ClassCancelled, true // finished, or gone
 }
 
 // claimsFor is the ledger claims of a window's contacts.

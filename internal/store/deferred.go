@@ -31,7 +31,9 @@ type Deferrals interface {
 	// can never both send one. Due rows whose contact no
 	// longer passes the suppression gate (unsubscribed, suppressed, left the
 	// segment since) are deleted instead, exactly as a page skips an
-	// ineligible contact.
+	// ineligible contact. Only a running broadcast's deferred rows come
+	// due (SetState orders the two, as for Claim): when it is not running,
+	// ClaimDue returns only the rows owner holds already.
 	ClaimDue(ctx context.Context, b Broadcast, owner string, now time.Time, limit int) ([]Due, error)
 	// NextDue counts the broadcast's deferred rows and returns the earliest
 	// retry time among them (zero when there are none).

@@ -23,7 +23,24 @@ var (
 	// broke (a failover, a restart, a partition). Worth retrying; the API
 	// says Unavailable.
 	ErrUnavailable = errors.New("database unavailable")
+	// ErrNotRunning: a claim found its broadcast not running (paused, or
+	// finished since the page was read) and claimed nothing. The error is
+	// a *NotRunningError, which says the state.
+	ErrNotRunning = errors.New("broadcast not running")
 )
+
+// NotRunningError is the ErrNotRunning of a claim: the broadcast's state
+// when the claim was refused ("" when the broadcast is gone).
+type NotRunningError struct{ State State }
+
+func (e *NotRunningError) Error() string {
+	if e.State == "" {
+		return "broadcast not running: it no longer exists"
+	}
+	return "broadcast not running: it is " + string(e.State)
+}
+
+func (e *NotRunningError) Is(target error) bool { return target == ErrNotRunning }
 
 // State is a broadcast's lifecycle state.
 type State string
@@ -211,7 +228,13 @@ type Broadcasts interface {
 	// broadcast is not a draft.
 	AcceptBroadcast(ctx context.Context, id ulid.ULID, now time.Time) (Broadcast, error)
 	// SetState moves a broadcast to `to` if its state is one of `from`;
-	// ErrConflict otherwise.
+	// ErrConflict otherwise. It is ordered against claims (Claim,
+	// RecordAndClaim): a claim committed before it is in the ledger it
+	// checks, and none commits after it unless the new state is running.
+	// A broadcast becomes completed only with no claimed or deferred row
+	// left (ErrConflict, the broadcast still running, otherwise): checked
+	// in the same transaction, so a claim that raced the caller's own
+	// check (Pending) cannot be left behind in a completed broadcast.
 	SetState(ctx context.Context, id ulid.ULID, from []State, to State, reason string, now time.Time) (Broadcast, error)
 
 	// EligiblePage returns up to limit contacts that pass the suppression gate
@@ -233,6 +256,13 @@ type Claims interface {
 	// rows it inserted before (a retry after an ambiguous commit gets its own
 	// claims back). Rows another owner holds, or that have an outcome, are
 	// not returned and must not be sent.
+	//
+	// Only a running broadcast takes new claims. When it is not running
+	// (SetState orders the two), Claim returns the rows this owner already
+	// holds, as above; if there are none, it claims nothing and returns a
+	// *NotRunningError (ErrNotRunning). A page read while the broadcast ran
+	// can reach its claim long after (a store outage, a stalled worker):
+	// the contact may have unsubscribed and the broadcast completed since.
 	Claim(ctx context.Context, broadcast ulid.ULID, owner string, claims []Claim, now time.Time) ([]ulid.ULID, error)
 	// RecordOutcomes writes outcomes for rows still claimed by owner, in one
 	// batch. A row another owner holds, or that has an outcome already, is
@@ -241,7 +271,8 @@ type Claims interface {
 	// RecordAndClaim is RecordOutcomes of one window and Claim of the next in
 	// one transaction: a page worker commits once per window rather than
 	// twice, and a crash leaves either both or neither. It returns what
-	// Claim would, and is as safe to repeat.
+	// Claim would, and is as safe to repeat. With ErrNotRunning the
+	// outcomes are recorded all the same: only the claim was refused.
 	RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []Outcome, next []Claim, now time.Time) ([]ulid.ULID, error)
 	// Release deletes claims that owner still holds (not sent), so a later
 	// page can claim them again. Only the reconciler releases, and it rewinds

@@ -36,14 +36,17 @@ func notAttempted(o store.Outcome) int {
 // the counts; unknown instead when the reconciler released it after an
 // attempt that may have been delivered, store.InDoubtResent), and moves
 // the rest back to claimed. The three statements
-// touch disjoint rows. $1 broadcast, $2 now, $3 limit, $4 owner, $5 the
+// touch disjoint rows. Deferred rows come due only while the broadcast
+// runs, read after claimGate's lock as a window's claim is (SetState).
+// $1 broadcast, $2 now, $3 limit, $4 owner, $5 the
 // erased rows' error, $6 segment.
 func claimDueQuery(segment int64) string {
 	g := gate(segmentParam(segment, "$6"))
 	return `
-WITH due AS (
+WITH running AS (SELECT 1 FROM broadcasts WHERE id = $1 AND state = 'running'), due AS (
     SELECT s.contact_id FROM broadcast_sends s
-    WHERE s.broadcast_id = $1 AND ((s.status = 'deferred' AND s.retry_at <= $2) OR (s.status = 'claimed' AND s.owner = $4))
+    WHERE s.broadcast_id = $1 AND ((s.status = 'deferred' AND s.retry_at <= $2 AND EXISTS (SELECT 1 FROM running))
+        OR (s.status = 'claimed' AND s.owner = $4))
     -- The owner's own claims first: a repeated call (its answer was lost)
     -- gets them back even when rows of lower ids came due meanwhile.
     ORDER BY s.status = 'claimed' DESC, s.contact_id LIMIT $3
@@ -73,7 +76,15 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 	if b.SegmentID != 0 {
 		args = append(args, b.SegmentID)
 	}
-	rows, err := s.pool.Query(ctx, claimDueQuery(b.SegmentID), args...)
+	batch := &pgx.Batch{}
+	batch.Queue(claimGate, stateLockKeys(b.ID)...)
+	batch.Queue(claimDueQuery(b.SegmentID), args...)
+	results := s.pool.SendBatch(ctx, batch)
+	defer results.Close()
+	if _, err := results.Exec(); err != nil {
+		return nil, mapErr("claim due deferrals", err)
+	}
+	rows, err := results.Query()
 	if err != nil {
 		return nil, mapErr("claim due deferrals", err)
 	}
@@ -86,6 +97,9 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 		d.Attributes = nil
 		return nil
 	})
+	if err == nil {
+		err = results.Close() // the commit: the rows are claimed only now
+	}
 	if err != nil {
 		return nil, mapErr("claim due deferrals", err)
 	}

@@ -148,3 +148,17 @@ const (
 	ClaimOwnersSQL  = claimOwners
 	PendingSQL      = pendingQuery
 )
+
+// MarkRunning moves a draft straight to running, as AcceptBroadcast would
+// without taking its audience: tests that write the ledger directly need a
+// running broadcast (only one takes claims).
+func (s *Store) MarkRunning(ctx context.Context, id ulid.ULID) error {
+	_, err := s.pool.Exec(ctx, `UPDATE broadcasts SET state = 'running' WHERE id = $1`, uid(id))
+	return err
+}
+
+// StateLockSQL takes the lock SetState holds while it moves a broadcast,
+// with StateLockKeys' arguments.
+const StateLockSQL = stateLock
+
+func StateLockKeys(broadcast ulid.ULID) []any { return stateLockKeys(broadcast) }

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -66,6 +67,8 @@ func TestOutcomeWriteUsesPrimaryKey(t *testing.T) {
 				if b, err = s.AcceptBroadcast(ctx, b.ID, t0); err != nil {
 					t.Fatal(err)
 				}
+			} else if err := s.MarkRunning(ctx, b.ID); err != nil {
+				t.Fatal(err)
 			}
 
 			if tc.history {
@@ -334,8 +337,8 @@ func TestClaimChecksBroadcastOnce(t *testing.T) {
 	}
 	ghost := ulid.MustNew(ulid.Timestamp(t0), nil)
 	got, err := s.Claim(ctx, ghost, "w1/1", []store.Claim{{ContactID: ulid.MustNew(ulid.Timestamp(t0), nil), Email: "a@example.org", MessageID: "<m@example.org>"}}, t0)
-	if err != nil {
-		t.Fatal(err)
+	if !errors.Is(err, store.ErrNotRunning) {
+		t.Fatalf("Claim for a broadcast that does not exist: %v, want ErrNotRunning", err)
 	}
 	if len(got) != 0 {
 		t.Fatalf("Claim for a broadcast that does not exist claimed %v", got)

@@ -4,6 +4,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -403,16 +404,41 @@ WHERE id = $1`, uid(id), count, minID, maxID, now, starts)
 	return s.GetBroadcast(ctx, id)
 }
 
+// setState moves the broadcast; $6 true holds it running while any row is
+// claimed or deferred (completion), read through their partial indexes
+// (pendingQuery) under openRowScans.
+const setState = `
+UPDATE broadcasts SET state = $2, reason = $3, updated_at = $4,
+       finished_at = CASE WHEN $2 IN ('completed', 'cancelled', 'failed') THEN $4 ELSE finished_at END
+WHERE id = $1 AND state = ANY($5::text[])
+  AND NOT ($6 AND EXISTS (SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'claimed' AND NOT accepted))
+  AND NOT ($6 AND EXISTS (SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'deferred' AND NOT accepted))`
+
+// SetState holds the broadcast's state lock (claimGate) exclusively while
+// it moves it: claims that read the old state commit first, and their rows
+// are in what the completion guard reads.
 func (s *Store) SetState(ctx context.Context, id ulid.ULID, from []store.State, to store.State, reason string, now time.Time) (store.Broadcast, error) {
 	froms := make([]string, len(from))
 	for i, f := range from {
 		froms[i] = string(f)
 	}
-	tag, err := s.pool.Exec(ctx, `
-UPDATE broadcasts SET state = $2, reason = $3, updated_at = $4,
-       finished_at = CASE WHEN $2 IN ('completed', 'cancelled', 'failed') THEN $4 ELSE finished_at END
-WHERE id = $1 AND state = ANY($5::text[])`, uid(id), string(to), reason, now, froms)
+	batch := &pgx.Batch{}
+	batch.Queue(stateLock, stateLockKeys(id)...)
+	batch.Queue(openRowScans)
+	batch.Queue(setState, uid(id), string(to), reason, now, froms, to == store.StateCompleted)
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
+		return store.Broadcast{}, mapErr("set broadcast state", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	results := tx.SendBatch(ctx, batch)
+	_, err1 := results.Exec()
+	_, err2 := results.Exec()
+	tag, err3 := results.Exec()
+	if err := errors.Join(err1, err2, err3, results.Close()); err != nil {
+		return store.Broadcast{}, mapErr("set broadcast state", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return store.Broadcast{}, mapErr("set broadcast state", err)
 	}
 	b, err := s.GetBroadcast(ctx, id)
@@ -420,6 +446,9 @@ WHERE id = $1 AND state = ANY($5::text[])`, uid(id), string(to), reason, now, fr
 		return b, err
 	}
 	if tag.RowsAffected() == 0 {
+		if b.State == store.StateRunning && to == store.StateCompleted && slices.Contains(from, store.StateRunning) {
+			return b, fmt.Errorf("broadcast %s cannot complete: claims or deferred messages are left: %w", id, store.ErrConflict)
+		}
 		return b, fmt.Errorf("broadcast %s is %s, cannot become %s: %w", id, b.State, to, store.ErrConflict)
 	}
 	return b, nil
@@ -525,24 +554,59 @@ func (s *Store) inIDOrder(ctx context.Context, what string, limit int, query str
 	return out, mapErr(what, err)
 }
 
-// claimQuery inserts claims held by $6, for a broadcast that exists (checked
-// once per statement: the ledger has no foreign key, migration 013). A row that exists already is
-// returned only when $6 holds it still (the same run retrying after an
-// ambiguous commit); the no-op update is what makes RETURNING report it.
-// A contact erased since its page was read is not claimed (so not sent):
-// the statement's snapshot is taken after its lock on broadcast_sends,
-// which an erasure holds until it commits (Erase). The contact test is a
-// lookup per claimed key (OFFSET 0 keeps it from becoming a join the
-// planner could turn into a walk of contacts), so the statement has one
-// plan however contacts grow after it was made (genericPlan).
+// claimQuery inserts claims held by $6 while the broadcast is running. A
+// row that exists already is returned only when $6 holds it still (the same
+// run retrying after an ambiguous commit); the no-op update is what makes
+// RETURNING report it. When the broadcast is not running (or is gone) it
+// inserts nothing, still returns this run's own claims, and adds one row
+// with no contact and the state ("" when gone): the page must stop, not
+// take the missing claims for another run's and walk past them. The state
+// is read in the statement's snapshot, taken after claimGate's lock, so
+// SetState, which takes that lock exclusively, is either seen or waited
+// for. A contact erased since its page was read is not claimed (so not
+// sent): the statement's snapshot is taken after its lock on
+// broadcast_sends, which an erasure holds until it commits (Erase). The
+// contact test is a lookup per claimed key (OFFSET 0 keeps it from
+// becoming a join the planner could turn into a walk of contacts), so the
+// statement has one plan however contacts grow after it was made
+// (genericPlan). The own-claim test runs only when the broadcast is not
+// running (OR stops at its first true operand).
 const claimQuery = `
+WITH b AS (SELECT state FROM broadcasts WHERE id = $1), ins AS (
 INSERT INTO broadcast_sends AS s (broadcast_id, contact_id, email, status, message_id, claimed_at, updated_at, owner)
 SELECT $1, u.id, u.email, 'claimed', u.message_id, $5, $5, $6
 FROM unnest($2::uuid[], $3::text[], $4::text[]) AS u(id, email, message_id)
-WHERE EXISTS (SELECT 1 FROM broadcasts WHERE id = $1) AND EXISTS (SELECT 1 FROM contacts c WHERE c.id = u.id OFFSET 0)
+WHERE EXISTS (SELECT 1 FROM contacts c WHERE c.id = u.id OFFSET 0)
+  AND (EXISTS (SELECT 1 FROM b WHERE state = 'running')
+       OR EXISTS (SELECT 1 FROM broadcast_sends o WHERE o.contact_id = u.id AND o.broadcast_id = $1
+                  AND o.owner = $6 AND o.` + stillClaimed + ` OFFSET 0))
 ON CONFLICT (broadcast_id, contact_id) DO UPDATE SET owner = excluded.owner
 WHERE s.owner = excluded.owner AND s.status = 'claimed'
-RETURNING contact_id`
+RETURNING contact_id)
+SELECT contact_id, NULL::text FROM ins
+UNION ALL
+SELECT NULL, coalesce((SELECT state FROM b), '') WHERE NOT EXISTS (SELECT 1 FROM b WHERE state = 'running')`
+
+// claimGate orders a window's claim against SetState: held shared until
+// the window write commits, so SetState's exclusive hold waits for claims
+// already reading the broadcast's state and claims after it wait for it
+// and then read the new state. An advisory lock is an entry in Postgres's
+// lock table: no row is written for it, as a FOR SHARE of the broadcast
+// would be on every window.
+const claimGate = `SELECT pg_advisory_xact_lock_shared($1, $2)`
+
+// stateLock is claimGate's lock, held exclusively by SetState.
+const stateLock = `SELECT pg_advisory_xact_lock($1, $2)`
+
+// stateLockClass is the first key of claimGate's lock, so it names no lock
+// another application on the database takes ("RcSt"). The second is taken
+// from the broadcast id's random bits; two broadcasts that share it only
+// wait on each other's state changes.
+const stateLockClass int32 = 0x52635374
+
+func stateLockKeys(broadcast ulid.ULID) []any {
+	return []any{stateLockClass, int32(binary.BigEndian.Uint32(broadcast[12:]))}
+}
 
 // Claim is a window write without outcomes: forceKeyLookups and the claim
 // in one implicit transaction, so the claim is planned as in RecordAndClaim.
@@ -565,14 +629,22 @@ func claimArgs(broadcast ulid.ULID, owner string, claims []store.Claim, now time
 	return []any{uid(broadcast), ids, emails, mids, now, owner}
 }
 
-// claimedIDs reads claimQuery's result: the contacts this call inserted.
+// claimedIDs reads claimQuery's result: the contacts this call holds, or
+// a *store.NotRunningError when it holds none because the broadcast is not
+// running.
 func claimedIDs(rows pgx.Rows) ([]ulid.ULID, error) {
 	var out []ulid.ULID
-	var id [16]byte
-	_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
-		out = append(out, ulid.ULID(id))
+	var id *[16]byte
+	var state *string
+	_, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+		if id != nil {
+			out = append(out, ulid.ULID(*id))
+		}
 		return nil
 	})
+	if err == nil && len(out) == 0 && state != nil {
+		return nil, &store.NotRunningError{State: store.State(*state)}
+	}
 	return out, err
 }
 
@@ -734,6 +806,7 @@ func newWindowWrite(broadcast ulid.ULID, owner string, outcomes []store.Outcome,
 		w.batch.Queue(recordOutcomesAndReputation, append(outcomeArgs(broadcast, owner, outcomes, now), uid(broadcast))...)
 	}
 	if w.claims {
+		w.batch.Queue(claimGate, stateLockKeys(broadcast)...)
 		w.batch.Queue(claimQuery, claimArgs(broadcast, owner, next, now)...)
 	}
 	return w
@@ -755,6 +828,9 @@ func (w windowWrite) read(results pgx.BatchResults) ([]ulid.ULID, error) {
 	}
 	if !w.claims {
 		return nil, nil
+	}
+	if _, err := results.Exec(); err != nil { // claimGate
+		return nil, err
 	}
 	rows, err := results.Query()
 	if err != nil {

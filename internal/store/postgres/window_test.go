@@ -29,6 +29,9 @@ func windowSetup(t *testing.T, n int) (*postgres.Store, store.Broadcast, []ulid.
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := s.MarkRunning(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
 	ids := make([]ulid.ULID, n)
 	raw := make([][16]byte, n)
 	emails := make([]string, n)

@@ -37,7 +37,8 @@ func notAttempted(o store.Outcome) int {
 func dueQuery(segment int64) string {
 	return `SELECT s.contact_id, c.email, c.name, c.attributes, s.attempt + (s.status = 'deferred'), s.in_doubt, (c.id IS NOT NULL AND ` + gate(segment) + `)
 FROM broadcast_sends s LEFT JOIN contacts c ON c.id = s.contact_id
-WHERE s.broadcast_id = :broadcast AND ((s.status = 'deferred' AND s.retry_at <= :now) OR (s.status = 'claimed' AND s.owner = :owner))
+WHERE s.broadcast_id = :broadcast AND ((s.status = 'deferred' AND s.retry_at <= :now
+    AND EXISTS (SELECT 1 FROM broadcasts WHERE id = :broadcast AND state = 'running')) OR (s.status = 'claimed' AND s.owner = :owner))
 ORDER BY s.status = 'claimed' DESC, s.contact_id LIMIT :limit`
 }
 

@@ -622,7 +622,9 @@ func (s *Store) SetState(ctx context.Context, bid ulid.ULID, from []store.State,
 		res, err := tx.ExecContext(ctx, `
 UPDATE broadcasts SET state = ?2, reason = ?3, updated_at = ?4,
        finished_at = CASE WHEN ?2 IN ('completed', 'cancelled', 'failed') THEN ?4 ELSE finished_at END
-WHERE id = ?1 AND state IN (SELECT value FROM json_each(?5))`, id(bid), string(to), reason, ts(now), string(froms))
+WHERE id = ?1 AND state IN (SELECT value FROM json_each(?5))
+  AND NOT (?2 = 'completed' AND EXISTS (SELECT 1 FROM broadcast_sends
+      WHERE broadcast_id = ?1 AND status IN ('claimed', 'deferred') AND NOT accepted))`, id(bid), string(to), reason, ts(now), string(froms))
 		if err != nil {
 			return err
 		}
@@ -638,6 +640,9 @@ WHERE id = ?1 AND state IN (SELECT value FROM json_each(?5))`, id(bid), string(t
 		return out, err
 	}
 	if !moved {
+		if out.State == store.StateRunning && to == store.StateCompleted && slices.Contains(from, store.StateRunning) {
+			return out, fmt.Errorf("broadcast %s cannot complete: claims or deferred messages are left: %w", bid, store.ErrConflict)
+		}
 		return out, fmt.Errorf("broadcast %s is %s, cannot become %s: %w", bid, out.State, to, store.ErrConflict)
 	}
 	return out, nil
@@ -727,22 +732,56 @@ func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, owner string, cl
 		return nil, nil
 	}
 	var out []ulid.ULID
+	var refused error
 	err := s.write(ctx, "claim", func(tx *sql.Tx) error {
 		var err error
-		out, err = claimTx(ctx, tx, broadcast, owner, claims, now)
+		out, refused, err = claimTx(ctx, tx, broadcast, owner, claims, now)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return out, refused
 }
 
-// claimTx inserts claims in tx and returns the contacts it inserted.
-func claimTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
+// ownClaim is claimTx's test for a row this owner holds still.
+const ownClaim = `SELECT 1 FROM broadcast_sends WHERE broadcast_id = ?1 AND contact_id = ?2 AND owner = ?3 AND status = 'claimed'`
+
+// claimTx inserts claims in tx and returns the contacts it inserted. When
+// the broadcast is not running it inserts none and returns the rows owner
+// holds already, or, when there are none, a *store.NotRunningError as
+// refused: the transaction still commits what else it wrote (outcomes).
+// Write transactions run one at a time, so the state read here is the
+// state until this one commits (SetState is one too).
+func claimTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owner string, claims []store.Claim, now time.Time) (_ []ulid.ULID, refused, _ error) {
 	// In contact id order, like Postgres (where it avoids deadlocks): the
 	// same rows in the same order whatever order the caller had.
 	claims = slices.SortedFunc(slices.Values(claims), func(a, b store.Claim) int { return a.ContactID.Compare(b.ContactID) })
+	var state string
+	switch err := tx.QueryRowContext(ctx, `SELECT state FROM broadcasts WHERE id = ?`, id(broadcast)).Scan(&state); {
+	case errors.Is(err, sql.ErrNoRows):
+		state = ""
+	case err != nil:
+		return nil, nil, err
+	}
+	if store.State(state) != store.StateRunning {
+		var own []ulid.ULID
+		for _, c := range claims {
+			var one int
+			err := tx.QueryRowContext(ctx, ownClaim, id(broadcast), id(c.ContactID), owner).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			own = append(own, c.ContactID)
+		}
+		if len(own) == 0 {
+			return nil, &store.NotRunningError{State: store.State(state)}, nil
+		}
+		return own, nil, nil
+	}
 	var out []ulid.ULID
 	for chunk := range slices.Chunk(claims, claimChunk) {
 		args := make([]any, 0, 3+3*len(chunk))
@@ -752,29 +791,29 @@ func claimTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owner string,
 		}
 		rows, err := tx.QueryContext(ctx, claimQuery(len(chunk)), args...)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for rows.Next() {
 			var cid []byte
 			if err := rows.Scan(&cid); err != nil {
 				rows.Close()
-				return nil, err
+				return nil, nil, err
 			}
 			u, err := fromBlob(cid)
 			if err != nil {
 				rows.Close()
-				return nil, err
+				return nil, nil, err
 			}
 			out = append(out, u)
 		}
 		if err := rows.Close(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := rows.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 // Outcome writes and releases touch only rows still claimed: a row never
@@ -802,6 +841,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner s
 
 func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
 	var claimed []ulid.ULID
+	var refused error
 	err := s.write(ctx, "record outcomes and claim", func(tx *sql.Tx) error {
 		if err := recordOutcomesTx(ctx, tx, broadcast, owner, outcomes, now); err != nil {
 			return err
@@ -810,13 +850,13 @@ func (s *Store) RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner s
 			return nil
 		}
 		var err error
-		claimed, err = claimTx(ctx, tx, broadcast, owner, next, now)
+		claimed, refused, err = claimTx(ctx, tx, broadcast, owner, next, now)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return claimed, nil
+	return claimed, refused
 }
 
 func recordOutcomesTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {

@@ -230,7 +230,7 @@ func testContactHistory(f *fixture) {
 	f.claim(b1, ids, at(2))
 	f.claim(b2, []ulid.ULID{c}, at(3))
 	f.claim(b3, []ulid.ULID{c}, at(4))
-	f.must(f.s.RecordOutcomes(f.ctx, b1.ID, "w1/1", []store.Outcome{{ContactID: c, Status: store.SendSent}}, at(5)), "RecordOutcomes(b1)")
+	f.must(f.s.RecordOutcomes(f.ctx, b1.ID, "w1/1", []store.Outcome{{ContactID: c, Status: store.SendSent}, {ContactID: ids[1], Status: store.SendSent}}, at(5)), "RecordOutcomes(b1)")
 	f.must(f.s.RecordOutcomes(f.ctx, b2.ID, "w1/1", []store.Outcome{{ContactID: c, Status: store.SendFailed, Error: "550 5.1.1 mailbox unavailable"}}, at(6)), "RecordOutcomes(b2)")
 	_, err := f.s.SetState(f.ctx, b1.ID, []store.State{store.StateRunning}, store.StateCompleted, "", at(7))
 	f.must(err, "SetState(b1)")

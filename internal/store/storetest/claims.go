@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -14,6 +15,8 @@ var claimCases = []testCase{
 	{"OnlyInsertedRows", testClaimOnlyInserted},
 	{"Concurrent", testClaimConcurrent},
 	{"PerBroadcast", testClaimPerBroadcast},
+	{"OnlyWhileRunning", testClaimOnlyWhileRunning},
+	{"CompleteOnlyWhenSettled", testCompleteOnlyWhenSettled},
 }
 
 var outcomeCases = []testCase{
@@ -308,5 +311,94 @@ func testRecordAndClaim(f *fixture) {
 	}
 	if r, err := f.s.Reputation(f.ctx, b.ID); err != nil || r != (store.Reputation{Accepted: 3}) {
 		f.t.Errorf("Reputation = %+v, %v; want 3 accepted", r, err)
+	}
+}
+
+// A page read while its broadcast ran can reach its claim long after (a
+// store outage, a stalled worker). Only a running broadcast takes new
+// claims: otherwise Claim says ErrNotRunning with the state, so the page
+// stops instead of taking the missing claims for another run's. A retry
+// still gets the run's own claims back, and RecordAndClaim records its
+// outcomes even when its claim is refused.
+func testClaimOnlyWhileRunning(f *fixture) {
+	ids := f.subscribers("r", 6)
+	b := f.running("running", 0)
+	f.sameSet("claim while running", f.claim(b, ids[:2], at(2)), ids[:2])
+
+	setState := func(from, to store.State, n int) {
+		f.t.Helper()
+		_, err := f.s.SetState(f.ctx, b.ID, []store.State{from}, to, "", at(n))
+		f.must(err, "SetState(%s → %s)", from, to)
+	}
+	refused := func(what string, got []ulid.ULID, err error, state store.State) {
+		f.t.Helper()
+		var nr *store.NotRunningError
+		if !errors.As(err, &nr) || !errors.Is(err, store.ErrNotRunning) || nr.State != state || len(got) != 0 {
+			f.t.Fatalf("%s: %v, %v; want no claims and ErrNotRunning with state %q", what, got, err, state)
+		}
+	}
+	setState(store.StateRunning, store.StatePaused, 3)
+	got, err := f.s.Claim(f.ctx, b.ID, "w1/1", f.claims(b, ids[2:4]), at(4))
+	refused("claim while paused", got, err, store.StatePaused)
+	if _, err := f.s.GetSend(f.ctx, b.ID, ids[2]); !errors.Is(err, store.ErrNotFound) {
+		f.t.Errorf("a refused claim left a row: GetSend = %v, want ErrNotFound", err)
+	}
+	// A retry of the first claim (its answer lost) gets its rows back; of
+	// a wider window, only those.
+	got, err = f.s.Claim(f.ctx, b.ID, "w1/1", f.claims(b, ids[:3]), at(4))
+	f.must(err, "retried claim while paused")
+	f.sameSet("retried claim while paused", got, ids[:2])
+	got, err = f.s.Claim(f.ctx, b.ID, "w2/1", f.claims(b, ids[:2]), at(4))
+	refused("another run's claim of held rows while paused", got, err, store.StatePaused)
+
+	got, err = f.s.RecordAndClaim(f.ctx, b.ID, "w1/1", []store.Outcome{{ContactID: ids[0], Status: store.SendSent}}, f.claims(b, ids[2:4]), at(5))
+	refused("RecordAndClaim while paused", got, err, store.StatePaused)
+	if s, err := f.s.GetSend(f.ctx, b.ID, ids[0]); err != nil || s.Status != store.SendSent {
+		f.t.Errorf("outcome of a RecordAndClaim whose claim was refused: %+v, %v; want sent", s, err)
+	}
+
+	setState(store.StatePaused, store.StateRunning, 6)
+	f.sameSet("claim after resume", f.claim(b, ids[2:4], at(7)), ids[2:4])
+
+	setState(store.StateRunning, store.StateCancelled, 8)
+	got, err = f.s.Claim(f.ctx, b.ID, "w1/1", f.claims(b, ids[4:]), at(9))
+	refused("claim after cancel", got, err, store.StateCancelled)
+	got, err = f.s.Claim(f.ctx, f.ids.next(), "w1/1", f.claims(b, ids[4:]), at(9))
+	refused("claim for no broadcast", got, err, "")
+	if c := f.counts(b); c.Claimed != 3 || c.Sent != 1 {
+		f.t.Errorf("Counts = %+v, want 3 claimed and 1 sent", c)
+	}
+}
+
+// A broadcast completes only with nothing claimed or deferred, checked as
+// it moves: a claim that went in after the caller's own check (Pending)
+// keeps it running, and after completion no claim goes in.
+func testCompleteOnlyWhenSettled(f *fixture) {
+	ids := f.subscribers("s", 3)
+	b := f.running("settled", 0)
+	complete := func(n int) (store.Broadcast, error) {
+		return f.s.SetState(f.ctx, b.ID, []store.State{store.StateRunning}, store.StateCompleted, "", at(n))
+	}
+	f.sameSet("claim", f.claim(b, ids[:2], at(2)), ids[:2])
+	got, err := complete(3)
+	f.wantErr(err, store.ErrConflict, "completing with claims left")
+	if got.State != store.StateRunning {
+		f.t.Fatalf("after a refused completion the broadcast is %s, want running", got.State)
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{
+		{ContactID: ids[0], Status: store.SendSent},
+		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(30)},
+	}, at(4)), "RecordOutcomes")
+	_, err = complete(5)
+	f.wantErr(err, store.ErrConflict, "completing with a deferred message left")
+	f.must(f.s.UnsubscribeContact(f.ctx, ids[1], ulid.ULID{}, at(6)), "UnsubscribeContact") // its deferred row is settled so
+	got, err = complete(7)
+	f.must(err, "completing a settled broadcast")
+	if got.State != store.StateCompleted {
+		f.t.Fatalf("state %s, want completed", got.State)
+	}
+	claimed, err := f.s.Claim(f.ctx, b.ID, "w1/1", f.claims(b, ids[2:]), at(8))
+	if !errors.Is(err, store.ErrNotRunning) || len(claimed) != 0 {
+		f.t.Fatalf("claim after completion: %v, %v; want ErrNotRunning", claimed, err)
 	}
 }

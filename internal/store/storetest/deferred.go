@@ -18,6 +18,34 @@ var deferredCases = []testCase{
 	{"RetrySameOwner", testClaimDueRetrySameOwner},
 	{"RetrySameOwnerNewDueFirst", testClaimDueRetryKeepsOwnersRows},
 	{"HeldIsNoAttempt", testHeldIsNoAttempt},
+	{"OnlyWhileRunning", testClaimDueOnlyWhileRunning},
+}
+
+// Deferred rows come due only while the broadcast runs: a sweep that
+// started before a pause or a cancel (its worker's view of the state
+// stale) moves none of them to claimed, so sends nothing; a repeated call
+// still gets the owner's own rows back.
+func testClaimDueOnlyWhileRunning(f *fixture) {
+	ids := f.subscribers("paused due", 4)
+	b := f.running("paused deferred", 0)
+	f.deferAll(b, ids, at(1), at(2))
+	first, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2)
+	f.must(err, "ClaimDue")
+	_, err = f.s.SetState(f.ctx, b.ID, []store.State{store.StateRunning}, store.StatePaused, "", at(4))
+	f.must(err, "pause")
+	if due, err := f.s.ClaimDue(f.ctx, b, "w6/1", at(5), 10); err != nil || len(due) != 0 {
+		f.t.Fatalf("ClaimDue while paused = %v, %v; want nothing", dueIDs(due), err)
+	}
+	again, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(5), 10)
+	f.must(err, "ClaimDue repeated while paused")
+	if len(again) != 2 || again[0].ID != first[0].ID || again[1].ID != first[1].ID {
+		f.t.Fatalf("ClaimDue repeated while paused = %v, want the owner's rows %v only", dueIDs(again), dueIDs(first))
+	}
+	_, err = f.s.SetState(f.ctx, b.ID, []store.State{store.StatePaused}, store.StateCancelled, "", at(6))
+	f.must(err, "cancel")
+	if due, err := f.s.ClaimDue(f.ctx, b, "w7/1", at(7), 10); err != nil || len(due) != 0 {
+		f.t.Fatalf("ClaimDue after cancel = %v, %v; want nothing", dueIDs(due), err)
+	}
 }
 
 // A row deferred because the governor held its provider was not attempted:
