@@ -744,8 +744,11 @@ func (s *Store) Claim(ctx context.Context, broadcast ulid.ULID, owner string, cl
 	return out, refused
 }
 
-// ownClaim is claimTx's test for a row this owner holds still.
-const ownClaim = `SELECT 1 FROM broadcast_sends WHERE broadcast_id = ?1 AND contact_id = ?2 AND owner = ?3 AND status = 'claimed'`
+// ownClaim is claimTx's test for a row this owner holds still, of a
+// contact not erased since (claimQuery's own test, so a retry returns the
+// same rows whatever the state).
+const ownClaim = `SELECT 1 FROM broadcast_sends WHERE broadcast_id = ?1 AND contact_id = ?2 AND owner = ?3 AND status = 'claimed'
+  AND EXISTS (SELECT 1 FROM contacts c WHERE c.id = ?2)`
 
 // claimTx inserts claims in tx and returns the contacts it inserted. When
 // the broadcast is not running it inserts none and returns the rows owner
