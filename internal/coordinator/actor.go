@@ -313,7 +313,14 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 		advanced := !rec.Done && (rep.Done || after(rep.Next, rec.Next))
 		if !advanced {
 			reportsApplied.WithLabelValues("ignored").Inc()
-			if rep.Class == bus.ClassTransient || rep.Class == bus.ClassQuota {
+			// A resumption is fruitless only at the range's cursor. A page
+			// from before it (a redelivered report whose first application
+			// moved the cursor, its answer lost; a stale copy) says nothing
+			// about the range's position now: counted, one report
+			// redelivered through a KV outage failed the broadcast
+			// (simulation seed 1664).
+			current := !rec.Done && !after(rec.Next, rep.From)
+			if current && (rep.Class == bus.ClassTransient || rep.Class == bus.ClassQuota) {
 				return a.fruitless(ctx, i, rep, now)
 			}
 			if rep.Class == bus.ClassChannel {

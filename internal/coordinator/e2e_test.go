@@ -248,6 +248,49 @@ func TestLowerCursorReportIgnored(t *testing.T) {
 	}
 }
 
+// TestRedeliveredFruitlessReportCountsOnce: a page that met a transient
+// error and moved the cursor past rows it deferred, its report delivered
+// again and again (its first application's KV write timed out after it
+// happened): the copies are behind the cursor, so they are no resumptions
+// of the range, and must not count toward MaxFruitless. Counted, ten
+// copies of one report failed the broadcast (simulation seed 1664).
+func TestRedeliveredFruitlessReportCountsOnce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 0, concurrency: 4})
+	s.seed(1000)
+	id := s.create("", 0)
+	ctx := context.Background()
+	if _, err := s.client.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	r0 := s.status(id).GetProgress().GetRanges()[0]
+	mid := midpoint(ulid.MustParseStrict(r0.GetStart()), ulid.MustParseStrict(r0.GetEnd()))
+	publish := func(rep bus.Report) {
+		t.Helper()
+		if _, err := s.bus.JS.Publish(ctx, bus.ReportSubject(id), bus.Encode(rep)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := bus.Report{Broadcast: id, Range: 0, From: r0.GetStart(), Next: mid.String(), Deferred: 4,
+		Class: bus.ClassTransient, Error: "smtp rcpt: 451 4.3.0 try again later"}
+	for range 10 {
+		publish(refused)
+	}
+	marker, _ := ranges.Next(mid)
+	publish(bus.Report{Broadcast: id, Range: 0, From: mid.String(), Next: marker.String(), Sent: 1, Claimed: 1})
+	deadline := time.Now().Add(10 * time.Second)
+	for s.status(id).GetProgress().GetRanges()[0].GetNext() != marker.String() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := s.status(id)
+	if st.GetState() != pb.BroadcastState_BROADCAST_STATE_RUNNING {
+		t.Fatalf("broadcast %s (%s) after one fruitless page reported ten times, want running", st.GetState(), st.GetReason())
+	}
+	if got := st.GetProgress().GetRanges()[0].GetNext(); got != marker.String() {
+		t.Fatalf("range 0 at %s, want %s: the reports were not all applied", got, marker)
+	}
+}
+
 func midpoint(a, b ulid.ULID) ulid.ULID {
 	// Average of two 128-bit big-endian numbers, byte by byte with carry.
 	var out ulid.ULID
