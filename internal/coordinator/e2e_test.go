@@ -187,21 +187,14 @@ func TestRewalkedPagesSendNothing(t *testing.T) {
 // workers): a report behind the cursor, or repeating it, changes nothing.
 func TestLowerCursorReportIgnored(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOptions{workers: 0, concurrency: 4})
-	s.seed(1000)
-	id := s.create("", 0)
+	s, id, start, end := reportOnlyStack(t)
 	ctx := context.Background()
-	if _, err := s.client.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: id}); err != nil {
-		t.Fatal(err)
-	}
-	r0 := s.status(id).GetProgress().GetRanges()[0]
-	start, end := ulid.MustParseStrict(r0.GetStart()), ulid.MustParseStrict(r0.GetEnd())
 	mid := midpoint(start, end)
 	low := midpoint(start, mid)
 
 	send := func(next ulid.ULID, sent int) {
 		t.Helper()
-		rep := bus.Report{Broadcast: id, Range: 0, From: r0.GetStart(), Next: next.String(), Sent: sent, Claimed: sent}
+		rep := bus.Report{Broadcast: id, Range: 0, From: start.String(), Next: next.String(), Sent: sent, Claimed: sent}
 		if _, err := s.bus.JS.Publish(ctx, bus.ReportSubject(id), bus.Encode(rep)); err != nil {
 			t.Fatal(err)
 		}
@@ -256,22 +249,16 @@ func TestLowerCursorReportIgnored(t *testing.T) {
 // copies of one report failed the broadcast (simulation seed 1664).
 func TestRedeliveredFruitlessReportCountsOnce(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOptions{workers: 0, concurrency: 4})
-	s.seed(1000)
-	id := s.create("", 0)
+	s, id, start, end := reportOnlyStack(t)
 	ctx := context.Background()
-	if _, err := s.client.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: id}); err != nil {
-		t.Fatal(err)
-	}
-	r0 := s.status(id).GetProgress().GetRanges()[0]
-	mid := midpoint(ulid.MustParseStrict(r0.GetStart()), ulid.MustParseStrict(r0.GetEnd()))
+	mid := midpoint(start, end)
 	publish := func(rep bus.Report) {
 		t.Helper()
 		if _, err := s.bus.JS.Publish(ctx, bus.ReportSubject(id), bus.Encode(rep)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	refused := bus.Report{Broadcast: id, Range: 0, From: r0.GetStart(), Next: mid.String(), Deferred: 4,
+	refused := bus.Report{Broadcast: id, Range: 0, From: start.String(), Next: mid.String(), Deferred: 4,
 		Class: bus.ClassTransient, Error: "smtp rcpt: 451 4.3.0 try again later"}
 	for range 10 {
 		publish(refused)
@@ -289,6 +276,20 @@ func TestRedeliveredFruitlessReportCountsOnce(t *testing.T) {
 	if got := st.GetProgress().GetRanges()[0].GetNext(); got != marker.String() {
 		t.Fatalf("range 0 at %s, want %s: the reports were not all applied", got, marker)
 	}
+}
+
+// reportOnlyStack is a running broadcast of 1,000 contacts and no workers,
+// for tests that publish reports themselves, and the bounds of its range 0.
+func reportOnlyStack(t *testing.T) (s *stack, id string, start, end ulid.ULID) {
+	t.Helper()
+	s = newStack(t, stackOptions{workers: 0, concurrency: 4})
+	s.seed(1000)
+	id = s.create("", 0)
+	if _, err := s.client.StartBroadcast(context.Background(), &pb.StartBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	r0 := s.status(id).GetProgress().GetRanges()[0]
+	return s, id, ulid.MustParseStrict(r0.GetStart()), ulid.MustParseStrict(r0.GetEnd())
 }
 
 func midpoint(a, b ulid.ULID) ulid.ULID {
