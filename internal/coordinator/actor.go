@@ -365,14 +365,8 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 			// within the same second, so the pages count only at the
 			// backoff's pace: counted per report, a 10 s relay outage
 			// failed a 50,000-contact broadcast for good (make chaos).
-			if now.Before(a.refusedNext) {
-				return a.fruitless(ctx, i, rep, now)
-			}
-			a.refusedPages++
-			a.refusedNext = now.Add(a.c.backoff(a.refusedPages))
-			if a.refusedPages >= a.c.cfg.MaxFruitless {
-				reason := fmt.Sprintf("%d pages in a row made no progress: every recipient tried was refused; last error: %s", a.refusedPages, rep.Error)
-				return a.transition(ctx, []store.State{store.StateRunning}, store.StateFailed, reason)
+			if failed, err := a.refused(ctx, rep, now); failed || err != nil {
+				return err
 			}
 			return a.fruitless(ctx, i, rep, now)
 		}
@@ -382,6 +376,28 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 		return a.halt(ctx, rep)
 	}
 	return nil
+}
+
+// refused counts a page or sweep that sent nothing because the server
+// refused every recipient it tried, at the backoff's pace, and fails the
+// broadcast after MaxFruitless of them in a row (failed is then true).
+// Sweeps count too, when they carry on a run of refused pages or nobody
+// was sent at all (applySweep): once every range is walked only sweeps
+// run, and a relay that refuses everyone would otherwise be met only by
+// each row's own attempts, failing every recipient one by one and
+// completing (TestTransientForeverFailsTheBroadcast, when its pages'
+// reports came in one burst).
+func (a *actor) refused(ctx context.Context, rep bus.Report, now time.Time) (failed bool, err error) {
+	if now.Before(a.refusedNext) {
+		return false, nil
+	}
+	a.refusedPages++
+	a.refusedNext = now.Add(a.c.backoff(a.refusedPages))
+	if a.refusedPages < a.c.cfg.MaxFruitless {
+		return false, nil
+	}
+	reason := fmt.Sprintf("%d pages in a row made no progress: every recipient tried was refused; last error: %s", a.refusedPages, rep.Error)
+	return true, a.transition(ctx, []store.State{store.StateRunning}, store.StateFailed, reason)
 }
 
 // write stores a range record by compare-and-set on the revision read.

@@ -12,6 +12,7 @@ import (
 	"github.com/emersion/go-smtp"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/store"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -137,6 +138,32 @@ func TestTransientForeverFailsTheBroadcast(t *testing.T) {
 	}
 	if p := b.GetProgress(); p.GetInDoubt() != 0 || p.GetSent() != 0 {
 		t.Fatalf("after failing: in doubt %d, sent %d; want 0 and 0 (claims released)", p.GetInDoubt(), p.GetSent())
+	}
+}
+
+// TestRefusedSweepsFailTheBroadcast: once every range is walked only sweeps
+// run, so a relay that refuses everyone is met by sweeps alone. They count
+// as refused pages do (at the backoff's pace); uncounted, the broadcast ran
+// until each row had used its attempts and then completed, everyone failed
+// (TestTransientForeverFailsTheBroadcast did so when its 32 one-page ranges
+// reported in one burst).
+func TestRefusedSweepsFailTheBroadcast(t *testing.T) {
+	t.Parallel()
+	s, id, _, _ := reportOnlyStack(t)
+	s.withFastRetries(3) // backoff at most 100 ms
+	for k := range 3 {
+		rep := bus.Report{Broadcast: id, Range: bus.SweepRange, Sweep: true, Deferred: 4,
+			Class: bus.ClassTransient, Error: "smtp rcpt: 451 4.4.1 Connection timed out downstream"}
+		if _, err := s.bus.JS.Publish(context.Background(), bus.ReportSubject(id), bus.Encode(rep)); err != nil {
+			t.Fatal(err)
+		}
+		if k < 2 {
+			time.Sleep(300 * time.Millisecond) // past the backoff, so each one counts
+		}
+	}
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_FAILED, 10*time.Second)
+	if !strings.Contains(b.GetReason(), "3 pages in a row made no progress") || !strings.Contains(b.GetReason(), "451 4.4.1") {
+		t.Fatalf("reason %q should count the refused sweeps and show the 451", b.GetReason())
 	}
 }
 

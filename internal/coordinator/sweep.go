@@ -78,15 +78,39 @@ func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
 		a.sweeping = nil
 	}
 	now := a.c.cfg.Clock.Now()
+	if rep.Sent > 0 {
+		a.refusedPages, a.refusedNext = 0, time.Time{}
+	}
 	switch rep.Class {
 	case bus.ClassTransient, bus.ClassQuota:
 		a.nextSweep = now.Add(a.c.backoff(1))
+		// A refused sweep goes on a count that pages began (a run of
+		// refused pages, nothing sent since) or counts when the broadcast
+		// has sent nobody at all: the relay refuses everyone. Otherwise
+		// the sweep's rows are recipients that keep refusing while others
+		// were sent (a tail of greylisting or full mailboxes): each ends by
+		// its own attempts and the broadcast completes.
+		if rep.Sent == 0 && (a.refusedPages > 0 || a.sentNobody()) {
+			if _, err := a.refused(ctx, rep, now); err != nil {
+				return err
+			}
+		}
 	case bus.ClassChannel:
 		return a.halt(ctx, rep)
 	default:
 		a.nextSweep = now // more may be due
 	}
 	return nil
+}
+
+// sentNobody: no range has recorded a message sent.
+func (a *actor) sentNobody() bool {
+	for _, r := range a.recs {
+		if r.Sent > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func minTime(x, y time.Time) time.Time {
