@@ -110,10 +110,22 @@ func TestTransientErrorsRetryAndSendOnce(t *testing.T) {
 }
 
 // TestTransientForeverFailsTheBroadcast: a server that only ever says 451
-// ends the broadcast failed, with the reason, instead of running forever.
+// ends the broadcast failed, with the reason, instead of running forever
+// or failing each recipient by its attempts; also with windows smaller
+// than the three refusals that otherwise stop a page (a relay that allows
+// one or two connections).
 func TestTransientForeverFailsTheBroadcast(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOptions{workers: 1, concurrency: 4, sinkOpts: []capture.Option{
+	for _, window := range []int{1, 2, 4} {
+		t.Run("window "+strconv.Itoa(window), func(t *testing.T) {
+			t.Parallel()
+			transientForever(t, window)
+		})
+	}
+}
+
+func transientForever(t *testing.T, window int) {
+	s := newStack(t, stackOptions{workers: 1, concurrency: window, sinkOpts: []capture.Option{
 		capture.WithRcptHook(func(string) *smtp.SMTPError {
 			return reply(451, smtp.EnhancedCode{4, 4, 1}, "Connection timed out downstream")
 		}),

@@ -1002,7 +1002,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	// off, as for a quota or channel error. The floor keeps a provider's
 	// ordinary few percent of deferrals from stopping a short window (one
 	// refusal of the last two sends is half) and idling its range.
-	if res.stopAt < 0 && windowUnwell(refused, attempted) {
+	if res.stopAt < 0 && windowUnwell(refused, attempted, w.cfg.Concurrency) {
 		res.stopAt, res.class, res.err = firstRefused, bus.ClassTransient, refusedErr
 	}
 	return res, outcomes
@@ -1015,9 +1015,15 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 const minStopRefusals = 3
 
 // windowUnwell reports whether a window whose real attempts were refused
-// refused times (for transient reasons) shows the server struggling.
-func windowUnwell(refused, attempted int) bool {
-	return refused >= minStopRefusals && 2*refused >= attempted
+// refused times (for transient reasons) shows the server struggling. A
+// worker whose windows hold fewer than minStopRefusals (Concurrency 1 or
+// 2, for a relay that allows as many connections) needs all of a full
+// window refused instead: with the floor at 3 its windows never stopped a
+// page, so a relay refusing everyone was never reported as such and the
+// broadcast went on until each recipient had failed by its attempts
+// (simulation seed 500100, window 1).
+func windowUnwell(refused, attempted, window int) bool {
+	return refused >= min(minStopRefusals, window) && 2*refused >= attempted
 }
 
 // errStepEnded marks a carried provider's recipient not sent because an
