@@ -314,6 +314,10 @@ type simOutage struct {
 	start  int
 	length time.Duration
 	until  time.Time
+	// forever: the relay never comes back (refuses everyone to the end,
+	// past the faults): the broadcast must end, failed with the reason,
+	// or completed with each unsent recipient failed by its attempts.
+	forever bool
 }
 
 // simOutageLongest keeps an outage shorter than the least time in which
@@ -335,14 +339,23 @@ func simOutageOf(seed uint64, faultSteps int) *simOutage {
 	if rng.Float64() >= 0.4 {
 		return nil
 	}
-	return &simOutage{start: rng.IntN(min(faultSteps, 150)),
+	o := &simOutage{start: rng.IntN(min(faultSteps, 150)),
 		length: 2*time.Second + time.Duration(rng.Int64N(int64(simOutageLongest-2*time.Second)))}
+	if rng.Float64() < 0.15 {
+		// Drawn last, so the other outages are as they were.
+		o.forever, o.length = true, 1000*time.Hour
+	}
+	return o
 }
 
 // startOutage starts the outage when its step has come.
 func (s *sim) startOutage() {
 	if o := s.outage; o != nil && o.start == s.steps {
 		o.until = s.clk.Now().Add(o.length)
+		if o.forever {
+			s.logf("the relay refuses every connection from now on")
+			return
+		}
 		s.logf("the relay refuses every connection for %s", o.length.Round(time.Millisecond))
 	}
 }
@@ -508,7 +521,7 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	s.pDupCopy = []float64{0, 0.1, 0.3}[rng.IntN(3)]
 	s.faultSteps = 200 + rng.IntN(600)
 	if s.outage = simOutageOf(seed, s.faultSteps); s.outage != nil {
-		s.fault("relay outage")
+		s.fault(map[bool]string{false: "relay outage", true: "relay refuses for ever"}[s.outage.forever])
 	}
 	switch rng.IntN(3) {
 	case 0:
@@ -657,7 +670,7 @@ func (s *sim) run() {
 func (s *sim) endFaults() {
 	s.leaders = s.leaders[:1]
 	s.kv.failNext, s.kv.loseNext, s.kv.failState = false, false, false
-	if s.outage != nil {
+	if s.outage != nil && !s.outage.forever {
 		s.outage.until = time.Time{} // the relay is back
 	}
 	for len(s.pendingStates) > 0 {
@@ -1095,7 +1108,18 @@ func (s *sim) check() {
 		s.violate("read broadcast: %v", err)
 		return
 	}
-	if !s.cancelled && b.State != store.StateCompleted {
+	// stopped: the broadcast ended before its audience was walked
+	// (cancelled, or failed by a relay that never came back), so rows
+	// left claimed or deferred, and contacts never claimed, are what it
+	// rightly did not send.
+	stopped := s.cancelled
+	switch forever := s.outage != nil && s.outage.forever; {
+	case forever && b.State == store.StateFailed:
+		if !strings.Contains(b.Reason, "no progress") {
+			s.violate("broadcast failed (%s) by a relay that refuses everyone; want the reason to say no progress was made", b.Reason)
+		}
+		stopped = true
+	case !s.cancelled && b.State != store.StateCompleted:
 		s.violate("broadcast ended %s (%s), want completed", b.State, b.Reason)
 	}
 	maybe := 0
@@ -1126,10 +1150,10 @@ func (s *sim) check() {
 			// (or whose broadcast was cancelled) is then rightly skipped,
 			// though the first try may have reached them. The policy
 			// accepts not knowing.
-			if n > 0 && !(s.policy == InDoubtResend && !s.lookup && (s.unsubscribed[c.ID] || erased || s.cancelled)) {
+			if n > 0 && !(s.policy == InDoubtResend && !s.lookup && (s.unsubscribed[c.ID] || erased || stopped)) {
 				s.violate("%s received a message but has no ledger row", c.Email)
 			}
-			if !c.DoNotContact && !s.unsubscribed[c.ID] && !erased && !s.cancelled {
+			if !c.DoNotContact && !s.unsubscribed[c.ID] && !erased && !stopped {
 				s.violate("%s is eligible and has no ledger row: skipped silently", c.Email)
 			}
 			continue
@@ -1153,8 +1177,8 @@ func (s *sim) check() {
 		case row.Status == store.SendUnknown:
 			unknown++
 		case row.Status == store.SendUnsubscribed:
-		case s.cancelled && (row.Status == store.SendClaimed || row.Status == store.SendDeferred):
-			// A cancelled broadcast keeps what it had not sent yet.
+		case stopped && (row.Status == store.SendClaimed || row.Status == store.SendDeferred):
+			// A cancelled or failed broadcast keeps what it had not sent yet.
 		default:
 			s.violate("%s left %s after the faults stopped (%s)", c.Email, row.Status, row.Error)
 		}
