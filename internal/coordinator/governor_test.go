@@ -388,6 +388,39 @@ func TestBreakerDefersProviderAndRecovers(t *testing.T) {
 	}
 }
 
+// TestRelayRefusingEveryoneFailsPastTheBreakers: with breakers on, a relay
+// that refuses everyone opens every provider's breaker within the first
+// pages, so pages then hold their recipients (no attempt, no refusal) and
+// only the sweeps' ramp steps meet the refusals. Those refused sweeps
+// count; uncounted, the broadcast stayed running for good, failing one
+// recipient at a time as ramp probes used up their attempts.
+func TestRelayRefusingEveryoneFailsPastTheBreakers(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 2, concurrency: 4, pageLimit: 20,
+		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000, BreakerOpen: 3 * time.Second}},
+		sinkOpts: []capture.Option{capture.WithRcptHook(func(string) *smtp.SMTPError {
+			return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
+		})},
+	})
+	s.stopCoord()
+	// Eight refused pages or sweeps in a row at the backoff's pace (0.3 s
+	// doubling to 1 s): several breaker periods, so that most of them are
+	// met while the breakers hold.
+	s.coordCfg.Backoff, s.coordCfg.MaxBackoff, s.coordCfg.MaxFruitless = 300*time.Millisecond, time.Second, 8
+	s.coordCfg.Tick = 50 * time.Millisecond
+	s.startCoordinator()
+	s.seedProviders(1000)
+	id := s.create("", 0)
+	s.start(id)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_FAILED, time.Minute)
+	if !strings.Contains(b.GetReason(), "no progress") || !strings.Contains(b.GetReason(), "451 4.3.0") {
+		t.Fatalf("reason %q should say nothing got through and show the 451", b.GetReason())
+	}
+	if n := s.sink.Count(); n != 0 {
+		t.Fatalf("%d messages accepted by a relay that refuses everyone", n)
+	}
+}
+
 // TestTransactionalUsageCounted: mail sent outside pages (transactional) is
 // reported on the report stream and counted by the leader's governor, and a
 // provider's transient failures feed its breaker.
