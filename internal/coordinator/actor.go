@@ -56,6 +56,8 @@ type actor struct {
 	// resumptions spread over the backoff's time, as a range's own are.
 	refusedPages int
 	refusedNext  time.Time
+	// sweepSent: a sweep's report said it sent something (sentNobody).
+	sweepSent bool
 	// mirrored is when the state in KV was last brought level with the
 	// store.
 	mirrored time.Time

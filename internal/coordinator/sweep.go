@@ -79,7 +79,7 @@ func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
 	}
 	now := a.c.cfg.Clock.Now()
 	if rep.Sent > 0 {
-		a.refusedPages, a.refusedNext = 0, time.Time{}
+		a.refusedPages, a.refusedNext, a.sweepSent = 0, time.Time{}, true
 	}
 	switch rep.Class {
 	case bus.ClassTransient, bus.ClassQuota:
@@ -103,8 +103,13 @@ func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
 	return nil
 }
 
-// sentNobody: no range has recorded a message sent.
+// sentNobody: no range has recorded a message sent, and no sweep this
+// actor heard of sent one (sweeps move no cursor, so their sends are not
+// in the range records).
 func (a *actor) sentNobody() bool {
+	if a.sweepSent {
+		return false
+	}
 	for _, r := range a.recs {
 		if r.Sent > 0 {
 			return false
