@@ -134,13 +134,7 @@ func transientForever(t *testing.T, window int) {
 	s.seed(100)
 	id := s.create("", 0)
 	s.start(id)
-	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_FAILED, time.Minute)
-	if !strings.Contains(b.GetReason(), "451") || !strings.Contains(b.GetReason(), "no progress") {
-		t.Fatalf("reason %q should say the range made no progress and show the 451", b.GetReason())
-	}
-	if s.sink.Count() != 0 {
-		t.Fatalf("%d messages accepted by a server that rejects everything", s.sink.Count())
-	}
+	b := s.waitFailedRefused(id, "451 4.4.1")
 	// A window already in flight when the broadcast failed finishes and
 	// releases its claims; after that nothing is left claimed.
 	deadline := time.Now().Add(10 * time.Second)
@@ -151,6 +145,21 @@ func transientForever(t *testing.T, window int) {
 	if p := b.GetProgress(); p.GetInDoubt() != 0 || p.GetSent() != 0 {
 		t.Fatalf("after failing: in doubt %d, sent %d; want 0 and 0 (claims released)", p.GetInDoubt(), p.GetSent())
 	}
+}
+
+// waitFailedRefused waits for the broadcast to fail because a relay refuses
+// everyone: the reason says no progress was made and shows the relay's
+// reply, and the sink took nothing.
+func (s *stack) waitFailedRefused(id, reply string) *pb.Broadcast {
+	s.t.Helper()
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_FAILED, time.Minute)
+	if !strings.Contains(b.GetReason(), "no progress") || !strings.Contains(b.GetReason(), reply) {
+		s.t.Fatalf("reason %q should say no progress was made and show the %s", b.GetReason(), reply)
+	}
+	if n := s.sink.Count(); n != 0 {
+		s.t.Fatalf("%d messages accepted by a relay that refuses everyone", n)
+	}
+	return b
 }
 
 // TestRefusedSweepsFailTheBroadcast: once every range is walked only sweeps
