@@ -161,4 +161,8 @@ func (s *Store) MarkRunning(ctx context.Context, id ulid.ULID) error {
 // with StateLockKeys' arguments.
 const StateLockSQL = stateLock
 
+// ClaimGateSQL takes the lock a claim holds (shared) while it reads the
+// broadcast's state and inserts, with StateLockKeys' arguments.
+const ClaimGateSQL = claimGate
+
 func StateLockKeys(broadcast ulid.ULID) []any { return stateLockKeys(broadcast) }
