@@ -1226,4 +1226,6 @@ var simRegressions = map[string]uint64{
 	"a claim's answer lost, then one of its contacts erased": 4608,
 	// Pinned by storetest's Erase/InDoubtOutlivesAResend.
 	"a resend in doubt deferred again, then its contact erased": 8491,
+	// Pinned by TestTransientForeverFailsTheBroadcast/window_1.
+	"a relay refusing for ever, windows of one": 500100,
 }
