@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,39 +24,15 @@ func TestClaimWaitsForStateChange(t *testing.T) {
 	t.Parallel()
 	s, b, ids := windowSetup(t, 4)
 	ctx := t.Context()
-	tx, err := s.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, postgres.StateLockSQL, postgres.StateLockKeys(b.ID)...); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
+	var r struct {
 		claimed int
 		err     error
 	}
-	done := make(chan result, 1)
-	go func() {
+	changeStateUnderLock(t, s, b.ID, store.StateCompleted, func() string {
 		got, err := s.Claim(ctx, b.ID, "w1/1", claimsOf(ids), t0)
-		done <- result{len(got), err}
-	}()
-	// The claim is waiting when Postgres shows this lock not granted.
-	for waiting := false; !waiting; {
-		select {
-		case r := <-done:
-			t.Fatalf("claim finished (%d claimed, %v) while SetState's lock was held", r.claimed, r.err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		waiting = stateLockWaited(t, s, b.ID)
-	}
-	if _, err := tx.Exec(ctx, `UPDATE broadcasts SET state = 'completed' WHERE id = $1`, b.ID.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := <-done
+		r.claimed, r.err = len(got), err
+		return fmt.Sprintf("claim (%d claimed, %v)", r.claimed, r.err)
+	})
 	var nr *store.NotRunningError
 	if !errors.As(r.err, &nr) || nr.State != store.StateCompleted || r.claimed != 0 {
 		t.Fatalf("claim after the completion it waited for: %d claimed, %v; want ErrNotRunning (completed)", r.claimed, r.err)
@@ -157,43 +134,53 @@ func TestClaimDueWaitsForStateChange(t *testing.T) {
 	if err := s.RecordOutcomes(ctx, b.ID, "w1/1", deferred, t0); err != nil {
 		t.Fatal(err)
 	}
+	var due []store.Due
+	var err error
+	changeStateUnderLock(t, s, b.ID, store.StatePaused, func() string {
+		due, err = s.ClaimDue(ctx, b, "w2/1", t0.Add(time.Minute), 10)
+		return fmt.Sprintf("ClaimDue (%d due, %v)", len(due), err)
+	})
+	if err != nil || len(due) != 0 {
+		t.Fatalf("ClaimDue after the pause it waited for: %d due, %v; want nothing", len(due), err)
+	}
+	if row, err := s.GetSend(ctx, b.ID, ids[0]); err != nil || row.Status != store.SendDeferred {
+		t.Fatalf("row after a sweep refused by the pause: %s (%v); want deferred", row.Status, err)
+	}
+}
+
+// changeStateUnderLock plays SetState: it holds the broadcast's state lock
+// in a transaction of its own, runs call beside it, waits until call is
+// queued on the lock (failing the test if call finishes first, saying what
+// it returned), then moves the broadcast to state and commits, and returns
+// once call has.
+func changeStateUnderLock(t *testing.T, s *postgres.Store, broadcast ulid.ULID, state store.State, call func() (result string)) {
+	t.Helper()
+	ctx := t.Context()
 	tx, err := s.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, postgres.StateLockSQL, postgres.StateLockKeys(b.ID)...); err != nil {
+	if _, err := tx.Exec(ctx, postgres.StateLockSQL, postgres.StateLockKeys(broadcast)...); err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		due int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		due, err := s.ClaimDue(ctx, b, "w2/1", t0.Add(time.Minute), 10)
-		done <- result{len(due), err}
-	}()
+	done := make(chan string, 1)
+	go func() { done <- call() }()
 	for waiting := false; !waiting; {
 		select {
 		case r := <-done:
-			t.Fatalf("ClaimDue finished (%d due, %v) while SetState's lock was held", r.due, r.err)
+			t.Fatalf("%s finished while SetState's lock was held", r)
 		case <-time.After(10 * time.Millisecond):
 		}
-		waiting = stateLockWaited(t, s, b.ID)
+		waiting = stateLockWaited(t, s, broadcast)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE broadcasts SET state = 'paused' WHERE id = $1`, b.ID.Bytes()); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE broadcasts SET state = $2 WHERE id = $1`, broadcast.Bytes(), string(state)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r := <-done; r.err != nil || r.due != 0 {
-		t.Fatalf("ClaimDue after the pause it waited for: %d due, %v; want nothing", r.due, r.err)
-	}
-	if row, err := s.GetSend(ctx, b.ID, ids[0]); err != nil || row.Status != store.SendDeferred {
-		t.Fatalf("row after a sweep refused by the pause: %s (%v); want deferred", row.Status, err)
-	}
+	<-done
 }
 
 // stateLockWaited says whether Postgres shows the broadcast's state lock
