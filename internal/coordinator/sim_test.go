@@ -521,7 +521,11 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	s.pDupCopy = []float64{0, 0.1, 0.3}[rng.IntN(3)]
 	s.faultSteps = 200 + rng.IntN(600)
 	if s.outage = simOutageOf(seed, s.faultSteps); s.outage != nil {
-		s.fault(map[bool]string{false: "relay outage", true: "relay refuses for ever"}[s.outage.forever])
+		if s.outage.forever {
+			s.fault("relay refuses for ever")
+		} else {
+			s.fault("relay outage")
+		}
 	}
 	switch rng.IntN(3) {
 	case 0:
