@@ -299,6 +299,11 @@ type PageJob struct {
 	// now (held after a quota rejection, or breaker open), with when to try
 	// again: the worker records them deferred until then and walks on.
 	Defer map[string]time.Time `json:"defer,omitempty"`
+	// GiveUp names held providers that have accepted nothing for longer
+	// than the coordinator waits (coordinator.GovernorConfig's
+	// GiveUpAfter), with the reason: their recipients the worker would
+	// defer are recorded failed with it instead, not attempted.
+	GiveUp map[string]string `json:"give_up,omitempty"`
 	// Probe names half-open providers this page carries the ramp's step
 	// for: their recipients may be sent, on at most Conns[provider]
 	// connections at a time (1 when absent: the breaker's probe), until the

@@ -62,6 +62,8 @@ Every flag can be set by the environment variable named in its help.`,
 	f.StringVar(&o.TLSCert, "tls-cert", "", "PEM certificate (chain) file: with --tls-key, gRPC speaks TLS only and refuses plaintext; both files are re-read when they change, so a renewed cert-manager Secret needs no restart (env RANGECAST_TLS_CERT)")
 	f.StringVar(&o.TLSKey, "tls-key", "", "PEM private key file of --tls-cert (env RANGECAST_TLS_KEY)")
 	governorFlags(cmd, &gov.Limits)
+	f.DurationVar(&gov.GiveUpAfter, "give-up-after", coordinator.DefaultGiveUpAfter,
+		"a receiving provider that has accepted nothing for this long (its breaker open, held or ramping back) gives up its held recipients: they fail with the reason, and 'rangecast broadcasts retry' sends them again (env RANGECAST_GIVE_UP_AFTER)")
 	publicFlags(cmd, &keysFile, &o.Alarms)
 	f.DurationVar(&o.Retention.Events, "event-retention", maintenance.DefaultEventRetention,
 		"how long delivery webhook events are kept after they arrive; at least 168h; the ledger keeps each recipient's status without them (env RANGECAST_EVENT_RETENTION)")

@@ -162,10 +162,13 @@ type Pacer interface {
 }
 
 // ProviderHolds is what a page is told about receiving providers
-// (bus.PageJob's Defer, Probe, Conns, StepShare and StepFloor).
+// (bus.PageJob's Defer, GiveUp, Probe, Conns, StepShare and StepFloor).
 type ProviderHolds struct {
 	// Defer: providers whose recipients wait, and until when.
 	Defer map[string]time.Time
+	// GiveUp: held providers whose recipients fail instead, with the
+	// reason (GovernorConfig.GiveUpAfter).
+	GiveUp map[string]string
 	// Probe: half-open providers whose ramp step the page carries, on
 	// Conns[provider] connections, until its refusals are at least
 	// StepFloor and StepShare of its attempts (governor.StepEnds).

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/govstate"
+	"github.com/rangecast/rangecast/internal/store"
 )
 
 // GovernorConfig turns on the per-sending-domain governors.
@@ -27,7 +29,21 @@ type GovernorConfig struct {
 	// mail within Flush can be lost with the leader (the new leader then
 	// allows that many more today).
 	Flush time.Duration
+	// GiveUpAfter is how long a receiving provider may accept nothing, its
+	// breaker open, held or ramping back (governor.BreakerState's
+	// RefusingSince), before the recipients it holds fail with the reason
+	// ("gave up after …", which a retry sends again). Held recipients are
+	// never attempted, and a provider that refuses for good lets one ramp
+	// step a breaker period through, so without it they waited until the
+	// probes had used up each one's attempts: months for a large list.
+	// 0 is DefaultGiveUpAfter.
+	GiveUpAfter time.Duration
 }
+
+// DefaultGiveUpAfter is GovernorConfig's GiveUpAfter when unset: a day, as
+// long as the retries of a large sender's MTA for a provider that defers
+// everything, short enough that a broadcast does not run on for weeks.
+const DefaultGiveUpAfter = 24 * time.Hour
 
 // domainHost hosts one governor.Domain per sending domain for the leader's
 // term: it loads each domain's learned state from KV (govstate) on first
@@ -40,6 +56,7 @@ type domainHost struct {
 	log      *slog.Logger
 	defaults governor.Limits
 	flush    time.Duration
+	giveUp   time.Duration
 	ctx      context.Context
 
 	mu      sync.Mutex
@@ -65,8 +82,11 @@ func newDomainHost(ctx context.Context, kv jetstream.KeyValue, cfg GovernorConfi
 	if cfg.Flush <= 0 {
 		cfg.Flush = time.Second
 	}
+	if cfg.GiveUpAfter <= 0 {
+		cfg.GiveUpAfter = DefaultGiveUpAfter
+	}
 	return &domainHost{
-		kv: govstate.New(kv), clock: clk, log: log, defaults: cfg.Limits, flush: cfg.Flush, ctx: ctx,
+		kv: govstate.New(kv), clock: clk, log: log, defaults: cfg.Limits, flush: cfg.Flush, giveUp: cfg.GiveUpAfter, ctx: ctx,
 		domains: map[string]*hosted{}, servers: map[string]*hostedServer{}, kick: make(chan struct{}, 1),
 	}
 }
@@ -308,12 +328,19 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool) ProviderHol
 	var hold map[string]time.Time
 	var probe []string
 	var conns map[string]int
+	var giveUp map[string]string
 	for _, p := range h.d.Status(now).Providers {
 		if p.Phase == governor.PhaseClosed {
 			continue
 		}
 		if hold == nil {
 			hold = map[string]time.Time{}
+		}
+		if why := g.giveUpReason(now, p); why != "" {
+			if giveUp == nil {
+				giveUp = map[string]string{}
+			}
+			giveUp[p.Provider] = why
 		}
 		if p.Phase == governor.PhaseHalfOpen && !sweep {
 			hold[p.Provider] = now.Add(min(rampRetry, h.d.Limits().BreakerOpen))
@@ -339,7 +366,19 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool) ProviderHol
 		}
 	}
 	l := h.d.Limits()
-	return ProviderHolds{Defer: hold, Probe: probe, Conns: conns, StepShare: l.BreakerShare, StepFloor: l.BreakerFailures}
+	return ProviderHolds{Defer: hold, GiveUp: giveUp, Probe: probe, Conns: conns, StepShare: l.BreakerShare, StepFloor: l.BreakerFailures}
+}
+
+// giveUpReason is what a held recipient of p fails with once p has accepted
+// nothing for g.giveUp, "" before then. It names the run of refusals, not
+// the latest reply, so that every recipient given up in one run shares
+// one reason (the failure groups of status and report).
+func (g *domainHost) giveUpReason(now time.Time, p governor.ProviderStatus) string {
+	if p.RefusingSince.IsZero() || now.Sub(p.RefusingSince) < g.giveUp {
+		return ""
+	}
+	return fmt.Sprintf("%s%s of refusals: %s has accepted nothing since %s UTC (breaker or hold)",
+		store.GaveUpPrefix, g.giveUp, p.Provider, p.RefusingSince.UTC().Format("2006-01-02 15:04"))
 }
 
 // status reports a hosted domain, or nil when it is not hosted here.

@@ -526,6 +526,66 @@ func TestDeferredRowsGiveUp(t *testing.T) {
 	}
 }
 
+// TestRefusingProviderGivenUp: a provider that refuses every attempt for
+// good, with breakers on, cannot keep a broadcast running: its recipients
+// are held while its breaker is open and only a ramp step of a few is
+// attempted per open period, so by their attempts alone 100 recipients
+// would take 200 open periods (17 minutes here, months at production
+// pacing and volume). Once it has accepted nothing for GiveUpAfter, the
+// recipients it holds fail with the reason, and the broadcast completes;
+// every other provider's recipients are sent exactly once.
+func TestRefusingProviderGivenUp(t *testing.T) {
+	t.Parallel()
+	const giveUp = 2 * time.Second
+	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 20, sweepRetry: 100 * time.Millisecond,
+		governor: &coordinator.GovernorConfig{GiveUpAfter: giveUp,
+			Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000, BreakerOpen: 5 * time.Second}},
+		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if strings.HasSuffix(to, "@yahoo.com") {
+				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
+			}
+			return nil
+		})},
+	})
+	s.withFastRetries(1000)
+	all, contacts := s.seedProviders(300)
+	id := s.create("", 0)
+	start := time.Now()
+	s.start(id)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	t.Logf("completed %s after the start", time.Since(start).Round(time.Millisecond))
+	want := map[string]bool{}
+	for e := range all {
+		if !strings.HasSuffix(e, "@yahoo.com") {
+			want[e] = true
+		}
+	}
+	s.exactlyOnce(want)
+	if b.GetProgress().GetFailed() != 100 {
+		t.Fatalf("completed with %d failed; want the 100 yahoo recipients", b.GetProgress().GetFailed())
+	}
+	gaveUp := 0
+	for _, c := range contacts {
+		row, err := s.store.GetSend(context.Background(), ulid.MustParseStrict(id), c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(c.Email, "@yahoo.com") {
+			continue
+		}
+		if row.Status != store.SendFailed || !strings.HasPrefix(row.Error, store.GaveUpPrefix) {
+			t.Fatalf("%s: %s (%s); want failed, given up", c.Email, row.Status, row.Error)
+		}
+		if strings.Contains(row.Error, "yahoo has accepted nothing since") {
+			gaveUp++
+		}
+	}
+	if gaveUp == 0 {
+		t.Fatal("no yahoo recipient failed because the provider was given up on")
+	}
+	t.Logf("%d of 100 failed as given up on, the rest by their own attempts", gaveUp)
+}
+
 // TestHourlyLimitSharedByDomains: the hourly limit is the SMTP server's, so
 // two sending domains through it share one count.
 func TestHourlyLimitSharedByDomains(t *testing.T) {

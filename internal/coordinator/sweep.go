@@ -59,7 +59,7 @@ func (a *actor) sweep(ctx context.Context) {
 		// providers' recipients, so a probe is not spent on a page that
 		// has none.
 		h := pacer.Holds(now, a.domain(), true)
-		job.Defer, job.Probe, job.Conns, job.StepShare, job.StepFloor = h.Defer, h.Probe, h.Conns, h.StepShare, h.StepFloor
+		job.Defer, job.GiveUp, job.Probe, job.Conns, job.StepShare, job.StepFloor = h.Defer, h.GiveUp, h.Probe, h.Conns, h.StepShare, h.StepFloor
 	}
 	if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {
 		a.log().Warn("sweep dispatch failed; retried on the next tick", "err", err)

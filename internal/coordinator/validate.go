@@ -53,6 +53,9 @@ func (g GovernorConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("--emails-per-hour is %d; give 0 for no hourly limit", l.EmailsPerHour))
 	}
 	errs = append(errs, nonNegative("GovernorConfig.Flush", g.Flush))
+	if g.GiveUpAfter < 0 {
+		errs = append(errs, fmt.Errorf("--give-up-after is %s; give how long a provider may refuse everything before its held recipients fail (0 for the default, %s)", g.GiveUpAfter, DefaultGiveUpAfter))
+	}
 	return errors.Join(errs...)
 }
 

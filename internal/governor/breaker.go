@@ -84,6 +84,16 @@ type BreakerState struct {
 	// are for people: status and governor status show them.
 	Reason    string `json:"reason,omitempty"`
 	LastReply string `json:"last_reply,omitempty"`
+	// RefusingSince is when the provider's present run of refusals began:
+	// the first trip or hold since it last accepted a message. Re-opens
+	// while ramping back keep it; an accepted send clears it. A provider
+	// that refuses for good keeps its breaker cycling (open, one ramp
+	// step, open again) and its held recipients are never attempted, so
+	// without it they would wait as long as the probes take to use up
+	// every recipient's attempts: months at volume. The coordinator gives
+	// up on them once it is old enough (coordinator.GovernorConfig's
+	// GiveUpAfter).
+	RefusingSince time.Time `json:"refusing_since,omitzero"`
 }
 
 // BreakerMinute is one minute of a breaker's window.
@@ -189,7 +199,8 @@ func (b *BreakerState) failure(now time.Time, open time.Duration, floor int, sha
 // time when linear.
 func (b *BreakerState) hold(now time.Time, d time.Duration, reason string, linear bool) {
 	// Unless open, OpenUntil is not after now: the hold starts now.
-	*b = BreakerState{OpenUntil: maxTime(now.Add(d), b.OpenUntil), Hold: true, Linear: linear || b.Linear, Reason: reason}
+	*b = BreakerState{OpenUntil: maxTime(now.Add(d), b.OpenUntil), Hold: true, Linear: linear || b.Linear, Reason: reason,
+		RefusingSince: b.refusingFrom(now)}
 }
 
 // success records n accepted sends. In half-open it is a clean step of the
@@ -211,7 +222,7 @@ func (b *BreakerState) success(now time.Time, n, rampTo int) {
 			*b = BreakerState{}
 			return
 		}
-		b.Conns, b.ProbeAt, b.SteppedAt = c, time.Time{}, now
+		b.Conns, b.ProbeAt, b.SteppedAt, b.RefusingSince = c, time.Time{}, now, time.Time{}
 	case PhaseClosed:
 		b.forget(now)
 		if len(b.Minutes) > 0 {
@@ -242,6 +253,10 @@ func (b *BreakerState) step(now time.Time, sent, failed int, ended bool, l Limit
 		return
 	}
 	if ended || StepEnds(sent+failed, failed, l.BreakerShare, l.BreakerFailures) || (sent == 0 && failed > 0) {
+		if sent > 0 {
+			// It took some: this re-open starts a new run of refusals.
+			b.RefusingSince = time.Time{}
+		}
 		linear := b.Linear
 		b.trip(now, l.BreakerOpen, fmt.Sprintf("refused again while ramping up: %d of a step's %d attempts%s", failed, sent+failed, replySuffix(reply)))
 		b.Linear = linear
@@ -276,7 +291,16 @@ func (b *BreakerState) release(now time.Time) {
 // trip opens the breaker on a clean counter, so that after it closes again
 // it takes BreakerFailures new failures to open it.
 func (b *BreakerState) trip(now time.Time, open time.Duration, reason string) {
-	*b = BreakerState{OpenUntil: now.Add(open), Reason: reason}
+	*b = BreakerState{OpenUntil: now.Add(open), Reason: reason, RefusingSince: b.refusingFrom(now)}
+}
+
+// refusingFrom is RefusingSince for a trip or hold at now: kept if a run
+// of refusals is on already, now if this one starts it.
+func (b *BreakerState) refusingFrom(now time.Time) time.Time {
+	if b.RefusingSince.IsZero() {
+		return now
+	}
+	return b.RefusingSince
 }
 
 // replySuffix is " (451 4.3.0)" for a reply, "" for none.

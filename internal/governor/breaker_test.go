@@ -509,3 +509,67 @@ func rampCloses(rng *rand.Rand, share float64, d time.Duration) bool {
 	}
 	return false
 }
+
+// TestRefusingSince: a provider's run of refusals starts at the trip that
+// ends its accepting mail, lasts through every re-open of its ramp while it
+// accepts nothing, and ends with the first message it accepts; a step that
+// took some and was re-opened starts a new run. The coordinator gives up on
+// held recipients by it, so a run must neither reset on a re-open (a
+// provider refusing for good would never be given up on) nor outlive an
+// acceptance.
+func TestRefusingSince(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	since := func(d *Domain, at time.Time) time.Time {
+		for _, p := range d.Status(at).Providers {
+			if p.Provider == "yahoo" {
+				return p.RefusingSince
+			}
+		}
+		return time.Time{}
+	}
+	d := NewDomain("example.com", Limits{}, nil, t0)
+	d.RecordTransient(t0, "yahoo.com")
+	if got := since(d, t0); !got.IsZero() {
+		t.Fatalf("one refusal, breaker closed: refusing since %v; want not refusing", got)
+	}
+	for range BreakerFailures - 1 {
+		d.RecordTransient(t0, "yahoo.com")
+	}
+	if got := since(d, t0); !got.Equal(t0) {
+		t.Fatalf("after the trip: refusing since %v; want %v", got, t0)
+	}
+	// An hour of ramp steps, each refused whole.
+	at := t0
+	for range 60 {
+		at = at.Add(BreakerOpen + time.Second)
+		if open, _ := d.ProviderOpen(at, "yahoo.com"); open {
+			t.Fatalf("%v: still open after its open period", at)
+		}
+		d.RecordStep(at, "yahoo.com", 0, BreakerFailures, true, "451 4.3.0")
+	}
+	if got := since(d, at); !got.Equal(t0) {
+		t.Fatalf("after an hour of refused steps: refusing since %v; want %v (the run goes on)", got, t0)
+	}
+	// A step that took some and was still re-opened: a new run.
+	at = at.Add(BreakerOpen + time.Second)
+	d.ProviderOpen(at, "yahoo.com")
+	d.RecordStep(at, "yahoo.com", 2, BreakerFailures, true, "451 4.3.0")
+	if got := since(d, at); !got.Equal(at) {
+		t.Fatalf("after a step that took 2: refusing since %v; want %v", got, at)
+	}
+	// A clean step: accepting again.
+	at = at.Add(BreakerOpen + time.Second)
+	d.ProviderOpen(at, "yahoo.com")
+	d.RecordStep(at, "yahoo.com", 1, 0, false, "")
+	if got := since(d, at); !got.IsZero() {
+		t.Fatalf("after a clean step: refusing since %v; want not refusing", got)
+	}
+	// A provider's own hold (Gmail's 421 4.7.28) starts a run too.
+	d.HoldProvider(at, "gmail.com", 10*time.Minute, "421 4.7.28", true)
+	for _, p := range d.Status(at).Providers {
+		if p.Provider == "google" && !p.RefusingSince.Equal(at) {
+			t.Fatalf("held by its own guidance: refusing since %v; want %v", p.RefusingSince, at)
+		}
+	}
+}

@@ -637,6 +637,10 @@ type ProviderStatus struct {
 	Deferred float64 `json:"deferred,omitempty"`
 	// Reason is why it is held or open, or the latest refusal ("451 4.3.0").
 	Reason string `json:"reason,omitempty"`
+	// RefusingSince is when the provider last went from accepting mail to
+	// refusing it (BreakerState.RefusingSince): held, open or ramping, it
+	// has accepted nothing since. Zero when it is not refusing.
+	RefusingSince time.Time `json:"refusing_since,omitzero"`
 	// Summary says all of it in one line for people: "yahoo: 3 % deferred
 	// in the last 5m0s (451 4.3.0), retrying", "google: held until 14:10
 	// UTC (421 4.7.28)".
@@ -723,6 +727,7 @@ func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
 		ps.Phase = b.phase(now)
 		ps.Failures = len(b.Failures)
 		ps.Reason = b.Reason
+		ps.RefusingSince = b.RefusingSince
 		switch ps.Phase {
 		case PhaseOpen:
 			ps.Until = b.OpenUntil

@@ -250,9 +250,9 @@ func TestStatusProviders(t *testing.T) {
 		{Provider: "apple", Phase: PhaseClosed, Failures: 1, Deferred: 1,
 			Summary: "apple: 100 % deferred in the last 5 min, retrying"},
 		{Provider: "google", Phase: PhaseHalfOpen, ProbeInFlight: true, Connections: 1, RampTo: RampConnections,
-			Reason:  "100 % of attempts refused in 5 min",
+			Reason: "100 % of attempts refused in 5 min", RefusingSince: now,
 			Summary: "google: ramping back up, 1 of 16 connections (opened: 100 % of attempts refused in 5 min); waiting for its current step"},
-		{Provider: "microsoft", Phase: PhaseHeld, Until: now.Add(QuotaHold), Reason: "quota rejection",
+		{Provider: "microsoft", Phase: PhaseHeld, Until: now.Add(QuotaHold), Reason: "quota rejection", RefusingSince: now,
 			Summary: "microsoft: held until 12:05 UTC after a quota rejection"},
 	}
 	if !reflect.DeepEqual(got, want) {

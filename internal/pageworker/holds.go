@@ -17,6 +17,9 @@ type holds struct {
 	until map[string]time.Time
 	// lanes are the half-open providers whose ramp step this page carries.
 	lanes map[string]*lane
+	// giveUp: providers held so long that their held recipients fail, with
+	// the reason to record (bus.PageJob's GiveUp).
+	giveUp map[string]string
 }
 
 // lane is one carried ramp step: the provider's recipients in this page are
@@ -80,7 +83,7 @@ func (l *lane) over() (bool, time.Time) {
 }
 
 func newHolds(job bus.PageJob) *holds {
-	h := &holds{until: map[string]time.Time{}, lanes: map[string]*lane{}}
+	h := &holds{until: map[string]time.Time{}, lanes: map[string]*lane{}, giveUp: job.GiveUp}
 	for p, until := range job.Defer {
 		h.until[p] = until
 	}

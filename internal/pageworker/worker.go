@@ -872,6 +872,9 @@ type batch struct {
 	// lanes[i] is the carried ramp step contact i is sent under, nil for
 	// none (holds.lane).
 	lanes []*lane
+	// giveUp is the page's holds.giveUp: the reason a held recipient of
+	// each provider named fails with instead of waiting.
+	giveUp map[string]string
 }
 
 // lane is the carried ramp step contact i is sent under, nil for none.
@@ -886,7 +889,7 @@ func (b *batch) lane(i int) *lane {
 // those this run holds whose provider the governor does not hold.
 func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) *batch {
 	b := &batch{window: window, mine: mine, providers: make([]string, len(window)), deferUntil: make([]time.Time, len(window)),
-		now: now, errs: make([]error, len(window)), done: make(chan struct{})}
+		now: now, errs: make([]error, len(window)), done: make(chan struct{}), giveUp: h.giveUp}
 	for i, c := range window {
 		if mine[c.ID] {
 			b.providers[i], b.deferUntil[i] = h.check(c.Email)
@@ -930,6 +933,14 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			}
 		}
 		if !deferUntil[i].IsZero() {
+			if why, ok := b.giveUp[providers[i]]; ok {
+				// The provider has accepted nothing for so long that the
+				// coordinator gave up on it: failed, not attempted, and
+				// reopenable (store.GaveUpPrefix) once it takes mail again.
+				outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: why, NotAttempted: true})
+				res.failed++
+				continue
+			}
 			why := "deferred: " + providers[i] + " held by the governor"
 			if errs[i] == errStepEnded {
 				why = "deferred: " + providers[i] + " refused while ramping back up"
