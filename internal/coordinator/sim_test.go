@@ -842,6 +842,7 @@ func (s *sim) startCopy(dup bool) {
 
 // governed decorates a copy's job, during the faults, as the governor
 // would: the recipients' provider held (every row deferred, not an
+// attempt; after a long hold given up on: failed with the reason, not an
 // attempt), or, on a sweep, carrying a half-open provider's ramp step on a
 // few connections (sent until its refusals meet the breaker's rule, the
 // rest deferred). On one connection the job carries no rule, as an older
@@ -866,6 +867,14 @@ func (s *sim) governed(job bus.PageJob) bus.PageJob {
 	} else {
 		s.fault("provider held")
 		s.logf("the copy finds %s held until %s", provider, until.Format(time.TimeOnly))
+	}
+	// A long hold stands for a provider that has accepted nothing for
+	// GiveUpAfter: the copy fails the recipients it would hold, with the
+	// reason (a rule on the draws above, so none is added).
+	if until.Sub(s.clk.Now()) >= 50*time.Second {
+		job.GiveUp = map[string]string{provider: store.GaveUpPrefix + "24h0m0s of refusals: " + provider + " has accepted nothing since …"}
+		s.fault("provider given up")
+		s.logf("the copy gives up %s's held recipients", provider)
 	}
 	return job
 }

@@ -28,6 +28,7 @@ func TestOptionsRefusedByFlag(t *testing.T) {
 		{"negative sample", server.CoordinatorOptions{Alarms: maintenance.AlarmConfig{MinSample: -1}}, "--alarm-min-sample"},
 		{"negative rate", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: -1}}}, "--domain-rate"},
 		{"negative hourly limit", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{EmailsPerHour: -5}}}, "--emails-per-hour"},
+		{"negative give-up", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{GiveUpAfter: -time.Hour}}, "--give-up-after"},
 	} {
 		err := server.RunCoordinator(ctx, c.o)
 		if err == nil || !strings.Contains(err.Error(), c.flag) {
