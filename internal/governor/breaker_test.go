@@ -3,6 +3,7 @@ package governor
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -550,6 +551,11 @@ func TestRefusingSince(t *testing.T) {
 	}
 	if got := since(d, at); !got.Equal(t0) {
 		t.Fatalf("after an hour of refused steps: refusing since %v; want %v (the run goes on)", got, t0)
+	}
+	for _, p := range d.Status(at).Providers {
+		if p.Provider == "yahoo" && !strings.HasSuffix(p.Summary, "; nothing accepted since Mar 14 09:00 UTC") {
+			t.Fatalf("after an hour of refused steps: summary %q; want it to say since when nothing was accepted", p.Summary)
+		}
 	}
 	// A step that took some and was still re-opened: a new run.
 	at = at.Add(BreakerOpen + time.Second)

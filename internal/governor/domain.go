@@ -770,8 +770,17 @@ func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
 	default:
 		ps.Summary = fmt.Sprintf("%s: %s deferred in the last %s%s, retrying", p, percent(ps.Deferred), shortDuration(BreakerWindow), replySuffix(ps.Reason))
 	}
+	if !ps.RefusingSince.IsZero() && now.Sub(ps.RefusingSince) >= longRefusal {
+		// What the coordinator gives its held recipients up by.
+		ps.Summary += "; nothing accepted since " + ps.RefusingSince.UTC().Format("Jan 2 15:04") + " UTC"
+	}
 	return ps
 }
+
+// longRefusal is how long a provider's run of refusals lasts before its
+// summary says since when: past a few breaker periods, not an outage that
+// ramps back within minutes.
+const longRefusal = 10 * time.Minute
 
 // reasonQuota is the Reason of a provider held after a quota rejection.
 const reasonQuota = "quota rejection"
