@@ -597,7 +597,7 @@ func (a *actor) dispatch(ctx context.Context) {
 		}
 		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue}
 		if pacer := a.c.pacer(); pacer != nil {
-			h := pacer.Holds(now, a.domain(), false)
+			h := pacer.Holds(now, a.domain(), false, a.b.StartedAt)
 			job.Defer, job.GiveUp = h.Defer, h.GiveUp
 		}
 		if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {

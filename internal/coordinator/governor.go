@@ -320,7 +320,7 @@ const rampRetry = 5 * time.Second
 // with the step's connections. A page defers a half-open provider's
 // recipients without taking its step, so the step goes with the sweep of
 // that provider's deferred rows.
-func (g *domainHost) Holds(now time.Time, domain string, sweep bool) ProviderHolds {
+func (g *domainHost) Holds(now time.Time, domain string, sweep bool, started time.Time) ProviderHolds {
 	h, err := g.domain(domain)
 	if err != nil {
 		return ProviderHolds{}
@@ -336,7 +336,7 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool) ProviderHol
 		if hold == nil {
 			hold = map[string]time.Time{}
 		}
-		if why := g.giveUpReason(now, p); why != "" {
+		if why := g.giveUpReason(now, p, started); why != "" {
 			if giveUp == nil {
 				giveUp = map[string]string{}
 			}
@@ -370,15 +370,24 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool) ProviderHol
 }
 
 // giveUpReason is what a held recipient of p fails with once p has accepted
-// nothing for g.giveUp, "" before then. It names the run of refusals, not
-// the latest reply, so that every recipient given up in one run shares
-// one reason (the failure groups of status and report).
-func (g *domainHost) giveUpReason(now time.Time, p governor.ProviderStatus) string {
-	if p.RefusingSince.IsZero() || now.Sub(p.RefusingSince) < g.giveUp {
+// nothing for g.giveUp since its broadcast started, "" before then: a
+// broadcast started while a provider has been refusing for a day still
+// gives it a day. It names the run of refusals, not the latest reply, so
+// that every recipient given up in one run shares one reason (the failure
+// groups of status and report).
+func (g *domainHost) giveUpReason(now time.Time, p governor.ProviderStatus, started time.Time) string {
+	if p.RefusingSince.IsZero() {
+		return ""
+	}
+	since := p.RefusingSince
+	if started.After(since) {
+		since = started
+	}
+	if now.Sub(since) < g.giveUp {
 		return ""
 	}
 	return fmt.Sprintf("%s%s of refusals: %s has accepted nothing since %s UTC (breaker or hold)",
-		store.GaveUpPrefix, g.giveUp, p.Provider, p.RefusingSince.UTC().Format("2006-01-02 15:04"))
+		store.GaveUpPrefix, g.giveUp, p.Provider, since.UTC().Format("2006-01-02 15:04"))
 }
 
 // status reports a hosted domain, or nil when it is not hosted here.

@@ -58,7 +58,7 @@ func (a *actor) sweep(ctx context.Context) {
 		// Sweeps carry the breakers' probes: their rows are the held
 		// providers' recipients, so a probe is not spent on a page that
 		// has none.
-		h := pacer.Holds(now, a.domain(), true)
+		h := pacer.Holds(now, a.domain(), true, a.b.StartedAt)
 		job.Defer, job.GiveUp, job.Probe, job.Conns, job.StepShare, job.StepFloor = h.Defer, h.GiveUp, h.Probe, h.Conns, h.StepShare, h.StepFloor
 	}
 	if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {

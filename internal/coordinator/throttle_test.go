@@ -63,7 +63,7 @@ func (p *budgetPacer) Settle(_ string, granted, sent int) {
 func (p *budgetPacer) Observe(time.Time, string, bus.Report) {}
 
 // Holds holds no provider: this pacer only budgets.
-func (p *budgetPacer) Holds(time.Time, string, bool) coordinator.ProviderHolds {
+func (p *budgetPacer) Holds(time.Time, string, bool, time.Time) coordinator.ProviderHolds {
 	return coordinator.ProviderHolds{}
 }
 

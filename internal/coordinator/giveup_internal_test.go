@@ -1,0 +1,47 @@
+package coordinator
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// TestGiveUpReason: a held provider's recipients are given up once it has
+// accepted nothing for GiveUpAfter since their broadcast started, and the
+// reason is the same for every recipient of one run of refusals. A
+// broadcast started during a long run gets the whole wait of its own.
+func TestGiveUpReason(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	g := &domainHost{giveUp: 24 * time.Hour}
+	yahoo := func(since time.Time) governor.ProviderStatus {
+		return governor.ProviderStatus{Provider: "yahoo", Phase: governor.PhaseOpen, RefusingSince: since}
+	}
+	for _, c := range []struct {
+		name            string
+		since, started  time.Time
+		giveUp          bool
+		wantSinceInText string
+	}{
+		{"not refusing", time.Time{}, now.Add(-48 * time.Hour), false, ""},
+		{"refusing for 23h", now.Add(-23 * time.Hour), now.Add(-48 * time.Hour), false, ""},
+		{"refusing for 24h", now.Add(-24 * time.Hour), now.Add(-48 * time.Hour), true, "2031-03-13 09:00"},
+		{"refusing for 3 days, broadcast started 1h ago", now.Add(-72 * time.Hour), now.Add(-time.Hour), false, ""},
+		{"refusing for 3 days, broadcast started 25h ago", now.Add(-72 * time.Hour), now.Add(-25 * time.Hour), true, "2031-03-13 08:00"},
+	} {
+		why := g.giveUpReason(now, yahoo(c.since), c.started)
+		if (why != "") != c.giveUp {
+			t.Errorf("%s: reason %q; want given up %v", c.name, why, c.giveUp)
+			continue
+		}
+		if c.giveUp && (!strings.HasPrefix(why, store.GaveUpPrefix+"24h0m0s of refusals: yahoo") || !strings.Contains(why, c.wantSinceInText)) {
+			t.Errorf("%s: reason %q; want it retryable (%q) and to say since %s", c.name, why, store.GaveUpPrefix, c.wantSinceInText)
+		}
+		if c.giveUp && why != g.giveUpReason(now.Add(time.Hour), yahoo(c.since), c.started) {
+			t.Errorf("%s: the reason changes an hour later; one run of refusals gives one reason", c.name)
+		}
+	}
+}
