@@ -280,6 +280,7 @@ func (a *actor) adopt(b store.Broadcast) {
 // nothing.
 func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 	now := a.c.cfg.Clock.Now()
+	a.stateMet(rep, now)
 	if rep.Sweep {
 		return a.applySweep(ctx, rep)
 	}
@@ -401,6 +402,24 @@ func (a *actor) refused(ctx context.Context, rep bus.Report, now time.Time) (fai
 	reason := fmt.Sprintf("%d pages in a row made no progress: every recipient tried was refused; last error: %s", a.refusedPages, rep.Error)
 	return true, a.transition(ctx, []store.State{store.StateRunning}, store.StateFailed, reason)
 }
+
+// stateMet has run read the store's state right after this report when
+// its page stopped at a pause or an end the actor does not hold: the
+// store refused its claims, or the worker saw the state in KV. Until the
+// tick's mirror, the actor would otherwise redispatch every range's page
+// as fast as their reports came back (2,143 pages in 2 s in
+// TestPausedInStoreStopsRedispatch, a pause whose KV write was lost). At
+// most once per mirrorSoon, should a worker's view lag the store instead.
+func (a *actor) stateMet(rep bus.Report, now time.Time) {
+	if a.b.State == store.StateRunning && (rep.Class == bus.ClassPaused || rep.Class == bus.ClassCancelled) &&
+		now.Sub(a.mirrored) >= mirrorSoon {
+		a.mirrored = time.Time{}
+	}
+}
+
+// mirrorSoon is the least time between two reads of the store's state that
+// reports ask for (stateMet).
+const mirrorSoon = 100 * time.Millisecond
 
 // write stores a range record by compare-and-set on the revision read.
 func (a *actor) write(ctx context.Context, i int, rec bus.RangeRecord) error {

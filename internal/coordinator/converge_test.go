@@ -11,6 +11,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/pageworker"
+	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/transport"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -91,6 +92,56 @@ func TestKVStateConvergesToTheStore(t *testing.T) {
 	}
 	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
 	s.exactlyOnce(a.eligible(false))
+}
+
+// pageReads counts the pages workers start (their eligible reads).
+type pageReads struct {
+	store.Store
+	n atomic.Int64
+}
+
+func (p *pageReads) EligiblePage(ctx context.Context, b store.Broadcast, from, until ulid.ULID, limit int) ([]store.Contact, error) {
+	p.n.Add(1)
+	return p.Store.EligiblePage(ctx, b, from, until, limit)
+}
+
+// TestPausedInStoreStopsRedispatch: when the store says paused and KV still
+// says running (the pause's KV write lost), workers start pages, the store
+// refuses their claims, and they report the page stopped by the pause. The
+// leader then reads the store at once instead of redispatching every
+// range's page as fast as the reports come back until its next tick
+// brings KV level (found by review: a tight loop of pages for up to a
+// tick, 5 s by default).
+func TestPausedInStoreStopsRedispatch(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{concurrency: 4, pageLimit: 20})
+	reads := &pageReads{Store: s.store}
+	s.stopCoord()
+	s.coordCfg.Tick = 20 * time.Second // no tick's mirror within the test
+	s.startCoordinator()
+	s.store = reads
+	s.startWorker()
+	s.startWorker()
+	s.seed(2000)
+	id := s.create("", 36000) // 10 a second: running for the whole test
+	s.start(id)
+	for s.sink.Count() < 5 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := s.store.SetState(context.Background(), ulid.MustParseStrict(id), []store.State{store.StateRunning}, store.StatePaused, "paused directly in the store", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	before := reads.n.Load()
+	time.Sleep(2 * time.Second)
+	n := reads.n.Load() - before
+	t.Logf("%d pages started in 2 s with the store paused and KV running", n)
+	if n > 2*ranges.Count {
+		t.Fatalf("%d pages started in 2 s while the store says paused; want the leader to stop dispatching at the first page the store refused", n)
+	}
+	if got := s.kvState(id); got != string(store.StatePaused) {
+		t.Fatalf("KV state %q a second after a page met the store's pause; want paused", got)
+	}
 }
 
 // downStore fails every call while down is set: a Postgres failover or a
