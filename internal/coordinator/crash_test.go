@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,9 +45,21 @@ func (f *freezingTransport) Send(ctx context.Context, m message.Rendered) (strin
 // and nobody receives two messages. The dead worker's claims stay in doubt,
 // at most one in-flight window, and the broadcast does not claim to be
 // complete while they do.
+//
+// With several pages per worker (--pages) the dead worker held claims of
+// each of them, and in doubt stays within InDoubtBound for that many pages.
 func TestWorkerDiesMidPage(t *testing.T) {
 	t.Parallel()
-	s, a, id := killWorkerMidPage(t, nil)
+	for _, pages := range []int{1, 3} {
+		t.Run(fmt.Sprintf("pages=%d", pages), func(t *testing.T) {
+			t.Parallel()
+			workerDiesMidPage(t, pages)
+		})
+	}
+}
+
+func workerDiesMidPage(t *testing.T, pages int) {
+	s, a, id := killWorkerMidPageOf(t, nil, pages, func(s *stack) string { return s.create("", 0) })
 	want := a.eligible(false)
 
 	deadline := time.Now().Add(time.Minute)
@@ -64,8 +77,8 @@ func TestWorkerDiesMidPage(t *testing.T) {
 	}
 	s.waitQuiet(300 * time.Millisecond)
 	inDoubt := p.GetInDoubt()
-	if most := pageworker.InDoubtBound(1, deadConc); inDoubt < 1 || inDoubt > int64(most) {
-		t.Fatalf("in doubt = %d; the dead worker held at most %d claims without an outcome (pageworker.InDoubtBound)", inDoubt, most)
+	if most := pageworker.InDoubtBound(pages, deadConc); inDoubt < 1 || inDoubt > int64(most) {
+		t.Fatalf("in doubt = %d; the dead worker, %d pages at once, held at most %d claims without an outcome (pageworker.InDoubtBound)", inDoubt, pages, most)
 	}
 	got := s.sink.CountByRecipient()
 	for email, n := range got {
@@ -118,12 +131,13 @@ const deadConc = 8
 // reported), then starts a healthy worker. tune adjusts the coordinator
 // before anything starts.
 func killWorkerMidPage(t *testing.T, tune func(*coordinator.Config)) (*stack, audience, string) {
-	return killWorkerMidPageOf(t, tune, func(s *stack) string { return s.create("", 0) })
+	return killWorkerMidPageOf(t, tune, 1, func(s *stack) string { return s.create("", 0) })
 }
 
 // startDyingWorker shortens the page ack wait (so a dead worker's page is
-// offered again quickly) and runs a worker that freezes after 30 sends.
-func startDyingWorker(t *testing.T, s *stack) *freezingTransport {
+// offered again quickly) and runs a worker of pages pages at once that
+// freezes after 30 sends.
+func startDyingWorker(t *testing.T, s *stack, pages int) *freezingTransport {
 	t.Helper()
 	if _, err := bus.Setup(context.Background(), s.bus.JS, bus.Options{Memory: true, PageAckWait: 2 * time.Second}); err != nil {
 		t.Fatal(err)
@@ -141,13 +155,14 @@ func startDyingWorker(t *testing.T, s *stack) *freezingTransport {
 	// liveness record no longer lists it, as if the process had died: its
 	// claims are in doubt from then on.
 	w := pageworker.New(pageworker.Config{Store: s.store, Bus: s.bus, Transport: dying, Log: testLogger(t), Concurrency: deadConc,
-		FetchWait: 200 * time.Millisecond, MaxPageTime: time.Second})
+		Pages: pages, FetchWait: 200 * time.Millisecond, MaxPageTime: time.Second})
 	go w.Run(ctx) //nolint:errcheck // never returns: it is frozen
 	return dying
 }
 
-// killWorkerMidPageOf is killWorkerMidPage for the broadcast create makes.
-func killWorkerMidPageOf(t *testing.T, tune func(*coordinator.Config), create func(*stack) string) (*stack, audience, string) {
+// killWorkerMidPageOf is killWorkerMidPage for the broadcast create makes,
+// the dying worker running pages pages at once.
+func killWorkerMidPageOf(t *testing.T, tune func(*coordinator.Config), pages int, create func(*stack) string) (*stack, audience, string) {
 	t.Helper()
 	s := newStack(t, stackOptions{workers: 0, concurrency: deadConc, pageLimit: 100})
 	if tune != nil {
@@ -155,7 +170,7 @@ func killWorkerMidPageOf(t *testing.T, tune func(*coordinator.Config), create fu
 		tune(&s.coordCfg)
 		s.startCoordinator()
 	}
-	dying := startDyingWorker(t, s)
+	dying := startDyingWorker(t, s, pages)
 
 	a := s.seed(1200)
 	id := create(s)
@@ -286,7 +301,7 @@ func TestReconcilerResendPolicy(t *testing.T) {
 	t.Parallel()
 	s, a, id := killWorkerMidPageOf(t, func(c *coordinator.Config) {
 		c.InDoubtAfter, c.Tick = 2*time.Second, 200*time.Millisecond
-	}, func(s *stack) string {
+	}, 1, func(s *stack) string {
 		resp, err := s.client.CreateBroadcast(context.Background(), &pb.CreateBroadcastRequest{
 			Name: "resend", InDoubtPolicy: pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND,
 			Content: &pb.BroadcastContent{FromAddress: "news@rangecast.test", Subject: "Hi", Html: "<p>Hi</p><a href=\"{{.UnsubscribeURL}}\">Unsubscribe</a>"},
@@ -397,7 +412,7 @@ func TestReleaseBehindAPageInFlight(t *testing.T) {
 		return sink.Load().sink.Accepted(messageID), nil
 	}
 	s.startCoordinator()
-	dying := startDyingWorker(t, s)
+	dying := startDyingWorker(t, s, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
