@@ -616,8 +616,10 @@ func (a *actor) dispatch(ctx context.Context) {
 		}
 		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue}
 		if pacer := a.c.pacer(); pacer != nil {
+			// A page carries a ramp step only for a provider given up
+			// (Holds): no sweep has its rows then.
 			h := pacer.Holds(now, a.domain(), false, a.b.StartedAt)
-			job.Defer, job.GiveUp = h.Defer, h.GiveUp
+			job.Defer, job.GiveUp, job.Probe, job.Conns, job.StepShare, job.StepFloor = h.Defer, h.GiveUp, h.Probe, h.Conns, h.StepShare, h.StepFloor
 		}
 		if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {
 			a.log().Warn("dispatch failed; retried on the next tick", "range", i, "err", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -584,6 +585,31 @@ func TestRefusingProviderGivenUp(t *testing.T) {
 		t.Fatal("no yahoo recipient failed because the provider was given up on")
 	}
 	t.Logf("%d of 100 failed as given up on, the rest by their own attempts", gaveUp)
+
+	// A second broadcast while yahoo still refuses gets its own
+	// GiveUpAfter from its start: what yahoo refused before it started
+	// does not count against its recipients.
+	id2 := s.create("", 0)
+	s.start(id2)
+	b2 := s.waitState(id2, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	started := b2.GetStartedAt().AsTime()
+	gaveUp = 0
+	for _, c := range contacts {
+		row, err := s.store.GetSend(context.Background(), ulid.MustParseStrict(id2), c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Status == store.SendFailed && strings.Contains(row.Error, "has accepted nothing since") && row.UpdatedAt.Sub(started) < giveUp {
+			t.Fatalf("%s given up %s after the second broadcast started; want at least %s", c.Email, row.UpdatedAt.Sub(started), giveUp)
+		}
+		if strings.HasPrefix(row.Error, store.GaveUpPrefix) && strings.Contains(row.Error, "has accepted nothing since") {
+			gaveUp++
+		}
+	}
+	t.Logf("second broadcast: completed %s after its start, %d given up", b2.GetFinishedAt().AsTime().Sub(started).Round(time.Millisecond), gaveUp)
+	if gaveUp == 0 {
+		t.Fatal("second broadcast: nobody given up")
+	}
 }
 
 // TestHourlyLimitSharedByDomains: the hourly limit is the SMTP server's, so
@@ -632,5 +658,74 @@ func TestHourlyLimitSharedByDomains(t *testing.T) {
 	}
 	if got := s.sink.Count(); got != 120 {
 		t.Fatalf("%d messages at the end, want 2 × 60", got)
+	}
+}
+
+// TestGivenUpProviderStillProbed: once a provider is given up, its waiting
+// recipients fail untried, but pages still carry its ramp step, so when it
+// takes mail again the rest of the broadcast's recipients there are sent.
+// With the step left to sweeps (as for a provider not given up), no row of
+// the provider stayed deferred for a sweep to carry it, the breaker sat
+// half-open, and every later recipient there was given up untried.
+func TestGivenUpProviderStillProbed(t *testing.T) {
+	t.Parallel()
+	var refusing atomic.Bool
+	refusing.Store(true)
+	var mu sync.Mutex
+	refused := map[string]int{} // 451s the sink gave each address
+	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 10, sweepRetry: 100 * time.Millisecond,
+		governor: &coordinator.GovernorConfig{GiveUpAfter: 2 * time.Second,
+			Limits: governor.Limits{RatePerSecond: 40, Burst: 10, BreakerOpen: time.Second}},
+		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if refusing.Load() && strings.HasSuffix(to, "@yahoo.com") {
+				mu.Lock()
+				refused[to]++
+				mu.Unlock()
+				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
+			}
+			return nil
+		})},
+	})
+	s.withFastRetries(1000)
+	all, contacts := s.seedProviders(600)
+	id := s.create("", 0)
+	s.start(id)
+	// Yahoo stays down while pages give up 30 of its recipients.
+	for deadline := time.Now().Add(time.Minute); s.status(id).GetProgress().GetFailed() < 30; {
+		if time.Now().After(deadline) {
+			t.Fatal("fewer than 30 yahoo recipients given up within a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	refusing.Store(false)
+	givenUpBefore := s.status(id).GetProgress().GetFailed()
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 2*time.Minute)
+	sentYahoo, gaveUp := 0, 0
+	for _, c := range contacts {
+		row, err := s.store.GetSend(context.Background(), ulid.MustParseStrict(id), c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case row.Status == store.SendSent && strings.HasSuffix(c.Email, "@yahoo.com"):
+			sentYahoo++
+		case row.Status == store.SendFailed:
+			mu.Lock()
+			n := refused[c.Email]
+			mu.Unlock()
+			if !strings.HasPrefix(row.Error, store.GaveUpPrefix) || row.Attempt != n {
+				t.Fatalf("%s: failed after %d attempts (%s); want given up, the attempts its %d refusals, none for giving up", c.Email, row.Attempt, row.Error, n)
+			}
+			gaveUp++
+			delete(all, c.Email)
+		}
+	}
+	s.exactlyOnce(all)
+	t.Logf("%d given up when yahoo came back, %d in all; %d of 200 yahoo recipients sent after", givenUpBefore, gaveUp, sentYahoo)
+	if sentYahoo == 0 || int64(gaveUp) != int64(b.GetProgress().GetFailed()) {
+		t.Fatalf("yahoo sent %d after it came back, %d given up, progress failed %d; want some sent", sentYahoo, gaveUp, b.GetProgress().GetFailed())
+	}
+	if gaveUp > 200-sentYahoo {
+		t.Fatalf("%d given up but only %d yahoo recipients were not sent", gaveUp, 200-sentYahoo)
 	}
 }

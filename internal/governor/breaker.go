@@ -41,6 +41,10 @@ const (
 	// mail for the provider in half an hour, what it said then no longer
 	// tells how it will take the next broadcast, and the state stays small.
 	RampIdle = 30 * time.Minute
+	// RefusalMemory bounds how long a provider's run of refusals
+	// (RefusingSince) is remembered with no attempt to end it: far past
+	// any give-up horizon, and the state stays small.
+	RefusalMemory = 14 * 24 * time.Hour
 )
 
 // Breaker phases, as shown in Status.
@@ -225,6 +229,9 @@ func (b *BreakerState) success(now time.Time, n, rampTo int) {
 		b.Conns, b.ProbeAt, b.SteppedAt, b.RefusingSince = c, time.Time{}, now, time.Time{}
 	case PhaseClosed:
 		b.forget(now)
+		if n > 0 {
+			b.RefusingSince = time.Time{} // it takes mail again
+		}
 		if len(b.Minutes) > 0 {
 			b.minute(now).Sent += n
 		}
@@ -366,17 +373,28 @@ func (b *BreakerState) forget(now time.Time) {
 	}
 }
 
-// idle reports whether the breaker is closed with nothing recent to
-// remember, so it can be dropped from the state.
-func (b BreakerState) idle(now time.Time) bool {
-	b.Failures = append([]time.Time(nil), b.Failures...)
-	b.Minutes = append([]BreakerMinute(nil), b.Minutes...)
+// tidied is the breaker as the state keeps it at now, and false when there
+// is nothing to keep: a closed breaker with nothing recent to remember, or
+// a ramp with no step for RampIdle. A ramp dropped while its provider is
+// still refusing leaves a closed breaker holding RefusingSince alone, kept
+// until an accepted send or RefusalMemory: a gap in sending (a pause, a
+// daily ceiling reached) must not restart the count towards giving the
+// provider's recipients up, or a ceiling-bound broadcast never reaches it.
+func (b BreakerState) tidied(now time.Time) (BreakerState, bool) {
+	b = b.clone()
 	b.forget(now)
+	remember := !b.RefusingSince.IsZero() && now.Sub(b.RefusingSince) < RefusalMemory
 	if b.phase(now) == PhaseHalfOpen && (b.ProbeAt.IsZero() || !now.Before(b.ProbeAt.Add(ProbeLease))) &&
 		now.Sub(maxTime(b.OpenUntil, b.SteppedAt)) >= RampIdle {
-		return true
+		return BreakerState{RefusingSince: b.RefusingSince}, remember
 	}
-	return b.OpenUntil.IsZero() && len(b.Failures) == 0 && len(b.Minutes) == 0
+	if b.OpenUntil.IsZero() && len(b.Failures) == 0 && len(b.Minutes) == 0 {
+		if !remember {
+			return BreakerState{}, false
+		}
+		b.RefusingSince = b.RefusingSince.UTC()
+	}
+	return b, true
 }
 
 func (b BreakerState) clone() BreakerState {

@@ -289,8 +289,26 @@ func TestBreakerStateStaysSmall(t *testing.T) {
 	}
 	d.RecordQuotaRejection(t0, "gmail.com")
 	d.ProviderOpen(t0.Add(time.Hour), "gmail.com")
-	if st := d.State(); len(st.Breakers) != 0 || len(st.Holds) != 0 {
-		t.Fatalf("an hour later state keeps %d breakers, %d holds", len(st.Breakers), len(st.Holds))
+	// An hour later the hold and the ramp are gone; what is left is when
+	// gmail began refusing, since nothing has been accepted there since.
+	st := d.State()
+	if len(st.Holds) != 0 || len(st.Breakers) != 1 || !st.Breakers["google"].RefusingSince.Equal(t0) ||
+		!st.Breakers["google"].OpenUntil.IsZero() {
+		t.Fatalf("an hour later state keeps %d holds, breakers %+v; want google's RefusingSince alone", len(st.Holds), st.Breakers)
+	}
+	d.RecordSuccess(t0.Add(time.Hour+time.Second), "gmail.com", 1)
+	if st := d.State(); len(st.Breakers) != 0 {
+		t.Fatalf("after an accepted send state keeps breakers %+v", st.Breakers)
+	}
+	// Unanswered, the memory of a refusal is bounded too.
+	d.RecordQuotaRejection(t0.Add(2*time.Hour), "yahoo.com")
+	d.ProviderOpen(t0.Add(3*time.Hour), "yahoo.com")
+	if st := d.State(); len(st.Breakers) != 1 {
+		t.Fatalf("breakers %+v; want yahoo's refusal remembered", st.Breakers)
+	}
+	d.ProviderOpen(t0.Add(2*time.Hour+RefusalMemory), "aol.com")
+	if st := d.State(); len(st.Breakers) != 0 {
+		t.Fatalf("after RefusalMemory state keeps breakers %+v", st.Breakers)
 	}
 }
 
@@ -556,6 +574,29 @@ func TestRefusingSince(t *testing.T) {
 		if p.Provider == "yahoo" && !strings.HasSuffix(p.Summary, "; nothing accepted since Mar 14 09:00 UTC") {
 			t.Fatalf("after an hour of refused steps: summary %q; want it to say since when nothing was accepted", p.Summary)
 		}
+	}
+	// A gap in sending longer than RampIdle (a pause, a daily ceiling
+	// reached) drops the ramp, but not the run: the full pool goes, is
+	// refused, and the run still dates from t0.
+	at = at.Add(BreakerOpen + RampIdle + time.Minute)
+	if open, _ := d.ProviderOpen(at, "yahoo.com"); open {
+		t.Fatalf("%v: an idle ramp should have been dropped", at)
+	}
+	for p, b := range d.State().Breakers {
+		if p == "yahoo" && (b.phase(at) != PhaseClosed || !b.RefusingSince.Equal(t0)) {
+			t.Fatalf("idle ramp dropped: %+v; want closed, refusing since %v", b, t0)
+		}
+	}
+	for _, p := range d.Status(at).Providers {
+		if want := "yahoo: closed, not tried lately; nothing accepted since Mar 14 09:00 UTC"; p.Provider == "yahoo" && p.Summary != want {
+			t.Fatalf("idle ramp dropped: summary %q; want %q", p.Summary, want)
+		}
+	}
+	for range BreakerFailures {
+		d.RecordTransient(at, "yahoo.com")
+	}
+	if got := since(d, at); !got.Equal(t0) {
+		t.Fatalf("tripped again after a gap: refusing since %v; want %v", got, t0)
 	}
 	// A step that took some and was still re-opened: a new run.
 	at = at.Add(BreakerOpen + time.Second)

@@ -582,8 +582,10 @@ func (d *Domain) tidy(now time.Time) {
 		}
 	}
 	for p, b := range d.st.Breakers {
-		if b.idle(now) {
+		if kept, keep := b.tidied(now); !keep {
 			delete(d.st.Breakers, p)
+		} else if b.phase(now) != kept.phase(now) {
+			d.st.Breakers[p] = kept
 		}
 	}
 	if len(d.st.Holds) == 0 {
@@ -767,7 +769,12 @@ func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
 		if ps.ProbeInFlight {
 			ps.Summary += "; waiting for its current step"
 		}
-	default:
+	case PhaseClosed:
+		if hasBreaker && len(b.Minutes) == 0 {
+			// Only a run of refusals is remembered (BreakerState.tidied).
+			ps.Summary = p + ": closed, not tried lately"
+			break
+		}
 		ps.Summary = fmt.Sprintf("%s: %s deferred in the last %s%s, retrying", p, percent(ps.Deferred), shortDuration(BreakerWindow), replySuffix(ps.Reason))
 	}
 	if !ps.RefusingSince.IsZero() && now.Sub(ps.RefusingSince) >= longRefusal {

@@ -89,7 +89,8 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		// untrue. It ends unknown, with this attempt's reason.
 		for k, o := range outcomes {
 			if o.Status == store.SendFailed && row[o.ContactID].InDoubt {
-				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendUnknown, Error: store.InDoubtEndedPrefix + o.Error}
+				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendUnknown, Error: store.InDoubtEndedPrefix + o.Error,
+					NotAttempted: o.NotAttempted}
 				res.failed--
 			}
 		}
