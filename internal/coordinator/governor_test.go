@@ -52,6 +52,25 @@ func (s *stack) seedProviders(n int) (map[string]bool, []store.Contact) {
 	return all, cs
 }
 
+// tryLater is the 451 these tests' sinks defer a recipient with.
+func tryLater() *smtp.SMTPError {
+	return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
+}
+
+// refuseYahoo is a sink that defers every yahoo recipient while refusing
+// says so (nil: always), calling each on the address refused.
+func refuseYahoo(refusing func() bool, each func(to string)) capture.Option {
+	return capture.WithRcptHook(func(to string) *smtp.SMTPError {
+		if !strings.HasSuffix(to, "@yahoo.com") || (refusing != nil && !refusing()) {
+			return nil
+		}
+		if each != nil {
+			each(to)
+		}
+		return tryLater()
+	})
+}
+
 func (s *stack) governorClient() pb.GovernorServiceClient { return pb.NewGovernorServiceClient(s.conn) }
 
 func (s *stack) domainStatus(domain string) *pb.DomainStatus {
@@ -227,7 +246,7 @@ func TestGovernorStateSurvivesRestart(t *testing.T) {
 		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
 			switch {
 			case strings.HasSuffix(to, "@yahoo.com"):
-				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
+				return tryLater()
 			case strings.HasSuffix(to, "@gmail.com") && gmailAccepted.Add(1) > 30:
 				return reply(452, smtp.EnhancedCode{4, 5, 3}, "Your message was rate limited")
 			}
@@ -341,7 +360,7 @@ func TestBreakerDefersProviderAndRecovers(t *testing.T) {
 		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000, BreakerOpen: 3 * time.Second}},
 		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
 			if strings.HasSuffix(to, "@yahoo.com") && yahooTries.Add(1) <= 5 {
-				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
+				return tryLater()
 			}
 			return nil
 		})},
@@ -400,7 +419,7 @@ func TestRelayRefusingEveryoneFailsPastTheBreakers(t *testing.T) {
 	s := newStack(t, stackOptions{workers: 2, concurrency: 4, pageLimit: 20,
 		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000, BreakerOpen: 3 * time.Second}},
 		sinkOpts: []capture.Option{capture.WithRcptHook(func(string) *smtp.SMTPError {
-			return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
+			return tryLater()
 		})},
 	})
 	s.stopCoord()
@@ -494,12 +513,7 @@ func TestDeferredRowsGiveUp(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 20, sweepRetry: 100 * time.Millisecond,
 		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000, BreakerOpen: 200 * time.Millisecond}},
-		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
-			if strings.HasSuffix(to, "@yahoo.com") {
-				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
-			}
-			return nil
-		})},
+		sinkOpts: []capture.Option{refuseYahoo(nil, nil)},
 	})
 	s.withFastRetries(1000)
 	all, contacts := s.seedProviders(90)
@@ -541,12 +555,7 @@ func TestRefusingProviderGivenUp(t *testing.T) {
 	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 20, sweepRetry: 100 * time.Millisecond,
 		governor: &coordinator.GovernorConfig{GiveUpAfter: giveUp,
 			Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000, BreakerOpen: 5 * time.Second}},
-		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
-			if strings.HasSuffix(to, "@yahoo.com") {
-				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
-			}
-			return nil
-		})},
+		sinkOpts: []capture.Option{refuseYahoo(nil, nil)},
 	})
 	s.withFastRetries(1000)
 	all, contacts := s.seedProviders(300)
@@ -676,14 +685,10 @@ func TestGivenUpProviderStillProbed(t *testing.T) {
 	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 10, sweepRetry: 100 * time.Millisecond,
 		governor: &coordinator.GovernorConfig{GiveUpAfter: 2 * time.Second,
 			Limits: governor.Limits{RatePerSecond: 40, Burst: 10, BreakerOpen: time.Second}},
-		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
-			if refusing.Load() && strings.HasSuffix(to, "@yahoo.com") {
-				mu.Lock()
-				refused[to]++
-				mu.Unlock()
-				return reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary failure, please try again later")
-			}
-			return nil
+		sinkOpts: []capture.Option{refuseYahoo(refusing.Load, func(to string) {
+			mu.Lock()
+			refused[to]++
+			mu.Unlock()
 		})},
 	})
 	s.withFastRetries(1000)
