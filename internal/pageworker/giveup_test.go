@@ -1,7 +1,6 @@
 package pageworker
 
 import (
-	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -98,12 +97,15 @@ func TestGivenUpProviderFailsUntried(t *testing.T) {
 			if pr := rep.Providers["example.org"]; !pr.StepEnded || pr.Transient != int(sends.Load()) || len(rep.Probed) != 1 {
 				t.Fatalf("report %+v, probed %v after %d sends; want the step ended by its refusals, the probe echoed", pr, rep.Probed, sends.Load())
 			}
+			// The step's refusals are judged as the step's: the page goes
+			// on and walks the range, giving the rest up, instead of
+			// stopping as a transient failure that made no progress.
+			if rep.Class != bus.ClassNone || !rep.Done || rep.Failed == 0 {
+				t.Fatalf("report class %q, done %v, failed %d; want the page walked to the range's end", rep.Class, rep.Done, rep.Failed)
+			}
 			tried, gaveUp := 0, 0
 			for _, c := range f.contacts {
 				row, err := st.GetSend(t.Context(), f.b.ID, c.ID)
-				if errors.Is(err, store.ErrNotFound) {
-					continue // past where the page stopped: the range's cursor has it
-				}
 				if err != nil {
 					t.Fatal(err)
 				}

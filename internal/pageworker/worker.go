@@ -885,6 +885,13 @@ func (b *batch) lane(i int) *lane {
 	return b.lanes[i]
 }
 
+// givenUpStep reports whether contact i, of provider, was sent under the
+// ramp step of a provider given up (bus.PageJob's GiveUp).
+func (b *batch) givenUpStep(i int, provider string) bool {
+	_, given := b.giveUp[provider]
+	return given && b.lane(i) != nil
+}
+
 // prepare decides, before a window is sent, which of its contacts are sent:
 // those this run holds whose provider the governor does not hold.
 func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) *batch {
@@ -922,6 +929,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	}
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
 	refused, firstRefused, refusedErr := 0, -1, ""
+	stepAttempts := 0 // attempts of given-up providers' steps, left out of windowUnwell
 
 	for i, c := range window {
 		if !mine[c.ID] {
@@ -956,6 +964,9 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 		}
 		err := errs[i]
 		if err == nil {
+			if b.givenUpStep(i, providers[i]) {
+				stepAttempts++
+			}
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendSent})
 			res.sent++
 			res.provider(providers[i], func(p *bus.ProviderResult) { p.Sent++ })
@@ -993,6 +1004,16 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			res.deferred++
 			messages.WithLabelValues("retry").Inc()
 		}
+		if (class == transport.Transient || class == transport.Quota) && b.givenUpStep(i, providers[i]) {
+			// The ramp step of a provider given up: StepEnds judges it
+			// and the rest of its recipients fail as given up. Stopping
+			// the page for it would count the range as making no
+			// progress while its other recipients go out, and a broadcast
+			// mostly to that provider would fail instead of completing
+			// with them given up.
+			stepAttempts++
+			continue
+		}
 		if class == transport.Transient {
 			// One recipient's 451 among many accepted is a provider's
 			// ordinary deferral: the row goes out later and the page goes
@@ -1013,7 +1034,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	// off, as for a quota or channel error. The floor keeps a provider's
 	// ordinary few percent of deferrals from stopping a short window (one
 	// refusal of the last two sends is half) and idling its range.
-	if res.stopAt < 0 && windowUnwell(refused, attempted, w.cfg.Concurrency) {
+	if res.stopAt < 0 && windowUnwell(refused, attempted-stepAttempts, w.cfg.Concurrency) {
 		res.stopAt, res.class, res.err = firstRefused, bus.ClassTransient, refusedErr
 	}
 	return res, outcomes
