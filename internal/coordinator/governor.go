@@ -312,14 +312,16 @@ func (g *domainHost) Observe(now time.Time, domain string, rep bus.Report) {
 
 // rampRetry is when a page that does not carry a half-open provider's ramp
 // step defers that provider's recipients to: soon, since the sweep that
-// carries the next step sends them.
+// carries the next step sends them. (A given-up provider's recipients fail
+// instead, and pages carry its steps.)
 const rampRetry = 5 * time.Second
 
 // Holds implements Pacer: the providers whose recipients a page of domain
 // must defer, and for a sweep the half-open ones whose ramp step it carries,
 // with the step's connections. A page defers a half-open provider's
 // recipients without taking its step, so the step goes with the sweep of
-// that provider's deferred rows.
+// that provider's deferred rows; for a provider given up, a page may take
+// the step too.
 func (g *domainHost) Holds(now time.Time, domain string, sweep bool, started time.Time) ProviderHolds {
 	h, err := g.domain(domain)
 	if err != nil {

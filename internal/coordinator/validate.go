@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/rangecast/rangecast/internal/governor"
 )
 
 // validate refuses what withDefaults would not mend: a negative duration
@@ -55,6 +57,11 @@ func (g GovernorConfig) Validate() error {
 	errs = append(errs, nonNegative("GovernorConfig.Flush", g.Flush))
 	if g.GiveUpAfter < 0 {
 		errs = append(errs, fmt.Errorf("--give-up-after is %s; give how long a provider may refuse everything before its held recipients fail (0 for the default, %s)", g.GiveUpAfter, DefaultGiveUpAfter))
+	}
+	if g.GiveUpAfter >= governor.RefusalMemory {
+		// The governor forgets a run of refusals no attempt has ended
+		// after RefusalMemory; a longer horizon would never be reached.
+		errs = append(errs, fmt.Errorf("--give-up-after is %s; it must be under %s, how long the governor remembers a provider's refusals", g.GiveUpAfter, governor.RefusalMemory))
 	}
 	return errors.Join(errs...)
 }
