@@ -397,6 +397,12 @@ func (b BreakerState) tidied(now time.Time) (BreakerState, bool) {
 	return b, true
 }
 
+// onlyRefusing reports whether the breaker is closed with nothing to
+// remember but a run of refusals (what tidied leaves of an idle ramp).
+func (b BreakerState) onlyRefusing() bool {
+	return b.OpenUntil.IsZero() && len(b.Failures) == 0 && len(b.Minutes) == 0 && !b.RefusingSince.IsZero()
+}
+
 func (b BreakerState) clone() BreakerState {
 	b.Failures = append([]time.Time(nil), b.Failures...)
 	if len(b.Failures) == 0 {

@@ -39,6 +39,10 @@ func Merge(a, b DomainState) DomainState {
 			out.Breakers = map[string]BreakerState{}
 		}
 		switch {
+		case !ok && bb.onlyRefusing():
+			// Remembered by one side only: the other may have dropped it
+			// on an accepted send. Kept, it could give recipients up at
+			// once on the next trip; dropped, the count starts again.
 		case !ok, bb.OpenUntil.After(ab.OpenUntil):
 			out.Breakers[p] = bb
 		case bb.OpenUntil.Equal(ab.OpenUntil) && len(bb.Failures) > len(ab.Failures):
@@ -47,6 +51,14 @@ func Merge(a, b DomainState) DomainState {
 			// Both ramping back from the same trip: the fewer connections.
 			out.Breakers[p] = bb
 		}
+	}
+	for p, ab := range out.Breakers {
+		if _, ok := b.Breakers[p]; !ok && ab.onlyRefusing() {
+			delete(out.Breakers, p) // as above, from a's side
+		}
+	}
+	if len(out.Breakers) == 0 {
+		out.Breakers = nil
 	}
 	out.Hourly = MergeHourly(a.Hourly, b.Hourly)
 	return out

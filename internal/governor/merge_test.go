@@ -39,3 +39,26 @@ func TestMergeKeepsTheCautiousSide(t *testing.T) {
 		t.Fatalf("Merge across midnight = day %s sent %d rejected %v ceiling %d", got.Day, got.SentToday, got.RejectedToday, got.Ceiling)
 	}
 }
+
+// TestMergeDropsARefusalOneSideForgot: a run of refusals remembered past
+// its ramp (BreakerState.tidied) by one version only may have been ended
+// by an accepted send the other saw; merged back, the next trip would give
+// the provider's recipients up at once. Dropped, the count starts again.
+func TestMergeDropsARefusalOneSideForgot(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	remembers := DomainState{Domain: "example.com", Breakers: map[string]BreakerState{
+		"yahoo": {RefusingSince: t0}, "apple": {OpenUntil: t0.Add(time.Minute), RefusingSince: t0}}}
+	forgot := DomainState{Domain: "example.com"}
+	for _, got := range []DomainState{Merge(remembers, forgot), Merge(forgot, remembers)} {
+		if _, ok := got.Breakers["yahoo"]; ok {
+			t.Fatalf("merged breakers %+v; want yahoo's remembered refusal dropped", got.Breakers)
+		}
+		if b := got.Breakers["apple"]; !b.RefusingSince.Equal(t0) {
+			t.Fatalf("merged breakers %+v; want apple's open breaker kept whole", got.Breakers)
+		}
+	}
+	if got := Merge(remembers, remembers); !got.Breakers["yahoo"].RefusingSince.Equal(t0) {
+		t.Fatalf("both remember: merged %+v; want yahoo's refusal kept", got.Breakers)
+	}
+}
