@@ -63,7 +63,7 @@ Every flag can be set by the environment variable named in its help.`,
 	f.StringVar(&o.TLSKey, "tls-key", "", "PEM private key file of --tls-cert (env RANGECAST_TLS_KEY)")
 	governorFlags(cmd, &gov.Limits)
 	f.DurationVar(&gov.GiveUpAfter, "give-up-after", coordinator.DefaultGiveUpAfter,
-		"a receiving provider that has accepted nothing for this long (its breaker open, held or ramping back) gives up its held recipients: they fail with the reason, and 'rangecast broadcasts retry' sends them again; under 14 days (env RANGECAST_GIVE_UP_AFTER)")
+		"a receiving provider that has accepted nothing for this long (its breaker open, held or ramping back) gives up its held recipients: they fail with the reason, and 'rangecast broadcasts retry' sends them again; at least 1h, under 14 days (env RANGECAST_GIVE_UP_AFTER)")
 	publicFlags(cmd, &keysFile, &o.Alarms)
 	f.DurationVar(&o.Retention.Events, "event-retention", maintenance.DefaultEventRetention,
 		"how long delivery webhook events are kept after they arrive; at least 168h; the ledger keeps each recipient's status without them (env RANGECAST_EVENT_RETENTION)")

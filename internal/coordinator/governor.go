@@ -45,6 +45,14 @@ type GovernorConfig struct {
 // everything, short enough that a broadcast does not run on for weeks.
 const DefaultGiveUpAfter = 24 * time.Hour
 
+// MinGiveUpAfter is the shortest --give-up-after an operator may set: well
+// past the 10 to 20 minutes of refused pages that fail a broadcast whose
+// relay refuses everyone. Shorter, a relay outage would show as every
+// provider given up (recipients failed, the broadcast completed) instead
+// of the broadcast failing with the relay's error. Tests set less through
+// GovernorConfig directly.
+const MinGiveUpAfter = time.Hour
+
 // domainHost hosts one governor.Domain per sending domain for the leader's
 // term: it loads each domain's learned state from KV (govstate) on first
 // use, writes it back by compare-and-set as it changes, and follows the

@@ -57,8 +57,8 @@ func (a *actor) sweep(ctx context.Context) {
 	if pacer := a.c.pacer(); pacer != nil {
 		// Sweeps carry the breakers' probes: their rows are the held
 		// providers' recipients, so a probe is not spent on a page that
-		// has none (pages carry a given-up provider's, whose recipients
-		// no longer wait for a sweep).
+		// has none (pages carry a given-up provider's too: only its rows
+		// refused on a real attempt still wait for a sweep).
 		h := pacer.Holds(now, a.domain(), true, a.b.StartedAt)
 		job.Defer, job.GiveUp, job.Probe, job.Conns, job.StepShare, job.StepFloor = h.Defer, h.GiveUp, h.Probe, h.Conns, h.StepShare, h.StepFloor
 	}

@@ -59,8 +59,9 @@ func (g GovernorConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("--give-up-after is %s; give how long a provider may refuse everything before its held recipients fail (0 for the default, %s)", g.GiveUpAfter, DefaultGiveUpAfter))
 	}
 	if g.GiveUpAfter >= governor.RefusalMemory {
-		// The governor forgets a run of refusals no attempt has ended
-		// after RefusalMemory; a longer horizon would never be reached.
+		// The governor forgets a run of refusals after RefusalMemory once
+		// its ramp is idle (a pause, a ceiling reached); a longer horizon
+		// would be reached only while the provider is being probed.
 		errs = append(errs, fmt.Errorf("--give-up-after is %s; it must be under %s, how long the governor remembers a provider's refusals", g.GiveUpAfter, governor.RefusalMemory))
 	}
 	return errors.Join(errs...)

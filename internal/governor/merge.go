@@ -7,7 +7,9 @@ import "time"
 // nothing either learned is lost. Where they disagree it takes the more
 // cautious: the lower ceiling, the higher count, any rejection, the longer
 // hold, the breaker open longer. Caution errs toward sending less, which
-// costs an hour; the other way costs weeks of reputation.
+// costs an hour; the other way costs weeks of reputation. One exception: a
+// run of refusals one version remembers past its ramp and the other does
+// not is dropped, since failing recipients is the costlier mistake there.
 func Merge(a, b DomainState) DomainState {
 	out := a.clone()
 	b = b.clone()

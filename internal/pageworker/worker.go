@@ -974,6 +974,9 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 		}
 		class := classOf(err)
 		if class == transport.Recipient {
+			if b.givenUpStep(i, providers[i]) {
+				stepAttempts++
+			}
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error()})
 			res.failed++
 			continue

@@ -269,6 +269,9 @@ func (o CoordinatorOptions) validate() error {
 	}
 	if o.Governor != nil {
 		errs = append(errs, o.Governor.Validate())
+		if g := o.Governor.GiveUpAfter; g > 0 && g < coordinator.MinGiveUpAfter {
+			errs = append(errs, fmt.Errorf("--give-up-after is %s; give at least %s, so that a relay refusing everyone fails the broadcast first instead of every provider being given up", g, coordinator.MinGiveUpAfter))
+		}
 	}
 	errs = append(errs, o.Alarms.Validate(), o.Retention.Validate(), o.Mail.validate(o.Secrets))
 	return errors.Join(errs...)

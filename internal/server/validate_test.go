@@ -29,6 +29,7 @@ func TestOptionsRefusedByFlag(t *testing.T) {
 		{"negative rate", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: -1}}}, "--domain-rate"},
 		{"negative hourly limit", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{EmailsPerHour: -5}}}, "--emails-per-hour"},
 		{"negative give-up", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{GiveUpAfter: -time.Hour}}, "--give-up-after"},
+		{"give-up shorter than a relay outage is caught", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{GiveUpAfter: 10 * time.Minute}}, "--give-up-after is 10m0s; give at least 1h0m0s"},
 		{"give-up past the governor's memory", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{GiveUpAfter: 30 * 24 * time.Hour}}, "--give-up-after is 720h0m0s; it must be under 336h0m0s"},
 	} {
 		err := server.RunCoordinator(ctx, c.o)
