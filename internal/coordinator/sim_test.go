@@ -875,6 +875,18 @@ func (s *sim) governed(job bus.PageJob) bus.PageJob {
 		job.GiveUp = map[string]string{provider: store.GaveUpPrefix + "24h0m0s of refusals: " + provider + " has accepted nothing since …"}
 		s.fault("provider given up")
 		s.logf("the copy gives up %s's held recipients", provider)
+		if !job.Sweep {
+			// Pages carry a given-up provider's ramp step (no rows of it
+			// wait for a sweep): its attempts are real, the rest given up.
+			// The connections follow from the hold drawn: no new draw.
+			job.Probe = []string{provider}
+			job.Conns = map[string]int{provider: 1 + int(until.Sub(s.clk.Now())/time.Second)%3}
+			if job.Conns[provider] > 1 {
+				job.StepShare, job.StepFloor = governor.BreakerShare, governor.BreakerFailures
+			}
+			s.fault("given-up step carried by a page")
+			s.logf("the copy carries given-up %s's ramp step on %d connections", provider, job.Conns[provider])
+		}
 	}
 	return job
 }
