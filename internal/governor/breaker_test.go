@@ -583,7 +583,7 @@ func TestRefusingSince(t *testing.T) {
 	if b, ok := d.State().Breakers["yahoo"]; !ok || b.phase(at) != PhaseClosed || !b.RefusingSince.Equal(t0) {
 		t.Fatalf("idle ramp dropped: %+v (kept %v); want closed, refusing since %v", b, ok, t0)
 	}
-	if got, want := summaryOf(d.Status(at), "yahoo"), "yahoo: closed, not tried lately; nothing accepted since Mar 14 09:00 UTC"; got != want {
+	if got, want := summaryOf(d.Status(at), "yahoo"), "yahoo: not tried lately; nothing accepted since Mar 14 09:00 UTC"; got != want {
 		t.Fatalf("idle ramp dropped: summary %q; want %q", got, want)
 	}
 	for range BreakerFailures {

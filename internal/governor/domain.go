@@ -772,7 +772,7 @@ func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
 	case PhaseClosed:
 		if hasBreaker && len(b.Minutes) == 0 {
 			// Only a run of refusals is remembered (BreakerState.tidied).
-			ps.Summary = p + ": closed, not tried lately"
+			ps.Summary = p + ": not tried lately"
 			break
 		}
 		ps.Summary = fmt.Sprintf("%s: %s deferred in the last %s%s, retrying", p, percent(ps.Deferred), shortDuration(BreakerWindow), replySuffix(ps.Reason))
