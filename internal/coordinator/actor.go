@@ -617,7 +617,8 @@ func (a *actor) dispatch(ctx context.Context) {
 		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue}
 		if pacer := a.c.pacer(); pacer != nil {
 			// A page carries a ramp step only for a provider given up
-			// (Holds): no sweep has its rows then.
+			// (Holds): its held rows fail then instead of waiting for a
+			// sweep to carry the step.
 			h := pacer.Holds(now, a.domain(), false, a.b.StartedAt)
 			job.Defer, job.GiveUp, job.Probe, job.Conns, job.StepShare, job.StepFloor = h.Defer, h.GiveUp, h.Probe, h.Conns, h.StepShare, h.StepFloor
 		}

@@ -353,9 +353,10 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool, started tim
 			giveUp[p.Provider] = why
 		}
 		// A page leaves a half-open provider's step to the sweep of its
-		// deferred rows, unless the provider is given up: then none of its
-		// rows stay deferred, no sweep would carry a step, and without one
-		// on the pages the provider would never be tried again.
+		// deferred rows, unless the provider is given up: then its held
+		// rows fail instead of staying deferred, only those refused on an
+		// attempt wait for a sweep (none, once their attempts are used),
+		// and without steps on the pages the provider could go untried.
 		if p.Phase == governor.PhaseHalfOpen && !sweep && giveUp[p.Provider] == "" {
 			hold[p.Provider] = now.Add(min(rampRetry, h.d.Limits().BreakerOpen))
 			continue
