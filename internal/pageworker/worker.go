@@ -919,17 +919,22 @@ func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *hol
 func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []store.Outcome) {
 	res.stopAt = -1
 	window, mine, providers, deferUntil, errs, attempted, now := b.window, b.mine, b.providers, b.deferUntil, b.errs, b.attempted, b.now
+	// stepAttempts are the real attempts of given-up providers' ramp
+	// steps: StepEnds judges them as the step's, so windowUnwell leaves
+	// them out.
+	stepAttempts := 0
 	for i, err := range errs {
 		if err == errStepEnded {
 			// Not sent: the carried step ended at an earlier refusal. The
 			// recipient waits like a held provider's, without an attempt.
 			_, deferUntil[i] = b.lane(i).over()
 			attempted--
+		} else if b.givenUpStep(i, providers[i]) {
+			stepAttempts++
 		}
 	}
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
 	refused, firstRefused, refusedErr := 0, -1, ""
-	stepAttempts := 0 // attempts of given-up providers' steps, left out of windowUnwell
 
 	for i, c := range window {
 		if !mine[c.ID] {
@@ -964,9 +969,6 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 		}
 		err := errs[i]
 		if err == nil {
-			if b.givenUpStep(i, providers[i]) {
-				stepAttempts++
-			}
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendSent})
 			res.sent++
 			res.provider(providers[i], func(p *bus.ProviderResult) { p.Sent++ })
@@ -974,9 +976,6 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 		}
 		class := classOf(err)
 		if class == transport.Recipient {
-			if b.givenUpStep(i, providers[i]) {
-				stepAttempts++
-			}
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error()})
 			res.failed++
 			continue
@@ -1014,7 +1013,6 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			// progress while its other recipients go out, and a broadcast
 			// mostly to that provider would fail instead of completing
 			// with them given up.
-			stepAttempts++
 			continue
 		}
 		if class == transport.Transient {
