@@ -388,20 +388,21 @@ func (b BreakerState) tidied(now time.Time) (BreakerState, bool) {
 		now.Sub(maxTime(b.OpenUntil, b.SteppedAt)) >= RampIdle {
 		return BreakerState{RefusingSince: b.RefusingSince}, remember
 	}
-	if b.OpenUntil.IsZero() && len(b.Failures) == 0 && len(b.Minutes) == 0 {
-		if !remember {
-			return BreakerState{}, false
-		}
-		b.RefusingSince = b.RefusingSince.UTC()
+	if b.quiet() && !remember {
+		return BreakerState{}, false
 	}
 	return b, true
 }
 
+// quiet reports whether the breaker is closed with no failure or minute in
+// its window.
+func (b BreakerState) quiet() bool {
+	return b.OpenUntil.IsZero() && len(b.Failures) == 0 && len(b.Minutes) == 0
+}
+
 // onlyRefusing reports whether the breaker is closed with nothing to
 // remember but a run of refusals (what tidied leaves of an idle ramp).
-func (b BreakerState) onlyRefusing() bool {
-	return b.OpenUntil.IsZero() && len(b.Failures) == 0 && len(b.Minutes) == 0 && !b.RefusingSince.IsZero()
-}
+func (b BreakerState) onlyRefusing() bool { return b.quiet() && !b.RefusingSince.IsZero() }
 
 func (b BreakerState) clone() BreakerState {
 	b.Failures = append([]time.Time(nil), b.Failures...)

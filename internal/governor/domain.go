@@ -770,7 +770,7 @@ func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
 			ps.Summary += "; waiting for its current step"
 		}
 	case PhaseClosed:
-		if hasBreaker && len(b.Minutes) == 0 {
+		if hasBreaker && b.onlyRefusing() {
 			// Only a run of refusals is remembered (BreakerState.tidied).
 			ps.Summary = p + ": not tried lately"
 			break

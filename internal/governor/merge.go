@@ -41,10 +41,6 @@ func Merge(a, b DomainState) DomainState {
 			out.Breakers = map[string]BreakerState{}
 		}
 		switch {
-		case !ok && bb.onlyRefusing():
-			// Remembered by one side only: the other may have dropped it
-			// on an accepted send. Kept, it could give recipients up at
-			// once on the next trip; dropped, the count starts again.
 		case !ok, bb.OpenUntil.After(ab.OpenUntil):
 			out.Breakers[p] = bb
 		case bb.OpenUntil.Equal(ab.OpenUntil) && len(bb.Failures) > len(ab.Failures):
@@ -54,9 +50,14 @@ func Merge(a, b DomainState) DomainState {
 			out.Breakers[p] = bb
 		}
 	}
-	for p, ab := range out.Breakers {
-		if _, ok := b.Breakers[p]; !ok && ab.onlyRefusing() {
-			delete(out.Breakers, p) // as above, from a's side
+	for p, kept := range out.Breakers {
+		_, inA := a.Breakers[p]
+		_, inB := b.Breakers[p]
+		if kept.onlyRefusing() && !(inA && inB) {
+			// Remembered by one side only: the other may have dropped it
+			// on an accepted send. Kept, it could give recipients up at
+			// once on the next trip; dropped, the count starts again.
+			delete(out.Breakers, p)
 		}
 	}
 	if len(out.Breakers) == 0 {
