@@ -857,11 +857,7 @@ func (s *sim) governed(job bus.PageJob) bus.PageJob {
 	until := s.clk.Now().Add(time.Duration(1+s.rng.IntN(60)) * time.Second)
 	job.Defer = map[string]time.Time{provider: until}
 	if job.Sweep && s.chance(0.8) {
-		job.Probe = []string{provider}
-		job.Conns = map[string]int{provider: 1 + s.rng.IntN(3)}
-		if job.Conns[provider] > 1 {
-			job.StepShare, job.StepFloor = governor.BreakerShare, governor.BreakerFailures
-		}
+		carryStep(&job, provider, 1+s.rng.IntN(3))
 		s.fault("ramp step carried")
 		s.logf("the copy carries %s's ramp step on %d connections", provider, job.Conns[provider])
 	} else {
@@ -879,16 +875,23 @@ func (s *sim) governed(job bus.PageJob) bus.PageJob {
 			// Pages carry a given-up provider's ramp step (no rows of it
 			// wait for a sweep): its attempts are real, the rest given up.
 			// The connections follow from the hold drawn: no new draw.
-			job.Probe = []string{provider}
-			job.Conns = map[string]int{provider: 1 + int(until.Sub(s.clk.Now())/time.Second)%3}
-			if job.Conns[provider] > 1 {
-				job.StepShare, job.StepFloor = governor.BreakerShare, governor.BreakerFailures
-			}
+			carryStep(&job, provider, 1+int(until.Sub(s.clk.Now())/time.Second)%3)
 			s.fault("given-up step carried by a page")
 			s.logf("the copy carries given-up %s's ramp step on %d connections", provider, job.Conns[provider])
 		}
 	}
 	return job
+}
+
+// carryStep has job carry provider's ramp step on conns connections, with
+// the breaker's rule on more than one (on one, none: an older
+// coordinator's job, whose step ends at its first refusal).
+func carryStep(job *bus.PageJob, provider string, conns int) {
+	job.Probe = []string{provider}
+	job.Conns = map[string]int{provider: conns}
+	if conns > 1 {
+		job.StepShare, job.StepFloor = governor.BreakerShare, governor.BreakerFailures
+	}
 }
 
 func jobName(j bus.PageJob) string {
