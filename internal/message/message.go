@@ -150,6 +150,9 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 
 	c := &Compiled{tmpl: t, from: from, domain: domain, budget: budget}
 	c.fromHeader = (&mail.Address{Name: t.FromName, Address: from}).String()
+	if err := checkFolds(fieldFromName, "From", c.fromHeader); err != nil {
+		return nil, err
+	}
 
 	if c.subject, err = texttemplate.New(fieldSubject).Option("missingkey=error").Parse(t.Subject); err != nil {
 		return nil, templateError(fieldSubject, err)
@@ -165,6 +168,10 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 
 	if err := c.limitLoops(); err != nil {
 		return nil, err
+	}
+	printNoValueAsEmpty(c.subject, true)
+	if c.text != nil {
+		printNoValueAsEmpty(c.text, true)
 	}
 
 	// Static check first: it sees every branch, while the sample render below

@@ -63,13 +63,21 @@ func (t Transactional) Validate() error {
 	if err := ValidateHeaderValue(fieldFromName, t.FromName); err != nil {
 		return err
 	}
-	if _, _, err := parseFromAddress(t.FromAddress); err != nil {
+	from, _, err := parseFromAddress(t.FromAddress)
+	if err != nil {
+		return err
+	}
+	if err := checkFolds(fieldFromName, "From", (&mail.Address{Name: t.FromName, Address: from}).String()); err != nil {
 		return err
 	}
 	if err := ValidateHeaderValue("to_name", t.ToName); err != nil {
 		return err
 	}
-	if _, err := recipientAddress(t.To); err != nil {
+	to, err := recipientAddress(t.To)
+	if err != nil {
+		return err
+	}
+	if err := checkFolds("to_name", "To", (&mail.Address{Name: t.ToName, Address: to}).String()); err != nil {
 		return err
 	}
 	if err := ValidateHeaderValue(fieldSubject, t.Subject); err != nil {
@@ -90,6 +98,9 @@ func (t Transactional) Validate() error {
 			return &ValidationError{Field: field, Reason: fmt.Sprintf("%s is set by rangecast and cannot be overridden", h.Name)}
 		}
 		if err := ValidateHeaderValue(field, h.Value); err != nil {
+			return err
+		}
+		if err := checkFolds(field, h.Name, mime.QEncoding.Encode("utf-8", h.Value)); err != nil {
 			return err
 		}
 	}
@@ -267,7 +278,44 @@ func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, erro
 			instrument(tree)
 		}
 	}
+	printNoValueAsEmpty(c.subject, false)
+	if c.text != nil {
+		printNoValueAsEmpty(c.text, false)
+	}
+	if err := c.sampleRun(); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// sampleRun executes each part once with no data, so a loop that costs
+// more than the budget whatever the data ({{range 1000}}{{range 1000}}…)
+// is refused when the template is stored, not at every send. Other errors
+// are expected here (a field the data will carry is missing from no data)
+// and are left to the send.
+func (c *CompiledTransactional) sampleRun() error {
+	none := map[string]any{}
+	parts := map[string]func(io.Writer) error{fieldSubject: func(w io.Writer) error { return c.subject.Execute(w, none) }}
+	if c.text != nil {
+		parts[fieldText] = func(w io.Writer) error { return c.text.Execute(w, none) }
+	}
+	if c.html != nil {
+		parts[fieldHTML] = func(w io.Writer) error { return c.html.Execute(w, none) }
+	}
+	for _, field := range []string{fieldSubject, fieldText, fieldHTML} {
+		exec, ok := parts[field]
+		if !ok {
+			continue
+		}
+		var buf bytes.Buffer
+		var ve *ValidationError
+		// meter returns the budget's own error as a *ValidationError and
+		// the template package's errors as they are.
+		if err := c.budget.meter("template "+field, &buf, exec); errors.As(err, &ve) {
+			return ve
+		}
+	}
+	return nil
 }
 
 // Execute renders the template with data, within the template budget.
