@@ -176,6 +176,55 @@ func TestTemplateMistakesRefusedOrPause(t *testing.T) {
 	})
 }
 
+// TestFewOddContactsFailAlone: a template that fails for a handful of
+// contacts with odd data (3 of 400, next to each other, so in one window)
+// fails those three alone; the broadcast does not pause, and everyone else
+// is sent. It used to pause at the third and again at every resume.
+func TestFewOddContactsFailAlone(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, sqlite bool) {
+		s := newStack(t, stackOptions{sqlite: sqlite, workers: 1})
+		ctx := context.Background()
+		contacts := make([]store.Contact, 400)
+		odd := map[string]bool{}
+		for i := range contacts {
+			contacts[i] = store.Contact{ID: ulid.Make(), Email: fmt.Sprintf("c%03d@example.org", i), Name: "C", Subscribed: true,
+				Attributes: map[string]any{"code": "ok"}}
+			if i >= 200 && i < 203 { // away from the create-time sample (the first of each range, the last)
+				contacts[i].Attributes["code"] = "odd"
+				odd[contacts[i].Email] = true
+			}
+		}
+		if _, err := s.store.ImportContacts(ctx, contacts, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := s.client.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{Name: "b", Content: &pb.BroadcastContent{
+			FromAddress: "news@rangecast.test", Subject: "Hi",
+			Html: `<p>{{if eq .Attributes.code "odd"}}{{slice .Attributes.code 5}}{{end}}</p>` + unsubscribeLink}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := resp.GetBroadcast().GetId()
+		if _, err := s.client.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: id}); err != nil {
+			t.Fatal(err)
+		}
+		b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 60*time.Second)
+		if p := b.GetProgress(); p.GetSent() != 397 || p.GetFailed() != 3 {
+			t.Errorf("sent %d, failed %d (reason %q); want 397 sent and the 3 odd contacts failed", p.GetSent(), p.GetFailed(), b.GetReason())
+		}
+		bid := ulid.MustParse(id)
+		for _, c := range contacts {
+			send, err := s.store.GetSend(ctx, bid, c.ID)
+			if err != nil {
+				t.Fatalf("%s: %v", c.Email, err)
+			}
+			if failed := send.Status == store.SendFailed; failed != odd[c.Email] {
+				t.Errorf("%s: %s (%s)", c.Email, send.Status, send.Error)
+			}
+		}
+	})
+}
+
 func newAudienceClient(t *testing.T, s *stack) pb.AudienceServiceClient {
 	t.Helper()
 	return pb.NewAudienceServiceClient(s.conn)

@@ -8,10 +8,19 @@ import (
 	"github.com/rangecast/rangecast/internal/message"
 )
 
-// renderHaltMin is how many contacts of one window must fail to render
-// with the same template error for it to count as the template's mistake
-// rather than those contacts' data.
-const renderHaltMin = 3
+// renderHaltMin is how many contacts must fail to render with the same
+// template error, and renderHaltShare the share of the contacts rendered
+// they must be at least, for it to count as the template's mistake rather
+// than those contacts' data. A mistake in the template (a misspelt
+// attribute) fails every contact, or a large share of them where an
+// attribute is missing from part of the list, and halts within the first
+// few; a handful of contacts with odd data in a large list (3 of 1,000
+// before this share: the broadcast paused, and paused again at every
+// resume) fail alone, each with its reason, and the rest are sent.
+const (
+	renderHaltMin   = 3
+	renderHaltShare = 0.02
+)
 
 // configError is a render failure that repeats across a window: a
 // configuration mistake (a template reading an attribute the list does not
@@ -28,30 +37,45 @@ func (e *configError) Error() string {
 }
 
 // renderTally counts, per template error, the contacts of one broadcast
-// that failed with it in this process, so a mistake is recognised even
-// when pages are small (a short list spread over 32 ranges has pages of one
-// or two contacts). The zero value is ready.
+// that failed with it in this process, and all the contacts it rendered,
+// so a mistake is recognised even when pages are small (a short list
+// spread over 32 ranges has pages of one or two contacts). The zero value
+// is ready.
 type renderTally struct {
-	mu     sync.Mutex
-	counts map[string]int
+	mu       sync.Mutex
+	rendered int
+	counts   map[string]int
 }
 
-func (t *renderTally) add(key string, n int) int {
+// add counts a window's attempted renders and its failures by key, and
+// returns the keys that now count as the template's mistake, with their
+// totals.
+func (t *renderTally) add(attempted int, failures map[string]int) map[string]int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.counts == nil {
 		t.counts = map[string]int{}
 	}
-	t.counts[key] += n
-	return t.counts[key]
+	t.rendered += attempted
+	var mistakes map[string]int
+	for k, n := range failures {
+		t.counts[k] += n
+		total := t.counts[k]
+		if total >= renderHaltMin && float64(total) >= renderHaltShare*float64(t.rendered) {
+			if mistakes == nil {
+				mistakes = map[string]int{}
+			}
+			mistakes[k] = total
+		}
+	}
+	return mistakes
 }
 
 // haltRepeatedRenderErrors turns the render errors of a window that share
-// one template error into configErrors once renderHaltMin contacts of the
-// broadcast have failed with it (counted in tally), or when it fails every
-// contact of a window of two or more. Before that they stay each contact's
-// own failure: at most renderHaltMin-1 contacts per worker are failed by a
-// mistake. Errors about a contact's own address or name are never counted.
+// one template error into configErrors once it is the template's mistake
+// by tally's counts (renderHaltMin, renderHaltShare). Before that, and for
+// errors that stay below the share, they are each contact's own failure.
+// Errors about a contact's own address or name are never counted.
 func haltRepeatedRenderErrors(errs []error, attempted int, tally *renderTally) {
 	counts := map[string]int{}
 	for _, err := range errs {
@@ -59,15 +83,11 @@ func haltRepeatedRenderErrors(errs []error, attempted int, tally *renderTally) {
 			counts[k]++
 		}
 	}
-	for k, n := range counts {
-		total := tally.add(k, n)
-		if total < renderHaltMin && !(n >= 2 && n == attempted) {
-			continue
-		}
-		for i, err := range errs {
-			if templateErrorKey(err) == k {
-				errs[i] = &configError{n: total, reason: k}
-			}
+	mistakes := tally.add(attempted, counts)
+	for i, err := range errs {
+		k := templateErrorKey(err)
+		if total, ok := mistakes[k]; ok && k != "" {
+			errs[i] = &configError{n: total, reason: k}
 		}
 	}
 }
