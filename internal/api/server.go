@@ -9,11 +9,21 @@ import (
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
+// maxRecvMsgSize is the largest request the server reads.
+const maxRecvMsgSize = 16 << 20
+
 // NewGRPCServer registers the broadcast, audience and governor services,
 // gRPC health and reflection (so grpcurl works without the .proto files).
 // Pass (*Auth).ServerOptions() in opts to require a bearer token; health and
 // reflection stay open either way.
 func NewGRPCServer(cfg Config, opts ...grpc.ServerOption) *grpc.Server {
+	// Requests up to 16 MiB are read, so one over a field's limit (a 5 MB
+	// --html against the 512 KiB template limit) gets this API's answer
+	// naming the field rather than gRPC's bare ResourceExhausted at its
+	// default 4 MiB. Valid requests are far smaller (three templates of
+	// 512 KiB; the CLI's import chunks of about 1 MiB). Given first, so
+	// opts may override it.
+	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxRecvMsgSize)}, opts...)
 	s := grpc.NewServer(opts...)
 	pb.RegisterBroadcastServiceServer(s, NewBroadcastAPI(cfg))
 	pb.RegisterAudienceServiceServer(s, NewAudienceAPI(cfg))
