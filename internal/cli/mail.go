@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,7 +52,7 @@ func mailCommand() *cobra.Command {
 			}
 			fmt.Fprintf(out, "%6s  %-19s  %-32s  %s\n", "ID", "RECEIVED", "TO", "SUBJECT")
 			for _, m := range msgs {
-				fmt.Fprintf(out, "%6d  %-19s  %-32s  %s\n", m.Seq, m.Received.Local().Format(time.DateTime), strings.Join(m.To, ","), m.Subject)
+				fmt.Fprintf(out, "%6d  %-19s  %-32s  %s\n", m.Seq, m.Received.Local().Format(time.DateTime), shownText(strings.Join(m.To, ",")), shownText(m.Subject))
 			}
 			return nil
 		},
@@ -59,6 +60,9 @@ func mailCommand() *cobra.Command {
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	show := &cobra.Command{
 		Use: "show ID", Short: "Print one captured message as received (ID from mail list, or its Message-ID)", Args: cobra.ExactArgs(1),
+		Long: `Print one captured message as received: byte for byte to a file or a pipe,
+and to a terminal line by line with control characters and invalid UTF-8
+made visible (\x1b, \u202e, U+FFFD), so a message cannot drive the terminal.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			msgs, err := capture.ReadDir(filepath.Join(dir, "mail"))
 			if err != nil {
@@ -67,8 +71,8 @@ func mailCommand() *cobra.Command {
 			seq, _ := strconv.Atoi(args[0])
 			for _, m := range msgs {
 				if m.Seq == seq || m.MessageID == strings.Trim(args[0], "<>") {
-					_, err := cmd.OutOrStdout().Write(m.Raw)
-					return err
+					out := cmd.OutOrStdout()
+					return writeMessage(out, m.Raw, isTerminal(out))
 				}
 			}
 			return fmt.Errorf("no captured message %q in %s (see rangecast mail list)", args[0], filepath.Join(dir, "mail"))
@@ -76,4 +80,29 @@ func mailCommand() *cobra.Command {
 	}
 	cmd.AddCommand(list, show)
 	return cmd
+}
+
+// shownText is shown for text that may also hold invalid UTF-8 (a
+// message's 8-bit bytes): a stray byte such as 0x9b, which an 8-bit
+// terminal takes for CSI, is written as U+FFFD.
+func shownText(s string) string {
+	return shown(strings.ToValidUTF8(s, "\ufffd"))
+}
+
+// writeMessage writes a captured message: as received when the output is
+// not a terminal (mail show 1 > m.eml keeps it byte for byte), and to a
+// terminal one line at a time through shownText, CRLF as a line break.
+func writeMessage(w io.Writer, raw []byte, terminal bool) error {
+	if !terminal {
+		_, err := w.Write(raw)
+		return err
+	}
+	var b strings.Builder
+	for line := range strings.Lines(string(raw)) {
+		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+		b.WriteString(shownText(line))
+		b.WriteByte('\n')
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
