@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"cmp"
 	"encoding/csv"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
@@ -26,14 +28,51 @@ import (
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
-// importChunk is how many rows travel in one stream message.
-const importChunk = 500
+// Import limits of the CLI's side of the stream.
+const (
+	// importChunk is the most rows one stream message carries.
+	importChunk = 500
+	// importChunkBytes is about the most row data one stream message
+	// carries: a chunk is sent when it reaches importChunk rows or this
+	// size, whichever comes first, so wide rows stay far below gRPC's
+	// receive limit (4 MiB by default) whatever the coordinator's setting.
+	// A row alone larger than this is rejected here: no valid row comes
+	// near it (see csvColumns.tooLarge).
+	importChunkBytes = 1 << 20
+)
+
+// The coordinator's per-field limits of an imported row (internal/api,
+// validateRow), which stays their authority: the CLI checks them only to
+// refuse up front a header every row would fail on, and to name the field
+// of a row too large to send.
+const (
+	maxImportEmail      = 254
+	maxImportName       = 256
+	maxImportAttributes = 64
+	maxImportAttrKey    = 128
+	maxImportAttrValue  = 2048
+)
 
 func contactsCommand(c *client) *cobra.Command {
 	cmd := &cobra.Command{Use: "contacts", Short: "Import, list, inspect, suppress, unsubscribe and erase contacts"}
 	cmd.AddCommand(importCommand(c), showContactCommand(c), suppressCommand(c), unsubscribeCommand(c))
-	cmd.AddCommand(listContactsCommand(c), deleteContactsCommand(c))
+	list := listContactsCommand(c)
+	list.PreRunE = nonNegativeLimit
+	cmd.AddCommand(list, deleteContactsCommand(c))
 	return cmd
+}
+
+// nonNegativeLimit refuses a negative --limit, which would otherwise read
+// as no limit at all and print every contact.
+func nonNegativeLimit(cmd *cobra.Command, _ []string) error {
+	limit, err := cmd.Flags().GetInt("limit")
+	if err != nil {
+		return err
+	}
+	if limit < 0 {
+		return fmt.Errorf("invalid argument %d for --limit: give how many to print, or 0 for all", limit)
+	}
+	return nil
 }
 
 // errRejected is returned when an import rejected rows, so the command
@@ -50,12 +89,17 @@ func importCommand(c *client) *cobra.Command {
 	var asJSON bool
 	imp := &cobra.Command{
 		Use:   "import FILE.csv",
-		Short: "Import contacts from CSV (header: email,name, then attribute columns; - reads stdin)",
-		Long: `Import contacts from a CSV file with a header row. The first two columns are
-email and name; every further column becomes an attribute usable in templates
-as {{.Attributes.column}}. Contacts are matched by email, case-insensitively:
-an existing contact keeps its id, its name is replaced and attributes merged.
-An import never re-subscribes someone who unsubscribed.
+		Short: "Import contacts from CSV (header: email, name if any, attribute columns, in any order; - reads stdin)",
+		Long: `Import contacts from a CSV file with a header row, which names the columns
+(case-insensitively, in any order): the column headed email, which is
+required, is the address, the one headed name (if any) the name, and every
+other column an attribute under its header, usable in templates as
+{{.Attributes.column}}. A header without an email column, with an empty
+header or with two columns of the same header is refused before anything is
+imported. Lines may end in LF, CRLF or CR alone. Contacts are matched by
+email, case-insensitively: an existing contact keeps its id, its name is
+replaced (by an empty one when the file has no name column) and attributes
+merged. An import never re-subscribes someone who unsubscribed.
 
 Rows that cannot be imported (an invalid address, a repeat of an earlier
 row's email, a field too long, a malformed CSV line) are each printed with
@@ -97,6 +141,11 @@ imported. The file is streamed, so millions of rows work.`,
 			// The server lists its first rejections only; it counts all.
 			unlisted := max(resp.GetRejected()-int64(len(resp.GetErrors())), 0)
 			rejected := int64(len(res.rejected)) + unlisted
+			if res.records == 0 {
+				// Not an error (an export of nobody is a valid file), but
+				// not to be mistaken for an import that did something.
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s has a header row but no contact rows: nothing was imported\n", shown(importSource(args[0])))
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				if err := printImportJSON(out, resp, res, rejected); err != nil {
@@ -127,6 +176,14 @@ imported. The file is streamed, so millions of rows work.`,
 	imp.Flags().StringSliceVar(&segments, "segment", nil, "also add every imported contact to this segment (repeatable)")
 	imp.Flags().BoolVar(&asJSON, "json", false, "print what was imported and every rejected row as JSON")
 	return imp
+}
+
+// importSource is how the import's file argument is named in messages.
+func importSource(arg string) string {
+	if arg == "-" {
+		return "the input"
+	}
+	return arg
 }
 
 // contactRef names a contact for a request: an argument that parses as a
@@ -334,6 +391,7 @@ re-subscribes it.`,
 type csvResult struct {
 	lines    []int // file line of each row sent, so server row numbers map back
 	rejected []string
+	records  int // rows read after the header, sent or not
 }
 
 // line is the file line of the server's row number (counted from 1 over
@@ -368,37 +426,187 @@ func allValidUTF8(fields []string) bool {
 	return true
 }
 
+// csvFormat says what the header must be, for errors about it.
+const csvFormat = "a header row naming each column: email (required), name, and any other column as an attribute, in any order"
+
+// csvColumns is what a CSV header says each column holds.
+type csvColumns struct {
+	keys  []string // every column's header, trimmed
+	email int      // the email column
+	name  int      // the name column, -1 if there is none
+	attrs []int    // the attribute columns, in file order
+}
+
+// parseHeader maps columns by their header. A header that would misplace
+// data (no email column, a repeated or empty header) or that every row
+// would be rejected for is refused before anything is sent.
+func parseHeader(header []string) (*csvColumns, error) {
+	cols := &csvColumns{keys: make([]string, len(header)), email: -1, name: -1}
+	seen := make(map[string]int, len(header))
+	for i, h := range header {
+		if i == 0 {
+			h = strings.TrimPrefix(h, "\ufeff") // the BOM Excel writes
+		}
+		h = strings.TrimSpace(h)
+		cols.keys[i] = h
+		if !utf8.ValidString(h) {
+			return nil, errors.New("the CSV header is not valid UTF-8; save the file as UTF-8")
+		}
+		if h == "" {
+			return nil, fmt.Errorf("column %d of the CSV header is empty: the file needs %s", i+1, csvFormat)
+		}
+		if strings.ContainsFunc(h, unicode.IsControl) {
+			return nil, fmt.Errorf("column %d of the CSV header, %s, contains a tab, line break or other control character", i+1, strconv.Quote(h))
+		}
+		folded := strings.ToLower(h)
+		if j, ok := seen[folded]; ok {
+			return nil, fmt.Errorf("the CSV header names two columns %s (columns %d and %d): each column needs a header of its own", strconv.Quote(h), j+1, i+1)
+		}
+		seen[folded] = i
+		switch folded {
+		case "email":
+			cols.email = i
+		case "name":
+			cols.name = i
+		default:
+			if n := utf8.RuneCountInString(h); n > maxImportAttrKey {
+				return nil, fmt.Errorf("column %d of the CSV header, %.40q…, is %d characters; an attribute name may have at most %d", i+1, h, n, maxImportAttrKey)
+			}
+			cols.attrs = append(cols.attrs, i)
+		}
+	}
+	if cols.email < 0 {
+		quoted := make([]string, len(cols.keys))
+		for i, k := range cols.keys {
+			quoted[i] = strconv.Quote(k)
+		}
+		return nil, fmt.Errorf("the CSV header has no email column (its columns: %s): the file needs %s", strings.Join(quoted, ", "), csvFormat)
+	}
+	if n := len(cols.attrs); n > maxImportAttributes {
+		return nil, fmt.Errorf("the CSV header has %d attribute columns; a contact may have at most %d attributes", n, maxImportAttributes)
+	}
+	return cols, nil
+}
+
+// row is the contact a record of the file describes.
+func (cols *csvColumns) row(rec, segments []string) *pb.ContactRow {
+	row := &pb.ContactRow{Email: strings.TrimSpace(rec[cols.email]), Segments: segments}
+	if cols.name >= 0 {
+		row.Name = strings.TrimSpace(rec[cols.name])
+	}
+	if len(cols.attrs) > 0 {
+		row.Attributes = make(map[string]string, len(cols.attrs))
+		for _, i := range cols.attrs {
+			row.Attributes[cols.keys[i]] = rec[i]
+		}
+	}
+	return row
+}
+
+// tooLarge says why a row of size bytes, more than a chunk may carry, is
+// rejected: the field over the coordinator's limit, as the coordinator
+// words it. No row within every limit comes near importChunkBytes (64
+// attributes of 128 + 2,048 characters are at most 557,056 bytes), so the
+// last sentence is for many long --segment names only.
+func (cols *csvColumns) tooLarge(r *pb.ContactRow, size int) string {
+	if n := utf8.RuneCountInString(r.GetEmail()); n > maxImportEmail {
+		return fmt.Sprintf("email is %d characters; at most %d are allowed", n, maxImportEmail)
+	}
+	if n := utf8.RuneCountInString(r.GetName()); n > maxImportName {
+		return fmt.Sprintf("name is %d characters; at most %d are allowed", n, maxImportName)
+	}
+	for _, i := range cols.attrs {
+		k := cols.keys[i]
+		if n := utf8.RuneCountInString(r.GetAttributes()[k]); n > maxImportAttrValue {
+			return fmt.Sprintf("attribute %q is %d characters; at most %d are allowed", k, n, maxImportAttrValue)
+		}
+	}
+	return fmt.Sprintf("the row is %d bytes; at most %d can be sent as one row", size, importChunkBytes)
+}
+
+// crLines makes a file whose lines end in a lone CR (classic Mac OS, some
+// Excel exports) readable by encoding/csv, which ends a line only at LF:
+// if the first line break is a CR not followed by LF, every CR becomes LF.
+// Files with LF or CRLF line breaks pass through as they are. It streams:
+// the decision needs at most one byte of look-ahead.
+type crLines struct {
+	r     *bufio.Reader
+	state int // crUndecided, crAsIs or crToLF
+}
+
+const (
+	crUndecided = iota
+	crAsIs
+	crToLF
+)
+
+func newCRLines(r io.Reader) *crLines { return &crLines{r: bufio.NewReader(r)} }
+
+func (c *crLines) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	for i := 0; c.state == crUndecided && i < n; i++ {
+		switch p[i] {
+		case '\n':
+			c.state = crAsIs
+		case '\r':
+			var next []byte
+			if i+1 < n {
+				next = p[i+1 : i+2]
+			} else {
+				next, _ = c.r.Peek(1) // nothing after it: a lone CR either way
+			}
+			c.state = crToLF
+			if len(next) == 1 && next[0] == '\n' {
+				c.state = crAsIs
+			}
+		}
+	}
+	if c.state == crToLF {
+		for i, b := range p[:n] {
+			if b == '\r' {
+				p[i] = '\n'
+			}
+		}
+	}
+	return n, err
+}
+
 // readCSV streams rows to send in chunks. Rows the CSV reader itself cannot
-// make sense of are rejected here with their line; all others go to the
-// server, which reports its own rejections by row number.
+// make sense of, or too large to send, are rejected here with their line;
+// all others go to the server, which reports its own rejections by row
+// number.
 func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error) (*csvResult, error) {
-	r := csv.NewReader(in)
+	r := csv.NewReader(newCRLines(in))
 	r.FieldsPerRecord = -1
 	r.ReuseRecord = true
 	header, err := r.Read()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, errors.New("the CSV is empty: it needs a header row (email,name, then attribute columns) and then one contact per line")
+			return nil, fmt.Errorf("the CSV is empty: it needs %s, then one contact per line", csvFormat)
 		}
 		return nil, fmt.Errorf("read CSV header: %w", err)
 	}
-	header = append([]string(nil), header...)
-	for i := range header {
-		header[i] = strings.TrimSpace(header[i])
-	}
-	if !allValidUTF8(header) {
-		return nil, errors.New("the CSV header is not valid UTF-8; save the file as UTF-8")
-	}
-	if len(header) < 1 || !strings.EqualFold(strings.TrimSpace(strings.TrimPrefix(header[0], "\ufeff")), "email") {
-		return nil, errors.New("the CSV header must start with email (then name, then attribute columns)")
+	cols, err := parseHeader(header)
+	if err != nil {
+		return nil, err
 	}
 	res := &csvResult{}
 	var chunk []*pb.ContactRow
+	chunkBytes := 0
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		err := send(chunk)
+		chunk, chunkBytes = nil, 0
+		return err
+	}
 	for {
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		res.records++
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
@@ -415,33 +623,33 @@ func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error)
 			res.rejected = append(res.rejected, fmt.Sprintf("line %d: not valid UTF-8 (save the file as UTF-8)", line))
 			continue
 		}
-		if len(rec) != len(header) {
-			res.rejected = append(res.rejected, fmt.Sprintf("line %d: %d columns, the header has %d", line, len(rec), len(header)))
+		if len(rec) != len(cols.keys) {
+			res.rejected = append(res.rejected, fmt.Sprintf("line %d: %d columns, the header has %d", line, len(rec), len(cols.keys)))
 			continue
 		}
-		row := &pb.ContactRow{Email: strings.TrimSpace(rec[0]), Segments: segments}
-		if len(rec) > 1 {
-			row.Name = strings.TrimSpace(rec[1])
+		row := cols.row(rec, segments)
+		size := proto.Size(row)
+		if size > importChunkBytes {
+			// Sent, it would fail the whole stream on gRPC's size limit.
+			res.rejected = append(res.rejected, fmt.Sprintf("line %d: %s", line, cols.tooLarge(row, size)))
+			continue
 		}
-		if len(rec) > 2 {
-			row.Attributes = make(map[string]string, len(rec)-2)
-			for i := 2; i < len(rec); i++ {
-				row.Attributes[header[i]] = rec[i]
+		if chunkBytes+size > importChunkBytes {
+			if err := flush(); err != nil {
+				return nil, err
 			}
 		}
 		res.lines = append(res.lines, line)
 		chunk = append(chunk, row)
+		chunkBytes += size
 		if len(chunk) == importChunk {
-			if err := send(chunk); err != nil {
+			if err := flush(); err != nil {
 				return nil, err
 			}
-			chunk = nil
 		}
 	}
-	if len(chunk) > 0 {
-		if err := send(chunk); err != nil {
-			return nil, err
-		}
+	if err := flush(); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
