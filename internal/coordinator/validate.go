@@ -48,6 +48,17 @@ func (g GovernorConfig) Validate() error {
 	if l.Burst < 0 {
 		errs = append(errs, fmt.Errorf("--domain-burst is %d; it cannot be negative", l.Burst))
 	}
+	// The breaker's settings take their defaults at zero, as the rest do;
+	// the flags refuse an explicit zero (internal/cli).
+	if l.BreakerFailures < 0 {
+		errs = append(errs, fmt.Errorf("--breaker-failures (RANGECAST_BREAKER_FAILURES) is %d; give at least 1 transient failure", l.BreakerFailures))
+	}
+	if s := l.BreakerShare; s < 0 || s > 1 || math.IsNaN(s) {
+		errs = append(errs, fmt.Errorf("--breaker-share (RANGECAST_BREAKER_SHARE) is %v; give a share of a provider's attempts above 0 and at most 1 (0.2 is 20 %%)", s))
+	}
+	if l.RampConnections < 0 {
+		errs = append(errs, fmt.Errorf("--ramp-connections (RANGECAST_RAMP_CONNECTIONS) is %d; give at least 1 connection", l.RampConnections))
+	}
 	if l.InitialCeiling < 0 {
 		errs = append(errs, fmt.Errorf("--initial-daily-ceiling is %d; it cannot be negative", l.InitialCeiling))
 	}

@@ -68,6 +68,10 @@ type Limits struct {
 	RampConnections int `json:"ramp_connections,omitempty"`
 }
 
+// withDefaults fills what a caller left unset (zero). It also mends values
+// out of range, so a Domain never runs on them, but a configuration does
+// not rely on that: coordinator.GovernorConfig.Validate refuses them at
+// start, and the flags refuse an explicit zero too.
 func (l Limits) withDefaults() Limits {
 	if l.RatePerSecond <= 0 || math.IsNaN(l.RatePerSecond) || math.IsInf(l.RatePerSecond, 0) {
 		l.RatePerSecond = DefaultRatePerSecond

@@ -35,14 +35,15 @@ type AlarmConfig struct {
 }
 
 // Validate refuses a negative sample or interval and a rate that is not a
-// number (a negative rate turns its alarm off).
+// share below 1 (a negative rate turns its alarm off; 1 or more could
+// never be passed, so it would be off without saying so).
 func (a AlarmConfig) Validate() error {
 	var errs []error
-	if math.IsNaN(a.BounceRate) || math.IsInf(a.BounceRate, 0) {
-		errs = append(errs, fmt.Errorf("--bounce-alarm is %v; give a share such as 0.02, or a negative one to turn it off", a.BounceRate))
+	if r := a.BounceRate; math.IsNaN(r) || math.IsInf(r, 0) || r >= 1 {
+		errs = append(errs, fmt.Errorf("--bounce-alarm (RANGECAST_BOUNCE_ALARM) is %v; give a share of accepted messages above 0 and below 1 (0.02 is 2 %%), or -1 to turn it off", r))
 	}
-	if math.IsNaN(a.ComplaintRate) || math.IsInf(a.ComplaintRate, 0) {
-		errs = append(errs, fmt.Errorf("--complaint-alarm is %v; give a share such as 0.001, or a negative one to turn it off", a.ComplaintRate))
+	if r := a.ComplaintRate; math.IsNaN(r) || math.IsInf(r, 0) || r >= 1 {
+		errs = append(errs, fmt.Errorf("--complaint-alarm (RANGECAST_COMPLAINT_ALARM) is %v; give a share of delivered messages above 0 and below 1 (0.001 is 0.1 %%), or -1 to turn it off", r))
 	}
 	if a.MinSample < 0 {
 		errs = append(errs, fmt.Errorf("--alarm-min-sample is %d; it cannot be negative", a.MinSample))

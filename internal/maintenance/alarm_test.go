@@ -3,6 +3,7 @@ package maintenance_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,32 @@ import (
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/testenv"
 )
+
+// TestAlarmValidate: a rate is a share below 1 (one of 1 or more could
+// never be passed, turning the alarm off without saying so), negative to
+// turn it off, or zero for the default.
+func TestAlarmValidate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a    maintenance.AlarmConfig
+		want string
+	}{
+		{maintenance.AlarmConfig{}, ""},
+		{maintenance.AlarmConfig{BounceRate: -1, ComplaintRate: -1}, ""},
+		{maintenance.AlarmConfig{BounceRate: 0.5, ComplaintRate: 0.0001}, ""},
+		{maintenance.AlarmConfig{BounceRate: 5}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 5; give a share of accepted messages above 0 and below 1 (0.02 is 2 %)"},
+		{maintenance.AlarmConfig{BounceRate: 1}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 1"},
+		{maintenance.AlarmConfig{BounceRate: math.NaN()}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is NaN"},
+		{maintenance.AlarmConfig{ComplaintRate: 2}, "--complaint-alarm (RANGECAST_COMPLAINT_ALARM) is 2; give a share of delivered messages above 0 and below 1 (0.001 is 0.1 %)"},
+		{maintenance.AlarmConfig{ComplaintRate: math.Inf(-1)}, "--complaint-alarm (RANGECAST_COMPLAINT_ALARM) is -Inf"},
+		{maintenance.AlarmConfig{MinSample: -1}, "--alarm-min-sample is -1"},
+	} {
+		err := c.a.Validate()
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("Validate(%+v) = %v, want %q", c.a, err, c.want)
+		}
+	}
+}
 
 func TestAlarmsCheck(t *testing.T) {
 	t.Parallel()
