@@ -99,13 +99,30 @@ func ConnectBus(ctx context.Context, url string, replicas int, opts ...nats.Opti
 }
 
 // PprofEnv turns on /debug/pprof/ on the metrics listener (not the public
-// one) when set to 1: profiles are for the operator's network only, and
-// off unless asked for, because a CPU profile costs while it runs.
+// one) when set to 1 (or true): profiles are for the operator's network
+// only, and off unless asked for, because a CPU profile costs while it
+// runs.
 const PprofEnv = "RANGECAST_PPROF"
 
-// withPprof adds the pprof handlers to mux when RANGECAST_PPROF=1.
+// pprofEnabled reads PprofEnv as strictly as a boolean flag: unset or
+// empty is off, and a value strconv.ParseBool does not take ("yes", "on")
+// is an error rather than off without a word.
+func pprofEnabled() (bool, error) {
+	v := os.Getenv(PprofEnv)
+	if v == "" {
+		return false, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: use 1 or true to serve /debug/pprof/ on the metrics address, 0 or false for none", PprofEnv, v)
+	}
+	return on, nil
+}
+
+// withPprof adds the pprof handlers to mux when RANGECAST_PPROF is on
+// (validate has refused a malformed value already).
 func withPprof(h http.Handler) http.Handler {
-	if os.Getenv(PprofEnv) != "1" {
+	if on, _ := pprofEnabled(); !on {
 		return h
 	}
 	mux := http.NewServeMux()
@@ -273,7 +290,8 @@ func (o CoordinatorOptions) validate() error {
 			errs = append(errs, fmt.Errorf("--give-up-after is %s; give at least %s, so that a relay refusing everyone fails the broadcast first instead of every provider being given up", g, coordinator.MinGiveUpAfter))
 		}
 	}
-	errs = append(errs, o.Alarms.Validate(), o.Retention.Validate(), o.Mail.validate(o.Secrets))
+	_, pprofErr := pprofEnabled()
+	errs = append(errs, o.Alarms.Validate(), o.Retention.Validate(), o.Mail.validate(o.Secrets), pprofErr)
 	return errors.Join(errs...)
 }
 
@@ -398,6 +416,8 @@ func (o WorkerOptions) validate() error {
 	if o.NATSReplicas < 0 {
 		errs = append(errs, fmt.Errorf("--nats-replicas is %d; it cannot be negative", o.NATSReplicas))
 	}
+	_, pprofErr := pprofEnabled()
+	errs = append(errs, pprofErr)
 	return errors.Join(errs...)
 }
 

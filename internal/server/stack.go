@@ -88,12 +88,31 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
+// validate refuses what StartStack would otherwise mend silently.
+func (o StackOptions) validate() error {
+	var errs []error
+	if o.Workers < 0 {
+		errs = append(errs, fmt.Errorf("--workers is %d; give at least 1 page worker", o.Workers))
+	}
+	if o.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("--concurrency is %d; the in-flight window needs at least 1", o.Concurrency))
+	}
+	_, pprofErr := pprofEnabled()
+	errs = append(errs, pprofErr)
+	return errors.Join(errs...)
+}
+
 // StartStack starts everything and returns once the gRPC API is listening.
 func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	if o.Workers <= 0 {
+	// Zero takes the defaults (2 workers, the page worker's window); the
+	// dev command refuses an explicit 0 at its flags.
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.Workers == 0 {
 		o.Workers = 2
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,16 @@ func TestOptionsRefusedByFlag(t *testing.T) {
 		{"negative give-up", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{GiveUpAfter: -time.Hour}}, "--give-up-after"},
 		{"give-up shorter than a relay outage is caught", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{GiveUpAfter: 10 * time.Minute}}, "--give-up-after is 10m0s; give at least 1h0m0s"},
 		{"give-up past the governor's memory", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{GiveUpAfter: 30 * 24 * time.Hour}}, "--give-up-after is 720h0m0s; it must be under 336h0m0s"},
+		{"negative breaker failures", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{BreakerFailures: -1}}}, "--breaker-failures (RANGECAST_BREAKER_FAILURES) is -1"},
+		{"breaker share above 1", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{BreakerShare: 2}}}, "--breaker-share (RANGECAST_BREAKER_SHARE) is 2; give a share"},
+		{"breaker share NaN", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{BreakerShare: math.NaN()}}}, "--breaker-share (RANGECAST_BREAKER_SHARE) is NaN"},
+		{"breaker share infinite", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{BreakerShare: math.Inf(1)}}}, "--breaker-share (RANGECAST_BREAKER_SHARE) is +Inf"},
+		{"negative breaker share", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{BreakerShare: -0.2}}}, "--breaker-share (RANGECAST_BREAKER_SHARE) is -0.2"},
+		{"negative ramp", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{RampConnections: -1}}}, "--ramp-connections (RANGECAST_RAMP_CONNECTIONS) is -1"},
+		{"negative burst", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{Burst: -1}}}, "--domain-burst is -1"},
+		{"bounce alarm that can never be passed", server.CoordinatorOptions{Alarms: maintenance.AlarmConfig{BounceRate: 5}}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 5; give a share of accepted messages above 0 and below 1"},
+		{"bounce alarm of every message", server.CoordinatorOptions{Alarms: maintenance.AlarmConfig{BounceRate: 1}}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 1"},
+		{"complaint alarm as a percentage", server.CoordinatorOptions{Alarms: maintenance.AlarmConfig{ComplaintRate: 2}}, "--complaint-alarm (RANGECAST_COMPLAINT_ALARM) is 2; give a share of delivered messages"},
 	} {
 		err := server.RunCoordinator(ctx, c.o)
 		if err == nil || !strings.Contains(err.Error(), c.flag) {
@@ -48,6 +59,57 @@ func TestOptionsRefusedByFlag(t *testing.T) {
 		err := server.RunWorker(ctx, c.o)
 		if err == nil || !strings.Contains(err.Error(), c.flag) {
 			t.Errorf("%s: RunWorker = %v; want a refusal naming %s", c.name, err, c.flag)
+		}
+	}
+}
+
+// TestPprofStrict: RANGECAST_PPROF takes what a boolean flag takes; any
+// other value ("yes") stops the coordinator, a page worker and the dev
+// stack before they connect, naming the variable, instead of leaving
+// profiling off without a word.
+func TestPprofStrict(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		v       string
+		refused bool
+	}{
+		{"yes", true}, {"on", true}, {"2", true},
+		{"1", false}, {"true", false}, {"0", false}, {"false", false}, {"", false},
+	} {
+		t.Run(c.v, func(t *testing.T) {
+			t.Setenv(server.PprofEnv, c.v)
+			// Each run is refused for its zero window anyway, so none
+			// connects; only whether the variable is named differs.
+			errs := map[string]error{
+				"RunCoordinator": server.RunCoordinator(ctx, server.CoordinatorOptions{InDoubtAfter: -time.Minute}),
+				"RunWorker":      server.RunWorker(ctx, server.WorkerOptions{}),
+			}
+			_, errs["StartStack"] = server.StartStack(ctx, server.StackOptions{Dir: t.TempDir(), Workers: -1})
+			for name, err := range errs {
+				named := err != nil && strings.Contains(err.Error(), server.PprofEnv)
+				if named != c.refused {
+					t.Errorf("%s=%q: %s = %v; want it refused for the variable: %v", server.PprofEnv, c.v, name, err, c.refused)
+				}
+			}
+		})
+	}
+}
+
+// TestStackOptionsRefused: a negative count of workers or window is
+// refused before anything starts; zero still takes the defaults (tests and
+// the demo rely on it, and the dev command refuses an explicit 0 itself).
+func TestStackOptionsRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		o    server.StackOptions
+		flag string
+	}{
+		{server.StackOptions{Workers: -1}, "--workers is -1"},
+		{server.StackOptions{Concurrency: -4}, "--concurrency is -4"},
+	} {
+		c.o.Dir = t.TempDir()
+		if _, err := server.StartStack(context.Background(), c.o); err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("StartStack(%+v) = %v; want a refusal naming %s", c.o, err, c.flag)
 		}
 	}
 }
