@@ -21,8 +21,22 @@ func TestEnvStrict(t *testing.T) {
 		{Coordinator, "RANGECAST_IN_DOUBT_AFTER", "30", "in-doubt-after"},
 		{Coordinator, "RANGECAST_BOUNCE_ALARM", "2%", "bounce-alarm"},
 		{Coordinator, "RANGECAST_NATS_REPLICAS", "three", "nats-replicas"},
+		// Well-formed but out of range: refused, not taken for the default.
+		{Coordinator, "RANGECAST_LOG_LEVEL", "loud", "log-level"},
+		{PageWorker, "RANGECAST_LOG_LEVEL", "loud", "log-level"},
+		{Coordinator, "RANGECAST_BREAKER_SHARE", "2", "breaker-share"},
+		{Coordinator, "RANGECAST_BREAKER_SHARE", "NaN", "breaker-share"},
+		{Coordinator, "RANGECAST_BREAKER_SHARE", "0", "breaker-share"},
+		{Coordinator, "RANGECAST_BREAKER_FAILURES", "0", "breaker-failures"},
+		{Coordinator, "RANGECAST_RAMP_CONNECTIONS", "0", "ramp-connections"},
+		{Coordinator, "RANGECAST_DOMAIN_BURST", "0", "domain-burst"},
+		{Coordinator, "RANGECAST_DOMAIN_RATE", "0", "domain-rate"},
+		{Coordinator, "RANGECAST_DOMAIN_RATE", "+Inf", "domain-rate"},
+		{Coordinator, "RANGECAST_BOUNCE_ALARM", "5", "bounce-alarm"},
+		{Coordinator, "RANGECAST_BOUNCE_ALARM", "0", "bounce-alarm"},
+		{Coordinator, "RANGECAST_COMPLAINT_ALARM", "1", "complaint-alarm"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.name+"="+tc.v, func(t *testing.T) {
 			t.Setenv(tc.name, tc.v)
 			cmd := tc.cmd()
 			cmd.SetArgs(nil)

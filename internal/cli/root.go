@@ -160,17 +160,17 @@ func (c *client) audience() (pb.AudienceServiceClient, error) {
 	return pb.NewAudienceServiceClient(conn), nil
 }
 
-// logger logs to stderr at level (debug, info, warn, error; anything else is
-// info) in format: "text" (logfmt-like key=value) or "json" (one JSON object
+// logger logs to stderr at level (debug, info, warn or error; anything else
+// is refused, not taken for info) in format: "text" (logfmt-like key=value) or "json" (one JSON object
 // per line, for log collectors).
 func logger(level, format string) (*slog.Logger, error) {
 	return newLogger(os.Stderr, level, format)
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
+	l, err := parseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
 	}
 	opts := &slog.HandlerOptions{Level: l}
 	switch strings.ToLower(strings.TrimSpace(format)) {

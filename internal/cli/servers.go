@@ -148,20 +148,20 @@ func governorFlags(cmd *cobra.Command, l *governor.Limits) {
 	f := cmd.Flags()
 	f.IntVar(&l.InitialCeiling, "initial-daily-ceiling", governor.DefaultCeiling,
 		"daily ceiling a sending domain with no history starts at; learning doubles it after clean days (env RANGECAST_INITIAL_DAILY_CEILING)")
-	f.Float64Var(&l.RatePerSecond, "domain-rate", governor.DefaultRatePerSecond,
-		"messages per second each sending domain may send (token bucket) (env RANGECAST_DOMAIN_RATE)")
-	f.IntVar(&l.Burst, "domain-burst", governor.DefaultBurst,
-		"burst of each sending domain's token bucket (env RANGECAST_DOMAIN_BURST)")
+	f.Var(perSecond(&l.RatePerSecond, governor.DefaultRatePerSecond), "domain-rate",
+		"messages per second each sending domain may send (token bucket), above 0 (env RANGECAST_DOMAIN_RATE)")
+	f.Var(atLeast(&l.Burst, governor.DefaultBurst, 1), "domain-burst",
+		"burst of each sending domain's token bucket, at least 1 (env RANGECAST_DOMAIN_BURST)")
 	f.StringVar(&l.Server, "smtp-server-name", coordinator.DefaultServer,
 		"name of the SMTP server the workers send through, for its hourly limit and 'rangecast governor reset-rate-limit' (env RANGECAST_SMTP_SERVER_NAME)")
 	f.IntVar(&l.EmailsPerHour, "emails-per-hour", 0,
 		"hourly limit of that SMTP server, 0 for none (env RANGECAST_EMAILS_PER_HOUR)")
-	f.IntVar(&l.BreakerFailures, "breaker-failures", governor.BreakerFailures,
-		"a receiving provider's breaker opens after at least this many transient failures in 5 minutes... (env RANGECAST_BREAKER_FAILURES)")
-	f.Float64Var(&l.BreakerShare, "breaker-share", governor.BreakerShare,
-		"...that are at least this share of its attempts in the window (0.2: 20 %), so ordinary deferrals at volume never open it (env RANGECAST_BREAKER_SHARE)")
-	f.IntVar(&l.RampConnections, "ramp-connections", governor.RampConnections,
-		"a provider coming back from a breaker or a hold ramps up from one connection to this many before its breaker closes (env RANGECAST_RAMP_CONNECTIONS)")
+	f.Var(atLeast(&l.BreakerFailures, governor.BreakerFailures, 1), "breaker-failures",
+		"a receiving provider's breaker opens after at least this many transient failures in 5 minutes (at least 1)... (env RANGECAST_BREAKER_FAILURES)")
+	f.Var(share(&l.BreakerShare, governor.BreakerShare, "a provider's attempts", "0.2 is 20 %"), "breaker-share",
+		"...that are at least this share of its attempts in the window (0.2: 20 %; above 0, at most 1), so ordinary deferrals at volume never open it (env RANGECAST_BREAKER_SHARE)")
+	f.Var(atLeast(&l.RampConnections, governor.RampConnections, 1), "ramp-connections",
+		"a provider coming back from a breaker or a hold ramps up from one connection to this many before its breaker closes, at least 1 (env RANGECAST_RAMP_CONNECTIONS)")
 }
 
 // serverFlags are the flags every server process has.
@@ -170,7 +170,7 @@ func serverFlags(cmd *cobra.Command, databaseURL, natsURL, metricsAddr, level, f
 	f.StringVar(databaseURL, "database-url", "", "postgres://… or, for a single machine, sqlite:PATH (env RANGECAST_DATABASE_URL)")
 	f.StringVar(natsURL, "nats-url", server.DefaultNATSURL, "NATS server with JetStream, 2.12.3 or newer (env RANGECAST_NATS_URL)")
 	f.StringVar(metricsAddr, "metrics-addr", defaultMetrics, "/metrics, /healthz, /readyz listen address (env RANGECAST_METRICS_ADDR)")
-	f.StringVar(level, "log-level", "info", "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
+	f.Var(logLevel(level, "info"), "log-level", "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
 	f.StringVar(format, "log-format", "text", "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
 }
 
@@ -194,10 +194,12 @@ func (s *stackFlags) register(cmd *cobra.Command, level string) {
 	f.StringVar(&s.postgres, "postgres", "", "use this Postgres (postgres://…) instead of a SQLite file in --dir; rangecast keeps to a schema of its own")
 	f.StringVar(&s.o.SMTPURL, "smtp-url", "", "send through this SMTP server instead of capturing mail in-process (parameters as the pageworker's --smtp-url)")
 	dkimKeyFlag(cmd, &s.o.DKIMKeys)
-	f.IntVar(&s.o.Workers, "workers", 2, "page workers to run")
-	f.IntVar(&s.o.Concurrency, "concurrency", 16, "each worker's in-flight window")
+	// StartStack takes 0 for its defaults; from a flag, 0 is refused as
+	// the page worker refuses --concurrency 0.
+	f.Var(atLeast(&s.o.Workers, 2, 1), "workers", "page workers to run, at least 1")
+	f.Var(atLeast(&s.o.Concurrency, 16, 1), "concurrency", "each worker's in-flight window, at least 1")
 	f.DurationVar(&s.o.InDoubtAfter, "in-doubt-after", 20*time.Second, "a claim whose worker has been gone this long is in doubt and is settled against the capture server")
-	f.StringVar(&s.level, "log-level", level, "debug, info, warn or error")
+	f.Var(logLevel(&s.level, level), "log-level", "debug, info, warn or error")
 	f.StringVar(&s.format, "log-format", "text", "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
 }
 
