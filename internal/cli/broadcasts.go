@@ -184,7 +184,7 @@ func listCommand(c *client) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().IntVar(&limit, "limit", 100, "list at most this many, newest first; 0 for all")
+	cmd.Flags().Var(atLeast(&limit, 100, 0), "limit", "list at most this many, newest first; 0 for all")
 	return cmd
 }
 

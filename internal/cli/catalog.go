@@ -37,7 +37,7 @@ type listFlags struct {
 
 func (l *listFlags) add(cmd *cobra.Command, what string) {
 	f := cmd.Flags()
-	f.IntVar(&l.limit, "limit", 0, "print at most this many "+what+" (0: all of them, read a page at a time)")
+	f.Var(atLeast(&l.limit, 0, 0), "limit", "print at most this many "+what+" (0: all of them, read a page at a time)")
 	f.Int32Var(&l.pageSize, "page-size", 500, "how many "+what+" one request reads (1 to 500)")
 	f.BoolVar(&l.asJSON, "json", false, "print one JSON object per line")
 }

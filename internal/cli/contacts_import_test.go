@@ -280,8 +280,10 @@ func TestBroadcastsCreateCommandLargeHTML(t *testing.T) {
 // flag, instead of reading as no limit.
 func TestContactsListNegativeLimit(t *testing.T) {
 	t.Parallel()
-	_, err := rangecast(t, "", "--addr", "127.0.0.1:1", "contacts", "list", "--limit", "-1")
-	if err == nil || !strings.Contains(err.Error(), "--limit") || !strings.Contains(err.Error(), "-1") {
-		t.Errorf("contacts list --limit -1: %v, want an error naming --limit", err)
+	for _, args := range [][]string{{"contacts", "list"}, {"segments", "list"}, {"broadcasts", "list"}} {
+		_, err := rangecast(t, "", append([]string{"--addr", "127.0.0.1:1"}, append(args, "--limit", "-1")...)...)
+		if err == nil || !strings.Contains(err.Error(), "--limit") || !strings.Contains(err.Error(), "-1") {
+			t.Errorf("%s --limit -1: %v, want an error naming --limit", strings.Join(args, " "), err)
+		}
 	}
 }
