@@ -98,8 +98,8 @@ other column an attribute under its header, usable in templates as
 header or with two columns of the same header is refused before anything is
 imported. Lines may end in LF, CRLF or CR alone. Contacts are matched by
 email, case-insensitively: an existing contact keeps its id, its name is
-replaced (by an empty one when the file has no name column) and attributes
-merged. An import never re-subscribes someone who unsubscribed.
+replaced by a name the file gives (a row without one, or a file without a
+name column, keeps it) and attributes merged. An import never re-subscribes someone who unsubscribed.
 
 Rows that cannot be imported (an invalid address, a repeat of an earlier
 row's email, a field too long, a malformed CSV line) are each printed with

@@ -154,7 +154,9 @@ RETURNING id, email_key`
 // mergeContact is how an upsert changes an existing contact (alias c), for
 // the small and the bulk (COPY) paths of ImportContacts alike.
 const mergeContact = `ON CONFLICT (email_key) DO UPDATE SET
-    name = EXCLUDED.name,
+    -- An import without names (a list of addresses to add to a segment)
+    -- leaves the names it does not give, as it leaves attributes.
+    name = CASE WHEN EXCLUDED.name <> '' THEN EXCLUDED.name ELSE c.name END,
     attributes = c.attributes || EXCLUDED.attributes,
     -- An import may unsubscribe, flag or suppress a contact, never undo an
     -- unsubscribe, a do-not-contact flag or a suppression.

@@ -225,10 +225,12 @@ const (
 	findContact = `SELECT id, attributes FROM contacts WHERE email_key = ?`
 	// An existing contact keeps its id and address. An import may
 	// unsubscribe, flag or suppress a contact, never undo an unsubscribe, a
-	// do-not-contact flag or a suppression.
+	// do-not-contact flag or a suppression. An import without names (a
+	// list of addresses to add to a segment) leaves the names it does not
+	// give, as it leaves attributes.
 	updateContact = `
 UPDATE contacts SET
-    name = ?2,
+    name = CASE WHEN ?2 <> '' THEN ?2 ELSE name END,
     attributes = ?3,
     subscribed = subscribed AND ?4,
     do_not_contact = do_not_contact OR ?5,

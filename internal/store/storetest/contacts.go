@@ -20,7 +20,8 @@ var contactCases = []testCase{
 }
 
 // An existing contact is found by case-insensitive email and keeps its id;
-// the name is replaced and the attributes merged key by key.
+// the name is replaced (unless the import gives none) and the attributes
+// merged key by key.
 func testUpsertCaseInsensitive(f *fixture) {
 	first := f.contact("Alice@X.org")
 	first.Name = "Alice"
@@ -55,6 +56,15 @@ func testUpsertCaseInsensitive(f *fixture) {
 	want := map[string]any{"city": "Lyon", "plan": "pro", "lang": "fr"}
 	if !maps.EqualFunc(c.Attributes, want, func(a, b any) bool { return a == b }) {
 		f.t.Errorf("attributes = %v, want merged %v", c.Attributes, want)
+	}
+
+	// A list of addresses without names (an email-only CSV, to add them to
+	// a segment) leaves the name, as it leaves attributes it does not give.
+	nameless := f.contact("ALICE@x.org")
+	nameless.Name = ""
+	f.upsert([]store.Contact{nameless}, at(2))
+	if c := f.eligible()[first.ID]; c.Name != "Alice Liddell" || !maps.EqualFunc(c.Attributes, want, func(a, b any) bool { return a == b }) {
+		f.t.Errorf("after an import without a name: name %q, attributes %v; want both kept", c.Name, c.Attributes)
 	}
 }
 
