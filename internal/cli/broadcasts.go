@@ -34,7 +34,7 @@ func broadcastsCommand(c *client) *cobra.Command {
 			r, err := bc.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: id})
 			return r.GetBroadcast(), err
 		}},
-		{"resume", "Continue a paused broadcast where it stopped", func(ctx context.Context, bc pb.BroadcastServiceClient, id string) (*pb.Broadcast, error) {
+		{"resume", "Continue a paused broadcast where it stopped, or a failed one once its cause is fixed", func(ctx context.Context, bc pb.BroadcastServiceClient, id string) (*pb.Broadcast, error) {
 			r, err := bc.ResumeBroadcast(ctx, &pb.ResumeBroadcastRequest{Id: id})
 			return r.GetBroadcast(), err
 		}},

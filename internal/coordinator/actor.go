@@ -43,8 +43,10 @@ type actor struct {
 	// the last dispatch round was held back by it.
 	throttleWait time.Duration
 	throttle     *governor.Bucket
-	// reloaded is when the range records were last re-read from KV.
+	// reloaded is when the range records were last re-read from KV;
+	// stale asks for a re-read before the next dispatch (adopt).
 	reloaded time.Time
+	stale    bool
 	// nextReconcile is when in-doubt claims are next looked for;
 	// goneSince is when each claim owner was first seen gone.
 	nextReconcile time.Time
@@ -232,6 +234,7 @@ func (a *actor) run(ctx context.Context) {
 			}
 			continue
 		}
+		a.catchUp(ctx)
 		a.reconcile(ctx)
 		a.sweep(ctx)
 		if a.finish(ctx) {
@@ -265,14 +268,34 @@ func (a *actor) retire() bool {
 
 // adopt follows the store's state of the broadcast.
 func (a *actor) adopt(b store.Broadcast) {
-	if a.b.State == store.StatePaused && b.State == store.StateRunning {
-		// Workers dropped the pages of the paused broadcast: issue every
-		// range's page afresh from its cursor, under a new dedupe id (a copy
-		// being dropped right now must not hide it).
+	if (a.b.State == store.StatePaused || a.b.State == store.StateFailed) && b.State == store.StateRunning {
+		// Workers dropped the pages of the paused (or failed) broadcast:
+		// issue every range's page afresh from its cursor, under a new
+		// dedupe id (a copy being dropped right now must not hide it).
 		a.dropOutstanding()
 		a.issue++
 	}
+	if a.b.State == store.StateFailed && b.State == store.StateRunning {
+		// Resumed after it failed (Coordinator.Resume), before this actor
+		// retired: its runs of fruitless pages start again, and the range
+		// records, whose counts Resume set back to zero, are read again.
+		a.refusedPages, a.refusedNext = 0, time.Time{}
+		clear(a.notBefore)
+		a.stale = true
+	}
 	a.b.State, a.b.Reason = b.State, b.Reason
+}
+
+// catchUp re-reads the range records when adopt found them stale.
+func (a *actor) catchUp(ctx context.Context) {
+	if !a.stale {
+		return
+	}
+	if err := a.reload(ctx); err != nil {
+		a.log().Warn("cannot re-read range records", "err", err)
+		return
+	}
+	a.stale, a.reloaded = false, a.c.cfg.Clock.Now()
 }
 
 // apply moves a range's cursor by compare-and-set. A report that does not

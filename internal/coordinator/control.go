@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/oklog/ulid/v2"
@@ -109,9 +110,51 @@ func (c *Coordinator) Pause(ctx context.Context, id ulid.ULID) (BroadcastStatus,
 	return c.transition(ctx, id, "paused", []store.State{store.StateRunning}, store.StatePaused, "paused by operator")
 }
 
-// Resume lets a paused broadcast send again.
+// Resume lets a paused broadcast send again, or a failed one carry on
+// where it stopped: a broadcast fails when its pages make no progress (a
+// relay that refused everyone for minutes, a page that crashed every
+// worker), and once the operator has fixed the cause, its unsent audience
+// can still be sent by this broadcast, which knows who already has the
+// message; a new one would not. Like a resume after a pause it walks on
+// from the cursors, under the same claims, so it cannot re-send. The
+// ranges' counts of fruitless resumptions start again from zero first: the
+// resume is the operator saying the cause is gone, and a range that failed
+// the broadcast at its eighth fruitless page would otherwise fail it again
+// at its first.
 func (c *Coordinator) Resume(ctx context.Context, id ulid.ULID) (BroadcastStatus, error) {
-	return c.transition(ctx, id, "resumed", []store.State{store.StatePaused}, store.StateRunning, "")
+	b, err := c.cfg.Store.GetBroadcast(ctx, id)
+	if err != nil {
+		return BroadcastStatus{}, err
+	}
+	if b.State == store.StateFailed {
+		if err := c.forgetFruitless(ctx, b); err != nil {
+			return BroadcastStatus{}, unavailable(err)
+		}
+	}
+	return c.transition(ctx, id, "resumed", []store.State{store.StatePaused, store.StateFailed}, store.StateRunning, "")
+}
+
+// forgetFruitless sets every range record's Fruitless count of b back to
+// zero, by compare-and-set: b has failed, so no actor writes its records.
+// A conflict (another coordinator's write) is an error; the operator's
+// resume can be repeated.
+func (c *Coordinator) forgetFruitless(ctx context.Context, b store.Broadcast) error {
+	recs, revs, err := c.rangeRecords(ctx, b)
+	if err != nil {
+		return err
+	}
+	for i, rec := range recs {
+		if rec.Fruitless == 0 {
+			continue
+		}
+		rec.Fruitless = 0
+		_, err := bus.PutAt(ctx, c.cfg.Bus.Broadcasts, bus.RangeKey(b.ID.String(), rec.Index), bus.Encode(rec), revs[i])
+		c.kvWrites.add(1)
+		if err != nil {
+			return fmt.Errorf("range %d: %w", rec.Index, err)
+		}
+	}
+	return nil
 }
 
 // Cancel ends a broadcast that has not finished; nothing more is sent.

@@ -15,6 +15,7 @@ import (
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
@@ -145,6 +146,73 @@ func transientForever(t *testing.T, window int) {
 	if p := b.GetProgress(); p.GetInDoubt() != 0 || p.GetSent() != 0 {
 		t.Fatalf("after failing: in doubt %d, sent %d; want 0 and 0 (claims released)", p.GetInDoubt(), p.GetSent())
 	}
+}
+
+// TestResumeAFailedBroadcast: a broadcast failed by a relay that refused
+// everyone is resumed once the relay is fixed, and carries on where it
+// stopped: every eligible contact is then sent exactly once, or recorded
+// failed with the relay's reply if its own attempts ran out before the
+// failure; nobody is skipped and nobody gets a second copy. A failed
+// broadcast used to be terminal: its unsent audience could only be reached
+// by a new broadcast, which does not know who has the message already.
+func TestResumeAFailedBroadcast(t *testing.T) {
+	t.Parallel()
+	var refusing atomic.Bool
+	refusing.Store(true)
+	s := newStack(t, stackOptions{workers: 1, concurrency: 2, sinkOpts: []capture.Option{
+		capture.WithRcptHook(func(string) *smtp.SMTPError {
+			if refusing.Load() {
+				return reply(451, smtp.EnhancedCode{4, 4, 1}, "Connection timed out downstream")
+			}
+			return nil
+		}),
+	}})
+	s.withFastRetries(3)
+	a := s.seed(300)
+	eligible := a.eligible(false)
+	id := s.create("", 0)
+	s.start(id)
+	s.waitFailedRefused(id, "451 4.4.1")
+	if !testenv.Poll(10*time.Second, func() bool { return s.status(id).GetProgress().GetInDoubt() == 0 }) {
+		t.Fatal("claims still open after the broadcast failed")
+	}
+	// The relay is fixed; the operator resumes the broadcast.
+	refusing.Store(false)
+	if _, err := s.client.ResumeBroadcast(context.Background(), &pb.ResumeBroadcastRequest{Id: id}); err != nil {
+		t.Fatalf("resume a failed broadcast: %v", err)
+	}
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	if b.GetFinishedAt() == nil {
+		t.Error("completed without a finish time")
+	}
+	received := map[string]int{}
+	for _, m := range s.sink.Messages() {
+		for _, to := range m.To {
+			received[to]++
+		}
+	}
+	bid := ulid.MustParse(id)
+	failed := 0
+	for _, c := range a.contacts {
+		if !eligible[c.Email] {
+			continue
+		}
+		row, err := s.store.GetSend(context.Background(), bid, c.ID)
+		switch {
+		case received[c.Email] > 1:
+			t.Errorf("%s received %d copies", c.Email, received[c.Email])
+		case received[c.Email] == 1 && (err != nil || !row.Status.Accepted()):
+			t.Errorf("%s received its message; ledger %v %v", c.Email, row.Status, err)
+		case received[c.Email] == 0 && (err != nil || row.Status != store.SendFailed || !strings.Contains(row.Error, "451")):
+			t.Errorf("%s received nothing; ledger %v (%s) %v: skipped", c.Email, row.Status, row.Error, err)
+		case received[c.Email] == 0:
+			failed++
+		}
+	}
+	if sent := len(eligible) - failed; sent < len(eligible)/2 {
+		t.Errorf("%d of %d sent after the resume; want the unsent audience sent", sent, len(eligible))
+	}
+	t.Logf("after the resume: %d of %d eligible sent, %d failed by their own attempts before the relay was fixed", len(eligible)-failed, len(eligible), failed)
 }
 
 // waitFailedRefused waits for the broadcast to fail because a relay refuses

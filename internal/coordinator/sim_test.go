@@ -170,6 +170,9 @@ type sim struct {
 	erased       map[ulid.ULID]erasure
 	cancelled    bool
 	cursorBroken bool
+	// resumed: the broadcast failed by a relay refusing for ever was
+	// resumed once the relay was fixed (resumeFailed).
+	resumed bool
 	// pendingStates are operator calls whose KV write has not landed yet.
 	pendingStates []store.Broadcast
 	hasRow        map[ulid.ULID]bool
@@ -654,7 +657,7 @@ func (s *sim) run() {
 	for s.steps = 0; s.steps < maxSteps; s.steps++ {
 		faults := s.steps < s.faultSteps
 		s.inFaults = faults
-		if !faults && s.steps%16 == 0 && s.finished() {
+		if !faults && s.steps%16 == 0 && s.finished() && !s.resumeFailed() {
 			return
 		}
 		if !faults && s.steps == s.faultSteps {
@@ -685,6 +688,29 @@ func (s *sim) endFaults() {
 		s.operator(store.StatePaused, store.StateRunning)
 	}
 	s.logf("faults stop")
+}
+
+// resumeFailed is the operator fixing a relay that refused everyone and
+// resuming the broadcast it failed (Coordinator.Resume), in half the
+// schedules where that happens (by the seed, so that no draw of the
+// schedule changes). It reports whether the broadcast runs again.
+func (s *sim) resumeFailed() bool {
+	if s.resumed || s.outage == nil || !s.outage.forever || s.seed%2 != 0 {
+		return false
+	}
+	b, err := s.st.GetBroadcast(s.ctx, s.b.ID)
+	if err != nil || b.State != store.StateFailed {
+		return false
+	}
+	s.resumed = true
+	s.outage.forever, s.outage.until = false, time.Time{}
+	if err := s.c.forgetFruitless(s.ctx, b); err != nil {
+		s.violate("resume a failed broadcast: %v", err)
+		return false
+	}
+	s.fault("failed broadcast resumed")
+	s.operator(store.StateFailed, store.StateRunning)
+	return true
 }
 
 func (s *sim) finished() bool {
@@ -782,6 +808,7 @@ func (s *sim) tick() {
 	if a.b.State.Finished() {
 		return
 	}
+	a.catchUp(s.ctx)
 	a.reconcile(s.ctx)
 	a.sweep(s.ctx)
 	if a.finish(s.ctx) {

@@ -411,7 +411,7 @@ WHERE id = $1`, uid(id), count, minID, maxID, now, starts)
 // (pendingQuery) under openRowScans.
 const setState = `
 UPDATE broadcasts SET state = $2, reason = $3, updated_at = $4,
-       finished_at = CASE WHEN $2 IN ('completed', 'cancelled', 'failed') THEN $4 ELSE finished_at END
+       finished_at = CASE WHEN $2 IN ('completed', 'cancelled', 'failed') THEN $4 WHEN $2 = 'running' THEN NULL ELSE finished_at END
 WHERE id = $1 AND state = ANY($5::text[])
   AND NOT ($6 AND EXISTS (SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'claimed' AND NOT accepted))
   AND NOT ($6 AND EXISTS (SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'deferred' AND NOT accepted))`

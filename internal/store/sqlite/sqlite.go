@@ -623,7 +623,7 @@ func (s *Store) SetState(ctx context.Context, bid ulid.ULID, from []store.State,
 	err = s.write(ctx, "broadcast "+bid.String(), func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `
 UPDATE broadcasts SET state = ?2, reason = ?3, updated_at = ?4,
-       finished_at = CASE WHEN ?2 IN ('completed', 'cancelled', 'failed') THEN ?4 ELSE finished_at END
+       finished_at = CASE WHEN ?2 IN ('completed', 'cancelled', 'failed') THEN ?4 WHEN ?2 = 'running' THEN NULL ELSE finished_at END
 WHERE id = ?1 AND state IN (SELECT value FROM json_each(?5))
   AND NOT (?2 = 'completed' AND EXISTS (SELECT 1 FROM broadcast_sends
       WHERE broadcast_id = ?1 AND status IN ('claimed', 'deferred') AND NOT accepted))`, id(bid), string(to), reason, ts(now), string(froms))

@@ -86,7 +86,8 @@ func testSetStateTransitions(f *fixture) {
 	}
 }
 
-// finished_at is set by the moves to completed, cancelled and failed only.
+// finished_at is set by the moves to completed, cancelled and failed only,
+// and cleared by a move back to running.
 func testSetStateFinishedAt(f *fixture) {
 	cases := []struct {
 		from     []store.State
@@ -118,6 +119,17 @@ func testSetStateFinishedAt(f *fixture) {
 		if tc.to.Finished() != tc.finished {
 			f.t.Errorf("%s.Finished() = %v", tc.to, tc.to.Finished())
 		}
+	}
+
+	// A failed broadcast resumed (Coordinator.Resume) runs again: it has
+	// no finish time until it finishes again.
+	b := f.running("resumed after failing", 0)
+	_, err := f.s.SetState(f.ctx, b.ID, []store.State{store.StateRunning}, store.StateFailed, "no progress", at(30))
+	f.must(err, "fail")
+	got, err := f.s.SetState(f.ctx, b.ID, []store.State{store.StatePaused, store.StateFailed}, store.StateRunning, "", at(31))
+	f.must(err, "failed -> running")
+	if got.State != store.StateRunning || !got.FinishedAt.IsZero() {
+		f.t.Errorf("failed -> running: state %s, finished %v; want running with no finish time", got.State, got.FinishedAt)
 	}
 }
 
