@@ -28,8 +28,8 @@ type Retried struct {
 //
 // Only a completed broadcast: a running or paused one still has its own
 // sweeps and could complete between the reopen and its next look at the
-// ledger; a failed or cancelled one stopped for a reason a retry would
-// override.
+// ledger; a cancelled one stopped for a reason a retry would override, and
+// a failed one is resumed (Resume), not retried.
 func (c *Coordinator) Retry(ctx context.Context, id ulid.ULID, unknown bool) (Retried, error) {
 	reason := "retrying messages that failed after their attempts ran out"
 	if unknown {
@@ -63,6 +63,8 @@ func retryRefusal(id ulid.ULID, s store.State) string {
 		return fmt.Sprintf("broadcast %s is %s; its deferred messages are still being retried: wait until it completes, then retry", id, s)
 	case store.StateDraft:
 		return fmt.Sprintf("broadcast %s is a draft; nothing has been sent to retry", id)
+	case store.StateFailed:
+		return fmt.Sprintf("broadcast %s failed; once its cause is fixed, resume it to send the rest, and retry its failed messages after it completes", id)
 	}
 	return fmt.Sprintf("broadcast %s is %s; only a completed broadcast can be retried", id, s)
 }
