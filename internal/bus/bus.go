@@ -366,6 +366,10 @@ type Report struct {
 	Error     string     `json:"error,omitempty"`
 	// Deferred counts recipients recorded deferred (their provider held).
 	Deferred int `json:"deferred,omitempty"`
+	// InDoubt counts messages whose connection was lost after the final
+	// dot (or whose reply to it timed out): maybe delivered, recorded
+	// unknown, never sent again.
+	InDoubt int `json:"in_doubt,omitempty"`
 	// Domain is the broadcast's sending domain, whose governor counts
 	// what the page sent.
 	Domain string `json:"domain,omitempty"`

@@ -273,9 +273,9 @@ func stateWord(s pb.BroadcastState) string {
 // progressLine is one line of progress, for logs and non-terminals.
 func progressLine(b *pb.Broadcast) string {
 	p := b.GetProgress()
-	line := fmt.Sprintf("%s  %-9s ranges %2d/%-2d  sent %d  failed %d  deferred %d  in flight/doubt %d",
+	line := fmt.Sprintf("%s  %-9s ranges %2d/%-2d  sent %d  failed %d  deferred %d  in flight/doubt %d  unknown %d",
 		time.Now().Format(time.TimeOnly), stateWord(b.GetState()), p.GetRangesDone(), p.GetRangesTotal(),
-		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt())
+		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetUnknown())
 	if w := p.GetWaitingFor(); w != "" {
 		line += "  (" + w + ")"
 	}
@@ -308,8 +308,8 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 	}
 	fmt.Fprintf(w, "audience   %d eligible at start (a snapshot, for display)\n", b.GetSnapshotTotal())
 	fmt.Fprintf(w, "ranges     %d of %d done\n", p.GetRangesDone(), p.GetRangesTotal())
-	fmt.Fprintf(w, "sent %d  failed %d  deferred %d  in flight or in doubt %d  pages %d\n",
-		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetPagesDispatched())
+	fmt.Fprintf(w, "sent %d  failed %d  deferred %d  in flight or in doubt %d  unknown %d  pages %d\n",
+		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetUnknown(), p.GetPagesDispatched())
 	if p.GetWaitingFor() != "" {
 		fmt.Fprintf(w, "waiting    %s\n", shown(p.GetWaitingFor()))
 	}

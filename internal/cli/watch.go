@@ -153,8 +153,8 @@ func renderWatch(b *pb.Broadcast, per float64, err error) string {
 		}
 		s.WriteString("\n")
 	}
-	fmt.Fprintf(&s, "\nsent %d   failed %d   deferred %d   in flight or in doubt %d   pages %d\n",
-		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetPagesDispatched())
+	fmt.Fprintf(&s, "\nsent %d   failed %d   deferred %d   in flight or in doubt %d   unknown %d   pages %d\n",
+		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetUnknown(), p.GetPagesDispatched())
 	if w := p.GetWaitingFor(); w != "" {
 		s.WriteString("waiting for: " + liveStyle.Render(w) + "\n")
 	}

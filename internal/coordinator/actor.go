@@ -58,6 +58,11 @@ type actor struct {
 	// resumptions spread over the backoff's time, as a range's own are.
 	refusedPages int
 	refusedNext  time.Time
+	// lostRuns counts, across ranges and sweeps, reports in a row whose
+	// messages were lost after the final dot and that sent nothing, one
+	// at most per lostPace (lostNext); see lostAfterDot.
+	lostRuns int
+	lostNext time.Time
 	// sweepSent: a sweep's report said it sent something (sentNobody).
 	sweepSent bool
 	// mirrored is when the state in KV was last brought level with the
@@ -304,6 +309,15 @@ func (a *actor) catchUp(ctx context.Context) {
 func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 	now := a.c.cfg.Clock.Now()
 	a.stateMet(rep, now)
+	err := a.applyReport(ctx, rep, now)
+	if err == nil && a.b.State == store.StateRunning {
+		_, err = a.lostAfterDot(ctx, rep, now)
+	}
+	return err
+}
+
+// applyReport is apply without the watch for lost messages.
+func (a *actor) applyReport(ctx context.Context, rep bus.Report, now time.Time) error {
 	if rep.Sweep {
 		return a.applySweep(ctx, rep)
 	}
@@ -425,6 +439,47 @@ func (a *actor) refused(ctx context.Context, rep bus.Report, now time.Time) (fai
 	reason := fmt.Sprintf("%d pages in a row made no progress: every recipient tried was refused; last error: %s", a.refusedPages, rep.Error)
 	return true, a.transition(ctx, []store.State{store.StateRunning}, store.StateFailed, reason)
 }
+
+// lostPace is the least time between two reports lostAfterDot counts,
+// and lostHalt how many it counts before it halts the broadcast.
+const (
+	lostPace = time.Second
+	lostHalt = 2
+)
+
+// lostAfterDot halts the broadcast (paused, with the reason: a channel-wide
+// fault, for a person to look at) when the relay keeps taking messages
+// without confirming them: pages that sent nothing and lost at least
+// minLost messages after the final dot (each recorded unknown, maybe
+// delivered, never sent again), in lostHalt paces with nothing accepted
+// anywhere in between. Without it such a relay (one that drops every
+// connection after the dot, or one slower than the SMTP timeout) turned a
+// whole audience into unknowns, a 600-contact broadcast completing with
+// every message unknown and an empty reason. A relay restart loses the
+// messages in flight at that moment, within one pace, and then refuses
+// connections or accepts again: counted once, it does not halt.
+func (a *actor) lostAfterDot(ctx context.Context, rep bus.Report, now time.Time) (halted bool, err error) {
+	if rep.Sent > 0 {
+		a.lostRuns, a.lostNext = 0, time.Time{}
+		return false, nil
+	}
+	if rep.InDoubt < minLost || now.Before(a.lostNext) {
+		return false, nil
+	}
+	a.lostRuns++
+	a.lostNext = now.Add(lostPace)
+	if a.lostRuns < lostHalt {
+		return false, nil
+	}
+	a.lostRuns, a.lostNext = 0, time.Time{}
+	reason := fmt.Sprintf("the relay took messages and then closed the connection, or did not answer in time, after the final dot, again and again with nothing confirmed in between (%d in the last page; they may have been delivered, so they are recorded unknown and not sent again); last error: %s; check the relay, or raise timeout= in the SMTP URL if it is slow, then resume", rep.InDoubt, rep.Error)
+	return true, a.halt(ctx, bus.Report{Error: reason})
+}
+
+// minLost is the fewest messages lost after the final dot in one report
+// that lostAfterDot counts, as minStopRefusals is for a window's
+// refusals: one or two are a connection's bad luck.
+const minLost = 3
 
 // stateMet has run read the store's state right after this report when
 // its page stopped at a pause or an end the actor does not hold: the
@@ -558,12 +613,29 @@ func (a *actor) finish(ctx context.Context) bool {
 		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages deferred, next due %s UTC", p.Deferred, p.NextDue.UTC().Format(time.TimeOnly)))
 		return false
 	}
-	if err := a.transition(ctx, []store.State{store.StateRunning}, store.StateCompleted, a.failureSummary(ctx, p.Failed)); err != nil {
+	if err := a.transition(ctx, []store.State{store.StateRunning}, store.StateCompleted, a.completionSummary(ctx, p.Failed)); err != nil {
 		a.log().Warn("cannot complete broadcast", "err", err)
 		return false
 	}
 	a.setWaiting("")
 	return a.b.State.Finished()
+}
+
+// completionSummary is failureSummary, and how many messages ended
+// unknown (lost after the final dot, or in doubt when a worker died: maybe
+// delivered, not sent again), which is otherwise seen only by asking for
+// the counts. Read once, when the broadcast completes.
+func (a *actor) completionSummary(ctx context.Context, failed int64) string {
+	summary := a.failureSummary(ctx, failed)
+	counts, err := a.c.cfg.Store.Counts(ctx, a.id)
+	if err != nil || counts.Unknown == 0 {
+		return summary
+	}
+	unknown := fmt.Sprintf("%d messages unknown (the relay may have taken them without confirming; not sent again)", counts.Unknown)
+	if summary == "" {
+		return unknown
+	}
+	return summary + "; " + unknown
 }
 
 // failureSummary says, for a finished broadcast, how many messages failed

@@ -45,6 +45,7 @@ type stack struct {
 	workerConc int
 	clock      clock.Clock
 	sweepRetry time.Duration
+	smtpURL    string
 }
 
 type stackOptions struct {
@@ -61,6 +62,9 @@ type stackOptions struct {
 	governor *coordinator.GovernorConfig
 	// sweepRetry, when set, is the workers' SweepRetry.
 	sweepRetry time.Duration
+	// smtpURL, when set, is the relay the workers send to instead of the
+	// stack's capture sink (which still runs).
+	smtpURL string
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -89,7 +93,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sink.Close() })
-	s := &stack{t: t, store: st, bus: b, sink: sink, workerConc: o.concurrency, clock: o.clock, sweepRetry: o.sweepRetry}
+	s := &stack{t: t, store: st, bus: b, sink: sink, workerConc: o.concurrency, clock: o.clock, sweepRetry: o.sweepRetry, smtpURL: o.smtpURL}
 	if s.clock == nil {
 		s.clock = clock.Real{}
 	}
@@ -162,7 +166,11 @@ func (s *stack) startCoordinator() {
 
 func (s *stack) startWorker() {
 	t := s.t
-	tr, err := transport.NewSMTP(s.sink.URL() + fmt.Sprintf("&pool=%d", max(s.workerConc, 1)))
+	url := s.sink.URL()
+	if s.smtpURL != "" {
+		url = s.smtpURL
+	}
+	tr, err := transport.NewSMTP(url + fmt.Sprintf("&pool=%d", max(s.workerConc, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}

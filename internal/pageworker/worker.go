@@ -792,6 +792,8 @@ func ids(claimed []ulid.ULID) map[ulid.ULID]bool {
 // windowResult is what one in-flight window did.
 type windowResult struct {
 	claimed, sent, failed, deferred int
+	// inDoubt: messages lost after the final dot (bus.Report.InDoubt).
+	inDoubt int
 	// providers is what each receiving provider did, for the governor.
 	providers map[string]bus.ProviderResult
 	// stopAt is the index in the window of the first contact whose claim was
@@ -809,6 +811,7 @@ func (r windowResult) addTo(rep *bus.Report) {
 	rep.Sent += r.sent
 	rep.Failed += r.failed
 	rep.Deferred += r.deferred
+	rep.InDoubt += r.inDoubt
 	for p, pr := range r.providers {
 		if rep.Providers == nil {
 			rep.Providers = map[string]bus.ProviderResult{}
@@ -1000,6 +1003,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			// message: hand the claim to the reconciler (no owner) rather
 			// than risk a second copy.
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendClaimed, Error: "in doubt: " + err.Error()})
+			res.inDoubt++
 			messages.WithLabelValues("in_doubt").Inc()
 		} else {
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now), Error: err.Error()})
