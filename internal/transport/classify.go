@@ -222,6 +222,10 @@ var (
 	// is disabled" is about us, "this account is disabled" about them.
 	reNotAboutRecipient = regexp.MustCompile(`your (account|api|ip|domain|server|mail server|sending|subscription|plan|credentials)|sender|\bspf\b|dkim|dmarc|spam|unsolicited|policy|blocked|block ?list|blacklist|reputation|relay(ing)? (access|denied|not|disallowed)|as a relay|open relay|authenticat|content|virus|malware|phish|abuse|prohibit|banned|not allowed|denied`)
 
+	// A server limiting how many connections (or sessions) we hold open at
+	// once: a limit on parallelism, not on how much we send.
+	reConnLimit = regexp.MustCompile(`too many (concurrent |simultaneous |open )?(smtp )?(connections|sessions)|too many (concurrent|simultaneous)\b|maximum number of (concurrent |simultaneous )?(server )?(connections|sessions)|(concurrent|simultaneous) (server )?(connections?|sessions?) (limit|exceeded)|connection limit|concurrency limit`)
+
 	// A provider limiting our rate or volume, in its own words.
 	reQuotaWords = regexp.MustCompile(`\brates?\b|rate[- ]?limit|\blimit(s|ed)?\b|quota|throttl|\bvolume\b|too many (messages|connections|recipients|mails|emails|concurrent|simultaneous|sessions|requests|deliveries)|maximum number of (concurrent )?connections|too frequent|temporarily deferred|deferred due to`)
 
@@ -421,6 +425,19 @@ var rules = []rule{
 	// or the detail is not one we know to be about the destination.
 	{"addressing or mailbox status without recipient evidence", Channel, func(f *facts) bool {
 		return f.permanent() && f.class == 5 && (f.subject == 1 || f.subject == 2)
+	}},
+
+	// --- Replies: too many connections -------------------------------------
+	// "421 Too many concurrent connections", Office 365's "421 4.3.2 The
+	// maximum number of concurrent connections has exceeded a limit": the
+	// server limits how many connections we hold, not how much we send.
+	// Quota would halve the sending domain's daily ceiling to half of what
+	// was sent so far (a relay allowing 8 connections to a worker pool of
+	// 32 stopped a broadcast at 129 messages until midnight); as a
+	// deferral the breaker and its connection ramp bring the connections
+	// down to what the server takes, and the recipients go out later.
+	{"too many connections (a limit on parallelism, not volume)", Transient, func(f *facts) bool {
+		return f.temporary() && reConnLimit.MatchString(f.text)
 	}},
 
 	// --- Replies: security and policy (x.7.x) -----------------------------

@@ -675,7 +675,9 @@ var realReplies = []struct {
 		"554 5.7.1 <example@example.com>: Recipient address rejected: Invalid-Recipient.",
 	}, Channel},
 	// https://smtp.codes/rackspace
-	{"rackspace 421 too many concurrent connections", StageConnect, wire{"421 Too many concurrent connections from this client (G2)"}, Quota},
+	// A limit on connections held at once, not on volume: a deferral, and
+	// the breaker's connection ramp brings the pool down to it.
+	{"rackspace 421 too many concurrent connections", StageConnect, wire{"421 Too many concurrent connections from this client (G2)"}, Transient},
 	// Same source.
 	{"rackspace 451 4.7.1 too many messages from new IP", StageRcpt, wire{
 		"451 4.7.1 Received too many messages from a new or untrusted IP (G28)",
@@ -706,7 +708,19 @@ var realReplies = []struct {
 	// https://github.com/postalserver/postal/issues/1315 (Postal, in reply to DATA)
 	{"postal 530 authentication required at DATA", StageData, wire{"530 Authentication required"}, Channel},
 	// https://docs.oracle.com/pt-br/iaas/Content/Email/Concepts/troubleshooting.htm (OCI Email Delivery)
-	{"oci 421 too many connections", StageConnect, wire{"421 Too many connections, try again later"}, Quota},
+	{"oci 421 too many connections", StageConnect, wire{"421 Too many connections, try again later"}, Transient},
+	// https://snapoverflow.com/server/question/402011/too-many-concurrent-connections-exchange-2010-what-else-is-there-to-check (Exchange)
+	{"exchange 421 4.3.2 maximum concurrent connections", StageConnect, wire{
+		"421 4.3.2 The maximum number of concurrent connections has exceeded a limit, closing transmission channel",
+	}, Transient},
+	// https://learn.microsoft.com/en-us/answers/questions/407670/421-4-3-2-the-maximum-number-of-concurrent-server (Exchange)
+	{"exchange 421 4.3.2 per-source connection limit", StageConnect, wire{
+		"421 4.3.2 The maximum number of concurrent server connections has exceeded a per-source limit, closing transmission channel",
+	}, Transient},
+	// http://developer.contactlab.com/documentation/contactsend/smartrelay/ServiceUnavailableConcurrencyLimit
+	{"contactlab 421 4.4.5 concurrency limit", StageConnect, wire{"421 4.4.5 Service unavailable, concurrency limit reached"}, Transient},
+	// https://xeonbd.com/blog/fix-error-421-many-concurrent-smtp-connections-cpanel-directadmin-servers (Exim)
+	{"exim 421 too many concurrent smtp connections", StageConnect, wire{"421 Too many concurrent SMTP connections; please try again later."}, Transient},
 	// https://sendgrid.com/docs/for-developers/sending-email/smtp-errors-and-troubleshooting/
 	// ("often it's because of too many messages or connections in too short of a timeframe")
 	{"sendgrid-documented 421 temporarily deferred", StageMail, wire{"421 Message from (X.X.X.X) temporarily deferred"}, Quota},
