@@ -165,6 +165,11 @@ func TestRelayThatLosesEveryMessageHalts(t *testing.T) {
 		}
 		if row.Status == store.SendUnknown {
 			unknown++
+			// The worker's account of what happened, not "the worker
+			// stopped": no worker did.
+			if !strings.HasPrefix(row.Error, "in doubt: smtp") || strings.Contains(row.Error, "worker stopped") {
+				t.Errorf("%s: unknown with %q; want the send's own error", c.Email, row.Error)
+			}
 		} else if !row.Status.Accepted() {
 			t.Errorf("%s: %s (%s)", c.Email, row.Status, row.Error)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rangecast/rangecast/internal/bus"
@@ -126,8 +127,7 @@ func (a *actor) settleGone(ctx context.Context, owner string) {
 			again.Error = store.InDoubtResent
 			settled, resend = append(settled, again), resend+1
 		default:
-			settled = append(settled, store.Outcome{ContactID: d.ContactID, Status: store.SendUnknown,
-				Error: "in doubt: the worker stopped between send and outcome, and the transport cannot say whether it was accepted"})
+			settled = append(settled, store.Outcome{ContactID: d.ContactID, Status: store.SendUnknown, Error: unknownReason(d.Error)})
 		}
 	}
 	if err := a.c.cfg.Store.RecordOutcomes(ctx, a.id, owner, settled, now); err != nil {
@@ -145,6 +145,17 @@ func (a *actor) settleGone(ctx context.Context, owner string) {
 		a.nextSweep = now // send them soon
 	}
 	a.log().Info("in-doubt claims settled", "owner", owner, "recorded", len(settled)-resend, "to_send_again", resend)
+}
+
+// unknownReason is why an in-doubt claim ends unknown: the worker's own
+// account when it recorded one (the connection lost after the final dot,
+// the reply to it timed out), which a claim handed over for settling
+// carries; otherwise the worker stopped between the send and its outcome.
+func unknownReason(recorded string) string {
+	if strings.HasPrefix(recorded, "in doubt: ") {
+		return recorded + "; not sent again, as it may have been delivered"
+	}
+	return "in doubt: the worker stopped between send and outcome, and the transport cannot say whether it was accepted"
 }
 
 // liveOwners is the set of claim owners whose runs live workers list in
