@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -443,6 +444,11 @@ func TestErrorClassesEndToEnd(t *testing.T) {
 			b := s.waitState(id, tc.state, time.Minute)
 			if tc.reply != nil && !strings.Contains(b.GetReason(), strconv.Itoa(tc.reply.Code)) {
 				t.Errorf("reason %q does not show the %d", b.GetReason(), tc.reply.Code)
+			}
+			// A halt on a reply to one recipient names whose message it
+			// was (a spam rejection is looked at message by message).
+			if tc.state == pb.BroadcastState_BROADCAST_STATE_PAUSED && !regexp.MustCompile(`\(sending to user\d*7@example\.org\)`).MatchString(b.GetReason()) {
+				t.Errorf("reason %q does not name the recipient the server answered", b.GetReason())
 			}
 			s.waitQuiet(300 * time.Millisecond)
 			bid := ulid.MustParseStrict(id)

@@ -1030,7 +1030,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			continue
 		}
 		if res.stopAt < 0 {
-			res.stopAt, res.class, res.err = i, busClass(class), transport.Explain(err)
+			res.stopAt, res.class, res.err = i, busClass(class), explainFor(err, c.Email)
 		}
 	}
 	// Half or more of the window's real attempts refused for a transient
@@ -1061,6 +1061,21 @@ const minStopRefusals = 3
 // (simulation seed 500100, window 1).
 func windowUnwell(refused, attempted, window int) bool {
 	return refused >= min(minStopRefusals, window) && 2*refused >= attempted
+}
+
+// explainFor is transport.Explain(err), naming the recipient when the
+// server answered at RCPT or DATA: a message refused as spam halts the
+// broadcast, and the operator needs to know whose message it was to look
+// at it (and to suppress that contact, or change the content, before a
+// resume, which tries that recipient first). A refusal at connect, AUTH
+// or MAIL FROM is about no one recipient.
+func explainFor(err error, email string) string {
+	msg := transport.Explain(err)
+	var se *transport.SendError
+	if errors.As(err, &se) && (se.Stage == transport.StageRcpt || se.Stage == transport.StageData) {
+		msg += " (sending to " + email + ")"
+	}
+	return msg
 }
 
 // errStepEnded marks a carried provider's recipient not sent because an
