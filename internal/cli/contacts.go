@@ -145,6 +145,11 @@ imported. The file is streamed, so millions of rows work.`,
 				// Not an error (an export of nobody is a valid file), but
 				// not to be mistaken for an import that did something.
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s has a header row but no contact rows: nothing was imported\n", shown(importSource(args[0])))
+			} else if res.noName {
+				// A file whose second column used to be read as the name
+				// whatever its header (full_name, say) now imports it as
+				// an attribute: say so, rather than leave names empty.
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s has no column headed name: new contacts have no name (existing ones keep theirs); every column but email is an attribute\n", shown(importSource(args[0])))
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -391,7 +396,8 @@ re-subscribes it.`,
 type csvResult struct {
 	lines    []int // file line of each row sent, so server row numbers map back
 	rejected []string
-	records  int // rows read after the header, sent or not
+	records  int  // rows read after the header, sent or not
+	noName   bool // the header has no name column
 }
 
 // line is the file line of the server's row number (counted from 1 over
@@ -590,7 +596,7 @@ func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error)
 	if err != nil {
 		return nil, err
 	}
-	res := &csvResult{}
+	res := &csvResult{noName: cols.name < 0}
 	var chunk []*pb.ContactRow
 	chunkBytes := 0
 	flush := func() error {

@@ -251,6 +251,13 @@ func TestContactsImportCommandLineEndings(t *testing.T) {
 	if got := eligible(t, st, 0); got["bob@example.org"].Name != "Bob" {
 		t.Errorf("contacts stored: %v", got)
 	}
+	// A file without a name column says so: its second column is an
+	// attribute now, where it used to be taken for the name.
+	noName := writeFile(t, "full_name.csv", "email,full_name\ncy@example.org,Cy Young\n")
+	out, err = rangecast(t, "", "--addr", addr, "contacts", "import", noName)
+	if err != nil || !strings.Contains(out, "has no column headed name") {
+		t.Errorf("import without a name column: %v\n%s", err, out)
+	}
 	empty := writeFile(t, "empty.csv", "email,name,city\n\n")
 	out, err = rangecast(t, "", "--addr", addr, "contacts", "import", empty)
 	if err != nil || !strings.Contains(out, empty+" has a header row but no contact rows: nothing was imported") {

@@ -63,6 +63,8 @@ type actor struct {
 	// at most per lostPace (lostNext); see lostAfterDot.
 	lostRuns int
 	lostNext time.Time
+	// moved: the report being applied moved a cursor (applyReport).
+	moved bool
 	// sweepSent: a sweep's report said it sent something (sentNobody).
 	sweepSent bool
 	// mirrored is when the state in KV was last brought level with the
@@ -309,16 +311,21 @@ func (a *actor) catchUp(ctx context.Context) {
 func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 	now := a.c.cfg.Clock.Now()
 	a.stateMet(rep, now)
+	a.moved = false
 	err := a.applyReport(ctx, rep, now)
-	if err == nil && a.b.State == store.StateRunning {
+	if err == nil && a.moved && a.b.State == store.StateRunning {
 		_, err = a.lostAfterDot(ctx, rep, now)
 	}
 	return err
 }
 
-// applyReport is apply without the watch for lost messages.
+// applyReport is apply without the watch for lost messages. It sets
+// a.moved when the report moved a range's cursor or was a sweep's:
+// a report ignored (another epoch, a copy, a redelivery of one applied
+// already) says nothing new about the relay.
 func (a *actor) applyReport(ctx context.Context, rep bus.Report, now time.Time) error {
 	if rep.Sweep {
+		a.moved = true
 		return a.applySweep(ctx, rep)
 	}
 	i := rep.Range
@@ -389,6 +396,7 @@ func (a *actor) applyReport(ctx context.Context, rep bus.Report, now time.Time) 
 			return err
 		}
 		a.dispatched[i] = 0
+		a.moved = true
 		reportsApplied.WithLabelValues("advanced").Inc()
 		break
 	}
@@ -471,9 +479,12 @@ func (a *actor) lostAfterDot(ctx context.Context, rep bus.Report, now time.Time)
 	if a.lostRuns < lostHalt {
 		return false, nil
 	}
-	a.lostRuns, a.lostNext = 0, time.Time{}
 	reason := fmt.Sprintf("the relay took messages and then closed the connection, or did not answer in time, after the final dot, again and again with nothing confirmed in between (%d in the last page; they may have been delivered, so they are recorded unknown and not sent again); last error: %s; check the relay, or raise timeout= in the SMTP URL if it is slow, then resume", rep.InDoubt, rep.Error)
-	return true, a.halt(ctx, bus.Report{Error: reason})
+	if err := a.halt(ctx, bus.Report{Error: reason}); err != nil {
+		return false, err // the count is kept: the next such report halts
+	}
+	a.lostRuns, a.lostNext = 0, time.Time{}
+	return true, nil
 }
 
 // minLost is the fewest messages lost after the final dot in one report

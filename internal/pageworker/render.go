@@ -17,9 +17,16 @@ import (
 // few; a handful of contacts with odd data in a large list (3 of 1,000
 // before this share: the broadcast paused, and paused again at every
 // resume) fail alone, each with its reason, and the rest are sent.
+//
+// renderHaltMax caps the share's count: on a worker that has rendered a
+// million contacts 2 % is 20,000, and an error on 1.5 % of a list would
+// fail every one of those contacts, which is final, without ever pausing.
+// At renderHaltMax contacts failing the same way it is the template's
+// mistake whatever their share.
 const (
 	renderHaltMin   = 3
 	renderHaltShare = 0.02
+	renderHaltMax   = 25
 )
 
 // configError is a render failure that repeats across a window: a
@@ -49,7 +56,11 @@ type renderTally struct {
 
 // add counts a window's attempted renders and its failures by key, and
 // returns the keys that now count as the template's mistake, with their
-// totals.
+// totals: at least renderHaltMin contacts and renderHaltShare of those
+// rendered, or renderHaltMax contacts, or every contact of a window of two
+// or more (pages of one or two contacts, a short list over 32 ranges,
+// would otherwise fail two contacts per worker before a mistake that
+// fails everyone is recognised).
 func (t *renderTally) add(attempted int, failures map[string]int) map[string]int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -61,7 +72,8 @@ func (t *renderTally) add(attempted int, failures map[string]int) map[string]int
 	for k, n := range failures {
 		t.counts[k] += n
 		total := t.counts[k]
-		if total >= renderHaltMin && float64(total) >= renderHaltShare*float64(t.rendered) {
+		if total >= renderHaltMin && float64(total) >= renderHaltShare*float64(t.rendered) ||
+			total >= renderHaltMax || n >= 2 && n == attempted {
 			if mistakes == nil {
 				mistakes = map[string]int{}
 			}
@@ -73,8 +85,8 @@ func (t *renderTally) add(attempted int, failures map[string]int) map[string]int
 
 // haltRepeatedRenderErrors turns the render errors of a window that share
 // one template error into configErrors once it is the template's mistake
-// by tally's counts (renderHaltMin, renderHaltShare). Before that, and for
-// errors that stay below the share, they are each contact's own failure.
+// by tally's counts (renderTally.add). Before that, and for errors that
+// stay below its bounds, they are each contact's own failure.
 // Errors about a contact's own address or name are never counted.
 func haltRepeatedRenderErrors(errs []error, attempted int, tally *renderTally) {
 	counts := map[string]int{}

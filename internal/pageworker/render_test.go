@@ -27,6 +27,7 @@ func TestHaltRepeatedRenderErrors(t *testing.T) {
 		{"one bad contact", []error{nil, missing(), nil, nil}, 4, 0},
 		{"two of four", []error{missing(), missing(), nil, nil}, 4, 0},
 		{"three of four", []error{missing(), missing(), nil, missing()}, 4, 3},
+		{"every contact of a window of two", []error{missing(), missing()}, 2, 2},
 		{"a window of one", []error{missing()}, 1, 0},
 		{"bad addresses are the contacts' own", []error{renderErr("contact email", "x"), renderErr("contact email", "x"), renderErr("contact email", "x")}, 3, 0},
 		{"different errors", []error{missing(), renderErr("html", "other"), renderErr("subject", "third")}, 3, 0},
@@ -64,6 +65,24 @@ func TestHaltRepeatedRenderErrors(t *testing.T) {
 		if n := halted(t, errs); n != 0 {
 			t.Fatalf("window %d: %d halted; 3 odd contacts among %d rendered are theirs", window, n, tally.rendered)
 		}
+	}
+
+	// An error on a small share of a large list still halts once it has
+	// failed renderHaltMax contacts: 1.5 % of a worker's million renders
+	// would otherwise fail 15,000 contacts, for good, one by one.
+	tally = renderTally{rendered: 1_000_000}
+	failedAlone := 0
+	for window := range 1000 {
+		errs := make([]error, 64)
+		errs[window%64] = missing()
+		haltRepeatedRenderErrors(errs, 64, &tally)
+		if halted(t, errs) > 0 {
+			break
+		}
+		failedAlone++
+	}
+	if failedAlone != renderHaltMax-1 {
+		t.Errorf("%d contacts failed alone before the error halted; want %d", failedAlone, renderHaltMax-1)
 	}
 
 	// An attribute missing from a fifth of the list is the template's

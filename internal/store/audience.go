@@ -11,7 +11,7 @@ import (
 // suppression.
 type Contacts interface {
 	// ImportContacts inserts or updates contacts by case-insensitive email:
-	// the name is replaced and attributes merged; do-not-contact and
+	// the name is replaced by a non-empty one and attributes merged; do-not-contact and
 	// suppressed only ever turn on, and an unsubscribe is never undone. An
 	// existing contact keeps its id. Returns the ids in input order. Emails
 	// must be unique within one call. An implementation may load a large

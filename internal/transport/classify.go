@@ -226,6 +226,10 @@ var (
 	// once: a limit on parallelism, not on how much we send.
 	reConnLimit = regexp.MustCompile(`too many (concurrent |simultaneous |open )?(smtp )?(connections|sessions)|too many (concurrent|simultaneous)\b|maximum number of (concurrent |simultaneous )?(server )?(connections|sessions)|(concurrent|simultaneous) (server )?(connections?|sessions?) (limit|exceeded)|connection limit|concurrency limit`)
 
+	// A limit counted over a period ("daily connection limit exceeded"):
+	// volume, whatever it counts, so not reConnLimit's.
+	rePerPeriod = regexp.MustCompile(`daily|hourly|per (day|hour|minute)|\btoday\b`)
+
 	// A provider limiting our rate or volume, in its own words.
 	reQuotaWords = regexp.MustCompile(`\brates?\b|rate[- ]?limit|\blimit(s|ed)?\b|quota|throttl|\bvolume\b|too many (messages|connections|recipients|mails|emails|concurrent|simultaneous|sessions|requests|deliveries)|maximum number of (concurrent )?connections|too frequent|temporarily deferred|deferred due to`)
 
@@ -437,7 +441,7 @@ var rules = []rule{
 	// deferral the breaker and its connection ramp bring the connections
 	// down to what the server takes, and the recipients go out later.
 	{"too many connections (a limit on parallelism, not volume)", Transient, func(f *facts) bool {
-		return f.temporary() && reConnLimit.MatchString(f.text)
+		return f.temporary() && reConnLimit.MatchString(f.text) && !rePerPeriod.MatchString(f.text)
 	}},
 
 	// --- Replies: security and policy (x.7.x) -----------------------------

@@ -859,6 +859,11 @@ func TestClassifyDecisions(t *testing.T) {
 		{"raw 421 4.7.0 slow down", &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 7, 0}, Message: "slow down"}, Transient},
 		{"raw 421 4.7.0 throttled", &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 7, 0}, Message: "throttled"}, Quota},
 		{"5.4.6 too many hops is not quota", reply(StageData, 554, "5.4.6", "Too many hops"), Channel},
+		// Connections held at once are no volume; connections counted over
+		// a period are.
+		{"421 too many concurrent connections", reply(StageConnect, 421, "", "Too many concurrent connections"), Transient},
+		{"421 4.7.0 daily connection limit", reply(StageConnect, 421, "4.7.0", "Daily connection limit exceeded"), Quota},
+		{"450 hourly connection limit", reply(StageConnect, 450, "", "Hourly connection limit reached"), Quota},
 		{"suspended at RCPT", reply(StageRcpt, 550, "5.1.1", "sender account suspended"), Channel},
 		{"our account disabled, said at RCPT", reply(StageRcpt, 550, "", "Your account is disabled"), Channel},
 

@@ -30,7 +30,7 @@ const importBatch = 1200
 
 // ImportContacts has the small batch's semantics on a batch large enough to
 // take the bulk path: ids in input order, an existing contact (any case)
-// keeps its id, the name is replaced, attributes merged, and flags only
+// keeps its id, the name is replaced (by a non-empty one), attributes merged, and flags only
 // ever turn on.
 func testImportIsUpsert(f *fixture) {
 	pre := []store.Contact{f.contact("Keep@Example.org"), f.contact("unsub@example.org"), f.contact("dnc@example.org"), f.contact("supp@example.org")}
