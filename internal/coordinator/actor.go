@@ -236,7 +236,7 @@ func (a *actor) run(ctx context.Context) {
 			}
 		}
 		if a.b.State.Finished() {
-			if a.retire() {
+			if !a.settling(ctx) && a.retire() {
 				return
 			}
 			continue

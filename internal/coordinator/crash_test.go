@@ -233,6 +233,40 @@ func TestReconcilerSkipPolicyMarksUnknown(t *testing.T) {
 	}
 }
 
+// TestCancelAfterAWorkerDiedSettlesItsClaims: a broadcast cancelled while
+// a dead worker's claims are open still has them settled (unknown, under
+// the skip policy), as a running one would: they stayed "in flight or in
+// doubt" for good, their recipients "Sending", some of them mailed.
+func TestCancelAfterAWorkerDiedSettlesItsClaims(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 0, concurrency: deadConc, pageLimit: 100})
+	s.stopCoord()
+	s.coordCfg.InDoubtAfter, s.coordCfg.Tick = 2*time.Second, 200*time.Millisecond
+	s.startCoordinator()
+	dying := startDyingWorker(t, s, 1)
+	s.seed(1200)
+	id := s.create("", 0)
+	s.start(id)
+	for dying.sent.Load() <= dying.after {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := s.client.CancelBroadcast(context.Background(), &pb.CancelBroadcastRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	bid := ulid.MustParse(id)
+	if n, err := s.pending(bid); err != nil || n == 0 {
+		t.Fatalf("%d claims open after the cancel (%v); the dead worker should have left some", n, err)
+	}
+	if !testenv.Poll(30*time.Second, func() bool { n, err := s.pending(bid); return err == nil && n == 0 }) {
+		n, _ := s.pending(bid)
+		t.Fatalf("%d claims still open 30 s after the cancel; want them settled", n)
+	}
+	b := s.status(id)
+	if p := b.GetProgress(); b.GetState() != pb.BroadcastState_BROADCAST_STATE_CANCELLED || p.GetInDoubt() != 0 || p.GetUnknown() == 0 {
+		t.Fatalf("%s: in doubt %d, unknown %d; want cancelled with the dead worker's claims unknown", b.GetState(), p.GetInDoubt(), p.GetUnknown())
+	}
+}
+
 // hangingStore makes reading one page hang its worker (longer than the
 // worker keeps a page alive), then fail: a page that kills whoever takes it.
 type hangingStore struct {

@@ -48,10 +48,11 @@ const reconcileBatch = 500
 // for the sweep to send again (a claim the cursor may have passed is never
 // deleted), or, with no Lookup and the skip policy, recorded unknown.
 // Paused broadcasts are reconciled too, so a pause after a crash does not
-// leave claims in doubt until the resume.
+// leave claims in doubt until the resume, and so are cancelled and failed
+// ones until none is left (settling).
 func (a *actor) reconcile(ctx context.Context) {
 	now := a.c.cfg.Clock.Now()
-	if a.b.State.Finished() || a.b.State == store.StateDraft || now.Before(a.nextReconcile) {
+	if a.b.State == store.StateCompleted || a.b.State == store.StateDraft || now.Before(a.nextReconcile) {
 		return
 	}
 	a.nextReconcile = now.Add(min(max(a.c.cfg.InDoubtAfter/4, time.Second), 10*time.Second))
@@ -90,6 +91,25 @@ func (a *actor) reconcile(ctx context.Context) {
 			delete(a.goneSince, owner)
 		}
 	}
+}
+
+// settling reconciles a broadcast that was cancelled or failed and
+// reports whether claims are left: its actor stays until none is. A
+// worker killed just before a cancel left claims that no page would ever
+// settle, and the cancelled broadcast showed them "in flight or in doubt"
+// for good, its recipients "Sending" (some of them mailed, unrecorded). A
+// completed broadcast has none (completing waits for them).
+func (a *actor) settling(ctx context.Context) bool {
+	if a.b.State == store.StateCompleted {
+		return false
+	}
+	a.reconcile(ctx)
+	owners, err := a.c.cfg.Store.ClaimOwners(ctx, a.id)
+	if err != nil {
+		a.log().Warn("cannot read claim owners", "err", err)
+		return true
+	}
+	return len(owners) > 0
 }
 
 // settleGone settles up to reconcileBatch in-doubt claims of one gone owner.

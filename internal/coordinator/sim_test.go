@@ -806,6 +806,7 @@ func (s *sim) tick() {
 		a.adopt(b)
 	}
 	if a.b.State.Finished() {
+		a.settling(s.ctx)
 		return
 	}
 	a.catchUp(s.ctx)
