@@ -30,7 +30,7 @@ func broadcastsCommand(c *client) *cobra.Command {
 			r, err := bc.StartBroadcast(ctx, &pb.StartBroadcastRequest{Id: id})
 			return r.GetBroadcast(), err
 		}},
-		{"pause", "Stop sending within one in-flight window; resume later", func(ctx context.Context, bc pb.BroadcastServiceClient, id string) (*pb.Broadcast, error) {
+		{"pause", "Stop sending within two in-flight windows per running page; resume later", func(ctx context.Context, bc pb.BroadcastServiceClient, id string) (*pb.Broadcast, error) {
 			r, err := bc.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: id})
 			return r.GetBroadcast(), err
 		}},
@@ -231,6 +231,15 @@ one line per update. --json prints each status as a JSON object per line.`,
 			bc, err := c.broadcasts()
 			if err != nil {
 				return err
+			}
+			// A draft that is not scheduled would be watched for ever: it
+			// sends nothing until someone starts it.
+			got, err := bc.GetBroadcast(cmd.Context(), &pb.GetBroadcastRequest{Id: args[0]})
+			if err != nil {
+				return err
+			}
+			if b := got.GetBroadcast(); b.GetState() == pb.BroadcastState_BROADCAST_STATE_DRAFT && b.GetScheduledAt() == nil {
+				return fmt.Errorf("broadcast %s is a draft and not scheduled: start it (broadcasts start %s) or schedule it, then watch it", args[0], args[0])
 			}
 			stream, err := bc.WatchBroadcast(cmd.Context(), &pb.WatchBroadcastRequest{Id: args[0]})
 			if err != nil {

@@ -175,6 +175,10 @@ func catalogScenario(t *testing.T, st *server.Stack, run func(string, ...string)
 		t.Errorf("contacts show of an erased address imported again:\n%s", out)
 	}
 	id := strings.TrimSpace(mustRun("", "broadcasts", "create", "--name", "everyone", "--from", "news@rangecast.test", "--subject", "Hi", "--html", html))
+	// Watching a draft nobody started would wait for ever: it says so.
+	if out, err := run("", "broadcasts", "watch", id); err == nil || !strings.Contains(out+err.Error(), "draft and not scheduled") {
+		t.Errorf("watch of a draft: %v\n%s", err, out)
+	}
 	mustRun("", "broadcasts", "start", id)
 	testenv.Eventually(t, "the broadcast completes", time.Minute, func() bool {
 		out, err := run("", "broadcasts", "status", id, "--json")

@@ -642,7 +642,7 @@ func (a *actor) completionSummary(ctx context.Context, failed int64) string {
 	if err != nil || counts.Unknown == 0 {
 		return summary
 	}
-	unknown := fmt.Sprintf("%d messages unknown (the relay may have taken them without confirming; not sent again)", counts.Unknown)
+	unknown := fmt.Sprintf("%d messages unknown (maybe delivered, not sent again; retry --include-unknown sends them again, at the risk of a second copy)", counts.Unknown)
 	if summary == "" {
 		return unknown
 	}
