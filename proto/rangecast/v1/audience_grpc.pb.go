@@ -37,10 +37,12 @@ const (
 //
 // Contacts are found by id (a ULID) or by email, case-insensitively.
 // Segments are plain lists kept by AddSegmentMembers and RemoveSegmentMembers
-// (and imports); they are never re-evaluated at send time.
+// (and imports), with no rules to evaluate; a running broadcast reads
+// membership page by page, as it reads unsubscribes.
 type AudienceServiceClient interface {
 	// ImportContacts upserts contacts by case-insensitive email: an existing
-	// contact keeps its id, its name is replaced and attributes merged; an
+	// contact keeps its id, its name is replaced by a non-empty one and
+	// attributes merged; an
 	// import never re-subscribes, un-flags or un-suppresses anyone. Every row
 	// that is not imported (invalid address, duplicate of an earlier row of the
 	// stream, a field too long) is reported with its row number; all other
@@ -168,10 +170,12 @@ func (c *audienceServiceClient) PreviewAudience(ctx context.Context, in *Preview
 //
 // Contacts are found by id (a ULID) or by email, case-insensitively.
 // Segments are plain lists kept by AddSegmentMembers and RemoveSegmentMembers
-// (and imports); they are never re-evaluated at send time.
+// (and imports), with no rules to evaluate; a running broadcast reads
+// membership page by page, as it reads unsubscribes.
 type AudienceServiceServer interface {
 	// ImportContacts upserts contacts by case-insensitive email: an existing
-	// contact keeps its id, its name is replaced and attributes merged; an
+	// contact keeps its id, its name is replaced by a non-empty one and
+	// attributes merged; an
 	// import never re-subscribes, un-flags or un-suppresses anyone. Every row
 	// that is not imported (invalid address, duplicate of an earlier row of the
 	// stream, a field too long) is reported with its row number; all other
