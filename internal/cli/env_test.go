@@ -82,3 +82,22 @@ func TestHelpShowsNoSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvStrictDev: rangecast dev and demo read RANGECAST_LOG_LEVEL as the
+// servers do (they used to ignore it), and refuse a malformed one before
+// starting anything.
+func TestEnvStrictDev(t *testing.T) {
+	for _, sub := range []string{"dev", "demo"} {
+		t.Run(sub, func(t *testing.T) {
+			t.Setenv("RANGECAST_LOG_LEVEL", "loud")
+			cmd := Rangecast()
+			cmd.SetArgs([]string{sub, "--dir", t.TempDir()})
+			cmd.SetOut(new(bytes.Buffer))
+			cmd.SetErr(new(bytes.Buffer))
+			err := cmd.Execute()
+			if err == nil || !strings.Contains(err.Error(), "RANGECAST_LOG_LEVEL") || !strings.Contains(err.Error(), "log-level") {
+				t.Fatalf("%s with RANGECAST_LOG_LEVEL=loud: %v; want it refused, naming the variable and the flag", sub, err)
+			}
+		})
+	}
+}

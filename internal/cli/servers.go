@@ -199,7 +199,7 @@ func (s *stackFlags) register(cmd *cobra.Command, level string) {
 	f.Var(atLeast(&s.o.Workers, 2, 1), "workers", "page workers to run, at least 1")
 	f.Var(atLeast(&s.o.Concurrency, 16, 1), "concurrency", "each worker's in-flight window, at least 1")
 	f.DurationVar(&s.o.InDoubtAfter, "in-doubt-after", 20*time.Second, "a claim whose worker has been gone this long is in doubt and is settled against the capture server")
-	f.Var(logLevel(&s.level, level), "log-level", "debug, info, warn or error")
+	f.Var(logLevel(&s.level, level), "log-level", "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
 	f.StringVar(&s.format, "log-format", "text", "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
 }
 
