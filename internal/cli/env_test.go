@@ -2,8 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -94,7 +96,11 @@ func TestEnvStrictDev(t *testing.T) {
 			cmd.SetArgs([]string{sub, "--dir", t.TempDir()})
 			cmd.SetOut(new(bytes.Buffer))
 			cmd.SetErr(new(bytes.Buffer))
-			err := cmd.Execute()
+			// Bounded: a dev that took the variable for nothing would run
+			// until cancelled.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := cmd.ExecuteContext(ctx)
 			if err == nil || !strings.Contains(err.Error(), "RANGECAST_LOG_LEVEL") || !strings.Contains(err.Error(), "log-level") {
 				t.Fatalf("%s with RANGECAST_LOG_LEVEL=loud: %v; want it refused, naming the variable and the flag", sub, err)
 			}
