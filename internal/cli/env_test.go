@@ -107,3 +107,18 @@ func TestEnvStrictDev(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenMustBePrintable: a token gRPC could not send is refused naming
+// the flag and the variable, not as an Internal error at the first call.
+func TestTokenMustBePrintable(t *testing.T) {
+	for _, token := range []string{"tök", "a\nb", "two words"} {
+		cmd := Rangecast()
+		cmd.SetArgs([]string{"--addr", "127.0.0.1:1", "--token", token, "broadcasts", "list"})
+		cmd.SetOut(new(bytes.Buffer))
+		cmd.SetErr(new(bytes.Buffer))
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), "RANGECAST_TOKEN") || strings.Contains(err.Error(), "Internal") {
+			t.Errorf("--token %q: %v; want it refused naming the flag and variable", token, err)
+		}
+	}
+}

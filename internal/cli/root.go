@@ -109,6 +109,11 @@ func (c *client) dial() (*grpc.ClientConn, error) {
 			token = os.Getenv("RANGECAST_TOKEN")
 		}
 		if token = strings.TrimSpace(token); token != "" {
+			// gRPC refuses such a header at the first call with an
+			// Internal error that names neither the flag nor the variable.
+			if i := strings.IndexFunc(token, func(r rune) bool { return r < 0x21 || r > 0x7e }); i >= 0 {
+				return nil, fmt.Errorf("--token (or RANGECAST_TOKEN) has a space, control or non-ASCII character at byte %d; a token is printable ASCII", i)
+			}
 			opts = append(opts, grpc.WithPerRPCCredentials(bearer(token)))
 		}
 		conn, err := grpc.NewClient(c.addr, opts...)
