@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +121,17 @@ func TestTokenMustBePrintable(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "RANGECAST_TOKEN") || strings.Contains(err.Error(), "Internal") {
 			t.Errorf("--token %q: %v; want it refused naming the flag and variable", token, err)
 		}
+	}
+}
+
+// TestPrintErrorOneLinePerError: errors joined (several malformed
+// variables) are printed one per line, each escaped, not as one line with
+// "\n" in it.
+func TestPrintErrorOneLinePerError(t *testing.T) {
+	var b bytes.Buffer
+	printError(&b, errors.Join(errors.New("RANGECAST_A=\"x\" is not valid"), errors.New("RANGECAST_B=\"\x1b[31m\" is not valid")))
+	want := "error: RANGECAST_A=\"x\" is not valid\n       RANGECAST_B=\"\\x1b[31m\" is not valid\n"
+	if b.String() != want {
+		t.Errorf("printed %q, want %q", b.String(), want)
 	}
 }

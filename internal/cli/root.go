@@ -61,8 +61,22 @@ func Main(cmd *cobra.Command) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", shown(redact.String(describe(err))))
+		printError(os.Stderr, err)
 		os.Exit(1)
+	}
+}
+
+// printError writes err for a person: one line per line of it (several
+// malformed variables are joined one per line, and shown alone would print
+// them as one line with "\n" in it), continuation lines indented, each
+// with control characters made visible.
+func printError(w io.Writer, err error) {
+	for i, line := range strings.Split(redact.String(describe(err)), "\n") {
+		prefix := "error:"
+		if i > 0 {
+			prefix = "      "
+		}
+		fmt.Fprintln(w, prefix, shown(line))
 	}
 }
 
