@@ -294,6 +294,19 @@ func (c *Coordinator) runLeader(ctx context.Context) error {
 		return fmt.Errorf("coordinator: load broadcasts: %w", err)
 	}
 	for _, b := range bs {
+		if b.State == store.StateCancelled || b.State == store.StateFailed {
+			// A worker that died just before the cancel (or the failure)
+			// left claims only this broadcast's actor settles (settling):
+			// a leader before this one may have stopped before it had.
+			if owners, err := c.cfg.Store.ClaimOwners(ctx, b.ID); err != nil {
+				return fmt.Errorf("coordinator: claims of finished broadcasts: %w", err)
+			} else if len(owners) > 0 {
+				if _, err := c.actorFor(ctx, b); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		if b.State != store.StateRunning && b.State != store.StatePaused {
 			continue
 		}

@@ -239,6 +239,18 @@ func TestReconcilerSkipPolicyMarksUnknown(t *testing.T) {
 // doubt" for good, their recipients "Sending", some of them mailed.
 func TestCancelAfterAWorkerDiedSettlesItsClaims(t *testing.T) {
 	t.Parallel()
+	for name, restart := range map[string]bool{"same leader": false, "a new leader": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cancelAfterAWorkerDied(t, restart)
+		})
+	}
+}
+
+// cancelAfterAWorkerDied is TestCancelAfterAWorkerDiedSettlesItsClaims;
+// with restart the coordinator is restarted right after the cancel, so a
+// new leader finds the cancelled broadcast's open claims.
+func cancelAfterAWorkerDied(t *testing.T, restart bool) {
 	s := newStack(t, stackOptions{workers: 0, concurrency: deadConc, pageLimit: 100})
 	s.stopCoord()
 	s.coordCfg.InDoubtAfter, s.coordCfg.Tick = 2*time.Second, 200*time.Millisecond
@@ -256,6 +268,10 @@ func TestCancelAfterAWorkerDiedSettlesItsClaims(t *testing.T) {
 	bid := ulid.MustParse(id)
 	if n, err := s.pending(bid); err != nil || n == 0 {
 		t.Fatalf("%d claims open after the cancel (%v); the dead worker should have left some", n, err)
+	}
+	if restart {
+		s.stopCoord()
+		s.startCoordinator()
 	}
 	if !testenv.Poll(30*time.Second, func() bool { n, err := s.pending(bid); return err == nil && n == 0 }) {
 		n, _ := s.pending(bid)
