@@ -142,7 +142,7 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				switch b.errs[i] = err; {
 				case err == nil:
 					ln.settle(b.now, false)
-				case isRecipientError(err):
+				case isRecipientError(err), aboutOneMailbox(err):
 					// The recipient's own: says nothing of the provider.
 				case isDeferral(err):
 					ln.settle(b.now, true)

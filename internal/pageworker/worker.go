@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -994,7 +995,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			})
 		case class == transport.Quota:
 			res.provider(providers[i], func(p *bus.ProviderResult) { p.Quota, p.Reply = true, reply })
-		case class == transport.Transient:
+		case class == transport.Transient && !aboutOneMailbox(err):
 			res.provider(providers[i], func(p *bus.ProviderResult) { p.Transient++; p.Reply = reply })
 		}
 		var se *transport.SendError
@@ -1020,6 +1021,9 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			continue
 		}
 		if class == transport.Transient {
+			if aboutOneMailbox(err) {
+				continue // deferred; says nothing of the server's health
+			}
 			// One recipient's 451 among many accepted is a provider's
 			// ordinary deferral: the row goes out later and the page goes
 			// on. The page stops only when the window looks unwell (below).
@@ -1091,6 +1095,20 @@ func classOf(err error) transport.Class {
 		return transport.Recipient
 	}
 	return transport.Classify(err)
+}
+
+// aboutOneMailbox reports a temporary refusal of one mailbox (an enhanced
+// status 4.2.x at RCPT or DATA: "452 4.2.2 mailbox full", "450 4.2.1 the
+// user is receiving mail at a rate that prevents additional messages").
+// The row is deferred and retried like any 4xx, bounded by its attempts,
+// but it says nothing of the provider: counted, a tail of full mailboxes
+// kept a provider's breaker re-opening every 30 s, ended its ramp steps,
+// stopped pages as if the server were struggling, and kept "nothing
+// accepted since" set, which gives a provider up after a day.
+func aboutOneMailbox(err error) bool {
+	var se *transport.SendError
+	return errors.As(err, &se) && (se.Stage == transport.StageRcpt || se.Stage == transport.StageData) &&
+		strings.HasPrefix(se.Enhanced, "4.2.")
 }
 
 // isRecipientError reports whether err is the recipient's own failure (a bad
