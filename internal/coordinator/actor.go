@@ -314,7 +314,7 @@ func (a *actor) apply(ctx context.Context, rep bus.Report) error {
 	a.moved = false
 	err := a.applyReport(ctx, rep, now)
 	if err == nil && a.moved && a.b.State == store.StateRunning {
-		_, err = a.lostAfterDot(ctx, rep, now)
+		err = a.lostAfterDot(ctx, rep, now)
 	}
 	return err
 }
@@ -466,25 +466,25 @@ const (
 // every message unknown and an empty reason. A relay restart loses the
 // messages in flight at that moment, within one pace, and then refuses
 // connections or accepts again: counted once, it does not halt.
-func (a *actor) lostAfterDot(ctx context.Context, rep bus.Report, now time.Time) (halted bool, err error) {
+func (a *actor) lostAfterDot(ctx context.Context, rep bus.Report, now time.Time) error {
 	if rep.Sent > 0 {
 		a.lostRuns, a.lostNext = 0, time.Time{}
-		return false, nil
+		return nil
 	}
 	if rep.InDoubt < minLost || now.Before(a.lostNext) {
-		return false, nil
+		return nil
 	}
 	a.lostRuns++
 	a.lostNext = now.Add(lostPace)
 	if a.lostRuns < lostHalt {
-		return false, nil
+		return nil
 	}
 	reason := fmt.Sprintf("the relay took messages and then closed the connection, or did not answer in time, after the final dot, again and again with nothing confirmed in between (%d in the last page; they may have been delivered, so they are recorded unknown and not sent again); last error: %s; check the relay, or raise timeout= in the SMTP URL if it is slow, then resume", rep.InDoubt, rep.Error)
 	if err := a.halt(ctx, bus.Report{Error: reason}); err != nil {
-		return false, err // the count is kept: the next such report halts
+		return err // the count is kept: the next such report halts
 	}
 	a.lostRuns, a.lostNext = 0, time.Time{}
-	return true, nil
+	return nil
 }
 
 // minLost is the fewest messages lost after the final dot in one report
