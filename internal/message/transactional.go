@@ -295,18 +295,7 @@ func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, erro
 // and are left to the send.
 func (c *CompiledTransactional) sampleRun() error {
 	none := map[string]any{}
-	parts := map[string]func(io.Writer) error{fieldSubject: func(w io.Writer) error { return c.subject.Execute(w, none) }}
-	if c.text != nil {
-		parts[fieldText] = func(w io.Writer) error { return c.text.Execute(w, none) }
-	}
-	if c.html != nil {
-		parts[fieldHTML] = func(w io.Writer) error { return c.html.Execute(w, none) }
-	}
-	for _, field := range []string{fieldSubject, fieldText, fieldHTML} {
-		exec, ok := parts[field]
-		if !ok {
-			continue
-		}
+	run := func(field string, exec func(io.Writer) error) error {
 		var buf bytes.Buffer
 		var ve *ValidationError
 		// meter returns the budget's own error as a *ValidationError and
@@ -314,8 +303,16 @@ func (c *CompiledTransactional) sampleRun() error {
 		if err := c.budget.meter("template "+field, &buf, exec); errors.As(err, &ve) {
 			return ve
 		}
+		return nil
 	}
-	return nil
+	err := run(fieldSubject, func(w io.Writer) error { return c.subject.Execute(w, none) })
+	if err == nil && c.text != nil {
+		err = run(fieldText, func(w io.Writer) error { return c.text.Execute(w, none) })
+	}
+	if err == nil && c.html != nil {
+		err = run(fieldHTML, func(w io.Writer) error { return c.html.Execute(w, none) })
+	}
+	return err
 }
 
 // Execute renders the template with data, within the template budget.
