@@ -157,8 +157,9 @@ type Pacer interface {
 	Observe(now time.Time, domain string, rep bus.Report)
 	// Holds names the providers whose recipients a page must defer now
 	// (with when to retry) and, for a sweep (or a page, for a provider
-	// given up), the half-open ones whose ramp step it carries. started is when the page's broadcast started: only
-	// refusals since then count toward giving its recipients up.
+	// given up), the half-open ones whose ramp step it carries. started is
+	// when the page's broadcast started: only refusals since then count
+	// toward giving its recipients up.
 	Holds(now time.Time, domain string, sweep bool, started time.Time) ProviderHolds
 }
 
