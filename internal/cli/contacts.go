@@ -56,23 +56,8 @@ const (
 func contactsCommand(c *client) *cobra.Command {
 	cmd := &cobra.Command{Use: "contacts", Short: "Import, list, inspect, suppress, unsubscribe and erase contacts"}
 	cmd.AddCommand(importCommand(c), showContactCommand(c), suppressCommand(c), unsubscribeCommand(c))
-	list := listContactsCommand(c)
-	list.PreRunE = nonNegativeLimit
-	cmd.AddCommand(list, deleteContactsCommand(c))
+	cmd.AddCommand(listContactsCommand(c), deleteContactsCommand(c))
 	return cmd
-}
-
-// nonNegativeLimit refuses a negative --limit, which would otherwise read
-// as no limit at all and print every contact.
-func nonNegativeLimit(cmd *cobra.Command, _ []string) error {
-	limit, err := cmd.Flags().GetInt("limit")
-	if err != nil {
-		return err
-	}
-	if limit < 0 {
-		return fmt.Errorf("invalid argument %d for --limit: give how many to print, or 0 for all", limit)
-	}
-	return nil
 }
 
 // errRejected is returned when an import rejected rows, so the command
