@@ -246,9 +246,14 @@ func TestFailedOutcomeWritesKeepWhatIsKnown(t *testing.T) {
 type erasingStore struct {
 	store.Store
 	viaRecord bool
-	mu        sync.Mutex
-	done      bool
-	erased    string
+	// wholeWindow erases every contact the claim names and pauses the
+	// broadcast before the answer is lost: the retry holds nothing that
+	// exists and is refused.
+	wholeWindow bool
+	b           ulid.ULID
+	mu          sync.Mutex
+	done        bool
+	erased      string
 }
 
 func (s *erasingStore) claimThenErase(ctx context.Context, next []store.Claim, now time.Time, claim func() ([]ulid.ULID, error)) ([]ulid.ULID, error) {
@@ -260,7 +265,17 @@ func (s *erasingStore) claimThenErase(ctx context.Context, next []store.Claim, n
 	if !first || err != nil {
 		return got, err
 	}
-	if _, err := s.Store.Erase(ctx, []string{next[0].Email}, now); err != nil {
+	emails := []string{next[0].Email}
+	if s.wholeWindow {
+		emails = emails[:0]
+		for _, c := range next {
+			emails = append(emails, c.Email)
+		}
+		if _, err := s.Store.SetState(ctx, s.b, []store.State{store.StateRunning}, store.StatePaused, "operator", now); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := s.Store.Erase(ctx, emails, now); err != nil {
 		return nil, err
 	}
 	s.erased = next[0].Email
@@ -325,6 +340,57 @@ func TestClaimRetriedAfterErasure(t *testing.T) {
 					}
 					if n := tr.accepted[ct.Email]; n != want {
 						t.Errorf("%s received %d copies, want %d", ct.Email, n, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestClaimRetriedAfterErasureAndPause is TestClaimRetriedAfterErasure when
+// every contact of the window is erased and the broadcast paused before the
+// retry (simulation seed 1501249): the retry holds nothing that exists and
+// is refused, and the rows the first try claimed must still be recorded
+// failed, never sent, not left claimed for the reconciler to call unknown.
+func TestClaimRetriedAfterErasureAndPause(t *testing.T) {
+	t.Parallel()
+	for _, viaRecord := range []bool{false, true} {
+		for name, open := range bothStores {
+			t.Run(fmt.Sprintf("%s/recordAndClaim=%v", name, viaRecord), func(t *testing.T) {
+				t.Parallel()
+				st := &erasingStore{Store: open(t), viaRecord: viaRecord, wholeWindow: true}
+				tr := &scripted{accepted: map[string]int{}, answer: func(string) error { return nil }}
+				f := newCopiesFixture(t, st, 20, tr)
+				st.b = f.b.ID
+				f.w.cfg.Clock = clock.Real{} // the retry's backoff runs on real time
+				ctx := t.Context()
+				rep, err := f.w.RunPage(ctx, f.job(), "w/1")
+				// Claim: window 0 is the one erased, so nothing is sent.
+				// RecordAndClaim: window 2's claim is, after windows 0
+				// and 1 were claimed; those two go out.
+				wantSent := 0
+				if viaRecord {
+					wantSent = 8
+				}
+				if err != nil || rep.Class != bus.ClassPaused || rep.Sent != wantSent {
+					t.Fatalf("page: %+v, %v; want paused after %d sent", rep, err, wantSent)
+				}
+				c, err := st.Counts(ctx, f.b.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := (store.Counts{Sent: int64(wantSent), Failed: 4}); c != want {
+					t.Errorf("ledger = %+v; want %+v: the erased window failed, nothing claimed or unknown", c, want)
+				}
+				for _, ct := range f.contacts[wantSent : wantSent+4] {
+					row, err := st.GetSend(ctx, f.b.ID, ct.ID)
+					if err != nil || row.Status != store.SendFailed || row.Error != store.ErasedBeforeSend {
+						t.Errorf("erased contact's row: %+v, %v; want failed %q", row, err, store.ErasedBeforeSend)
+					}
+				}
+				for email, n := range tr.accepted {
+					if n != 1 {
+						t.Errorf("%s received %d copies, want 1", email, n)
 					}
 				}
 			})

@@ -479,6 +479,13 @@ func (w *Worker) persist(ctx context.Context, owner string, write func() error) 
 // recorded failed, never sent (store.ErasedBeforeSend). The outcome write
 // is fenced on owner and status: a contact another run holds, or that has
 // an outcome already, is left alone.
+//
+// The same holds when the retry is refused because the broadcast stopped
+// running meanwhile (a pause): a refused claim still returns the run's own
+// claims of contacts that exist, so a refusal after a retry means that
+// whatever the first try claimed is of contacts erased since (simulation
+// seed 1501249: the erased contact's claim was left to the reconciler,
+// which settled it unknown although nothing was sent).
 func (w *Worker) persistClaim(ctx, pageCtx context.Context, l *loaded, owner string, window []store.Contact, write func() ([]ulid.ULID, error)) ([]ulid.ULID, error) {
 	var claimed []ulid.ULID
 	tries := 0
@@ -488,7 +495,12 @@ func (w *Worker) persistClaim(ctx, pageCtx context.Context, l *loaded, owner str
 		claimed, err = write()
 		return err
 	})
-	if err != nil || tries == 1 || len(claimed) == len(window) {
+	if _, refused := notRunning(err); refused {
+		claimed = nil // nothing of this window is held but the erased contacts' claims
+	} else if err != nil {
+		return claimed, err
+	}
+	if tries == 1 || len(claimed) == len(window) {
 		return claimed, err
 	}
 	back := make(map[ulid.ULID]bool, len(claimed))
@@ -507,7 +519,7 @@ func (w *Worker) persistClaim(ctx, pageCtx context.Context, l *loaded, owner str
 		// Left claimed: the reconciler settles them when the run is gone.
 		w.cfg.Log.Warn("cannot record claims of erased contacts", "broadcast", l.b.ID, "err", err)
 	}
-	return claimed, nil
+	return claimed, err
 }
 
 func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
