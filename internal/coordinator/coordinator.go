@@ -285,6 +285,9 @@ func (c *Coordinator) runLeader(ctx context.Context) error {
 	c.pace, c.host = pace, host
 	c.mu.Unlock()
 	if err := c.watchStates(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return fmt.Errorf("coordinator: watch broadcast states: %w", err)
 	}
 	bs, err := c.cfg.Store.ListBroadcasts(ctx)

@@ -203,6 +203,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.states == nil {
 		cache := newStateCache(w.cfg.Bus.Broadcasts)
 		if err := cache.start(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped before it started
+			}
 			return err
 		}
 		w.states = cache

@@ -105,6 +105,9 @@ const retryStoreAfter = 5 * time.Second
 func (c *Consumer) Run(ctx context.Context) error {
 	cons, err := c.cfg.JS.Consumer(ctx, bus.TxStream, bus.TxConsumer)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return fmt.Errorf("transactional consumer: %w", err)
 	}
 	var wg sync.WaitGroup
