@@ -20,6 +20,7 @@ import (
 	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/store/postgres"
 )
 
 // StackOptions configures the whole system in one process.
@@ -71,6 +72,8 @@ type Stack struct {
 	nats   *natsserver.Server
 	nc     *nats.Conn
 	lock   *os.File
+	// unlockDB releases the Postgres schema (HoldAlone); nil on SQLite.
+	unlockDB func()
 }
 
 // lockDir takes an exclusive lock on dir for as long as the process runs: a
@@ -158,6 +161,16 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if s.Store, err = OpenStore(ctx, o.DatabaseURL); err != nil {
 		return nil, err
 	}
+	if pg, ok := s.Store.(*postgres.Store); ok {
+		// The SQLite file is in --dir, which lockDir holds; a Postgres
+		// schema can be shared by two dev stacks with different dirs.
+		if s.unlockDB, err = pg.HoldAlone(ctx); err != nil {
+			if errors.Is(err, postgres.ErrNotAlone) {
+				return nil, fmt.Errorf("another rangecast dev is using this database: %w; stop it, or give this one a schema of its own (?search_path=NAME in the --postgres URL)", err)
+			}
+			return nil, err
+		}
+	}
 	nc, b, err := ConnectBus(ctx, "", 1, nats.InProcessServer(ns))
 	if err != nil {
 		return nil, err
@@ -244,6 +257,9 @@ func (s *Stack) Stop() error {
 	}
 	if s.Capture != nil {
 		s.Capture.Close()
+	}
+	if s.unlockDB != nil {
+		s.unlockDB() // before Close, which waits for its connection
 	}
 	if s.Store != nil {
 		s.Store.Close()

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/maintenance"
 	"github.com/rangecast/rangecast/internal/server"
+	"github.com/rangecast/rangecast/internal/testenv"
 )
 
 // TestOptionsRefusedByFlag: a negative duration, a zero window or an
@@ -111,5 +113,44 @@ func TestStackOptionsRefused(t *testing.T) {
 		if _, err := server.StartStack(context.Background(), c.o); err == nil || !strings.Contains(err.Error(), c.flag) {
 			t.Errorf("StartStack(%+v) = %v; want a refusal naming %s", c.o, err, c.flag)
 		}
+	}
+}
+
+// TestSecondDevStackOnOneSchemaRefused: two `rangecast dev --postgres` on
+// one schema (different --dir, so the folder lock does not see it) would
+// each run a coordinator over the same broadcasts, doubling every rate
+// limit and daily ceiling. The second is refused, saying what to do, and
+// starts once the first has stopped.
+func TestSecondDevStackOnOneSchemaRefused(t *testing.T) {
+	t.Parallel()
+	db := testenv.DatabaseURL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	start := func() (*server.Stack, error) {
+		return server.StartStack(ctx, server.StackOptions{Dir: t.TempDir(), DatabaseURL: db, GRPCAddr: "127.0.0.1:0",
+			HTTPAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", Workers: 1, Log: slog.New(slog.DiscardHandler)})
+	}
+	first, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := start()
+	if err == nil {
+		second.Stop() //nolint:errcheck
+		first.Stop()  //nolint:errcheck
+		t.Fatal("a second dev stack started on the schema the first one uses")
+	}
+	if !strings.Contains(err.Error(), "another rangecast dev is using this database") || !strings.Contains(err.Error(), "search_path") {
+		t.Errorf("second stack: %v; want it refused, saying another dev uses the database and how to give it a schema of its own", err)
+	}
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	third, err := start()
+	if err != nil {
+		t.Fatalf("a stack after the first stopped: %v; want it to start", err)
+	}
+	if err := third.Stop(); err != nil {
+		t.Fatal(err)
 	}
 }
