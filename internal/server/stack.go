@@ -259,7 +259,7 @@ func (s *Stack) Stop() error {
 		s.Capture.Close()
 	}
 	if s.unlockDB != nil {
-		s.unlockDB() // before Close, which waits for its connection
+		s.unlockDB()
 	}
 	if s.Store != nil {
 		s.Store.Close()

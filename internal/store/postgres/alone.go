@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // aloneLockClass is the first key of HoldAlone's lock ("RcDv"); the second
@@ -24,34 +26,29 @@ var ErrNotAlone = errors.New("another process holds this schema")
 // coordinators share one NATS, which elects one leader, and take no such
 // lock: a stalled leader's session would hold it and block failover.
 //
-// The lock is a session advisory lock on a connection taken out of the pool
-// for the purpose; release unlocks it and returns the connection, and must
-// be called before Close, which waits for every connection.
+// The lock is a session advisory lock on a connection of its own, outside
+// the pool (whose few connections the stack's workers need); release
+// closes that session, which drops the lock.
 func (s *Store) HoldAlone(ctx context.Context) (release func(), err error) {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, mapErr("hold schema", err)
+	}
+	closeConn := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn.Close(ctx) //nolint:errcheck // the lock ends with the session
 	}
 	var held bool
 	var schema string
 	err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext(current_schema())), current_schema()`, aloneLockClass).Scan(&held, &schema)
 	if err != nil {
-		conn.Release()
+		closeConn()
 		return nil, mapErr("hold schema", err)
 	}
 	if !held {
-		database := conn.Conn().Config().Database
-		conn.Release()
-		return nil, fmt.Errorf("%w (schema %s of database %s)", ErrNotAlone, schema, database)
+		closeConn()
+		return nil, fmt.Errorf("%w (schema %s of database %s)", ErrNotAlone, schema, conn.Config().Database)
 	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext(current_schema()))`, aloneLockClass); err != nil {
-			// The session may be gone (and its lock with it); never hand a
-			// connection that may still hold the lock back to the pool.
-			conn.Conn().Close(ctx) //nolint:errcheck
-		}
-		conn.Release()
-	}, nil
+	return closeConn, nil
 }
