@@ -50,7 +50,7 @@ func BuildBinaries(ctx context.Context, dir string) error {
 // every page. Environment variables rather than flags, so a coordinator
 // without one of them still starts.
 var GovernorEnv = []string{
-	"RANGECAST_INITIAL_DAILY_CEILING=100000000",
+	"RANGECAST_INITIAL_DAILY_CEILING=5000000",
 	"RANGECAST_DOMAIN_RATE=1000000",
 	"RANGECAST_DOMAIN_BURST=1000000",
 	"RANGECAST_EMAILS_PER_HOUR=0",

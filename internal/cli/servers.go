@@ -146,8 +146,8 @@ func dkimKeyFlag(cmd *cobra.Command, keys *[]string) {
 // operator's SetDomainLimits overrides them per domain.
 func governorFlags(cmd *cobra.Command, l *governor.Limits) {
 	f := cmd.Flags()
-	f.IntVar(&l.InitialCeiling, "initial-daily-ceiling", governor.DefaultCeiling,
-		"daily ceiling a sending domain with no history starts at; learning doubles it after clean days (env RANGECAST_INITIAL_DAILY_CEILING)")
+	f.Var(within(&l.InitialCeiling, governor.DefaultCeiling, governor.MinCeiling, governor.MaxCeiling), "initial-daily-ceiling",
+		fmt.Sprintf("daily ceiling a sending domain with no history starts at, %d to %d; learning doubles it after clean days (env RANGECAST_INITIAL_DAILY_CEILING)", governor.MinCeiling, governor.MaxCeiling))
 	f.Var(perSecond(&l.RatePerSecond, governor.DefaultRatePerSecond), "domain-rate",
 		"messages per second each sending domain may send (token bucket), above 0 (env RANGECAST_DOMAIN_RATE)")
 	f.Var(atLeast(&l.Burst, governor.DefaultBurst, 1), "domain-burst",

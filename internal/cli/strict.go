@@ -17,21 +17,31 @@ import (
 // shown in --help, a zero is a mistake and must not become that default
 // silently. Their Type is the plain flag's, so --help reads the same.
 
-// atLeastValue is an int flag of at least min.
+// atLeastValue is an int flag of at least min, and at most max when max
+// is above 0.
 type atLeastValue struct {
-	p   *int
-	min int
+	p        *int
+	min, max int
 }
 
 func atLeast(p *int, def, min int) pflag.Value {
 	*p = def
-	return &atLeastValue{p, min}
+	return &atLeastValue{p: p, min: min}
+}
+
+// within is atLeast with a largest value too.
+func within(p *int, def, min, max int) pflag.Value {
+	*p = def
+	return &atLeastValue{p: p, min: min, max: max}
 }
 
 func (v *atLeastValue) Set(s string) error {
 	n, err := strconv.ParseInt(s, 0, strconv.IntSize)
 	if err != nil {
 		return err
+	}
+	if v.max > 0 && (n < int64(v.min) || n > int64(v.max)) {
+		return fmt.Errorf("it must be between %d and %d", v.min, v.max)
 	}
 	if n < int64(v.min) {
 		return fmt.Errorf("it must be at least %d", v.min)

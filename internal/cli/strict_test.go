@@ -39,6 +39,9 @@ func TestFlagsRefused(t *testing.T) {
 		{Coordinator, []string{"--bounce-alarm", "1"}, `"--bounce-alarm" flag: give a share of accepted messages`},
 		{Coordinator, []string{"--bounce-alarm", "0"}, `"--bounce-alarm" flag: give a share of accepted messages`},
 		{Coordinator, []string{"--bounce-alarm", "-Inf"}, `"--bounce-alarm" flag: give a share of accepted messages`},
+		{Coordinator, []string{"--initial-daily-ceiling", "0"}, `"--initial-daily-ceiling" flag: it must be between 100 and 5000000`},
+		{Coordinator, []string{"--initial-daily-ceiling", "99"}, `"--initial-daily-ceiling" flag: it must be between 100 and 5000000`},
+		{Coordinator, []string{"--initial-daily-ceiling", "10000000"}, `"--initial-daily-ceiling" flag: it must be between 100 and 5000000`},
 		{Coordinator, []string{"--complaint-alarm", "2"}, `"--complaint-alarm" flag: give a share of delivered messages above 0 and below 1 (0.001 is 0.1 %)`},
 
 		{devCommand, []string{"--workers", "1", "--concurrency", "1"}, ""},
@@ -46,6 +49,8 @@ func TestFlagsRefused(t *testing.T) {
 		{Coordinator, []string{"--log-level", "debug"}, ""},
 		{Coordinator, []string{"--breaker-share", "1", "--breaker-failures", "1", "--ramp-connections", "1", "--domain-burst", "1", "--domain-rate", "0.5"}, ""},
 		{Coordinator, []string{"--bounce-alarm", "-1", "--complaint-alarm", "0.0001"}, ""},
+		{Coordinator, []string{"--initial-daily-ceiling", "100"}, ""},
+		{Coordinator, []string{"--initial-daily-ceiling", "5000000"}, ""},
 		{Coordinator, []string{"--bounce-alarm", "0.5", "--complaint-alarm", "-1"}, ""},
 	} {
 		cmd := c.cmd()
@@ -77,7 +82,7 @@ func TestFlagDefaults(t *testing.T) {
 		{demoCommand, "log-level", "warn"},
 		{Coordinator, "log-level", "info"}, {PageWorker, "log-level", "info"},
 		{Coordinator, "breaker-share", "0.2"}, {Coordinator, "breaker-failures", "5"}, {Coordinator, "ramp-connections", "16"},
-		{Coordinator, "domain-burst", "200"}, {Coordinator, "domain-rate", "50"},
+		{Coordinator, "domain-burst", "200"}, {Coordinator, "initial-daily-ceiling", "5000"}, {Coordinator, "domain-rate", "50"},
 		{Coordinator, "bounce-alarm", "0.02"}, {Coordinator, "complaint-alarm", "0.001"},
 	} {
 		cmd := c.cmd()

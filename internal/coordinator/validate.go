@@ -59,8 +59,11 @@ func (g GovernorConfig) Validate() error {
 	if l.RampConnections < 0 {
 		errs = append(errs, fmt.Errorf("--ramp-connections (RANGECAST_RAMP_CONNECTIONS) is %d; give at least 1 connection", l.RampConnections))
 	}
-	if l.InitialCeiling < 0 {
-		errs = append(errs, fmt.Errorf("--initial-daily-ceiling is %d; it cannot be negative", l.InitialCeiling))
+	if c := l.InitialCeiling; c < 0 || c > 0 && (c < governor.MinCeiling || c > governor.MaxCeiling) {
+		// The governor would clamp it silently (and the API refuses such a
+		// daily_ceiling): a sender of 10 million a day must not learn at
+		// midday that it was 5 million.
+		errs = append(errs, fmt.Errorf("--initial-daily-ceiling is %d; give %d to %d", c, governor.MinCeiling, governor.MaxCeiling))
 	}
 	if l.EmailsPerHour < 0 {
 		errs = append(errs, fmt.Errorf("--emails-per-hour is %d; give 0 for no hourly limit", l.EmailsPerHour))

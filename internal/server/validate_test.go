@@ -40,6 +40,8 @@ func TestOptionsRefusedByFlag(t *testing.T) {
 		{"breaker share infinite", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{BreakerShare: math.Inf(1)}}}, "--breaker-share (RANGECAST_BREAKER_SHARE) is +Inf"},
 		{"negative breaker share", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{BreakerShare: -0.2}}}, "--breaker-share (RANGECAST_BREAKER_SHARE) is -0.2"},
 		{"negative ramp", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{RampConnections: -1}}}, "--ramp-connections (RANGECAST_RAMP_CONNECTIONS) is -1"},
+		{"ceiling above the governor's cap", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{InitialCeiling: 10_000_000}}}, "--initial-daily-ceiling is 10000000; give 100 to 5000000"},
+		{"ceiling below the floor", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{InitialCeiling: 10}}}, "--initial-daily-ceiling is 10; give 100 to 5000000"},
 		{"negative burst", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{Burst: -1}}}, "--domain-burst is -1"},
 		{"bounce alarm that can never be passed", server.CoordinatorOptions{Alarms: maintenance.AlarmConfig{BounceRate: 5}}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 5; give a share of accepted messages above 0 and below 1"},
 		{"bounce alarm of every message", server.CoordinatorOptions{Alarms: maintenance.AlarmConfig{BounceRate: 1}}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 1"},
