@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -56,7 +57,7 @@ func Error(err error) error {
 	}
 	switch coordinator.KindOf(err) {
 	case coordinator.Unavailable:
-		return status.Error(codes.Unavailable, err.Error())
+		return dependencyUnavailable(err)
 	case coordinator.WrongState:
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case coordinator.NotFound:
@@ -79,12 +80,30 @@ func Error(err error) error {
 	case errors.Is(err, store.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, store.ErrUnavailable):
-		return status.Error(codes.Unavailable, err.Error())
+		return dependencyUnavailable(err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	default:
 		return status.Error(codes.Internal, err.Error())
 	}
+}
+
+// ReasonDependencyUnavailable is the ErrorInfo reason of an Unavailable
+// status the coordinator itself answered with: NATS or the database did
+// not answer it. gRPC's own Unavailable (no connection to the coordinator)
+// carries no such detail, so a client can tell "the coordinator is down"
+// from "the coordinator is up and says what it is missing".
+const ReasonDependencyUnavailable = "DEPENDENCY_UNAVAILABLE"
+
+// ErrorDomain is the ErrorInfo domain of rangecast's error details.
+const ErrorDomain = "rangecast"
+
+func dependencyUnavailable(err error) error {
+	st := status.New(codes.Unavailable, err.Error())
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonDependencyUnavailable, Domain: ErrorDomain}); derr == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 func invalid(format string, args ...any) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 
@@ -178,14 +179,24 @@ func (c *Coordinator) transition(ctx context.Context, id ulid.ULID, verb string,
 	if err != nil {
 		return BroadcastStatus{}, err
 	}
-	if err := c.putState(ctx, b); err != nil {
-		return BroadcastStatus{}, unavailable(err)
+	// The change is committed; passing it on must not hold the caller for
+	// as long as its deadline (none from the CLI) while NATS is away.
+	mctx, cancel := context.WithTimeout(ctx, natsAnswerWithin)
+	defer cancel()
+	if err := c.putState(mctx, b); err != nil {
+		return BroadcastStatus{}, notMirrored(id, b.State, err)
 	}
-	if err := c.kick(ctx, b); err != nil {
-		return BroadcastStatus{}, unavailable(err)
+	if err := c.kick(mctx, b); err != nil {
+		return BroadcastStatus{}, notMirrored(id, b.State, err)
 	}
 	return c.Status(ctx, id)
 }
+
+// natsAnswerWithin bounds the KV reads and writes of a call that can
+// answer without them (Status) or has committed its change already
+// (transition): NATS away must not hold an operator's call for its whole
+// deadline.
+const natsAnswerWithin = 5 * time.Second
 
 // Status assembles what "progress" means without a total: state and reason,
 // each range's cursor, sums, and what sending waits for.
@@ -196,15 +207,27 @@ func (c *Coordinator) Status(ctx context.Context, id ulid.ULID) (BroadcastStatus
 	}
 	var recs []bus.RangeRecord
 	var counts store.Counts
+	var noCursors error
 	if b.State != store.StateDraft {
-		if recs, _, err = c.rangeRecords(ctx, b); err != nil {
-			return BroadcastStatus{}, unavailable(err)
+		// The cursors are in KV; state and counts, the ledger's truth, are
+		// in the store. Without NATS a status still says what was sent
+		// (an operator asks most in an outage), and why the cursors are
+		// missing.
+		rctx, cancel := context.WithTimeout(ctx, natsAnswerWithin)
+		recs, _, noCursors = c.rangeRecords(rctx, b)
+		cancel()
+		if noCursors != nil {
+			recs = nil // a partial read would show ranges missing as not started
 		}
 		if counts, err = c.cfg.Store.Counts(ctx, id); err != nil {
 			return BroadcastStatus{}, err
 		}
 	}
-	return c.status(ctx, b, recs, counts), nil
+	s := c.status(ctx, b, recs, counts)
+	if noCursors != nil {
+		s.Progress.WaitingFor = joinWaiting(fmt.Sprintf("range cursors unknown: NATS did not answer the coordinator (%v)", noCursors), s.Progress.WaitingFor)
+	}
+	return s, nil
 }
 
 // status is b's status from its range records and the ledger's counts

@@ -66,8 +66,25 @@ func KindOf(err error) Kind {
 	return 0
 }
 
-// unavailable marks err (a KV or NATS failure) as worth retrying.
-func unavailable(err error) error { return &Error{Kind: Unavailable, Err: err} }
+// unavailable marks err (a KV or NATS failure) as worth retrying, and says
+// so: without it a caller cannot tell "NATS did not answer the
+// coordinator" from "the coordinator did not answer" (the CLI said the
+// coordinator could not be reached).
+func unavailable(err error) error {
+	return &Error{Kind: Unavailable, Err: err,
+		Msg: fmt.Sprintf("NATS did not answer the coordinator (%v); repeat the call once it is back", err)}
+}
+
+// notMirrored is a state change the store committed whose copy in KV (the
+// one workers follow) could not be written, or whose actor could not be
+// told. The change holds: claims read the store's state, and the leader
+// brings KV level with the store once NATS answers (as does repeating the
+// call). Said as such, so an operator does not take a pause that stands
+// for one that failed.
+func notMirrored(id ulid.ULID, to store.State, err error) error {
+	return &Error{Kind: Unavailable, Err: err,
+		Msg: fmt.Sprintf("broadcast %s is %s in the database, and that holds (claims read it there); NATS did not answer when the coordinator passed it on to the workers (%v): the coordinator does so once NATS is back, and repeating the call does it too", id, to, err)}
+}
 
 // StateError refuses a change a broadcast's state does not allow; its Kind
 // is WrongState.

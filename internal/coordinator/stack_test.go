@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -38,6 +41,7 @@ type stack struct {
 	client pb.BroadcastServiceClient
 	conn   *grpc.ClientConn // the client's connection, for the other services
 	coord  *coordinator.Coordinator
+	nats   *natsserver.Server // to take NATS away from under the stack
 
 	coordCfg   coordinator.Config
 	stopCoord  func()
@@ -83,7 +87,16 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	} else {
 		st = testenv.Store(t)
 	}
-	_, js := testenv.NATS(t)
+	natsSrv := testenv.NATSServer(t, t.TempDir())
+	nc, err := nats.Connect("", nats.InProcessServer(natsSrv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b, err := bus.Setup(ctx, js, bus.Options{Memory: true})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +106,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sink.Close() })
-	s := &stack{t: t, store: st, bus: b, sink: sink, workerConc: o.concurrency, clock: o.clock, sweepRetry: o.sweepRetry, smtpURL: o.smtpURL}
+	s := &stack{t: t, store: st, bus: b, sink: sink, nats: natsSrv, workerConc: o.concurrency, clock: o.clock, sweepRetry: o.sweepRetry, smtpURL: o.smtpURL}
 	if s.clock == nil {
 		s.clock = clock.Real{}
 	}

@@ -1,0 +1,33 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rangecast/rangecast/internal/api"
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// TestUnavailableSaysWhoIsDown: gRPC's Unavailable (no connection) says the
+// coordinator cannot be reached; the coordinator's own Unavailable (its
+// NATS or database did not answer it) says the coordinator is running and
+// what it is missing, not "is it running?" (a real deployment told an
+// operator so while the coordinator was up and the pause had taken).
+func TestUnavailableSaysWhoIsDown(t *testing.T) {
+	t.Parallel()
+	down := status.Error(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:7070: connect: connection refused\"")
+	if got := describe(down); !strings.HasPrefix(got, "cannot reach the coordinator") {
+		t.Errorf("describe(no connection) = %q; want it to say the coordinator cannot be reached", got)
+	}
+	err := api.Error(fmt.Errorf("claim: %w: dial tcp 127.0.0.1:5432: connection refused", store.ErrUnavailable))
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("api.Error(store unavailable) = %v; want Unavailable", err)
+	}
+	if got := describe(err); !strings.HasPrefix(got, "the coordinator is running, but ") || strings.Contains(got, "cannot reach") {
+		t.Errorf("describe(%v) = %q; want it to say the coordinator is running and what it misses", err, got)
+	}
+}
