@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -634,19 +635,20 @@ func (a *actor) finish(ctx context.Context) bool {
 
 // completionSummary is failureSummary, and how many messages ended
 // unknown (lost after the final dot, or in doubt when a worker died: maybe
-// delivered, not sent again), which is otherwise seen only by asking for
+// delivered, not sent again) or were sent again in doubt (the resend
+// policy: maybe two copies), which are otherwise seen only by asking for
 // the counts. Read once, when the broadcast completes.
 func (a *actor) completionSummary(ctx context.Context, failed int64) string {
-	summary := a.failureSummary(ctx, failed)
-	counts, err := a.c.cfg.Store.Counts(ctx, a.id)
-	if err != nil || counts.Unknown == 0 {
-		return summary
+	parts := []string{a.failureSummary(ctx, failed)}
+	if counts, err := a.c.cfg.Store.Counts(ctx, a.id); err == nil {
+		if counts.Unknown > 0 {
+			parts = append(parts, fmt.Sprintf("%d messages unknown (maybe delivered, not sent again; retry --include-unknown sends them again, at the risk of a second copy)", counts.Unknown))
+		}
+		if counts.SentAgainInDoubt > 0 {
+			parts = append(parts, fmt.Sprintf("%d messages sent again after an attempt that may have arrived (in-doubt policy resend: maybe two copies)", counts.SentAgainInDoubt))
+		}
 	}
-	unknown := fmt.Sprintf("%d messages unknown (maybe delivered, not sent again; retry --include-unknown sends them again, at the risk of a second copy)", counts.Unknown)
-	if summary == "" {
-		return unknown
-	}
-	return summary + "; " + unknown
+	return strings.Join(slices.DeleteFunc(parts, func(s string) bool { return s == "" }), "; ")
 }
 
 // failureSummary says, for a finished broadcast, how many messages failed

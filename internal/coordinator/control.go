@@ -30,6 +30,10 @@ type Progress struct {
 	// Sent to Unknown are the ledger's counts (InDoubt: claimed with no
 	// outcome yet).
 	Sent, Failed, Deferred, InDoubt, Unknown int64
+	// SentAgainInDoubt is the part of Sent that the in-doubt policy resend
+	// sent again after an attempt that may have arrived: people who may
+	// have two copies. Always 0 under the default policy, skip.
+	SentAgainInDoubt int64
 	// WaitingFor says what sending waits for ("daily ceiling reached …"),
 	// empty when nothing holds it.
 	WaitingFor string
@@ -246,6 +250,7 @@ func (c *Coordinator) status(ctx context.Context, b store.Broadcast, recs []bus.
 	// The ledger is the truth; the KV sums can lag behind it by the
 	// pages in flight.
 	p.Sent, p.Failed, p.Deferred, p.InDoubt, p.Unknown = counts.Sent, counts.Failed, counts.Deferred, counts.Claimed, counts.Unknown
+	p.SentAgainInDoubt = counts.SentAgainInDoubt
 	c.mu.Lock()
 	a := c.actors[b.ID]
 	c.mu.Unlock()

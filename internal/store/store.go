@@ -177,6 +177,10 @@ type Send struct {
 // server accepted (SendStatus.Accepted), whatever a webhook reported since.
 type Counts struct {
 	Claimed, Sent, Failed, Deferred, Unknown int64
+	// SentAgainInDoubt is the part of Sent sent again after an attempt
+	// that may have been delivered (the in-doubt policy resend): each of
+	// these people may have two copies.
+	SentAgainInDoubt int64
 }
 
 // Pending is what completing a broadcast waits for, read from only the

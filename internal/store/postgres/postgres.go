@@ -860,28 +860,31 @@ func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, owner string, 
 }
 
 func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, error) {
-	rows, err := s.pool.Query(ctx, `SELECT status, accepted, count(*) FROM broadcast_sends WHERE broadcast_id = $1 GROUP BY status, accepted`, uid(broadcast))
+	rows, err := s.pool.Query(ctx, `SELECT status, accepted, in_doubt, count(*) FROM broadcast_sends WHERE broadcast_id = $1 GROUP BY status, accepted, in_doubt`, uid(broadcast))
 	if err != nil {
 		return store.Counts{}, mapErr("count sends", err)
 	}
 	var c store.Counts
 	var status string
-	var accepted bool
+	var accepted, inDoubt bool
 	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&status, &accepted, &n}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&status, &accepted, &inDoubt, &n}, func() error {
 		if accepted {
 			c.Sent += n // accepted by the SMTP server, whatever was reported since
+			if inDoubt {
+				c.SentAgainInDoubt += n
+			}
 			return nil
 		}
 		switch store.SendStatus(status) {
 		case store.SendClaimed:
-			c.Claimed = n
+			c.Claimed += n
 		case store.SendFailed:
-			c.Failed = n
+			c.Failed += n
 		case store.SendDeferred:
-			c.Deferred = n
+			c.Deferred += n
 		case store.SendUnknown:
-			c.Unknown = n
+			c.Unknown += n
 		}
 		return nil
 	})

@@ -912,7 +912,7 @@ func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, owner string, 
 }
 
 func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT status, accepted, count(*) FROM broadcast_sends WHERE broadcast_id = ? GROUP BY status, accepted`, id(broadcast))
+	rows, err := s.r.QueryContext(ctx, `SELECT status, accepted, in_doubt, count(*) FROM broadcast_sends WHERE broadcast_id = ? GROUP BY status, accepted, in_doubt`, id(broadcast))
 	if err != nil {
 		return store.Counts{}, mapErr("count sends", err)
 	}
@@ -920,24 +920,27 @@ func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, 
 	var c store.Counts
 	for rows.Next() {
 		var status string
-		var accepted bool
+		var accepted, inDoubt bool
 		var n int64
-		if err := rows.Scan(&status, &accepted, &n); err != nil {
+		if err := rows.Scan(&status, &accepted, &inDoubt, &n); err != nil {
 			return store.Counts{}, mapErr("count sends", err)
 		}
 		if accepted {
 			c.Sent += n // accepted by the SMTP server, whatever was reported since
+			if inDoubt {
+				c.SentAgainInDoubt += n
+			}
 			continue
 		}
 		switch store.SendStatus(status) {
 		case store.SendClaimed:
-			c.Claimed = n
+			c.Claimed += n
 		case store.SendFailed:
-			c.Failed = n
+			c.Failed += n
 		case store.SendDeferred:
-			c.Deferred = n
+			c.Deferred += n
 		case store.SendUnknown:
-			c.Unknown = n
+			c.Unknown += n
 		}
 	}
 	return c, mapErr("count sends", rows.Err())

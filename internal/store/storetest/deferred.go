@@ -19,6 +19,34 @@ var deferredCases = []testCase{
 	{"RetrySameOwnerNewDueFirst", testClaimDueRetryKeepsOwnersRows},
 	{"HeldIsNoAttempt", testHeldIsNoAttempt},
 	{"OnlyWhileRunning", testClaimDueOnlyWhileRunning},
+	{"SentAgainInDoubtCounted", testSentAgainInDoubtCounted},
+}
+
+// Counts says how many of the sent were sent again after an attempt that
+// may have arrived (released in doubt under the resend policy,
+// store.InDoubtResent): people who may have two copies, which status and
+// the completed broadcast's reason report. A row deferred by a plain 451
+// and sent is sent once.
+func testSentAgainInDoubtCounted(f *fixture) {
+	ids := f.subscribers("again", 4)
+	b := f.running("again", 0)
+	f.claim(b, ids, at(1))
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{
+		{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(2), Error: store.InDoubtResent},
+		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(2), Error: store.InDoubtResent},
+		{ContactID: ids[2], Status: store.SendDeferred, RetryAt: at(2), Error: "451 4.3.0 try again later"},
+		{ContactID: ids[3], Status: store.SendSent},
+	}, at(1)), "release")
+	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(3), 10)
+	f.must(err, "ClaimDue")
+	outcomes := make([]store.Outcome, len(due))
+	for i, d := range due {
+		outcomes[i] = store.Outcome{ContactID: d.ID, Status: store.SendSent}
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w2/1", outcomes, at(3)), "resend")
+	if c := f.counts(b); c != (store.Counts{Sent: 4, SentAgainInDoubt: 2}) {
+		f.t.Errorf("Counts = %+v; want 4 sent, 2 of them sent again in doubt", c)
+	}
 }
 
 // Deferred rows come due only while the broadcast runs: a sweep that

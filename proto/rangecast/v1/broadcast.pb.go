@@ -1176,9 +1176,14 @@ type Progress struct {
 	WaitingFor string `protobuf:"bytes,9,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
 	// unknown counts in-doubt claims that could not be resolved and, by the
 	// in-doubt policy, were not sent again: possibly never delivered.
-	Unknown       int64 `protobuf:"varint,10,opt,name=unknown,proto3" json:"unknown,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Unknown int64 `protobuf:"varint,10,opt,name=unknown,proto3" json:"unknown,omitempty"`
+	// sent_again_in_doubt is the part of sent that the in-doubt policy
+	// resend sent again after an attempt that may have been delivered: each
+	// of these people may have received two copies. 0 under the default
+	// policy (skip), which leaves such messages unknown instead.
+	SentAgainInDoubt int64 `protobuf:"varint,11,opt,name=sent_again_in_doubt,json=sentAgainInDoubt,proto3" json:"sent_again_in_doubt,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Progress) Reset() {
@@ -1277,6 +1282,13 @@ func (x *Progress) GetWaitingFor() string {
 func (x *Progress) GetUnknown() int64 {
 	if x != nil {
 		return x.Unknown
+	}
+	return 0
+}
+
+func (x *Progress) GetSentAgainInDoubt() int64 {
+	if x != nil {
+		return x.SentAgainInDoubt
 	}
 	return 0
 }
@@ -1457,7 +1469,7 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\bprogress\x18\f \x01(\v2\x16.rangecast.v1.ProgressR\bprogress\x12C\n" +
 	"\x0fin_doubt_policy\x18\r \x01(\x0e2\x1b.rangecast.v1.InDoubtPolicyR\rinDoubtPolicy\x12.\n" +
 	"\x13no_unsubscribe_link\x18\x0e \x01(\bR\x11noUnsubscribeLink\x12=\n" +
-	"\fscheduled_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\"\xcc\x02\n" +
+	"\fscheduled_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\"\xfb\x02\n" +
 	"\bProgress\x12!\n" +
 	"\franges_total\x18\x01 \x01(\x05R\vrangesTotal\x12\x1f\n" +
 	"\vranges_done\x18\x02 \x01(\x05R\n" +
@@ -1471,7 +1483,8 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\vwaiting_for\x18\t \x01(\tR\n" +
 	"waitingFor\x12\x18\n" +
 	"\aunknown\x18\n" +
-	" \x01(\x03R\aunknown\"\xbd\x01\n" +
+	" \x01(\x03R\aunknown\x12-\n" +
+	"\x13sent_again_in_doubt\x18\v \x01(\x03R\x10sentAgainInDoubt\"\xbd\x01\n" +
 	"\rRangeProgress\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\tR\x05start\x12\x10\n" +
