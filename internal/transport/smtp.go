@@ -589,7 +589,10 @@ func (s *SMTP) transactChunked(ctx context.Context, c *client, m message.Rendere
 				// chunk after refusing (below) says otherwise.
 				return "", refused
 			}
-			se := stageError(ctx, st.stage, err)
+			// The stage is the first reply missing, but the whole message
+			// left with it: say so, or "smtp mail: timeout" reads as if
+			// the server never saw the message (a probe's halt reason).
+			se := stageError(ctx, st.stage, fmt.Errorf("no reply after MAIL, RCPT and the whole message were sent together (pipelined): %w", err))
 			se.MaybeDelivered = true
 			return "", se
 		}
