@@ -26,6 +26,13 @@ type GovernorAPI struct {
 // NewGovernorAPI returns the gRPC service backed by cfg's engine.
 func NewGovernorAPI(cfg Config) *GovernorAPI { return &GovernorAPI{cfg: cfg.withDefaults()} }
 
+// maxDomainLen and maxLabelLen are RFC 1035's limits on a name (in its
+// text form) and on each of its labels.
+const (
+	maxDomainLen = 253
+	maxLabelLen  = 63
+)
+
 // domainName is what a sending domain may look like: it is also a KV key.
 var domainName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$`)
 
@@ -43,6 +50,18 @@ func checkDomain(raw string) (string, error) {
 	d := strings.ToLower(strings.TrimSpace(raw))
 	if d == "" {
 		return "", invalid("domain is required: the sending domain, the part of the From address after @")
+	}
+	// Length first: the name becomes a KV key, a NATS subject, and a
+	// subject past the server's control line closes the coordinator's
+	// connection (a 5,000-character domain in 'governor status' stopped
+	// all sending until a restart).
+	if len(d) > maxDomainLen {
+		return "", invalid("domain %q… is %d characters; a domain name has at most %d", d[:40], len(d), maxDomainLen)
+	}
+	for label := range strings.SplitSeq(d, ".") {
+		if len(label) > maxLabelLen {
+			return "", invalid("domain %q has a label of %d characters; a label has at most %d", d, len(label), maxLabelLen)
+		}
 	}
 	if !domainName.MatchString(d) {
 		return "", invalid("domain %q is not a domain name like example.com", raw)

@@ -30,6 +30,16 @@ func TestGovernorAPIErrors(t *testing.T) {
 	}{
 		{"no domain", func() error { _, err := g.GetDomain(ctx, &pb.GetDomainRequest{}); return err }, codes.InvalidArgument, "domain is required"},
 		{"not a domain", func() error { _, err := g.GetDomain(ctx, &pb.GetDomainRequest{Domain: "news@example.com"}); return err }, codes.InvalidArgument, "not a domain name"},
+		// A name that long would be a NATS subject past the server's
+		// control line, which closed the coordinator's connection.
+		{"a domain too long", func() error {
+			_, err := g.GetDomain(ctx, &pb.GetDomainRequest{Domain: strings.Repeat("a", 5000) + ".com"})
+			return err
+		}, codes.InvalidArgument, "is 5004 characters; a domain name has at most 253"},
+		{"a label too long", func() error {
+			_, err := g.SetDomainLimits(ctx, &pb.SetDomainLimitsRequest{Domain: strings.Repeat("b", 64) + ".com", DailyCeiling: ceiling(200)})
+			return err
+		}, codes.InvalidArgument, "a label has at most 63"},
 		{"never sent", func() error { _, err := g.GetDomain(ctx, &pb.GetDomainRequest{Domain: "quiet.example"}); return err }, codes.NotFound, "nothing has been sent"},
 		{"nothing to set", func() error {
 			_, err := g.SetDomainLimits(ctx, &pb.SetDomainLimitsRequest{Domain: "example.com"})
@@ -46,6 +56,10 @@ func TestGovernorAPIErrors(t *testing.T) {
 		if status.Code(err) != c.code || !strings.Contains(status.Convert(err).Message(), c.msg) {
 			t.Errorf("%s: got %v; want %s mentioning %q", c.name, err, c.code, c.msg)
 		}
+	}
+	// The coordinator still answers: its NATS connection is whole.
+	if _, err := g.ListDomains(ctx, &pb.ListDomainsRequest{}); err != nil {
+		t.Fatalf("after the refusals: %v", err)
 	}
 	// A ceiling set by hand shows at once, on a domain that never sent.
 	r, err := g.SetDomainLimits(ctx, &pb.SetDomainLimitsRequest{Domain: "Example.COM", DailyCeiling: ceiling(200_000)})

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/rangecast/rangecast/internal/store"
@@ -54,5 +57,56 @@ func TestReadyz(t *testing.T) {
 	}
 	if code, _ := get(dbDown, "/healthz"); code != http.StatusOK {
 		t.Fatalf("healthz must stay up while a dependency is down: %d", code)
+	}
+}
+
+// TestNATSClosedForGood: a connection NATS closed and the client will not
+// reopen (here a subject past the server's control line, as a 5,000-
+// character domain once made one) fails /healthz, so a liveness probe
+// restarts the process, and ends the context connect returned, with
+// errNATSClosed as its cause, so the process stops on its own. Before,
+// the coordinator ran on without leading or sending, and /healthz said ok.
+func TestNATSClosedForGood(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats did not start")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	runCtx, st, nc, _, closeAll, err := connect(ctx, "sqlite:"+filepath.Join(t.TempDir(), "db"), srv.ClientURL(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	o := &ops{nc: nc, store: st}
+	health := func() int {
+		rec := httptest.NewRecorder()
+		o.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		return rec.Code
+	}
+	if code := health(); code != http.StatusOK {
+		t.Fatalf("healthz while connected: %d", code)
+	}
+	nc.Publish(strings.Repeat("a", 8192), nil) //nolint:errcheck // the server answers by closing
+	nc.Flush()                                 //nolint:errcheck
+	select {
+	case <-runCtx.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run's context did not end when NATS closed the connection for good")
+	}
+	if cause := context.Cause(runCtx); !errors.Is(cause, errNATSClosed) {
+		t.Errorf("the run ended with %v; want errNATSClosed", cause)
+	}
+	if code := health(); code != http.StatusServiceUnavailable {
+		t.Errorf("healthz after NATS closed the connection for good: %d; want 503", code)
+	}
+	if err := stoppedFor(runCtx, nil); !errors.Is(err, errNATSClosed) {
+		t.Errorf("the process's error: %v; want it to say NATS closed the connection", err)
 	}
 }

@@ -135,7 +135,8 @@ func withPprof(h http.Handler) http.Handler {
 	return mux
 }
 
-// ops serves /metrics, /healthz (the process is up) and /readyz (it can do
+// ops serves /metrics, /healthz (the process is up and can recover by
+// itself: not so once NATS closed its connection for good) and /readyz (it can do
 // its work: NATS connected and the component started).
 type ops struct {
 	nc    *nats.Conn
@@ -146,7 +147,14 @@ type ops struct {
 func (o *ops) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.Handler())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if o.nc != nil && o.nc.IsClosed() {
+			// Closed for good, not reconnecting: only a restart helps.
+			http.Error(w, "unhealthy: the NATS connection closed and will not reconnect", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case !o.ready.Load():
@@ -256,17 +264,38 @@ func (o CoordinatorOptions) newAuth() (*api.Auth, error) {
 
 // connect opens the store and the bus a server process needs and returns a
 // function that closes both.
-func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int) (store.Store, *nats.Conn, *bus.Bus, func(), error) {
+func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int) (context.Context, store.Store, *nats.Conn, *bus.Bus, func(), error) {
 	st, err := OpenStore(ctx, databaseURL)
 	if err != nil {
-		return nil, nil, nil, nil, redact.Error(err)
+		return nil, nil, nil, nil, nil, redact.Error(err)
 	}
-	nc, b, err := ConnectBus(ctx, natsURL, natsReplicas)
+	// The returned context ends when the NATS connection closes for good:
+	// the client reconnects after a network failure or a server restart,
+	// but not after some protocol errors (a subject past the server's
+	// control line closed a coordinator's connection, and it ran on
+	// without leading or sending, healthy to its liveness probe). The
+	// process then stops, with errNATSClosed, and is restarted.
+	ctx, cancel := context.WithCancelCause(ctx)
+	nc, b, err := ConnectBus(ctx, natsURL, natsReplicas, nats.ClosedHandler(func(*nats.Conn) { cancel(errNATSClosed) }))
 	if err != nil {
+		cancel(nil)
 		st.Close()
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, nil, err
 	}
-	return st, nc, b, func() { nc.Close(); st.Close() }, nil
+	return ctx, st, nc, b, func() { nc.Close(); st.Close(); cancel(nil) }, nil
+}
+
+// errNATSClosed is why a process stops when its NATS connection closed
+// and will not reconnect (connect).
+var errNATSClosed = errors.New("the NATS connection closed and will not reconnect; stopping so the process is restarted")
+
+// stoppedFor adds errNATSClosed to a run's error when that is why ctx (from
+// connect) ended.
+func stoppedFor(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), errNATSClosed) {
+		return errors.Join(errNATSClosed, err)
+	}
+	return err
 }
 
 // validate refuses flags the coordinator cannot run with, before anything
@@ -316,7 +345,7 @@ func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
 	if o.certs == nil {
 		o.Log.Warn("gRPC API is plaintext: bearer tokens cross the network readable; set --tls-cert and --tls-key (RANGECAST_TLS_CERT, RANGECAST_TLS_KEY) unless a proxy or mesh terminates TLS")
 	}
-	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas)
+	ctx, st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas)
 	if err != nil {
 		return err
 	}
@@ -325,7 +354,7 @@ func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.GRPCAddr, err)
 	}
-	return serveCoordinator(ctx, st, nc, b, lis, o)
+	return stoppedFor(ctx, serveCoordinator(ctx, st, nc, b, lis, o))
 }
 
 func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, lis net.Listener, o CoordinatorOptions) error {
@@ -433,12 +462,12 @@ func RunWorker(ctx context.Context, o WorkerOptions) error {
 	if _, err := message.LoadDKIM(o.DKIMKeys); err != nil {
 		return err // likewise
 	}
-	st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas)
+	ctx, st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	return runWorker(ctx, st, nc, b, o)
+	return stoppedFor(ctx, runWorker(ctx, st, nc, b, o))
 }
 
 func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o WorkerOptions) error {
