@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -50,5 +51,29 @@ func applyEnv(fs *pflag.FlagSet) error {
 }
 
 // envHook is a PersistentPreRunE that applies the environment to the
-// flags of the command being run.
-func envHook(cmd *cobra.Command, _ []string) error { return applyEnv(cmd.Flags()) }
+// flags of the command being run, and refuses arguments that are not text.
+func envHook(cmd *cobra.Command, args []string) error {
+	if err := applyEnv(cmd.Flags()); err != nil {
+		return err
+	}
+	return textArgs(cmd, args)
+}
+
+// textArgs refuses an argument or flag value that is not valid UTF-8 (a
+// terminal or file in Latin-1, a stray byte), naming it. Sent as it is, it
+// failed in gRPC's encoding with "Internal: grpc: error while marshaling:
+// string field contains invalid UTF-8", which names nothing.
+func textArgs(cmd *cobra.Command, args []string) error {
+	var errs []error
+	for i, a := range args {
+		if !utf8.ValidString(a) {
+			errs = append(errs, fmt.Errorf("argument %d (%q) is not valid UTF-8 text; give it in UTF-8", i+1, a))
+		}
+	}
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if v := f.Value.String(); !utf8.ValidString(v) {
+			errs = append(errs, fmt.Errorf("--%s (%q) is not valid UTF-8 text; give it in UTF-8", f.Name, v))
+		}
+	})
+	return errors.Join(errs...)
+}

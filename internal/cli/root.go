@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/rangecast/rangecast/internal/redact"
 	"github.com/rangecast/rangecast/internal/server"
@@ -117,7 +120,8 @@ func (c *client) dial() (*grpc.ClientConn, error) {
 			return nil, err
 		}
 		opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecv))}
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecv)),
+			grpc.WithChainUnaryInterceptor(notTextNamed), grpc.WithChainStreamInterceptor(notTextNamedStream)}
 		token := c.token
 		if token == "" {
 			token = os.Getenv("RANGECAST_TOKEN")
@@ -200,4 +204,44 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format %q: use text or json", format)
 	}
+}
+
+// errNotText replaces gRPC's own error for a request with a string that is
+// not valid UTF-8 (a file read for a body or a CSV in another encoding):
+// "Internal: grpc: error while marshaling: string field contains invalid
+// UTF-8" names nothing a person can fix, and is not the server's error.
+// Arguments and flags are checked earlier, by name (textArgs).
+var errNotText = errors.New("the request holds text that is not valid UTF-8 (a file in another encoding, such as Latin-1 or UTF-16?); convert it to UTF-8, e.g. with iconv -t UTF-8")
+
+func isNotText(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Internal && strings.Contains(st.Message(), "marshal") && strings.Contains(st.Message(), "UTF-8")
+}
+
+func notTextNamed(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if isNotText(err) {
+		return errNotText
+	}
+	return err
+}
+
+func notTextNamedStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return s, err
+	}
+	return notTextStream{s}, nil
+}
+
+// notTextStream names a message of a client stream (an import's rows) that
+// could not be encoded for the same reason.
+type notTextStream struct{ grpc.ClientStream }
+
+func (s notTextStream) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	if isNotText(err) {
+		return errNotText
+	}
+	return err
 }
