@@ -281,9 +281,15 @@ func TestGetContactHistory(t *testing.T) {
 			t.Errorf("history limited to 1: %v truncated %v", one.GetHistory(), one.GetHistoryTruncated())
 		}
 
-		bad := s.getContact(&pb.GetContactRequest{Email: "bad@example.org"}).GetHistory()
-		if len(bad) != 2 {
-			t.Fatalf("history of bad@: %v", bad)
+		// The 550 5.1.1 of the first broadcast suppressed bad@ (a hard
+		// bounce at send): the second did not mail it again.
+		badContact := s.getContact(&pb.GetContactRequest{Email: "bad@example.org"})
+		bad := badContact.GetHistory()
+		if len(bad) != 1 || bad[0].GetBroadcastName() != "March news" {
+			t.Fatalf("history of bad@: %v; want only the first broadcast's refusal", bad)
+		}
+		if c := badContact.GetContact(); !c.GetSuppressed() || !strings.Contains(c.GetSuppressedReason(), "hard bounce at send") || c.GetEligible() {
+			t.Errorf("bad@ after a 550 5.1.1: %v; want it suppressed for the hard bounce", c)
 		}
 		for _, e := range bad {
 			if e.GetStatus() != pb.SendStatus_SEND_STATUS_FAILED || !strings.Contains(e.GetReply(), "550") || !strings.Contains(e.GetReply(), "No such user here") {

@@ -476,6 +476,21 @@ func TestErrorClassesEndToEnd(t *testing.T) {
 					// broadcast paused first), so there is no row.
 					t.Fatalf("%s received nothing but has a ledger row %+v", c.Email, row)
 				}
+				// A refusal of the address itself (5.1.1) suppresses the
+				// contact, so the next broadcast does not mail it again;
+				// no other reply does.
+				d, err := s.store.GetContact(context.Background(), c.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := scripted(c.Email) && tc.reply != nil && tc.reply.EnhancedCode == (smtp.EnhancedCode{5, 1, 1}); d.Suppressed != want {
+					t.Fatalf("%s: suppressed %v (%q) after %s; want %v", c.Email, d.Suppressed, d.SuppressedReason, tc.name, want)
+				}
+			}
+			if tc.reply != nil && tc.reply.EnhancedCode == (smtp.EnhancedCode{5, 1, 1}) {
+				if r, err := s.store.Reputation(context.Background(), bid); err != nil || r.Bounced == 0 {
+					t.Errorf("reputation after 5.1.1 refusals: %+v (%v); want them counted as hard bounces", r, err)
+				}
 			}
 		})
 	}

@@ -995,7 +995,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 		}
 		class := classOf(err)
 		if class == transport.Recipient {
-			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error()})
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error(), HardBounce: transport.HardBounce(err)})
 			res.failed++
 			continue
 		}

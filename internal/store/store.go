@@ -157,7 +157,19 @@ type Outcome struct {
 	// the claim does not count as an attempt against the recipient; the
 	// row's attempt count goes back by one. Only real SMTP attempts count.
 	NotAttempted bool
+	// HardBounce: the server refused the address itself for good (550
+	// 5.1.1 no such user, a domain that takes no mail). With a failed
+	// status, the contact is suppressed and the refusal counts as a hard
+	// bounce toward the bounce alarm, as a bounce a webhook reports does:
+	// otherwise every broadcast mails the address again, and a list full
+	// of dead addresses never trips the alarm.
+	HardBounce bool
 }
+
+// HardBouncePrefix, then the server's reply, is the suppression reason of
+// a contact whose address the SMTP server refused for good at send time
+// (Outcome.HardBounce).
+const HardBouncePrefix = "hard bounce at send: "
 
 // Send is one ledger row.
 type Send struct {

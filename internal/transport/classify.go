@@ -509,3 +509,35 @@ func inChain(err error, ok func(error) bool) bool {
 	}
 	return walk(err, 0)
 }
+
+// hardBounceCodes are the enhanced status codes (RFC 3463) that say the
+// address itself is no good, for good: bad mailbox (5.1.1), bad domain
+// (5.1.2), bad address syntax (5.1.3), mailbox moved with no forwarding
+// (5.1.6), a domain that accepts no mail (5.1.10, null MX), a disabled
+// mailbox (5.2.1). Policy refusals (5.7.x: spam, blocked sender) say
+// nothing of the address and are not among them.
+var hardBounceCodes = map[string]bool{"5.1.1": true, "5.1.2": true, "5.1.3": true, "5.1.6": true, "5.1.10": true, "5.2.1": true}
+
+// hardBouncePhrases say the same in the reply text of servers that send no
+// enhanced code ("550 No such user here", RFC 5321's own example).
+var hardBouncePhrases = []string{"no such user", "user unknown", "unknown user", "recipient unknown", "unknown recipient", "does not exist", "no mailbox here"}
+
+// HardBounce reports whether err is a permanent refusal of the recipient's
+// address itself at RCPT or DATA: the address should not be mailed again
+// (a sender that keeps mailing dead addresses loses its reputation).
+func HardBounce(err error) bool {
+	var se *SendError
+	if !errors.As(err, &se) || se.Code < 500 || se.Code > 599 || (se.Stage != StageRcpt && se.Stage != StageData) {
+		return false
+	}
+	if se.Enhanced != "" {
+		return hardBounceCodes[se.Enhanced]
+	}
+	text := strings.ToLower(se.Text)
+	for _, p := range hardBouncePhrases {
+		if strings.Contains(text, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1197,3 +1197,30 @@ func TestSendErrorMessage(t *testing.T) {
 		t.Error("SendError does not unwrap to its Err")
 	}
 }
+
+// TestHardBounce: a permanent refusal of the address itself at RCPT or DATA
+// is a hard bounce (the contact is suppressed); a policy refusal, a
+// temporary one, or one at MAIL (the sender's) is not.
+func TestHardBounce(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&SendError{Stage: StageRcpt, Code: 550, Enhanced: "5.1.1", Text: "The email account that you tried to reach does not exist"}, true},
+		{&SendError{Stage: StageRcpt, Code: 550, Enhanced: "5.1.10", Text: "Recipient address rejected: domain has null MX"}, true},
+		{&SendError{Stage: StageData, Code: 550, Enhanced: "5.2.1", Text: "The email account that you tried to reach is disabled"}, true},
+		{&SendError{Stage: StageRcpt, Code: 550, Text: "No such user here"}, true},
+		{&SendError{Stage: StageRcpt, Code: 550, Enhanced: "5.7.1", Text: "Service unavailable; client host blocked; user unknown"}, false},
+		{&SendError{Stage: StageData, Code: 554, Enhanced: "5.7.1", Text: "Message rejected as spam"}, false},
+		{&SendError{Stage: StageRcpt, Code: 450, Enhanced: "4.1.1", Text: "Recipient address rejected: user unknown (try again)"}, false},
+		{&SendError{Stage: StageRcpt, Code: 452, Enhanced: "4.2.2", Text: "Mailbox full"}, false},
+		{&SendError{Stage: StageMail, Code: 550, Enhanced: "5.1.1", Text: "Sender address rejected: user unknown"}, false},
+		{&SendError{Stage: StageRcpt, Code: 550, Text: "Relaying denied"}, false},
+		{errors.New("dial tcp: connection refused"), false},
+	} {
+		if got := HardBounce(c.err); got != c.want {
+			t.Errorf("HardBounce(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

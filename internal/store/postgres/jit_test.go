@@ -46,15 +46,15 @@ func TestWindowStatementsNeverJIT(t *testing.T) {
 	}
 	bid := "0190f1e2a3b4c5d6e7f8091a2b3c4d5e"
 	at := time.Date(2031, time.March, 14, 9, 0, 0, 0, time.UTC).Format(time.RFC3339)
-	outcomeArgs := fmt.Sprintf(`'w1/1', '%s', ARRAY['%s']::uuid[], ARRAY['%032x']::uuid[], ARRAY['sent'], ARRAY[''], ARRAY[NULL]::timestamptz[], ARRAY[0]`, at, bid, 0x2a)
+	outcomeArgs := fmt.Sprintf(`'w1/1', '%s', ARRAY['%s']::uuid[], ARRAY['%032x']::uuid[], ARRAY['sent'], ARRAY[''], ARRAY[NULL]::timestamptz[], ARRAY[0], ARRAY[false]`, at, bid, 0x2a)
 	for _, st := range []struct {
 		name, pre, params, sql, args string
 	}{
 		{"claim", postgres.ForceKeyLookupsSQL, "uuid, uuid[], text[], text[], timestamptz, text", postgres.ClaimSQL,
 			fmt.Sprintf(`'%s', ARRAY['%032x']::uuid[], ARRAY['a@example.org'], ARRAY['<a@example.org>'], '%s', 'w1/1'`, bid, 0x2a, at)},
-		{"outcomes UPDATE", postgres.ForceKeyLookupsSQL, "text, timestamptz, uuid[], uuid[], text[], text[], timestamptz[], integer[]",
+		{"outcomes UPDATE", postgres.ForceKeyLookupsSQL, "text, timestamptz, uuid[], uuid[], text[], text[], timestamptz[], integer[], boolean[]",
 			postgres.RecordOutcomesSQL, outcomeArgs},
-		{"outcomes UPDATE with reputation", postgres.ForceKeyLookupsSQL, "text, timestamptz, uuid[], uuid[], text[], text[], timestamptz[], integer[], uuid",
+		{"outcomes UPDATE with reputation", postgres.ForceKeyLookupsSQL, "text, timestamptz, uuid[], uuid[], text[], text[], timestamptz[], integer[], boolean[], uuid",
 			postgres.RecordOutcomesAndReputationSQL, outcomeArgs + fmt.Sprintf(`, '%s'`, bid)},
 		{"release DELETE", postgres.ForceKeyLookupsSQL, "text, uuid[], uuid[]", postgres.ReleaseSQL,
 			fmt.Sprintf(`'w1/1', ARRAY['%s']::uuid[], ARRAY['%032x']::uuid[]`, bid, 0x2a)},

@@ -692,9 +692,9 @@ const recordOutcomes = `UPDATE broadcast_sends AS s SET status = u.status,
     updated_at = $2, retry_at = u.retry_at,
     accepted = (u.status = 'sent'), in_doubt = s.in_doubt OR u.error = ` + inDoubtResent + `, owner = CASE WHEN u.status = 'claimed' THEN '' ELSE s.owner END,
     attempt = s.attempt - u.not_attempted
-FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[], $8::int[]) AS u(bid, id, status, error, retry_at, not_attempted)
+FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[], $8::int[], $9::bool[]) AS u(bid, id, status, error, retry_at, not_attempted, hard)
 WHERE ` + atKey + ` AND s.` + stillClaimed + ` AND s.owner = $1
-RETURNING s.status`
+RETURNING s.status, s.contact_id, u.hard, s.error`
 
 // forceKeyLookups leaves the planner, for the rest of the transaction, only
 // index lookups and plain nested loops (a memo cache is no use on unique
@@ -718,13 +718,15 @@ func outcomeArgs(broadcast ulid.ULID, owner string, outcomes []store.Outcome, no
 	errs := make([]string, len(outcomes))
 	retries := make([]*time.Time, len(outcomes))
 	skipped := make([]int32, len(outcomes))
+	hard := make([]bool, len(outcomes))
 	for i, o := range outcomes {
 		bids[i], ids[i], statuses[i], errs[i], skipped[i] = uid(broadcast), uid(o.ContactID), string(o.Status), o.Error, int32(notAttempted(o))
+		hard[i] = o.HardBounce && o.Status == store.SendFailed
 		if t, ok := retryAt(o).(time.Time); ok {
 			retries[i] = &t
 		}
 	}
-	return []any{owner, now, bids, ids, statuses, errs, retries, skipped}
+	return []any{owner, now, bids, ids, statuses, errs, retries, skipped, hard}
 }
 
 // releaseClaims deletes claims that $1 still holds, by key (atKey):
@@ -733,8 +735,15 @@ const releaseClaims = `
 DELETE FROM broadcast_sends AS s USING unnest($2::uuid[], $3::uuid[]) AS u(bid, id)
 WHERE ` + atKey + ` AND s.` + stillClaimed + ` AND s.owner = $1`
 
+// hardBounceReason is store.HardBounceReason of the moved row's reply (m).
+const hardBounceReason = `'` + store.HardBouncePrefix + `' || m.error`
+
 // recordOutcomesAndReputation is recordOutcomes with the reputation delta
-// of the rows it moved ($9 the broadcast), in the same statement. A claimed
+// of the rows it moved ($10 the broadcast), in the same statement, and the
+// suppression of the contacts whose address the server refused for good
+// (store.Outcome.HardBounce), each of which counts as a hard bounce. Only
+// rows this write moved count, so a write repeated after an ambiguous
+// commit adds nothing twice; an erased contact has no row to suppress. A claimed
 // row is neither accepted nor delivered (an event that marks a row accepted
 // also moves it off claimed, and only claimed rows get an outcome), so each
 // row adds what its new status is worth: store.ReputationOf in SQL, summed,
@@ -746,12 +755,17 @@ const recordOutcomesAndReputation = `
 WITH moved AS (` + recordOutcomes + `), d AS (
     SELECT count(*) FILTER (WHERE status = 'sent') AS accepted,
            count(*) FILTER (WHERE status IN ('delivered', 'opened', 'clicked', 'complained')) AS delivered,
-           count(*) FILTER (WHERE status = 'bounced') AS bounced,
+           count(*) FILTER (WHERE status = 'bounced' OR hard) AS bounced,
            count(*) FILTER (WHERE status = 'complained') AS complained
     FROM moved
+), suppressed AS (
+    UPDATE contacts c SET suppressed = true, updated_at = $2,
+        suppressed_reason = CASE WHEN c.suppressed AND c.suppressed_reason <> '' THEN c.suppressed_reason ELSE ` + hardBounceReason + ` END,
+        suppressed_at = CASE WHEN c.suppressed AND c.suppressed_at IS NOT NULL THEN c.suppressed_at ELSE $2 END
+    FROM moved m WHERE m.hard AND c.id = m.contact_id
 )
 INSERT INTO broadcast_reputation_deltas (broadcast_id, accepted, delivered, bounced, complained)
-SELECT $9, accepted, delivered, bounced, complained FROM d
+SELECT $10, accepted, delivered, bounced, complained FROM d
 WHERE accepted + delivered + bounced + complained > 0`
 
 func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {

@@ -883,10 +883,22 @@ func recordOutcomesTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owne
 		if err != nil {
 			return err
 		}
-		if n, err := r.RowsAffected(); err != nil {
+		n, err := r.RowsAffected()
+		if err != nil {
 			return err
-		} else if n > 0 {
-			d = d.Plus(store.ReputationOf(o.Status, o.Status == store.SendSent))
+		}
+		if n == 0 {
+			continue // another run's row, or one with an outcome already
+		}
+		d = d.Plus(store.ReputationOf(o.Status, o.Status == store.SendSent))
+		if o.HardBounce && o.Status == store.SendFailed {
+			// The address refused for good (store.Outcome.HardBounce): a
+			// hard bounce, and the contact is suppressed, as after a
+			// bounce a webhook reports. An erased contact has no row.
+			d.Bounced++
+			if _, err := tx.ExecContext(ctx, suppressContact, id(o.ContactID), ts(now), store.HardBouncePrefix+o.Error); err != nil {
+				return err
+			}
 		}
 	}
 	return addReputation(ctx, tx, broadcast, d)

@@ -17,6 +17,7 @@ var ledgerCases = []testCase{
 	{"UnmatchedEventStored", testEventUnmatched},
 	{"EventOnClaimedRow", testEventOnClaimedRow},
 	{"BounceAndComplaintSuppress", testEventSuppresses},
+	{"HardBounceAtSendSuppresses", testHardBounceAtSendSuppresses},
 	{"ConcurrentEvents", testEventsConcurrent},
 	{"UnsubscribeContact", testUnsubscribeContact},
 	{"UnsubscribeByEmailMarksUnsent", testUnsubscribeEmailMarksUnsent},
@@ -675,5 +676,46 @@ func testFoldReputation(f *fixture) {
 	}
 	for k, b := range bs {
 		f.sameReputation("after FoldReputation", b, all[k])
+	}
+}
+
+// A recipient the SMTP server refused for good at send time (550 5.1.1,
+// store.Outcome.HardBounce) is suppressed and counts as a hard bounce, as
+// one a webhook reports does, so the next broadcast skips the address and
+// the bounce alarm sees a list of dead addresses. A write repeated after an
+// ambiguous commit counts it once; a failure that says nothing of the
+// address (a policy refusal, HardBounce false) suppresses nobody; an
+// earlier suppression keeps its reason.
+func testHardBounceAtSendSuppresses(f *fixture) {
+	ids := f.subscribers("hard", 4)
+	b := f.running("hard", 0)
+	f.claim(b, ids, at(1))
+	_, err := f.s.Suppress(f.ctx, ids[3], "complained by phone", at(0))
+	f.must(err, "Suppress")
+	outcomes := []store.Outcome{
+		{ContactID: ids[0], Status: store.SendFailed, Error: "smtp rcpt: 550 5.1.1 no such user", HardBounce: true},
+		{ContactID: ids[1], Status: store.SendFailed, Error: "smtp data: 554 5.7.1 message rejected as spam"},
+		{ContactID: ids[2], Status: store.SendSent},
+		{ContactID: ids[3], Status: store.SendFailed, Error: "smtp rcpt: 550 5.1.1 gone", HardBounce: true},
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outcomes, at(2)), "RecordOutcomes")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outcomes, at(3)), "RecordOutcomes (repeated)")
+	r, err := f.s.Reputation(f.ctx, b.ID)
+	f.must(err, "Reputation")
+	if r != (store.Reputation{Accepted: 1, Bounced: 2}) {
+		f.t.Errorf("Reputation = %+v; want 1 accepted and the 2 hard bounces, each once", r)
+	}
+	for i, want := range []struct {
+		suppressed bool
+		reason     string
+	}{{true, store.HardBouncePrefix + "smtp rcpt: 550 5.1.1 no such user"}, {false, ""}, {false, ""}, {true, "complained by phone"}} {
+		d, err := f.s.GetContact(f.ctx, ids[i])
+		f.must(err, "GetContact")
+		if d.Suppressed != want.suppressed || d.SuppressedReason != want.reason {
+			f.t.Errorf("contact %d: suppressed %v %q; want %v %q", i, d.Suppressed, d.SuppressedReason, want.suppressed, want.reason)
+		}
+	}
+	if c := f.counts(b); c != (store.Counts{Sent: 1, Failed: 3}) {
+		f.t.Errorf("Counts = %+v; want 1 sent, 3 failed (a hard bounce at send is a failure)", c)
 	}
 }
