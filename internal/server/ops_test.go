@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -12,6 +13,10 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	grpchealth "google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/testenv"
@@ -108,5 +113,42 @@ func TestNATSClosedForGood(t *testing.T) {
 	}
 	if err := stoppedFor(runCtx, nil); !errors.Is(err, errNATSClosed) {
 		t.Errorf("the process's error: %v; want it to say NATS closed the connection", err)
+	}
+}
+
+// TestStopGRPCEndsOpenStreams: a stopping coordinator does not wait for a
+// stream whose client stays (broadcasts watch): after the drain, what is
+// left is closed. GracefulStop alone waited for the watcher, past the
+// pod's grace period.
+func TestStopGRPCEndsOpenStreams(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, grpchealth.NewServer())
+	go srv.Serve(lis) //nolint:errcheck
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	watch, err := healthpb.NewHealthClient(conn).Watch(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Recv(); err != nil { // the stream is open
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		stopGRPC(srv, 200*time.Millisecond)
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server was still stopping 10 s later: an open stream held it")
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 
 	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/bus"
@@ -402,8 +403,30 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 	o.Log.Info("grpc listening", "addr", lis.Addr().String())
 	health.ready.Store(true)
 	err = c.Run(ctx)
-	srv.GracefulStop()
+	stopGRPC(srv, grpcDrain)
 	return err
+}
+
+// grpcDrain is how long a stopping coordinator lets calls in progress
+// finish before it closes them: a watch (broadcasts watch) or an export
+// streams for as long as its client stays, and GracefulStop alone waited
+// for it, so a watched coordinator outlived its grace period and was
+// killed (a review of the manifests measured 60 s and more).
+const grpcDrain = 5 * time.Second
+
+// stopGRPC stops srv gracefully, then, after drain, closes what is left.
+func stopGRPC(srv *grpc.Server, drain time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(drain):
+		srv.Stop() // ends the streams still open; GracefulStop returns
+		<-done
+	}
 }
 
 // WorkerOptions configures a page worker process.
