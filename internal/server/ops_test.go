@@ -60,6 +60,13 @@ func TestReadyz(t *testing.T) {
 	if code, body := get(natsDown, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "NATS") {
 		t.Fatalf("NATS down: %d %s", code, body)
 	}
+	// A coordinator stays ready without NATS: its unsubscribes, webhooks,
+	// pause and status answer from the store.
+	coordinator := &ops{store: pingStore{}, natsOptional: true}
+	coordinator.ready.Store(true)
+	if code, body := get(coordinator, "/readyz"); code != http.StatusOK {
+		t.Fatalf("coordinator with NATS down: %d %s; want ready", code, body)
+	}
 	if code, _ := get(dbDown, "/healthz"); code != http.StatusOK {
 		t.Fatalf("healthz must stay up while a dependency is down: %d", code)
 	}

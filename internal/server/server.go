@@ -143,6 +143,11 @@ type ops struct {
 	nc    *nats.Conn
 	store store.Store
 	ready atomic.Bool
+	// natsOptional: ready without NATS (the coordinator). Its public HTTP
+	// (one-click unsubscribes, delivery webhooks) and its pause and status
+	// answer from the store: unready, every coordinator left the Service
+	// during a NATS outage, and unsubscribes and webhooks got 503.
+	natsOptional bool
 }
 
 func (o *ops) handler() http.Handler {
@@ -160,7 +165,7 @@ func (o *ops) handler() http.Handler {
 		switch {
 		case !o.ready.Load():
 			http.Error(w, "not ready: starting", http.StatusServiceUnavailable)
-		case o.nc == nil || !o.nc.IsConnected():
+		case !o.natsOptional && (o.nc == nil || !o.nc.IsConnected()):
 			http.Error(w, "not ready: NATS disconnected", http.StatusServiceUnavailable)
 		case o.pingStore(r.Context()) != nil:
 			http.Error(w, "not ready: database unreachable", http.StatusServiceUnavailable)
@@ -359,7 +364,7 @@ func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
 }
 
 func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, lis net.Listener, o CoordinatorOptions) error {
-	health := &ops{nc: nc, store: st}
+	health := &ops{nc: nc, store: st, natsOptional: true}
 	if o.MetricsAddr != "" {
 		addr, err := listenHTTP(ctx, o.MetricsAddr, withPprof(health.handler()), o.Log)
 		if err != nil {
