@@ -7,70 +7,80 @@ import (
 	"github.com/rangecast/rangecast/internal/governor"
 )
 
+// Metrics is the registry of the coordinator's metrics, which only a
+// process that runs a coordinator serves (server: its /metrics). On the
+// default registry they were registered in every process that links this
+// package, so each page worker exported rangecast_coordinator_leader 0:
+// the alert on that metric's absence could never fire, and dashboards
+// listed workers as coordinators.
+var Metrics = prometheus.NewRegistry()
+
+var auto = promauto.With(Metrics)
+
 // The coordinator's metrics. Its write rate is meant to follow pages, not
 // messages: compare kvWrites with the workers' message counters.
 var (
-	pagesDispatched = promauto.NewCounter(prometheus.CounterOpts{
+	pagesDispatched = auto.NewCounter(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_pages_dispatched_total",
 		Help: "Page jobs published to the page stream.",
 	})
-	reportsApplied = promauto.NewCounterVec(prometheus.CounterOpts{
+	reportsApplied = auto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_reports_total",
 		Help: "Page reports received, by result: advanced (the cursor moved) or ignored (behind the cursor, a duplicate).",
 	}, []string{"result"})
-	kvWrites = promauto.NewCounter(prometheus.CounterOpts{
+	kvWrites = auto.NewCounter(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_kv_writes_total",
 		Help: "Writes to the broadcast KV bucket (cursor CAS, range creation, state).",
 	})
-	leaderGauge = promauto.NewGauge(prometheus.GaugeOpts{
+	leaderGauge = auto.NewGauge(prometheus.GaugeOpts{
 		Name: "rangecast_coordinator_leader",
 		Help: "1 while this coordinator holds the leader lease and runs the broadcasts' actors.",
 	})
-	activeBroadcasts = promauto.NewGauge(prometheus.GaugeOpts{
+	activeBroadcasts = auto.NewGauge(prometheus.GaugeOpts{
 		Name: "rangecast_coordinator_active_broadcasts",
 		Help: "Running or paused broadcasts with an actor on this coordinator.",
 	})
-	inDoubtSettled = promauto.NewCounterVec(prometheus.CounterOpts{
+	inDoubtSettled = auto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_in_doubt_settled_total",
 		Help: "In-doubt claims settled by the reconciler: sent (the transport confirmed acceptance), unknown (no way to tell; not resent by policy) or released (walked and sent again).",
 	}, []string{"result"})
-	governorGrants = promauto.NewCounterVec(prometheus.CounterOpts{
+	governorGrants = auto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_governor_grants_total",
 		Help: "Page grants asked of the sending domains' governors, by result: granted, shrunk (less than asked), or refused by the limit that bound (ceiling, hourly, rate, unavailable).",
 	}, []string{"result"})
-	quotaRejections = promauto.NewCounterVec(prometheus.CounterOpts{
+	quotaRejections = auto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_governor_quota_rejections_total",
 		Help: "Quota rejections (e.g. 452 4.5.3) by sending domain and receiving provider; each halves the ceiling and holds the provider.",
 	}, []string{"domain", "provider"})
-	governorCeiling = promauto.NewGaugeVec(prometheus.GaugeOpts{
+	governorCeiling = auto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rangecast_governor_daily_ceiling",
 		Help: "The learned daily ceiling of each sending domain.",
 	}, []string{"domain"})
-	governorSentToday = promauto.NewGaugeVec(prometheus.GaugeOpts{
+	governorSentToday = auto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rangecast_governor_sent_today",
 		Help: "Messages each sending domain has sent since 00:00 UTC.",
 	}, []string{"domain"})
-	governorBreaker = promauto.NewGaugeVec(prometheus.GaugeOpts{
+	governorBreaker = auto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rangecast_governor_provider_state",
 		Help: "Receiving providers that are not plainly open to a sending domain: 1 half-open (ramping back up), 2 open (breaker), 3 held (a quota rejection, or a pause the provider asked for). Providers with no series are closed.",
 	}, []string{"domain", "provider"})
-	providerHolds = promauto.NewCounterVec(prometheus.CounterOpts{
+	providerHolds = auto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_governor_provider_holds_total",
 		Help: "Pauses a receiving provider asked for in its own words (Gmail 421 4.7.28: 10 minutes, then ramped back one connection at a time), by sending domain, provider and reply. The ceiling is left alone.",
 	}, []string{"domain", "provider", "reply"})
-	providerDeferred = promauto.NewGaugeVec(prometheus.GaugeOpts{
+	providerDeferred = auto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rangecast_governor_provider_deferred_ratio",
 		Help: "Share of a receiving provider's attempts refused for a transient reason in the breaker's 5-minute window, while its breaker is closed and it has refused some; no series otherwise.",
 	}, []string{"domain", "provider"})
-	providerRamp = promauto.NewGaugeVec(prometheus.GaugeOpts{
+	providerRamp = auto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rangecast_governor_provider_ramp_connections",
 		Help: "Connections a half-open receiving provider's next ramp step may use (1 is the probe; the breaker closes past the ramp's top); no series when not ramping.",
 	}, []string{"domain", "provider"})
-	broadcastTransitions = promauto.NewCounterVec(prometheus.CounterOpts{
+	broadcastTransitions = auto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_broadcast_transitions_total",
 		Help: "Broadcast state changes made by the coordinator itself (completed, paused on a channel error, failed).",
 	}, []string{"state"})
-	scheduledStarts = promauto.NewCounter(prometheus.CounterOpts{
+	scheduledStarts = auto.NewCounter(prometheus.CounterOpts{
 		Name: "rangecast_coordinator_scheduled_starts_total",
 		Help: "Scheduled drafts the leader started at their time (broadcasts schedule).",
 	})

@@ -10,7 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-var purged = promauto.NewCounterVec(prometheus.CounterOpts{
+// Metrics is the registry of the maintenance services' metrics, which run
+// on the leading coordinator: a process serves it only if it runs a
+// coordinator (as coordinator.Metrics).
+var Metrics = prometheus.NewRegistry()
+
+var purged = promauto.With(Metrics).NewCounterVec(prometheus.CounterOpts{
 	Name: "rangecast_coordinator_purged_rows_total",
 	Help: "Rows deleted past their retention, by table: delivery_events (webhook events) and outbound_receipts (finished transactional messages, with their attempts); broadcast_reputation_deltas counts pending reputation changes folded into their broadcast's sums.",
 }, []string{"table"})

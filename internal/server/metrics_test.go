@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/rangecast/rangecast/internal/coordinator"
+	"github.com/rangecast/rangecast/internal/maintenance"
 	"github.com/rangecast/rangecast/internal/server"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -186,7 +188,7 @@ func TestMetricsDocumented(t *testing.T) {
 		}
 	}
 
-	families, err := prometheus.DefaultGatherer.Gather()
+	families, err := prometheus.Gatherers{prometheus.DefaultGatherer, coordinator.Metrics, maintenance.Metrics}.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func TestReadyz(t *testing.T) {
 	}
 	// A coordinator stays ready without NATS: its unsubscribes, webhooks,
 	// pause and status answer from the store.
-	coordinator := &ops{store: pingStore{}, natsOptional: true}
+	coordinator := &ops{store: pingStore{}, coordinator: true}
 	coordinator.ready.Store(true)
 	if code, body := get(coordinator, "/readyz"); code != http.StatusOK {
 		t.Fatalf("coordinator with NATS down: %d %s; want ready", code, body)
@@ -158,4 +158,33 @@ func TestStopGRPCEndsOpenStreams(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server was still stopping 10 s later: an open stream held it")
 	}
+}
+
+// TestWorkerServesNoCoordinatorMetrics: a page worker's /metrics has no
+// rangecast_coordinator_* series (it runs no coordinator: its
+// rangecast_coordinator_leader 0 kept the alert on that metric's absence
+// from ever firing); a coordinator's has them.
+func TestWorkerServesNoCoordinatorMetrics(t *testing.T) {
+	t.Parallel()
+	scrape := func(o *ops) string {
+		rec := httptest.NewRecorder()
+		o.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return rec.Body.String()
+	}
+	if body := scrape(&ops{}); strings.Contains(body, "rangecast_coordinator_") {
+		t.Errorf("a worker's /metrics has coordinator series:\n%s", grepLines(body, "rangecast_coordinator_"))
+	}
+	if body := scrape(&ops{coordinator: true}); !strings.Contains(body, "rangecast_coordinator_leader") {
+		t.Error("a coordinator's /metrics has no rangecast_coordinator_leader")
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

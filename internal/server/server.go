@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
@@ -143,16 +144,22 @@ type ops struct {
 	nc    *nats.Conn
 	store store.Store
 	ready atomic.Bool
-	// natsOptional: ready without NATS (the coordinator). Its public HTTP
-	// (one-click unsubscribes, delivery webhooks) and its pause and status
-	// answer from the store: unready, every coordinator left the Service
-	// during a NATS outage, and unsubscribes and webhooks got 503.
-	natsOptional bool
+	// coordinator: the process runs a coordinator, so it serves the
+	// coordinator's metrics (coordinator.Metrics), and it is ready without
+	// NATS: its public HTTP (one-click unsubscribes, delivery webhooks) and
+	// its pause and status answer from the store; unready, every
+	// coordinator left the Service during a NATS outage, and unsubscribes
+	// and webhooks got 503.
+	coordinator bool
 }
 
 func (o *ops) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.Handler())
+	gatherer := prometheus.DefaultGatherer
+	if o.coordinator {
+		gatherer = prometheus.Gatherers{prometheus.DefaultGatherer, coordinator.Metrics, maintenance.Metrics}
+	}
+	mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(prometheus.DefaultRegisterer, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if o.nc != nil && o.nc.IsClosed() {
 			// Closed for good, not reconnecting: only a restart helps.
@@ -165,7 +172,7 @@ func (o *ops) handler() http.Handler {
 		switch {
 		case !o.ready.Load():
 			http.Error(w, "not ready: starting", http.StatusServiceUnavailable)
-		case !o.natsOptional && (o.nc == nil || !o.nc.IsConnected()):
+		case !o.coordinator && (o.nc == nil || !o.nc.IsConnected()):
 			http.Error(w, "not ready: NATS disconnected", http.StatusServiceUnavailable)
 		case o.pingStore(r.Context()) != nil:
 			http.Error(w, "not ready: database unreachable", http.StatusServiceUnavailable)
@@ -364,7 +371,7 @@ func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
 }
 
 func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, lis net.Listener, o CoordinatorOptions) error {
-	health := &ops{nc: nc, store: st, natsOptional: true}
+	health := &ops{nc: nc, store: st, coordinator: true}
 	if o.MetricsAddr != "" {
 		addr, err := listenHTTP(ctx, o.MetricsAddr, withPprof(health.handler()), o.Log)
 		if err != nil {
