@@ -188,3 +188,25 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestStoreWaitedFor: a database that cannot be reached yet is waited for
+// (until the context ends), as NATS is; exiting at once crash-looped the
+// pods of a first install while Postgres came up. A malformed URL fails at
+// once.
+func TestStoreWaitedFor(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 2500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := openStoreWaiting(ctx, "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=1")
+	if err == nil || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("unreachable database: %v; want ErrUnavailable once the wait ends", err)
+	}
+	if waited := time.Since(start); waited < 2*time.Second {
+		t.Errorf("gave up after %s; want it to wait until the context ends", waited)
+	}
+	start = time.Now()
+	if _, err := openStoreWaiting(t.Context(), "postgres://[::1"); err == nil || time.Since(start) > time.Second {
+		t.Errorf("malformed URL: %v after %s; want an error at once", err, time.Since(start))
+	}
+}

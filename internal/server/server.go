@@ -278,7 +278,7 @@ func (o CoordinatorOptions) newAuth() (*api.Auth, error) {
 // connect opens the store and the bus a server process needs and returns a
 // function that closes both.
 func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int) (context.Context, store.Store, *nats.Conn, *bus.Bus, func(), error) {
-	st, err := OpenStore(ctx, databaseURL)
+	st, err := openStoreWaiting(ctx, databaseURL)
 	if err != nil {
 		return nil, nil, nil, nil, nil, redact.Error(err)
 	}
@@ -296,6 +296,27 @@ func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int)
 		return nil, nil, nil, nil, nil, err
 	}
 	return ctx, st, nc, b, func() { nc.Close(); st.Close(); cancel(nil) }, nil
+}
+
+// openStoreWaiting opens the store, waiting for a database that cannot be
+// reached yet (store.ErrUnavailable: a Postgres still starting beside the
+// process, as on a first install), as ConnectBus waits for NATS: exiting
+// at once put the pods in CrashLoopBackOff, up to 5 minutes between tries.
+// Any other error (a malformed URL, refused credentials, a failed
+// migration) is returned at once.
+func openStoreWaiting(ctx context.Context, url string) (store.Store, error) {
+	for attempt := 1; ; attempt++ {
+		st, err := OpenStore(ctx, url)
+		if err == nil || !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+			return st, err
+		}
+		slog.Warn("database not reachable; retrying", "attempt", attempt, "err", redact.Error(err))
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(min(time.Second<<min(attempt, 4), 10*time.Second)):
+		}
+	}
 }
 
 // errNATSClosed is why a process stops when its NATS connection closed

@@ -65,7 +65,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres: connect: %w", err)
+		// mapErr: a server not reachable (yet) is store.ErrUnavailable,
+		// which a process starting with its database waits out.
+		return nil, fmt.Errorf("postgres: connect: %w", mapErr("ping", err))
 	}
 	if err := Migrate(ctx, pool); err != nil {
 		pool.Close()
