@@ -734,3 +734,30 @@ func TestGivenUpProviderStillProbed(t *testing.T) {
 		t.Fatalf("%d given up but only %d yahoo recipients were not sent", gaveUp, 200-sentYahoo)
 	}
 }
+
+// TestDomainRateIsTheRate: a sending domain's rate is what it sends at,
+// not a burst per coordinator tick. The actor slept a whole tick (5 s)
+// after the token bucket granted nothing, so --rate 2 --burst 2 sent 0.4
+// a second (a real-process probe) and the default 50/s with its burst of
+// 200, 40. Here 20/s with a burst of 20 and the production tick: the old
+// pace was 4 a second, 25 s for this audience; the rate's is 5 s.
+func TestDomainRateIsTheRate(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 1, concurrency: 8, tick: 5 * time.Second,
+		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 20, Burst: 20}}})
+	a := s.seed(120)
+	want := a.eligible(false)
+	id := s.create("", 0)
+	start := time.Now()
+	s.start(id)
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	took := time.Since(start)
+	s.exactlyOnce(want)
+	rate := float64(len(want)) / took.Seconds()
+	t.Logf("%d messages in %s: %.1f/s at a domain rate of 20/s", len(want), took.Round(time.Millisecond), rate)
+	// Half the rate leaves room for a slow machine; the old pace was a
+	// fifth of it.
+	if rate < 10 {
+		t.Errorf("sent at %.1f/s with a domain rate of 20/s: the rate is not what binds", rate)
+	}
+}

@@ -59,6 +59,8 @@ type stackOptions struct {
 	workers     int
 	concurrency int
 	pageLimit   int
+	// tick, when set, is the coordinator's Tick (default 500 ms).
+	tick time.Duration
 	sinkOpts    []capture.Option
 	// clock, when set, is every part's clock (default: the wall clock).
 	clock clock.Clock
@@ -113,7 +115,11 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if s.sweepRetry == 0 {
 		s.sweepRetry = 200 * time.Millisecond // a refused row is tried again soon
 	}
-	s.coordCfg = coordinator.Config{Store: st, Bus: b, Log: testLogger(t), PageLimit: o.pageLimit, Tick: 500 * time.Millisecond,
+	tick := o.tick
+	if tick == 0 {
+		tick = 500 * time.Millisecond
+	}
+	s.coordCfg = coordinator.Config{Store: st, Bus: b, Log: testLogger(t), PageLimit: o.pageLimit, Tick: tick,
 		Clock: s.clock, Governor: o.governor}
 	s.startCoordinator()
 	for range o.workers {

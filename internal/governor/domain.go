@@ -244,7 +244,7 @@ func (d *Domain) Grant(now time.Time, n int) (granted int, r Refusal) {
 	if granted == n {
 		return granted, Refusal{}
 	}
-	return granted, d.why(now, granted, daily, hourly)
+	return granted, d.why(now, granted, daily, hourly, n)
 }
 
 // left is what the daily ceiling and the hourly limit allow now.
@@ -253,9 +253,11 @@ func (d *Domain) left(now time.Time) (daily, hourly int) {
 	return daily, d.server.left(now)
 }
 
-// why names the limit that stopped a grant at got (the one lasting longest
-// when several did) and when it frees up.
-func (d *Domain) why(now time.Time, got, daily, hourly int) (r Refusal) {
+// why names the limit that stopped a grant of want at got (the one lasting
+// longest when several did) and when it frees up. For the rate, that is
+// when a quarter of want (at most the burst) is back, a page worth its KV
+// write and report: the first token alone would ask for pages of one.
+func (d *Domain) why(now time.Time, got, daily, hourly, want int) (r Refusal) {
 	consider := func(l Limit, t time.Time, text string) {
 		if !r.Refused() || t.After(r.Until) {
 			r = Refusal{Limit: l, Until: t, Text: text}
@@ -274,7 +276,7 @@ func (d *Domain) why(now time.Time, got, daily, hourly int) (r Refusal) {
 			Thousands(l), on, clockTime(t)))
 	}
 	if !r.Refused() {
-		w := d.bucket.Wait(now)
+		w := d.bucket.WaitFor(now, max(1, want/4))
 		consider(LimitRate, now.Add(w), fmt.Sprintf("rate of %s/s for %s used up; next page in %s",
 			strconv.FormatFloat(d.limits.RatePerSecond, 'f', -1, 64), d.st.Domain, roundUp(w)))
 	}
@@ -705,7 +707,7 @@ func (d *Domain) Status(now time.Time) Status {
 	var words []string
 	daily, hourly := d.left(now)
 	if min(daily, hourly, int(math.Floor(s.Tokens))) < 1 {
-		why := d.why(now, 0, daily, hourly)
+		why := d.why(now, 0, daily, hourly, 1)
 		s.ResumesAt = why.Until
 		words = append(words, why.Text)
 	}

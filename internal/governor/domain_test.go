@@ -24,24 +24,26 @@ func TestGrant(t *testing.T) {
 		wantWhy   string
 	}{
 		{
+			// The retry is when a quarter of what was asked is back: a
+			// page worth dispatching, not one of a single message.
 			name: "default bucket: burst 200, then 50/s", limits: Limits{},
-			n: 500, want: 200, wantRetry: now.Add(20 * time.Millisecond),
-			wantWhy: "rate of 50/s for example.com used up; next page in 20ms",
+			n: 500, want: 200, wantRetry: now.Add(2500 * time.Millisecond),
+			wantWhy: "rate of 50/s for example.com used up; next page in 2.5s",
 		},
 		{
 			name: "the bucket refills", limits: Limits{},
 			setup: func(d *Domain) { d.Grant(now.Add(-time.Second), 200) },
-			n:     100, want: 50, wantRetry: now.Add(20 * time.Millisecond),
+			n:     100, want: 50, wantRetry: now.Add(500 * time.Millisecond),
 		},
 		{
 			name: "returned grants can be granted again", limits: Limits{},
 			setup: func(d *Domain) { d.Grant(now, 200); d.Return(30) },
-			n:     100, want: 30, wantRetry: now.Add(20 * time.Millisecond),
+			n:     100, want: 30, wantRetry: now.Add(500 * time.Millisecond),
 		},
 		{
 			name: "configured rate", limits: Limits{RatePerSecond: 2, Burst: 10},
-			n: 11, want: 10, wantRetry: now.Add(500 * time.Millisecond),
-			wantWhy: "rate of 2/s for example.com used up; next page in 500ms",
+			n: 11, want: 10, wantRetry: now.Add(time.Second),
+			wantWhy: "rate of 2/s for example.com used up; next page in 1s",
 		},
 		{
 			name: "the ceiling binds before the bucket", limits: Limits{},
