@@ -60,8 +60,8 @@ type stackOptions struct {
 	concurrency int
 	pageLimit   int
 	// tick, when set, is the coordinator's Tick (default 500 ms).
-	tick time.Duration
-	sinkOpts    []capture.Option
+	tick     time.Duration
+	sinkOpts []capture.Option
 	// clock, when set, is every part's clock (default: the wall clock).
 	clock clock.Clock
 	// governor turns on the per-domain governors.
