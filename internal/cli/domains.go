@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"net/netip"
+	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/message"
 )
 
@@ -65,6 +69,9 @@ Nothing is looked up: it reads only the key files.`,
 			default:
 				return fmt.Errorf("--dmarc-policy %q: use none, quarantine or reject", dmarcPolicy)
 			}
+			if err := checkRecordInputs(spfIncludes, spfIPs, dmarcRUA); err != nil {
+				return err
+			}
 			return printRecords(cmd.OutOrStdout(), domain, d, spfIncludes, spfIPs, dmarcPolicy, dmarcRUA)
 		},
 	}
@@ -78,6 +85,39 @@ Nothing is looked up: it reads only the key files.`,
 }
 
 // printRecords writes the records as zone-file lines with comments.
+// checkRecordInputs refuses what would print a record that does not
+// work: a published SPF record with "ip4:999.1.1.1" or "include:bad..x" is
+// a permerror, which fails SPF for all of the domain's mail, and a DMARC
+// rua with a ';' in it adds tags of its own (a second p=).
+func checkRecordInputs(spfIncludes, spfIPs []string, rua string) error {
+	var errs []error
+	for _, ip := range spfIPs {
+		if _, err := netip.ParseAddr(ip); err == nil {
+			continue
+		}
+		if p, err := netip.ParsePrefix(ip); err != nil || p.Masked() != p {
+			errs = append(errs, fmt.Errorf("--spf-ip %q: give an address (203.0.113.7) or a network with its host bits zero (203.0.113.0/24, 2001:db8::/48)", ip))
+		}
+	}
+	for _, inc := range spfIncludes {
+		if !dnsName.MatchString(strings.ToLower(inc)) || len(inc) > 253 {
+			errs = append(errs, fmt.Errorf("--spf-include %q: give a domain name, as your provider documents it (_spf.relay.example)", inc))
+		}
+	}
+	if rua != "" {
+		mbox := strings.TrimPrefix(rua, "mailto:")
+		if _, err := address.Canonical(mbox); err != nil || strings.ContainsAny(mbox, ";,! ") {
+			errs = append(errs, fmt.Errorf("--dmarc-rua %q: give one mailbox, such as dmarc@example.com", rua))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dnsName is a DNS name as an SPF include names it: labels of letters,
+// digits, hyphens and underscores (_spf.google.com), at least two, no
+// macros.
+var dnsName = regexp.MustCompile(`^([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$`)
+
 func printRecords(w io.Writer, domain string, d *message.DKIM, spfIncludes, spfIPs []string, policy, rua string) error {
 	fmt.Fprintf(w, "; DNS records for mail from %s. Publish them, then check each with dig +short TXT NAME.\n\n", domain)
 	fmt.Fprintf(w, "; DKIM: one TXT record per selector. Keep a selector's record published for a week after\n")
@@ -106,10 +146,14 @@ func printRecords(w io.Writer, domain string, d *message.DKIM, spfIncludes, spfI
 		mech = append(mech, "include:"+inc)
 	}
 	for _, ip := range spfIPs {
-		if strings.Contains(ip, ":") {
-			mech = append(mech, "ip6:"+ip)
-		} else {
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			a = netip.MustParsePrefix(ip).Addr() // checkRecordInputs took it
+		}
+		if a.Is4() {
 			mech = append(mech, "ip4:"+ip)
+		} else {
+			mech = append(mech, "ip6:"+ip)
 		}
 	}
 	if len(mech) == 0 {

@@ -85,6 +85,24 @@ func TestDomainsRecords(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "example.net") {
 		t.Errorf("key for another domain: %v", err)
 	}
+	// Inputs that would print a record that does not work are refused,
+	// each naming its flag: a published SPF permerror fails all mail.
+	key := writePEMKey(t, ek)
+	for _, c := range []struct{ flag, value string }{
+		{"--spf-ip", "999.1.1.1"}, {"--spf-ip", "hello"}, {"--spf-ip", "1.2.3.4/99"}, {"--spf-ip", "203.0.113.7/24"},
+		{"--spf-include", "bad..domain"}, {"--spf-include", "%{i}._spf.example"},
+		{"--dmarc-rua", "notanemail"}, {"--dmarc-rua", "a@b.com;p=reject"}, {"--dmarc-rua", "a@b.com,c@d.com"},
+	} {
+		_, err := rangecast(t, "", "domains", "records", "example.org", "--dkim-key", "s1:"+key, c.flag, c.value)
+		if err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("%s %q: %v; want it refused naming the flag", c.flag, c.value, err)
+		}
+	}
+	out, err = rangecast(t, "", "domains", "records", "example.org", "--dkim-key", "s1:"+key,
+		"--spf-ip", "2001:db8::/48", "--spf-ip", "203.0.113.0/24")
+	if err != nil || txtValue(t, out, "example.org.") != "v=spf1 ip6:2001:db8::/48 ip4:203.0.113.0/24 -all" {
+		t.Errorf("networks: %v\n%s", err, out)
+	}
 	// SELECTOR:KEYFILE means the key of DOMAIN itself.
 	out, err = rangecast(t, "", "domains", "records", "example.org", "--dkim-key", "s1:"+writePEMKey(t, ek))
 	if err != nil || txtValue(t, out, "s1._domainkey.example.org.") == "" || !strings.Contains(out, "include:RELAY") {
