@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/pageworker"
@@ -270,11 +271,20 @@ func (api *BroadcastOpsAPI) TestBroadcast(ctx context.Context, req *pb.TestBroad
 	if len(to) == 0 || len(to) > maxTestRecipients {
 		return nil, invalid("to lists %d addresses; give 1 to %d", len(to), maxTestRecipients)
 	}
+	seen := make(map[string]bool, len(to))
+	unique := to[:0:0]
 	for _, addr := range to {
 		if _, err := mail.ParseAddress(addr); err != nil || strings.ContainsAny(addr, "<> ") {
 			return nil, invalid("to: %q is not an email address (give a bare address such as ann@example.com)", addr)
 		}
+		// One copy per mailbox: QA1@ and qa1@ are one address (a list
+		// naming both sent two).
+		if k := address.Key(addr); !seen[k] {
+			seen[k] = true
+			unique = append(unique, addr)
+		}
 	}
+	to = unique
 	mc := api.cfg.Mail
 	if mc.Transport == nil || mc.Unsubscribe == nil {
 		return nil, status.Error(codes.FailedPrecondition, "this coordinator has no SMTP relay or unsubscribe links to send test copies with: give it the workers' --smtp-url (RANGECAST_SMTP_URL), --public-url (RANGECAST_PUBLIC_URL) and unsubscribe keys (RANGECAST_UNSUBSCRIBE_KEYS)")
