@@ -210,3 +210,19 @@ func TestStoreWaitedFor(t *testing.T) {
 		t.Errorf("malformed URL: %v after %s; want an error at once", err, time.Since(start))
 	}
 }
+
+// TestPlaceholderPublicURLRefused: deploy/k8s's placeholder public URL is
+// refused, naming the variable: every List-Unsubscribe link would point
+// at a host that never resolves. A real one passes.
+func TestPlaceholderPublicURLRefused(t *testing.T) {
+	t.Parallel()
+	s := Secrets{UnsubscribeKeys: "4f1c2a9be07d35c8a6f4e1b2d9c07a3e5b8f6d2c1a0e9b7d4c3f2a1e0d9c8b7a"}
+	for _, u := range []string{"https://CHANGE-ME.invalid", "https://mail.change-me.example", "https://news.invalid/"} {
+		if _, err := unsubscribeLinks(u, s); err == nil || !strings.Contains(err.Error(), "RANGECAST_PUBLIC_URL") {
+			t.Errorf("public URL %s: %v; want it refused as a placeholder", u, err)
+		}
+	}
+	if _, err := unsubscribeLinks("https://mail.rangecast.dev", s); err != nil {
+		t.Errorf("a real public URL: %v", err)
+	}
+}

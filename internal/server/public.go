@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,6 +127,14 @@ func unsubscribeLinks(publicURL string, s Secrets) (*message.Unsubscribe, error)
 	}
 	if publicURL == "" || len(keys) == 0 {
 		return nil, errors.New("no one-click unsubscribe links: set RANGECAST_PUBLIC_URL (--public-url, the coordinators' public HTTP, e.g. https://mail.example.com) and RANGECAST_UNSUBSCRIBE_KEYS (the coordinators' keys; at least 32 random characters, e.g. openssl rand -hex 32)")
+	}
+	if u, err := url.Parse(publicURL); err == nil {
+		// deploy/k8s ships a placeholder that can never resolve: every
+		// List-Unsubscribe link would point at it, which bulk senders'
+		// rules (and the law in places) forbid.
+		if h := strings.ToLower(u.Hostname()); strings.Contains(h, "change-me") || strings.HasSuffix(h, ".invalid") {
+			return nil, fmt.Errorf("RANGECAST_PUBLIC_URL (--public-url) %q is a placeholder: set it to the https URL where mail readers reach the coordinators' public HTTP (your Ingress), which every List-Unsubscribe link points at", publicURL)
+		}
 	}
 	return message.NewUnsubscribe(publicURL, keys[0])
 }
