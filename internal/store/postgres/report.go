@@ -154,17 +154,24 @@ func (s *Store) Reopen(ctx context.Context, id ulid.ULID, unknown bool, reason s
 	}
 	// Neither a failed nor an unknown row was accepted, so the reputation
 	// sums do not change; "NOT accepted" keeps it so whatever a webhook did.
-	const reopen = `
+	// An unknown row sent again may reach someone who has the first copy:
+	// it is marked in doubt (in_doubt), as the resend policy marks its
+	// rows, so Counts' SentAgainInDoubt shows who may have two.
+	const (
+		reopenSet = `
 UPDATE broadcast_sends SET status = 'deferred', retry_at = $2, attempt = 0, owner = '', updated_at = $2,
-       error = 'retry requested; before: ' || error
+       error = 'retry requested; before: ' || error`
+		reopenWhere = `
 WHERE broadcast_id = $1 AND NOT accepted AND `
+		reopen = reopenSet + reopenWhere
+	)
 	tag, err := tx.Exec(ctx, reopen+`status = 'failed' AND error LIKE $3`, uid(id), now, store.GaveUpPrefix+"%")
 	if err != nil {
 		return out, mapErr("reopen failed rows", err)
 	}
 	out.Failed = tag.RowsAffected()
 	if unknown {
-		if tag, err = tx.Exec(ctx, reopen+`status = 'unknown'`, uid(id), now); err != nil {
+		if tag, err = tx.Exec(ctx, reopenSet+`, in_doubt = true`+reopenWhere+`status = 'unknown'`, uid(id), now); err != nil {
 			return out, mapErr("reopen unknown rows", err)
 		}
 		out.Unknown = tag.RowsAffected()

@@ -187,10 +187,17 @@ func (s *Store) Reopen(ctx context.Context, bid ulid.ULID, unknown bool, reason 
 		// Neither a failed nor an unknown row was accepted, so the
 		// reputation sums do not change; "NOT accepted" keeps it so
 		// whatever a webhook did.
-		const reopen = `
+		// An unknown row sent again may reach someone who has the first
+		// copy: marked in doubt, as under the resend policy, so Counts'
+		// SentAgainInDoubt shows who may have two.
+		const (
+			reopenSet = `
 UPDATE broadcast_sends SET status = 'deferred', retry_at = ?2, attempt = 0, owner = '', updated_at = ?2,
-       error = 'retry requested; before: ' || error
+       error = 'retry requested; before: ' || error`
+			reopenWhere = `
 WHERE broadcast_id = ?1 AND NOT accepted AND `
+			reopen = reopenSet + reopenWhere
+		)
 		res, err := tx.ExecContext(ctx, reopen+`status = 'failed' AND substr(error, 1, ?3) = ?4`, id(bid), ts(now), len(store.GaveUpPrefix), store.GaveUpPrefix)
 		if err != nil {
 			return err
@@ -199,7 +206,7 @@ WHERE broadcast_id = ?1 AND NOT accepted AND `
 			return err
 		}
 		if unknown {
-			if res, err = tx.ExecContext(ctx, reopen+`status = 'unknown'`, id(bid), ts(now)); err != nil {
+			if res, err = tx.ExecContext(ctx, reopenSet+`, in_doubt = 1`+reopenWhere+`status = 'unknown'`, id(bid), ts(now)); err != nil {
 				return err
 			}
 			if out.Unknown, err = res.RowsAffected(); err != nil {

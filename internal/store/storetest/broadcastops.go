@@ -229,6 +229,18 @@ func testReopen(f *fixture) {
 			f.t.Errorf("row %d is %s; want %s", i, got, want)
 		}
 	}
+	// The unknown row, sent again, may have reached its contact twice:
+	// the counts say so (a retried give-up does not).
+	b.State = store.StateRunning
+	due, err = f.s.ClaimDue(f.ctx, b, "w3/1", at(10), 10)
+	f.must(err, "ClaimDue (unknown)")
+	if len(due) != 1 || due[0].ID != ids[3] || !due[0].InDoubt {
+		f.t.Fatalf("ClaimDue = %+v; want the reopened unknown row, in doubt", due)
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w3/1", []store.Outcome{{ContactID: ids[3], Status: store.SendSent}}, at(11)), "RecordOutcomes (unknown)")
+	if c := f.counts(b); c.Sent != 3 || c.SentAgainInDoubt != 1 {
+		f.t.Errorf("counts after the unknown row was sent again = %+v; want 3 sent, 1 of them sent again in doubt", c)
+	}
 	_, err = f.s.Reopen(f.ctx, f.ids.next(), false, "", at(9))
 	f.wantErr(err, store.ErrNotFound, "Reopen of no broadcast")
 }
