@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -224,5 +225,25 @@ func TestPlaceholderPublicURLRefused(t *testing.T) {
 	}
 	if _, err := unsubscribeLinks("https://mail.rangecast.dev", s); err != nil {
 		t.Errorf("a real public URL: %v", err)
+	}
+}
+
+// TestStoreRefusalNotWaitedFor: a server that answers with an error of its
+// own (here a database that does not exist; a wrong password alike) is not
+// waited for: the process stops at once with the server's words.
+func TestStoreRefusalNotWaitedFor(t *testing.T) {
+	t.Parallel()
+	base := testenv.DatabaseURL(t)
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/no_such_database_rangecast"
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = openStoreWaiting(ctx, u.String())
+	if err == nil || errors.Is(err, store.ErrUnavailable) || time.Since(start) > 10*time.Second {
+		t.Fatalf("missing database: %v after %s; want the server's refusal at once", err, time.Since(start))
 	}
 }

@@ -118,6 +118,15 @@ func unreachable(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
+	// A server that refused who we are or what we asked for (a wrong
+	// password, a role or database that does not exist: SQLSTATE class 28,
+	// 3D000) was reached: waiting would loop for ever on a configuration
+	// error. A server starting, shutting down or full (57P0x, 53300) is
+	// one to wait for.
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "28") || pe.Code == "3D000") {
+		return false
+	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
 	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
@@ -743,9 +752,10 @@ const hardBounceReason = `'` + store.HardBouncePrefix + `' || m.error`
 // recordOutcomesAndReputation is recordOutcomes with the reputation delta
 // of the rows it moved ($10 the broadcast), in the same statement, and the
 // suppression of the contacts whose address the server refused for good
-// (store.Outcome.HardBounce), each of which counts as a hard bounce. Only
-// rows this write moved count, so a write repeated after an ambiguous
-// commit adds nothing twice; an erased contact has no row to suppress. A claimed
+// (store.Outcome.HardBounce). Only rows this write moved are suppressed,
+// and an erased contact has no row. The reputation stays the sum of
+// store.ReputationOf over the rows (a failed row is worth nothing), so a
+// send-time hard bounce is not among its bounces. A claimed
 // row is neither accepted nor delivered (an event that marks a row accepted
 // also moves it off claimed, and only claimed rows get an outcome), so each
 // row adds what its new status is worth: store.ReputationOf in SQL, summed,
@@ -757,7 +767,7 @@ const recordOutcomesAndReputation = `
 WITH moved AS (` + recordOutcomes + `), d AS (
     SELECT count(*) FILTER (WHERE status = 'sent') AS accepted,
            count(*) FILTER (WHERE status IN ('delivered', 'opened', 'clicked', 'complained')) AS delivered,
-           count(*) FILTER (WHERE status = 'bounced' OR hard) AS bounced,
+           count(*) FILTER (WHERE status = 'bounced') AS bounced,
            count(*) FILTER (WHERE status = 'complained') AS complained
     FROM moved
 ), suppressed AS (
