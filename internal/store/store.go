@@ -159,10 +159,10 @@ type Outcome struct {
 	NotAttempted bool
 	// HardBounce: the server refused the address itself for good (550
 	// 5.1.1 no such user, a domain that takes no mail). With a failed
-	// status, the contact is suppressed and the refusal counts as a hard
-	// bounce toward the bounce alarm, as a bounce a webhook reports does:
-	// otherwise every broadcast mails the address again, and a list full
-	// of dead addresses never trips the alarm.
+	// status, the contact is suppressed, as after a bounce a webhook
+	// reports: otherwise every broadcast mails the address again. (It is
+	// not counted among the reputation's bounces, a sum over the ledger's
+	// statuses, in which the row is failed.)
 	HardBounce bool
 }
 
@@ -190,8 +190,8 @@ type Send struct {
 type Counts struct {
 	Claimed, Sent, Failed, Deferred, Unknown int64
 	// SentAgainInDoubt is the part of Sent sent again after an attempt
-	// that may have been delivered (the in-doubt policy resend): each of
-	// these people may have two copies.
+	// that may have been delivered (the in-doubt policy resend, or retry
+	// --include-unknown): each of these people may have two copies.
 	SentAgainInDoubt int64
 }
 

@@ -892,10 +892,9 @@ func recordOutcomesTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owne
 		}
 		d = d.Plus(store.ReputationOf(o.Status, o.Status == store.SendSent))
 		if o.HardBounce && o.Status == store.SendFailed {
-			// The address refused for good (store.Outcome.HardBounce): a
-			// hard bounce, and the contact is suppressed, as after a
-			// bounce a webhook reports. An erased contact has no row.
-			d.Bounced++
+			// The address refused for good (store.Outcome.HardBounce):
+			// the contact is suppressed, as after a bounce a webhook
+			// reports. An erased contact has no row.
 			if _, err := tx.ExecContext(ctx, suppressContact, id(o.ContactID), ts(now), store.HardBouncePrefix+o.Error); err != nil {
 				return err
 			}
