@@ -84,7 +84,6 @@ Nothing is looked up: it reads only the key files.`,
 	return cmd
 }
 
-// printRecords writes the records as zone-file lines with comments.
 // checkRecordInputs refuses what would print a record that does not
 // work: a published SPF record with "ip4:999.1.1.1" or "include:bad..x" is
 // a permerror, which fails SPF for all of the domain's mail, and a DMARC
@@ -92,7 +91,11 @@ Nothing is looked up: it reads only the key files.`,
 func checkRecordInputs(spfIncludes, spfIPs []string, rua string) error {
 	var errs []error
 	for _, ip := range spfIPs {
-		if _, err := netip.ParseAddr(ip); err == nil {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			if a.Zone() != "" {
+				// "%" is SPF's macro character: fe80::1%eth0 is a permerror.
+				errs = append(errs, fmt.Errorf("--spf-ip %q: an address with a zone (%%%s) is not one the internet sees", ip, a.Zone()))
+			}
 			continue
 		}
 		if p, err := netip.ParsePrefix(ip); err != nil || p.Masked() != p {
@@ -118,6 +121,7 @@ func checkRecordInputs(spfIncludes, spfIPs []string, rua string) error {
 // macros.
 var dnsName = regexp.MustCompile(`^([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$`)
 
+// printRecords writes the records as zone-file lines with comments.
 func printRecords(w io.Writer, domain string, d *message.DKIM, spfIncludes, spfIPs []string, policy, rua string) error {
 	fmt.Fprintf(w, "; DNS records for mail from %s. Publish them, then check each with dig +short TXT NAME.\n\n", domain)
 	fmt.Fprintf(w, "; DKIM: one TXT record per selector. Keep a selector's record published for a week after\n")

@@ -89,7 +89,7 @@ func TestDomainsRecords(t *testing.T) {
 	// each naming its flag: a published SPF permerror fails all mail.
 	key := writePEMKey(t, ek)
 	for _, c := range []struct{ flag, value string }{
-		{"--spf-ip", "999.1.1.1"}, {"--spf-ip", "hello"}, {"--spf-ip", "1.2.3.4/99"}, {"--spf-ip", "203.0.113.7/24"},
+		{"--spf-ip", "999.1.1.1"}, {"--spf-ip", "hello"}, {"--spf-ip", "1.2.3.4/99"}, {"--spf-ip", "203.0.113.7/24"}, {"--spf-ip", "fe80::1%eth0"},
 		{"--spf-include", "bad..domain"}, {"--spf-include", "%{i}._spf.example"},
 		{"--dmarc-rua", "notanemail"}, {"--dmarc-rua", "a@b.com;p=reject"}, {"--dmarc-rua", "a@b.com,c@d.com"},
 	} {

@@ -645,7 +645,7 @@ func (a *actor) completionSummary(ctx context.Context, failed int64) string {
 			parts = append(parts, fmt.Sprintf("%d messages unknown (maybe delivered, not sent again; retry --include-unknown sends them again, at the risk of a second copy)", counts.Unknown))
 		}
 		if counts.SentAgainInDoubt > 0 {
-			parts = append(parts, fmt.Sprintf("%d messages sent again after an attempt that may have arrived (in-doubt policy resend: maybe two copies)", counts.SentAgainInDoubt))
+			parts = append(parts, fmt.Sprintf("%d messages sent again after an attempt that may have arrived (in-doubt policy resend, or retry --include-unknown: maybe two copies)", counts.SentAgainInDoubt))
 		}
 	}
 	return strings.Join(slices.DeleteFunc(parts, func(s string) bool { return s == "" }), "; ")

@@ -30,9 +30,9 @@ type Progress struct {
 	// Sent to Unknown are the ledger's counts (InDoubt: claimed with no
 	// outcome yet).
 	Sent, Failed, Deferred, InDoubt, Unknown int64
-	// SentAgainInDoubt is the part of Sent that the in-doubt policy resend
-	// sent again after an attempt that may have arrived: people who may
-	// have two copies. Always 0 under the default policy, skip.
+	// SentAgainInDoubt is the part of Sent sent again after an attempt
+	// that may have arrived (the in-doubt policy resend, or retry
+	// --include-unknown): people who may have two copies.
 	SentAgainInDoubt int64
 	// WaitingFor says what sending waits for ("daily ceiling reached …"),
 	// empty when nothing holds it.
@@ -172,9 +172,13 @@ func (c *Coordinator) transition(ctx context.Context, id ulid.ULID, verb string,
 	if errors.Is(err, store.ErrConflict) && b.State == to {
 		// Most likely a retry of a transition whose KV write failed: the
 		// store has it, KV may not, and workers follow KV. Bring KV level
-		// before saying there was nothing to do.
-		if _, err := c.mirrorState(ctx, id); err != nil {
-			return BroadcastStatus{}, unavailable(err)
+		// before saying there was nothing to do; with NATS still away, say
+		// the state holds, as the first call did.
+		mctx, cancel := context.WithTimeout(ctx, natsAnswerWithin)
+		_, err := c.mirrorState(mctx, id)
+		cancel()
+		if err != nil {
+			return BroadcastStatus{}, notMirrored(id, b.State, err)
 		}
 	}
 	if errors.Is(err, store.ErrConflict) {
@@ -184,13 +188,18 @@ func (c *Coordinator) transition(ctx context.Context, id ulid.ULID, verb string,
 		return BroadcastStatus{}, err
 	}
 	// The change is committed; passing it on must not hold the caller for
-	// as long as its deadline (none from the CLI) while NATS is away.
+	// as long as its deadline (none from the CLI) while NATS is away. The
+	// write and the actor's start each get their own bound.
 	mctx, cancel := context.WithTimeout(ctx, natsAnswerWithin)
-	defer cancel()
-	if err := c.putState(mctx, b); err != nil {
+	err = c.putState(mctx, b)
+	cancel()
+	if err != nil {
 		return BroadcastStatus{}, notMirrored(id, b.State, err)
 	}
-	if err := c.kick(mctx, b); err != nil {
+	kctx, cancel := context.WithTimeout(ctx, natsAnswerWithin)
+	err = c.kick(kctx, b)
+	cancel()
+	if err != nil {
 		return BroadcastStatus{}, notMirrored(id, b.State, err)
 	}
 	return c.Status(ctx, id)
@@ -274,6 +283,8 @@ func (c *Coordinator) governorWaiting(ctx context.Context, b store.Broadcast) st
 	if c.cfg.Governor == nil {
 		return ""
 	}
+	ctx, cancel := context.WithTimeout(ctx, natsAnswerWithin) // KV reads: NATS may be away
+	defer cancel()
 	s, err := c.storedDomain(ctx, sendingDomain(b), false)
 	if err != nil {
 		return "" // no state yet, or KV unreachable: nothing known to wait for

@@ -45,6 +45,12 @@ func TestPauseAndStatusWithNATSDown(t *testing.T) {
 	if !answeredByCoordinator(st) {
 		t.Errorf("pause with NATS down: %v carries no %s detail: a client would take it for the coordinator being down", err, api.ReasonDependencyUnavailable)
 	}
+	// Repeated while NATS is still away, it says the same, not that the
+	// call failed.
+	_, err = s.client.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: id})
+	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "paused in the database, and that holds") {
+		t.Errorf("pause repeated with NATS down: %v; want the same answer as the first", err)
+	}
 	b, err := s.store.GetBroadcast(context.Background(), ulid.MustParseStrict(id))
 	if err != nil || b.State != store.StatePaused {
 		t.Fatalf("broadcast in the store: %s, %v; want paused", b.State, err)

@@ -530,8 +530,16 @@ func HardBounce(err error) bool {
 	if !errors.As(err, &se) || se.Code < 500 || se.Code > 599 || (se.Stage != StageRcpt && se.Stage != StageData) {
 		return false
 	}
-	if se.Enhanced != "" {
-		return hardBounceCodes[se.Enhanced]
+	if hardBounceCodes[se.Enhanced] {
+		return true
+	}
+	// A generic code (5.0.0, 5.1.0, 5.2.0, or none) says no more than
+	// "refused": the reply text may say the address does not exist. Any
+	// other code (5.7.x policy) decides without it.
+	switch se.Enhanced {
+	case "", "5.0.0", "5.1.0", "5.2.0":
+	default:
+		return false
 	}
 	text := strings.ToLower(se.Text)
 	for _, p := range hardBouncePhrases {

@@ -1177,10 +1177,10 @@ type Progress struct {
 	// unknown counts in-doubt claims that could not be resolved and, by the
 	// in-doubt policy, were not sent again: possibly never delivered.
 	Unknown int64 `protobuf:"varint,10,opt,name=unknown,proto3" json:"unknown,omitempty"`
-	// sent_again_in_doubt is the part of sent that the in-doubt policy
-	// resend sent again after an attempt that may have been delivered: each
-	// of these people may have received two copies. 0 under the default
-	// policy (skip), which leaves such messages unknown instead.
+	// sent_again_in_doubt is the part of sent sent again after an attempt
+	// that may have been delivered (the in-doubt policy resend, or retry
+	// --include-unknown): each of these people may have received two
+	// copies.
 	SentAgainInDoubt int64 `protobuf:"varint,11,opt,name=sent_again_in_doubt,json=sentAgainInDoubt,proto3" json:"sent_again_in_doubt,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
