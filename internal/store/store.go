@@ -300,6 +300,10 @@ type Claims interface {
 	// Counts sums the broadcast's ledger by status. It reads every row of
 	// the broadcast: for people (status), not for a loop.
 	Counts(ctx context.Context, broadcast ulid.ULID) (Counts, error)
+	// Doubts counts, from only such rows, the broadcast's unknown rows and
+	// those sent again in doubt: Counts' Unknown and SentAgainInDoubt, for
+	// a completed broadcast's reason, without reading every row.
+	Doubts(ctx context.Context, broadcast ulid.ULID) (unknown, sentAgainInDoubt int64, err error)
 	// Pending reads, in one consistent snapshot, the broadcast's claimed,
 	// deferred and failed rows only: what completion checks.
 	Pending(ctx context.Context, broadcast ulid.ULID) (Pending, error)

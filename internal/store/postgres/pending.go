@@ -40,3 +40,14 @@ func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (store.Pending
 	}
 	return p, nil
 }
+
+// doubtsQuery reads Counts' Unknown and SentAgainInDoubt through the
+// partial indexes of migration 019, so only such rows.
+const doubtsQuery = `
+SELECT (SELECT count(*) FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'unknown' AND NOT accepted),
+       (SELECT count(*) FROM broadcast_sends WHERE broadcast_id = $1 AND in_doubt AND accepted)`
+
+func (s *Store) Doubts(ctx context.Context, broadcast ulid.ULID) (unknown, sentAgainInDoubt int64, err error) {
+	err = s.pool.QueryRow(ctx, doubtsQuery, uid(broadcast)).Scan(&unknown, &sentAgainInDoubt)
+	return unknown, sentAgainInDoubt, mapErr("count doubts", err)
+}

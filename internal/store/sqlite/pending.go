@@ -27,3 +27,13 @@ func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (store.Pending
 	p.NextDue = nullTS(at)
 	return p, nil
 }
+
+// doubtsQuery is the Postgres store's: the partial indexes of migration 019.
+const doubtsQuery = `
+SELECT (SELECT count(*) FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'unknown' AND NOT accepted),
+       (SELECT count(*) FROM broadcast_sends WHERE broadcast_id = ?1 AND in_doubt AND accepted)`
+
+func (s *Store) Doubts(ctx context.Context, broadcast ulid.ULID) (unknown, sentAgainInDoubt int64, err error) {
+	err = s.r.QueryRowContext(ctx, doubtsQuery, id(broadcast)).Scan(&unknown, &sentAgainInDoubt)
+	return unknown, sentAgainInDoubt, mapErr("count doubts", err)
+}

@@ -301,6 +301,13 @@ func (f *fixture) counts(b store.Broadcast) store.Counts {
 	f.t.Helper()
 	c, err := f.s.Counts(f.ctx, b.ID)
 	f.must(err, "Counts")
+	// Doubts reads the same two counts from only such rows (what a
+	// completed broadcast's reason shows): checked wherever counts are.
+	unknown, again, err := f.s.Doubts(f.ctx, b.ID)
+	f.must(err, "Doubts")
+	if unknown != c.Unknown || again != c.SentAgainInDoubt {
+		f.t.Errorf("Doubts = %d unknown, %d sent again in doubt; Counts = %+v", unknown, again, c)
+	}
 	return c
 }
 
