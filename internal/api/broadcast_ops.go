@@ -537,7 +537,7 @@ func (api *BroadcastOpsAPI) ReportBroadcast(ctx context.Context, req *pb.ReportB
 		Broadcast: broadcastPB(b, nil), Accepted: r.Reputation.Accepted, Delivered: r.Reputation.Delivered,
 		Opened: st[store.SendOpened] + st[store.SendClicked], Clicked: st[store.SendClicked],
 		Bounced: r.Reputation.Bounced, Complained: r.Reputation.Complained, Unsubscribed: st[store.SendUnsubscribed],
-		Retryable: r.Retryable,
+		Retryable: r.Retryable, RefusedAtSend: r.Reputation.Refused,
 	}
 	for _, s := range reportStatuses {
 		out.Statuses = append(out.Statuses, &pb.StatusCount{Status: SendStatusPB(s), Count: st[s]})
@@ -545,8 +545,9 @@ func (api *BroadcastOpsAPI) ReportBroadcast(ctx context.Context, req *pb.ReportB
 	for _, t := range store.EventTypes {
 		out.Events = append(out.Events, &pb.EventCount{Type: string(t), Contacts: r.Events[t]})
 	}
-	if out.Accepted > 0 {
-		out.BounceRate = float64(out.Bounced) / float64(out.Accepted)
+	if tried := out.Accepted + out.RefusedAtSend; tried > 0 {
+		// What the bounce alarm reads (maintenance.AlarmConfig.Check).
+		out.BounceRate = float64(out.Bounced+out.RefusedAtSend) / float64(tried)
 	}
 	if out.Delivered > 0 {
 		out.ComplaintRate = float64(out.Complained) / float64(out.Delivered)

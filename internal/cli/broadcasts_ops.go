@@ -420,7 +420,8 @@ func reportCommand(c *client) *cobra.Command {
 			fmt.Fprintf(tw, "  opened (or clicked)\t%d\n", r.GetOpened())
 			fmt.Fprintf(tw, "  clicked\t%d\n", r.GetClicked())
 			fmt.Fprintf(tw, "  unsubscribed\t%d\n", r.GetUnsubscribed())
-			fmt.Fprintf(tw, "  bounced\t%d\t%s of accepted; %s\n", r.GetBounced(), shareOf(r.GetBounceRate(), r.GetAccepted()), alarmWord(r.GetBounceAlarm(), r.GetAlarmMinSample()))
+			fmt.Fprintf(tw, "  refused at send (address gone)\t%d\n", r.GetRefusedAtSend())
+			fmt.Fprintf(tw, "  bounced\t%d\t%s of tried, with those refused at send; %s\n", r.GetBounced(), shareOf(r.GetBounceRate(), r.GetAccepted()+r.GetRefusedAtSend()), alarmWord(r.GetBounceAlarm(), r.GetAlarmMinSample()))
 			fmt.Fprintf(tw, "  complained\t%d\t%s of delivered; %s\n", r.GetComplained(), shareOf(r.GetComplaintRate(), r.GetDelivered()), alarmWord(r.GetComplaintAlarm(), r.GetAlarmMinSample()))
 			fmt.Fprintln(tw, "webhook events (contacts, as kept)\t")
 			for _, e := range r.GetEvents() {

@@ -26,8 +26,8 @@ func publicSecrets(keysFile string) server.Secrets {
 func publicFlags(cmd *cobra.Command, keysFile *string, a *maintenance.AlarmConfig) {
 	f := cmd.Flags()
 	f.StringVar(keysFile, "unsubscribe-keys-file", "", unsubscribeKeysFileHelp)
-	f.Var(alarmShare(&a.BounceRate, maintenance.DefaultBounceAlarm, "accepted messages", "0.02 is 2 %"), "bounce-alarm",
-		"pause a running broadcast whose hard bounces pass this share of accepted messages, above 0 and below 1 (0.02: 2 %); -1 turns it off (env RANGECAST_BOUNCE_ALARM)")
+	f.Var(alarmShare(&a.BounceRate, maintenance.DefaultBounceAlarm, "messages tried (accepted, or refused for good at send)", "0.02 is 2 %"), "bounce-alarm",
+		"pause a running broadcast whose hard bounces (reported, or refused at send) pass this share of messages tried (accepted, or refused for good), above 0 and below 1 (0.02: 2 %); -1 turns it off (env RANGECAST_BOUNCE_ALARM)")
 	f.Var(alarmShare(&a.ComplaintRate, maintenance.DefaultComplaintAlarm, "delivered messages", "0.001 is 0.1 %"), "complaint-alarm",
 		"pause a running broadcast whose spam complaints pass this share of delivered messages, above 0 and below 1 (0.001: 0.1 %); -1 turns it off (env RANGECAST_COMPLAINT_ALARM)")
 	f.Int64Var(&a.MinSample, "alarm-min-sample", int64(maintenance.DefaultAlarmSample),

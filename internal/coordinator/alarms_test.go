@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emersion/go-smtp"
 	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/capture"
 
 	"github.com/rangecast/rangecast/internal/maintenance"
 	"github.com/rangecast/rangecast/internal/message"
@@ -95,5 +98,37 @@ func TestBounceAlarmPausesBroadcast(t *testing.T) {
 	}
 	if _, err := s.client.CancelBroadcast(ctx, &pb.CancelBroadcastRequest{Id: id}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBounceAlarmCountsRefusalsAtSend: a list of dead addresses sent
+// straight to their servers is refused at RCPT (550 5.1.1), never accepted
+// and never reported by a webhook. Those refusals are bounces all the same:
+// the alarm pauses the broadcast and says how many were refused at send.
+// Before they counted, a list a tenth dead ran to its end.
+func TestBounceAlarmCountsRefusalsAtSend(t *testing.T) {
+	t.Parallel()
+	dead := func(to string) bool { return strings.HasSuffix(to, "7@example.org") }
+	s := newStack(t, stackOptions{workers: 2, concurrency: 4, pageLimit: 10, sinkOpts: []capture.Option{
+		capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if dead(to) {
+				return reply(550, smtp.EnhancedCode{5, 1, 1}, "5.1.1 <"+to+">: Recipient address rejected: User unknown")
+			}
+			return nil
+		}),
+	}})
+	s.stopCoord()
+	s.coordCfg.Alarms = maintenance.AlarmConfig{MinSample: 50, Interval: 50 * time.Millisecond}
+	s.startCoordinator()
+	s.seed(600)
+	id := s.create("", 36000) // 10 a second: still running when the alarm looks
+	s.start(id)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_PAUSED, time.Minute)
+	if !strings.Contains(b.GetReason(), "auto-paused: hard-bounce rate") || !strings.Contains(b.GetReason(), "refused at send") {
+		t.Fatalf("paused with reason %q, want the bounce alarm's, counting refusals at send", b.GetReason())
+	}
+	t.Logf("paused: %s", b.GetReason())
+	if p := b.GetProgress(); p.GetFailed() == 0 || p.GetSent() == 0 {
+		t.Errorf("progress %+v: want some sent and the refused failed", p)
 	}
 }

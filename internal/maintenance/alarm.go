@@ -19,14 +19,16 @@ import (
 // the reason shown, before it damages the sending domain's reputation
 // further. Mailbox providers judge a sender by exactly these two numbers.
 type AlarmConfig struct {
-	// BounceRate is the hard-bounce share of accepted messages that pauses
-	// a broadcast (default 0.02). Negative turns the alarm off.
+	// BounceRate is the hard-bounce share of attempts that pauses a
+	// broadcast (default 0.02): bounces reported after acceptance plus
+	// hard refusals at send, over accepted messages plus those refusals.
+	// Negative turns the alarm off.
 	BounceRate float64
 	// ComplaintRate is the complaint share of delivered messages that
 	// pauses a broadcast (default 0.001). Negative turns the alarm off.
 	ComplaintRate float64
-	// MinSample is how many accepted (for bounces) or delivered (for
-	// complaints) messages a rate needs before it counts (default 1000):
+	// MinSample is how many attempts (for bounces: accepted or refused
+	// for good) or delivered messages (for complaints) a rate needs before it counts (default 1000):
 	// one complaint in the first ten messages is not a trend.
 	MinSample int64
 	// Interval is how often the leader checks running broadcasts (default
@@ -40,7 +42,7 @@ type AlarmConfig struct {
 func (a AlarmConfig) Validate() error {
 	var errs []error
 	if r := a.BounceRate; math.IsNaN(r) || math.IsInf(r, 0) || r >= 1 {
-		errs = append(errs, fmt.Errorf("--bounce-alarm (RANGECAST_BOUNCE_ALARM) is %v; give a share of accepted messages above 0 and below 1 (0.02 is 2 %%), or -1 to turn it off", r))
+		errs = append(errs, fmt.Errorf("--bounce-alarm (RANGECAST_BOUNCE_ALARM) is %v; give a share of messages tried (accepted, or refused for good at send) above 0 and below 1 (0.02 is 2 %%), or -1 to turn it off", r))
 	}
 	if r := a.ComplaintRate; math.IsNaN(r) || math.IsInf(r, 0) || r >= 1 {
 		errs = append(errs, fmt.Errorf("--complaint-alarm (RANGECAST_COMPLAINT_ALARM) is %v; give a share of delivered messages above 0 and below 1 (0.001 is 0.1 %%), or -1 to turn it off", r))
@@ -87,17 +89,34 @@ func (a AlarmConfig) withDefaults() AlarmConfig {
 // counts, so the same bounces do not pause it again.
 func (a AlarmConfig) Check(r, since store.Reputation) string {
 	a = a.withDefaults()
-	accepted, bounced := r.Accepted-since.Accepted, r.Bounced-since.Bounced
-	delivered, complained := r.Delivered-since.Delivered, r.Complained-since.Complained
-	if a.BounceRate >= 0 && accepted >= a.MinSample && bounced > 0 && float64(bounced) > a.BounceRate*float64(accepted) {
-		return fmt.Sprintf("auto-paused: hard-bounce rate %s (%d of %d accepted) passed %s; clean the list, then resume",
-			percent(float64(bounced)/float64(accepted)), bounced, accepted, percent(a.BounceRate))
+	d := r.Minus(since)
+	// A hard refusal at send is a bounce the receiving server gave at
+	// once instead of later: it counts among the bounces and among the
+	// messages they are a share of (a list of dead addresses sent straight
+	// to their servers is refused, never accepted, and would otherwise
+	// never pass the threshold).
+	attempts, bounced := d.Accepted+d.Refused, d.Bounced+d.Refused
+	delivered, complained := d.Delivered, d.Complained
+	if a.BounceRate >= 0 && attempts >= a.MinSample && bounced > 0 && float64(bounced) > a.BounceRate*float64(attempts) {
+		return fmt.Sprintf("auto-paused: hard-bounce rate %s (%s) passed %s; clean the list, then resume",
+			percent(float64(bounced)/float64(attempts)), bounceCounts(d), percent(a.BounceRate))
 	}
 	if a.ComplaintRate >= 0 && delivered >= a.MinSample && complained > 0 && float64(complained) > a.ComplaintRate*float64(delivered) {
 		return fmt.Sprintf("auto-paused: complaint rate %s (%d of %d delivered) passed %s; check who this audience is and what they were promised, then resume",
 			percent(float64(complained)/float64(delivered)), complained, delivered, percent(a.ComplaintRate))
 	}
 	return ""
+}
+
+// bounceCounts says what the bounce rate is made of: "3 of 1000
+// accepted" when every bounce was reported after acceptance, and the
+// refusals at send apart when there are any.
+func bounceCounts(d store.Reputation) string {
+	if d.Refused == 0 {
+		return fmt.Sprintf("%d of %d accepted", d.Bounced, d.Accepted)
+	}
+	return fmt.Sprintf("%d of %d attempts: %d refused at send, %d bounced after %d accepted",
+		d.Bounced+d.Refused, d.Accepted+d.Refused, d.Refused, d.Bounced, d.Accepted)
 }
 
 func percent(f float64) string {

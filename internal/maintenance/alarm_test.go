@@ -28,7 +28,7 @@ func TestAlarmValidate(t *testing.T) {
 		{maintenance.AlarmConfig{}, ""},
 		{maintenance.AlarmConfig{BounceRate: -1, ComplaintRate: -1}, ""},
 		{maintenance.AlarmConfig{BounceRate: 0.5, ComplaintRate: 0.0001}, ""},
-		{maintenance.AlarmConfig{BounceRate: 5}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 5; give a share of accepted messages above 0 and below 1 (0.02 is 2 %)"},
+		{maintenance.AlarmConfig{BounceRate: 5}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 5; give a share of messages tried (accepted, or refused for good at send) above 0 and below 1 (0.02 is 2 %)"},
 		{maintenance.AlarmConfig{BounceRate: 1}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 1"},
 		{maintenance.AlarmConfig{BounceRate: math.NaN()}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is NaN"},
 		{maintenance.AlarmConfig{ComplaintRate: 2}, "--complaint-alarm (RANGECAST_COMPLAINT_ALARM) is 2; give a share of delivered messages above 0 and below 1 (0.001 is 0.1 %)"},
@@ -50,6 +50,7 @@ func TestAlarmsCheck(t *testing.T) {
 	rep := func(accepted, delivered, bounced, complained int64) store.Reputation {
 		return store.Reputation{Accepted: accepted, Delivered: delivered, Bounced: bounced, Complained: complained}
 	}
+	refused := func(r store.Reputation, n int64) store.Reputation { r.Refused = n; return r }
 	cases := []struct {
 		name   string
 		a      maintenance.AlarmConfig
@@ -70,6 +71,15 @@ func TestAlarmsCheck(t *testing.T) {
 		{"resumed, nothing new", small, rep(150, 0, 30, 0), rep(100, 0, 30, 0), ""},
 		{"resumed, clean since", small, rep(300, 0, 31, 0), rep(100, 0, 30, 0), ""},
 		{"resumed, bad again", small, rep(300, 0, 36, 0), rep(100, 0, 30, 0), "hard-bounce rate 3% (6 of 200 accepted)"},
+		// Refused for good at send (550 5.1.1 from the recipient's own
+		// server): bounces that are never accepted. They count among the
+		// bounces and among the attempts, and the sample is of attempts.
+		{"refused at send only", def, refused(rep(0, 0, 0, 0), 1000), store.Reputation{}, "hard-bounce rate 100% (1000 of 1000 attempts: 1000 refused at send, 0 bounced after 0 accepted)"},
+		{"refused at send, the sample reached with them", def, refused(rep(960, 0, 0, 0), 40), store.Reputation{}, "hard-bounce rate 4% (40 of 1000 attempts: 40 refused at send, 0 bounced after 960 accepted)"},
+		{"refused and reported together", def, refused(rep(980, 0, 10, 0), 20), store.Reputation{}, "hard-bounce rate 3% (30 of 1000 attempts: 20 refused at send, 10 bounced after 980 accepted)"},
+		{"refused at send at exactly 2%", def, refused(rep(980, 0, 0, 0), 20), store.Reputation{}, ""},
+		{"refused at send, resumed, clean since", small, refused(rep(400, 0, 0, 0), 50), refused(rep(100, 0, 0, 0), 50), ""},
+		{"refused at send, resumed, bad again", small, refused(rep(300, 0, 0, 0), 60), refused(rep(100, 0, 0, 0), 50), "(10 of 210 attempts: 10 refused at send"},
 	}
 	for _, c := range cases {
 		got := c.a.Check(c.r, c.since)

@@ -43,7 +43,7 @@ func TestOptionsRefusedByFlag(t *testing.T) {
 		{"ceiling above the governor's cap", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{InitialCeiling: 10_000_000}}}, "--initial-daily-ceiling is 10000000; give 100 to 5000000"},
 		{"ceiling below the floor", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{InitialCeiling: 10}}}, "--initial-daily-ceiling is 10; give 100 to 5000000"},
 		{"negative burst", server.CoordinatorOptions{Governor: &coordinator.GovernorConfig{Limits: governor.Limits{Burst: -1}}}, "--domain-burst is -1"},
-		{"bounce alarm that can never be passed", server.CoordinatorOptions{Alarms: maintenance.AlarmConfig{BounceRate: 5}}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 5; give a share of accepted messages above 0 and below 1"},
+		{"bounce alarm that can never be passed", server.CoordinatorOptions{Alarms: maintenance.AlarmConfig{BounceRate: 5}}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 5; give a share of messages tried (accepted, or refused for good at send) above 0 and below 1"},
 		{"bounce alarm of every message", server.CoordinatorOptions{Alarms: maintenance.AlarmConfig{BounceRate: 1}}, "--bounce-alarm (RANGECAST_BOUNCE_ALARM) is 1"},
 		{"complaint alarm as a percentage", server.CoordinatorOptions{Alarms: maintenance.AlarmConfig{ComplaintRate: 2}}, "--complaint-alarm (RANGECAST_COMPLAINT_ALARM) is 2; give a share of delivered messages"},
 	} {

@@ -181,6 +181,15 @@ type Reputation struct {
 	Delivered  int64
 	Bounced    int64 // hard bounces
 	Complained int64
+	// Refused counts hard refusals at send time: outcomes written failed
+	// with Outcome.HardBounce (550 5.1.1 and the like), the bounces a
+	// direct-to-MX sender hears of, where a relay would have accepted the
+	// message and reported the bounce later. Unlike the other fields it is
+	// not a sum over the rows' statuses (the row is failed, and
+	// ReputationOf never counts it): it grows by one for each outcome
+	// write that moves a claimed row to such a failure, and nothing takes
+	// it back, since the server's answer stays said.
+	Refused int64
 }
 
 // ReputationOf is what one ledger row with this status and accepted flag
@@ -205,12 +214,12 @@ func ReputationOf(s SendStatus, accepted bool) Reputation {
 
 // Plus is r + o, field by field.
 func (r Reputation) Plus(o Reputation) Reputation {
-	return Reputation{r.Accepted + o.Accepted, r.Delivered + o.Delivered, r.Bounced + o.Bounced, r.Complained + o.Complained}
+	return Reputation{r.Accepted + o.Accepted, r.Delivered + o.Delivered, r.Bounced + o.Bounced, r.Complained + o.Complained, r.Refused + o.Refused}
 }
 
 // Minus is r - o, field by field.
 func (r Reputation) Minus(o Reputation) Reputation {
-	return Reputation{r.Accepted - o.Accepted, r.Delivered - o.Delivered, r.Bounced - o.Bounced, r.Complained - o.Complained}
+	return Reputation{r.Accepted - o.Accepted, r.Delivered - o.Delivered, r.Bounced - o.Bounced, r.Complained - o.Complained, r.Refused - o.Refused}
 }
 
 // Ledger is the per-recipient record past the send: delivery events and

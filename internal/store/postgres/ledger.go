@@ -207,8 +207,8 @@ func unsubscribeTx(ctx context.Context, tx pgx.Tx, contact, from ulid.ULID, now 
 // sums (migration 008): an insert, so concurrent page workers never wait on
 // each other for it.
 const addDelta = `
-INSERT INTO broadcast_reputation_deltas (broadcast_id, accepted, delivered, bounced, complained)
-VALUES ($1, $2, $3, $4, $5)`
+INSERT INTO broadcast_reputation_deltas (broadcast_id, accepted, delivered, bounced, complained, refused)
+VALUES ($1, $2, $3, $4, $5, $6)`
 
 // addReputation records d for broadcast in tx, the transaction that changed
 // the ledger by d.
@@ -216,7 +216,7 @@ func addReputation(ctx context.Context, tx pgx.Tx, broadcast ulid.ULID, d store.
 	if d == (store.Reputation{}) {
 		return nil
 	}
-	_, err := tx.Exec(ctx, addDelta, uid(broadcast), d.Accepted, d.Delivered, d.Bounced, d.Complained)
+	_, err := tx.Exec(ctx, addDelta, uid(broadcast), d.Accepted, d.Delivered, d.Bounced, d.Complained, d.Refused)
 	return err
 }
 
@@ -228,22 +228,23 @@ func addReputation(ctx context.Context, tx pgx.Tx, broadcast ulid.ULID, d store.
 const foldReputation = `
 WITH gone AS (
     DELETE FROM broadcast_reputation_deltas WHERE broadcast_id = $1
-    RETURNING accepted, delivered, bounced, complained
+    RETURNING accepted, delivered, bounced, complained, refused
 )
-INSERT INTO broadcast_reputation AS r (broadcast_id, accepted, delivered, bounced, complained)
-SELECT $1, coalesce(sum(accepted), 0), coalesce(sum(delivered), 0), coalesce(sum(bounced), 0), coalesce(sum(complained), 0)
+INSERT INTO broadcast_reputation AS r (broadcast_id, accepted, delivered, bounced, complained, refused)
+SELECT $1, coalesce(sum(accepted), 0), coalesce(sum(delivered), 0), coalesce(sum(bounced), 0), coalesce(sum(complained), 0), coalesce(sum(refused), 0)
 FROM gone
 HAVING EXISTS (SELECT 1 FROM broadcasts WHERE id = $1)
 ON CONFLICT (broadcast_id) DO UPDATE SET
     accepted = r.accepted + excluded.accepted, delivered = r.delivered + excluded.delivered,
-    bounced = r.bounced + excluded.bounced, complained = r.complained + excluded.complained
-RETURNING accepted, delivered, bounced, complained`
+    bounced = r.bounced + excluded.bounced, complained = r.complained + excluded.complained,
+    refused = r.refused + excluded.refused
+RETURNING accepted, delivered, bounced, complained, refused`
 
 // Reputation writes (it folds), but only the leader's alarm calls it, every
 // 30 s per running broadcast; it reads the deltas of that interval.
 func (s *Store) Reputation(ctx context.Context, broadcast ulid.ULID) (store.Reputation, error) {
 	var r store.Reputation
-	err := s.pool.QueryRow(ctx, foldReputation, uid(broadcast)).Scan(&r.Accepted, &r.Delivered, &r.Bounced, &r.Complained)
+	err := s.pool.QueryRow(ctx, foldReputation, uid(broadcast)).Scan(&r.Accepted, &r.Delivered, &r.Bounced, &r.Complained, &r.Refused)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Reputation{}, nil
 	}
@@ -269,17 +270,18 @@ func (s *Store) PurgeEvents(ctx context.Context, receivedBefore time.Time, limit
 const foldAllReputation = `
 WITH gone AS (
     DELETE FROM broadcast_reputation_deltas WHERE ctid IN (SELECT ctid FROM broadcast_reputation_deltas LIMIT $1)
-    RETURNING broadcast_id, accepted, delivered, bounced, complained
+    RETURNING broadcast_id, accepted, delivered, bounced, complained, refused
 ), sums AS (
     SELECT broadcast_id, count(*) AS n, sum(accepted) AS accepted, sum(delivered) AS delivered,
-           sum(bounced) AS bounced, sum(complained) AS complained
+           sum(bounced) AS bounced, sum(complained) AS complained, sum(refused) AS refused
     FROM gone GROUP BY broadcast_id
 ), folded AS (
-    INSERT INTO broadcast_reputation AS r (broadcast_id, accepted, delivered, bounced, complained)
-    SELECT broadcast_id, accepted, delivered, bounced, complained FROM sums
+    INSERT INTO broadcast_reputation AS r (broadcast_id, accepted, delivered, bounced, complained, refused)
+    SELECT broadcast_id, accepted, delivered, bounced, complained, refused FROM sums
     ON CONFLICT (broadcast_id) DO UPDATE SET
         accepted = r.accepted + excluded.accepted, delivered = r.delivered + excluded.delivered,
-        bounced = r.bounced + excluded.bounced, complained = r.complained + excluded.complained
+        bounced = r.bounced + excluded.bounced, complained = r.complained + excluded.complained,
+        refused = r.refused + excluded.refused
 )
 SELECT coalesce(sum(n), 0) FROM sums`
 

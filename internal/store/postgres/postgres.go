@@ -768,7 +768,8 @@ WITH moved AS (` + recordOutcomes + `), d AS (
     SELECT count(*) FILTER (WHERE status = 'sent') AS accepted,
            count(*) FILTER (WHERE status IN ('delivered', 'opened', 'clicked', 'complained')) AS delivered,
            count(*) FILTER (WHERE status = 'bounced') AS bounced,
-           count(*) FILTER (WHERE status = 'complained') AS complained
+           count(*) FILTER (WHERE status = 'complained') AS complained,
+           count(*) FILTER (WHERE hard) AS refused
     FROM moved
 ), suppressed AS (
     UPDATE contacts c SET suppressed = true, updated_at = $2,
@@ -776,9 +777,9 @@ WITH moved AS (` + recordOutcomes + `), d AS (
         suppressed_at = CASE WHEN c.suppressed AND c.suppressed_at IS NOT NULL THEN c.suppressed_at ELSE $2 END
     FROM moved m WHERE m.hard AND c.id = m.contact_id
 )
-INSERT INTO broadcast_reputation_deltas (broadcast_id, accepted, delivered, bounced, complained)
-SELECT $10, accepted, delivered, bounced, complained FROM d
-WHERE accepted + delivered + bounced + complained > 0`
+INSERT INTO broadcast_reputation_deltas (broadcast_id, accepted, delivered, bounced, complained, refused)
+SELECT $10, accepted, delivered, bounced, complained, refused FROM d
+WHERE accepted + delivered + bounced + complained + refused > 0`
 
 func (s *Store) RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {
 	if len(outcomes) == 0 {

@@ -27,14 +27,15 @@ func TestCustomPlans(t *testing.T) {
 	}
 }
 
-// Upgrading to migration 008 mid-broadcast backfills its sums.
+// Upgrading to migration 008 mid-broadcast backfills its sums (020 adds a
+// column to its tables, so it is applied again too).
 func TestReputationBackfill(t *testing.T) {
 	s := testenv.Postgres(t)
 	storetest.ReputationBackfill(t, s, func(t *testing.T) {
 		ctx := t.Context()
 		if _, err := s.Pool().Exec(ctx, `
 DROP TABLE broadcast_reputation, broadcast_reputation_deltas;
-DELETE FROM schema_migrations WHERE version = 8`); err != nil {
+DELETE FROM schema_migrations WHERE version IN (8, 20)`); err != nil {
 			t.Fatal(err)
 		}
 		if err := postgres.Migrate(ctx, s.Pool()); err != nil {

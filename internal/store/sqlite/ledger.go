@@ -204,11 +204,12 @@ func unsubscribeTx(ctx context.Context, tx *sql.Tx, contact, from ulid.ULID, now
 // SQLite has one writer, so one row per broadcast serializes nothing that
 // was not serialized already.
 const addSums = `
-INSERT INTO broadcast_reputation (broadcast_id, accepted, delivered, bounced, complained)
-VALUES (?1, ?2, ?3, ?4, ?5)
+INSERT INTO broadcast_reputation (broadcast_id, accepted, delivered, bounced, complained, refused)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
 ON CONFLICT (broadcast_id) DO UPDATE SET
     accepted = accepted + excluded.accepted, delivered = delivered + excluded.delivered,
-    bounced = bounced + excluded.bounced, complained = complained + excluded.complained`
+    bounced = bounced + excluded.bounced, complained = complained + excluded.complained,
+    refused = refused + excluded.refused`
 
 // addReputation records d for broadcast in tx, the transaction that changed
 // the ledger by d.
@@ -216,15 +217,15 @@ func addReputation(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, d store
 	if d == (store.Reputation{}) {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, addSums, id(broadcast), d.Accepted, d.Delivered, d.Bounced, d.Complained)
+	_, err := tx.ExecContext(ctx, addSums, id(broadcast), d.Accepted, d.Delivered, d.Bounced, d.Complained, d.Refused)
 	return err
 }
 
 func (s *Store) Reputation(ctx context.Context, broadcast ulid.ULID) (store.Reputation, error) {
 	var r store.Reputation
 	err := s.r.QueryRowContext(ctx, `
-SELECT accepted, delivered, bounced, complained FROM broadcast_reputation WHERE broadcast_id = ?`,
-		id(broadcast)).Scan(&r.Accepted, &r.Delivered, &r.Bounced, &r.Complained)
+SELECT accepted, delivered, bounced, complained, refused FROM broadcast_reputation WHERE broadcast_id = ?`,
+		id(broadcast)).Scan(&r.Accepted, &r.Delivered, &r.Bounced, &r.Complained, &r.Refused)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Reputation{}, nil // nothing recorded yet
 	}

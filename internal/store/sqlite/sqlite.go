@@ -898,6 +898,7 @@ func recordOutcomesTx(ctx context.Context, tx *sql.Tx, broadcast ulid.ULID, owne
 			if _, err := tx.ExecContext(ctx, suppressContact, id(o.ContactID), ts(now), store.HardBouncePrefix+o.Error); err != nil {
 				return err
 			}
+			d.Refused++
 		}
 	}
 	return addReputation(ctx, tx, broadcast, d)

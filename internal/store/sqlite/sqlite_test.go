@@ -399,7 +399,7 @@ func TestReputationBackfill(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "rangecast.db"))
 	storetest.ReputationBackfill(t, s, func(t *testing.T) {
 		ctx := t.Context()
-		for _, q := range []string{`DROP TABLE broadcast_reputation`, `DELETE FROM schema_migrations WHERE version = 8`} {
+		for _, q := range []string{`DROP TABLE broadcast_reputation`, `DELETE FROM schema_migrations WHERE version IN (8, 20)`} {
 			if _, err := s.w.ExecContext(ctx, q); err != nil {
 				t.Fatal(err)
 			}

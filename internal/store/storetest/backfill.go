@@ -9,7 +9,8 @@ import (
 // ReputationBackfill checks that a store upgraded mid-broadcast to the
 // running reputation sums (migration 008) starts from the ledger it has
 // and keeps counting from there. remigrate must undo migration 008 on s
-// (drop what it created, forget it was applied) and apply it again.
+// (drop what it created, forget it and 020, which adds to its tables, were
+// applied) and apply them again.
 func ReputationBackfill(t *testing.T, s store.Store, remigrate func(t *testing.T)) {
 	f := newFixture(t, s)
 	ids := f.subscribers("backfill", 6)

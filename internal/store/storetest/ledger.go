@@ -681,9 +681,10 @@ func testFoldReputation(f *fixture) {
 
 // A recipient the SMTP server refused for good at send time (550 5.1.1,
 // store.Outcome.HardBounce) is suppressed, as after a bounce a webhook
-// reports, so the next broadcast skips the address. The reputation stays
-// the sum over the ledger's statuses (the row is failed, worth nothing),
-// also when the write is repeated; a failure that says nothing of the
+// reports, so the next broadcast skips the address. The reputation's
+// sums over the ledger's statuses count nothing for it (the row is
+// failed), and its Refused counts it once, also when the write is
+// repeated (the bounce alarm reads it); a failure that says nothing of the
 // address (a policy refusal, HardBounce false) suppresses nobody; an
 // earlier suppression keeps its reason.
 func testHardBounceAtSendSuppresses(f *fixture) {
@@ -702,8 +703,8 @@ func testHardBounceAtSendSuppresses(f *fixture) {
 	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outcomes, at(3)), "RecordOutcomes (repeated)")
 	r, err := f.s.Reputation(f.ctx, b.ID)
 	f.must(err, "Reputation")
-	if r != (store.Reputation{Accepted: 1}) {
-		f.t.Errorf("Reputation = %+v; want 1 accepted (failed rows are worth nothing)", r)
+	if r != (store.Reputation{Accepted: 1, Refused: 2}) {
+		f.t.Errorf("Reputation = %+v; want 1 accepted and 2 refused at send, once however often the write is repeated (the bounce alarm's refusals; the policy refusal is not one)", r)
 	}
 	for i, want := range []struct {
 		suppressed bool

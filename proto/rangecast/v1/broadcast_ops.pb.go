@@ -1121,20 +1121,27 @@ type ReportBroadcastResponse struct {
 	Complained   int64         `protobuf:"varint,8,opt,name=complained,proto3" json:"complained,omitempty"`
 	Unsubscribed int64         `protobuf:"varint,9,opt,name=unsubscribed,proto3" json:"unsubscribed,omitempty"`
 	Events       []*EventCount `protobuf:"bytes,10,rep,name=events,proto3" json:"events,omitempty"`
-	// bounce_rate is bounced / accepted and complaint_rate complained /
-	// delivered: the numbers the reputation alarms read, 0 with no sample.
+	// bounce_rate is (bounced + refused_at_send) / (accepted +
+	// refused_at_send) and complaint_rate complained / delivered: the
+	// numbers the reputation alarms read, 0 with no sample.
 	BounceRate    float64 `protobuf:"fixed64,11,opt,name=bounce_rate,json=bounceRate,proto3" json:"bounce_rate,omitempty"`
 	ComplaintRate float64 `protobuf:"fixed64,12,opt,name=complaint_rate,json=complaintRate,proto3" json:"complaint_rate,omitempty"`
 	// bounce_alarm and complaint_alarm are the rates that pause a running
 	// broadcast (negative: that alarm is off), once alarm_min_sample
-	// messages were accepted (bounces) or delivered (complaints).
+	// messages were tried (bounces: accepted or refused at send) or
+	// delivered (complaints).
 	BounceAlarm    float64         `protobuf:"fixed64,13,opt,name=bounce_alarm,json=bounceAlarm,proto3" json:"bounce_alarm,omitempty"`
 	ComplaintAlarm float64         `protobuf:"fixed64,14,opt,name=complaint_alarm,json=complaintAlarm,proto3" json:"complaint_alarm,omitempty"`
 	AlarmMinSample int64           `protobuf:"varint,15,opt,name=alarm_min_sample,json=alarmMinSample,proto3" json:"alarm_min_sample,omitempty"`
 	Failures       []*FailureGroup `protobuf:"bytes,16,rep,name=failures,proto3" json:"failures,omitempty"`
 	// retryable counts failed rows whose transient attempts ran out: what
 	// RetryBroadcast would send again.
-	Retryable     int64 `protobuf:"varint,17,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	Retryable int64 `protobuf:"varint,17,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	// refused_at_send counts hard refusals of the address at send time (550
+	// 5.1.1 and the like): bounces never accepted, whose contacts were
+	// suppressed. Not in bounced, which counts bounces reported after
+	// acceptance; both are in bounce_rate.
+	RefusedAtSend int64 `protobuf:"varint,18,opt,name=refused_at_send,json=refusedAtSend,proto3" json:"refused_at_send,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1284,6 +1291,13 @@ func (x *ReportBroadcastResponse) GetFailures() []*FailureGroup {
 func (x *ReportBroadcastResponse) GetRetryable() int64 {
 	if x != nil {
 		return x.Retryable
+	}
+	return 0
+}
+
+func (x *ReportBroadcastResponse) GetRefusedAtSend() int64 {
+	if x != nil {
+		return x.RefusedAtSend
 	}
 	return 0
 }
@@ -1686,7 +1700,7 @@ const file_rangecast_v1_broadcast_ops_proto_rawDesc = "" +
 	"\fFailureGroup\x12\x14\n" +
 	"\x05reply\x18\x01 \x01(\tR\x05reply\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x18\n" +
-	"\aexample\x18\x03 \x01(\tR\aexample\"\x97\x05\n" +
+	"\aexample\x18\x03 \x01(\tR\aexample\"\xbf\x05\n" +
 	"\x17ReportBroadcastResponse\x125\n" +
 	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\x125\n" +
 	"\bstatuses\x18\x02 \x03(\v2\x19.rangecast.v1.StatusCountR\bstatuses\x12\x1a\n" +
@@ -1708,7 +1722,8 @@ const file_rangecast_v1_broadcast_ops_proto_rawDesc = "" +
 	"\x0fcomplaint_alarm\x18\x0e \x01(\x01R\x0ecomplaintAlarm\x12(\n" +
 	"\x10alarm_min_sample\x18\x0f \x01(\x03R\x0ealarmMinSample\x126\n" +
 	"\bfailures\x18\x10 \x03(\v2\x1a.rangecast.v1.FailureGroupR\bfailures\x12\x1c\n" +
-	"\tretryable\x18\x11 \x01(\x03R\tretryable\"(\n" +
+	"\tretryable\x18\x11 \x01(\x03R\tretryable\x12&\n" +
+	"\x0frefused_at_send\x18\x12 \x01(\x03R\rrefusedAtSend\"(\n" +
 	"\x16ExportBroadcastRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\xb9\x02\n" +
 	"\tLedgerRow\x12\x1d\n" +
