@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/store"
@@ -39,18 +38,13 @@ func (s *Store) Erase(ctx context.Context, emails []string, now time.Time) ([]st
 	for i := 0; i < len(emails); i += eraseBatch {
 		batch := emails[i:min(i+eraseBatch, len(emails))]
 		var res []store.Erased
-		var err error
 		// Erasure locks the ledger and then contacts, the reverse of an
-		// unsubscribe or a webhook: a deadlock is possible, and retrying
-		// the whole batch is safe.
-		for attempt := 0; ; attempt++ {
+		// unsubscribe: a deadlock is possible, and retrying the whole
+		// batch is safe.
+		err := retryAborted(func() (err error) {
 			res, err = s.eraseTx(ctx, batch, now)
-			var pgErr *pgconn.PgError
-			if attempt < 5 && errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001") {
-				continue
-			}
-			break
-		}
+			return err
+		})
 		if err != nil {
 			return out, mapErr("erase contacts", err)
 		}

@@ -55,10 +55,23 @@ WHERE id = $1`
 )
 
 func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now time.Time) (store.EventResult, error) {
-	var res store.EventResult
 	if ev.Provider == "" || ev.EventID == "" || !ev.Type.Valid() {
-		return res, fmt.Errorf("record event: provider %q, event id %q, type %q: all are required", ev.Provider, ev.EventID, ev.Type)
+		return store.EventResult{}, fmt.Errorf("record event: provider %q, event id %q, type %q: all are required", ev.Provider, ev.EventID, ev.Type)
 	}
+	// An event locks its ledger row, then the contact (a suppression),
+	// then, for an unsubscribe, the contact's other rows: a deadlock with
+	// an unsubscribe or an outcome write is possible, and the whole event
+	// is safe to apply again (nothing of an aborted try is kept).
+	var res store.EventResult
+	err := retryAborted(func() (err error) {
+		res, err = s.recordEvent(ctx, ev, now)
+		return err
+	})
+	return res, err
+}
+
+func (s *Store) recordEvent(ctx context.Context, ev store.DeliveryEvent, now time.Time) (store.EventResult, error) {
+	var res store.EventResult
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return res, mapErr("record event", err)
@@ -153,7 +166,16 @@ UPDATE broadcast_sends SET status = 'unsubscribed', updated_at = $3
 WHERE broadcast_id = $1 AND contact_id = $2 AND ` + rankOf + ` BETWEEN 1 AND $4 - 1`
 )
 
+// UnsubscribeContact locks the contact and then its ledger rows, the
+// reverse of an outcome write that suppresses a contact refused at send
+// (or of an erasure): when Postgres aborts it to break such a deadlock it
+// runs again, so the person's click is never an error page for it.
+// TestUnsubscribeSurvivesDeadlock.
 func (s *Store) UnsubscribeContact(ctx context.Context, contact, from ulid.ULID, now time.Time) error {
+	return retryAborted(func() error { return s.unsubscribeContact(ctx, contact, from, now) })
+}
+
+func (s *Store) unsubscribeContact(ctx context.Context, contact, from ulid.ULID, now time.Time) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return mapErr("unsubscribe contact", err)

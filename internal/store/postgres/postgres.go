@@ -689,6 +689,22 @@ const stillClaimed = `status || '' = 'claimed'`
 // lookup (TestOutcomeFollowsConcurrentUpdate).
 const atKey = `(s.contact_id, s.broadcast_id) >= (u.id, u.bid) AND (s.contact_id, s.broadcast_id) <= (u.id, u.bid)`
 
+// retryAborted runs tx, a whole transaction, again when Postgres aborted
+// it to break a deadlock (40P01) or for a serialization failure (40001),
+// up to five times: an aborted transaction left nothing behind, and the
+// deadlock's other side has gone on by the next try. The page workers'
+// writes need none of this: persist retries every failed write.
+func retryAborted(tx func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := tx()
+		var pgErr *pgconn.PgError
+		if attempt < 5 && errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001") {
+			continue
+		}
+		return err
+	}
+}
+
 // recordOutcomes writes a window's outcomes in one statement, joined on
 // the key (atKey): $1 owner, $2 now, then one array per column in contact
 // id order, the broadcast id repeated in each row ($3). It returns the new

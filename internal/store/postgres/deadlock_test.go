@@ -1,0 +1,67 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// TestUnsubscribeSurvivesDeadlock: an unsubscribe locks the contact and then
+// its ledger row; a transaction that holds the row and then wants the
+// contact (an outcome write suppressing a contact refused at send locks in
+// that order) closes a cycle. Postgres aborts the side that waited first,
+// here the unsubscribe; it runs again and succeeds once the other side
+// commits, instead of answering the person's click with an error.
+func TestUnsubscribeSurvivesDeadlock(t *testing.T) {
+	t.Parallel()
+	s, b, ids := windowSetup(t, 1)
+	ctx := t.Context()
+	c := ids[0]
+	if got, err := s.Claim(ctx, b.ID, "w1/1", claimsOf(ids), t0); err != nil || len(got) != 1 {
+		t.Fatalf("Claim = %v, %v", got, err)
+	}
+	if err := s.RecordOutcomes(ctx, b.ID, "w1/1", sentOutcomes(ids), t0); err != nil {
+		t.Fatal(err)
+	}
+
+	other, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx) //nolint:errcheck
+	var pid int32
+	// Its own deadlock check comes late, so the unsubscribe's comes first.
+	if err := other.QueryRow(ctx, `SELECT pg_backend_pid(), set_config('deadlock_timeout', '30s', true)`).Scan(&pid, new(string)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2 FOR UPDATE`, b.ID, c); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.UnsubscribeContact(ctx, c, b.ID, t0.Add(time.Minute)) }()
+	// Wait until the unsubscribe, holding the contact, waits for the row.
+	for waiting := 0; waiting == 0; {
+		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Now the other side wants the contact: a cycle. It waits while the
+	// unsubscribe is aborted, and gets the contact then.
+	if _, err := other.Exec(ctx, `UPDATE contacts SET updated_at = updated_at WHERE id = $1`, c); err != nil {
+		t.Fatalf("the other side of the deadlock: %v", err)
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("UnsubscribeContact = %v; want it retried after the deadlock", err)
+	}
+	if row, err := s.GetSend(ctx, b.ID, c); err != nil || row.Status != store.SendUnsubscribed {
+		t.Errorf("ledger row = %+v, %v; want unsubscribed", row, err)
+	}
+	if d, err := s.GetContact(ctx, c); err != nil || d.Subscribed {
+		t.Errorf("contact = %+v, %v; want unsubscribed", d, err)
+	}
+}
