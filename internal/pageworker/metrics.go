@@ -5,21 +5,30 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
+// Metrics is the registry of the page worker's metrics, which only a
+// process that runs page workers serves (server: its /metrics). On the
+// default registry every coordinator exported them too, at zero: a series
+// per coordinator that sends nothing, counted in per-instance views of
+// workers.
+var Metrics = prometheus.NewRegistry()
+
+var auto = promauto.With(Metrics)
+
 // The page worker's metrics.
 var (
-	pagesRun = promauto.NewCounterVec(prometheus.CounterOpts{
+	pagesRun = auto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_pageworker_pages_total",
 		Help: "Page jobs handled, by outcome: done (range finished), walked (more to come), stopped (an error or pause ended it early), parked (broadcast paused), dropped (broadcast finished), failed (not walked; retried), waiting (a dependency outage held the page; counted once per wait).",
 	}, []string{"outcome"})
-	messages = promauto.NewCounterVec(prometheus.CounterOpts{
+	messages = auto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_pageworker_messages_total",
 		Help: "Claimed messages by outcome: sent, failed (the recipient's fault), deferred (the governor held the provider), retry (a transient, quota or channel error; recorded deferred and sent later), in_doubt (connection lost after the data was sent; left to the reconciler).",
 	}, []string{"outcome"})
-	storeRetries = promauto.NewCounter(prometheus.CounterOpts{
+	storeRetries = auto.NewCounter(prometheus.CounterOpts{
 		Name: "rangecast_pageworker_store_retries_total",
 		Help: "Store writes of known outcomes retried after an error (a failover, a dropped connection, an ambiguous commit).",
 	})
-	pageSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
+	pageSeconds = auto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "rangecast_pageworker_page_seconds",
 		Help:    "Time to walk one page, from fetch to report.",
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/maintenance"
+	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/server"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -188,7 +189,7 @@ func TestMetricsDocumented(t *testing.T) {
 		}
 	}
 
-	families, err := prometheus.Gatherers{prometheus.DefaultGatherer, coordinator.Metrics, maintenance.Metrics}.Gather()
+	families, err := prometheus.Gatherers{prometheus.DefaultGatherer, coordinator.Metrics, maintenance.Metrics, pageworker.Metrics}.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -161,22 +161,39 @@ func TestStopGRPCEndsOpenStreams(t *testing.T) {
 	}
 }
 
-// TestWorkerServesNoCoordinatorMetrics: a page worker's /metrics has no
+// TestEachProcessServesItsOwnMetrics: a page worker's /metrics has no
 // rangecast_coordinator_* series (it runs no coordinator: its
 // rangecast_coordinator_leader 0 kept the alert on that metric's absence
-// from ever firing); a coordinator's has them.
-func TestWorkerServesNoCoordinatorMetrics(t *testing.T) {
+// from ever firing), and a coordinator's has no rangecast_pageworker_*
+// series (zeros of a sender that sends nothing); each has its own, and
+// rangecast dev, which runs both in one process, has both.
+func TestEachProcessServesItsOwnMetrics(t *testing.T) {
 	t.Parallel()
 	scrape := func(o *ops) string {
 		rec := httptest.NewRecorder()
 		o.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 		return rec.Body.String()
 	}
-	if body := scrape(&ops{}); strings.Contains(body, "rangecast_coordinator_") {
-		t.Errorf("a worker's /metrics has coordinator series:\n%s", grepLines(body, "rangecast_coordinator_"))
-	}
-	if body := scrape(&ops{coordinator: true}); !strings.Contains(body, "rangecast_coordinator_leader") {
-		t.Error("a coordinator's /metrics has no rangecast_coordinator_leader")
+	for _, c := range []struct {
+		name        string
+		ops         *ops
+		has, hasNot []string
+	}{
+		{"worker", workerOps(nil, pingStore{}), []string{"rangecast_pageworker_pages_total"}, []string{"rangecast_coordinator_"}},
+		{"coordinator", coordinatorOps(nil, pingStore{}, false), []string{"rangecast_coordinator_leader"}, []string{"rangecast_pageworker_"}},
+		{"dev", coordinatorOps(nil, pingStore{}, true), []string{"rangecast_coordinator_leader", "rangecast_pageworker_pages_total"}, nil},
+	} {
+		body := scrape(c.ops)
+		for _, m := range c.has {
+			if !strings.Contains(body, m) {
+				t.Errorf("a %s's /metrics has no %s", c.name, m)
+			}
+		}
+		for _, m := range c.hasNot {
+			if strings.Contains(body, m) {
+				t.Errorf("a %s's /metrics has series it does not run:\n%s", c.name, grepLines(body, m))
+			}
+		}
 	}
 }
 

@@ -144,8 +144,10 @@ type ops struct {
 	nc    *nats.Conn
 	store store.Store
 	ready atomic.Bool
-	// coordinator: the process runs a coordinator, so it serves the
-	// coordinator's metrics (coordinator.Metrics), and it is ready without
+	// registries are served on /metrics with the default one: those of the
+	// components the process runs (coordinatorOps, workerOps).
+	registries []prometheus.Gatherer
+	// coordinator: the process runs a coordinator, so it is ready without
 	// NATS: its public HTTP (one-click unsubscribes, delivery webhooks) and
 	// its pause and status answer from the store; unready, every
 	// coordinator left the Service during a NATS outage, and unsubscribes
@@ -153,12 +155,24 @@ type ops struct {
 	coordinator bool
 }
 
+// coordinatorOps is the ops of a process that runs a coordinator, and
+// page workers too when withWorkers (rangecast dev's one /metrics).
+func coordinatorOps(nc *nats.Conn, st store.Store, withWorkers bool) *ops {
+	o := &ops{nc: nc, store: st, coordinator: true, registries: []prometheus.Gatherer{coordinator.Metrics, maintenance.Metrics}}
+	if withWorkers {
+		o.registries = append(o.registries, pageworker.Metrics)
+	}
+	return o
+}
+
+// workerOps is the ops of a page worker process.
+func workerOps(nc *nats.Conn, st store.Store) *ops {
+	return &ops{nc: nc, store: st, registries: []prometheus.Gatherer{pageworker.Metrics}}
+}
+
 func (o *ops) handler() http.Handler {
 	mux := http.NewServeMux()
-	gatherer := prometheus.DefaultGatherer
-	if o.coordinator {
-		gatherer = prometheus.Gatherers{prometheus.DefaultGatherer, coordinator.Metrics, maintenance.Metrics}
-	}
+	gatherer := append(prometheus.Gatherers{prometheus.DefaultGatherer}, o.registries...)
 	mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(prometheus.DefaultRegisterer, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if o.nc != nil && o.nc.IsClosed() {
@@ -251,6 +265,9 @@ type CoordinatorOptions struct {
 	auth      *api.Auth         // built by RunCoordinator before connecting
 	certs     *api.CertReloader // likewise, when TLS is configured
 	publicLis net.Listener      // bound by StartStack, which needs its address first
+	// servesWorkerMetrics: StartStack runs the page workers in this
+	// process, without a /metrics of their own.
+	servesWorkerMetrics bool
 }
 
 // newCerts returns the certificate reloader o asks for, or nil for
@@ -392,7 +409,7 @@ func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
 }
 
 func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, lis net.Listener, o CoordinatorOptions) error {
-	health := &ops{nc: nc, store: st, coordinator: true}
+	health := coordinatorOps(nc, st, o.servesWorkerMetrics)
 	if o.MetricsAddr != "" {
 		addr, err := listenHTTP(ctx, o.MetricsAddr, withPprof(health.handler()), o.Log)
 		if err != nil {
@@ -544,7 +561,7 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 		return err
 	}
 	defer tr.Close()
-	health := &ops{nc: nc, store: st}
+	health := workerOps(nc, st)
 	if o.MetricsAddr != "" {
 		addr, err := listenHTTP(ctx, o.MetricsAddr, withPprof(health.handler()), o.Log)
 		if err != nil {

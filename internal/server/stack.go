@@ -204,7 +204,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	s.run(func() error {
 		co := CoordinatorOptions{HTTPAddr: o.HTTPAddr, MetricsAddr: o.MetricsAddr, Log: o.Log, InDoubtAfter: o.InDoubtAfter, Governor: o.Governor,
 			TLSCert: o.TLSCert, TLSKey: o.TLSKey, certs: certs}
-		co.publicLis, co.Secrets = public, secrets
+		co.publicLis, co.Secrets, co.servesWorkerMetrics = public, secrets, true
 		co.Mail = MailOptions{SMTPURL: smtpURL, PublicURL: s.PublicURL, DKIMKeys: o.DKIMKeys}
 		if co.Governor == nil {
 			co.Governor = DevGovernor()
