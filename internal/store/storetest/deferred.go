@@ -20,6 +20,7 @@ var deferredCases = []testCase{
 	{"HeldIsNoAttempt", testHeldIsNoAttempt},
 	{"OnlyWhileRunning", testClaimDueOnlyWhileRunning},
 	{"SentAgainInDoubtCounted", testSentAgainInDoubtCounted},
+	{"LateReportSettlesDoubt", testLateReportSettlesDoubt},
 }
 
 // Counts says how many of the sent were sent again after an attempt that
@@ -46,6 +47,33 @@ func testSentAgainInDoubtCounted(f *fixture) {
 	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w2/1", outcomes, at(3)), "resend")
 	if c := f.counts(b); c != (store.Counts{Sent: 4, SentAgainInDoubt: 2}) {
 		f.t.Errorf("Counts = %+v; want 4 sent, 2 of them sent again in doubt", c)
+	}
+}
+
+// A row released in doubt to be sent again (store.InDoubtResent) whose
+// first attempt is then reported delivered by the provider, before the
+// second went out, was sent once: the report settles the doubt, the row
+// leaves deferred so nothing is sent again, and it is not counted sent
+// again in doubt. Reported while the second attempt is in flight
+// (claimed), it may be two copies, and stays counted.
+func testLateReportSettlesDoubt(f *fixture) {
+	ids := f.subscribers("late report", 2)
+	b := f.running("late report", 0)
+	f.claim(b, ids, at(1))
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{
+		{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(2), Error: store.InDoubtResent},
+		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(2), Error: store.InDoubtResent},
+	}, at(1)), "release")
+	f.event(b, ids[0], store.EventDelivered, "")
+	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(3), 10)
+	f.must(err, "ClaimDue")
+	if len(due) != 1 || due[0].ID != ids[1] {
+		f.t.Fatalf("ClaimDue = %v; want only the row not reported delivered", dueIDs(due))
+	}
+	f.event(b, ids[1], store.EventDelivered, "") // the first attempt's report, the second in flight
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w2/1", []store.Outcome{{ContactID: ids[1], Status: store.SendSent}}, at(3)), "resend")
+	if c := f.counts(b); c != (store.Counts{Sent: 2, SentAgainInDoubt: 1}) {
+		f.t.Errorf("Counts = %+v; want 2 sent, 1 of them sent again in doubt (the one reported while its second attempt was in flight)", c)
 	}
 }
 
