@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -183,11 +184,37 @@ func parseAt(at, tz string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("--tz %q is not a time zone: use an IANA name such as Europe/Paris or America/New_York", tz)
 	}
 	for _, l := range localLayouts {
-		if t, err := time.ParseInLocation(l, at, loc); err == nil {
-			return t, nil
+		if wall, err := time.Parse(l, at); err == nil {
+			return inZone(at, tz, wall, loc)
 		}
 	}
 	return time.Time{}, fmt.Errorf("--at %q: with --tz, give a local time such as 2031-03-14 09:00 or 2031-03-14T09:00:00", at)
+}
+
+// inZone is the instant when loc's clocks read wall (parsed as UTC, read
+// as a wall clock). A time the clocks skip when they go forward, or read
+// twice when they go back, is refused: time.ParseInLocation would move the
+// first by the gap and pick one of the second, so a broadcast would start
+// an hour away from what its operator wrote, silently.
+func inZone(at, tz string, wall time.Time, loc *time.Location) (time.Time, error) {
+	var found []time.Time
+	// Every offset loc has within a day of wall: a transition's two sides.
+	for _, probe := range []time.Time{wall.Add(-24 * time.Hour), wall, wall.Add(24 * time.Hour)} {
+		_, offset := probe.In(loc).Zone()
+		t := wall.Add(-time.Duration(offset) * time.Second).In(loc)
+		if t.Format(time.DateTime) == wall.Format(time.DateTime) && !slices.ContainsFunc(found, t.Equal) {
+			found = append(found, t)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return time.Time{}, fmt.Errorf("--at %q does not exist in %s: the clocks go forward over it that day; give a time after the change, or an RFC 3339 time with its offset", at, tz)
+	case 1:
+		return found[0], nil
+	default:
+		slices.SortFunc(found, time.Time.Compare)
+		return time.Time{}, fmt.Errorf("--at %q happens twice in %s: the clocks go back over it that day; give the one you mean as RFC 3339 with its offset (%s or %s)", at, tz, found[0].Format(time.RFC3339), found[1].Format(time.RFC3339))
+	}
 }
 
 func scheduleCommand(c *client) *cobra.Command {
