@@ -241,13 +241,17 @@ const sampleUnsubscribeURL = "https://unsubscribe.invalid/u/rangecast-sample-lin
 
 // checkUnsubscribeLink says whether a reader of either part can see the
 // link: in the HTML as a link target or text outside comments, scripts,
-// styles and the head (what the derived plain text keeps), and in the
+// styles, the head (what the derived plain text keeps) and elements an
+// inline style or the hidden attribute hides (withoutHidden), and in the
 // plain-text part written for the broadcast, if there is one.
 func checkUnsubscribeLink(html, text string, ownText bool) error {
 	const how = `add <a href="{{.UnsubscribeURL}}">Unsubscribe</a> to the HTML body`
 	const orFlag = "; or, if the body already links to a preference page of your own, create the broadcast with --no-unsubscribe-link"
-	if !strings.Contains(htmlToText(html), sampleUnsubscribeURL) {
+	if !strings.Contains(htmlToText(withoutHidden(html)), sampleUnsubscribeURL) {
 		reason := "has no visible unsubscribe link, which Gmail, Yahoo and Microsoft require of bulk mail; " + how
+		if strings.Contains(htmlToText(html), sampleUnsubscribeURL) {
+			reason = "hides its unsubscribe link (inside an element with display:none, visibility:hidden, opacity:0, font-size:0, no height or the hidden attribute), and Gmail, Yahoo and Microsoft require a visible one of bulk mail; move the link out of that element"
+		}
 		if ownText {
 			reason += " and {{.UnsubscribeURL}} to the text part"
 		}

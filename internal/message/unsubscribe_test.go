@@ -188,6 +188,25 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"html and own text", `<p>Hi</p>` + link, "Hi\nUnsubscribe: {{.UnsubscribeURL}}\n", ""},
 		{"own text lacks it", `<p>Hi</p>` + link, "Hi\n", "text"},
 		{"text only has it", `<p>Hi</p>`, "Unsubscribe: {{.UnsubscribeURL}}", "html"},
+		// Hidden by an inline style or the hidden attribute: a reader
+		// cannot see it, so it is refused, saying it is hidden.
+		{"display:none", `<p>Hi</p><div style="color:#999; display: none">` + link + `</div>`, "", "html hidden"},
+		{"display:none on the link", `<p>Hi</p><A STYLE='DISPLAY:NONE' href="{{.UnsubscribeURL}}">Unsubscribe</A>`, "", "html hidden"},
+		{"nested in a hidden div", `<div style="visibility:hidden"><div><p>x</p></div><div>` + link + `</div></div><p>Bye</p>`, "", "html hidden"},
+		{"hidden attribute", `<p>Hi</p><span hidden>` + link + `</span>`, "", "html hidden"},
+		{"font-size 0", `<p>Hi</p><td style="font-size:0px;line-height:0">` + link + `</td>`, "", "html hidden"},
+		{"opacity 0", `<p>Hi</p><p style="opacity:0">` + link + `</p>`, "", "html hidden"},
+		{"preheader idiom", `<div style="max-height:0;overflow:hidden">` + link + `</div><p>Hi</p>`, "", "html hidden"},
+		{"never closed", `<p>Hi</p><div style="display:none"><p>x` + link, "", "html hidden"},
+		// Visible: hidden siblings, small but real sizes, other styles.
+		{"hidden preheader before a visible link", `<div style="display:none">Preview text</div><p>Hi</p>` + link, "", ""},
+		{"hidden block closed before the link", `<div style="display:none"><div>a</div></div><div>` + link + `</div>`, "", ""},
+		{"font-size 0.8em", `<p style="font-size:0.8em;color:#999">` + link + `</p>`, "", ""},
+		{"opacity 0.6", `<p style="opacity:0.6">` + link + `</p>`, "", ""},
+		{"display:block", `<p style="display:block">` + link + `</p>`, "", ""},
+		{"hidden void element", `<p>Hi<img hidden src="x.png">` + link + `</p>`, "", ""},
+		{"a data attribute named like hidden", `<p data-hidden="1" class="hidden">` + link + `</p>`, "", ""},
+		{"overflow hidden with a height", `<div style="height:40px;overflow:hidden">` + link + `</div>`, "", ""},
 	} {
 		tmpl := baseTemplate()
 		tmpl.HTML, tmpl.Text = tc.html, tc.text
@@ -197,8 +216,12 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: refused: %v", tc.name, err)
-		case tc.want != "" && (!errors.As(err, &ve) || ve.Field != tc.want):
+		case tc.want != "" && (!errors.As(err, &ve) || ve.Field != strings.TrimSuffix(tc.want, " hidden")):
 			t.Errorf("%s: err = %v, want a ValidationError on %s", tc.name, err, tc.want)
+		case strings.HasSuffix(tc.want, " hidden"):
+			if !strings.Contains(err.Error(), "hides its unsubscribe link") {
+				t.Errorf("%s: %v does not say the link is hidden", tc.name, err)
+			}
 		case tc.want != "" && !strings.Contains(err.Error(), "{{.UnsubscribeURL}}") || tc.want != "" && !strings.Contains(err.Error(), "--no-unsubscribe-link"):
 			t.Errorf("%s: %v does not say how to add a link", tc.name, err)
 		}
