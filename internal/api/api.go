@@ -106,6 +106,18 @@ func dependencyUnavailable(err error) error {
 	return st.Err()
 }
 
+// AnsweredByCoordinator reports whether st is an Unavailable the
+// coordinator answered itself (dependencyUnavailable), not gRPC's own for
+// a coordinator it could not reach.
+func AnsweredByCoordinator(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == ReasonDependencyUnavailable && info.GetDomain() == ErrorDomain {
+			return true
+		}
+	}
+	return false
+}
+
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"strings"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/rangecast/rangecast/internal/api"
 )
 
 // describe turns a gRPC error into a sentence for a terminal.
@@ -17,7 +18,7 @@ func describe(err error) string {
 	}
 	switch st.Code() {
 	case codes.Unavailable:
-		if answeredByCoordinator(st) {
+		if api.AnsweredByCoordinator(st) {
 			return "the coordinator is running, but " + st.Message()
 		}
 		if hint := tlsHint(st.Message()); hint != "" {
@@ -40,18 +41,6 @@ func describe(err error) string {
 		return msg
 	}
 	return st.Code().String() + ": " + st.Message()
-}
-
-// answeredByCoordinator: the status is the coordinator's own answer that
-// a part it needs (NATS, the database) did not answer it, not gRPC's
-// failure to reach the coordinator (api.ReasonDependencyUnavailable).
-func answeredByCoordinator(st *status.Status) bool {
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == "rangecast" && info.GetReason() == "DEPENDENCY_UNAVAILABLE" {
-			return true
-		}
-	}
-	return false
 }
 
 // tlsHint says what to change when a connection failed on TLS: the

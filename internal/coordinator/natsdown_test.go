@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -42,7 +41,7 @@ func TestPauseAndStatusWithNATSDown(t *testing.T) {
 	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "paused in the database, and that holds") {
 		t.Fatalf("pause with NATS down: %v; want Unavailable saying the pause is recorded and holds", err)
 	}
-	if !answeredByCoordinator(st) {
+	if !api.AnsweredByCoordinator(st) {
 		t.Errorf("pause with NATS down: %v carries no %s detail: a client would take it for the coordinator being down", err, api.ReasonDependencyUnavailable)
 	}
 	// Repeated while NATS is still away, it says the same, not that the
@@ -63,13 +62,4 @@ func TestPauseAndStatusWithNATSDown(t *testing.T) {
 	if got.GetState() != pb.BroadcastState_BROADCAST_STATE_PAUSED || !strings.Contains(got.GetProgress().GetWaitingFor(), "range cursors unknown: NATS did not answer") {
 		t.Errorf("status with NATS down: state %s, waiting %q; want paused, and why the cursors are missing", got.GetState(), got.GetProgress().GetWaitingFor())
 	}
-}
-
-func answeredByCoordinator(st *status.Status) bool {
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == api.ReasonDependencyUnavailable && info.GetDomain() == api.ErrorDomain {
-			return true
-		}
-	}
-	return false
 }
