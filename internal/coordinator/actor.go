@@ -114,9 +114,22 @@ func newActor(ctx context.Context, c *Coordinator, b store.Broadcast) (*actor, e
 		dispatched:  map[int]int64{},
 	}
 	if b.ThrottlePerHour > 0 {
-		a.throttle = governor.NewBucket(b.ThrottlePerHour, c.cfg.PageLimit, c.cfg.Clock.Now())
+		a.throttle = a.newThrottle(c.cfg.Clock.Now())
 	}
 	return a, nil
+}
+
+// newThrottle is the bucket of the broadcast's --throttle. It holds at
+// most a minute of the throttle (and at most a page), and starts with one
+// worthwhile page (minPage), not full: an actor is made at every start,
+// resume after a restart, leader change and coordinator restart, and a
+// full bucket of a page each time sent a page at once however low the
+// throttle (192 at once, again at every restart, under --throttle 10).
+// Each new actor still adds up to minPage, which is small next to the
+// throttle's hour (a tick's worth, at most a quarter page).
+func (a *actor) newThrottle(now time.Time) *governor.Bucket {
+	minute := int(min(a.b.ThrottlePerHour/60, int64(a.c.cfg.PageLimit)))
+	return governor.NewBucketHolding(a.b.ThrottlePerHour, max(a.minPage(), minute), a.minPage(), now)
 }
 
 // errActorGone: the actor stopped (its broadcast finished, or the

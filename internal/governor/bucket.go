@@ -21,7 +21,13 @@ type Bucket struct {
 
 // NewBucket returns a full bucket refilling perHour tokens an hour.
 func NewBucket(perHour int64, burst int, now time.Time) *Bucket {
-	return &Bucket{perSecond: float64(perHour) / 3600, burst: float64(burst), tokens: float64(burst), last: now}
+	return NewBucketHolding(perHour, burst, burst, now)
+}
+
+// NewBucketHolding returns a bucket refilling perHour tokens an hour up to
+// burst, holding tokens (at most burst) now.
+func NewBucketHolding(perHour int64, burst, tokens int, now time.Time) *Bucket {
+	return &Bucket{perSecond: float64(perHour) / 3600, burst: float64(burst), tokens: float64(min(tokens, burst)), last: now}
 }
 
 func (b *Bucket) refill(now time.Time) {
