@@ -68,10 +68,14 @@ func ValidateEmail(email string) error {
 	return err
 }
 
-// validateSegmentName is the rule for a segment's name, wherever it is given.
-func validateSegmentName(name string) error {
+// ValidateSegmentName is the rule for a segment's name, wherever it is
+// given: created, or named by an import (which creates it when missing).
+func ValidateSegmentName(name string) error {
 	if strings.TrimSpace(name) == "" {
 		return errors.New("a segment name is empty")
+	}
+	if strings.TrimSpace(name) != name {
+		return fmt.Errorf("segment name %q starts or ends with white space", name)
 	}
 	if n := utf8.RuneCountInString(name); n > maxSegmentNameLen {
 		return fmt.Errorf("segment name is %d characters; at most %d are allowed", n, maxSegmentNameLen)
@@ -114,7 +118,7 @@ func validateRow(email string, r *pb.ContactRow) string {
 		return fmt.Sprintf("%d segments; at most %d are allowed per row", n, maxRowSegments)
 	}
 	for _, s := range r.GetSegments() {
-		if err := validateSegmentName(s); err != nil {
+		if err := ValidateSegmentName(s); err != nil {
 			return err.Error()
 		}
 	}
@@ -430,11 +434,8 @@ func (api *AudienceAPI) SuppressContact(ctx context.Context, req *pb.SuppressCon
 
 func (api *AudienceAPI) CreateSegment(ctx context.Context, req *pb.CreateSegmentRequest) (*pb.CreateSegmentResponse, error) {
 	name := req.GetName()
-	if err := validateSegmentName(name); err != nil {
+	if err := ValidateSegmentName(name); err != nil {
 		return nil, invalid("%v", err)
-	}
-	if strings.TrimSpace(name) != name {
-		return nil, invalid("segment name %q starts or ends with white space", name)
 	}
 	seg, err := api.cfg.Store.CreateSegment(ctx, name, api.cfg.Clock.Now())
 	if errors.Is(err, store.ErrConflict) {

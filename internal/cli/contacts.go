@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rangecast/rangecast/internal/api"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
@@ -71,7 +72,7 @@ func (e errRejected) Error() string {
 
 func importCommand(c *client) *cobra.Command {
 	var segments []string
-	var asJSON bool
+	var asJSON, multiline bool
 	imp := &cobra.Command{
 		Use:   "import FILE.csv",
 		Short: "Import contacts from CSV (header: email, name if any, attribute columns, in any order; - reads stdin)",
@@ -89,9 +90,18 @@ name column, keeps it) and attributes merged. An import never re-subscribes some
 Rows that cannot be imported (an invalid address, a repeat of an earlier
 row's email, a field too long, a malformed CSV line) are each printed with
 their line number, and the command exits with status 1; every other row is
-imported. The file is streamed, so millions of rows work.`,
+imported. A quoted field that runs over several lines is refused unless
+--multiline is given: it is most often a quote left open, which would
+swallow the rows after it. The file is streamed, so millions of rows work.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Checked once here: the coordinator checks every row, and a
+			// bad name would reject every row of the file with one message.
+			for _, name := range segments {
+				if err := api.ValidateSegmentName(name); err != nil {
+					return fmt.Errorf("--segment: %w; nothing was imported", err)
+				}
+			}
 			var in io.Reader = cmd.InOrStdin()
 			if args[0] != "-" {
 				f, err := os.Open(args[0])
@@ -109,7 +119,7 @@ imported. The file is streamed, so millions of rows work.`,
 			if err != nil {
 				return err
 			}
-			res, err := readCSV(in, segments, func(rows []*pb.ContactRow) error {
+			res, err := readCSV(in, segments, multiline, func(rows []*pb.ContactRow) error {
 				return stream.Send(&pb.ImportContactsRequest{Rows: rows})
 			})
 			if err != nil {
@@ -163,7 +173,10 @@ imported. The file is streamed, so millions of rows work.`,
 			return nil
 		},
 	}
-	imp.Flags().StringSliceVar(&segments, "segment", nil, "also add every imported contact to this segment (repeatable)")
+	// StringArray, not StringSlice: a segment's name may hold a comma,
+	// and a slice flag split --segment 'a,b' into segments a and b.
+	imp.Flags().StringArrayVar(&segments, "segment", nil, "also add every imported contact to this segment, named as it is (repeatable)")
+	imp.Flags().BoolVar(&multiline, "multiline", false, "accept quoted fields that run over several lines (attribute values with line breaks); without it such a record is refused, since it is most often an unbalanced quote swallowing the rows after it")
 	imp.Flags().BoolVar(&asJSON, "json", false, "print what was imported and every rejected row as JSON")
 	return imp
 }
@@ -566,7 +579,7 @@ func (c *crLines) Read(p []byte) (int, error) {
 // make sense of, or too large to send, are rejected here with their line;
 // all others go to the server, which reports its own rejections by row
 // number.
-func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error) (*csvResult, error) {
+func readCSV(in io.Reader, segments []string, multiline bool, send func([]*pb.ContactRow) error) (*csvResult, error) {
 	r := csv.NewReader(newCRLines(in))
 	r.FieldsPerRecord = -1
 	r.ReuseRecord = true
@@ -601,7 +614,7 @@ func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error)
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
-				res.rejected = append(res.rejected, fmt.Sprintf("line %d: %v", pe.StartLine, pe.Err))
+				res.rejected = append(res.rejected, parseRejection(pe))
 				continue
 			}
 			return nil, err
@@ -609,6 +622,11 @@ func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error)
 		// Only after a successful read: after a parse error in the first
 		// field there is no field position, and FieldPos panics.
 		line, _ := r.FieldPos(0)
+		if n := recordLines(rec); n > 1 && !multiline {
+			res.rejected = append(res.rejected, fmt.Sprintf("line %d: a quoted field runs over %d lines (to line %d), so lines %d–%d were read as this one row and none of them was imported; if a quote is unbalanced, fix it; if a value really holds line breaks, import with --multiline",
+				line, n, line+n-1, line, line+n-1))
+			continue
+		}
 		if !allValidUTF8(rec) {
 			// gRPC cannot carry it: one such row would fail the whole stream.
 			res.rejected = append(res.rejected, fmt.Sprintf("line %d: not valid UTF-8 (save the file as UTF-8)", line))
@@ -643,6 +661,29 @@ func readCSV(in io.Reader, segments []string, send func([]*pb.ContactRow) error)
 		return nil, err
 	}
 	return res, nil
+}
+
+// parseRejection says why a record could not be read. A quote that is
+// never closed makes the reader take everything after it, to the end of
+// the file, as one field: say which lines that was, or the summary reads
+// as if the file ended there.
+func parseRejection(pe *csv.ParseError) string {
+	if pe.Line > pe.StartLine {
+		return fmt.Sprintf("line %d: %v: lines %d–%d were read as one row, so none of them was imported; a quote opened there is never closed (fix it and import the file again)",
+			pe.StartLine, pe.Err, pe.StartLine, pe.Line)
+	}
+	return fmt.Sprintf("line %d: %v", pe.StartLine, pe.Err)
+}
+
+// recordLines is how many lines of the file a record read: one plus the
+// line breaks inside its quoted fields (CR and CRLF arrive as LF:
+// newCRLines).
+func recordLines(rec []string) int {
+	n := 1
+	for _, f := range rec {
+		n += strings.Count(f, "\n")
+	}
+	return n
 }
 
 func plural(n int64, one, many string) string {

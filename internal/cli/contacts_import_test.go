@@ -111,7 +111,7 @@ func TestReadCSVLineEndings(t *testing.T) {
 	} {
 		for how, reader := range readers {
 			var got sent
-			res, err := readCSV(reader(tc.src), nil, func(rows []*pb.ContactRow) error {
+			res, err := readCSV(reader(tc.src), nil, true, func(rows []*pb.ContactRow) error {
 				for _, r := range rows {
 					got.rows = append(got.rows, r.GetEmail()+"|"+r.GetName()+"|"+r.GetAttributes()["city"])
 				}
@@ -156,7 +156,7 @@ func wideCSV(rows, attrs int) string {
 func TestReadCSVChunksByBytes(t *testing.T) {
 	t.Parallel()
 	var sizes, counts []int
-	res, err := readCSV(strings.NewReader(wideCSV(40, 62)), nil, func(rows []*pb.ContactRow) error {
+	res, err := readCSV(strings.NewReader(wideCSV(40, 62)), nil, false, func(rows []*pb.ContactRow) error {
 		sizes = append(sizes, proto.Size(&pb.ImportContactsRequest{Rows: rows}))
 		counts = append(counts, len(rows))
 		return nil

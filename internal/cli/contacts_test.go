@@ -25,13 +25,14 @@ import (
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
-// collect runs readCSV over src and returns every row sent. Each chunk must
-// be a message gRPC can marshal, as the real stream requires.
+// collect runs readCSV over src, with --multiline, and returns every row
+// sent. Each chunk must be a message gRPC can marshal, as the real stream
+// requires.
 func collect(t *testing.T, src string, segments ...string) (*csvResult, []*pb.ContactRow, []int, error) {
 	t.Helper()
 	var rows []*pb.ContactRow
 	var chunks []int
-	res, err := readCSV(strings.NewReader(src), segments, func(chunk []*pb.ContactRow) error {
+	res, err := readCSV(strings.NewReader(src), segments, true, func(chunk []*pb.ContactRow) error {
 		if _, err := proto.Marshal(&pb.ImportContactsRequest{Rows: chunk}); err != nil {
 			t.Errorf("chunk of %d rows cannot be sent: %v", len(chunk), err)
 		}
@@ -269,7 +270,7 @@ func TestContactsImportCommand(t *testing.T) {
 		"  line 5: " + `extraneous or missing " in quoted-field` + "\n" +
 		"  line 6: 2 columns, the header has 3\n" +
 		"  line 7: ANN@example.org: duplicate of line 2\n" +
-		"  line 8: dan@example.org: invalid name: contains a line break (CR or LF) at byte 3; header values must be a single line\n" +
+		"  line 8: a quoted field runs over 2 lines (to line 9), so lines 8–9 were read as this one row and none of them was imported; if a quote is unbalanced, fix it; if a value really holds line breaks, import with --multiline\n" +
 		"  line 11: not valid UTF-8 (save the file as UTF-8)\n"
 	if out != want {
 		t.Errorf("output:\n%s\nwant:\n%s", out, want)
@@ -378,5 +379,86 @@ func TestBroadcastsCreateCommandErrors(t *testing.T) {
 	_, err = rangecast(t, "", base...)
 	if err == nil || !strings.Contains(err.Error(), `"html"`) {
 		t.Errorf("no --html flag: %v, want cobra's required-flag error naming html", err)
+	}
+}
+
+// TestImportUnbalancedQuote: a quote that is opened and never closed, or
+// closed many lines later, made the reader take the rows after it as one
+// field. Unclosed, the summary said "the other 99 rows were imported" of a
+// 10,000-row file, as if the file ended there; closed 20 lines on, the 19
+// rows in between became one contact's attribute, and the import
+// succeeded. Both are refused, naming the lines lost, and --multiline
+// accepts a value that really holds line breaks.
+func TestImportUnbalancedQuote(t *testing.T) {
+	t.Parallel()
+	addr, st := testServer(t)
+	var unclosed, swallowed strings.Builder
+	unclosed.WriteString("email,name\n")
+	swallowed.WriteString("email,name,note\n")
+	for i := 1; i <= 300; i++ {
+		switch i {
+		case 100:
+			fmt.Fprintf(&unclosed, "\"uq%d@example.org,Unclosed\n", i)
+			fmt.Fprintf(&swallowed, "sw%d@example.org,S %d,\"opened\n", i, i)
+		case 120:
+			fmt.Fprintf(&unclosed, "uq%d@example.org,U %d\n", i, i)
+			fmt.Fprintf(&swallowed, "sw%d@example.org,S %d,closed\"\n", i, i)
+		default:
+			fmt.Fprintf(&unclosed, "uq%d@example.org,U %d\n", i, i)
+			fmt.Fprintf(&swallowed, "sw%d@example.org,S %d,n\n", i, i)
+		}
+	}
+	out, err := rangecast(t, unclosed.String(), "--addr", addr, "contacts", "import", "-")
+	if rej := (errRejected{}); !errors.As(err, &rej) || rej.imported != 99 {
+		t.Fatalf("unclosed quote: error %v, want rows rejected and 99 imported\n%s", err, out)
+	}
+	if !strings.Contains(out, "line 101: ") || !strings.Contains(out, "lines 101–301 were read as one row, so none of them was imported; a quote opened there is never closed") {
+		t.Errorf("unclosed quote: the output does not say which lines were lost:\n%s", out)
+	}
+
+	out, err = rangecast(t, swallowed.String(), "--addr", addr, "contacts", "import", "-")
+	if rej := (errRejected{}); !errors.As(err, &rej) || rej.rejected != 1 || rej.imported != 279 {
+		t.Fatalf("quote closed 20 lines on: error %v, want 1 rejected, 279 imported\n%s", err, out)
+	}
+	if !strings.Contains(out, "line 101: a quoted field runs over 21 lines (to line 121), so lines 101–121 were read as this one row") ||
+		!strings.Contains(out, "--multiline") {
+		t.Errorf("quote closed 20 lines on: the output does not name the lines and the flag:\n%s", out)
+	}
+	if _, err := st.ContactByEmail(context.Background(), "sw100@example.org"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the row that swallowed the next 20 was stored: %v", err)
+	}
+
+	// With --multiline, a value with a line break is a value.
+	out, err = rangecast(t, "email,name,address\nml@example.org,Ml,\"1 Main St\nSpringfield\"\n", "--addr", addr, "contacts", "import", "--multiline", "-")
+	if err != nil {
+		t.Fatalf("--multiline: %v\n%s", err, out)
+	}
+	if c, err := st.ContactByEmail(context.Background(), "ml@example.org"); err != nil || c.Attributes["address"] != "1 Main St\nSpringfield" {
+		t.Errorf("--multiline: stored %+v, %v", c, err)
+	}
+}
+
+// TestImportSegmentTakenLiterally: --segment names one segment as written,
+// commas included (a slice flag made 'a,b' two segments), and a name the
+// coordinator would refuse on every row is refused once, before anything
+// is imported.
+func TestImportSegmentTakenLiterally(t *testing.T) {
+	t.Parallel()
+	addr, st := testServer(t)
+	csv := "email\nann@example.org\n"
+	if out, err := rangecast(t, csv, "--addr", addr, "contacts", "import", "--segment", "a,b", "--segment", "c", "-"); err != nil {
+		t.Fatalf("import: %v\n%s", err, out)
+	}
+	for name, want := range map[string]bool{"a,b": true, "c": true, "a": false, "b": false} {
+		_, err := st.SegmentID(context.Background(), name)
+		if got := err == nil; got != want {
+			t.Errorf("segment %q exists: %v, want %v (%v)", name, got, want, err)
+		}
+	}
+	for _, bad := range []string{"bad\nname", " lead", "", strings.Repeat("s", 300)} {
+		out, err := rangecast(t, csv, "--addr", addr, "contacts", "import", "--segment", bad, "-")
+		if err == nil || !strings.Contains(err.Error(), "--segment: ") || !strings.Contains(err.Error(), "nothing was imported") {
+			t.Errorf("--segment %q: %v\n%s; want it refused up front", bad, err, out)
+		}
 	}
 }
