@@ -324,6 +324,10 @@ func TestCompileRejects(t *testing.T) {
 		{"from no domain", func(tp *Template) { tp.FromAddress = "news@" }, "from_address", ""},
 		{"from ip literal", func(tp *Template) { tp.FromAddress = "news@[192.0.2.1]" }, "from_address", ""},
 		{"from CRLF", func(tp *Template) { tp.FromAddress = "news@example.com\r\nBcc: x@y" }, "from_address", "line break"},
+		// A relay without SMTPUTF8 refused the first message of such a
+		// broadcast, which halted it at send.
+		{"from non-ASCII local part", func(tp *Template) { tp.FromAddress = "nëws@example.com" }, "from_address", "non-ASCII local part"},
+		{"from IDN domain", func(tp *Template) { tp.FromAddress = "news@exämple.com" }, "from_address", "give it in its ASCII form, xn--exmple-cua.com"},
 		{"unknown field in subject", func(tp *Template) { tp.Subject = "Hi {{.Nmae}}" }, "subject", "unknown field .Nmae"},
 		{"unknown field in html", func(tp *Template) { tp.HTML = "<p>{{.Emial}}</p>" }, "html", "unknown field .Emial"},
 		{"unknown field in text", func(tp *Template) { tp.Text = "{{.Attrs.x}}" }, "text", "unknown field .Attrs"},
