@@ -20,6 +20,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -70,6 +72,30 @@ func (e errRejected) Error() string {
 		e.rejected, plural(e.rejected, "row was", "rows were"), e.imported, plural(e.imported, "row was", "rows were"))
 }
 
+// importStopped is an import whose stream ended before its result: the
+// coordinator stopped, or the connection dropped. Which of the rows sent
+// were stored is not known here (the coordinator stores them as they
+// arrive), but importing the file again is safe.
+type importStopped struct {
+	sent int
+	err  error
+}
+
+func (e importStopped) Error() string {
+	why := describe(e.err)
+	if st, ok := status.FromError(e.err); ok && st.Code() == codes.Unavailable && !api.AnsweredByCoordinator(st) {
+		// Mid-stream: the connection was up, so not describe's hints
+		// for one that never was (is it running, TLS).
+		why = "the connection to the coordinator was lost: " + st.Message()
+	}
+	return fmt.Sprintf("the import stopped before it finished (%s): up to %d rows sent may have been imported; import the file again once the coordinator answers (rows already imported are only updated)",
+		why, e.sent)
+}
+
+// importStopped has no Unwrap on purpose: its message describes the
+// stream's status already, and printError, given a wrapped status, would
+// describe that status again around it.
+
 func importCommand(c *client) *cobra.Command {
 	var segments []string
 	var asJSON, multiline bool
@@ -119,8 +145,19 @@ swallow the rows after it. The file is streamed, so millions of rows work.`,
 			if err != nil {
 				return err
 			}
+			sent := 0 // rows sent
 			res, err := readCSV(in, segments, multiline, func(rows []*pb.ContactRow) error {
-				return stream.Send(&pb.ImportContactsRequest{Rows: rows})
+				err := stream.Send(&pb.ImportContactsRequest{Rows: rows})
+				if errors.Is(err, io.EOF) {
+					// The stream ended on the coordinator's side; gRPC
+					// gives its status to the receive, not the send.
+					_, err = stream.CloseAndRecv()
+				}
+				if err != nil {
+					return importStopped{sent: sent, err: err}
+				}
+				sent += len(rows)
+				return nil
 			})
 			if err != nil {
 				stream.CloseSend() //nolint:errcheck
@@ -128,7 +165,7 @@ swallow the rows after it. The file is streamed, so millions of rows work.`,
 			}
 			resp, err := stream.CloseAndRecv()
 			if err != nil {
-				return err
+				return importStopped{sent: sent, err: err}
 			}
 			for _, e := range resp.GetErrors() {
 				res.rejected = append(res.rejected, fmt.Sprintf("line %d: %s: %s", res.line(e.GetRow()), shown(e.GetEmail()), shown(res.serverError(e.GetError()))))

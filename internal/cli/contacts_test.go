@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rangecast/rangecast/internal/api"
@@ -461,4 +464,87 @@ func TestImportSegmentTakenLiterally(t *testing.T) {
 			t.Errorf("--segment %q: %v\n%s; want it refused up front", bad, err, out)
 		}
 	}
+}
+
+// TestImportStoppedSaysWhatToDo: an import whose coordinator goes away
+// mid-stream printed only "error: EOF" (gRPC gives the stream's status to
+// the receive, not the send). It says the import stopped, how many rows
+// were sent, and that importing again is safe.
+func TestImportStoppedSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	printError(&b, importStopped{sent: 5000, err: status.Error(codes.Unavailable, "error reading from server: EOF")})
+	got := b.String()
+	for _, want := range []string{"error: the import stopped before it finished (the connection to the coordinator was lost: error reading from server: EOF)", "up to 5000 rows sent may have been imported", "import the file again"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("printed %q; want it to say %q", got, want)
+		}
+	}
+	if strings.Contains(got, "TLS") {
+		t.Errorf("printed %q: a hint for a connection that never was", got)
+	}
+}
+
+// TestImportStreamCutMidway: the coordinator stops while a file is being
+// imported; the command fails saying so (it printed "error: EOF").
+func TestImportStreamCutMidway(t *testing.T) {
+	t.Parallel()
+	st := testenv.Postgres(t)
+	_, js := testenv.NATS(t)
+	b, err := bus.Setup(context.Background(), js, bus.Options{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := coordinator.New(coordinator.Config{Store: st, Bus: b, Log: slog.New(slog.DiscardHandler)})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := api.NewGRPCServer(api.Config{Engine: c, Store: st, Log: slog.New(slog.DiscardHandler)})
+	go srv.Serve(lis) //nolint:errcheck
+	t.Cleanup(srv.Stop)
+
+	pr, pw := io.Pipe()
+	cmd := Rangecast()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetIn(pr)
+	cmd.SetArgs([]string{"--addr", lis.Addr().String(), "contacts", "import", "-"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	row := 0
+	write := func(n int) {
+		for range n {
+			row++
+			if _, err := fmt.Fprintf(pw, "cut%d@example.org\n", row); err != nil {
+				return // the command gave up reading
+			}
+		}
+	}
+	fmt.Fprintln(pw, "email")
+	write(6000) // more than a store batch (api importBatch), so some are stored
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := st.ContactByEmail(ctx, "cut1@example.org"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no row imported in 10 s")
+		}
+	}
+	srv.Stop()
+	go func() {
+		write(5000)
+		pw.Close()
+	}()
+	err = <-done
+	pr.Close() // the command stopped reading: unblock the writer
+	var b2 strings.Builder
+	printError(&b2, err)
+	if got := b2.String(); !strings.Contains(got, "the import stopped before it finished") || !strings.Contains(got, "import the file again") {
+		t.Errorf("printed %q; want it to say the import stopped and what to do", got)
+	}
+	t.Logf("printed: %s", b2.String())
 }
