@@ -83,6 +83,9 @@ func ValidateSegmentName(name string) error {
 	if strings.ContainsAny(name, "\r\n\x00") {
 		return fmt.Errorf("segment name %q contains a line break or NUL", name)
 	}
+	if err := message.CheckControl("segment name", name); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -420,6 +423,9 @@ func (api *AudienceAPI) SuppressContact(ctx context.Context, req *pb.SuppressCon
 	}
 	if n := utf8.RuneCountInString(reason); n > maxReasonLen {
 		return nil, invalid("reason is %d characters; at most %d are allowed", n, maxReasonLen)
+	}
+	if err := message.CheckControl("reason", reason); err != nil {
+		return nil, invalid("%v", err)
 	}
 	d, err := api.contact(ctx, req.GetId(), req.GetEmail())
 	if err != nil {

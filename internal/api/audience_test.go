@@ -428,6 +428,12 @@ func TestSegmentPreviewAgreesWithSend(t *testing.T) {
 		wantStatus(t, "preview unknown segment", err, codes.NotFound, `"nope"`)
 		_, err = ac.SuppressContact(ctx, &pb.SuppressContactRequest{Email: "m1@example.org"})
 		wantStatus(t, "suppress without reason", err, codes.InvalidArgument, "reason is required")
+		// Printed by contacts show: a line break or an escape in it
+		// rewrote the terminal (a fake "segments" line).
+		_, err = ac.SuppressContact(ctx, &pb.SuppressContactRequest{Email: "m1@example.org", Reason: "ok\nsegments    FAKE"})
+		wantStatus(t, "suppress reason with a line break", err, codes.InvalidArgument, "reason", "U+000A")
+		_, err = ac.CreateSegment(ctx, &pb.CreateSegmentRequest{Name: "club\x1b[2J"})
+		wantStatus(t, "segment name with an escape", err, codes.InvalidArgument, "U+001B")
 		_, err = ac.SuppressContact(ctx, &pb.SuppressContactRequest{Email: "nobody@example.org", Reason: "x"})
 		wantStatus(t, "suppress unknown", err, codes.NotFound, "nobody@example.org")
 		_, err = ac.UnsubscribeContact(ctx, &pb.UnsubscribeContactRequest{Email: "nobody@example.org"})

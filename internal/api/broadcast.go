@@ -1,9 +1,12 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 	"google.golang.org/grpc/codes"
@@ -17,6 +20,19 @@ import (
 
 // maxRequestID bounds client idempotency keys.
 const maxRequestID = 256
+
+// maxBroadcastName bounds a broadcast's name, which lists and reports
+// print in full (a 100 KB name was accepted).
+const maxBroadcastName = 256
+
+// validateBroadcastName is the rule for a broadcast's name, at create and
+// at update: one line, no control characters, at most maxBroadcastName.
+func validateBroadcastName(name string) error {
+	if n := utf8.RuneCountInString(name); n > maxBroadcastName {
+		return fmt.Errorf("name is %d characters; at most %d are allowed", n, maxBroadcastName)
+	}
+	return cmp.Or(message.ValidateHeaderValue("name", name), message.CheckControl("name", name))
+}
 
 // BroadcastAPI serves rangecast.v1.BroadcastService.
 type BroadcastAPI struct {
@@ -36,7 +52,7 @@ func (api *BroadcastAPI) CreateBroadcast(ctx context.Context, req *pb.CreateBroa
 	if req.GetName() == "" {
 		return nil, invalid("name is required")
 	}
-	if err := message.ValidateHeaderValue("name", req.GetName()); err != nil {
+	if err := validateBroadcastName(req.GetName()); err != nil {
 		return nil, invalid("%v", err)
 	}
 	if len(req.GetRequestId()) > maxRequestID {

@@ -470,7 +470,7 @@ func (api *BroadcastOpsAPI) UpdateBroadcast(ctx context.Context, req *pb.UpdateB
 	if d.Name == "" {
 		return nil, invalid("name cannot be empty")
 	}
-	if err := message.ValidateHeaderValue("name", d.Name); err != nil {
+	if err := validateBroadcastName(d.Name); err != nil {
 		return nil, invalid("%v", err)
 	}
 	if err := message.CheckBroadcast(message.Template(d.Content), d.NoUnsubscribeLink); err != nil {

@@ -145,6 +145,12 @@ func TestCreateBroadcastRejectsInvalidRequests(t *testing.T) {
 		{"negative throttle", with(func(r *pb.CreateBroadcastRequest) { r.ThrottlePerHour = -5 }), []string{"throttle_per_hour", "-5"}},
 		{"request_id too long", with(func(r *pb.CreateBroadcastRequest) { r.RequestId = strings.Repeat("r", 257) }), []string{"request_id", "257", "256"}},
 		{"unknown segment", with(func(r *pb.CreateBroadcastRequest) { r.Segment = "no-such-segment" }), []string{`segment "no-such-segment" does not exist`}},
+		// Control characters reach every mail client (subject, from name)
+		// or a terminal (name); a name is printed in full by list.
+		{"escape in subject", with(func(r *pb.CreateBroadcastRequest) { r.Content.Subject = "\x1b[31mHi" }), []string{"subject", "U+001B"}},
+		{"C1 control in from name", with(func(r *pb.CreateBroadcastRequest) { r.Content.FromName = "News\u0085" }), []string{"from_name", "U+0085"}},
+		{"bell in name", with(func(r *pb.CreateBroadcastRequest) { r.Name = "News\a" }), []string{"name", "U+0007"}},
+		{"name too long", with(func(r *pb.CreateBroadcastRequest) { r.Name = strings.Repeat("n", 257) }), []string{"name is 257 characters; at most 256"}},
 	}
 	for _, tc := range cases {
 		_, err := s.client.CreateBroadcast(ctx, tc.req)
@@ -162,6 +168,8 @@ func TestCreateBroadcastRejectsInvalidRequests(t *testing.T) {
 	ok := validRequest()
 	ok.Segment = "newsletter"
 	ok.RequestId = strings.Repeat("r", 256)
+	ok.Name = strings.Repeat("n", 255) + "é"
+	ok.Content.Subject = "Tab\tand emoji 🎉 {{.Name}}"
 	if _, err := s.client.CreateBroadcast(ctx, ok); err != nil {
 		t.Fatalf("valid request with a 256-character request_id: %v", err)
 	}

@@ -327,7 +327,7 @@ func printContact(w io.Writer, resp *pb.GetContactResponse) {
 	fmt.Fprintf(w, "id          %s\n", c.GetId())
 	fmt.Fprintf(w, "email       %s\n", shown(c.GetEmail()))
 	fmt.Fprintf(w, "name        %s\n", shown(c.GetName()))
-	fmt.Fprintf(w, "status      %s\n", eligibility(c))
+	fmt.Fprintf(w, "status      %s\n", shown(eligibility(c))) // a reason may come from a webhook
 	segments := strings.Join(c.GetSegments(), ", ")
 	if segments == "" {
 		segments = "-"

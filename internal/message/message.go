@@ -15,6 +15,7 @@ package message
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	htmltemplate "html/template"
@@ -589,6 +590,10 @@ func validateUnsubscribeURL(s string) error {
 func CheckBroadcast(t Template, noUnsubscribeLink bool) error {
 	c, err := Compile(t)
 	if err != nil {
+		return err
+	}
+	// After Compile, which says "line break" of a CR or LF.
+	if err := cmp.Or(CheckControl(fieldSubject, t.Subject), CheckControl(fieldFromName, t.FromName)); err != nil {
 		return err
 	}
 	if noUnsubscribeLink {

@@ -35,6 +35,22 @@ func ValidateHeaderValue(field, v string) error {
 	return nil
 }
 
+// CheckControl refuses a control character other than tab in text a
+// person gives once and others read: a broadcast's name, subject and from
+// name, a suppression's reason, a segment's name. Encoded into a header
+// such a character reaches every recipient's mail client; printed by the
+// CLI, an escape sequence or a line break rewrites the terminal (a reason
+// holding "\nsegments FAKE" printed a fake line in contacts show). Not for
+// every rendered header: a contact's data is checked at import.
+func CheckControl(field, v string) error {
+	for i, r := range v {
+		if r < 0x20 && r != '\t' || r >= 0x7f && r < 0xa0 {
+			return &ValidationError{Field: field, Reason: fmt.Sprintf("contains the control character %U at byte %d; remove it", r, i)}
+		}
+	}
+	return nil
+}
+
 // indexLineBreakOrNUL is strings.IndexAny(v, "\r\n\x00"), which builds
 // its byte set anew on every call: every header of every message passes
 // here.
