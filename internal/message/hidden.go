@@ -8,7 +8,7 @@ import (
 
 // withoutHidden returns src without the elements a reader cannot see: those
 // with the hidden attribute, or an inline style that hides them
-// (hiddenStyle). It reads inline styles only: a class a <style> sheet
+// (hiddenStyle), and links with nothing to click (emptyLink). It reads inline styles only: a class a <style> sheet
 // hides is not seen, so this catches the usual mistake (an unsubscribe
 // link inside a display:none block copied from another template, or a
 // preheader), not every way to hide text. It runs once per broadcast, on
@@ -36,16 +36,27 @@ func withoutHidden(src string) string {
 		}
 		tag := src[i+1 : end]
 		name := strings.ToLower(tagName(tag))
-		if name == "" || strings.HasSuffix(tag, "/") || voidElements[name] || !hiddenTag(tag) {
+		if name == "" || strings.HasSuffix(tag, "/") || voidElements[name] {
+			i = end + 1
+			continue
+		}
+		after := skipNested(src, end+1, name)
+		if !hiddenTag(tag) && (name != "a" || !emptyLink(src[end+1:after])) {
 			i = end + 1
 			continue
 		}
 		out.WriteString(src[kept:i])
-		i = skipNested(src, end+1, name)
-		kept = i
+		i, kept = after, after
 	}
 	out.WriteString(src[kept:])
 	return out.String()
+}
+
+// emptyLink reports whether a link's element (its content and end tag)
+// shows nothing to click: no text but white space, and no image. Its
+// target alone is in the derived text, not on the reader's screen.
+func emptyLink(inner string) bool {
+	return strings.TrimSpace(htmlToText(inner)) == "" && !strings.Contains(strings.ToLower(inner), "<img")
 }
 
 // voidElements have no content, so hiding one hides nothing that follows.

@@ -198,7 +198,11 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"opacity 0", `<p>Hi</p><p style="opacity:0">` + link + `</p>`, "", "html hidden"},
 		{"preheader idiom", `<div style="max-height:0;overflow:hidden">` + link + `</div><p>Hi</p>`, "", "html hidden"},
 		{"never closed", `<p>Hi</p><div style="display:none"><p>x` + link, "", "html hidden"},
+		{"empty link", `<p>Hi</p><a href="{{.UnsubscribeURL}}"></a>`, "", "html hidden"},
+		{"link of white space", `<p>Hi</p><a href="{{.UnsubscribeURL}}"> &nbsp; <span> </span></a>`, "", "html hidden"},
 		// Visible: hidden siblings, small but real sizes, other styles.
+		{"image link", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><img src="x.png" alt=""></a>`, "", ""},
+		{"link text in a span", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><span>Unsubscribe</span></a>`, "", ""},
 		{"hidden preheader before a visible link", `<div style="display:none">Preview text</div><p>Hi</p>` + link, "", ""},
 		{"hidden block closed before the link", `<div style="display:none"><div>a</div></div><div>` + link + `</div>`, "", ""},
 		{"font-size 0.8em", `<p style="font-size:0.8em;color:#999">` + link + `</p>`, "", ""},
