@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"strings"
+	"unicode/utf8"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -100,18 +101,39 @@ func ReplyGroup(reply, email string) string {
 	if email == "" {
 		return reply
 	}
-	lower, le := strings.ToLower(reply), strings.ToLower(email)
 	var b strings.Builder
-	for {
-		i := strings.Index(lower, le)
-		if i < 0 {
-			b.WriteString(reply)
-			return b.String()
+	for i := 0; i < len(reply); {
+		if n := foldPrefix(reply[i:], email); n > 0 {
+			b.WriteString("<address>")
+			i += n
+			continue
 		}
-		b.WriteString(reply[:i])
-		b.WriteString("<address>")
-		reply, lower = reply[i+len(le):], lower[i+len(le):]
+		_, size := utf8.DecodeRuneInString(reply[i:])
+		b.WriteString(reply[i : i+size])
+		i += size
 	}
+	return b.String()
+}
+
+// foldPrefix is how many bytes of s make t, rune by rune without case
+// (strings.EqualFold's rule), or 0 when s does not start with t. Matching
+// the reply as it is, not lowercased copies: lowercasing changes some
+// letters' length (İ), and offsets found in the copy cut the reply
+// elsewhere ("<address>g").
+func foldPrefix(s, t string) int {
+	n := 0
+	for t != "" {
+		if s == "" {
+			return 0
+		}
+		r1, n1 := utf8.DecodeRuneInString(s)
+		r2, n2 := utf8.DecodeRuneInString(t)
+		if r1 != r2 && !strings.EqualFold(s[:n1], t[:n2]) {
+			return 0
+		}
+		s, t, n = s[n1:], t[n2:], n+n1
+	}
+	return n
 }
 
 // FailureTally groups failed rows by ReplyGroup as a store reads them, one
