@@ -147,6 +147,7 @@ const (
 	OpenRowScansSQL = openRowScans
 	ClaimOwnersSQL  = claimOwners
 	PendingSQL      = pendingQuery
+	DoubtsSQL       = doubtsQuery
 )
 
 // MarkRunning moves a draft straight to running, as AcceptBroadcast would
