@@ -4,8 +4,8 @@ import (
 	"context"
 	"sort"
 	"strings"
-	"unicode/utf8"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 )
