@@ -186,6 +186,14 @@ func TestReadCSVInvalidUTF8(t *testing.T) {
 // is not started.
 func testServer(t *testing.T) (string, store.Store) {
 	t.Helper()
+	addr, st, _ := stoppableServer(t)
+	return addr, st
+}
+
+// stoppableServer is testServer with a function that stops it, for a test
+// that takes the coordinator away mid-command.
+func stoppableServer(t *testing.T) (string, store.Store, func()) {
+	t.Helper()
 	st := testenv.Postgres(t)
 	_, js := testenv.NATS(t)
 	b, err := bus.Setup(context.Background(), js, bus.Options{Memory: true})
@@ -200,7 +208,7 @@ func testServer(t *testing.T) (string, store.Store) {
 	srv := api.NewGRPCServer(api.Config{Engine: c, Store: st, Log: slog.New(slog.DiscardHandler)})
 	go srv.Serve(lis) //nolint:errcheck
 	t.Cleanup(srv.Stop)
-	return lis.Addr().String(), st
+	return lis.Addr().String(), st, srv.Stop
 }
 
 // rangecast runs the real command line with args and returns what it
@@ -489,20 +497,7 @@ func TestImportStoppedSaysWhatToDo(t *testing.T) {
 // imported; the command fails saying so (it printed "error: EOF").
 func TestImportStreamCutMidway(t *testing.T) {
 	t.Parallel()
-	st := testenv.Postgres(t)
-	_, js := testenv.NATS(t)
-	b, err := bus.Setup(context.Background(), js, bus.Options{Memory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := coordinator.New(coordinator.Config{Store: st, Bus: b, Log: slog.New(slog.DiscardHandler)})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := api.NewGRPCServer(api.Config{Engine: c, Store: st, Log: slog.New(slog.DiscardHandler)})
-	go srv.Serve(lis) //nolint:errcheck
-	t.Cleanup(srv.Stop)
+	addr, st, stop := stoppableServer(t)
 
 	pr, pw := io.Pipe()
 	cmd := Rangecast()
@@ -510,7 +505,7 @@ func TestImportStreamCutMidway(t *testing.T) {
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
 	cmd.SetIn(pr)
-	cmd.SetArgs([]string{"--addr", lis.Addr().String(), "contacts", "import", "-"})
+	cmd.SetArgs([]string{"--addr", addr, "contacts", "import", "-"})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
@@ -534,12 +529,12 @@ func TestImportStreamCutMidway(t *testing.T) {
 			t.Fatal("no row imported in 10 s")
 		}
 	}
-	srv.Stop()
+	stop()
 	go func() {
 		write(5000)
 		pw.Close()
 	}()
-	err = <-done
+	err := <-done
 	pr.Close() // the command stopped reading: unblock the writer
 	var b2 strings.Builder
 	printError(&b2, err)
