@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/rangecast/rangecast/internal/gcpolicy"
 	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/maintenance"
+	"github.com/rangecast/rangecast/internal/redact"
 	"github.com/rangecast/rangecast/internal/server"
 	"github.com/rangecast/rangecast/internal/store/postgres"
 	"github.com/rangecast/rangecast/internal/version"
@@ -203,6 +205,25 @@ func (s *stackFlags) register(cmd *cobra.Command, level string) {
 	f.StringVar(&s.format, "log-format", "text", "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")
 }
 
+// devSchema is the schema rangecast dev --postgres works in: the URL's
+// search_path when it names one (how a second dev stack on one database
+// gets a schema of its own, as its refusal says), else rangecast_dev. It
+// was always rangecast_dev, whatever the URL said.
+func devSchema(dbURL string) (string, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", fmt.Errorf("--postgres: %w", redact.Error(err))
+	}
+	sp := u.Query().Get("search_path")
+	if sp == "" {
+		return "rangecast_dev", nil
+	}
+	if !postgres.SchemaName(sp) {
+		return "", fmt.Errorf("--postgres: search_path %q: give one schema name of lowercase letters, digits and _ (rangecast dev creates it)", sp)
+	}
+	return sp, nil
+}
+
 func devCommand() *cobra.Command {
 	var s stackFlags
 	cmd := &cobra.Command{
@@ -219,11 +240,15 @@ func devCommand() *cobra.Command {
 			applyGCPolicy(log) // it runs page workers too
 			where := "SQLite"
 			if s.postgres != "" {
-				url, err := postgres.WithSchema(ctx, s.postgres, "rangecast_dev")
+				schema, err := devSchema(s.postgres)
 				if err != nil {
 					return err
 				}
-				s.o.DatabaseURL, where = url, "Postgres schema rangecast_dev"
+				url, err := postgres.WithSchema(ctx, s.postgres, schema)
+				if err != nil {
+					return err
+				}
+				s.o.DatabaseURL, where = url, "Postgres schema "+schema
 			}
 			s.o.DKIMKeys = append(s.o.DKIMKeys, server.DKIMKeysFromEnv()...)
 			st, err := server.StartStack(ctx, s.o)

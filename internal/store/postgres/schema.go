@@ -11,6 +11,9 @@ import (
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
+// SchemaName reports whether s is a schema name WithSchema takes.
+func SchemaName(s string) bool { return schemaName.MatchString(s) }
+
 // WithSchema creates schema (if missing) on the server at dbURL and returns a
 // URL whose connections use it, so a dev or demo install keeps to itself.
 func WithSchema(ctx context.Context, dbURL, schema string) (string, error) {
