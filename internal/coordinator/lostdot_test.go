@@ -22,8 +22,11 @@ import (
 type eatingRelay struct {
 	ln  net.Listener
 	eat atomic.Bool
-	mu  sync.Mutex
-	got map[string]int // messages taken, by recipient
+	// every, when set, eats only every nth message (eat unset).
+	every atomic.Int64
+	n     atomic.Int64
+	mu    sync.Mutex
+	got   map[string]int // messages taken, by recipient
 }
 
 func startEatingRelay(t *testing.T) *eatingRelay {
@@ -93,7 +96,7 @@ func (r *eatingRelay) serve(c net.Conn) {
 			r.mu.Lock()
 			r.got[strings.ToLower(rcpt)]++
 			r.mu.Unlock()
-			if r.eat.Load() {
+			if r.eat.Load() || r.every.Load() > 0 && r.n.Add(1)%r.every.Load() == 0 {
 				return // the message is taken; the reply never comes
 			}
 			say("250 queued")
@@ -176,5 +179,38 @@ func TestRelayThatLosesEveryMessageHalts(t *testing.T) {
 	}
 	if unknown != taken {
 		t.Errorf("%d rows unknown, want the %d messages lost after the dot", unknown, taken)
+	}
+}
+
+// TestRelayThatLosesAShareHalts: a relay that confirms most messages but
+// drops the connection after the final dot of one in five is halted too
+// (it turned a fifth of the audience into unknowns and completed); one
+// that loses one in a hundred is not: its losses stay a connection's bad
+// luck, each recorded unknown.
+func TestRelayThatLosesAShareHalts(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		every int64
+		halts bool
+	}{{5, true}, {100, false}} {
+		relay := startEatingRelay(t)
+		relay.eat.Store(false)
+		relay.every.Store(c.every)
+		s := newStack(t, stackOptions{workers: 1, concurrency: 8, pageLimit: 40, smtpURL: relay.url()})
+		s.seed(1500)
+		id := s.create("", 0)
+		s.start(id)
+		want := pb.BroadcastState_BROADCAST_STATE_COMPLETED
+		if c.halts {
+			want = pb.BroadcastState_BROADCAST_STATE_PAUSED
+		}
+		b := s.waitState(id, want, time.Minute)
+		if c.halts && !strings.Contains(b.GetReason(), "after the final dot") {
+			t.Errorf("one in %d lost: paused with reason %q; want the relay's losses named", c.every, b.GetReason())
+		}
+		if _, most := relay.taken(); most > 1 {
+			t.Fatalf("one in %d lost: a recipient was sent %d copies", c.every, most)
+		}
+		t.Logf("one in %d lost: %s: %s", c.every, b.GetState(), b.GetReason())
 	}
 }
