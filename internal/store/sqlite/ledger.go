@@ -38,13 +38,15 @@ ON CONFLICT (provider, event_id) DO NOTHING`
 	// applyEvent is the rank guard: ?4 is the rank the new status reaches.
 	// Any report from the provider proves the message went out: accepted.
 	// A row in doubt
-	// (store.InDoubtResent, or reopened unknown) that no second attempt
-	// has reached yet (deferred, unknown, failed) was sent once, and the
-	// report says that once arrived: the doubt is settled. Accepted, or
-	// claimed (the second attempt in flight), there may be two copies.
+	// (store.InDoubtResent, or reopened unknown) whose one attempt is
+	// the one in doubt (deferred or unknown, attempt 1) was sent once,
+	// and the report says that once arrived: the doubt is settled.
+	// Accepted, claimed (the second attempt in flight) or past a second
+	// attempt (itself in doubt: the report, by Message-ID, cannot say
+	// which attempt arrived), there may be two copies.
 	applyEvent = `
 UPDATE broadcast_sends SET status = ?5, error = CASE WHEN ?6 = '' THEN error WHEN email LIKE ` + erasedLike + ` THEN ` + withheldReply + ` ELSE ?6 END, updated_at = ?7, accepted = 1,
-    in_doubt = in_doubt AND (accepted OR status = 'claimed')
+    in_doubt = in_doubt AND (accepted OR status = 'claimed' OR attempt > 1)
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND ` + sameMessageID + ` AND ` + rankOf + ` < ?4
 RETURNING status`
 

@@ -75,6 +75,30 @@ func testLateReportSettlesDoubt(f *fixture) {
 	if c := f.counts(b); c != (store.Counts{Sent: 2, SentAgainInDoubt: 1}) {
 		f.t.Errorf("Counts = %+v; want 2 sent, 1 of them sent again in doubt (the one reported while its second attempt was in flight)", c)
 	}
+
+	// A second attempt itself in doubt (released again, or recorded
+	// unknown): a report cannot say which attempt arrived, so both may
+	// have, and the rows stay counted (found by review).
+	more := f.subscribers("late report twice", 2)
+	f.claim(b, more, at(4))
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{
+		{ContactID: more[0], Status: store.SendDeferred, RetryAt: at(5), Error: store.InDoubtResent},
+		{ContactID: more[1], Status: store.SendDeferred, RetryAt: at(5), Error: store.InDoubtResent},
+	}, at(4)), "release")
+	due, err = f.s.ClaimDue(f.ctx, b, "w3/1", at(6), 10)
+	f.must(err, "ClaimDue")
+	if len(due) != 2 {
+		f.t.Fatalf("ClaimDue = %v; want both rows released again", dueIDs(due))
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w3/1", []store.Outcome{
+		{ContactID: more[0], Status: store.SendDeferred, RetryAt: at(7), Error: store.InDoubtResent},
+		{ContactID: more[1], Status: store.SendUnknown, Error: "in doubt: smtp data: connection lost after the final dot"},
+	}, at(6)), "second attempts in doubt")
+	f.event(b, more[0], store.EventDelivered, "")
+	f.event(b, more[1], store.EventDelivered, "")
+	if c := f.counts(b); c != (store.Counts{Sent: 4, SentAgainInDoubt: 3}) {
+		f.t.Errorf("Counts = %+v; want 4 sent, 3 of them sent again in doubt (both attempts of two rows may have arrived)", c)
+	}
 }
 
 // Deferred rows come due only while the broadcast runs: a sweep that
