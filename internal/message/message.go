@@ -459,13 +459,7 @@ func parseFromAddress(s string) (addr, domain string, err error) {
 	}
 	at := strings.LastIndexByte(a.Address, '@')
 	domain = strings.ToLower(a.Address[at+1:])
-	// The envelope sender and From of every message: a non-ASCII local
-	// part needs SMTPUTF8 of every server on the way, and a relay without
-	// it refused the broadcast's first message, which halted the whole
-	// broadcast at send. Refused here, where the sender can change it.
-	if ascii, utf8Local, err := address.ASCIIDomain(a.Address); err == nil && utf8Local {
-		return "", "", &ValidationError{Field: fieldFromAddress, Reason: fmt.Sprintf("%q has a non-ASCII local part, which an SMTP server without SMTPUTF8 refuses for every message; give an ASCII sending address", s)}
-	} else if err == nil && ascii != a.Address && !isHostname(domain) {
+	if ascii, _, err := address.ASCIIDomain(a.Address); err == nil && ascii != a.Address && !isHostname(domain) {
 		return "", "", &ValidationError{Field: fieldFromAddress, Reason: fmt.Sprintf("domain %q is internationalized; give it in its ASCII form, %s (what DNS and DKIM know it by)", domain, ascii[strings.LastIndexByte(ascii, '@')+1:])}
 	}
 	if !isHostname(domain) {
@@ -591,6 +585,16 @@ func CheckBroadcast(t Template, noUnsubscribeLink bool) error {
 	c, err := Compile(t)
 	if err != nil {
 		return err
+	}
+	// The envelope sender and From of every message: a non-ASCII local
+	// part needs SMTPUTF8 of every server on the way, and a relay without
+	// it refused the broadcast's first message, which halted the whole
+	// broadcast at send. Refused at create and update, where the sender
+	// can change it; not in Compile, which workers run on broadcasts made
+	// before this rule (and transactional mail, whose relay may offer
+	// SMTPUTF8).
+	if _, utf8Local, err := address.ASCIIDomain(t.FromAddress); err == nil && utf8Local {
+		return &ValidationError{Field: fieldFromAddress, Reason: fmt.Sprintf("%q has a non-ASCII local part, which an SMTP server without SMTPUTF8 refuses for every message; give an ASCII sending address", t.FromAddress)}
 	}
 	// After Compile, which says "line break" of a CR or LF.
 	if err := cmp.Or(CheckControl(fieldSubject, t.Subject), CheckControl(fieldFromName, t.FromName)); err != nil {
