@@ -81,6 +81,20 @@ type importStopped struct {
 	err  error
 }
 
+// stopped is err, as importStopped when it says the stream was cut (the
+// coordinator went away, the connection dropped, the deadline passed):
+// an error the coordinator answered (a bad token, a refused request, its
+// own account of a failed import) is its own message.
+func stopped(sent int, err error) error {
+	if st, ok := status.FromError(err); ok && !api.AnsweredByCoordinator(st) {
+		switch st.Code() {
+		case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Aborted:
+			return importStopped{sent: sent, err: err}
+		}
+	}
+	return err
+}
+
 func (e importStopped) Error() string {
 	why := describe(e.err)
 	if st, ok := status.FromError(e.err); ok && st.Code() == codes.Unavailable && !api.AnsweredByCoordinator(st) {
@@ -154,7 +168,7 @@ swallow the rows after it. The file is streamed, so millions of rows work.`,
 					_, err = stream.CloseAndRecv()
 				}
 				if err != nil {
-					return importStopped{sent: sent, err: err}
+					return stopped(sent, err)
 				}
 				sent += len(rows)
 				return nil
@@ -165,7 +179,7 @@ swallow the rows after it. The file is streamed, so millions of rows work.`,
 			}
 			resp, err := stream.CloseAndRecv()
 			if err != nil {
-				return importStopped{sent: sent, err: err}
+				return stopped(sent, err)
 			}
 			for _, e := range resp.GetErrors() {
 				res.rejected = append(res.rejected, fmt.Sprintf("line %d: %s: %s", res.line(e.GetRow()), shown(e.GetEmail()), shown(res.serverError(e.GetError()))))

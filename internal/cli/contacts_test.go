@@ -491,6 +491,17 @@ func TestImportStoppedSaysWhatToDo(t *testing.T) {
 	if strings.Contains(got, "TLS") {
 		t.Errorf("printed %q: a hint for a connection that never was", got)
 	}
+	// What the coordinator answered is its own message (found by review:
+	// a bad token said "import the file again once the coordinator
+	// answers").
+	for _, err := range []error{
+		status.Error(codes.Unauthenticated, "invalid bearer token"),
+		status.Error(codes.InvalidArgument, "a row is too large"),
+	} {
+		if got := stopped(3, err); got != err {
+			t.Errorf("stopped(%v) = %v; want the coordinator's answer as it is", err, got)
+		}
+	}
 }
 
 // TestImportStreamCutMidway: the coordinator stops while a file is being
