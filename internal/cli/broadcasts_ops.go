@@ -448,7 +448,8 @@ func reportCommand(c *client) *cobra.Command {
 			fmt.Fprintf(tw, "  clicked\t%d\n", r.GetClicked())
 			fmt.Fprintf(tw, "  unsubscribed\t%d\n", r.GetUnsubscribed())
 			fmt.Fprintf(tw, "  refused at send (address gone)\t%d\n", r.GetRefusedAtSend())
-			fmt.Fprintf(tw, "  bounced\t%d\t%s of tried, with those refused at send; %s\n", r.GetBounced(), shareOf(r.GetBounceRate(), r.GetAccepted()+r.GetRefusedAtSend()), alarmWord(r.GetBounceAlarm(), r.GetAlarmMinSample()))
+			fmt.Fprintf(tw, "  bounced after acceptance\t%d\n", r.GetBounced())
+			fmt.Fprintf(tw, "  hard bounces, both\t%d\t%s of tried; %s\n", r.GetBounced()+r.GetRefusedAtSend(), shareOf(r.GetBounceRate(), r.GetAccepted()+r.GetRefusedAtSend()), alarmWord(r.GetBounceAlarm(), r.GetAlarmMinSample()))
 			fmt.Fprintf(tw, "  complained\t%d\t%s of delivered; %s\n", r.GetComplained(), shareOf(r.GetComplaintRate(), r.GetDelivered()), alarmWord(r.GetComplaintAlarm(), r.GetAlarmMinSample()))
 			fmt.Fprintln(tw, "webhook events (contacts, as kept)\t")
 			for _, e := range r.GetEvents() {

@@ -368,7 +368,7 @@ func TestBroadcastOpsCommands(t *testing.T) {
 			}
 		}
 		out = strings.Join(strings.Fields(s.must("broadcasts", "report", id)), " ")
-		for _, want := range []string{"accepted by the SMTP server 12", "bounced", "8.33% of tried", "refused at send (address gone) 0", "complained", "alarm at 2.00% once 1000 are counted", "opened (or clicked)"} {
+		for _, want := range []string{"accepted by the SMTP server 12", "bounced after acceptance 1", "hard bounces, both 1 8.33% of tried", "refused at send (address gone) 0", "complained", "alarm at 2.00% once 1000 are counted", "opened (or clicked)"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("report lacks %q:\n%s", want, out)
 			}
