@@ -41,9 +41,13 @@ func TestUnsubscribeSurvivesDeadlock(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.UnsubscribeContact(ctx, c, b.ID, t0.Add(time.Minute)) }()
 	// Wait until the unsubscribe, holding the contact, waits for the row.
+	deadline := time.Now().Add(10 * time.Second)
 	for waiting := 0; waiting == 0; {
 		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting); err != nil {
 			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the unsubscribe did not wait for the row in 10 s")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -63,5 +67,72 @@ func TestUnsubscribeSurvivesDeadlock(t *testing.T) {
 	}
 	if d, err := s.GetContact(ctx, c); err != nil || d.Subscribed {
 		t.Errorf("contact = %+v, %v; want unsubscribed", d, err)
+	}
+}
+
+// TestEventSurvivesDeadlock: a provider's unsubscribe event locks its
+// ledger row, then the contact; a transaction that holds the contact and
+// then wants the row closes a cycle. Postgres aborts the event's
+// transaction (it waited first), which runs again once the other side
+// commits: the event is stored once and applied, instead of answered 500.
+func TestEventSurvivesDeadlock(t *testing.T) {
+	t.Parallel()
+	s, b, ids := windowSetup(t, 1)
+	ctx := t.Context()
+	c := ids[0]
+	mid := b.ID.String() + "." + c.String() + "@example.org" // what store.ParseMessageID reads
+	claims := []store.Claim{{ContactID: c, Email: "w0@example.org", MessageID: "<" + mid + ">"}}
+	if got, err := s.Claim(ctx, b.ID, "w1/1", claims, t0); err != nil || len(got) != 1 {
+		t.Fatalf("Claim = %v, %v", got, err)
+	}
+	if err := s.RecordOutcomes(ctx, b.ID, "w1/1", sentOutcomes(ids), t0); err != nil {
+		t.Fatal(err)
+	}
+
+	other, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx) //nolint:errcheck
+	var pid int32
+	if err := other.QueryRow(ctx, `SELECT pg_backend_pid(), set_config('deadlock_timeout', '30s', true)`).Scan(&pid, new(string)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `UPDATE contacts SET updated_at = updated_at WHERE id = $1`, c); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.RecordEvent(ctx, store.DeliveryEvent{Provider: "test", EventID: "unsub-1", Type: store.EventUnsubscribed,
+			MessageID: mid, OccurredAt: t0}, t0.Add(time.Minute))
+		done <- err
+	}()
+	// Wait until the event, holding the row, waits for the contact.
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting := 0; waiting == 0; {
+		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("RecordEvent returned %v without waiting for the contact", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("RecordEvent did not wait for the contact in 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := other.Exec(ctx, `SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2 FOR UPDATE`, b.ID, c); err != nil {
+		t.Fatalf("the other side of the deadlock: %v", err)
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("RecordEvent = %v; want it retried after the deadlock", err)
+	}
+	if row, err := s.GetSend(ctx, b.ID, c); err != nil || row.Status != store.SendUnsubscribed {
+		t.Errorf("ledger row = %+v, %v; want unsubscribed", row, err)
 	}
 }
