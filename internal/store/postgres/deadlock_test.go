@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/store/postgres"
 )
 
 // TestUnsubscribeSurvivesDeadlock: an unsubscribe locks the contact and then
@@ -25,40 +26,13 @@ func TestUnsubscribeSurvivesDeadlock(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	other, err := s.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Rollback(ctx) //nolint:errcheck
-	var pid int32
-	// Its own deadlock check comes late, so the unsubscribe's comes first.
-	if err := other.QueryRow(ctx, `SELECT pg_backend_pid(), set_config('deadlock_timeout', '30s', true)`).Scan(&pid, new(string)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := other.Exec(ctx, `SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2 FOR UPDATE`, b.ID, c); err != nil {
-		t.Fatal(err)
-	}
+	lockRow := `SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2 FOR UPDATE`
+	lockContact := `UPDATE contacts SET updated_at = updated_at WHERE id = $1`
 	done := make(chan error, 1)
-	go func() { done <- s.UnsubscribeContact(ctx, c, b.ID, t0.Add(time.Minute)) }()
-	// Wait until the unsubscribe, holding the contact, waits for the row.
-	deadline := time.Now().Add(10 * time.Second)
-	for waiting := 0; waiting == 0; {
-		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the unsubscribe did not wait for the row in 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	// Now the other side wants the contact: a cycle. It waits while the
-	// unsubscribe is aborted, and gets the contact then.
-	if _, err := other.Exec(ctx, `UPDATE contacts SET updated_at = updated_at WHERE id = $1`, c); err != nil {
-		t.Fatalf("the other side of the deadlock: %v", err)
-	}
-	if err := other.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// The other side holds the row, then wants the contact.
+	closeCycle(t, s, done, []any{lockRow, b.ID, c}, []any{lockContact, c}, func() {
+		done <- s.UnsubscribeContact(ctx, c, b.ID, t0.Add(time.Minute))
+	})
 	if err := <-done; err != nil {
 		t.Fatalf("UnsubscribeContact = %v; want it retried after the deadlock", err)
 	}
@@ -89,6 +63,31 @@ func TestEventSurvivesDeadlock(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	lockRow := `SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2 FOR UPDATE`
+	lockContact := `UPDATE contacts SET updated_at = updated_at WHERE id = $1`
+	done := make(chan error, 1)
+	// The other side holds the contact, then wants the row.
+	closeCycle(t, s, done, []any{lockContact, c}, []any{lockRow, b.ID, c}, func() {
+		_, err := s.RecordEvent(ctx, store.DeliveryEvent{Provider: "test", EventID: "unsub-1", Type: store.EventUnsubscribed,
+			MessageID: mid, OccurredAt: t0}, t0.Add(time.Minute))
+		done <- err
+	})
+	if err := <-done; err != nil {
+		t.Fatalf("RecordEvent = %v; want it retried after the deadlock", err)
+	}
+	if row, err := s.GetSend(ctx, b.ID, c); err != nil || row.Status != store.SendUnsubscribed {
+		t.Errorf("ledger row = %+v, %v; want unsubscribed", row, err)
+	}
+}
+
+// closeCycle makes a deadlock with run, which sends its result to done: a
+// transaction takes first (SQL and arguments), then, once run waits for
+// it, asks for second, which run holds, and commits when it gets it. Its
+// own deadlock check comes late (deadlock_timeout 30 s), so run's comes
+// first and run is the transaction Postgres aborts.
+func closeCycle(t *testing.T, s *postgres.Store, done chan error, first, second []any, run func()) {
+	t.Helper()
+	ctx := t.Context()
 	other, err := s.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -98,16 +97,10 @@ func TestEventSurvivesDeadlock(t *testing.T) {
 	if err := other.QueryRow(ctx, `SELECT pg_backend_pid(), set_config('deadlock_timeout', '30s', true)`).Scan(&pid, new(string)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Exec(ctx, `UPDATE contacts SET updated_at = updated_at WHERE id = $1`, c); err != nil {
+	if _, err := other.Exec(ctx, first[0].(string), first[1:]...); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.RecordEvent(ctx, store.DeliveryEvent{Provider: "test", EventID: "unsub-1", Type: store.EventUnsubscribed,
-			MessageID: mid, OccurredAt: t0}, t0.Add(time.Minute))
-		done <- err
-	}()
-	// Wait until the event, holding the row, waits for the contact.
+	go run()
 	deadline := time.Now().Add(10 * time.Second)
 	for waiting := 0; waiting == 0; {
 		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting); err != nil {
@@ -115,24 +108,18 @@ func TestEventSurvivesDeadlock(t *testing.T) {
 		}
 		select {
 		case err := <-done:
-			t.Fatalf("RecordEvent returned %v without waiting for the contact", err)
+			t.Fatalf("returned %v without waiting for the other side", err)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("RecordEvent did not wait for the contact in 10 s")
+			t.Fatal("did not wait for the other side in 10 s")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := other.Exec(ctx, `SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2 FOR UPDATE`, b.ID, c); err != nil {
+	if _, err := other.Exec(ctx, second[0].(string), second[1:]...); err != nil {
 		t.Fatalf("the other side of the deadlock: %v", err)
 	}
 	if err := other.Commit(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("RecordEvent = %v; want it retried after the deadlock", err)
-	}
-	if row, err := s.GetSend(ctx, b.ID, c); err != nil || row.Status != store.SendUnsubscribed {
-		t.Errorf("ledger row = %+v, %v; want unsubscribed", row, err)
 	}
 }
