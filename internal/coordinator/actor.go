@@ -64,6 +64,11 @@ type actor struct {
 	// at most per lostPace (lostNext); see lostAfterDot.
 	lostRuns int
 	lostNext time.Time
+	// lostSample sums the messages sent and lost after the final dot over
+	// reports until it holds lostSampleSize attempts; lossySamples counts
+	// samples in a row that lost at least 1/lostShare (lostAfterDot).
+	lostSample   lostSample
+	lossySamples int
 	// moved: the report being applied moved a cursor (applyReport).
 	moved bool
 	// sweepSent: a sweep's report said it sent something (sentNobody).
@@ -471,30 +476,37 @@ const (
 
 // lostAfterDot halts the broadcast (paused, with the reason: a channel-wide
 // fault, for a person to look at) when the relay keeps taking messages
-// without confirming them: lossy pages, which lost at least minLost
-// messages after the final dot (each recorded unknown, maybe delivered,
-// never sent again) and at least 1/lostShare of what they tried, in
-// lostHalt paces with no page in between that sent without such losses. Without it such a relay (one that drops every
-// connection after the dot, or one slower than the SMTP timeout) turned a
-// whole audience into unknowns, a 600-contact broadcast completing with
-// every message unknown and an empty reason. A relay restart loses the
-// messages in flight at that moment, within one pace, and then refuses
-// connections or accepts again: counted once, it does not halt.
-//
-// Pages that sent some and lost a share of their attempts (lostShare) count
-// as well: a relay that drops a fifth of its messages after the dot still
-// accepts the rest, and turned a fifth of a 2,000-contact audience into
-// unknowns without a halt (found by a tester). A relay restart loses at
-// most the windows in flight, a small share of a page.
+// without confirming them (each recorded unknown, maybe delivered, never
+// sent again), in either of two ways:
+//   - pages that sent nothing and lost at least minLost messages after the
+//     final dot, in lostHalt paces with nothing accepted anywhere in
+//     between. Without it such a relay (one that drops every connection
+//     after the dot, or one slower than the SMTP timeout) turned a whole
+//     audience into unknowns, a 600-contact broadcast completing with
+//     every message unknown and an empty reason. A relay restart loses
+//     the messages in flight at that moment, within one pace, and then
+//     refuses connections or accepts again: counted once, it does not
+//     halt.
+//   - lostHalt samples in a row that lost a tenth or more of their
+//     attempts (lossyShare): a relay that drops a fifth of its messages
+//     after the dot still accepts the rest, and turned a fifth of a
+//     2,000-contact audience into unknowns without a halt (found by a
+//     tester).
 func (a *actor) lostAfterDot(ctx context.Context, rep bus.Report, now time.Time) error {
-	lossy := rep.InDoubt >= minLost && int64(rep.InDoubt)*lostShare >= int64(rep.Sent+rep.InDoubt)
-	if !lossy {
-		if rep.Sent > 0 {
-			a.lostRuns, a.lostNext = 0, time.Time{}
+	if a.lossyShare(rep, now) {
+		reason := fmt.Sprintf("the relay took messages and then closed the connection, or did not answer in time, after the final dot, for a tenth or more of them twice in a row (%d of the last %d tried; they may have been delivered, so they are recorded unknown and not sent again); %scheck the relay, or raise timeout= in the SMTP URL if it is slow, then resume",
+			a.lostSample.lost, a.lostSample.sent+a.lostSample.lost, lastError(rep))
+		if err := a.halt(ctx, bus.Report{Error: reason}); err != nil {
+			return err
 		}
+		a.lossySamples, a.lostSample = 0, lostSample{}
 		return nil
 	}
-	if now.Before(a.lostNext) {
+	if rep.Sent > 0 {
+		a.lostRuns, a.lostNext = 0, time.Time{}
+		return nil
+	}
+	if rep.InDoubt < minLost || now.Before(a.lostNext) {
 		return nil
 	}
 	a.lostRuns++
@@ -502,11 +514,7 @@ func (a *actor) lostAfterDot(ctx context.Context, rep bus.Report, now time.Time)
 	if a.lostRuns < lostHalt {
 		return nil
 	}
-	last := ""
-	if rep.Error != "" {
-		last = "last error: " + rep.Error + "; "
-	}
-	reason := fmt.Sprintf("the relay took messages and then closed the connection, or did not answer in time, after the final dot, again and again (%d of %d tried in the last page; they may have been delivered, so they are recorded unknown and not sent again); %scheck the relay, or raise timeout= in the SMTP URL if it is slow, then resume", rep.InDoubt, rep.Sent+rep.InDoubt, last)
+	reason := fmt.Sprintf("the relay took messages and then closed the connection, or did not answer in time, after the final dot, again and again with nothing confirmed in between (%d in the last page; they may have been delivered, so they are recorded unknown and not sent again); %scheck the relay, or raise timeout= in the SMTP URL if it is slow, then resume", rep.InDoubt, lastError(rep))
 	if err := a.halt(ctx, bus.Report{Error: reason}); err != nil {
 		return err // the count is kept: the next such report halts
 	}
@@ -514,14 +522,65 @@ func (a *actor) lostAfterDot(ctx context.Context, rep bus.Report, now time.Time)
 	return nil
 }
 
+// lostSample is the messages sent and lost after the final dot since
+// start.
+type lostSample struct {
+	start      time.Time
+	sent, lost int
+}
+
+// lossyShare adds rep to the current sample and, when the sample is full,
+// judges it: it reports whether lostHalt samples in a row lost at least
+// 1/lostShare of their attempts after the final dot. A sample is full when
+// it holds lostSampleSize attempts and spans lostPace: samples of
+// attempts, not pages (a page's share depends on where it stopped, and
+// pages cut short by their losses reset a per-page count under load), and
+// of time, so that a relay restart, which loses every window in flight at
+// once (more than a sample's attempts with many workers), fills one
+// sample, not two. A relay that drops a fifth of its messages keeps doing
+// it, sample after sample.
+func (a *actor) lossyShare(rep bus.Report, now time.Time) bool {
+	if a.lostSample.start.IsZero() {
+		a.lostSample.start = now
+	}
+	a.lostSample.sent += rep.Sent
+	a.lostSample.lost += rep.InDoubt
+	attempts := a.lostSample.sent + a.lostSample.lost
+	if attempts < lostSampleSize || now.Sub(a.lostSample.start) < lostPace {
+		return false
+	}
+	if a.lostSample.lost >= minLost && a.lostSample.lost*lostShare >= attempts {
+		a.lossySamples++
+	} else {
+		a.lossySamples = 0
+	}
+	if a.lossySamples >= lostHalt {
+		return true // the sample is kept for the reason, then cleared
+	}
+	a.lostSample = lostSample{}
+	return false
+}
+
+// lastError is the report's error as the end of a reason, or nothing.
+func lastError(rep bus.Report) string {
+	if rep.Error == "" {
+		return ""
+	}
+	return "last error: " + rep.Error + "; "
+}
+
 // minLost is the fewest messages lost after the final dot in one report
 // that lostAfterDot counts, as minStopRefusals is for a window's
 // refusals: one or two are a connection's bad luck.
 const minLost = 3
 
-// lostShare: a page whose messages lost after the final dot are at least
-// 1/lostShare of what it tried is lossy (lostAfterDot).
-const lostShare = 10
+// lostShare and lostSampleSize: a sample of at least lostSampleSize
+// attempts (and lostPace) of which at least 1/lostShare were lost after
+// the final dot is lossy (lossyShare).
+const (
+	lostShare      = 10
+	lostSampleSize = 100
+)
 
 // stateMet has run read the store's state right after this report when
 // its page stopped at a pause or an end the actor does not hold: the

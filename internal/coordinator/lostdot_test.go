@@ -198,7 +198,8 @@ func TestRelayThatLosesAShareHalts(t *testing.T) {
 		relay.every.Store(c.every)
 		s := newStack(t, stackOptions{workers: 1, concurrency: 8, pageLimit: 40, smtpURL: relay.url()})
 		s.seed(1500)
-		id := s.create("", 0)
+		// 400 a second: the samples lossyShare judges span a second each.
+		id := s.create("", 1_440_000)
 		s.start(id)
 		want := pb.BroadcastState_BROADCAST_STATE_COMPLETED
 		if c.halts {
