@@ -75,7 +75,10 @@ func (e errRejected) Error() string {
 // importStopped is an import whose stream ended before its result: the
 // coordinator stopped, or the connection dropped. Which of the rows sent
 // were stored is not known here (the coordinator stores them as they
-// arrive), but importing the file again is safe.
+// arrive), but importing the file again is safe. It has no Unwrap on
+// purpose: its message describes the stream's status already, and
+// printError, given a wrapped status, would describe that status again
+// around it.
 type importStopped struct {
 	sent int
 	err  error
@@ -97,18 +100,15 @@ func stopped(sent int, err error) error {
 
 func (e importStopped) Error() string {
 	why := describe(e.err)
-	if st, ok := status.FromError(e.err); ok && st.Code() == codes.Unavailable && !api.AnsweredByCoordinator(st) {
-		// Mid-stream: the connection was up, so not describe's hints
-		// for one that never was (is it running, TLS).
+	if st, ok := status.FromError(e.err); ok && st.Code() == codes.Unavailable {
+		// Mid-stream (stopped took no answer of the coordinator's): the
+		// connection was up, so not describe's hints for one that never
+		// was (is it running, TLS).
 		why = "the connection to the coordinator was lost: " + st.Message()
 	}
 	return fmt.Sprintf("the import stopped before it finished (%s): up to %d rows sent may have been imported; import the file again once the coordinator answers (rows already imported are only updated)",
 		why, e.sent)
 }
-
-// importStopped has no Unwrap on purpose: its message describes the
-// stream's status already, and printError, given a wrapped status, would
-// describe that status again around it.
 
 func importCommand(c *client) *cobra.Command {
 	var segments []string

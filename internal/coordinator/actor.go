@@ -65,8 +65,9 @@ type actor struct {
 	lostRuns int
 	lostNext time.Time
 	// lostSample sums the messages sent and lost after the final dot over
-	// reports until it holds lostSampleSize attempts; lossySamples counts
-	// samples in a row that lost at least 1/lostShare (lostAfterDot).
+	// reports until it holds lostSampleSize attempts over lostPace;
+	// lossySamples counts samples in a row that lost at least 1/lostShare
+	// (lossyShare).
 	lostSample   lostSample
 	lossySamples int
 	// moved: the report being applied moved a cursor (applyReport).

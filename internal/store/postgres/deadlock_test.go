@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/store/postgres"
 )
@@ -16,18 +18,8 @@ import (
 // commits, instead of answering the person's click with an error.
 func TestUnsubscribeSurvivesDeadlock(t *testing.T) {
 	t.Parallel()
-	s, b, ids := windowSetup(t, 1)
+	s, b, c, _ := sentRow(t)
 	ctx := t.Context()
-	c := ids[0]
-	if got, err := s.Claim(ctx, b.ID, "w1/1", claimsOf(ids), t0); err != nil || len(got) != 1 {
-		t.Fatalf("Claim = %v, %v", got, err)
-	}
-	if err := s.RecordOutcomes(ctx, b.ID, "w1/1", sentOutcomes(ids), t0); err != nil {
-		t.Fatal(err)
-	}
-
-	lockRow := `SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2 FOR UPDATE`
-	lockContact := `UPDATE contacts SET updated_at = updated_at WHERE id = $1`
 	done := make(chan error, 1)
 	// The other side holds the row, then wants the contact.
 	closeCycle(t, s, done, []any{lockRow, b.ID, c}, []any{lockContact, c}, func() {
@@ -51,20 +43,8 @@ func TestUnsubscribeSurvivesDeadlock(t *testing.T) {
 // commits: the event is stored once and applied, instead of answered 500.
 func TestEventSurvivesDeadlock(t *testing.T) {
 	t.Parallel()
-	s, b, ids := windowSetup(t, 1)
+	s, b, c, mid := sentRow(t)
 	ctx := t.Context()
-	c := ids[0]
-	mid := b.ID.String() + "." + c.String() + "@example.org" // what store.ParseMessageID reads
-	claims := []store.Claim{{ContactID: c, Email: "w0@example.org", MessageID: "<" + mid + ">"}}
-	if got, err := s.Claim(ctx, b.ID, "w1/1", claims, t0); err != nil || len(got) != 1 {
-		t.Fatalf("Claim = %v, %v", got, err)
-	}
-	if err := s.RecordOutcomes(ctx, b.ID, "w1/1", sentOutcomes(ids), t0); err != nil {
-		t.Fatal(err)
-	}
-
-	lockRow := `SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2 FOR UPDATE`
-	lockContact := `UPDATE contacts SET updated_at = updated_at WHERE id = $1`
 	done := make(chan error, 1)
 	// The other side holds the contact, then wants the row.
 	closeCycle(t, s, done, []any{lockContact, c}, []any{lockRow, b.ID, c}, func() {
@@ -79,6 +59,29 @@ func TestEventSurvivesDeadlock(t *testing.T) {
 		t.Errorf("ledger row = %+v, %v; want unsubscribed", row, err)
 	}
 }
+
+// sentRow returns a store with one contact, c, sent by broadcast b under
+// Message-ID mid (without angle brackets; what store.ParseMessageID reads).
+func sentRow(t *testing.T) (s *postgres.Store, b store.Broadcast, c ulid.ULID, mid string) {
+	t.Helper()
+	s, b, ids := windowSetup(t, 1)
+	c = ids[0]
+	mid = b.ID.String() + "." + c.String() + "@example.org"
+	claims := []store.Claim{{ContactID: c, Email: "w0@example.org", MessageID: "<" + mid + ">"}}
+	if got, err := s.Claim(t.Context(), b.ID, "w1/1", claims, t0); err != nil || len(got) != 1 {
+		t.Fatalf("Claim = %v, %v", got, err)
+	}
+	if err := s.RecordOutcomes(t.Context(), b.ID, "w1/1", sentOutcomes(ids), t0); err != nil {
+		t.Fatal(err)
+	}
+	return s, b, c, mid
+}
+
+// The two locks of a deadlock: the ledger row, and the contact.
+const (
+	lockRow     = `SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2 FOR UPDATE`
+	lockContact = `UPDATE contacts SET updated_at = updated_at WHERE id = $1`
+)
 
 // closeCycle makes a deadlock with run, which sends its result to done: a
 // transaction takes first (SQL and arguments), then, once run waits for
