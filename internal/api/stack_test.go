@@ -171,6 +171,9 @@ func (s *stack) startWorker() {
 	w := pageworker.New(pageworker.Config{
 		Store: s.store, Bus: s.bus, Transport: tr, Log: testLogger(t), Clock: s.clock,
 		Concurrency: s.workerConc, SweepRetry: s.sweepRetry, RetryAfter: 200 * time.Millisecond,
+		// Ten delays at their least (50 ms with SweepRetry 100 ms) span it:
+		// MaxAttempts (10) is what gives a refused row up.
+		RetryFor:  400 * time.Millisecond,
 		ParkDelay: 300 * time.Millisecond, FetchWait: 200 * time.Millisecond,
 	})
 	done := make(chan struct{})

@@ -381,6 +381,13 @@ type Report struct {
 	// Probed echoes the job's Probe: the half-open providers whose ramp
 	// step this page carried, released when it had none of theirs to send.
 	Probed []string `json:"probed,omitempty"`
+	// Reached counts the sends that got as far as naming their recipient
+	// (RCPT TO), whatever the answer; Unreached those that failed before
+	// (connect, TLS, AUTH, MAIL FROM). A sweep that reached nobody is the
+	// relay refusing everyone, not a tail of recipients refusing. Both
+	// are 0 from a worker older than them.
+	Reached   int `json:"reached,omitempty"`
+	Unreached int `json:"unreached,omitempty"`
 }
 
 // ProviderResult is one receiving provider's part of a page.

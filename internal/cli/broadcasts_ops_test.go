@@ -128,7 +128,7 @@ func newOpsStack(t *testing.T, sqlite bool, workers int) *opsStack {
 			t.Fatal(err)
 		}
 		w := pageworker.New(pageworker.Config{Store: s.store, Bus: b, Transport: wtr, Log: log, Concurrency: 4, Unsubscribe: s.unsubs,
-			MaxAttempts: 2, RetryAfter: 50 * time.Millisecond, SweepRetry: 100 * time.Millisecond,
+			MaxAttempts: 2, RetryAfter: 50 * time.Millisecond, SweepRetry: 100 * time.Millisecond, RetryFor: time.Nanosecond,
 			ParkDelay: 300 * time.Millisecond, FetchWait: 200 * time.Millisecond})
 		wg.Add(1)
 		go func() {

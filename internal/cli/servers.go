@@ -15,6 +15,7 @@ import (
 	"github.com/rangecast/rangecast/internal/gcpolicy"
 	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/maintenance"
+	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/redact"
 	"github.com/rangecast/rangecast/internal/server"
 	"github.com/rangecast/rangecast/internal/store/postgres"
@@ -122,6 +123,7 @@ Every flag can be set by the environment variable named in its help.`,
 	f.StringVar(&o.SMTPURL, "smtp-url", "", "smtp://[user:pass@]host:port (STARTTLS when offered), smtps://… (implicit TLS); parameters ?tls=none|starttls, ?pool=N (idle connections, default --concurrency), ?timeout=30s, ?idle=8s (a pooled connection unused for longer is closed, not reused), ?helo=NAME, ?auth=plain|login|xoauth2 (default: what the server offers), ?token_file=PATH (XOAUTH2 token, re-read when it changes), ?chunking=0 (DATA even where BDAT is offered) (env RANGECAST_SMTP_URL)")
 	f.IntVar(&o.Concurrency, "concurrency", 16, "in-flight window: messages claimed and being sent at once (env RANGECAST_CONCURRENCY)")
 	f.IntVar(&o.Pages, "pages", 1, "pages run at once, each claiming its own windows: in flight is at most pages × concurrency, and a kill -9 leaves at most (pages × 2 + 1) × concurrency in doubt (env RANGECAST_PAGES)")
+	f.DurationVar(&o.RetryFor, "retry-for", pageworker.DefaultRetryFor, "a recipient refused for a transient reason (451, greylisting, a timeout) is tried again, at delays doubling from 1 s to 10 min, for at least this long and at least 10 attempts, then fails as given up ('rangecast broadcasts retry' sends it again); sends that fail before the recipient is named (connect, TLS, AUTH, MAIL FROM) are not its attempts; 10m to 168h (env RANGECAST_RETRY_FOR)")
 	f.IntVar(&o.TxSlots, "tx-slots", 4, "transactional messages sent at once, apart from the page window, so they never wait behind a broadcast (env RANGECAST_TX_SLOTS)")
 	workerPublicFlags(cmd, &o.PublicURL, &keysFile)
 	dkimKeyFlag(cmd, &o.DKIMKeys)

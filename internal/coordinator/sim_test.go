@@ -848,7 +848,10 @@ func (s *sim) startCopy(dup bool) {
 	s.setLive(c.owner, true)
 	w := pageworker.New(pageworker.Config{Store: &gatedStore{st: s.st, c: c}, Transport: s.tr, Clock: s.clk,
 		Log: slog.New(slog.DiscardHandler), Concurrency: s.window, States: simStates{s.kv}, ID: fmt.Sprintf("w%d", c.id),
-		RetryAfter: 10 * time.Second, SweepRetry: time.Minute, MaxAttempts: 10, StoreRetryFor: 15 * time.Minute,
+		// RetryFor is short of the simulated minutes a schedule runs, so
+		// recipients who keep refusing still fail by their attempts (13 at
+		// these delays) within it.
+		RetryAfter: 10 * time.Second, SweepRetry: time.Minute, MaxAttempts: 10, RetryFor: 3 * time.Minute, StoreRetryFor: 15 * time.Minute,
 		Jitter: func(n int64) int64 { return s.rng.Int64N(n + 1) }})
 	s.logf("copy %d starts %s%s", c.id, jobName(j.job), map[bool]string{true: " (duplicate)"}[dup])
 	go func() {

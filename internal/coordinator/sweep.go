@@ -87,11 +87,15 @@ func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
 		a.nextSweep = now.Add(a.c.backoff(1))
 		// A refused sweep goes on a count that pages began (a run of
 		// refused pages, nothing sent since) or counts when the broadcast
-		// has sent nobody at all: the relay refuses everyone. Otherwise
-		// the sweep's rows are recipients that keep refusing while others
-		// were sent (a tail of greylisting or full mailboxes): each ends by
-		// its own attempts and the broadcast completes.
-		if rep.Sent == 0 && (a.refusedPages > 0 || a.sentNobody()) {
+		// has sent nobody at all, or when the sweep reached no recipient
+		// (every send failed at connect, TLS, AUTH or MAIL FROM): the
+		// relay refuses everyone, and those refusals are no recipient's
+		// attempts, so nothing else would end the broadcast. Otherwise the
+		// sweep's rows are recipients that keep refusing while others were
+		// sent (a tail of greylisting or full mailboxes): each ends by its
+		// own attempts and the broadcast completes.
+		reachedNobody := rep.Unreached > 0 && rep.Reached == 0
+		if rep.Sent == 0 && (a.refusedPages > 0 || a.sentNobody() || reachedNobody) {
 			if _, err := a.refused(ctx, rep, now); err != nil {
 				return err
 			}

@@ -66,14 +66,18 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		res, outcomes := w.deliver(pageCtx, l, window, mine, h, now)
 		res.claimed = len(window)
 		w.live.progress(owner, w.cfg.Clock.Now())
-		// A row cannot wait for ever: after MaxAttempts it fails with the
-		// reason, so the broadcast finishes and the failure is seen.
+		// A row cannot wait for ever: after its attempts (giveUpAttempts)
+		// it fails with the reason, so the broadcast finishes and the
+		// failure is seen.
+		giveUpAt := w.cfg.giveUpAttempts()
 		for k, o := range outcomes {
-			if o.Status != store.SendDeferred || res.held[o.ContactID] {
-				continue // a held row was not attempted: it never fails for it
+			if o.Status != store.SendDeferred || o.NotAttempted {
+				// Held, or refused before the recipient was named: not an
+				// attempt, so it never fails for it.
+				continue
 			}
 			attempt := row[o.ContactID].Attempt
-			if attempt >= w.cfg.MaxAttempts {
+			if attempt >= giveUpAt {
 				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendFailed,
 					Error: fmt.Sprintf("%s%d attempts; last: %s", store.GaveUpPrefix, attempt, o.Error)}
 				res.deferred--

@@ -79,9 +79,18 @@ type Config struct {
 	// transient error) is due again: RetryAfter doubled per attempt, at
 	// most this.
 	SweepRetry time.Duration
-	// MaxAttempts bounds how often a deferred row is tried: the sweep that
-	// reaches it without sending records the row failed, with the reason.
+	// MaxAttempts and RetryFor bound how long a recipient refused for a
+	// transient reason is tried: the sweep that reaches it without sending
+	// records the row failed, with the reason, once it has had at least
+	// MaxAttempts attempts and its retry delays (each at least half the
+	// doubling schedule's step) add up to at least RetryFor since its
+	// first refusal. Ten attempts alone spanned under five minutes, less
+	// than many servers greylist a new sender for (found by a tester: an
+	// 8-minute greylist failed 9 of 400 recipients who were never
+	// refused). Only attempts that named the recipient count (see
+	// beforeRecipient).
 	MaxAttempts int
+	RetryFor    time.Duration
 	// ID names the worker in the owner of every claim it makes ("ID/run")
 	// and in its liveness record; a random ULID when empty. Two workers
 	// must never share one.
@@ -127,10 +136,16 @@ func (c Config) withDefaults() Config {
 		c.MaxPageTime = 10 * time.Minute
 	}
 	if c.SweepRetry == 0 {
-		c.SweepRetry = 2 * time.Minute
+		// Past the first few quick retries (a provider's random deferral is
+		// gone in seconds), a recipient still refused is tried every 5 to
+		// 10 minutes, as mail servers retry their queues.
+		c.SweepRetry = 10 * time.Minute
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 10
+	}
+	if c.RetryFor == 0 {
+		c.RetryFor = DefaultRetryFor
 	}
 	if c.ID == "" {
 		c.ID = ulid.Make().String()
@@ -817,9 +832,9 @@ type windowResult struct {
 	stopAt int
 	class  bus.ErrorClass
 	err    string
-	// held is the contacts deferred because the governor holds their
-	// provider: not an attempt, so never counted against them.
-	held map[ulid.ULID]bool
+	// reached and unreached count the window's sends by whether the
+	// exchange got as far as naming the recipient (bus.Report.Reached).
+	reached, unreached int
 }
 
 func (r windowResult) addTo(rep *bus.Report) {
@@ -828,6 +843,8 @@ func (r windowResult) addTo(rep *bus.Report) {
 	rep.Failed += r.failed
 	rep.Deferred += r.deferred
 	rep.InDoubt += r.inDoubt
+	rep.Reached += r.reached
+	rep.Unreached += r.unreached
 	for p, pr := range r.providers {
 		if rep.Providers == nil {
 			rep.Providers = map[string]bus.ProviderResult{}
@@ -980,13 +997,14 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: deferUntil[i],
 				Error: why, NotAttempted: true})
 			res.deferred++
-			if res.held == nil {
-				res.held = map[ulid.ULID]bool{}
-			}
-			res.held[c.ID] = true
 			continue
 		}
 		err := errs[i]
+		if beforeRecipient(err) {
+			res.unreached++
+		} else {
+			res.reached++
+		}
 		if err == nil {
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendSent})
 			res.sent++
@@ -1022,7 +1040,8 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			res.inDoubt++
 			messages.WithLabelValues("in_doubt").Inc()
 		} else {
-			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now), Error: err.Error()})
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now), Error: err.Error(),
+				NotAttempted: beforeRecipient(err)})
 			res.deferred++
 			messages.WithLabelValues("retry").Inc()
 		}
@@ -1112,6 +1131,27 @@ func classOf(err error) transport.Class {
 	return transport.Classify(err)
 }
 
+// beforeRecipient reports a send that failed before the recipient was
+// named: at connect (TCP, TLS, greeting, EHLO, STARTTLS), AUTH or MAIL
+// FROM. Deferred for it, the row is not charged an attempt: the refusal is
+// the relay's or the provider's, not the recipient's, and counted, a
+// relay's STARTTLS failing for a while failed 47 recipients by their
+// attempts, none of them ever refused (found by a tester). A relay that
+// never takes mail again still ends the broadcast: its pages and sweeps
+// reach nobody and count toward the coordinator's no-progress rule, and a
+// provider refusing at connect opens its breaker and is given up.
+func beforeRecipient(err error) bool {
+	var se *transport.SendError
+	if !errors.As(err, &se) || se.MaybeDelivered || se.Refused {
+		return false
+	}
+	switch se.Stage {
+	case transport.StageConnect, transport.StageAuth, transport.StageMail:
+		return true
+	}
+	return false
+}
+
 // aboutOneMailbox reports a temporary refusal of one mailbox (an enhanced
 // status 4.2.x at RCPT or DATA: "452 4.2.2 mailbox full", "450 4.2.1 the
 // user is receiving mail at a rate that prevents additional messages").
@@ -1151,6 +1191,26 @@ func (w *Worker) retryAfterAttempt(now time.Time, attempt int) time.Time {
 	}
 	d = min(d, w.cfg.SweepRetry)
 	return now.Add(d/2 + time.Duration(w.cfg.Jitter(int64(d/2))))
+}
+
+// DefaultRetryFor is Config.RetryFor's default: longer than greylisting
+// holds a new sender back (5 to 30 minutes at most servers), short enough
+// that a broadcast's tail of refusing recipients ends within hours.
+const DefaultRetryFor = time.Hour
+
+// giveUpAttempts is the attempt at which the sweep gives a recipient still
+// refused up: at least MaxAttempts, and enough that the delays before it,
+// each at least half its step of the doubling schedule (the jitter's
+// floor), add up to RetryFor. The delays are lower bounds (a row is never
+// due before its time), so a recipient is tried for at least RetryFor.
+func (c Config) giveUpAttempts() int {
+	n, spanned, d := 1, time.Duration(0), c.RetryAfter
+	for n < c.MaxAttempts || spanned < c.RetryFor {
+		spanned += min(d, c.SweepRetry) / 2
+		d = min(2*d, c.SweepRetry)
+		n++
+	}
+	return n
 }
 
 // retryAt is when a row deferred after a transient refusal is due again:

@@ -500,7 +500,19 @@ type WorkerOptions struct {
 	// DKIMKeys are DOMAIN=SELECTOR:KEYFILE specs; broadcast and
 	// transactional mail is signed with its From domain's keys.
 	DKIMKeys []string
+	// RetryFor is how long a recipient refused for a transient reason is
+	// tried before it fails as given up (pageworker.Config.RetryFor);
+	// 0 is the worker's default.
+	RetryFor time.Duration
 }
+
+// Bounds of --retry-for: greylisting alone holds a new sender back for
+// minutes, and a broadcast still retrying after a week is news nobody
+// reads any more.
+const (
+	MinRetryFor = 10 * time.Minute
+	MaxRetryFor = 7 * 24 * time.Hour
+)
 
 // validate refuses flags the worker cannot run with: a zero window sends
 // nothing, so it is refused rather than taken for the default.
@@ -517,6 +529,9 @@ func (o WorkerOptions) validate() error {
 	}
 	if o.NATSReplicas < 0 {
 		errs = append(errs, fmt.Errorf("--nats-replicas is %d; it cannot be negative", o.NATSReplicas))
+	}
+	if o.RetryFor != 0 && (o.RetryFor < MinRetryFor || o.RetryFor > MaxRetryFor) {
+		errs = append(errs, fmt.Errorf("--retry-for is %s; give %s to %s: shorter fails greylisted recipients who would have taken the message", o.RetryFor, MinRetryFor, MaxRetryFor))
 	}
 	_, pprofErr := pprofEnabled()
 	errs = append(errs, pprofErr)
@@ -569,7 +584,8 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 		}
 		o.Log.Info("metrics listening", "addr", addr)
 	}
-	w := pageworker.New(pageworker.Config{Store: st, Bus: b, Transport: tr, Clock: clock.Real{}, Log: o.Log, Concurrency: o.Concurrency, Pages: o.Pages, Unsubscribe: links, DKIM: signer})
+	w := pageworker.New(pageworker.Config{Store: st, Bus: b, Transport: tr, Clock: clock.Real{}, Log: o.Log, Concurrency: o.Concurrency, Pages: o.Pages, Unsubscribe: links, DKIM: signer,
+		RetryFor: o.RetryFor})
 	health.ready.Store(true)
 	o.Log.Info("page worker running", "concurrency", o.Concurrency, "pages", max(o.Pages, 1), "smtp", tr.String())
 	tx := transactional.NewConsumer(transactional.ConsumerConfig{Store: st, JS: b.JS, Transport: tr, DKIM: signer, Clock: clock.Real{}, Log: o.Log.With("component", "transactional"), Slots: o.TxSlots, Lookup: o.TxLookup,

@@ -59,6 +59,8 @@ func TestOptionsRefusedByFlag(t *testing.T) {
 	}{
 		{"zero window", server.WorkerOptions{Concurrency: 0, TxSlots: 4}, "--concurrency"},
 		{"no transactional slot", server.WorkerOptions{Concurrency: 16, TxSlots: 0}, "--tx-slots"},
+		{"retries shorter than greylisting", server.WorkerOptions{Concurrency: 16, TxSlots: 4, RetryFor: 5 * time.Minute}, "--retry-for"},
+		{"retries for a month", server.WorkerOptions{Concurrency: 16, TxSlots: 4, RetryFor: 30 * 24 * time.Hour}, "--retry-for"},
 	} {
 		err := server.RunWorker(ctx, c.o)
 		if err == nil || !strings.Contains(err.Error(), c.flag) {

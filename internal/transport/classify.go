@@ -228,7 +228,8 @@ var (
 
 	// A limit counted over a period ("daily connection limit exceeded"):
 	// volume, whatever it counts, so not reConnLimit's.
-	rePerPeriod = regexp.MustCompile(`daily|hourly|per (day|hour|minute)|\btoday\b`)
+	reTooManyRecipients = regexp.MustCompile(`too many recipients`)
+	rePerPeriod         = regexp.MustCompile(`daily|hourly|per (day|hour|minute)|\btoday\b`)
 
 	// A provider limiting our rate or volume, in its own words.
 	reQuotaWords = regexp.MustCompile(`\brates?\b|rate[- ]?limit|\blimit(s|ed)?\b|quota|throttl|\bvolume\b|too many (messages|connections|recipients|mails|emails|concurrent|simultaneous|sessions|requests|deliveries)|maximum number of (concurrent )?connections|too frequent|temporarily deferred|deferred due to`)
@@ -442,6 +443,19 @@ var rules = []rule{
 	// down to what the server takes, and the recipients go out later.
 	{"too many connections (a limit on parallelism, not volume)", Transient, func(f *facts) bool {
 		return f.temporary() && reConnLimit.MatchString(f.text) && !rePerPeriod.MatchString(f.text)
+	}},
+	// "452 4.5.3 Too many recipients": we name one recipient per
+	// transaction, so the count the server means is of its session (or of
+	// a message it still thinks open), not a volume of ours. Quota halved
+	// the domain's daily ceiling to half of what was sent so far and held
+	// the broadcast to midnight; a relay answering it now and then made
+	// every day end early (found by a tester). Deferred, the recipient
+	// goes out on another connection (the transport drops this one,
+	// sessionLimit). Said with a period ("today", "per hour"), it is a
+	// volume: the quota rules below.
+	{"too many recipients in a session (not volume)", Transient, func(f *facts) bool {
+		return f.temporary() && (f.is(4, 5, 3) || reTooManyRecipients.MatchString(f.text)) &&
+			!rePerPeriod.MatchString(f.text) && !reSenderQuota.MatchString(f.text)
 	}},
 
 	// --- Replies: security and policy (x.7.x) -----------------------------

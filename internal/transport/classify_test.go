@@ -315,7 +315,8 @@ var realReplies = []struct {
 		"451 4.3.0 Mail server temporarily rejected message. - gsmtp",
 	}, Transient},
 	// [SIS] for-google.go. One recipient per message here, so "too many
-	// recipients" is a per-connection or per-period limit: quota.
+	// recipients" alone would count the session; Google points at its
+	// sending limits, a volume (recipients per day): quota.
 	{"gmail 452 4.5.3 too many recipients", StageRcpt, wire{
 		"452 4.5.3 Your message has too many recipients. For more information regarding Google's sending limits, visit https://support.google.com/mail/answer/6592",
 	}, Quota},
@@ -532,8 +533,11 @@ var realReplies = []struct {
 	}, Recipient},
 	// Postfix source, postfix/src/smtpd/smtpd.c:
 	// smtpd_chat_reply(state, "452 4.5.3 Error: too many recipients")
-	// (https://github.com/vdukhovni/postfix). Cumulative limit: quota.
-	{"postfix 452 4.5.3 too many recipients", StageRcpt, wire{"452 4.5.3 Error: too many recipients"}, Quota},
+	// (https://github.com/vdukhovni/postfix). A limit of the session (one
+	// recipient per transaction here): deferred, not a quota.
+	{"postfix 452 4.5.3 too many recipients", StageRcpt, wire{"452 4.5.3 Error: too many recipients"}, Transient},
+	{"452 4.5.3 too many recipients today", StageRcpt, wire{"452 4.5.3 Too many recipients today, try tomorrow"}, Quota},
+	{"452 too many recipients per hour", StageRcpt, wire{"452 Too many recipients per hour"}, Quota},
 	// http://en.redinskala.com/postfix-421-4-4-2-timeout-exceeded/ ("421 4.4.2
 	// host Error: timeout exceeded", "host" being Postfix's $myhostname) and
 	// Postfix smtpd.c: "421 4.4.2 %s Error: timeout exceeded"

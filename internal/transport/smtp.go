@@ -623,9 +623,16 @@ func (s *SMTP) transactChunked(ctx context.Context, c *client, m message.Rendere
 func reusableAfter(se *SendError) bool {
 	switch se.Stage {
 	case StageMail, StageRcpt, StageData:
-		return se.Code != 0 && se.Code != 421
+		return se.Code != 0 && se.Code != 421 && !sessionLimit(se)
 	}
 	return false
+}
+
+// sessionLimit reports a reply that counts the recipients of the session
+// ("452 4.5.3 Too many recipients"): every later transaction on the
+// connection would meet it too, so the connection is closed, not reused.
+func sessionLimit(se *SendError) bool {
+	return se.Enhanced == "4.5.3" || reTooManyRecipients.MatchString(strings.ToLower(se.Text))
 }
 
 func (s *SMTP) isClosed() bool {

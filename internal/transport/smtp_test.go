@@ -129,6 +129,38 @@ func TestRecipientRejectedConnectionReused(t *testing.T) {
 	}
 }
 
+// TestTooManyRecipientsOpensANewSession: a server that counts the
+// recipients of a session answers every later transaction on it 452 4.5.3,
+// so the connection is closed after it and the next send opens a new one;
+// the reply is a deferral, not a quota.
+func TestTooManyRecipientsOpensANewSession(t *testing.T) {
+	t.Parallel()
+	// A raw server answers exactly as scripted, and counts connections.
+	srv := startRaw(t, &rawServer{ext: []string{"PIPELINING", "8BITMIME"}, rcpt: func(to string) string {
+		if strings.Contains(to, "third@") {
+			return "452 4.5.3 Error: too many recipients"
+		}
+		return ""
+	}})
+	tr := newSMTP(t, srv.url())
+	ctx := t.Context()
+	for i, to := range []string{"first@example.org", "second@example.org", "third@example.org", "fourth@example.org"} {
+		_, err := tr.Send(ctx, msg(i, to))
+		if to == "third@example.org" {
+			if c := Classify(err); c != Transient {
+				t.Errorf("452 4.5.3 too many recipients: %v classified %v; want transient", err, c)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := srv.connections(); c != 2 {
+		t.Errorf("Connections = %d; want 2 (a new session after the 452 4.5.3)", c)
+	}
+}
+
 func TestServerRepliesClassified(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

@@ -1,0 +1,133 @@
+package pageworker
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/transport"
+)
+
+// TestRefusedRecipientsAreTriedForAnHour drives one page and then every
+// sweep as it comes due, on the fake clock, with the default retry
+// schedule, for three recipients:
+//   - one greylisted for 40 minutes from its first attempt is sent (ten
+//     attempts spanned under five minutes, and a tester's 8-minute
+//     greylist failed recipients who were never refused);
+//   - one refused with a 451 every time fails, given up, only after at
+//     least RetryFor (1 h) and MaxAttempts (10);
+//   - one whose every send fails at STARTTLS, before its address is named,
+//     is never charged an attempt, so it never fails for it (a relay's TLS
+//     outage failed 47 recipients by their attempts), and the sweeps say
+//     they reached nobody.
+func TestRefusedRecipientsAreTriedForAnHour(t *testing.T) {
+	t.Parallel()
+	for name, open := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st := open(t)
+			tr := &scripted{accepted: map[string]int{}}
+			f := newCopiesFixture(t, st, 3, tr)
+			grey, refusing, tls := f.contacts[0], f.contacts[1], f.contacts[2]
+			start := f.clk.Now()
+			tr.answer = func(to string) error {
+				switch {
+				case to == grey.Email && f.clk.Now().Before(start.Add(40*time.Minute)):
+					return &transport.SendError{Code: 450, Enhanced: "4.7.1", Text: "greylisted, try again later", Stage: transport.StageRcpt}
+				case to == refusing.Email:
+					return &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}
+				case to == tls.Email:
+					return &transport.SendError{Code: 454, Enhanced: "4.7.0", Text: "TLS not available due to local problem", Stage: transport.StageConnect}
+				}
+				return nil
+			}
+			ctx := t.Context()
+			if _, err := f.w.RunPage(ctx, f.job(), "w/1"); err != nil {
+				t.Fatal(err)
+			}
+			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
+			var failedAt time.Time
+			reached, unreached := 0, 0
+			for f.clk.Now().Before(start.Add(3 * time.Hour)) {
+				_, due, err := st.NextDue(ctx, f.b.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// At least a minute between sweeps, about the coordinator's
+				// pace for sweeps that reach nobody: the STARTTLS row is
+				// due again a second after each try.
+				f.clk.Advance(max(due.Sub(f.clk.Now()), time.Minute))
+				rep, err := f.w.runSweep(ctx, ctx, sweep, "w/S")
+				if err != nil {
+					t.Fatal(err)
+				}
+				reached, unreached = reached+rep.Reached, unreached+rep.Unreached
+				if row, err := st.GetSend(ctx, f.b.ID, refusing.ID); err != nil {
+					t.Fatal(err)
+				} else if row.Status == store.SendFailed && failedAt.IsZero() {
+					failedAt = f.clk.Now()
+				}
+			}
+			row := func(id store.Contact) store.Send {
+				s, err := st.GetSend(ctx, f.b.ID, id.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			if r := row(grey); r.Status != store.SendSent || tr.accepted[grey.Email] != 1 {
+				t.Errorf("greylisted recipient: %s (%q), accepted %d times; want sent once", r.Status, r.Error, tr.accepted[grey.Email])
+			}
+			r := row(refusing)
+			if r.Status != store.SendFailed || !strings.Contains(r.Error, store.GaveUpPrefix) {
+				t.Fatalf("recipient refused every time: %s (%q); want failed, given up", r.Status, r.Error)
+			}
+			if took := failedAt.Sub(start); took < time.Hour || r.Attempt < 10 {
+				t.Errorf("recipient refused every time failed after %s and %d attempts; want at least 1h and 10", took, r.Attempt)
+			} else if took > 3*time.Hour {
+				t.Errorf("recipient refused every time failed after %s; the schedule should end within about twice RetryFor", took)
+			}
+			if r := row(tls); r.Status != store.SendDeferred || r.Attempt != 0 {
+				t.Errorf("recipient whose sends failed at STARTTLS: %s, attempt %d (%q); want deferred, never charged an attempt", r.Status, r.Attempt, r.Error)
+			}
+			if unreached == 0 || reached == 0 {
+				t.Errorf("sweeps reported %d sends that reached their recipient and %d that did not; want both counted", reached, unreached)
+			}
+		})
+	}
+}
+
+// TestGiveUpAttempts: the attempt at which a recipient is given up makes
+// the delays before it (at their jittered least) span RetryFor, and is
+// never below MaxAttempts.
+func TestGiveUpAttempts(t *testing.T) {
+	for _, c := range []Config{
+		{},
+		{RetryAfter: 10 * time.Second, SweepRetry: time.Minute, MaxAttempts: 10, RetryFor: 3 * time.Minute},
+		{RetryAfter: time.Second, SweepRetry: 2 * time.Minute, MaxAttempts: 10, RetryFor: time.Nanosecond},
+		{RetryFor: 24 * time.Hour},
+	} {
+		c = c.withDefaults()
+		n := c.giveUpAttempts()
+		// least is the span of the delays before attempt n at their
+		// least, last the least of the delay before it.
+		var least, last time.Duration
+		for attempt := 1; attempt < n; attempt++ {
+			d := c.RetryAfter
+			for i := 1; i < attempt && d < c.SweepRetry; i++ {
+				d *= 2
+			}
+			last = min(d, c.SweepRetry) / 2
+			least += last
+		}
+		if n < c.MaxAttempts || least < c.RetryFor {
+			t.Errorf("%v/%v/%d/%v: gives up at attempt %d, after at least %s; want at least %d attempts and %s",
+				c.RetryAfter, c.SweepRetry, c.MaxAttempts, c.RetryFor, n, least, c.MaxAttempts, c.RetryFor)
+		}
+		if n > c.MaxAttempts && least-last >= c.RetryFor {
+			t.Errorf("%v/%v/%d/%v: gives up at attempt %d, one later than needed", c.RetryAfter, c.SweepRetry, c.MaxAttempts, c.RetryFor, n)
+		}
+	}
+}
