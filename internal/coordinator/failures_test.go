@@ -263,6 +263,56 @@ func TestRefusedSweepsFailTheBroadcast(t *testing.T) {
 	}
 }
 
+// TestSweepsThatReachNobodyFailTheBroadcast: after the broadcast has sent
+// (so its refusals are no longer "nobody sent yet") only sweeps run, and
+// the relay now fails every connection at STARTTLS. Those refusals are no
+// recipient's attempts, so no row ever fails for them; the sweeps that
+// reach nobody count toward no progress instead and fail the broadcast,
+// with the reason. Sweeps refused as often that did reach their
+// recipients (a tail of greylisting) do not: those rows end by their own
+// attempts.
+func TestSweepsThatReachNobodyFailTheBroadcast(t *testing.T) {
+	t.Parallel()
+	for _, reached := range []bool{false, true} {
+		t.Run(map[bool]string{false: "reached nobody", true: "reached its recipients"}[reached], func(t *testing.T) {
+			t.Parallel()
+			s, id, start, end := reportOnlyStack(t)
+			s.withFastRetries(3) // backoff at most 100 ms
+			ctx := context.Background()
+			publish := func(rep bus.Report) {
+				t.Helper()
+				if _, err := s.bus.JS.Publish(ctx, bus.ReportSubject(id), bus.Encode(rep)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mid := midpoint(start, end)
+			publish(bus.Report{Broadcast: id, Range: 0, From: start.String(), Next: mid.String(), Sent: 4, Claimed: 4, Reached: 4})
+			if !testenv.Poll(10*time.Second, func() bool { return s.status(id).GetProgress().GetRanges()[0].GetNext() == mid.String() }) {
+				t.Fatal("the range's report was not applied")
+			}
+			for range 5 {
+				rep := bus.Report{Broadcast: id, Range: bus.SweepRange, Sweep: true, Deferred: 4, Unreached: 4,
+					Class: bus.ClassTransient, Error: "smtp connect: 454 4.7.0 TLS not available due to local problem"}
+				if reached {
+					rep.Reached, rep.Unreached, rep.Error = 4, 0, "smtp rcpt: 450 4.7.1 greylisted, try again later"
+				}
+				publish(rep)
+				time.Sleep(300 * time.Millisecond) // past the backoff, so each one counts
+			}
+			if !reached {
+				if b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_FAILED, time.Minute); !strings.Contains(b.GetReason(), "no progress") ||
+					!strings.Contains(b.GetReason(), "454 4.7.0") {
+					t.Fatalf("reason %q should say no progress was made and show the relay's 454", b.GetReason())
+				}
+				return
+			}
+			if st := s.status(id); st.GetState() != pb.BroadcastState_BROADCAST_STATE_RUNNING {
+				t.Fatalf("broadcast %s (%s) after sweeps whose recipients kept refusing; want running", st.GetState(), st.GetReason())
+			}
+		})
+	}
+}
+
 // TestRelayOutageOutlastsEveryRange: a relay that refuses everyone for a
 // moment, while every range has a page out, is not a server that refuses
 // everyone for good. Counted per report, the refused pages of every range
