@@ -313,6 +313,73 @@ func TestSweepsThatReachNobodyFailTheBroadcast(t *testing.T) {
 	}
 }
 
+// TestPolicyRefusalOfOneRecipientFailsAlone: a relay that answers "550
+// 5.7.1 rejected as spam" at DATA for a few recipients among 300 (a
+// mailbox's own filter) fails those recipients alone, with the reply,
+// never suppressed, and the broadcast completes; it halted at the first
+// one, a tester's 1 % paused 5,000 contacts 36 times. The same reply to
+// everyone still pauses at once, with nobody failed for it.
+func TestPolicyRefusalOfOneRecipientFailsAlone(t *testing.T) {
+	t.Parallel()
+	for _, everyone := range []bool{false, true} {
+		t.Run(map[bool]string{false: "three recipients", true: "everyone"}[everyone], func(t *testing.T) {
+			t.Parallel()
+			refused := func(to string) bool {
+				return everyone || strings.HasSuffix(to, "00042@example.org") || strings.HasSuffix(to, "00142@example.org") ||
+					strings.HasSuffix(to, "00242@example.org")
+			}
+			s := newStack(t, stackOptions{sqlite: true, workers: 1, concurrency: 4, sinkOpts: []capture.Option{
+				capture.WithDataHook(func(m capture.Message) *smtp.SMTPError {
+					if refused(m.To[0]) {
+						return reply(550, smtp.EnhancedCode{5, 7, 1}, "Message rejected as spam by the recipient's filter")
+					}
+					return nil
+				}),
+			}})
+			a := s.seed(300)
+			id := s.create("", 0)
+			s.start(id)
+			bid := ulid.MustParseStrict(id)
+			if everyone {
+				b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_PAUSED, time.Minute)
+				if !strings.Contains(b.GetReason(), "550 5.7.1") {
+					t.Fatalf("reason %q does not show the 550 5.7.1", b.GetReason())
+				}
+				s.waitQuiet(300 * time.Millisecond)
+				if p := s.status(id).GetProgress(); p.GetFailed() != 0 || p.GetSent() != 0 {
+					t.Fatalf("paused with %d failed and %d sent; want nobody failed for a refusal of everyone", p.GetFailed(), p.GetSent())
+				}
+				return
+			}
+			b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+			want := map[string]bool{}
+			failed := 0
+			for e := range a.eligible(false) {
+				if !refused(e) {
+					want[e] = true
+				}
+			}
+			s.exactlyOnce(want)
+			for _, c := range a.contacts {
+				if !refused(c.Email) || !c.Subscribed || c.DoNotContact {
+					continue
+				}
+				row, err := s.store.GetSend(context.Background(), bid, c.ID)
+				if err != nil || row.Status != store.SendFailed || !strings.Contains(row.Error, "550 5.7.1") {
+					t.Fatalf("%s: row %+v (%v); want failed with the reply", c.Email, row, err)
+				}
+				failed++
+				if d, err := s.store.GetContact(context.Background(), c.ID); err != nil || d.DoNotContact {
+					t.Fatalf("%s suppressed (%v) after a policy refusal of one message", c.Email, err)
+				}
+			}
+			if failed == 0 || b.GetProgress().GetFailed() != int64(failed) {
+				t.Fatalf("completed with %d failed; want the %d refused recipients", b.GetProgress().GetFailed(), failed)
+			}
+		})
+	}
+}
+
 // TestRelayOutageOutlastsEveryRange: a relay that refuses everyone for a
 // moment, while every range has a page out, is not a server that refuses
 // everyone for good. Counted per report, the refused pages of every range
@@ -467,20 +534,24 @@ func TestErrorClassesEndToEnd(t *testing.T) {
 		// (a 5xx of theirs, or a 4xx that outlasted every attempt), or
 		// deferred (not sent for the channel's sake: sent after a resume).
 		rowStatus store.SendStatus
+		// lone: a refusal that may be about the recipient alone, so the
+		// first of them fail alone (failed with the reply) until they are
+		// a share that halts (pageworker's refusal tally).
+		lone bool
 	}{
-		{"250 accepted", nil, pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendSent},
+		{"250 accepted", nil, pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendSent, false},
 		{"550 5.1.1 unknown user", reply(550, smtp.EnhancedCode{5, 1, 1}, "5.1.1 <x>: Recipient address rejected: User unknown in virtual mailbox table"),
-			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed},
+			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed, false},
 		{"451 forever", reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary local problem - please try later"),
-			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed},
+			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed, false},
 		{"452 rate limit", reply(452, smtp.EnhancedCode{4, 5, 3}, "Error: too many recipients"),
-			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed},
+			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed, false},
 		{"454 SES throttling", reply(454, smtp.NoEnhancedCode, "Throttling failure: Maximum sending rate exceeded."),
-			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed},
+			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed, false},
 		{"535 auth", reply(535, smtp.EnhancedCode{5, 7, 8}, "Username and Password not accepted"),
-			pb.BroadcastState_BROADCAST_STATE_PAUSED, store.SendDeferred},
+			pb.BroadcastState_BROADCAST_STATE_PAUSED, store.SendDeferred, false},
 		{"unknown 5xx", reply(554, smtp.EnhancedCode{5, 0, 0}, "Something nobody has seen before"),
-			pb.BroadcastState_BROADCAST_STATE_PAUSED, store.SendDeferred},
+			pb.BroadcastState_BROADCAST_STATE_PAUSED, store.SendDeferred, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -510,6 +581,7 @@ func TestErrorClassesEndToEnd(t *testing.T) {
 			s.waitQuiet(300 * time.Millisecond)
 			bid := ulid.MustParseStrict(id)
 			got := s.sink.CountByRecipient()
+			failedAlone := 0
 			for _, c := range a.contacts {
 				if !c.Subscribed || c.DoNotContact {
 					continue
@@ -521,6 +593,10 @@ func TestErrorClassesEndToEnd(t *testing.T) {
 				case got[c.Email] == 1:
 					if err != nil || row.Status != store.SendSent {
 						t.Fatalf("%s received its message but its row is %+v (%v)", c.Email, row, err)
+					}
+				case scripted(c.Email) && tc.reply != nil && err == nil && tc.lone && row.Status == store.SendFailed:
+					if failedAlone++; failedAlone > 14 || !strings.Contains(row.Error, strconv.Itoa(tc.reply.Code)) {
+						t.Fatalf("%s failed alone (%q), the %dth; want at most 14, with the reply, before the share halts", c.Email, row.Error, failedAlone)
 					}
 				case scripted(c.Email) && tc.reply != nil && (err == nil || tc.rowStatus == store.SendFailed):
 					// A page that stopped before a scripted recipient's

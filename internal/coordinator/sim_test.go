@@ -1287,4 +1287,7 @@ var simRegressions = map[string]uint64{
 	"a resend in doubt deferred again, then its contact erased": 8491,
 	// Pinned by TestTransientForeverFailsTheBroadcast/window_1.
 	"a relay refusing for ever, windows of one": 500100,
+	// A relay refusing every connection for ever once the ranges were
+	// walked: sweeps of two due rows, no attempt charged, none stopped.
+	"a relay refusing for ever, sweeps of two that reach nobody": 12000325,
 }

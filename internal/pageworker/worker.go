@@ -196,7 +196,8 @@ type Worker struct {
 type loaded struct {
 	b        store.Broadcast
 	compiled *message.Compiled
-	renders  renderTally // template errors seen, see haltRepeatedRenderErrors
+	renders  renderTally  // template errors seen, see haltRepeatedRenderErrors
+	refusals refusalTally // refusals that may be one recipient's, see refusals.go
 }
 
 // New returns a worker; Run starts it.
@@ -970,6 +971,8 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 		}
 	}
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
+	kinds := sendKinds(b)
+	haltLone := l.refusals.judge(kinds)
 	refused, firstRefused, refusedErr := 0, -1, ""
 
 	for i, c := range window {
@@ -1014,6 +1017,13 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 		class := classOf(err)
 		if class == transport.Recipient {
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error(), HardBounce: transport.HardBounce(err)})
+			res.failed++
+			continue
+		}
+		if kinds[i] == sendLone && !haltLone {
+			// Rare enough to be this recipient's (refusals.go): failed
+			// with the reply, never suppressed for it.
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error()})
 			res.failed++
 			continue
 		}
@@ -1077,10 +1087,38 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	// off, as for a quota or channel error. The floor keeps a provider's
 	// ordinary few percent of deferrals from stopping a short window (one
 	// refusal of the last two sends is half) and idling its range.
-	if res.stopAt < 0 && windowUnwell(refused, attempted-stepAttempts, w.cfg.Concurrency) {
+	// A window that reached none of its recipients (every send failed at
+	// connect, TLS, AUTH or MAIL FROM) is unwell however few it sent: its
+	// rows are charged no attempt, so only the page's report, counted
+	// toward no progress, ends a relay that never takes mail again (a
+	// sweep of two due rows never met the rule above, and ran for ever).
+	reachedNobody := res.unreached > 0 && res.reached == 0 && firstRefused >= 0
+	if res.stopAt < 0 && (windowUnwell(refused, attempted-stepAttempts, w.cfg.Concurrency) || reachedNobody) {
 		res.stopAt, res.class, res.err = firstRefused, bus.ClassTransient, refusedErr
 	}
 	return res, outcomes
+}
+
+// sendKinds says what each send of a sent window counts as for the
+// refusal tally, in the window's order.
+func sendKinds(b *batch) []sendKind {
+	kinds := make([]sendKind, len(b.window))
+	for i, c := range b.window {
+		err := b.errs[i]
+		switch {
+		case !b.mine[c.ID] || !b.deferUntil[i].IsZero() || err == errStepEnded || beforeRecipient(err):
+			kinds[i] = sendUnreached
+		case err == nil:
+			kinds[i] = sendAccepted
+		case errors.As(err, new(*renderError)):
+			kinds[i] = sendUnreached // never sent
+		case transport.MaybeOneRecipient(err):
+			kinds[i] = sendLone
+		default:
+			kinds[i] = sendOther
+		}
+	}
+	return kinds
 }
 
 // minStopRefusals is the fewest transient refusals in a window that stop

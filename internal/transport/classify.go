@@ -536,6 +536,33 @@ var hardBounceCodes = map[string]bool{"5.1.1": true, "5.1.2": true, "5.1.3": tru
 // enhanced code ("550 No such user here", RFC 5321's own example).
 var hardBouncePhrases = []string{"no such user", "user unknown", "unknown user", "recipient unknown", "unknown recipient", "does not exist", "no mailbox here"}
 
+// Rules whose Channel verdict may yet be about one recipient: the reply
+// came at RCPT or DATA and says policy, or something unrecognised, not
+// one of the causes that are the channel's by nature (authentication,
+// relaying, a suspended account, the message's size, our quota, a fix a
+// provider names).
+var maybeOneRecipientRules = map[string]bool{
+	"policy rejection (5.7.x)":                                true,
+	"other permanent reply (5xx)":                             true,
+	"addressing or mailbox status without recipient evidence": true,
+}
+
+// MaybeOneRecipient reports a Channel refusal that a server may have given
+// about one recipient alone: a permanent reply at RCPT or DATA by one of
+// the policy or catch-all rules ("550 5.7.1 message rejected as spam" for
+// one mailbox's filter, "554 5.7.1 recipient address rejected: access
+// denied"). Classify still calls it Channel, the fail-safe verdict; the
+// caller may treat it as the recipient's when it stays rare
+// (pageworker's refusal tally).
+func MaybeOneRecipient(err error) bool {
+	f := newFacts(err)
+	if !f.sendErr || !f.aboutRecipientStage() || !f.permanent() || f.maybeDelivered {
+		return false
+	}
+	c, rule := classify(err)
+	return c == Channel && maybeOneRecipientRules[rule]
+}
+
 // HardBounce reports whether err is a permanent refusal of the recipient's
 // address itself at RCPT or DATA: the address should not be mailed again
 // (a sender that keeps mailing dead addresses loses its reputation).

@@ -1,0 +1,92 @@
+package pageworker
+
+import "sync"
+
+// A permanent refusal at RCPT or DATA that may be about one recipient
+// alone (transport.MaybeOneRecipient: "550 5.7.1 message rejected" by one
+// mailbox's filter) halted the broadcast at its first occurrence, so a
+// relay refusing 1 % of messages that way paused a 5,000-contact broadcast
+// 36 times (found by a tester): one address halted everyone. Now such a
+// refusal fails that recipient alone, with the reply, while it stays rare
+// on this worker for this broadcast; the same refusal on a large share
+// halts as before, the refused rows of the halting window deferred and
+// sent after a resume. The rules, each of which halts:
+//   - every attempt of a window of two or more that reached its recipient
+//     was refused so (a relay refusing everyone halts at its first window,
+//     failing nobody);
+//   - every attempt so far on this worker was, and there were two (a
+//     window of one: one recipient fails alone first);
+//   - refusalRun of them in a row, with no message accepted in between
+//     (a relay that starts refusing everyone mid-run, windows of one);
+//   - at least refusalSampleMin of them that are refusalShare or more of
+//     the attempts of the current sample, a sample ending after
+//     refusalSample attempts (a relay refusing a tenth: samples, not the
+//     whole run, so a share that rises late is seen however much was sent
+//     before, and a worker that sent a million never lets 1.5 % fail
+//     unseen).
+//
+// At 1 % at random none of them comes near (15 in a sample of 300 is
+// about one chance in ten million), so a million messages do not pause
+// for it; at a tenth it halts within the first 150 or so attempts, with
+// at most 14 recipients failed alone on each worker before it.
+const (
+	refusalRun       = 5
+	refusalSample    = 300
+	refusalSampleMin = 15
+	refusalShare     = 0.05
+)
+
+// refusalTally counts, for one broadcast in this process, the attempts
+// that reached their recipient and those refused in a way that may be
+// about that recipient alone. The zero value is ready.
+type refusalTally struct {
+	mu              sync.Mutex
+	reached, lone   int // since the tally began (or last halted)
+	run             int // lone refusals in a row
+	sampled, inSamp int // the current sample's attempts and lone refusals
+}
+
+// sendKind is what one send of a window counts as for the tally.
+type sendKind int
+
+const (
+	sendUnreached sendKind = iota // failed before the recipient was named, or not sent
+	sendAccepted
+	sendLone  // refused so that it may be about the recipient alone
+	sendOther // reached the recipient, refused otherwise
+)
+
+// judge counts a window's sends, in order, and reports whether the lone
+// refusals among them halt the broadcast. A halt starts the tally afresh,
+// for after the resume.
+func (t *refusalTally) judge(kinds []sendKind) (halt bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	reached, lone := 0, 0
+	for _, k := range kinds {
+		switch k {
+		case sendAccepted:
+			reached++
+			t.run = 0
+		case sendLone:
+			reached++
+			lone++
+			t.run++
+			halt = halt || t.run >= refusalRun
+		case sendOther:
+			reached++
+		}
+	}
+	t.reached, t.lone = t.reached+reached, t.lone+lone
+	t.sampled, t.inSamp = t.sampled+reached, t.inSamp+lone
+	halt = halt || lone > 0 && ((reached >= 2 && lone == reached) || (t.lone >= 2 && t.lone == t.reached) ||
+		(t.inSamp >= refusalSampleMin && float64(t.inSamp) >= refusalShare*float64(t.sampled)))
+	if halt {
+		t.reached, t.lone, t.run, t.sampled, t.inSamp = 0, 0, 0, 0, 0
+		return true
+	}
+	if t.sampled >= refusalSample {
+		t.sampled, t.inSamp = 0, 0
+	}
+	return false
+}
