@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -152,6 +153,13 @@ type sim struct {
 	window, pageLimit                      int
 	pTransient, pRecipient, pLostAfterDot  float64
 	pStoreErr, pAmbiguous, pKill, pDupCopy float64
+	// pPolicy is the share of recipients whose message the relay refuses
+	// at DATA for policy ("550 5.7.1", one mailbox's filter), every time:
+	// each fails alone while rare, and a window of them halts the
+	// broadcast, which the operator resumes (resumeHalted).
+	pPolicy float64
+	// halts counts the halted broadcast's resumes after the faults.
+	halts int
 	faultSteps                             int
 	// outage, when not nil, is a stretch during the faults in which the
 	// relay refuses every connection (down, or restarting): every send of
@@ -275,9 +283,11 @@ func (tr *simTransport) Send(_ context.Context, m message.Rendered) (string, err
 	attempt := tr.attempts[m.To]
 	tr.mu.Unlock()
 	s := tr.s
-	if tr.draw(m.To, 0) < s.pRecipient {
+	if x := tr.draw(m.To, 0); x < s.pRecipient {
 		// A recipient refusal is the same answer every time.
 		return "", &transport.SendError{Code: 550, Enhanced: "5.1.1", Text: "no such user", Stage: transport.StageRcpt}
+	} else if x < s.pRecipient+s.pPolicy {
+		return "", &transport.SendError{Code: 550, Enhanced: "5.7.1", Text: "message rejected by the recipient's filter", Stage: transport.StageData}
 	}
 	x := tr.draw(m.To, attempt)
 	pt, pl := s.pTransient, s.pLostAfterDot
@@ -530,6 +540,13 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 			s.fault("relay outage")
 		}
 	}
+	// From a stream of its own, so the other draws stay as they were; none
+	// for the regressions' seeds, whose relay answers as when they were
+	// found.
+	s.pPolicy = []float64{0, 0, 0.01, 0.05}[rand.New(rand.NewPCG(seed^0x706f6c6963792121, seed)).IntN(4)]
+	if slices.Contains(slices.Collect(maps.Values(simRegressions)), seed) {
+		s.pPolicy = 0
+	}
 	switch rng.IntN(3) {
 	case 0:
 		s.lookup = true
@@ -606,8 +623,8 @@ func (s *sim) setup() {
 		s.t.Fatalf("seed %d: state: %v", s.seed, err)
 	}
 	s.leaders = []*actor{s.newLeader()}
-	s.logf("broadcast of %d contacts; window %d, page %d; transient %.2f recipient %.2f lost-after-dot %.2f; store errors %.2f ambiguous %.2f kills %.2f copies %.2f; policy %s lookup %v",
-		n, s.window, s.pageLimit, s.pTransient, s.pRecipient, s.pLostAfterDot, s.pStoreErr, s.pAmbiguous, s.pKill, s.pDupCopy, s.policy, s.lookup)
+	s.logf("broadcast of %d contacts; window %d, page %d; transient %.2f recipient %.2f policy refusals %.2f lost-after-dot %.2f; store errors %.2f ambiguous %.2f kills %.2f copies %.2f; policy %s lookup %v",
+		n, s.window, s.pageLimit, s.pTransient, s.pRecipient, s.pPolicy, s.pLostAfterDot, s.pStoreErr, s.pAmbiguous, s.pKill, s.pDupCopy, s.policy, s.lookup)
 }
 
 // simLog puts the engine's own log lines (reconciler, transitions) in the
@@ -660,6 +677,9 @@ func (s *sim) run() {
 		if !faults && s.steps%16 == 0 && s.finished() && !s.resumeFailed() {
 			return
 		}
+		if !faults && s.steps%16 == 0 {
+			s.resumeHalted()
+		}
 		if !faults && s.steps == s.faultSteps {
 			s.endFaults()
 		}
@@ -711,6 +731,20 @@ func (s *sim) resumeFailed() bool {
 	s.fault("failed broadcast resumed")
 	s.operator(store.StateFailed, store.StateRunning)
 	return true
+}
+
+// resumeHalted is the operator resuming a broadcast the engine halted
+// (paused with the reason) after the faults, as a person would once they
+// have looked: only policy refusals halt it then. Bounded, so a broadcast
+// halted again and again is reported, not resumed for ever.
+func (s *sim) resumeHalted() {
+	b, err := s.st.GetBroadcast(s.ctx, s.b.ID)
+	if err != nil || b.State != store.StatePaused || s.halts >= 20 {
+		return
+	}
+	s.halts++
+	s.fault("halted broadcast resumed")
+	s.operator(store.StatePaused, store.StateRunning)
 }
 
 func (s *sim) finished() bool {
