@@ -159,8 +159,8 @@ type sim struct {
 	// broadcast, which the operator resumes (resumeHalted).
 	pPolicy float64
 	// halts counts the halted broadcast's resumes after the faults.
-	halts int
-	faultSteps                             int
+	halts      int
+	faultSteps int
 	// outage, when not nil, is a stretch during the faults in which the
 	// relay refuses every connection (down, or restarting): every send of
 	// a window fails at once, on every range, as CI's chaos run met it.
