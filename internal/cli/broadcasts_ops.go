@@ -269,12 +269,27 @@ func unscheduleCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			bc, err := c.broadcasts()
+			if err != nil {
+				return err
+			}
+			// Read first, for the words only: unscheduling is idempotent,
+			// and a draft that had no start time should not be told it
+			// was unscheduled.
+			before, err := bc.GetBroadcast(cmd.Context(), &pb.GetBroadcastRequest{Id: args[0]})
+			if err != nil {
+				return err
+			}
 			resp, err := oc.UnscheduleBroadcast(cmd.Context(), &pb.UnscheduleBroadcastRequest{Id: args[0]})
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				return jsonLine(cmd.OutOrStdout(), resp.GetBroadcast())
+			}
+			if before.GetBroadcast().GetScheduledAt() == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s was not scheduled; it is a draft waiting for broadcasts start\n", resp.GetBroadcast().GetId())
+				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "unscheduled %s; it is a draft waiting for broadcasts start\n", resp.GetBroadcast().GetId())
 			return nil

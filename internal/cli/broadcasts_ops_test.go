@@ -329,6 +329,9 @@ func TestBroadcastOpsCommands(t *testing.T) {
 		if out := s.must("broadcasts", "unschedule", id, "--json"); json.Unmarshal([]byte(out), &un) != nil || un.ScheduledAt != nil {
 			t.Errorf("unschedule --json still shows a time: %s", out)
 		}
+		if out := s.must("broadcasts", "unschedule", id); !strings.Contains(out, "was not scheduled") {
+			t.Errorf("unschedule of a draft with no start time printed %q; want it to say it was not scheduled", out)
+		}
 
 		// Delete a draft; a started one is refused with what to do.
 		other := s.create("Scratch")

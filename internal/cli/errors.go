@@ -28,7 +28,8 @@ func describe(err error) string {
 	case codes.InvalidArgument:
 		return "invalid request: " + st.Message()
 	case codes.NotFound:
-		return "not found: " + st.Message()
+		// A store's wrapped sentinel ends "…: not found" already.
+		return "not found: " + strings.TrimSuffix(st.Message(), ": not found")
 	case codes.FailedPrecondition:
 		return "not possible now: " + st.Message()
 	case codes.AlreadyExists:

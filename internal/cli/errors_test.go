@@ -31,3 +31,16 @@ func TestUnavailableSaysWhoIsDown(t *testing.T) {
 		t.Errorf("describe(%v) = %q; want it to say the coordinator is running and what it misses", err, got)
 	}
 }
+
+// TestDescribeNotFound: a store's "segment \"x\": not found" reads once
+// "not found", not twice.
+func TestDescribeNotFound(t *testing.T) {
+	for msg, want := range map[string]string{
+		`segment "vip": not found`:              `not found: segment "vip"`,
+		"no broadcast 01ABC (deleted already?)": "not found: no broadcast 01ABC (deleted already?)",
+	} {
+		if got := describe(status.Error(codes.NotFound, msg)); got != want {
+			t.Errorf("describe(%q) = %q; want %q", msg, got, want)
+		}
+	}
+}

@@ -596,6 +596,12 @@ func CheckBroadcast(t Template, noUnsubscribeLink bool) error {
 	if _, utf8Local, err := address.ASCIIDomain(t.FromAddress); err == nil && utf8Local {
 		return &ValidationError{Field: fieldFromAddress, Reason: fmt.Sprintf("%q has a non-ASCII local part, which an SMTP server without SMTPUTF8 refuses for every message; give an ASCII sending address", t.FromAddress)}
 	}
+	// The rules a contact's address meets: news@localhost was taken, and
+	// mail from a domain nobody can look up (SPF, DKIM, DMARC, a bounce's
+	// way back) is refused or junked by every receiving server.
+	if _, err := address.Canonical(t.FromAddress); err != nil {
+		return &ValidationError{Field: fieldFromAddress, Reason: err.Error() + "; give an address at a public domain you send from"}
+	}
 	// After Compile, which says "line break" of a CR or LF.
 	if err := cmp.Or(CheckControl(fieldSubject, t.Subject), CheckControl(fieldFromName, t.FromName)); err != nil {
 		return err

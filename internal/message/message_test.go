@@ -576,3 +576,28 @@ func TestFromAddressUTF8LocalPart(t *testing.T) {
 		t.Errorf("Compile = %v; want it to take a broadcast made before the rule", err)
 	}
 }
+
+// TestFromAddressAtAPublicDomain: the from address meets a contact's
+// rules: a domain with no dot (news@localhost, taken before) or an IP
+// literal is refused at create, naming it; an IDN domain is not refused
+// for being one.
+func TestFromAddressAtAPublicDomain(t *testing.T) {
+	t.Parallel()
+	for from, want := range map[string]string{
+		"news@localhost":   "no dot",
+		"news@[127.0.0.1]": "from_address",
+		"news@mail":        "no dot",
+		"news@example.com": "",
+	} {
+		tmpl := baseTemplate()
+		tmpl.FromAddress = from
+		err := CheckBroadcast(tmpl, true)
+		var ve *ValidationError
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: CheckBroadcast = %v; want it taken", from, err)
+		case want != "" && (!errors.As(err, &ve) || ve.Field != "from_address" || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: CheckBroadcast = %v; want the from address refused (%q)", from, err, want)
+		}
+	}
+}

@@ -42,10 +42,22 @@ func ValidateHeaderValue(field, v string) error {
 // CLI, an escape sequence or a line break rewrites the terminal (a reason
 // holding "\nsegments FAKE" printed a fake line in contacts show). Not for
 // every rendered header: a contact's data is checked at import.
+//
+// Also refused: the line and paragraph separators (U+2028, U+2029), which
+// break a line where JSON and some terminals and mail clients do not
+// expect one, and the bidirectional embeddings and overrides (U+202A to
+// U+202E), which make text display in another order than it is written:
+// a subject that reads one way in a preview and another in a filter.
+// Marks (U+200E, U+200F) and isolates stay: right-to-left text uses them.
 func CheckControl(field, v string) error {
 	for i, r := range v {
-		if r < 0x20 && r != '\t' || r >= 0x7f && r < 0xa0 {
+		switch {
+		case r < 0x20 && r != '\t' || r >= 0x7f && r < 0xa0:
 			return &ValidationError{Field: field, Reason: fmt.Sprintf("contains the control character %U at byte %d; remove it", r, i)}
+		case r == 0x2028 || r == 0x2029:
+			return &ValidationError{Field: field, Reason: fmt.Sprintf("contains the line or paragraph separator %U at byte %d; remove it", r, i)}
+		case r >= 0x202a && r <= 0x202e:
+			return &ValidationError{Field: field, Reason: fmt.Sprintf("contains the bidirectional override %U at byte %d, which makes the text display in another order than it is written; remove it", r, i)}
 		}
 	}
 	return nil
