@@ -44,6 +44,9 @@ type actor struct {
 	// the last dispatch round was held back by it.
 	throttleWait time.Duration
 	throttle     *governor.Bucket
+	// sweepWait is the limit (throttle, daily ceiling, rate) that held
+	// back the last sweep of due rows; "" once one went out.
+	sweepWait string
 	// reloaded is when the range records were last re-read from KV;
 	// stale asks for a re-read before the next dispatch (adopt).
 	reloaded time.Time
@@ -712,7 +715,14 @@ func (a *actor) finish(ctx context.Context) bool {
 		}
 	}
 	if p.Deferred > 0 {
-		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages deferred, next due %s UTC", p.Deferred, p.NextDue.UTC().Format(time.TimeOnly)))
+		switch now := a.c.cfg.Clock.Now(); {
+		case p.NextDue.After(now):
+			a.setWaiting(fmt.Sprintf("all ranges walked; %d messages deferred, next due %s UTC", p.Deferred, p.NextDue.UTC().Format(time.TimeOnly)))
+		case a.sweepWait != "":
+			a.setWaiting(fmt.Sprintf("all ranges walked; %d messages deferred, due now and held: %s", p.Deferred, a.sweepWait))
+		default:
+			a.setWaiting(fmt.Sprintf("all ranges walked; %d messages deferred, due now", p.Deferred))
+		}
 		return false
 	}
 	if err := a.transition(ctx, []store.State{store.StateRunning}, store.StateCompleted, a.completionSummary(ctx, p.Failed)); err != nil {

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/rangecast/rangecast/internal/bus"
@@ -46,12 +47,19 @@ func (a *actor) sweep(ctx context.Context) {
 	limit := a.c.cfg.PageLimit
 	if a.throttle != nil {
 		if limit = a.throttle.Take(now, limit); limit == 0 {
+			a.sweepWait = fmt.Sprintf("throttle of %d/hour", a.b.ThrottlePerHour)
 			return
 		}
 	}
-	if limit, _ = a.pace(now, limit); limit == 0 {
+	limit, why := a.pace(now, limit)
+	if limit == 0 {
+		// Said in status (complete's waiting): rows due and not sent,
+		// with the limit that holds them (the daily ceiling), not a
+		// "next due" time in the past.
+		a.sweepWait = why.Text
 		return
 	}
+	a.sweepWait = ""
 	// The dedupe id is the dispatch time: unique across leader terms.
 	job := bus.PageJob{Broadcast: a.id.String(), Range: bus.SweepRange, Sweep: true, Limit: limit, Issue: int(now.UnixMilli())}
 	if pacer := a.c.pacer(); pacer != nil {

@@ -3,12 +3,17 @@ package coordinator_test
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/emersion/go-smtp"
+
 	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/testenv"
 )
 
 // TestThrottleLimitsPages: a broadcast throttled to 36 messages an hour (one
@@ -105,5 +110,43 @@ func TestPacerGatesDispatch(t *testing.T) {
 	}
 	if w := s.status(id).GetProgress().GetWaitingFor(); !strings.Contains(w, "daily ceiling of 25") {
 		t.Fatalf("waiting_for = %q; want the pacer's reason", w)
+	}
+}
+
+// TestStatusSaysWhatHoldsDueRows: once every range is walked, a deferred
+// row that is due but whose sweep the governor refuses (the daily ceiling)
+// is shown as due now and held, with the governor's reason, not as "next
+// due" at a time in the past (found by a tester).
+func TestStatusSaysWhatHoldsDueRows(t *testing.T) {
+	t.Parallel()
+	var refused atomic.Bool
+	s := newStack(t, stackOptions{workers: 1, concurrency: 4, pageLimit: 10, sinkOpts: []capture.Option{
+		capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if strings.HasPrefix(to, "user000004@") {
+				refused.Store(true)
+				return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try again later"}
+			}
+			return nil
+		}),
+	}})
+	pacer := &budgetPacer{budget: 1000, domains: map[string]bool{}}
+	s.stopCoord()
+	s.coordCfg.Pacer = pacer
+	s.startCoordinator()
+	s.seed(20)
+	id := s.create("", 0)
+	s.start(id)
+	if !testenv.Poll(20*time.Second, func() bool { return refused.Load() && strings.Contains(s.status(id).GetProgress().GetWaitingFor(), "all ranges walked") }) {
+		t.Fatalf("waiting_for = %q; want every range walked with a row deferred", s.status(id).GetProgress().GetWaitingFor())
+	}
+	pacer.mu.Lock()
+	pacer.budget = 0
+	pacer.mu.Unlock()
+	var w string
+	if !testenv.Poll(20*time.Second, func() bool {
+		w = s.status(id).GetProgress().GetWaitingFor()
+		return strings.Contains(w, "due now and held: daily ceiling of 25")
+	}) {
+		t.Fatalf("waiting_for = %q; want the due row held by the daily ceiling", w)
 	}
 }
