@@ -136,7 +136,9 @@ func TestStatusSaysWhatHoldsDueRows(t *testing.T) {
 	s.seed(20)
 	id := s.create("", 0)
 	s.start(id)
-	if !testenv.Poll(20*time.Second, func() bool { return refused.Load() && strings.Contains(s.status(id).GetProgress().GetWaitingFor(), "all ranges walked") }) {
+	if !testenv.Poll(20*time.Second, func() bool {
+		return refused.Load() && strings.Contains(s.status(id).GetProgress().GetWaitingFor(), "all ranges walked")
+	}) {
 		t.Fatalf("waiting_for = %q; want every range walked with a row deferred", s.status(id).GetProgress().GetWaitingFor())
 	}
 	pacer.mu.Lock()
