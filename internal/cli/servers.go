@@ -202,6 +202,7 @@ func (s *stackFlags) register(cmd *cobra.Command, level string) {
 	// the page worker refuses --concurrency 0.
 	f.Var(atLeast(&s.o.Workers, 2, 1), "workers", "page workers to run, at least 1")
 	f.Var(atLeast(&s.o.Concurrency, 16, 1), "concurrency", "each worker's in-flight window, at least 1")
+	f.DurationVar(&s.o.RetryFor, "retry-for", pageworker.DefaultRetryFor, "a recipient refused for a transient reason is tried again for at least this long and 10 attempts before it fails (as the pageworker's --retry-for); 10m to 168h")
 	f.DurationVar(&s.o.InDoubtAfter, "in-doubt-after", 20*time.Second, "a claim whose worker has been gone this long is in doubt and is settled against the capture server")
 	f.Var(logLevel(&s.level, level), "log-level", "debug, info, warn or error (env RANGECAST_LOG_LEVEL)")
 	f.StringVar(&s.format, "log-format", "text", "text or json (one JSON object per line) (env RANGECAST_LOG_FORMAT)")

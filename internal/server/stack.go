@@ -35,6 +35,8 @@ type StackOptions struct {
 	// MailFiles also writes each captured message to Dir/mail as .eml.
 	MailFiles            bool
 	Workers, Concurrency int
+	// RetryFor is the workers' WorkerOptions.RetryFor; 0 is the default.
+	RetryFor time.Duration
 	// InDoubtAfter is the reconciler's lease (default 1 minute in dev).
 	InDoubtAfter time.Duration
 	// Governor paces sending per domain; nil means DevGovernor.
@@ -100,6 +102,8 @@ func (o StackOptions) validate() error {
 	if o.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("--concurrency is %d; the in-flight window needs at least 1", o.Concurrency))
 	}
+	// The workers' own check, before anything starts.
+	errs = append(errs, WorkerOptions{Concurrency: 1, TxSlots: 1, RetryFor: o.RetryFor}.validate())
 	_, pprofErr := pprofEnabled()
 	errs = append(errs, pprofErr)
 	return errors.Join(errs...)
@@ -222,7 +226,8 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	for i := range o.Workers {
 		log := o.Log.With("worker", i)
 		s.run(func() error {
-			wo := WorkerOptions{SMTPURL: smtpURL, Concurrency: o.Concurrency, Log: log, PublicURL: s.PublicURL, Secrets: secrets, DKIMKeys: o.DKIMKeys}
+			wo := WorkerOptions{SMTPURL: smtpURL, Concurrency: o.Concurrency, Log: log, PublicURL: s.PublicURL, Secrets: secrets, DKIMKeys: o.DKIMKeys,
+				RetryFor: o.RetryFor}
 			if s.Capture != nil {
 				wo.TxLookup = func(_ context.Context, messageID string) (bool, error) { return s.Capture.Accepted(messageID), nil }
 			}

@@ -112,6 +112,7 @@ func TestStackOptionsRefused(t *testing.T) {
 	}{
 		{server.StackOptions{Workers: -1}, "--workers is -1"},
 		{server.StackOptions{Concurrency: -4}, "--concurrency is -4"},
+		{server.StackOptions{RetryFor: time.Minute}, "--retry-for is 1m0s"},
 	} {
 		c.o.Dir = t.TempDir()
 		if _, err := server.StartStack(context.Background(), c.o); err == nil || !strings.Contains(err.Error(), c.flag) {
