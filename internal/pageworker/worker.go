@@ -1003,10 +1003,11 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			continue
 		}
 		err := errs[i]
-		if beforeRecipient(err) {
-			res.unreached++
-		} else {
+		switch {
+		case kinds[i] != sendUnreached:
 			res.reached++
+		case beforeRecipient(err):
+			res.unreached++
 		}
 		if err == nil {
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendSent})
