@@ -16,6 +16,7 @@ import (
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/maintenance"
+	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/testenv"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -306,6 +307,13 @@ func TestSweepsThatReachNobodyFailTheBroadcast(t *testing.T) {
 				}
 				return
 			}
+			// A report that moves the cursor, applied after the sweeps'
+			// (one consumer, in order), proves they were applied too.
+			marker, _ := ranges.Next(mid)
+			publish(bus.Report{Broadcast: id, Range: 0, From: mid.String(), Next: marker.String(), Sent: 1, Claimed: 1, Reached: 1})
+			if !testenv.Poll(10*time.Second, func() bool { return s.status(id).GetProgress().GetRanges()[0].GetNext() == marker.String() }) {
+				t.Fatal("the reports after the sweeps were not applied")
+			}
 			if st := s.status(id); st.GetState() != pb.BroadcastState_BROADCAST_STATE_RUNNING {
 				t.Fatalf("broadcast %s (%s) after sweeps whose recipients kept refusing; want running", st.GetState(), st.GetReason())
 			}
@@ -544,7 +552,7 @@ func TestErrorClassesEndToEnd(t *testing.T) {
 			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed, false},
 		{"451 forever", reply(451, smtp.EnhancedCode{4, 3, 0}, "Temporary local problem - please try later"),
 			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed, false},
-		{"452 rate limit", reply(452, smtp.EnhancedCode{4, 5, 3}, "Error: too many recipients"),
+		{"452 session limit", reply(452, smtp.EnhancedCode{4, 5, 3}, "Error: too many recipients"),
 			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed, false},
 		{"454 SES throttling", reply(454, smtp.NoEnhancedCode, "Throttling failure: Maximum sending rate exceeded."),
 			pb.BroadcastState_BROADCAST_STATE_COMPLETED, store.SendFailed, false},

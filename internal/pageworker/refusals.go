@@ -26,15 +26,24 @@ import "sync"
 //     unseen).
 //
 // At 1 % at random none of them comes near (15 in a sample of 300 is
-// about one chance in ten million), so a million messages do not pause
-// for it; at a tenth it halts within the first 150 or so attempts, with
-// at most 14 recipients failed alone on each worker before it.
+// about one chance in two million per sample: about one halt in 500 runs
+// of a million messages on one worker); a steady 2 % is likely to halt
+// within some tens of thousands of messages, and a tenth within the first
+// 150 or so attempts, with at most 14 recipients failed alone on each
+// worker before it.
 const (
 	refusalRun       = 5
 	refusalSample    = 300
 	refusalSampleMin = 15
 	refusalShare     = 0.05
 )
+
+// haltedMark starts the error of a row deferred in a window whose lone
+// refusals halted the broadcast; a sweep after the resume that meets the
+// same refusal fails the row alone (batch.haltedBefore), so a few
+// recipients whose servers refuse deterministically do not halt the
+// broadcast again at every resume.
+const haltedMark = "refused in the window that halted the broadcast: "
 
 // refusalTally counts, for one broadcast in this process, the attempts
 // that reached their recipient and those refused in a way that may be

@@ -2,7 +2,13 @@ package pageworker
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/transport"
 )
 
 // window is n sends of which those at the given indexes were lone
@@ -108,5 +114,55 @@ func TestRefusalTallyAtVolume(t *testing.T) {
 	halted, lone := stream(&tl, 0.10, 300/16+1)
 	if !halted || lone >= refusalSampleMin {
 		t.Fatalf("a tenth refused: halted %v after %d failed alone; want a halt with fewer than %d", halted, lone, refusalSampleMin)
+	}
+}
+
+// TestHaltedRefusalsFailAloneAfterTheResume: a window of four recipients
+// whose servers refuse them "550 5.7.1" every time halts the broadcast
+// (the whole window refused so); after the resume the sweep meets the
+// same refusals and fails the four alone, with the reply, instead of
+// halting again (it did at every resume until each row had used its
+// attempts, found by review).
+func TestHaltedRefusalsFailAloneAfterTheResume(t *testing.T) {
+	t.Parallel()
+	for name, open := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st := open(t)
+			tr := &scripted{accepted: map[string]int{}}
+			f := newCopiesFixture(t, st, 6, tr)
+			refused := map[string]bool{}
+			for _, c := range f.contacts[:4] {
+				refused[c.Email] = true
+			}
+			tr.answer = func(to string) error {
+				if refused[to] {
+					return &transport.SendError{Code: 550, Enhanced: "5.7.1", Text: "message rejected by the recipient's filter", Stage: transport.StageData}
+				}
+				return nil
+			}
+			ctx := t.Context()
+			rep, err := f.w.RunPage(ctx, f.job(), "w/1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Class != bus.ClassChannel {
+				t.Fatalf("page of a window refused whole: class %q (%s); want a halt", rep.Class, rep.Error)
+			}
+			f.clk.Advance(time.Hour) // the operator resumed
+			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
+			if rep, err = f.w.runSweep(ctx, ctx, sweep, "w/S"); err != nil {
+				t.Fatal(err)
+			}
+			if rep.Class != bus.ClassNone || rep.Failed != 4 {
+				t.Fatalf("sweep after the resume: class %q (%s), %d failed; want the four failed alone and no halt", rep.Class, rep.Error, rep.Failed)
+			}
+			for _, c := range f.contacts[:4] {
+				row, err := st.GetSend(ctx, f.b.ID, c.ID)
+				if err != nil || row.Status != store.SendFailed || !strings.Contains(row.Error, "550 5.7.1") {
+					t.Errorf("%s: %+v (%v); want failed with the reply", c.Email, row, err)
+				}
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package pageworker
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +19,10 @@ import (
 //     greylist failed recipients who were never refused);
 //   - one refused with a 451 every time fails, given up, only after at
 //     least RetryFor (1 h) and MaxAttempts (10);
-//   - one whose every send fails at STARTTLS, before its address is named,
-//     is never charged an attempt, so it never fails for it (a relay's TLS
-//     outage failed 47 recipients by their attempts), and the sweeps say
-//     they reached nobody.
+//   - one whose every send fails at STARTTLS is charged an attempt for
+//     each failure in a window whose other sends got through (the relay
+//     works; the refusal is about this message), so it cannot wait
+//     uncharged for ever beside them.
 func TestRefusedRecipientsAreTriedForAnHour(t *testing.T) {
 	t.Parallel()
 	for name, open := range bothStores {
@@ -89,8 +90,8 @@ func TestRefusedRecipientsAreTriedForAnHour(t *testing.T) {
 			} else if took > 3*time.Hour {
 				t.Errorf("recipient refused every time failed after %s; the schedule should end within about twice RetryFor", took)
 			}
-			if r := row(tls); r.Status != store.SendDeferred || r.Attempt != 0 {
-				t.Errorf("recipient whose sends failed at STARTTLS: %s, attempt %d (%q); want deferred, never charged an attempt", r.Status, r.Attempt, r.Error)
+			if r := row(tls); r.Attempt < 10 {
+				t.Errorf("recipient whose sends alone failed at STARTTLS: %s, attempt %d (%q); want charged its attempts while the others got through", r.Status, r.Attempt, r.Error)
 			}
 			if unreached == 0 || reached == 0 {
 				t.Errorf("sweeps reported %d sends that reached their recipient and %d that did not; want both counted", reached, unreached)
@@ -99,15 +100,78 @@ func TestRefusedRecipientsAreTriedForAnHour(t *testing.T) {
 	}
 }
 
+// TestRelayOutageChargesNobody: a relay whose STARTTLS fails for every
+// connection for two hours (a relay-wide outage: no send of a window
+// reaches its recipient) charges no recipient an attempt, so nobody fails
+// for it however long it lasts (a relay's TLS outage failed 47 recipients
+// by their attempts, found by a tester); once it works again each is sent
+// once, at its first real attempt, and the sweeps said they reached nobody.
+func TestRelayOutageChargesNobody(t *testing.T) {
+	t.Parallel()
+	for name, open := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st := open(t)
+			tr := &scripted{accepted: map[string]int{}}
+			f := newCopiesFixture(t, st, 3, tr)
+			start := f.clk.Now()
+			tr.answer = func(string) error {
+				if f.clk.Now().Before(start.Add(2 * time.Hour)) {
+					return &transport.SendError{Code: 454, Enhanced: "4.7.0", Text: "TLS not available due to local problem", Stage: transport.StageConnect}
+				}
+				return nil
+			}
+			ctx := t.Context()
+			if _, err := f.w.RunPage(ctx, f.job(), "w/1"); err != nil {
+				t.Fatal(err)
+			}
+			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
+			unreached, reached := 0, 0
+			for f.clk.Now().Before(start.Add(3 * time.Hour)) {
+				_, due, err := st.NextDue(ctx, f.b.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.clk.Advance(max(due.Sub(f.clk.Now()), time.Minute))
+				rep, err := f.w.runSweep(ctx, ctx, sweep, "w/S")
+				if err != nil {
+					t.Fatal(err)
+				}
+				unreached, reached = unreached+rep.Unreached, reached+rep.Reached
+			}
+			for _, c := range f.contacts {
+				row, err := st.GetSend(ctx, f.b.ID, c.ID)
+				if err != nil || row.Status != store.SendSent || row.Attempt != 1 || tr.accepted[c.Email] != 1 {
+					t.Errorf("%s: %+v (%v), accepted %d times; want sent once, at its first charged attempt", c.Email, row, err, tr.accepted[c.Email])
+				}
+			}
+			if unreached == 0 || reached != len(f.contacts) {
+				t.Errorf("sweeps reported %d sends that reached nobody and %d that did; want the outage's and then %d", unreached, reached, len(f.contacts))
+			}
+		})
+	}
+}
+
 // TestGiveUpAttempts: the attempt at which a recipient is given up makes
 // the delays before it (at their jittered least) span RetryFor, and is
-// never below MaxAttempts.
+// never below MaxAttempts; a schedule with no delay at all, or one of
+// enormous steps, still gives an answer.
 func TestGiveUpAttempts(t *testing.T) {
+	for _, c := range []Config{
+		{RetryAfter: time.Nanosecond, SweepRetry: time.Nanosecond, MaxAttempts: 10, RetryFor: 168 * time.Hour},
+		{RetryAfter: math.MaxInt64, SweepRetry: math.MaxInt64, MaxAttempts: 10, RetryFor: time.Hour},
+	} {
+		if n := c.giveUpAttempts(); n < c.MaxAttempts {
+			t.Errorf("%v/%v: gives up at attempt %d; want at least %d", c.RetryAfter, c.SweepRetry, n, c.MaxAttempts)
+		}
+	}
 	for _, c := range []Config{
 		{},
 		{RetryAfter: 10 * time.Second, SweepRetry: time.Minute, MaxAttempts: 10, RetryFor: 3 * time.Minute},
 		{RetryAfter: time.Second, SweepRetry: 2 * time.Minute, MaxAttempts: 10, RetryFor: time.Nanosecond},
 		{RetryFor: 24 * time.Hour},
+		{RetryAfter: time.Second, SweepRetry: 3 * time.Second, MaxAttempts: 10, RetryFor: 168 * time.Hour},
+		{RetryAfter: time.Hour, SweepRetry: time.Minute, MaxAttempts: 3, RetryFor: 2 * time.Hour},
 	} {
 		c = c.withDefaults()
 		n := c.giveUpAttempts()

@@ -24,6 +24,7 @@ func TestSweepNeverFailsARowInDoubt(t *testing.T) {
 			tr := &scripted{accepted: map[string]int{}}
 			f := newCopiesFixture(t, st, 4, tr)
 			f.w.cfg.MaxAttempts, f.w.cfg.RetryFor = 3, time.Nanosecond
+			f.w.giveUpAt = f.w.cfg.giveUpAttempts()
 			refused := &transport.SendError{Code: 550, Enhanced: "5.1.1", Text: "no such user", Stage: transport.StageRcpt}
 			later := &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}
 			answers := map[string]error{

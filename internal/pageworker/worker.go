@@ -135,22 +135,22 @@ func (c Config) withDefaults() Config {
 	if c.MaxPageTime == 0 {
 		c.MaxPageTime = 10 * time.Minute
 	}
-	if c.SweepRetry == 0 {
+	if c.SweepRetry <= 0 {
 		// Past the first few quick retries (a provider's random deferral is
 		// gone in seconds), a recipient still refused is tried every 5 to
 		// 10 minutes, as mail servers retry their queues.
 		c.SweepRetry = 10 * time.Minute
 	}
-	if c.MaxAttempts == 0 {
+	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 10
 	}
-	if c.RetryFor == 0 {
+	if c.RetryFor <= 0 {
 		c.RetryFor = DefaultRetryFor
 	}
 	if c.ID == "" {
 		c.ID = ulid.Make().String()
 	}
-	if c.RetryAfter == 0 {
+	if c.RetryAfter <= 0 {
 		// A provider's random deferral is usually gone a second later;
 		// the doubling (and the breaker's share rule) slow retries down
 		// when it is not. One unlucky row refused three times in a row
@@ -174,9 +174,12 @@ func (c Config) withDefaults() Config {
 
 // Worker pulls page jobs and runs up to Config.Pages of them at once.
 type Worker struct {
-	cfg    Config
-	states StateSource
-	live   *liveness
+	cfg Config
+	// giveUpAt is cfg.giveUpAttempts(): the attempt at which the sweep
+	// gives a refused recipient up.
+	giveUpAt int
+	states   StateSource
+	live     *liveness
 	// slots bounds the sends in flight (Pages × Concurrency), whichever
 	// pages they are of; turns (Pages of them) is what a page run holds
 	// while it still claims windows.
@@ -203,7 +206,7 @@ type loaded struct {
 // New returns a worker; Run starts it.
 func New(cfg Config) *Worker {
 	cfg = cfg.withDefaults()
-	w := &Worker{cfg: cfg, states: cfg.States, live: newLiveness(cfg.ID, cfg.MaxPageTime), broadcasts: map[ulid.ULID]*loaded{},
+	w := &Worker{cfg: cfg, giveUpAt: cfg.giveUpAttempts(), states: cfg.States, live: newLiveness(cfg.ID, cfg.MaxPageTime), broadcasts: map[ulid.ULID]*loaded{},
 		slots: make(chan struct{}, cfg.Pages*cfg.Concurrency), turns: make(chan struct{}, cfg.Pages),
 		senders: senders{tasks: make(chan func())}}
 	if cfg.Bus != nil && cfg.Bus.Governors != nil {
@@ -886,8 +889,9 @@ func (w *Worker) count(res windowResult) {
 // refusal, a quota, a channel error) is recorded deferred with a retry
 // time, never released: another copy of this page may be past it already,
 // and the cursor only moves forward. stopAt is the first such contact.
-func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) (res windowResult, outcomes []store.Outcome) {
+func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact, mine, haltedBefore map[ulid.ULID]bool, h *holds, now time.Time) (res windowResult, outcomes []store.Outcome) {
 	b := w.prepare(window, mine, h, now)
+	b.haltedBefore = haltedBefore
 	p := newPipeline(w, ctx, l, 0)
 	p.start(b)
 	p.close()
@@ -912,6 +916,10 @@ type batch struct {
 	// giveUp is the page's holds.giveUp: the reason a held recipient of
 	// each provider named fails with instead of waiting.
 	giveUp map[string]string
+	// haltedBefore is the swept rows whose last refusal, one that may be
+	// about the recipient alone, was in a window that halted the
+	// broadcast (haltedMark): refused so again, each fails alone.
+	haltedBefore map[ulid.ULID]bool
 }
 
 // lane is the carried ramp step contact i is sent under, nil for none.
@@ -973,6 +981,11 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
 	kinds := sendKinds(b)
 	haltLone := l.refusals.judge(kinds)
+	// A send refused before its recipient was named is charged to the
+	// recipient only when others of the window got through: then the
+	// relay works and the refusal is about this message (a MAIL FROM
+	// parameter it alone carries), and uncharged it would wait for ever.
+	windowReached := slices.ContainsFunc(kinds, func(k sendKind) bool { return k != sendUnreached })
 	refused, firstRefused, refusedErr := 0, -1, ""
 
 	for i, c := range window {
@@ -1021,9 +1034,13 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			res.failed++
 			continue
 		}
-		if kinds[i] == sendLone && !haltLone {
-			// Rare enough to be this recipient's (refusals.go): failed
-			// with the reply, never suppressed for it.
+		if again := b.haltedBefore[c.ID] && transport.MaybeOneRecipient(err); again || kinds[i] == sendLone && !haltLone {
+			// Rare enough to be this recipient's (refusals.go), or the
+			// same refusal again after the halt it was part of (the
+			// window's other rows were sent, or were refused so too):
+			// failed with the reply, never suppressed for it. Retried
+			// whole after a resume, a few deterministic refusals halted
+			// the broadcast again at every resume.
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error()})
 			res.failed++
 			continue
@@ -1051,8 +1068,12 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			res.inDoubt++
 			messages.WithLabelValues("in_doubt").Inc()
 		} else {
-			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now), Error: err.Error(),
-				NotAttempted: beforeRecipient(err)})
+			why := err.Error()
+			if kinds[i] == sendLone {
+				why = haltedMark + why // haltedBefore, when swept
+			}
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now), Error: why,
+				NotAttempted: beforeRecipient(err) && !windowReached})
 			res.deferred++
 			messages.WithLabelValues("retry").Inc()
 		}
@@ -1113,7 +1134,7 @@ func sendKinds(b *batch) []sendKind {
 			kinds[i] = sendAccepted
 		case errors.As(err, new(*renderError)):
 			kinds[i] = sendUnreached // never sent
-		case transport.MaybeOneRecipient(err):
+		case transport.MaybeOneRecipient(err) && !b.haltedBefore[c.ID]:
 			kinds[i] = sendLone
 		default:
 			kinds[i] = sendOther
@@ -1172,10 +1193,11 @@ func classOf(err error) transport.Class {
 
 // beforeRecipient reports a send that failed before the recipient was
 // named: at connect (TCP, TLS, greeting, EHLO, STARTTLS), AUTH or MAIL
-// FROM. Deferred for it, the row is not charged an attempt: the refusal is
-// the relay's or the provider's, not the recipient's, and counted, a
-// relay's STARTTLS failing for a while failed 47 recipients by their
-// attempts, none of them ever refused (found by a tester). A relay that
+// FROM. Deferred for it in a window where nobody was reached, the row is
+// not charged an attempt: the refusal is the relay's or the provider's,
+// not the recipient's, and counted, a relay's STARTTLS failing for a
+// while failed 47 recipients by their attempts, none of them ever refused
+// (found by a tester). A relay that
 // never takes mail again still ends the broadcast: its pages and sweeps
 // reach nobody and count toward the coordinator's no-progress rule, and a
 // provider refusing at connect opens its breaker and is given up.
@@ -1245,8 +1267,20 @@ const DefaultRetryFor = time.Hour
 func (c Config) giveUpAttempts() int {
 	n, spanned, d := 1, time.Duration(0), c.RetryAfter
 	for n < c.MaxAttempts || spanned < c.RetryFor {
-		spanned += min(d, c.SweepRetry) / 2
-		d = min(2*d, c.SweepRetry)
+		step := min(d, c.SweepRetry) / 2
+		if d >= c.SweepRetry && n >= c.MaxAttempts {
+			// Every step from here is the same: the rest at once, not
+			// one loop turn per attempt (a tiny SweepRetry with a long
+			// RetryFor would take billions).
+			if step <= 0 {
+				return n // no delay at all: RetryFor cannot be spanned
+			}
+			return n + int((c.RetryFor-spanned+step-1)/step)
+		}
+		spanned += step
+		if d < c.SweepRetry {
+			d += min(d, c.SweepRetry-d) // doubled, never past SweepRetry (nor overflowing)
+		}
 		n++
 	}
 	return n

@@ -102,10 +102,9 @@ func (o StackOptions) validate() error {
 	if o.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("--concurrency is %d; the in-flight window needs at least 1", o.Concurrency))
 	}
-	// The workers' own check, before anything starts.
+	// The workers' own check, before anything starts (RANGECAST_PPROF's
+	// too).
 	errs = append(errs, WorkerOptions{Concurrency: 1, TxSlots: 1, RetryFor: o.RetryFor}.validate())
-	_, pprofErr := pprofEnabled()
-	errs = append(errs, pprofErr)
 	return errors.Join(errs...)
 }
 

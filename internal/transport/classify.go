@@ -228,8 +228,11 @@ var (
 
 	// A limit counted over a period ("daily connection limit exceeded"):
 	// volume, whatever it counts, so not reConnLimit's.
-	reTooManyRecipients = regexp.MustCompile(`too many recipients`)
-	rePerPeriod         = regexp.MustCompile(`daily|hourly|per (day|hour|minute)|\btoday\b`)
+	rePerPeriod = regexp.MustCompile(`daily|hourly|per (day|hour|minute|second)|\btoday\b|this (hour|minute|day)`)
+
+	// "Too many recipients", in any case (the transport reads the text
+	// as the server wrote it).
+	reTooManyRecipients = regexp.MustCompile(`(?i)too many recipients`)
 
 	// A provider limiting our rate or volume, in its own words.
 	reQuotaWords = regexp.MustCompile(`\brates?\b|rate[- ]?limit|\blimit(s|ed)?\b|quota|throttl|\bvolume\b|too many (messages|connections|recipients|mails|emails|concurrent|simultaneous|sessions|requests|deliveries)|maximum number of (concurrent )?connections|too frequent|temporarily deferred|deferred due to`)
@@ -451,11 +454,15 @@ var rules = []rule{
 	// the broadcast to midnight; a relay answering it now and then made
 	// every day end early (found by a tester). Deferred, the recipient
 	// goes out on another connection (the transport drops this one,
-	// sessionLimit). Said with a period ("today", "per hour"), it is a
-	// volume: the quota rules below.
+	// sessionLimit). Said with a period ("today", "per hour") or with
+	// words of rate, limit or quota ("452 4.5.3 Your message was rate
+	// limited"), it is a volume: the quota rules below.
+	// Only 4.5.3, or a bare 452: Postfix's client recipient rate limit
+	// says "450 4.7.1 Error: too many recipients from [ip]", a rate.
 	{"too many recipients in a session (not volume)", Transient, func(f *facts) bool {
-		return f.temporary() && (f.is(4, 5, 3) || reTooManyRecipients.MatchString(f.text)) &&
-			!rePerPeriod.MatchString(f.text) && !reSenderQuota.MatchString(f.text)
+		rest := reTooManyRecipients.ReplaceAllString(f.text, "")
+		return f.temporary() && tooManyRecipients(f.code, f.enhanced, f.text) &&
+			!rePerPeriod.MatchString(rest) && !reSenderQuota.MatchString(rest) && !reQuotaWords.MatchString(rest)
 	}},
 
 	// --- Replies: security and policy (x.7.x) -----------------------------
@@ -475,9 +482,8 @@ var rules = []rule{
 	{"policy rejection (5.7.x)", Channel, func(f *facts) bool { return f.subject == 7 && f.permanent() }},
 
 	// --- Replies: everything else -----------------------------------------
-	// "Too many recipients" cannot be about one message here (one
-	// recipient per transaction), so it is a per-connection or per-period
-	// limit: Quota, like "too many connections".
+	// "Too many recipients" with a period or a rate's code (not 4.5.3,
+	// which the session rule above takes): a per-period limit, Quota.
 	{"rate, limit or quota wording", Quota, func(f *facts) bool {
 		return (f.temporary() || f.permanent()) && reQuotaWords.MatchString(f.text)
 	}},
@@ -536,6 +542,19 @@ var hardBounceCodes = map[string]bool{"5.1.1": true, "5.1.2": true, "5.1.3": tru
 // enhanced code ("550 No such user here", RFC 5321's own example).
 var hardBouncePhrases = []string{"no such user", "user unknown", "unknown user", "recipient unknown", "unknown recipient", "does not exist", "no mailbox here"}
 
+// tooManyRecipients is "452 4.5.3 Too many recipients" (or a bare 452
+// saying so): a count of the session's recipients, RFC 3463's 4.5.3.
+func tooManyRecipients(code int, enhanced, text string) bool {
+	return enhanced == "4.5.3" || code == 452 && enhanced == "" && reTooManyRecipients.MatchString(text)
+}
+
+// reAboutSender is reply text that points at the sender, its host, its IP
+// or its authentication: a refusal every recipient would meet, whatever
+// stage it came at ("553 5.7.1 Sender address rejected: not owned by
+// user" at RCPT, "550 5.7.1 Client host blocked using zen.spamhaus.org",
+// SES's "Email address is not verified"), never one recipient's.
+var reAboutSender = regexp.MustCompile(`sender|client host|\bip\b|your (account|api|ip|domain|server|mail server|sending|subscription|plan|credentials)|\bspf\b|dkim|dmarc|not verified|block ?list|blacklist|blocked using|spamhaus|reputation|relay|authenticat|\bhelo\b|\behlo\b|reverse dns|\bptr\b|\brdns\b`)
+
 // Rules whose Channel verdict may yet be about one recipient: the reply
 // came at RCPT or DATA and says policy, or something unrecognised, not
 // one of the causes that are the channel's by nature (authentication,
@@ -556,7 +575,7 @@ var maybeOneRecipientRules = map[string]bool{
 // (pageworker's refusal tally).
 func MaybeOneRecipient(err error) bool {
 	f := newFacts(err)
-	if !f.sendErr || !f.aboutRecipientStage() || !f.permanent() || f.maybeDelivered {
+	if !f.sendErr || !f.aboutRecipientStage() || !f.permanent() || f.maybeDelivered || reAboutSender.MatchString(f.text) {
 		return false
 	}
 	c, rule := classify(err)

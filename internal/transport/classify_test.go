@@ -538,6 +538,10 @@ var realReplies = []struct {
 	{"postfix 452 4.5.3 too many recipients", StageRcpt, wire{"452 4.5.3 Error: too many recipients"}, Transient},
 	{"452 4.5.3 too many recipients today", StageRcpt, wire{"452 4.5.3 Too many recipients today, try tomorrow"}, Quota},
 	{"452 too many recipients per hour", StageRcpt, wire{"452 Too many recipients per hour"}, Quota},
+	// Postfix smtpd.c, smtpd_client_recipient_rate_limit: a rate.
+	{"postfix 450 4.7.1 too many recipients from client", StageRcpt, wire{"450 4.7.1 Error: too many recipients from [192.0.2.1]"}, Quota},
+	{"452 4.5.3 too many recipients this hour", StageRcpt, wire{"452 4.5.3 Too many recipients this hour"}, Quota},
+	{"452 4.5.3 rate limited", StageRcpt, wire{"452 4.5.3 Your message was rate limited"}, Quota},
 	// http://en.redinskala.com/postfix-421-4-4-2-timeout-exceeded/ ("421 4.4.2
 	// host Error: timeout exceeded", "host" being Postfix's $myhostname) and
 	// Postfix smtpd.c: "421 4.4.2 %s Error: timeout exceeded"
@@ -1228,6 +1232,33 @@ func TestHardBounce(t *testing.T) {
 	} {
 		if got := HardBounce(c.err); got != c.want {
 			t.Errorf("HardBounce(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// TestMaybeOneRecipient: a permanent policy or unrecognised refusal at
+// RCPT or DATA may be one mailbox's; one that names the sender, its host,
+// IP or authentication is every recipient's, and so is anything at
+// connect, AUTH or MAIL, a 4xx, or a cause that is the channel's by nature.
+func TestMaybeOneRecipient(t *testing.T) {
+	for _, c := range []struct {
+		err  *SendError
+		want bool
+	}{
+		{&SendError{Code: 550, Enhanced: "5.7.1", Text: "Message rejected as spam by the recipient's filter", Stage: StageData}, true},
+		{&SendError{Code: 554, Enhanced: "5.0.0", Text: "Something nobody has seen before", Stage: StageRcpt}, true},
+		{&SendError{Code: 553, Enhanced: "5.7.1", Text: "<news@example.com>: Sender address rejected: not owned by user", Stage: StageRcpt}, false},
+		{&SendError{Code: 550, Enhanced: "5.7.1", Text: "Client host [192.0.2.1] blocked using zen.spamhaus.org", Stage: StageRcpt}, false},
+		{&SendError{Code: 554, Text: "Message rejected: Email address is not verified. The following identities failed the check: news@example.com", Stage: StageData}, false},
+		{&SendError{Code: 550, Enhanced: "5.1.0", Text: "Sender rejected", Stage: StageRcpt}, false},
+		{&SendError{Code: 550, Enhanced: "5.7.1", Text: "Message rejected as spam", Stage: StageMail}, false},
+		{&SendError{Code: 535, Enhanced: "5.7.8", Text: "Authentication credentials invalid", Stage: StageAuth}, false},
+		{&SendError{Code: 552, Enhanced: "5.3.4", Text: "Message size exceeds fixed limit", Stage: StageData}, false},
+		{&SendError{Code: 451, Enhanced: "4.7.1", Text: "try again later", Stage: StageData}, false},
+		{&SendError{Code: 550, Enhanced: "5.1.1", Text: "no such user", Stage: StageRcpt}, false}, // Recipient already
+	} {
+		if got := MaybeOneRecipient(c.err); got != c.want {
+			t.Errorf("MaybeOneRecipient(%v) = %v; want %v", c.err, got, c.want)
 		}
 	}
 }

@@ -632,7 +632,7 @@ func reusableAfter(se *SendError) bool {
 // ("452 4.5.3 Too many recipients"): every later transaction on the
 // connection would meet it too, so the connection is closed, not reused.
 func sessionLimit(se *SendError) bool {
-	return se.Enhanced == "4.5.3" || reTooManyRecipients.MatchString(strings.ToLower(se.Text))
+	return tooManyRecipients(se.Code, se.Enhanced, se.Text)
 }
 
 func (s *SMTP) isClosed() bool {
