@@ -48,29 +48,14 @@ func TestRefusedRecipientsAreTriedForAnHour(t *testing.T) {
 			if _, err := f.w.RunPage(ctx, f.job(), "w/1"); err != nil {
 				t.Fatal(err)
 			}
-			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
 			var failedAt time.Time
-			reached, unreached := 0, 0
-			for f.clk.Now().Before(start.Add(3 * time.Hour)) {
-				_, due, err := st.NextDue(ctx, f.b.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				// At least a minute between sweeps, about the coordinator's
-				// pace for sweeps that reach nobody: the STARTTLS row is
-				// due again a second after each try.
-				f.clk.Advance(max(due.Sub(f.clk.Now()), time.Minute))
-				rep, err := f.w.runSweep(ctx, ctx, sweep, "w/S")
-				if err != nil {
-					t.Fatal(err)
-				}
-				reached, unreached = reached+rep.Reached, unreached+rep.Unreached
+			reached, unreached := f.sweepUntil(t, start.Add(3*time.Hour), func() {
 				if row, err := st.GetSend(ctx, f.b.ID, refusing.ID); err != nil {
 					t.Fatal(err)
 				} else if row.Status == store.SendFailed && failedAt.IsZero() {
 					failedAt = f.clk.Now()
 				}
-			}
+			})
 			row := func(id store.Contact) store.Send {
 				s, err := st.GetSend(ctx, f.b.ID, id.ID)
 				if err != nil {
@@ -125,20 +110,7 @@ func TestRelayOutageChargesNobody(t *testing.T) {
 			if _, err := f.w.RunPage(ctx, f.job(), "w/1"); err != nil {
 				t.Fatal(err)
 			}
-			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
-			unreached, reached := 0, 0
-			for f.clk.Now().Before(start.Add(3 * time.Hour)) {
-				_, due, err := st.NextDue(ctx, f.b.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				f.clk.Advance(max(due.Sub(f.clk.Now()), time.Minute))
-				rep, err := f.w.runSweep(ctx, ctx, sweep, "w/S")
-				if err != nil {
-					t.Fatal(err)
-				}
-				unreached, reached = unreached+rep.Unreached, reached+rep.Reached
-			}
+			reached, unreached := f.sweepUntil(t, start.Add(3*time.Hour), func() {})
 			for _, c := range f.contacts {
 				row, err := st.GetSend(ctx, f.b.ID, c.ID)
 				if err != nil || row.Status != store.SendSent || row.Attempt != 1 || tr.accepted[c.Email] != 1 {
@@ -194,4 +166,29 @@ func TestGiveUpAttempts(t *testing.T) {
 			t.Errorf("%v/%v/%d/%v: gives up at attempt %d, one later than needed", c.RetryAfter, c.SweepRetry, c.MaxAttempts, c.RetryFor, n)
 		}
 	}
+}
+
+// sweepUntil runs every sweep as it comes due, on the fake clock, until
+// end, calling after after each, and sums what the sweeps reached. At
+// least a minute passes between sweeps, about the coordinator's pace for
+// sweeps that reach nobody: a row refused before its recipient was named
+// is due again a second after each try.
+func (f *copiesFixture) sweepUntil(t *testing.T, end time.Time, after func()) (reached, unreached int) {
+	t.Helper()
+	ctx := t.Context()
+	sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
+	for f.clk.Now().Before(end) {
+		_, due, err := f.st.NextDue(ctx, f.b.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.clk.Advance(max(due.Sub(f.clk.Now()), time.Minute))
+		rep, err := f.w.runSweep(ctx, ctx, sweep, "w/S")
+		if err != nil {
+			t.Fatal(err)
+		}
+		reached, unreached = reached+rep.Reached, unreached+rep.Unreached
+		after()
+	}
+	return reached, unreached
 }
