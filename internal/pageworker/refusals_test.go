@@ -3,6 +3,7 @@ package pageworker
 import (
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,59 +25,86 @@ func window(n int, lone ...int) []sendKind {
 	return k
 }
 
+// later is a minute after the time it last gave: windows judged further
+// apart than the hold after a halt.
+var later = func() func() time.Time {
+	var mu sync.Mutex
+	at := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		at = at.Add(time.Minute)
+		return at
+	}
+}()
+
 func TestRefusalTallyHaltsOnAShareNotOnOne(t *testing.T) {
+	t.Run("windows in flight at a halt halt too", func(t *testing.T) {
+		var tl refusalTally
+		at := later()
+		tl.judge(window(16), at)
+		if !tl.judge(window(4, 0, 1, 2, 3), at) {
+			t.Fatal("a window refused whole did not halt")
+		}
+		if !tl.judge(window(16, 5), at.Add(time.Second)) {
+			t.Fatal("a window in flight at the halt failed its refusal alone")
+		}
+		if tl.judge(window(16, 5), at.Add(refusalHold+time.Second)) {
+			t.Fatal("the hold outlasted refusalHold")
+		}
+	})
 	t.Run("one in a window of 16", func(t *testing.T) {
 		var tl refusalTally
-		if tl.judge(window(16, 3)) {
+		if tl.judge(window(16, 3), later()) {
 			t.Fatal("one refusal among 16 accepted halted")
 		}
 	})
 	t.Run("every one of a window", func(t *testing.T) {
 		var tl refusalTally
-		tl.judge(window(16))
-		if !tl.judge(window(4, 0, 1, 2, 3)) {
+		tl.judge(window(16), later())
+		if !tl.judge(window(4, 0, 1, 2, 3), later()) {
 			t.Fatal("a window refused whole did not halt")
 		}
 	})
 	t.Run("unreached sends do not dilute a window", func(t *testing.T) {
 		var tl refusalTally
-		tl.judge(window(16))
-		if !tl.judge([]sendKind{sendLone, sendUnreached, sendLone, sendUnreached}) {
+		tl.judge(window(16), later())
+		if !tl.judge([]sendKind{sendLone, sendUnreached, sendLone, sendUnreached}, later()) {
 			t.Fatal("a window whose every reached send was refused did not halt")
 		}
 	})
 	t.Run("the first two, in windows of one", func(t *testing.T) {
 		var tl refusalTally
-		if tl.judge(window(1, 0)) {
+		if tl.judge(window(1, 0), later()) {
 			t.Fatal("the first refusal halted")
 		}
-		if !tl.judge(window(1, 0)) {
+		if !tl.judge(window(1, 0), later()) {
 			t.Fatal("two refusals and nothing else did not halt")
 		}
 	})
 	t.Run("five in a row after many accepted", func(t *testing.T) {
 		var tl refusalTally
 		for range 100 {
-			tl.judge(window(1))
+			tl.judge(window(1), later())
 		}
 		for i := range refusalRun {
-			if halt := tl.judge(window(1, 0)); halt != (i == refusalRun-1) {
+			if halt := tl.judge(window(1, 0), later()); halt != (i == refusalRun-1) {
 				t.Fatalf("refusal %d in a row: halt %v", i+1, halt)
 			}
 		}
-		if tl.judge(window(1, 0)) {
+		if tl.judge(window(1, 0), later()) {
 			t.Fatal("the tally did not start afresh after a halt")
 		}
 	})
 	t.Run("a deferral does not break a run", func(t *testing.T) {
 		var tl refusalTally
 		for range 100 {
-			tl.judge(window(1))
+			tl.judge(window(1), later())
 		}
 		halted := false
 		for range refusalRun {
-			halted = tl.judge(window(1, 0))
-			tl.judge([]sendKind{sendOther})
+			halted = tl.judge(window(1, 0), later())
+			tl.judge([]sendKind{sendOther}, later())
 		}
 		if !halted {
 			t.Fatal("five refusals in a row, with a deferral between each, did not halt")
@@ -100,7 +128,7 @@ func TestRefusalTallyAtVolume(t *testing.T) {
 					n++
 				}
 			}
-			if tl.judge(k) {
+			if tl.judge(k, later()) {
 				return true, lone
 			}
 			lone += n
@@ -117,13 +145,13 @@ func TestRefusalTallyAtVolume(t *testing.T) {
 	}
 }
 
-// TestHaltedRefusalsFailAloneAfterTheResume: a window of four recipients
-// whose servers refuse them "550 5.7.1" every time halts the broadcast
-// (the whole window refused so); after the resume the sweep meets the
-// same refusals and fails the four alone, with the reply, instead of
-// halting again (it did at every resume until each row had used its
-// attempts, found by review).
-func TestHaltedRefusalsFailAloneAfterTheResume(t *testing.T) {
+// TestResumeWithTheRelayStillRefusingFailsNobody: a window of four
+// refused "550 5.7.1" whole halts the broadcast; resumed without a fix,
+// the sweep meets the same refusals and halts again, failing nobody. (A
+// rule that failed such rows alone at the second refusal, so that a few
+// mailboxes refusing for good would not halt every resume, failed 48
+// recipients per resume of a relay refusing everyone; found by a tester.)
+func TestResumeWithTheRelayStillRefusingFailsNobody(t *testing.T) {
 	t.Parallel()
 	for name, open := range bothStores {
 		t.Run(name, func(t *testing.T) {
@@ -154,13 +182,13 @@ func TestHaltedRefusalsFailAloneAfterTheResume(t *testing.T) {
 			if rep, err = f.w.runSweep(ctx, ctx, sweep, "w/S"); err != nil {
 				t.Fatal(err)
 			}
-			if rep.Class != bus.ClassNone || rep.Failed != 4 {
-				t.Fatalf("sweep after the resume: class %q (%s), %d failed; want the four failed alone and no halt", rep.Class, rep.Error, rep.Failed)
+			if rep.Class != bus.ClassChannel || rep.Failed != 0 {
+				t.Fatalf("sweep after the resume: class %q (%s), %d failed; want a halt again with nobody failed", rep.Class, rep.Error, rep.Failed)
 			}
 			for _, c := range f.contacts[:4] {
 				row, err := st.GetSend(ctx, f.b.ID, c.ID)
-				if err != nil || row.Status != store.SendFailed || !strings.Contains(row.Error, "550 5.7.1") {
-					t.Errorf("%s: %+v (%v); want failed with the reply", c.Email, row, err)
+				if err != nil || row.Status != store.SendDeferred || !strings.Contains(row.Error, "550 5.7.1") {
+					t.Errorf("%s: %+v (%v); want deferred with the reply", c.Email, row, err)
 				}
 			}
 		})

@@ -192,3 +192,23 @@ func (f *copiesFixture) sweepUntil(t *testing.T, end time.Time, after func()) (r
 	}
 	return reached, unreached
 }
+
+// TestAboutOneMailbox: a full mailbox and greylisting are deferrals of one
+// recipient, saying nothing of the provider's health; a plain 451 is not.
+func TestAboutOneMailbox(t *testing.T) {
+	for _, c := range []struct {
+		err  *transport.SendError
+		want bool
+	}{
+		{&transport.SendError{Code: 452, Enhanced: "4.2.2", Text: "mailbox full", Stage: transport.StageRcpt}, true},
+		{&transport.SendError{Code: 450, Enhanced: "4.7.1", Text: "<a@example.org>: Recipient address rejected: Greylisted, see http://postgrey.schweikert.ch/help/example.org.html", Stage: transport.StageRcpt}, true},
+		{&transport.SendError{Code: 451, Enhanced: "4.7.1", Text: "Please try again later (graylisting)", Stage: transport.StageData}, true},
+		{&transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}, false},
+		{&transport.SendError{Code: 421, Enhanced: "4.7.0", Text: "greylisted", Stage: transport.StageConnect}, false},
+		{&transport.SendError{Code: 550, Enhanced: "5.7.1", Text: "greylist failure", Stage: transport.StageRcpt}, false},
+	} {
+		if got := aboutOneMailbox(c.err); got != c.want {
+			t.Errorf("aboutOneMailbox(%v) = %v; want %v", c.err, got, c.want)
+		}
+	}
+}

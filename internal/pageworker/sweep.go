@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"github.com/oklog/ulid/v2"
-	"strings"
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/store"
@@ -61,17 +60,10 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		window := make([]store.Contact, len(due))
 		mine := make(map[ulid.ULID]bool, len(due))
 		row := make(map[ulid.ULID]store.Due, len(due)) // attempt and in-doubt flag by contact
-		var halted map[ulid.ULID]bool
 		for k, d := range due {
 			window[k], mine[d.ID], row[d.ID] = d.Contact, true, d
-			if strings.Contains(d.LastError, haltedMark) {
-				if halted == nil {
-					halted = map[ulid.ULID]bool{}
-				}
-				halted[d.ID] = true
-			}
 		}
-		res, outcomes := w.deliver(pageCtx, l, window, mine, halted, h, now)
+		res, outcomes := w.deliver(pageCtx, l, window, mine, h, now)
 		res.claimed = len(window)
 		w.live.progress(owner, w.cfg.Clock.Now())
 		// A row cannot wait for ever: after its attempts (giveUpAttempts)

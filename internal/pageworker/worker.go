@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -889,9 +890,8 @@ func (w *Worker) count(res windowResult) {
 // refusal, a quota, a channel error) is recorded deferred with a retry
 // time, never released: another copy of this page may be past it already,
 // and the cursor only moves forward. stopAt is the first such contact.
-func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact, mine, haltedBefore map[ulid.ULID]bool, h *holds, now time.Time) (res windowResult, outcomes []store.Outcome) {
+func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) (res windowResult, outcomes []store.Outcome) {
 	b := w.prepare(window, mine, h, now)
-	b.haltedBefore = haltedBefore
 	p := newPipeline(w, ctx, l, 0)
 	p.start(b)
 	p.close()
@@ -916,10 +916,6 @@ type batch struct {
 	// giveUp is the page's holds.giveUp: the reason a held recipient of
 	// each provider named fails with instead of waiting.
 	giveUp map[string]string
-	// haltedBefore is the swept rows whose last refusal, one that may be
-	// about the recipient alone, was in a window that halted the
-	// broadcast (haltedMark): refused so again, each fails alone.
-	haltedBefore map[ulid.ULID]bool
 }
 
 // lane is the carried ramp step contact i is sent under, nil for none.
@@ -980,7 +976,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	}
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
 	kinds := sendKinds(b)
-	haltLone := l.refusals.judge(kinds)
+	haltLone := l.refusals.judge(kinds, w.cfg.Clock.Now())
 	// A send refused before its recipient was named is charged to the
 	// recipient only when others of the window got through: then the
 	// relay works and the refusal is about this message (a MAIL FROM
@@ -1034,13 +1030,9 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			res.failed++
 			continue
 		}
-		if again := b.haltedBefore[c.ID] && transport.MaybeOneRecipient(err); again || kinds[i] == sendLone && !haltLone {
-			// Rare enough to be this recipient's (refusals.go), or the
-			// same refusal again after the halt it was part of (the
-			// window's other rows were sent, or were refused so too):
-			// failed with the reply, never suppressed for it. Retried
-			// whole after a resume, a few deterministic refusals halted
-			// the broadcast again at every resume.
+		if kinds[i] == sendLone && !haltLone {
+			// Rare enough to be this recipient's (refusals.go): failed
+			// with the reply, never suppressed for it.
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error()})
 			res.failed++
 			continue
@@ -1068,11 +1060,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			res.inDoubt++
 			messages.WithLabelValues("in_doubt").Inc()
 		} else {
-			why := err.Error()
-			if kinds[i] == sendLone {
-				why = haltedMark + why // haltedBefore, when swept
-			}
-			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now), Error: why,
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now), Error: err.Error(),
 				NotAttempted: beforeRecipient(err) && !windowReached})
 			res.deferred++
 			messages.WithLabelValues("retry").Inc()
@@ -1134,7 +1122,7 @@ func sendKinds(b *batch) []sendKind {
 			kinds[i] = sendAccepted
 		case errors.As(err, new(*renderError)):
 			kinds[i] = sendUnreached // never sent
-		case transport.MaybeOneRecipient(err) && !b.haltedBefore[c.ID]:
+		case transport.MaybeOneRecipient(err):
 			kinds[i] = sendLone
 		default:
 			kinds[i] = sendOther
@@ -1221,11 +1209,22 @@ func beforeRecipient(err error) bool {
 // kept a provider's breaker re-opening every 30 s, ended its ramp steps,
 // stopped pages as if the server were struggling, and kept "nothing
 // accepted since" set, which gives a provider up after a day.
+//
+// Greylisting is the same ("450 4.7.1 <a@b>: Recipient address rejected:
+// Greylisted"): a deferral of each new sender/recipient pair, which every
+// recipient of a server meets once. Counted, a greylisting server opened
+// its provider's breaker, let 5 new recipients through per ramp cycle,
+// and failed the broadcast for no progress after 16 minutes (found by a
+// tester).
 func aboutOneMailbox(err error) bool {
 	var se *transport.SendError
 	return errors.As(err, &se) && (se.Stage == transport.StageRcpt || se.Stage == transport.StageData) &&
-		strings.HasPrefix(se.Enhanced, "4.2.")
+		se.Code/100 == 4 && (strings.HasPrefix(se.Enhanced, "4.2.") || reGreylist.MatchString(se.Text))
 }
+
+// reGreylist is a greylisting server's words (postgrey: "Greylisted, see
+// http://postgrey.schweikert.ch/help/…").
+var reGreylist = regexp.MustCompile(`(?i)gr[ae]y-? ?list`)
 
 // isRecipientError reports whether err is the recipient's own failure (a bad
 // address, a message that cannot be built for it), which says nothing about

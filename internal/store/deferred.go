@@ -16,8 +16,6 @@ type Due struct {
 	// reconciler released the row to be sent again (InDoubtResent). If it
 	// ends without a send, it ends unknown, never failed.
 	InDoubt bool
-	// LastError is the row's error before this claim: why it was deferred.
-	LastError string
 }
 
 // Deferrals is the part of the ledger for rows the governor held back: a

@@ -68,7 +68,7 @@ UPDATE broadcast_sends s
 SET status = 'claimed', attempt = s.attempt + CASE WHEN s.status = 'deferred' THEN 1 ELSE 0 END, claimed_at = $2, updated_at = $2, retry_at = NULL, owner = $4
 FROM due, contacts c
 WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id AND c.id = due.contact_id AND ` + g + `
-RETURNING c.id, c.email, c.name, c.attributes, s.attempt, s.in_doubt, s.error`
+RETURNING c.id, c.email, c.name, c.attributes, s.attempt, s.in_doubt`
 }
 
 func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error) {
@@ -91,7 +91,7 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 	var out []store.Due
 	var d store.Due
 	var id [16]byte
-	_, err = pgx.ForEachRow(rows, []any{&id, &d.Email, &d.Name, &d.Attributes, &d.Attempt, &d.InDoubt, &d.LastError}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &d.Email, &d.Name, &d.Attributes, &d.Attempt, &d.InDoubt}, func() error {
 		d.ID, d.Subscribed = ulid.ULID(id), true
 		out = append(out, d)
 		d.Attributes = nil

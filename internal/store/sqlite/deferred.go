@@ -35,7 +35,7 @@ func notAttempted(o store.Outcome) int {
 // own claims come first, so a repeated call (its answer was lost) gets
 // them back even when rows of lower ids came due meanwhile.
 func dueQuery(segment int64) string {
-	return `SELECT s.contact_id, c.email, c.name, c.attributes, s.attempt + (s.status = 'deferred'), s.in_doubt, s.error, (c.id IS NOT NULL AND ` + gate(segment) + `)
+	return `SELECT s.contact_id, c.email, c.name, c.attributes, s.attempt + (s.status = 'deferred'), s.in_doubt, (c.id IS NOT NULL AND ` + gate(segment) + `)
 FROM broadcast_sends s LEFT JOIN contacts c ON c.id = s.contact_id
 WHERE s.broadcast_id = :broadcast AND ((s.status = 'deferred' AND s.retry_at <= :now
     AND EXISTS (SELECT 1 FROM broadcasts WHERE id = :broadcast AND state = 'running')) OR (s.status = 'claimed' AND s.owner = :owner))
@@ -74,8 +74,7 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 			var eligible sql.NullBool
 			var attempt int
 			var inDoubt bool
-			var lastError string
-			if err := rows.Scan(&cid, &email, &name, &attrs, &attempt, &inDoubt, &lastError, &eligible); err != nil {
+			if err := rows.Scan(&cid, &email, &name, &attrs, &attempt, &inDoubt, &eligible); err != nil {
 				rows.Close()
 				return err
 			}
@@ -92,7 +91,7 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 				gone = append(gone, u)
 				continue
 			}
-			c := store.Due{Contact: store.Contact{ID: u, Email: email.String, Name: name.String, Subscribed: true}, Attempt: attempt, InDoubt: inDoubt, LastError: lastError}
+			c := store.Due{Contact: store.Contact{ID: u, Email: email.String, Name: name.String, Subscribed: true}, Attempt: attempt, InDoubt: inDoubt}
 			if err := json.Unmarshal([]byte(attrs.String), &c.Attributes); err != nil {
 				rows.Close()
 				return fmt.Errorf("contact %s: attributes: %w", u, err)
