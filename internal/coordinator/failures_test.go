@@ -388,6 +388,36 @@ func TestPolicyRefusalOfOneRecipientFailsAlone(t *testing.T) {
 	}
 }
 
+// TestRelayRefusingEveryoneAsUnknownPauses: a relay that answers "550
+// 5.1.1 User unknown in local recipient table" to everyone (Postfix taking
+// the recipients' domain for its own) pauses the broadcast at its first
+// window, nobody failed or suppressed; it failed and suppressed a whole
+// list in seconds (found by a tester).
+func TestRelayRefusingEveryoneAsUnknownPauses(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{sqlite: true, workers: 1, concurrency: 4, sinkOpts: []capture.Option{
+		capture.WithRcptHook(func(string) *smtp.SMTPError {
+			return reply(550, smtp.EnhancedCode{5, 1, 1}, "<x>: Recipient address rejected: User unknown in local recipient table")
+		}),
+	}})
+	a := s.seed(300)
+	id := s.create("", 0)
+	s.start(id)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_PAUSED, time.Minute)
+	if !strings.Contains(b.GetReason(), "does not exist") || !strings.Contains(b.GetReason(), "550 5.1.1") {
+		t.Fatalf("reason %q should say the relay refused everyone as unknown, with its reply", b.GetReason())
+	}
+	s.waitQuiet(300 * time.Millisecond)
+	if p := s.status(id).GetProgress(); p.GetFailed() != 0 {
+		t.Fatalf("paused with %d failed; want nobody failed", p.GetFailed())
+	}
+	for _, c := range a.contacts {
+		if d, err := s.store.GetContact(context.Background(), c.ID); err != nil || (d.Suppressed && c.Subscribed && !c.DoNotContact) {
+			t.Fatalf("%s suppressed (%v) by a relay refusing everyone", c.Email, err)
+		}
+	}
+}
+
 // TestRelayOutageOutlastsEveryRange: a relay that refuses everyone for a
 // moment, while every range has a page out, is not a server that refuses
 // everyone for good. Counted per report, the refused pages of every range

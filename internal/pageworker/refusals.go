@@ -67,6 +67,9 @@ const (
 	sendAccepted
 	sendLone  // refused so that it may be about the recipient alone
 	sendOther // reached the recipient, refused otherwise
+	// sendBounce: refused as an address that does not exist (a hard
+	// bounce at send), which fails and suppresses the contact.
+	sendBounce
 )
 
 // judge counts a window's sends, in order, and reports whether the lone
@@ -89,7 +92,7 @@ func (t *refusalTally) judge(kinds []sendKind, now time.Time) (halt bool) {
 			lone++
 			t.run++
 			halt = halt || t.run >= refusalRun
-		case sendOther:
+		case sendOther, sendBounce:
 			reached++
 		}
 	}
@@ -106,4 +109,76 @@ func (t *refusalTally) judge(kinds []sendKind, now time.Time) (halt bool) {
 		t.sampled, t.inSamp = 0, 0
 	}
 	return false
+}
+
+// A relay that answers "550 5.1.1 User unknown in local recipient table"
+// to everyone (Postfix taking the recipients' domain for its own) failed
+// and suppressed a whole list in seconds, the bounce alarm counting too
+// late (found by a tester). A list has dead addresses, often a tenth of
+// an old one, so no share rule: bounceTally halts only on what a list
+// never shows, each rule about one chance in ten thousand or less for a
+// list a tenth dead:
+//   - every reached send of a window of bounceWindow or more;
+//   - the first bounceWindow reached sends of the broadcast on this
+//     worker;
+//   - bounceRun in a row with nothing accepted in between.
+//
+// The halting window's rows are deferred, unsuppressed, and sent after
+// the resume; a relay refusing everyone this way fails at most
+// bounceRun-1 contacts per worker before the halt.
+const (
+	bounceWindow = 4
+	bounceRun    = 10
+)
+
+// bounceTally counts one broadcast's hard bounces at send in this
+// process. The zero value is ready.
+type bounceTally struct {
+	mu               sync.Mutex
+	reached, bounced int
+	run              int
+	holdUntil        time.Time
+}
+
+// judge counts a window's sends and reports whether its hard bounces
+// halt the broadcast (refusalHold after a halt, any does).
+func (t *bounceTally) judge(kinds []sendKind, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !slices.Contains(kinds, sendBounce) {
+		for _, k := range kinds {
+			if k == sendAccepted {
+				t.run = 0
+			}
+			if k != sendUnreached {
+				t.reached++
+			}
+		}
+		return false
+	}
+	if now.Before(t.holdUntil) {
+		return true
+	}
+	reached, bounced, halt := 0, 0, false
+	for _, k := range kinds {
+		switch k {
+		case sendUnreached:
+			continue
+		case sendAccepted:
+			t.run = 0
+		case sendBounce:
+			bounced++
+			t.run++
+			halt = halt || t.run >= bounceRun
+		}
+		reached++
+	}
+	t.reached, t.bounced = t.reached+reached, t.bounced+bounced
+	halt = halt || reached >= bounceWindow && bounced == reached ||
+		t.reached >= bounceWindow && t.bounced == t.reached && t.reached-reached < bounceWindow
+	if halt {
+		t.reached, t.bounced, t.run = 0, 0, 0
+		t.holdUntil = now.Add(refusalHold)
+	}
+	return halt
 }

@@ -194,3 +194,48 @@ func TestResumeWithTheRelayStillRefusingFailsNobody(t *testing.T) {
 		})
 	}
 }
+
+// TestBounceTally: hard bounces at send halt only on what a list never
+// shows: a whole window of four or more, the first four, ten in a row. A
+// list a tenth dead, at random, never halts in a million sends.
+func TestBounceTally(t *testing.T) {
+	bounce := func(n int, at ...int) []sendKind {
+		k := window(n)
+		for _, i := range at {
+			k[i] = sendBounce
+		}
+		return k
+	}
+	var tl bounceTally
+	if tl.judge(bounce(3, 0, 1, 2), later()) {
+		t.Error("a first window of three bounces halted; four are needed")
+	}
+	if !tl.judge(bounce(1, 0), later()) {
+		t.Error("the first four sends all bounced and it did not halt")
+	}
+	tl = bounceTally{}
+	tl.judge(window(16), later())
+	if !tl.judge(bounce(4, 0, 1, 2, 3), later()) {
+		t.Error("a window of four all bounced did not halt")
+	}
+	tl = bounceTally{}
+	tl.judge(window(16), later())
+	for i := range bounceRun {
+		if halt := tl.judge(bounce(1, 0), later()); halt != (i == bounceRun-1) {
+			t.Fatalf("bounce %d in a row: halt %v", i+1, halt)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	tl = bounceTally{}
+	for n := 0; n < 1_000_000; n += 16 {
+		k := window(16)
+		for i := range k {
+			if rng.Float64() < 0.1 {
+				k[i] = sendBounce
+			}
+		}
+		if tl.judge(k, later()) {
+			t.Fatalf("a list a tenth dead halted after %d sends", n)
+		}
+	}
+}

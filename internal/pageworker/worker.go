@@ -202,6 +202,7 @@ type loaded struct {
 	compiled *message.Compiled
 	renders  renderTally  // template errors seen, see haltRepeatedRenderErrors
 	refusals refusalTally // refusals that may be one recipient's, see refusals.go
+	bounces  bounceTally  // hard bounces at send, see refusals.go
 }
 
 // New returns a worker; Run starts it.
@@ -977,6 +978,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
 	kinds := sendKinds(b)
 	haltLone := l.refusals.judge(kinds, w.cfg.Clock.Now())
+	haltBounce := l.bounces.judge(kinds, w.cfg.Clock.Now())
 	// A send refused before its recipient was named is charged to the
 	// recipient only when others of the window got through: then the
 	// relay works and the refusal is about this message (a MAIL FROM
@@ -1025,7 +1027,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			continue
 		}
 		class := classOf(err)
-		if class == transport.Recipient {
+		if class == transport.Recipient && !(haltBounce && kinds[i] == sendBounce) {
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error(), HardBounce: transport.HardBounce(err)})
 			res.failed++
 			continue
@@ -1102,6 +1104,9 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	// rows are charged no attempt, so only the page's report, counted
 	// toward no progress, ends a relay that never takes mail again (a
 	// sweep of two due rows never met the rule above, and ran for ever).
+	if haltBounce && res.stopAt >= 0 && kinds[res.stopAt] == sendBounce {
+		res.err = "the relay refused every recipient tried as an address that does not exist, which is more likely its mistake than the list's (does it relay for these domains, or take them for its own?); nobody was suppressed for the refusals that halted: " + res.err
+	}
 	reachedNobody := res.unreached > 0 && res.reached == 0 && firstRefused >= 0
 	if res.stopAt < 0 && (windowUnwell(refused, attempted-stepAttempts, w.cfg.Concurrency) || reachedNobody) {
 		res.stopAt, res.class, res.err = firstRefused, bus.ClassTransient, refusedErr
@@ -1124,6 +1129,8 @@ func sendKinds(b *batch) []sendKind {
 			kinds[i] = sendUnreached // never sent
 		case transport.MaybeOneRecipient(err):
 			kinds[i] = sendLone
+		case classOf(err) == transport.Recipient && transport.HardBounce(err):
+			kinds[i] = sendBounce
 		default:
 			kinds[i] = sendOther
 		}
