@@ -63,7 +63,8 @@ type refusalTally struct {
 type sendKind int
 
 const (
-	sendUnreached sendKind = iota // failed before the recipient was named, or not sent
+	sendUnsent sendKind = iota // held, step ended, or failed to render: nothing went out
+	sendEarly                  // refused before the recipient was named (beforeRecipient)
 	sendAccepted
 	sendLone  // refused so that it may be about the recipient alone
 	sendOther // reached the recipient, refused otherwise
@@ -71,6 +72,9 @@ const (
 	// bounce at send), which fails and suppresses the contact.
 	sendBounce
 )
+
+// reached reports a send that got as far as naming its recipient.
+func (k sendKind) reached() bool { return k >= sendAccepted }
 
 // judge counts a window's sends, in order, and reports whether the lone
 // refusals among them halt the broadcast. A halt starts the tally afresh,
@@ -145,28 +149,17 @@ type bounceTally struct {
 func (t *bounceTally) judge(kinds []sendKind, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !slices.Contains(kinds, sendBounce) {
-		for _, k := range kinds {
-			if k == sendAccepted {
-				t.run = 0
-			}
-			if k != sendUnreached {
-				t.reached++
-			}
-		}
-		return false
-	}
-	if now.Before(t.holdUntil) {
+	if now.Before(t.holdUntil) && slices.Contains(kinds, sendBounce) {
 		return true
 	}
 	reached, bounced, halt := 0, 0, false
 	for _, k := range kinds {
-		switch k {
-		case sendUnreached:
+		switch {
+		case !k.reached():
 			continue
-		case sendAccepted:
+		case k == sendAccepted:
 			t.run = 0
-		case sendBounce:
+		case k == sendBounce:
 			bounced++
 			t.run++
 			halt = halt || t.run >= bounceRun
@@ -174,6 +167,9 @@ func (t *bounceTally) judge(kinds []sendKind, now time.Time) bool {
 		reached++
 	}
 	t.reached, t.bounced = t.reached+reached, t.bounced+bounced
+	if bounced == 0 {
+		return false
+	}
 	halt = halt || reached >= bounceWindow && bounced == reached ||
 		t.reached >= bounceWindow && t.bounced == t.reached && t.reached-reached < bounceWindow
 	if halt {

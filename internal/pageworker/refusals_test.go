@@ -66,10 +66,10 @@ func TestRefusalTallyHaltsOnAShareNotOnOne(t *testing.T) {
 			t.Fatal("a window refused whole did not halt")
 		}
 	})
-	t.Run("unreached sends do not dilute a window", func(t *testing.T) {
+	t.Run("sends that reached nobody do not dilute a window", func(t *testing.T) {
 		var tl refusalTally
 		tl.judge(window(16), later())
-		if !tl.judge([]sendKind{sendLone, sendUnreached, sendLone, sendUnreached}, later()) {
+		if !tl.judge([]sendKind{sendLone, sendEarly, sendLone, sendUnsent}, later()) {
 			t.Fatal("a window whose every reached send was refused did not halt")
 		}
 	})

@@ -983,7 +983,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	// recipient only when others of the window got through: then the
 	// relay works and the refusal is about this message (a MAIL FROM
 	// parameter it alone carries), and uncharged it would wait for ever.
-	windowReached := slices.ContainsFunc(kinds, func(k sendKind) bool { return k != sendUnreached })
+	windowReached := slices.ContainsFunc(kinds, sendKind.reached)
 	refused, firstRefused, refusedErr := 0, -1, ""
 
 	for i, c := range window {
@@ -1015,9 +1015,9 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 		}
 		err := errs[i]
 		switch {
-		case kinds[i] != sendUnreached:
+		case kinds[i].reached():
 			res.reached++
-		case beforeRecipient(err):
+		case kinds[i] == sendEarly:
 			res.unreached++
 		}
 		if err == nil {
@@ -1063,7 +1063,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			messages.WithLabelValues("in_doubt").Inc()
 		} else {
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now), Error: err.Error(),
-				NotAttempted: beforeRecipient(err) && !windowReached})
+				NotAttempted: kinds[i] == sendEarly && !windowReached})
 			res.deferred++
 			messages.WithLabelValues("retry").Inc()
 		}
@@ -1099,14 +1099,14 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	// off, as for a quota or channel error. The floor keeps a provider's
 	// ordinary few percent of deferrals from stopping a short window (one
 	// refusal of the last two sends is half) and idling its range.
+	if haltBounce && res.stopAt >= 0 && kinds[res.stopAt] == sendBounce {
+		res.err = "the relay refused every recipient tried as an address that does not exist, which is more likely its mistake than the list's (does it relay for these domains, or take them for its own?); nobody was suppressed for the refusals that halted: " + res.err
+	}
 	// A window that reached none of its recipients (every send failed at
 	// connect, TLS, AUTH or MAIL FROM) is unwell however few it sent: its
 	// rows are charged no attempt, so only the page's report, counted
 	// toward no progress, ends a relay that never takes mail again (a
 	// sweep of two due rows never met the rule above, and ran for ever).
-	if haltBounce && res.stopAt >= 0 && kinds[res.stopAt] == sendBounce {
-		res.err = "the relay refused every recipient tried as an address that does not exist, which is more likely its mistake than the list's (does it relay for these domains, or take them for its own?); nobody was suppressed for the refusals that halted: " + res.err
-	}
 	reachedNobody := res.unreached > 0 && res.reached == 0 && firstRefused >= 0
 	if res.stopAt < 0 && (windowUnwell(refused, attempted-stepAttempts, w.cfg.Concurrency) || reachedNobody) {
 		res.stopAt, res.class, res.err = firstRefused, bus.ClassTransient, refusedErr
@@ -1121,12 +1121,12 @@ func sendKinds(b *batch) []sendKind {
 	for i, c := range b.window {
 		err := b.errs[i]
 		switch {
-		case !b.mine[c.ID] || !b.deferUntil[i].IsZero() || err == errStepEnded || beforeRecipient(err):
-			kinds[i] = sendUnreached
+		case !b.mine[c.ID] || !b.deferUntil[i].IsZero() || err == errStepEnded || errors.As(err, new(*renderError)):
+			kinds[i] = sendUnsent
+		case beforeRecipient(err):
+			kinds[i] = sendEarly
 		case err == nil:
 			kinds[i] = sendAccepted
-		case errors.As(err, new(*renderError)):
-			kinds[i] = sendUnreached // never sent
 		case transport.MaybeOneRecipient(err):
 			kinds[i] = sendLone
 		case classOf(err) == transport.Recipient && transport.HardBounce(err):
@@ -1192,10 +1192,10 @@ func classOf(err error) transport.Class {
 // not charged an attempt: the refusal is the relay's or the provider's,
 // not the recipient's, and counted, a relay's STARTTLS failing for a
 // while failed 47 recipients by their attempts, none of them ever refused
-// (found by a tester). A relay that
-// never takes mail again still ends the broadcast: its pages and sweeps
-// reach nobody and count toward the coordinator's no-progress rule, and a
-// provider refusing at connect opens its breaker and is given up.
+// (found by a tester). A relay that never takes mail again still ends the
+// broadcast: its pages and sweeps reach nobody and count toward the
+// coordinator's no-progress rule, and a provider refusing at connect
+// opens its breaker and is given up.
 func beforeRecipient(err error) bool {
 	var se *transport.SendError
 	if !errors.As(err, &se) || se.MaybeDelivered || se.Refused {
