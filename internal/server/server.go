@@ -530,8 +530,11 @@ func (o WorkerOptions) validate() error {
 	if o.NATSReplicas < 0 {
 		errs = append(errs, fmt.Errorf("--nats-replicas is %d; it cannot be negative", o.NATSReplicas))
 	}
-	if o.RetryFor != 0 && (o.RetryFor < MinRetryFor || o.RetryFor > MaxRetryFor) {
+	switch {
+	case o.RetryFor != 0 && o.RetryFor < MinRetryFor:
 		errs = append(errs, fmt.Errorf("--retry-for is %s; give %s to %s: shorter fails greylisted recipients who would have taken the message", o.RetryFor, MinRetryFor, MaxRetryFor))
+	case o.RetryFor > MaxRetryFor:
+		errs = append(errs, fmt.Errorf("--retry-for is %s; give %s to %s: a broadcast still retrying after a week sends news nobody reads any more", o.RetryFor, MinRetryFor, MaxRetryFor))
 	}
 	_, pprofErr := pprofEnabled()
 	errs = append(errs, pprofErr)
