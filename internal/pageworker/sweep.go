@@ -83,7 +83,9 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 				res.failed++
 				continue
 			}
-			outcomes[k].RetryAt = w.retryAfterAttempt(now, attempt)
+			if at := w.retryAfterAttempt(now, attempt); at.After(o.RetryAt) {
+				outcomes[k].RetryAt = at // a greylisting server's wait (retryAt) may be later
+			}
 			outcomes[k].Error = "deferred again: " + o.Error
 		}
 		// A row whose earlier attempt may have been delivered (the

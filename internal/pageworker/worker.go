@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -92,6 +93,14 @@ type Config struct {
 	// beforeRecipient).
 	MaxAttempts int
 	RetryFor    time.Duration
+	// GreylistRetry is the least wait before a recipient a server
+	// greylisted is tried again, when the reply names no wait of its own
+	// ("try again in 300 seconds"). Greylisting servers refuse every
+	// retry before their delay (5 minutes at postgrey, sqlgrey and
+	// rspamd): the doubling from RetryAfter tried such a recipient 8
+	// times in its first 150 s (found by a tester), which some servers
+	// count against the sender.
+	GreylistRetry time.Duration
 	// ID names the worker in the owner of every claim it makes ("ID/run")
 	// and in its liveness record; a random ULID when empty. Two workers
 	// must never share one.
@@ -147,6 +156,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryFor <= 0 {
 		c.RetryFor = DefaultRetryFor
+	}
+	if c.GreylistRetry <= 0 {
+		c.GreylistRetry = 5 * time.Minute
 	}
 	if c.ID == "" {
 		c.ID = ulid.Make().String()
@@ -1062,7 +1074,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			res.inDoubt++
 			messages.WithLabelValues("in_doubt").Inc()
 		} else {
-			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now), Error: err.Error(),
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now, err), Error: err.Error(),
 				NotAttempted: kinds[i] == sendEarly && !windowReached})
 			res.deferred++
 			messages.WithLabelValues("retry").Inc()
@@ -1292,10 +1304,49 @@ func (c Config) giveUpAttempts() int {
 	return n
 }
 
-// retryAt is when a row deferred after a transient refusal is due again:
-// RetryAfter, jittered by up to half so rows refused together do not all
-// come back in one burst.
-func (w *Worker) retryAt(now time.Time) time.Time { return w.retryAfterAttempt(now, 1) }
+// retryAt is when a row deferred after a transient refusal (err) is due
+// again: RetryAfter, jittered by up to half so rows refused together do not
+// all come back in one burst; for a greylisting server, not before its
+// delay (greylistWait).
+func (w *Worker) retryAt(now time.Time, err error) time.Time {
+	due := w.retryAfterAttempt(now, 1)
+	if wait, ok := greylistWait(err, w.cfg.GreylistRetry); ok {
+		// An eighth over the delay, so a server counting from when it
+		// saw the attempt (a little after now) has let it pass, and up to
+		// a quarter more so recipients greylisted together spread out.
+		if at := now.Add(wait + wait/8 + time.Duration(w.cfg.Jitter(int64(wait/4)))); at.After(due) {
+			due = at
+		}
+	}
+	return due
+}
+
+// greylistWait is how long to wait before trying a recipient a server
+// greylisted (err) again: the wait its reply names ("Greylisted for 60
+// seconds", "try again in 5 minutes"), between 1 s and 30 min, otherwise
+// fallback. ok is false when err is not greylisting.
+func greylistWait(err error, fallback time.Duration) (time.Duration, bool) {
+	var se *transport.SendError
+	if !errors.As(err, &se) || se.Code/100 != 4 || !reGreylist.MatchString(se.Text) {
+		return 0, false
+	}
+	m := reNamedWait.FindStringSubmatch(se.Text)
+	if m == nil {
+		return fallback, true
+	}
+	n, _ := strconv.Atoi(m[1])
+	wait := time.Duration(n) * time.Second
+	if strings.HasPrefix(strings.ToLower(m[2]), "m") {
+		wait = time.Duration(n) * time.Minute
+	}
+	if wait < time.Second || wait > 30*time.Minute {
+		return fallback, true
+	}
+	return wait, true
+}
+
+// reNamedWait is a wait a reply names: a number and its unit.
+var reNamedWait = regexp.MustCompile(`(?i)\b(\d{1,5}) ?(seconds?|secs?|s|minutes?|mins?|m)\b`)
 
 // renderError marks a message that could not be built for one contact (bad
 // address, template data): that contact's failure, not the channel's.
