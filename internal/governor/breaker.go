@@ -265,7 +265,13 @@ func (b *BreakerState) step(now time.Time, sent, failed int, ended bool, l Limit
 			b.RefusingSince = time.Time{}
 		}
 		linear := b.Linear
-		b.trip(now, l.BreakerOpen, fmt.Sprintf("refused again while ramping up: %d of a step's %d attempts%s", failed, sent+failed, replySuffix(reply)))
+		why := fmt.Sprintf("refused again while ramping up: %d of a step's %d attempts", failed, sent+failed)
+		if sent+failed == 0 {
+			// Ended before any send reached a recipient (a connection or
+			// STARTTLS failure): there is no share to state.
+			why = "a ramp step ended before any of its sends reached a recipient"
+		}
+		b.trip(now, l.BreakerOpen, why+replySuffix(reply))
 		b.Linear = linear
 		return
 	}

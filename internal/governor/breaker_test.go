@@ -465,6 +465,18 @@ func TestRampStepJudgedByItsShare(t *testing.T) {
 	if open, _ := d.ProviderOpen(at, "yahoo.com"); !open {
 		t.Error("a step of 2 recipients, both refused, did not re-open the breaker")
 	}
+
+	// A step the worker ended before any send reached a recipient (the
+	// relay stopped offering STARTTLS) re-opens it, saying so rather than
+	// "0 of a step's 0 attempts" (found by a tester).
+	d = halfOpen()
+	d.RecordStep(at, "yahoo.com", 0, 0, true, "smtp: server doesn't support STARTTLS")
+	if open, _ := d.ProviderOpen(at, "yahoo.com"); !open {
+		t.Error("a step ended before any send reached a recipient did not re-open the breaker")
+	}
+	if st := d.providerStatus(at, Provider("yahoo.com")); strings.Contains(st.Summary, "0 of") || !strings.Contains(st.Summary, "before any of its sends reached a recipient (smtp: server doesn't support STARTTLS)") {
+		t.Errorf("status of a step ended before any send reached a recipient: %q", st.Summary)
+	}
 }
 
 // TestRampClosesUnderRandomDeferrals replays a provider that refuses a

@@ -781,7 +781,9 @@ func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
 			ps.Summary = p + ": not tried lately"
 			break
 		}
-		ps.Summary = fmt.Sprintf("%s: %s deferred in the last %s%s, retrying", p, percent(ps.Deferred), shortDuration(BreakerWindow), replySuffix(ps.Reason))
+		// "sending" first: the provider is not held, and the share is of
+		// attempts made (", retrying" read as waiting, found by a tester).
+		ps.Summary = fmt.Sprintf("%s: sending, %s of attempts deferred in the last %s%s, those retried later", p, percent(ps.Deferred), shortDuration(BreakerWindow), replySuffix(ps.Reason))
 	}
 	if !ps.RefusingSince.IsZero() && now.Sub(ps.RefusingSince) >= longRefusal {
 		// What the coordinator gives its held recipients up by.

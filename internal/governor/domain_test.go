@@ -208,7 +208,7 @@ func TestStatus(t *testing.T) {
 			},
 			at: now.Add(20 * time.Second),
 			want: "aol.co.uk: breaker open until 12:00:45 UTC after 100 % of attempts refused in 5 min; " +
-				"apple: 100 % deferred in the last 5 min, retrying; " +
+				"apple: sending, 100 % of attempts deferred in the last 5 min, those retried later; " +
 				"yahoo: ramping back up, 1 of 16 connections (opened: 100 % of attempts refused in 5 min)",
 		},
 		{
@@ -250,7 +250,7 @@ func TestStatusProviders(t *testing.T) {
 	got := d.Status(now.Add(BreakerOpen + time.Second)).Providers
 	want := []ProviderStatus{
 		{Provider: "apple", Phase: PhaseClosed, Failures: 1, Deferred: 1,
-			Summary: "apple: 100 % deferred in the last 5 min, retrying"},
+			Summary: "apple: sending, 100 % of attempts deferred in the last 5 min, those retried later"},
 		{Provider: "google", Phase: PhaseHalfOpen, ProbeInFlight: true, Connections: 1, RampTo: RampConnections,
 			Reason: "100 % of attempts refused in 5 min", RefusingSince: now,
 			Summary: "google: ramping back up, 1 of 16 connections (opened: 100 % of attempts refused in 5 min); waiting for its current step"},
