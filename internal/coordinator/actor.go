@@ -467,7 +467,13 @@ func (a *actor) refused(ctx context.Context, rep bus.Report, now time.Time) (fai
 	if a.refusedPages < a.c.cfg.MaxFruitless {
 		return false, nil
 	}
-	reason := fmt.Sprintf("%d pages in a row made no progress: every recipient tried was refused; last error: %s", a.refusedPages, rep.Error)
+	what := "every recipient tried was refused"
+	if rep.Reached == 0 && rep.Unreached > 0 {
+		// Refused at connect, TLS, AUTH or MAIL FROM: no recipient was
+		// named, so none refused anything (found by a tester).
+		what = "no send reached a recipient (refused before RCPT)"
+	}
+	reason := fmt.Sprintf("%d pages in a row made no progress: %s; last error: %s", a.refusedPages, what, rep.Error)
 	return true, a.transition(ctx, []store.State{store.StateRunning}, store.StateFailed, reason)
 }
 

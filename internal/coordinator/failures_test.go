@@ -302,8 +302,8 @@ func TestSweepsThatReachNobodyFailTheBroadcast(t *testing.T) {
 			}
 			if !reached {
 				if b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_FAILED, time.Minute); !strings.Contains(b.GetReason(), "no progress") ||
-					!strings.Contains(b.GetReason(), "454 4.7.0") {
-					t.Fatalf("reason %q should say no progress was made and show the relay's 454", b.GetReason())
+					!strings.Contains(b.GetReason(), "454 4.7.0") || !strings.Contains(b.GetReason(), "no send reached a recipient") {
+					t.Fatalf("reason %q should say no progress was made, that no send reached a recipient, and show the relay's 454", b.GetReason())
 				}
 				return
 			}

@@ -119,14 +119,19 @@ func (b *BreakerState) minute(now time.Time) *BreakerMinute {
 
 // share is the failed share of the window's attempts.
 func (b *BreakerState) share() float64 {
-	sent, failed := 0, 0
-	for _, m := range b.Minutes {
-		sent, failed = sent+m.Sent, failed+m.Failed
-	}
+	sent, failed := b.counts()
 	if sent+failed == 0 {
 		return 0
 	}
 	return float64(failed) / float64(sent+failed)
+}
+
+// counts are the accepted and refused attempts in the window.
+func (b *BreakerState) counts() (sent, failed int) {
+	for _, m := range b.Minutes {
+		sent, failed = sent+m.Sent, failed+m.Failed
+	}
+	return sent, failed
 }
 
 // sendWindow counts a provider's accepted sends per minute over
@@ -193,7 +198,11 @@ func (b *BreakerState) failure(now time.Time, open time.Duration, floor int, sha
 			b.Failures = b.Failures[len(b.Failures)-floor:]
 		}
 		if sh := b.share(); len(b.Failures) >= floor && sh >= share {
-			b.trip(now, open, fmt.Sprintf("%s of attempts refused in %s%s", percent(sh), shortDuration(BreakerWindow), replySuffix(b.LastReply)))
+			// The counts, not only the share: "100 %" read as "nothing
+			// accepted" to a tester whose earlier sends had gone through
+			// before the window.
+			ok, refused := b.counts()
+			b.trip(now, open, fmt.Sprintf("%d of %d attempts refused in the last %s%s", refused, ok+refused, shortDuration(BreakerWindow), replySuffix(b.LastReply)))
 		}
 	}
 }

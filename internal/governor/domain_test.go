@@ -207,9 +207,9 @@ func TestStatus(t *testing.T) {
 				d.RecordTransient(now, "icloud.com")
 			},
 			at: now.Add(20 * time.Second),
-			want: "aol.co.uk: breaker open until 12:00:45 UTC after 100 % of attempts refused in 5 min; " +
+			want: "aol.co.uk: breaker open until 12:00:45 UTC after 5 of 5 attempts refused in the last 5 min; " +
 				"apple: sending, 100 % of attempts deferred in the last 5 min, those retried later; " +
-				"yahoo: ramping back up, 1 of 16 connections (opened: 100 % of attempts refused in 5 min)",
+				"yahoo: ramping back up, 1 of 16 connections (opened: 5 of 5 attempts refused in the last 5 min)",
 		},
 		{
 			name: "rate", limits: Limits{RatePerSecond: 0.5, Burst: 1},
@@ -252,8 +252,8 @@ func TestStatusProviders(t *testing.T) {
 		{Provider: "apple", Phase: PhaseClosed, Failures: 1, Deferred: 1,
 			Summary: "apple: sending, 100 % of attempts deferred in the last 5 min, those retried later"},
 		{Provider: "google", Phase: PhaseHalfOpen, ProbeInFlight: true, Connections: 1, RampTo: RampConnections,
-			Reason: "100 % of attempts refused in 5 min", RefusingSince: now,
-			Summary: "google: ramping back up, 1 of 16 connections (opened: 100 % of attempts refused in 5 min); waiting for its current step"},
+			Reason: "5 of 5 attempts refused in the last 5 min", RefusingSince: now,
+			Summary: "google: ramping back up, 1 of 16 connections (opened: 5 of 5 attempts refused in the last 5 min); waiting for its current step"},
 		{Provider: "microsoft", Phase: PhaseHeld, Until: now.Add(QuotaHold), Reason: "quota rejection", RefusingSince: now,
 			Summary: "microsoft: held until 12:05 UTC after a quota rejection"},
 	}
