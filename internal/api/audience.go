@@ -416,16 +416,26 @@ func (api *AudienceAPI) UnsubscribeContact(ctx context.Context, req *pb.Unsubscr
 	return &pb.UnsubscribeContactResponse{}, nil
 }
 
-func (api *AudienceAPI) SuppressContact(ctx context.Context, req *pb.SuppressContactRequest) (*pb.SuppressContactResponse, error) {
-	reason := strings.TrimSpace(req.GetReason())
+// operatorReason checks the reason an operator gives for a change to a
+// contact; missing says what it must say when it is empty.
+func operatorReason(reason, missing string) (string, error) {
+	reason = strings.TrimSpace(reason)
 	if reason == "" {
-		return nil, invalid("a reason is required: say why this contact must not be mailed (it is shown with the contact)")
+		return "", invalid("a reason is required: %s", missing)
 	}
 	if n := utf8.RuneCountInString(reason); n > maxReasonLen {
-		return nil, invalid("reason is %d characters; at most %d are allowed", n, maxReasonLen)
+		return "", invalid("reason is %d characters; at most %d are allowed", n, maxReasonLen)
 	}
 	if err := message.CheckControl("reason", reason); err != nil {
-		return nil, invalid("%v", err)
+		return "", invalid("%v", err)
+	}
+	return reason, nil
+}
+
+func (api *AudienceAPI) SuppressContact(ctx context.Context, req *pb.SuppressContactRequest) (*pb.SuppressContactResponse, error) {
+	reason, err := operatorReason(req.GetReason(), "say why this contact must not be mailed (it is shown with the contact)")
+	if err != nil {
+		return nil, err
 	}
 	d, err := api.contact(ctx, req.GetId(), req.GetEmail())
 	if err != nil {
@@ -436,6 +446,33 @@ func (api *AudienceAPI) SuppressContact(ctx context.Context, req *pb.SuppressCon
 		return nil, Error(err)
 	}
 	return &pb.SuppressContactResponse{Contact: contactPB(d)}, nil
+}
+
+// UnsuppressContact lifts the suppression it read, never one that changed
+// meanwhile (a bounce recorded in between stays), and logs who was lifted,
+// from what, and why: the contact keeps no record of it.
+func (api *AudienceAPI) UnsuppressContact(ctx context.Context, req *pb.UnsuppressContactRequest) (*pb.UnsuppressContactResponse, error) {
+	reason, err := operatorReason(req.GetReason(), "say why this contact may be mailed again (it is logged)")
+	if err != nil {
+		return nil, err
+	}
+	d, err := api.contact(ctx, req.GetId(), req.GetEmail())
+	if err != nil {
+		return nil, err
+	}
+	was := d.SuppressedReason
+	if !d.Suppressed {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s is not suppressed", contactName(d))
+	}
+	if was == store.ErasedReason {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s: its address was erased before (GDPR Art. 17), and that suppression is for good; nothing was changed", contactName(d))
+	}
+	d, err = api.cfg.Store.Unsuppress(ctx, d.ID, was, api.cfg.Clock.Now())
+	if err != nil {
+		return nil, Error(err)
+	}
+	api.cfg.Log.Info("suppression lifted", "contact", d.ID.String(), "was", was, "reason", reason)
+	return &pb.UnsuppressContactResponse{Contact: contactPB(d), Was: was}, nil
 }
 
 func (api *AudienceAPI) CreateSegment(ctx context.Context, req *pb.CreateSegmentRequest) (*pb.CreateSegmentResponse, error) {
@@ -553,4 +590,13 @@ func (api *AudienceAPI) PreviewAudience(ctx context.Context, req *pb.PreviewAudi
 		return nil, Error(err)
 	}
 	return &pb.PreviewAudienceResponse{Matched: p.Matched, Eligible: p.Eligible}, nil
+}
+
+// contactName names a contact in a message: its id, and its address when
+// it has one.
+func contactName(d store.ContactDetail) string {
+	if d.Email == "" {
+		return "contact " + d.ID.String()
+	}
+	return fmt.Sprintf("contact %s (%s)", d.ID, d.Email)
 }

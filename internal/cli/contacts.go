@@ -58,7 +58,7 @@ const (
 
 func contactsCommand(c *client) *cobra.Command {
 	cmd := &cobra.Command{Use: "contacts", Short: "Import, list, inspect, suppress, unsubscribe and erase contacts"}
-	cmd.AddCommand(importCommand(c), showContactCommand(c), suppressCommand(c), unsubscribeCommand(c))
+	cmd.AddCommand(importCommand(c), showContactCommand(c), suppressCommand(c), unsuppressCommand(c), unsubscribeCommand(c))
 	cmd.AddCommand(listContactsCommand(c), deleteContactsCommand(c))
 	return cmd
 }
@@ -382,7 +382,7 @@ func suppressCommand(c *client) *cobra.Command {
 		Short: "Keep a contact from receiving any broadcast, with a reason",
 		Long: `Suppress a contact: no broadcast sends to it again, running ones from their
 next page. The reason is kept and shown by "contacts show". An import never
-lifts a suppression.`,
+lifts a suppression; "contacts unsuppress" does.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ac, err := c.audience()
@@ -769,4 +769,52 @@ func printImportJSON(w io.Writer, resp *pb.ImportContactsResponse, res *csvResul
 	}
 	slices.SortStableFunc(out.Rows, func(a, b row) int { return cmp.Compare(a.Line, b.Line) })
 	return json.NewEncoder(w).Encode(out)
+}
+
+func unsuppressCommand(c *client) *cobra.Command {
+	var reason string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "unsuppress EMAIL|ID --reason TEXT",
+		Short: "Lift a contact's suppression, with a reason",
+		Long: `Lift a contact's suppression: a hard bounce a misconfigured relay answered
+("User unknown" to everyone), a complaint withdrawn, an operator's own. Broadcasts
+running send to it from their next page; a row a broadcast already failed stays
+failed. The reason is logged by the server. An address erased before (GDPR
+Art. 17) stays suppressed for good, and a suppression that changed while this
+ran (a new bounce) is left as it is.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ac, err := c.audience()
+			if err != nil {
+				return err
+			}
+			id, email := contactRef(args[0])
+			resp, err := ac.UnsuppressContact(cmd.Context(), &pb.UnsuppressContactRequest{Id: id, Email: email, Reason: reason})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return jsonLine(cmd.OutOrStdout(), resp)
+			}
+			ct := resp.GetContact()
+			fmt.Fprintf(cmd.OutOrStdout(), "lifted the suppression of %s (%s), which was: %s\n", shown(ct.GetEmail()), ct.GetId(), shown(orNone(resp.GetWas())))
+			if !ct.GetEligible() {
+				fmt.Fprintln(cmd.OutOrStdout(), "(it still receives no broadcasts: it is unsubscribed, do-not-contact or has no address; \"contacts show\" says which)")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why this contact may be mailed again (required; logged)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the contact as it is now, and the reason lifted, as JSON")
+	cmd.MarkFlagRequired("reason") //nolint:errcheck
+	return cmd
+}
+
+// orNone is s, or "(no reason recorded)" when it is empty.
+func orNone(s string) string {
+	if s == "" {
+		return "(no reason recorded)"
+	}
+	return s
 }

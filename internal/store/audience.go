@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -31,6 +32,12 @@ type Contacts interface {
 	// Suppress marks the contact suppressed with a reason (replacing an
 	// earlier reason); ErrNotFound if there is no such contact.
 	Suppress(ctx context.Context, contact ulid.ULID, reason string, now time.Time) (ContactDetail, error)
+	// Unsuppress lifts the contact's suppression if it is suppressed still
+	// with reason was (what the caller read, so a suppression that changed
+	// meanwhile, a new bounce, is never lifted unseen): ErrConflict when it
+	// is not, ErrNotFound if there is no such contact. An address erased
+	// before (ErasedReason) is never lifted: ErrConflict.
+	Unsuppress(ctx context.Context, contact ulid.ULID, was string, now time.Time) (ContactDetail, error)
 }
 
 // Segments are named lists of contacts and their membership.
@@ -96,4 +103,17 @@ type MemberChange struct {
 type AudiencePreview struct {
 	Matched  int64 // contacts in the audience, eligible or not
 	Eligible int64 // of those, the ones the suppression gate passes
+}
+
+// NotLifted is Unsuppress's error for a contact (d, as it is now) whose
+// suppression it did not lift: not suppressed, erased, or suppressed for
+// another reason than was.
+func NotLifted(d ContactDetail, was string) error {
+	switch {
+	case !d.Suppressed:
+		return fmt.Errorf("contact %s is not suppressed: %w", d.ID, ErrConflict)
+	case d.SuppressedReason == ErasedReason:
+		return fmt.Errorf("contact %s: its address was erased before (GDPR Art. 17), and that suppression is for good: %w", d.ID, ErrConflict)
+	}
+	return fmt.Errorf("contact %s: its suppression changed while it was being lifted (now %q, was %q); look at it again: %w", d.ID, d.SuppressedReason, was, ErrConflict)
 }

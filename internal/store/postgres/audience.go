@@ -258,6 +258,20 @@ WHERE id = $1`, uid(contact), reason, now)
 	return s.GetContact(ctx, contact)
 }
 
+func (s *Store) Unsuppress(ctx context.Context, contact ulid.ULID, was string, now time.Time) (store.ContactDetail, error) {
+	tag, err := s.pool.Exec(ctx, `
+UPDATE contacts SET suppressed = false, suppressed_reason = '', suppressed_at = NULL, updated_at = $3
+WHERE id = $1 AND suppressed AND suppressed_reason = $2 AND suppressed_reason <> $4`, uid(contact), was, now, store.ErasedReason)
+	if err != nil {
+		return store.ContactDetail{}, mapErr("unsuppress contact", err)
+	}
+	d, err := s.GetContact(ctx, contact)
+	if err != nil || tag.RowsAffected() == 1 {
+		return d, err
+	}
+	return d, store.NotLifted(d, was)
+}
+
 func (s *Store) CreateSegment(ctx context.Context, name string, now time.Time) (store.Segment, error) {
 	if err := store.CheckText("segment name", name); err != nil {
 		return store.Segment{}, fmt.Errorf("create segment: %w", err)

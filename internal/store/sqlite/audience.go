@@ -155,6 +155,27 @@ WHERE id = ?1`, id(contact), reason, ts(now))
 	return d, mapErr("contact "+contact.String(), err)
 }
 
+func (s *Store) Unsuppress(ctx context.Context, contact ulid.ULID, was string, now time.Time) (store.ContactDetail, error) {
+	res, err := s.w.ExecContext(ctx, `
+UPDATE contacts SET suppressed = 0, suppressed_reason = '', suppressed_at = NULL, updated_at = ?3
+WHERE id = ?1 AND suppressed AND suppressed_reason = ?2 AND suppressed_reason <> ?4`, id(contact), was, ts(now), store.ErasedReason)
+	if err != nil {
+		return store.ContactDetail{}, mapErr("unsuppress contact", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return store.ContactDetail{}, mapErr("unsuppress contact", err)
+	}
+	d, err := scanContactDetail(s.w.QueryRowContext(ctx, `SELECT `+contactDetailColumns+` FROM contacts c WHERE c.id = ?`, id(contact)))
+	if err != nil {
+		return d, mapErr("contact "+contact.String(), err)
+	}
+	if n == 1 {
+		return d, nil
+	}
+	return d, store.NotLifted(d, was)
+}
+
 func (s *Store) CreateSegment(ctx context.Context, name string, now time.Time) (store.Segment, error) {
 	if err := store.CheckText("segment name", name); err != nil {
 		return store.Segment{}, fmt.Errorf("create segment: %w", err)

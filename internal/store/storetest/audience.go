@@ -305,6 +305,30 @@ func testSuppress(f *fixture) {
 	}
 	_, err = f.s.Suppress(f.ctx, f.ids.next(), "x", at(5))
 	f.wantErr(err, store.ErrNotFound, "Suppress(unknown)")
+
+	// Unsuppress lifts only the suppression the caller read.
+	_, err = f.s.Unsuppress(f.ctx, ids[1], "asked by phone", at(6))
+	f.wantErr(err, store.ErrConflict, "Unsuppress with an earlier reason")
+	d, err = f.s.GetContact(f.ctx, ids[1])
+	f.must(err, "GetContact")
+	if !d.Suppressed || d.SuppressedReason != "legal hold" {
+		f.t.Errorf("Unsuppress with an earlier reason lifted it: %+v", d)
+	}
+	d, err = f.s.Unsuppress(f.ctx, ids[1], "legal hold", at(7))
+	f.must(err, "Unsuppress")
+	if d.Suppressed || !d.Eligible || d.SuppressedReason != "" || !d.SuppressedAt.IsZero() || !d.UpdatedAt.Equal(at(7)) {
+		f.t.Errorf("after Unsuppress: %+v", d)
+	}
+	f.sameSet("page after unsuppress", f.walk(f.running("after", 0), 10), ids)
+	_, err = f.s.Unsuppress(f.ctx, ids[1], "", at(8))
+	f.wantErr(err, store.ErrConflict, "Unsuppress of a contact not suppressed")
+	_, err = f.s.Unsuppress(f.ctx, f.ids.next(), "x", at(8))
+	f.wantErr(err, store.ErrNotFound, "Unsuppress(unknown)")
+	// An erased address's suppression is for good.
+	_, err = f.s.Suppress(f.ctx, ids[2], store.ErasedReason, at(9))
+	f.must(err, "Suppress as erased")
+	_, err = f.s.Unsuppress(f.ctx, ids[2], store.ErasedReason, at(10))
+	f.wantErr(err, store.ErrConflict, "Unsuppress of an erased address")
 }
 
 func testCreateSegment(f *fixture) {

@@ -864,6 +864,122 @@ func (x *SuppressContactResponse) GetContact() *Contact {
 	return nil
 }
 
+type UnsuppressContactRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Email string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
+	Id    string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// reason is required: why this contact may be mailed again (at most 500
+	// characters), e.g. "the relay refused everyone as unknown on Dec 6".
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnsuppressContactRequest) Reset() {
+	*x = UnsuppressContactRequest{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnsuppressContactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnsuppressContactRequest) ProtoMessage() {}
+
+func (x *UnsuppressContactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnsuppressContactRequest.ProtoReflect.Descriptor instead.
+func (*UnsuppressContactRequest) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *UnsuppressContactRequest) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *UnsuppressContactRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *UnsuppressContactRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type UnsuppressContactResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// contact as it is now; suppressed is false.
+	Contact *Contact `protobuf:"bytes,1,opt,name=contact,proto3" json:"contact,omitempty"`
+	// was is the reason of the suppression lifted.
+	Was           string `protobuf:"bytes,2,opt,name=was,proto3" json:"was,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnsuppressContactResponse) Reset() {
+	*x = UnsuppressContactResponse{}
+	mi := &file_rangecast_v1_audience_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnsuppressContactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnsuppressContactResponse) ProtoMessage() {}
+
+func (x *UnsuppressContactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_audience_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnsuppressContactResponse.ProtoReflect.Descriptor instead.
+func (*UnsuppressContactResponse) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UnsuppressContactResponse) GetContact() *Contact {
+	if x != nil {
+		return x.Contact
+	}
+	return nil
+}
+
+func (x *UnsuppressContactResponse) GetWas() string {
+	if x != nil {
+		return x.Was
+	}
+	return ""
+}
+
 type CreateSegmentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is 1 to 128 characters, without line breaks.
@@ -874,7 +990,7 @@ type CreateSegmentRequest struct {
 
 func (x *CreateSegmentRequest) Reset() {
 	*x = CreateSegmentRequest{}
-	mi := &file_rangecast_v1_audience_proto_msgTypes[12]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1002,7 @@ func (x *CreateSegmentRequest) String() string {
 func (*CreateSegmentRequest) ProtoMessage() {}
 
 func (x *CreateSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_audience_proto_msgTypes[12]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1015,7 @@ func (x *CreateSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSegmentRequest.ProtoReflect.Descriptor instead.
 func (*CreateSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{12}
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateSegmentRequest) GetName() string {
@@ -918,7 +1034,7 @@ type CreateSegmentResponse struct {
 
 func (x *CreateSegmentResponse) Reset() {
 	*x = CreateSegmentResponse{}
-	mi := &file_rangecast_v1_audience_proto_msgTypes[13]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1046,7 @@ func (x *CreateSegmentResponse) String() string {
 func (*CreateSegmentResponse) ProtoMessage() {}
 
 func (x *CreateSegmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_audience_proto_msgTypes[13]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1059,7 @@ func (x *CreateSegmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSegmentResponse.ProtoReflect.Descriptor instead.
 func (*CreateSegmentResponse) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{13}
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateSegmentResponse) GetSegment() *Segment {
@@ -964,7 +1080,7 @@ type Segment struct {
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_rangecast_v1_audience_proto_msgTypes[14]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1092,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_audience_proto_msgTypes[14]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1105,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{14}
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Segment) GetId() int64 {
@@ -1025,7 +1141,7 @@ type AddSegmentMembersRequest struct {
 
 func (x *AddSegmentMembersRequest) Reset() {
 	*x = AddSegmentMembersRequest{}
-	mi := &file_rangecast_v1_audience_proto_msgTypes[15]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1153,7 @@ func (x *AddSegmentMembersRequest) String() string {
 func (*AddSegmentMembersRequest) ProtoMessage() {}
 
 func (x *AddSegmentMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_audience_proto_msgTypes[15]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1166,7 @@ func (x *AddSegmentMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSegmentMembersRequest.ProtoReflect.Descriptor instead.
 func (*AddSegmentMembersRequest) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{15}
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddSegmentMembersRequest) GetSegment() string {
@@ -1088,7 +1204,7 @@ type AddSegmentMembersResponse struct {
 
 func (x *AddSegmentMembersResponse) Reset() {
 	*x = AddSegmentMembersResponse{}
-	mi := &file_rangecast_v1_audience_proto_msgTypes[16]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1216,7 @@ func (x *AddSegmentMembersResponse) String() string {
 func (*AddSegmentMembersResponse) ProtoMessage() {}
 
 func (x *AddSegmentMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_audience_proto_msgTypes[16]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1229,7 @@ func (x *AddSegmentMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSegmentMembersResponse.ProtoReflect.Descriptor instead.
 func (*AddSegmentMembersResponse) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{16}
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddSegmentMembersResponse) GetChanged() int64 {
@@ -1149,7 +1265,7 @@ type RemoveSegmentMembersRequest struct {
 
 func (x *RemoveSegmentMembersRequest) Reset() {
 	*x = RemoveSegmentMembersRequest{}
-	mi := &file_rangecast_v1_audience_proto_msgTypes[17]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1277,7 @@ func (x *RemoveSegmentMembersRequest) String() string {
 func (*RemoveSegmentMembersRequest) ProtoMessage() {}
 
 func (x *RemoveSegmentMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_audience_proto_msgTypes[17]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1290,7 @@ func (x *RemoveSegmentMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSegmentMembersRequest.ProtoReflect.Descriptor instead.
 func (*RemoveSegmentMembersRequest) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{17}
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveSegmentMembersRequest) GetSegment() string {
@@ -1212,7 +1328,7 @@ type RemoveSegmentMembersResponse struct {
 
 func (x *RemoveSegmentMembersResponse) Reset() {
 	*x = RemoveSegmentMembersResponse{}
-	mi := &file_rangecast_v1_audience_proto_msgTypes[18]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1340,7 @@ func (x *RemoveSegmentMembersResponse) String() string {
 func (*RemoveSegmentMembersResponse) ProtoMessage() {}
 
 func (x *RemoveSegmentMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_audience_proto_msgTypes[18]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1353,7 @@ func (x *RemoveSegmentMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSegmentMembersResponse.ProtoReflect.Descriptor instead.
 func (*RemoveSegmentMembersResponse) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{18}
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RemoveSegmentMembersResponse) GetChanged() int64 {
@@ -1271,7 +1387,7 @@ type PreviewAudienceRequest struct {
 
 func (x *PreviewAudienceRequest) Reset() {
 	*x = PreviewAudienceRequest{}
-	mi := &file_rangecast_v1_audience_proto_msgTypes[19]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1399,7 @@ func (x *PreviewAudienceRequest) String() string {
 func (*PreviewAudienceRequest) ProtoMessage() {}
 
 func (x *PreviewAudienceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_audience_proto_msgTypes[19]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1412,7 @@ func (x *PreviewAudienceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewAudienceRequest.ProtoReflect.Descriptor instead.
 func (*PreviewAudienceRequest) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{19}
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PreviewAudienceRequest) GetSegment() string {
@@ -1319,7 +1435,7 @@ type PreviewAudienceResponse struct {
 
 func (x *PreviewAudienceResponse) Reset() {
 	*x = PreviewAudienceResponse{}
-	mi := &file_rangecast_v1_audience_proto_msgTypes[20]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1447,7 @@ func (x *PreviewAudienceResponse) String() string {
 func (*PreviewAudienceResponse) ProtoMessage() {}
 
 func (x *PreviewAudienceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_audience_proto_msgTypes[20]
+	mi := &file_rangecast_v1_audience_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1460,7 @@ func (x *PreviewAudienceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewAudienceResponse.ProtoReflect.Descriptor instead.
 func (*PreviewAudienceResponse) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{20}
+	return file_rangecast_v1_audience_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PreviewAudienceResponse) GetMatched() int64 {
@@ -1447,7 +1563,14 @@ const file_rangecast_v1_audience_proto_rawDesc = "" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"J\n" +
 	"\x17SuppressContactResponse\x12/\n" +
-	"\acontact\x18\x01 \x01(\v2\x15.rangecast.v1.ContactR\acontact\"*\n" +
+	"\acontact\x18\x01 \x01(\v2\x15.rangecast.v1.ContactR\acontact\"X\n" +
+	"\x18UnsuppressContactRequest\x12\x14\n" +
+	"\x05email\x18\x01 \x01(\tR\x05email\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"^\n" +
+	"\x19UnsuppressContactResponse\x12/\n" +
+	"\acontact\x18\x01 \x01(\v2\x15.rangecast.v1.ContactR\acontact\x12\x10\n" +
+	"\x03was\x18\x02 \x01(\tR\x03was\"*\n" +
 	"\x14CreateSegmentRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"H\n" +
 	"\x15CreateSegmentResponse\x12/\n" +
@@ -1479,13 +1602,14 @@ const file_rangecast_v1_audience_proto_rawDesc = "" +
 	"\asegment\x18\x01 \x01(\tR\asegment\"O\n" +
 	"\x17PreviewAudienceResponse\x12\x18\n" +
 	"\amatched\x18\x01 \x01(\x03R\amatched\x12\x1a\n" +
-	"\beligible\x18\x02 \x01(\x03R\beligible2\x99\x06\n" +
+	"\beligible\x18\x02 \x01(\x03R\beligible2\xff\x06\n" +
 	"\x0fAudienceService\x12]\n" +
 	"\x0eImportContacts\x12#.rangecast.v1.ImportContactsRequest\x1a$.rangecast.v1.ImportContactsResponse(\x01\x12O\n" +
 	"\n" +
 	"GetContact\x12\x1f.rangecast.v1.GetContactRequest\x1a .rangecast.v1.GetContactResponse\x12g\n" +
 	"\x12UnsubscribeContact\x12'.rangecast.v1.UnsubscribeContactRequest\x1a(.rangecast.v1.UnsubscribeContactResponse\x12^\n" +
-	"\x0fSuppressContact\x12$.rangecast.v1.SuppressContactRequest\x1a%.rangecast.v1.SuppressContactResponse\x12X\n" +
+	"\x0fSuppressContact\x12$.rangecast.v1.SuppressContactRequest\x1a%.rangecast.v1.SuppressContactResponse\x12d\n" +
+	"\x11UnsuppressContact\x12&.rangecast.v1.UnsuppressContactRequest\x1a'.rangecast.v1.UnsuppressContactResponse\x12X\n" +
 	"\rCreateSegment\x12\".rangecast.v1.CreateSegmentRequest\x1a#.rangecast.v1.CreateSegmentResponse\x12d\n" +
 	"\x11AddSegmentMembers\x12&.rangecast.v1.AddSegmentMembersRequest\x1a'.rangecast.v1.AddSegmentMembersResponse\x12m\n" +
 	"\x14RemoveSegmentMembers\x12).rangecast.v1.RemoveSegmentMembersRequest\x1a*.rangecast.v1.RemoveSegmentMembersResponse\x12^\n" +
@@ -1503,7 +1627,7 @@ func file_rangecast_v1_audience_proto_rawDescGZIP() []byte {
 	return file_rangecast_v1_audience_proto_rawDescData
 }
 
-var file_rangecast_v1_audience_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_rangecast_v1_audience_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_rangecast_v1_audience_proto_goTypes = []any{
 	(*ImportContactsRequest)(nil),        // 0: rangecast.v1.ImportContactsRequest
 	(*ContactRow)(nil),                   // 1: rangecast.v1.ContactRow
@@ -1517,59 +1641,64 @@ var file_rangecast_v1_audience_proto_goTypes = []any{
 	(*UnsubscribeContactResponse)(nil),   // 9: rangecast.v1.UnsubscribeContactResponse
 	(*SuppressContactRequest)(nil),       // 10: rangecast.v1.SuppressContactRequest
 	(*SuppressContactResponse)(nil),      // 11: rangecast.v1.SuppressContactResponse
-	(*CreateSegmentRequest)(nil),         // 12: rangecast.v1.CreateSegmentRequest
-	(*CreateSegmentResponse)(nil),        // 13: rangecast.v1.CreateSegmentResponse
-	(*Segment)(nil),                      // 14: rangecast.v1.Segment
-	(*AddSegmentMembersRequest)(nil),     // 15: rangecast.v1.AddSegmentMembersRequest
-	(*AddSegmentMembersResponse)(nil),    // 16: rangecast.v1.AddSegmentMembersResponse
-	(*RemoveSegmentMembersRequest)(nil),  // 17: rangecast.v1.RemoveSegmentMembersRequest
-	(*RemoveSegmentMembersResponse)(nil), // 18: rangecast.v1.RemoveSegmentMembersResponse
-	(*PreviewAudienceRequest)(nil),       // 19: rangecast.v1.PreviewAudienceRequest
-	(*PreviewAudienceResponse)(nil),      // 20: rangecast.v1.PreviewAudienceResponse
-	nil,                                  // 21: rangecast.v1.ContactRow.AttributesEntry
-	nil,                                  // 22: rangecast.v1.Contact.AttributesEntry
-	(*timestamppb.Timestamp)(nil),        // 23: google.protobuf.Timestamp
-	(BroadcastState)(0),                  // 24: rangecast.v1.BroadcastState
-	(SendStatus)(0),                      // 25: rangecast.v1.SendStatus
+	(*UnsuppressContactRequest)(nil),     // 12: rangecast.v1.UnsuppressContactRequest
+	(*UnsuppressContactResponse)(nil),    // 13: rangecast.v1.UnsuppressContactResponse
+	(*CreateSegmentRequest)(nil),         // 14: rangecast.v1.CreateSegmentRequest
+	(*CreateSegmentResponse)(nil),        // 15: rangecast.v1.CreateSegmentResponse
+	(*Segment)(nil),                      // 16: rangecast.v1.Segment
+	(*AddSegmentMembersRequest)(nil),     // 17: rangecast.v1.AddSegmentMembersRequest
+	(*AddSegmentMembersResponse)(nil),    // 18: rangecast.v1.AddSegmentMembersResponse
+	(*RemoveSegmentMembersRequest)(nil),  // 19: rangecast.v1.RemoveSegmentMembersRequest
+	(*RemoveSegmentMembersResponse)(nil), // 20: rangecast.v1.RemoveSegmentMembersResponse
+	(*PreviewAudienceRequest)(nil),       // 21: rangecast.v1.PreviewAudienceRequest
+	(*PreviewAudienceResponse)(nil),      // 22: rangecast.v1.PreviewAudienceResponse
+	nil,                                  // 23: rangecast.v1.ContactRow.AttributesEntry
+	nil,                                  // 24: rangecast.v1.Contact.AttributesEntry
+	(*timestamppb.Timestamp)(nil),        // 25: google.protobuf.Timestamp
+	(BroadcastState)(0),                  // 26: rangecast.v1.BroadcastState
+	(SendStatus)(0),                      // 27: rangecast.v1.SendStatus
 }
 var file_rangecast_v1_audience_proto_depIdxs = []int32{
 	1,  // 0: rangecast.v1.ImportContactsRequest.rows:type_name -> rangecast.v1.ContactRow
-	21, // 1: rangecast.v1.ContactRow.attributes:type_name -> rangecast.v1.ContactRow.AttributesEntry
+	23, // 1: rangecast.v1.ContactRow.attributes:type_name -> rangecast.v1.ContactRow.AttributesEntry
 	3,  // 2: rangecast.v1.ImportContactsResponse.errors:type_name -> rangecast.v1.RowError
 	6,  // 3: rangecast.v1.GetContactResponse.contact:type_name -> rangecast.v1.Contact
 	7,  // 4: rangecast.v1.GetContactResponse.history:type_name -> rangecast.v1.ContactSend
-	22, // 5: rangecast.v1.Contact.attributes:type_name -> rangecast.v1.Contact.AttributesEntry
-	23, // 6: rangecast.v1.Contact.suppressed_at:type_name -> google.protobuf.Timestamp
-	23, // 7: rangecast.v1.Contact.created_at:type_name -> google.protobuf.Timestamp
-	23, // 8: rangecast.v1.Contact.updated_at:type_name -> google.protobuf.Timestamp
-	24, // 9: rangecast.v1.ContactSend.broadcast_state:type_name -> rangecast.v1.BroadcastState
-	25, // 10: rangecast.v1.ContactSend.status:type_name -> rangecast.v1.SendStatus
-	23, // 11: rangecast.v1.ContactSend.claimed_at:type_name -> google.protobuf.Timestamp
-	23, // 12: rangecast.v1.ContactSend.updated_at:type_name -> google.protobuf.Timestamp
+	24, // 5: rangecast.v1.Contact.attributes:type_name -> rangecast.v1.Contact.AttributesEntry
+	25, // 6: rangecast.v1.Contact.suppressed_at:type_name -> google.protobuf.Timestamp
+	25, // 7: rangecast.v1.Contact.created_at:type_name -> google.protobuf.Timestamp
+	25, // 8: rangecast.v1.Contact.updated_at:type_name -> google.protobuf.Timestamp
+	26, // 9: rangecast.v1.ContactSend.broadcast_state:type_name -> rangecast.v1.BroadcastState
+	27, // 10: rangecast.v1.ContactSend.status:type_name -> rangecast.v1.SendStatus
+	25, // 11: rangecast.v1.ContactSend.claimed_at:type_name -> google.protobuf.Timestamp
+	25, // 12: rangecast.v1.ContactSend.updated_at:type_name -> google.protobuf.Timestamp
 	6,  // 13: rangecast.v1.SuppressContactResponse.contact:type_name -> rangecast.v1.Contact
-	14, // 14: rangecast.v1.CreateSegmentResponse.segment:type_name -> rangecast.v1.Segment
-	23, // 15: rangecast.v1.Segment.created_at:type_name -> google.protobuf.Timestamp
-	0,  // 16: rangecast.v1.AudienceService.ImportContacts:input_type -> rangecast.v1.ImportContactsRequest
-	4,  // 17: rangecast.v1.AudienceService.GetContact:input_type -> rangecast.v1.GetContactRequest
-	8,  // 18: rangecast.v1.AudienceService.UnsubscribeContact:input_type -> rangecast.v1.UnsubscribeContactRequest
-	10, // 19: rangecast.v1.AudienceService.SuppressContact:input_type -> rangecast.v1.SuppressContactRequest
-	12, // 20: rangecast.v1.AudienceService.CreateSegment:input_type -> rangecast.v1.CreateSegmentRequest
-	15, // 21: rangecast.v1.AudienceService.AddSegmentMembers:input_type -> rangecast.v1.AddSegmentMembersRequest
-	17, // 22: rangecast.v1.AudienceService.RemoveSegmentMembers:input_type -> rangecast.v1.RemoveSegmentMembersRequest
-	19, // 23: rangecast.v1.AudienceService.PreviewAudience:input_type -> rangecast.v1.PreviewAudienceRequest
-	2,  // 24: rangecast.v1.AudienceService.ImportContacts:output_type -> rangecast.v1.ImportContactsResponse
-	5,  // 25: rangecast.v1.AudienceService.GetContact:output_type -> rangecast.v1.GetContactResponse
-	9,  // 26: rangecast.v1.AudienceService.UnsubscribeContact:output_type -> rangecast.v1.UnsubscribeContactResponse
-	11, // 27: rangecast.v1.AudienceService.SuppressContact:output_type -> rangecast.v1.SuppressContactResponse
-	13, // 28: rangecast.v1.AudienceService.CreateSegment:output_type -> rangecast.v1.CreateSegmentResponse
-	16, // 29: rangecast.v1.AudienceService.AddSegmentMembers:output_type -> rangecast.v1.AddSegmentMembersResponse
-	18, // 30: rangecast.v1.AudienceService.RemoveSegmentMembers:output_type -> rangecast.v1.RemoveSegmentMembersResponse
-	20, // 31: rangecast.v1.AudienceService.PreviewAudience:output_type -> rangecast.v1.PreviewAudienceResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	6,  // 14: rangecast.v1.UnsuppressContactResponse.contact:type_name -> rangecast.v1.Contact
+	16, // 15: rangecast.v1.CreateSegmentResponse.segment:type_name -> rangecast.v1.Segment
+	25, // 16: rangecast.v1.Segment.created_at:type_name -> google.protobuf.Timestamp
+	0,  // 17: rangecast.v1.AudienceService.ImportContacts:input_type -> rangecast.v1.ImportContactsRequest
+	4,  // 18: rangecast.v1.AudienceService.GetContact:input_type -> rangecast.v1.GetContactRequest
+	8,  // 19: rangecast.v1.AudienceService.UnsubscribeContact:input_type -> rangecast.v1.UnsubscribeContactRequest
+	10, // 20: rangecast.v1.AudienceService.SuppressContact:input_type -> rangecast.v1.SuppressContactRequest
+	12, // 21: rangecast.v1.AudienceService.UnsuppressContact:input_type -> rangecast.v1.UnsuppressContactRequest
+	14, // 22: rangecast.v1.AudienceService.CreateSegment:input_type -> rangecast.v1.CreateSegmentRequest
+	17, // 23: rangecast.v1.AudienceService.AddSegmentMembers:input_type -> rangecast.v1.AddSegmentMembersRequest
+	19, // 24: rangecast.v1.AudienceService.RemoveSegmentMembers:input_type -> rangecast.v1.RemoveSegmentMembersRequest
+	21, // 25: rangecast.v1.AudienceService.PreviewAudience:input_type -> rangecast.v1.PreviewAudienceRequest
+	2,  // 26: rangecast.v1.AudienceService.ImportContacts:output_type -> rangecast.v1.ImportContactsResponse
+	5,  // 27: rangecast.v1.AudienceService.GetContact:output_type -> rangecast.v1.GetContactResponse
+	9,  // 28: rangecast.v1.AudienceService.UnsubscribeContact:output_type -> rangecast.v1.UnsubscribeContactResponse
+	11, // 29: rangecast.v1.AudienceService.SuppressContact:output_type -> rangecast.v1.SuppressContactResponse
+	13, // 30: rangecast.v1.AudienceService.UnsuppressContact:output_type -> rangecast.v1.UnsuppressContactResponse
+	15, // 31: rangecast.v1.AudienceService.CreateSegment:output_type -> rangecast.v1.CreateSegmentResponse
+	18, // 32: rangecast.v1.AudienceService.AddSegmentMembers:output_type -> rangecast.v1.AddSegmentMembersResponse
+	20, // 33: rangecast.v1.AudienceService.RemoveSegmentMembers:output_type -> rangecast.v1.RemoveSegmentMembersResponse
+	22, // 34: rangecast.v1.AudienceService.PreviewAudience:output_type -> rangecast.v1.PreviewAudienceResponse
+	26, // [26:35] is the sub-list for method output_type
+	17, // [17:26] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_rangecast_v1_audience_proto_init() }
@@ -1585,7 +1714,7 @@ func file_rangecast_v1_audience_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rangecast_v1_audience_proto_rawDesc), len(file_rangecast_v1_audience_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	AudienceService_GetContact_FullMethodName           = "/rangecast.v1.AudienceService/GetContact"
 	AudienceService_UnsubscribeContact_FullMethodName   = "/rangecast.v1.AudienceService/UnsubscribeContact"
 	AudienceService_SuppressContact_FullMethodName      = "/rangecast.v1.AudienceService/SuppressContact"
+	AudienceService_UnsuppressContact_FullMethodName    = "/rangecast.v1.AudienceService/UnsuppressContact"
 	AudienceService_CreateSegment_FullMethodName        = "/rangecast.v1.AudienceService/CreateSegment"
 	AudienceService_AddSegmentMembers_FullMethodName    = "/rangecast.v1.AudienceService/AddSegmentMembers"
 	AudienceService_RemoveSegmentMembers_FullMethodName = "/rangecast.v1.AudienceService/RemoveSegmentMembers"
@@ -55,8 +56,16 @@ type AudienceServiceClient interface {
 	// running honour it from their next page.
 	UnsubscribeContact(ctx context.Context, in *UnsubscribeContactRequest, opts ...grpc.CallOption) (*UnsubscribeContactResponse, error)
 	// SuppressContact keeps a contact from receiving any broadcast, with a
-	// reason shown by GetContact. Nothing undoes it through this API.
+	// reason shown by GetContact; UnsuppressContact lifts it.
 	SuppressContact(ctx context.Context, in *SuppressContactRequest, opts ...grpc.CallOption) (*SuppressContactResponse, error)
+	// UnsuppressContact lifts a contact's suppression (a hard bounce a
+	// misconfigured relay answered, a complaint withdrawn, an operator's),
+	// with a reason that is logged. FailedPrecondition when the contact is
+	// not suppressed, when its address was erased (that suppression is for
+	// good), or when its suppression changed while it was being lifted.
+	// Broadcasts running honour it from their next page; rows a broadcast
+	// already failed stay failed.
+	UnsuppressContact(ctx context.Context, in *UnsuppressContactRequest, opts ...grpc.CallOption) (*UnsuppressContactResponse, error)
 	// CreateSegment creates an empty segment; AlreadyExists if the name is taken.
 	CreateSegment(ctx context.Context, in *CreateSegmentRequest, opts ...grpc.CallOption) (*CreateSegmentResponse, error)
 	// AddSegmentMembers adds contacts (by id or email) to a segment. Contacts
@@ -116,6 +125,16 @@ func (c *audienceServiceClient) SuppressContact(ctx context.Context, in *Suppres
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SuppressContactResponse)
 	err := c.cc.Invoke(ctx, AudienceService_SuppressContact_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *audienceServiceClient) UnsuppressContact(ctx context.Context, in *UnsuppressContactRequest, opts ...grpc.CallOption) (*UnsuppressContactResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnsuppressContactResponse)
+	err := c.cc.Invoke(ctx, AudienceService_UnsuppressContact_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -188,8 +207,16 @@ type AudienceServiceServer interface {
 	// running honour it from their next page.
 	UnsubscribeContact(context.Context, *UnsubscribeContactRequest) (*UnsubscribeContactResponse, error)
 	// SuppressContact keeps a contact from receiving any broadcast, with a
-	// reason shown by GetContact. Nothing undoes it through this API.
+	// reason shown by GetContact; UnsuppressContact lifts it.
 	SuppressContact(context.Context, *SuppressContactRequest) (*SuppressContactResponse, error)
+	// UnsuppressContact lifts a contact's suppression (a hard bounce a
+	// misconfigured relay answered, a complaint withdrawn, an operator's),
+	// with a reason that is logged. FailedPrecondition when the contact is
+	// not suppressed, when its address was erased (that suppression is for
+	// good), or when its suppression changed while it was being lifted.
+	// Broadcasts running honour it from their next page; rows a broadcast
+	// already failed stay failed.
+	UnsuppressContact(context.Context, *UnsuppressContactRequest) (*UnsuppressContactResponse, error)
 	// CreateSegment creates an empty segment; AlreadyExists if the name is taken.
 	CreateSegment(context.Context, *CreateSegmentRequest) (*CreateSegmentResponse, error)
 	// AddSegmentMembers adds contacts (by id or email) to a segment. Contacts
@@ -223,6 +250,9 @@ func (UnimplementedAudienceServiceServer) UnsubscribeContact(context.Context, *U
 }
 func (UnimplementedAudienceServiceServer) SuppressContact(context.Context, *SuppressContactRequest) (*SuppressContactResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SuppressContact not implemented")
+}
+func (UnimplementedAudienceServiceServer) UnsuppressContact(context.Context, *UnsuppressContactRequest) (*UnsuppressContactResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnsuppressContact not implemented")
 }
 func (UnimplementedAudienceServiceServer) CreateSegment(context.Context, *CreateSegmentRequest) (*CreateSegmentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateSegment not implemented")
@@ -318,6 +348,24 @@ func _AudienceService_SuppressContact_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AudienceService_UnsuppressContact_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnsuppressContactRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AudienceServiceServer).UnsuppressContact(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AudienceService_UnsuppressContact_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AudienceServiceServer).UnsuppressContact(ctx, req.(*UnsuppressContactRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AudienceService_CreateSegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateSegmentRequest)
 	if err := dec(in); err != nil {
@@ -408,6 +456,10 @@ var AudienceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SuppressContact",
 			Handler:    _AudienceService_SuppressContact_Handler,
+		},
+		{
+			MethodName: "UnsuppressContact",
+			Handler:    _AudienceService_UnsuppressContact_Handler,
 		},
 		{
 			MethodName: "CreateSegment",

@@ -476,8 +476,9 @@ type ProviderStatus struct {
 	DeferredShare float64 `protobuf:"fixed64,8,opt,name=deferred_share,json=deferredShare,proto3" json:"deferred_share,omitempty"`
 	// reason is why it is held or open ("421 4.7.28"), or its latest refusal.
 	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
-	// summary says it in one line: "yahoo: 3 % deferred in the last 5 min
-	// (451 4.3.0), retrying", "google: held until 14:10 UTC (421 4.7.28)".
+	// summary says it in one line: "yahoo: sending, 3 % of attempts
+	// deferred in the last 5 min (451 4.3.0), those retried later",
+	// "google: held until 14:10 UTC (421 4.7.28)".
 	Summary       string `protobuf:"bytes,10,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
