@@ -155,14 +155,14 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 		return nil, err
 	}
 
-	if c.subject, err = texttemplate.New(fieldSubject).Option("missingkey=error").Parse(t.Subject); err != nil {
+	if c.subject, err = texttemplate.New(fieldSubject).Funcs(checkedText).Option("missingkey=error").Parse(t.Subject); err != nil {
 		return nil, templateError(fieldSubject, err)
 	}
-	if c.html, err = htmltemplate.New(fieldHTML).Option("missingkey=error").Parse(t.HTML); err != nil {
+	if c.html, err = htmltemplate.New(fieldHTML).Funcs(checkedHTML).Option("missingkey=error").Parse(t.HTML); err != nil {
 		return nil, templateError(fieldHTML, err)
 	}
 	if t.Text != "" {
-		if c.text, err = texttemplate.New(fieldText).Option("missingkey=error").Parse(t.Text); err != nil {
+		if c.text, err = texttemplate.New(fieldText).Funcs(checkedText).Option("missingkey=error").Parse(t.Text); err != nil {
 			return nil, templateError(fieldText, err)
 		}
 	}

@@ -240,16 +240,16 @@ func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, erro
 	}
 	c := &CompiledTransactional{}
 	var err error
-	if c.subject, err = texttemplate.New(fieldSubject).Option("missingkey=error").Parse(t.Subject); err != nil {
+	if c.subject, err = texttemplate.New(fieldSubject).Funcs(checkedText).Option("missingkey=error").Parse(t.Subject); err != nil {
 		return nil, dataTemplateError(fieldSubject, err)
 	}
 	if t.Text != "" {
-		if c.text, err = texttemplate.New(fieldText).Option("missingkey=error").Parse(t.Text); err != nil {
+		if c.text, err = texttemplate.New(fieldText).Funcs(checkedText).Option("missingkey=error").Parse(t.Text); err != nil {
 			return nil, dataTemplateError(fieldText, err)
 		}
 	}
 	if t.HTML != "" {
-		if c.html, err = htmltemplate.New(fieldHTML).Option("missingkey=error").Parse(t.HTML); err != nil {
+		if c.html, err = htmltemplate.New(fieldHTML).Funcs(checkedHTML).Option("missingkey=error").Parse(t.HTML); err != nil {
 			return nil, dataTemplateError(fieldHTML, err)
 		}
 	}
