@@ -52,6 +52,19 @@ const (
 	startTLSAbsent
 )
 
+// noStartTLS is the refusal to send when STARTTLS is required and the
+// server did not offer it, saying which rule required it and what to
+// change: "server doesn't support STARTTLS" alone left a tester guessing
+// why a broadcast paused, why a resume paused again, and why a restarted
+// worker (which has not seen the offer) sent in plaintext.
+func (s *SMTP) noStartTLS() error {
+	if s.mode == tlsStartTLS {
+		return fmt.Errorf("%s does not offer STARTTLS, which the relay URL requires (tls=starttls); nothing is sent in plaintext", s.addr)
+	}
+	return fmt.Errorf("%s offered STARTTLS on an earlier connection and no longer does, so nothing is sent in plaintext (a downgrade by something in between, or TLS turned off on the relay); "+
+		"if it was turned off on purpose, add tls=none to the relay URL; a worker started since has not seen the offer and sends in plaintext unless the URL says tls=starttls", s.addr)
+}
+
 // SMTP is a Transport that keeps a pool of authenticated connections to one
 // server. Concurrent Send calls are safe; each uses its own connection.
 type SMTP struct {
@@ -386,7 +399,7 @@ func (s *SMTP) handshake(nc net.Conn) (*client, error) {
 	if useStartTLS {
 		var err error
 		if !c.ext.startTLS {
-			err = errors.New("smtp: server doesn't support STARTTLS")
+			err = s.noStartTLS()
 		} else {
 			err = c.startTLS(s.tlsConf)
 		}

@@ -420,6 +420,28 @@ func TestTLS(t *testing.T) {
 		if !errors.As(err, &se) || se.Stage != StageConnect || Classify(err) != Channel {
 			t.Fatalf("err = %v (%v), want a channel error at connect", err, Classify(err))
 		}
+		if !strings.Contains(err.Error(), "which the relay URL requires (tls=starttls)") {
+			t.Errorf("err = %v; want it to say the URL requires STARTTLS", err)
+		}
+	})
+	// A server that offered STARTTLS to this transport and no longer does
+	// (the offer is remembered, as after the first connection): nothing is
+	// sent in plaintext, and the error says why and what to change.
+	t.Run("STARTTLS withdrawn", func(t *testing.T) {
+		t.Parallel()
+		srv := startCapture(t)
+		tr := newSMTP(t, "smtp://"+srv.Addr())
+		tr.startTLS.Store(startTLSOffered)
+		_, err := tr.Send(t.Context(), msg(1, "a@example.org"))
+		var se *SendError
+		if !errors.As(err, &se) || se.Stage != StageConnect || Classify(err) != Channel || srv.Count() != 0 {
+			t.Fatalf("err = %v (%v), %d accepted; want a channel error at connect and nothing sent", err, Classify(err), srv.Count())
+		}
+		for _, want := range []string{"offered STARTTLS on an earlier connection and no longer does", "tls=none", "tls=starttls"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("err = %v; want it to say %q", err, want)
+			}
+		}
 	})
 	t.Run("implicit TLS", func(t *testing.T) {
 		t.Parallel()
