@@ -1,11 +1,13 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"io"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -23,7 +25,7 @@ import (
 const (
 	maxEmailLen       = 254 // RFC 5321 path limit
 	maxNameLen        = 256
-	maxAttributes     = 64
+	maxAttributes     = store.MaxAttributes
 	maxAttrKeyLen     = 128
 	maxAttrValueLen   = 2048
 	maxSegmentNameLen = 128
@@ -181,6 +183,14 @@ func (e *emailSet) add(email string, row int64) (first int64, dup bool) {
 type batch struct {
 	contacts []store.Contact
 	segments [][]string
+	rows     []int64 // each contact's row number in the stream
+}
+
+// refusedRow is a row the store did not write: its merge with the stored
+// contact had too many attributes (store.ImportContacts).
+type refusedRow struct {
+	row   int64
+	email string
 }
 
 // ImportContacts validates the streamed rows and upserts the valid ones in
@@ -195,10 +205,11 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 	seen := newEmailSet()
 
 	batches := make(chan batch, 1)
-	var imported int64 // written by the writer; read after it is done
+	var imported int64       // written by the writer; read after it is done
+	var refused []refusedRow // likewise
 	written := make(chan error, 1)
 	go func() {
-		err := api.writeBatches(ctx, batches, &imported)
+		err := api.writeBatches(ctx, batches, &imported, &refused)
 		if err != nil {
 			cancel() // stops the reader at its next batch
 		}
@@ -275,6 +286,7 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 				Subscribed: !r.GetUnsubscribed(), DoNotContact: r.GetDoNotContact(),
 			})
 			cur.segments = append(cur.segments, r.GetSegments())
+			cur.rows = append(cur.rows, row)
 			if len(cur.contacts) >= importBatch {
 				if err := push(); err != nil {
 					return fail(err)
@@ -288,6 +300,15 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 	if err := finish(); err != nil {
 		return api.importFailed(err, row, imported)
 	}
+	for _, r := range refused {
+		resp.Rejected++
+		if len(resp.Errors) < maxRowErrors {
+			resp.Errors = append(resp.Errors, &pb.RowError{Row: r.row, Email: shown(r.email), Error: fmt.Sprintf(
+				"merged with the attributes the contact has, it would have more than %d; nothing of the row was written (import it with fewer new keys)", store.MaxAttributes)})
+		}
+	}
+	// The store's refusals come after the rows validation refused.
+	slices.SortFunc(resp.Errors, func(a, b *pb.RowError) int { return cmp.Compare(a.GetRow(), b.GetRow()) })
 	resp.Imported = imported
 	api.cfg.Log.Info("contacts imported", "rows", row, "imported", imported, "rejected", resp.Rejected,
 		"seconds", api.cfg.Clock.Now().Sub(start).Seconds())
@@ -309,7 +330,7 @@ func (api *AudienceAPI) importFailed(err error, row, imported int64) error {
 // writeBatches writes each batch: contacts, then the segment memberships
 // their rows asked for (segments are created when missing). It returns at
 // the first error; ImportContacts then cancels the stream.
-func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, imported *int64) error {
+func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, imported *int64, refused *[]refusedRow) error {
 	st := api.cfg.Store
 	segments := map[string]int64{}
 	for b := range batches {
@@ -318,8 +339,14 @@ func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, 
 		if err != nil {
 			return err
 		}
+		written := len(b.contacts)
 		members := map[int64][]ulid.ULID{}
 		for i, names := range b.segments {
+			if ids[i] == (ulid.ULID{}) {
+				*refused = append(*refused, refusedRow{row: b.rows[i], email: b.contacts[i].Email})
+				written--
+				continue // not written: no membership either
+			}
 			for _, name := range names {
 				seg, ok := segments[name]
 				if !ok {
@@ -336,7 +363,7 @@ func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, 
 				return err
 			}
 		}
-		*imported += int64(len(b.contacts))
+		*imported += int64(written)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -729,4 +730,46 @@ func TestHealthAndReflection(t *testing.T) {
 		t.Errorf("no file descriptor for rangecast.v1.BroadcastService: %v", resp.GetErrorResponse())
 	}
 	stream.CloseSend() //nolint:errcheck
+}
+
+// TestImportMergePastTheAttributeLimit: a re-import whose new keys would
+// take a contact past 64 attributes is reported as a rejected row with its
+// number, writes nothing of the row (nor its segments), and the rest of the
+// stream is imported; imports with new keys each time grew a contact
+// without bound before (found by an input tester).
+func TestImportMergePastTheAttributeLimit(t *testing.T) {
+	t.Parallel()
+	s, ac := newAPIStack(t)
+	attrs := func(prefix string, n int) map[string]string {
+		m := map[string]string{}
+		for i := range n {
+			m[fmt.Sprintf("%s%02d", prefix, i)] = "v"
+		}
+		return m
+	}
+	if resp := importRows(t, ac, []*pb.ContactRow{{Email: "ann@example.org", Attributes: attrs("a", 40)}}); resp.GetImported() != 1 {
+		t.Fatalf("first import: %v", resp)
+	}
+	resp := importRows(t, ac, []*pb.ContactRow{
+		{Email: "bob@example.org"},
+		{Email: "ANN@example.org", Attributes: attrs("b", 30), Segments: []string{"grown"}},
+		{Email: "x"},
+		{Email: "cat@example.org", Segments: []string{"grown"}},
+	})
+	if resp.GetImported() != 2 || resp.GetRejected() != 2 || len(resp.GetErrors()) != 2 {
+		t.Fatalf("import with a merge past the limit: %v; want 2 imported, rows 2 and 3 rejected", resp)
+	}
+	if e := resp.GetErrors()[0]; e.GetRow() != 2 || !strings.EqualFold(e.GetEmail(), "ann@example.org") || !strings.Contains(e.GetError(), "more than 64") {
+		t.Errorf("the refused merge's row error: %v", e)
+	}
+	if e := resp.GetErrors()[1]; e.GetRow() != 3 {
+		t.Errorf("errors not in row order: %v", resp.GetErrors())
+	}
+	ann, err := s.store.ContactByEmail(context.Background(), "ann@example.org")
+	if err != nil || len(ann.Attributes) != 40 || len(ann.Segments) != 0 {
+		t.Errorf("ann after the refused merge: %d attributes, segments %v (%v); want 40 and none", len(ann.Attributes), ann.Segments, err)
+	}
+	if cat, err := s.store.ContactByEmail(context.Background(), "cat@example.org"); err != nil || !slices.Equal(cat.Segments, []string{"grown"}) {
+		t.Errorf("cat, imported beside it: %+v, %v", cat, err)
+	}
 }

@@ -8,6 +8,10 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
+// MaxAttributes is the most attributes a contact may have, a merge of
+// imports included.
+const MaxAttributes = 64
+
 // Contacts are the audience: the import, one contact with its history, and
 // suppression.
 type Contacts interface {
@@ -17,6 +21,10 @@ type Contacts interface {
 	// existing contact keeps its id. Returns the ids in input order. Emails
 	// must be unique within one call. An implementation may load a large
 	// batch in bulk (Postgres uses COPY) with exactly the same semantics.
+	// A row whose attributes, merged with the stored contact's, would be
+	// more than MaxAttributes changes nothing, and its id is the zero ULID:
+	// the caller reports the row as not imported (re-imports with new keys
+	// each time grew contacts without bound).
 	ImportContacts(ctx context.Context, cs []Contact, now time.Time) ([]ulid.ULID, error)
 	// GetContact returns one contact, or ErrNotFound.
 	GetContact(ctx context.Context, id ulid.ULID) (ContactDetail, error)

@@ -66,7 +66,8 @@ WHERE (SELECT true FROM contacts c WHERE c.email_key = u.email_key) IS NULL
 ORDER BY u.email_key`
 
 // importUpsert upserts the loaded rows importNew did not insert, with
-// upsert's merge rule (mergeContact), and maps each (i) to its contact's id. Rows
+// upsert's merge rule (mergeContact), and maps each (i) to its contact's id,
+// NULL for a row the merge refused (too many attributes). Rows
 // go in in email_key order, so two imports touching the same contacts
 // lock them in the same order and cannot deadlock. The id is matched by
 // email_key (address.Key, computed in Go), which is what the unique index
@@ -81,7 +82,8 @@ WITH up AS (
     ` + mergeContact + `
     RETURNING c.id, c.email_key
 )
-SELECT u.i, up.id FROM contacts_import u JOIN up ON up.email_key = u.email_key`
+SELECT u.i, up.id FROM contacts_import u LEFT JOIN up ON up.email_key = u.email_key
+WHERE up.id IS NOT NULL OR (SELECT true FROM contacts n WHERE n.id = u.id) IS NULL`
 
 // importSuppressed is the staged row's suppressed, suppressed_reason and
 // erasure_hash: an address erased before comes back suppressed ($2 is
@@ -150,9 +152,12 @@ func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time
 			return nil, mapErr("import contacts", err)
 		}
 		var i int32
-		var id [16]byte
+		var id *[16]byte
 		n, err := pgx.ForEachRow(rows, []any{&i, &id}, func() error {
-			out[i] = ulid.ULID(id)
+			out[i] = ulid.ULID{} // refused by the merge
+			if id != nil {
+				out[i] = ulid.ULID(*id)
+			}
 			return nil
 		})
 		if err != nil {

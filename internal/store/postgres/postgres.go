@@ -175,7 +175,12 @@ const mergeContact = `ON CONFLICT (email_key) DO UPDATE SET
     do_not_contact = c.do_not_contact OR EXCLUDED.do_not_contact,
     suppressed = c.suppressed OR EXCLUDED.suppressed,
     erasure_hash = EXCLUDED.erasure_hash,
-    updated_at = EXCLUDED.updated_at`
+    updated_at = EXCLUDED.updated_at
+-- A merge past store.MaxAttributes changes nothing and returns no row.
+WHERE (SELECT count(*) FROM jsonb_object_keys(c.attributes || EXCLUDED.attributes)) <= ` + maxAttributes
+
+// maxAttributes is store.MaxAttributes in SQL (TestMaxAttributesInSQL).
+const maxAttributes = "64"
 
 // upsert is ImportContacts for a small batch: one statement.
 func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {

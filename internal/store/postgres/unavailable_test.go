@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -28,5 +29,11 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	}
 	if got := mapErr("claim", fmt.Errorf("read: %w", context.DeadlineExceeded)); errors.Is(got, store.ErrUnavailable) {
 		t.Errorf("a deadline became %v", got)
+	}
+}
+
+func TestMaxAttributesInSQL(t *testing.T) {
+	if maxAttributes != strconv.Itoa(store.MaxAttributes) {
+		t.Fatalf("maxAttributes %s, store.MaxAttributes %d", maxAttributes, store.MaxAttributes)
 	}
 }

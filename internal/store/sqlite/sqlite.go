@@ -311,12 +311,15 @@ func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) (
 			if err != nil {
 				return err
 			}
-			if out[i], err = fromBlob(existing); err != nil {
-				return err
-			}
-			merged, err := mergeAttributes(old, attrs[i])
+			merged, n, err := mergeAttributes(old, attrs[i])
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.Email, err)
+			}
+			if n > store.MaxAttributes {
+				continue // refused: its id stays the zero ULID
+			}
+			if out[i], err = fromBlob(existing); err != nil {
+				return err
 			}
 			if _, err := update.ExecContext(ctx, existing, c.Name, merged, c.Subscribed, c.DoNotContact, c.Suppressed, ts(now),
 				store.ErasureHash(s.erasureKey, c.Email)); err != nil {
@@ -336,16 +339,17 @@ func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) (
 // json_patch is RFC 7396: it merges nested objects and deletes keys whose
 // new value is null, so it is not used.) Values are carried as raw JSON, so
 // what was stored comes back byte for byte.
-func mergeAttributes(old string, add map[string]json.RawMessage) (string, error) {
+// It also returns how many attributes the merge has.
+func mergeAttributes(old string, add map[string]json.RawMessage) (string, int, error) {
 	merged := map[string]json.RawMessage{}
 	if err := json.Unmarshal([]byte(old), &merged); err != nil {
-		return "", fmt.Errorf("stored attributes: %w", err)
+		return "", 0, fmt.Errorf("stored attributes: %w", err)
 	}
 	for k, v := range add {
 		merged[k] = v
 	}
 	b, err := json.Marshal(merged)
-	return string(b), err
+	return string(b), len(merged), err
 }
 
 func (s *Store) EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error) {

@@ -17,6 +17,7 @@ var contactCases = []testCase{
 	{"Flags", testUpsertFlags},
 	{"Empty", testUpsertEmpty},
 	{"Segments", testSegments},
+	{"AttributeMergeLimit", testAttributeMergeLimit},
 }
 
 // An existing contact is found by case-insensitive email and keeps its id;
@@ -169,4 +170,56 @@ func testSegments(f *fixture) {
 	b := f.draft("vip only", id)
 	got2 := f.walk(b, 10)
 	f.sameSet("segment members", got2, ids[:2])
+}
+
+// A re-import whose attributes, merged with the stored ones, would be more
+// than store.MaxAttributes changes nothing and returns the zero id for that
+// row, in a small batch and in a bulk one (Postgres loads 500 or more with
+// COPY); the other rows of the batch are written. A merge up to the limit,
+// or one that only replaces values, is written.
+func testAttributeMergeLimit(f *fixture) {
+	attrs := func(prefix string, n int) map[string]any {
+		m := make(map[string]any, n)
+		for i := range n {
+			m[fmt.Sprintf("%s%02d", prefix, i)] = "v"
+		}
+		return m
+	}
+	for _, size := range []int{3, 600} {
+		full := f.contact(fmt.Sprintf("full%d@example.org", size))
+		full.Attributes = attrs("a", 60)
+		f.upsert([]store.Contact{full}, at(0))
+
+		batch := make([]store.Contact, size)
+		for i := range batch {
+			batch[i] = f.contact(fmt.Sprintf("n%d-%d@example.org", size, i))
+		}
+		over := f.contact(strings.ToUpper(full.Email))
+		over.Attributes = attrs("b", 5) // 65 once merged
+		batch[1] = over
+		got := f.upsert(batch, at(1))
+		if got[1] != (ulid.ULID{}) {
+			f.t.Errorf("batch of %d: a merge to 65 attributes returned id %s, want the zero id", size, got[1])
+		}
+		if got[0] != batch[0].ID || got[2] != batch[2].ID {
+			f.t.Errorf("batch of %d: the other rows' ids %s, %s; want %s, %s", size, got[0], got[2], batch[0].ID, batch[2].ID)
+		}
+		d, err := f.s.GetContact(f.ctx, full.ID)
+		f.must(err, "GetContact")
+		if len(d.Attributes) != 60 || !d.UpdatedAt.Equal(at(0)) {
+			f.t.Errorf("batch of %d: after a refused merge %d attributes, updated %v; want 60, unchanged", size, len(d.Attributes), d.UpdatedAt)
+		}
+
+		upTo := f.contact(full.Email)
+		upTo.Attributes = attrs("b", 4)
+		upTo.Attributes["a00"] = "new" // replaces a value: still 64
+		if got := f.upsert([]store.Contact{upTo}, at(2)); got[0] != full.ID {
+			f.t.Errorf("batch of %d: a merge to 64 attributes returned id %s, want %s", size, got[0], full.ID)
+		}
+		d, err = f.s.GetContact(f.ctx, full.ID)
+		f.must(err, "GetContact")
+		if len(d.Attributes) != store.MaxAttributes || d.Attributes["a00"] != "new" {
+			f.t.Errorf("batch of %d: after a merge to the limit %d attributes, a00 %v; want %d, new", size, len(d.Attributes), d.Attributes["a00"], store.MaxAttributes)
+		}
+	}
 }

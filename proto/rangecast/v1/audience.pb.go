@@ -74,7 +74,9 @@ type ContactRow struct {
 	// name is at most 256 characters.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// attributes are usable in templates as {{.Attributes.key}}: at most 64,
-	// keys of at most 128 characters, values of at most 2048.
+	// keys of at most 128 characters, values of at most 2048. They are merged
+	// with an existing contact's; a row that would leave it with more than 64
+	// is rejected, and nothing of it is written.
 	Attributes   map[string]string `protobuf:"bytes,3,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Unsubscribed bool              `protobuf:"varint,4,opt,name=unsubscribed,proto3" json:"unsubscribed,omitempty"`
 	DoNotContact bool              `protobuf:"varint,5,opt,name=do_not_contact,json=doNotContact,proto3" json:"do_not_contact,omitempty"`
