@@ -158,6 +158,10 @@ type sim struct {
 	// each fails alone while rare, and a window of them halts the
 	// broadcast, which the operator resumes (resumeHalted).
 	pPolicy float64
+	// pGrey is the share of recipients a greylisting server refuses
+	// ("450 4.7.1 … Greylisted") until a delay after their first attempt
+	// has passed: 5 minutes, or 60 s named in the reply for half of them.
+	pGrey float64
 	// halts counts the halted broadcast's resumes after the faults.
 	halts      int
 	faultSteps int
@@ -262,6 +266,52 @@ type simTransport struct {
 	// maybe counts the recipients whose connection was lost after the
 	// final dot (the server may or may not have taken the message).
 	maybe map[string]int
+	// greySeen is when the greylisting server first saw each recipient.
+	greySeen map[string]time.Time
+}
+
+// knewGreylisted reports whether the ledger recorded the recipient's last
+// refusal as greylisting: a claim whose outcome was lost (its worker killed
+// before recording it) is settled by the reconciler and sent again at
+// once, and nothing knew of the reply.
+func (tr *simTransport) knewGreylisted(to string) bool {
+	for _, c := range tr.s.contacts {
+		if c.Email == to {
+			row, err := tr.s.st.GetSend(tr.s.ctx, tr.s.b.ID, c.ID)
+			return err == nil && strings.Contains(row.Error, "Greylisted")
+		}
+	}
+	return false
+}
+
+// greylisted is the greylisting server's refusal of a recipient it first
+// saw less than its delay ago, or nil.
+func (tr *simTransport) greylisted(to string) error {
+	x := tr.draw(to, -1_000_000)
+	if x >= tr.s.pGrey {
+		return nil
+	}
+	now := tr.s.clk.Now()
+	tr.mu.Lock()
+	first, seen := tr.greySeen[to]
+	if !seen {
+		first = now
+		tr.greySeen[to] = now
+	}
+	tr.mu.Unlock()
+	delay, text := 5*time.Minute, "<"+to+">: Recipient address rejected: Greylisted, see http://postgrey.schweikert.ch/help/example.org.html"
+	if x < tr.s.pGrey/2 {
+		delay, text = time.Minute, "Greylisted for 60 seconds"
+	}
+	if now.Sub(first) < delay {
+		if seen && tr.knewGreylisted(to) {
+			// Every earlier retry is refused again, and some servers
+			// count them against the sender (pageworker.greylistWait).
+			tr.s.violate("greylisted recipient %s tried again %s after its first attempt, before the server's %s", to, now.Sub(first), delay)
+		}
+		return &transport.SendError{Code: 450, Enhanced: "4.7.1", Text: text, Stage: transport.StageRcpt}
+	}
+	return nil
 }
 
 func (tr *simTransport) draw(to string, attempt int) float64 {
@@ -288,6 +338,9 @@ func (tr *simTransport) Send(_ context.Context, m message.Rendered) (string, err
 		return "", &transport.SendError{Code: 550, Enhanced: "5.1.1", Text: "no such user", Stage: transport.StageRcpt}
 	} else if x < s.pRecipient+s.pPolicy {
 		return "", &transport.SendError{Code: 550, Enhanced: "5.7.1", Text: "message rejected by the recipient's filter", Stage: transport.StageData}
+	}
+	if err := tr.greylisted(m.To); err != nil {
+		return "", err
 	}
 	x := tr.draw(m.To, attempt)
 	pt, pl := s.pTransient, s.pLostAfterDot
@@ -522,7 +575,7 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	s := &sim{t: t, seed: seed, rng: rng, verbose: verbose, ctx: context.Background(),
 		kv: newFakeKV(), workers: newFakeKV(), clk: &simClock{now: time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)},
 		unsubscribed: map[ulid.ULID]bool{}, erased: map[ulid.ULID]erasure{}, hasRow: map[ulid.ULID]bool{}, faults: map[string]int{}}
-	s.tr = &simTransport{s: s, attempts: map[string]int{}, received: map[string]int{}, accepted: map[string]bool{}, maybe: map[string]int{}}
+	s.tr = &simTransport{s: s, attempts: map[string]int{}, received: map[string]int{}, accepted: map[string]bool{}, maybe: map[string]int{}, greySeen: map[string]time.Time{}}
 	s.window = 1 + rng.IntN(5)
 	s.pageLimit = s.window * (1 + rng.IntN(4))
 	s.pTransient = []float64{0, 0.01, 0.03, 0.1}[rng.IntN(4)]
@@ -544,8 +597,9 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	// for the regressions' seeds, whose relay answers as when they were
 	// found.
 	s.pPolicy = []float64{0, 0, 0.01, 0.05}[rand.New(rand.NewPCG(seed^0x706f6c6963792121, seed)).IntN(4)]
+	s.pGrey = []float64{0, 0, 0.05, 0.3}[rand.New(rand.NewPCG(seed^0x677265796c697374, seed)).IntN(4)]
 	if slices.Contains(slices.Collect(maps.Values(simRegressions)), seed) {
-		s.pPolicy = 0
+		s.pPolicy, s.pGrey = 0, 0
 	}
 	switch rng.IntN(3) {
 	case 0:
@@ -623,8 +677,8 @@ func (s *sim) setup() {
 		s.t.Fatalf("seed %d: state: %v", s.seed, err)
 	}
 	s.leaders = []*actor{s.newLeader()}
-	s.logf("broadcast of %d contacts; window %d, page %d; transient %.2f recipient %.2f policy refusals %.2f lost-after-dot %.2f; store errors %.2f ambiguous %.2f kills %.2f copies %.2f; policy %s lookup %v",
-		n, s.window, s.pageLimit, s.pTransient, s.pRecipient, s.pPolicy, s.pLostAfterDot, s.pStoreErr, s.pAmbiguous, s.pKill, s.pDupCopy, s.policy, s.lookup)
+	s.logf("broadcast of %d contacts; window %d, page %d; transient %.2f recipient %.2f policy refusals %.2f greylisted %.2f lost-after-dot %.2f; store errors %.2f ambiguous %.2f kills %.2f copies %.2f; policy %s lookup %v",
+		n, s.window, s.pageLimit, s.pTransient, s.pRecipient, s.pPolicy, s.pGrey, s.pLostAfterDot, s.pStoreErr, s.pAmbiguous, s.pKill, s.pDupCopy, s.policy, s.lookup)
 }
 
 // simLog puts the engine's own log lines (reconciler, transitions) in the

@@ -248,6 +248,42 @@ func TestGreylistedRecipientWaitsForTheServer(t *testing.T) {
 	}
 }
 
+// TestGreylistWaitCountsFromTheRefusal: the wait before a greylisted
+// recipient is tried again counts from when the window's replies came
+// back, not from when the window began: here its send waits for a slot
+// behind four sends of two minutes each, and a wait counted from the
+// window's start had passed before the refusal came (the simulation found
+// the retry 43 s after the refusal, inside the server's 60 s).
+func TestGreylistWaitCountsFromTheRefusal(t *testing.T) {
+	t.Parallel()
+	st := testenv.SQLite(t)
+	tr := &scripted{accepted: map[string]int{}}
+	f := newCopiesFixture(t, st, 5, tr) // 4 sends at a time
+	grey := f.contacts[4].Email
+	var tries []time.Time
+	tr.answer = func(to string) error {
+		if to != grey {
+			f.clk.Advance(2 * time.Minute) // a slow server for the others
+			return nil
+		}
+		tries = append(tries, f.clk.Now())
+		if f.clk.Now().Sub(tries[0]) < time.Minute {
+			return &transport.SendError{Code: 450, Enhanced: "4.7.1", Text: "Greylisted for 60 seconds", Stage: transport.StageRcpt}
+		}
+		return nil
+	}
+	if _, err := f.w.RunPage(t.Context(), f.job(), "w/1"); err != nil {
+		t.Fatal(err)
+	}
+	if len(tries) != 1 || !tries[0].After(f.b.StartedAt.Add(time.Minute)) {
+		t.Fatalf("first attempt(s) at %v; want one, after the slow sends began", offsets(tries))
+	}
+	f.sweepEvery(t, tries[0].Add(time.Hour), time.Second, func() {})
+	if len(tries) != 2 || tr.accepted[grey] != 1 {
+		t.Fatalf("greylisted recipient tried at %v after its first attempt, accepted %d times; want once more, after 60 s, and sent", offsets(tries), tr.accepted[grey])
+	}
+}
+
 // offsets are times as durations since the first.
 func offsets(ts []time.Time) []time.Duration {
 	out := make([]time.Duration, len(ts))

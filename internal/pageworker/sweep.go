@@ -83,7 +83,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 				res.failed++
 				continue
 			}
-			if at := w.retryAfterAttempt(now, attempt); at.After(o.RetryAt) {
+			if at := w.retryAfterAttempt(w.cfg.Clock.Now(), attempt); at.After(o.RetryAt) {
 				outcomes[k].RetryAt = at // a greylisting server's wait (retryAt) may be later
 			}
 			outcomes[k].Error = "deferred again: " + o.Error

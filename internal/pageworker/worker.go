@@ -972,7 +972,7 @@ func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *hol
 // outcome to record for every claimed one.
 func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []store.Outcome) {
 	res.stopAt = -1
-	window, mine, providers, deferUntil, errs, attempted, now := b.window, b.mine, b.providers, b.deferUntil, b.errs, b.attempted, b.now
+	window, mine, providers, deferUntil, errs, attempted := b.window, b.mine, b.providers, b.deferUntil, b.errs, b.attempted
 	// stepAttempts are the real attempts of given-up providers' ramp
 	// steps: StepEnds judges them as the step's, so windowUnwell leaves
 	// them out.
@@ -989,8 +989,12 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	}
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
 	kinds := sendKinds(b)
-	haltLone := l.refusals.judge(kinds, w.cfg.Clock.Now())
-	haltBounce := l.bounces.judge(kinds, w.cfg.Clock.Now())
+	// answered is when the window's last reply came back, which is when a
+	// deferral's wait starts (the server counts from its refusal, and a
+	// slow send of the window may have taken minutes since now).
+	answered := w.cfg.Clock.Now()
+	haltLone := l.refusals.judge(kinds, answered)
+	haltBounce := l.bounces.judge(kinds, answered)
 	// A send refused before its recipient was named is charged to the
 	// recipient only when others of the window got through: then the
 	// relay works and the refusal is about this message (a MAIL FROM
@@ -1074,7 +1078,7 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			res.inDoubt++
 			messages.WithLabelValues("in_doubt").Inc()
 		} else {
-			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(now, err), Error: err.Error(),
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(answered, err), Error: err.Error(),
 				NotAttempted: kinds[i] == sendEarly && !windowReached})
 			res.deferred++
 			messages.WithLabelValues("retry").Inc()
