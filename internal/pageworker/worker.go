@@ -990,8 +990,9 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
 	kinds := sendKinds(b)
 	// answered is when the window's last reply came back, which is when a
-	// deferral's wait starts (the server counts from its refusal, and a
-	// slow send of the window may have taken minutes since now).
+	// deferral's wait starts: the server counts from its refusal, and a
+	// send that waited for a slot behind slow ones may have been refused
+	// minutes after the window began (b.now).
 	answered := w.cfg.Clock.Now()
 	haltLone := l.refusals.judge(kinds, answered)
 	haltBounce := l.bounces.judge(kinds, answered)
