@@ -140,11 +140,24 @@ func (api *BroadcastAPI) PauseBroadcast(ctx context.Context, req *pb.PauseBroadc
 }
 
 func (api *BroadcastAPI) ResumeBroadcast(ctx context.Context, req *pb.ResumeBroadcastRequest) (*pb.ResumeBroadcastResponse, error) {
+	var failed int64
+	if req.GetFailRefused() {
+		id, err := parseID(req.GetId())
+		if err != nil {
+			return nil, err
+		}
+		// Failed while paused, before the resume: no sweep claims them
+		// meanwhile. A resume that fails after this leaves them failed
+		// and the broadcast paused; repeating the call resumes it.
+		if failed, err = api.cfg.Engine.FailRefused(ctx, id); err != nil {
+			return nil, Error(err)
+		}
+	}
 	b, err := api.change(ctx, req.GetId(), (*coordinator.Coordinator).Resume)
 	if err != nil {
 		return nil, err
 	}
-	return &pb.ResumeBroadcastResponse{Broadcast: b}, nil
+	return &pb.ResumeBroadcastResponse{Broadcast: b, FailedRefused: failed}, nil
 }
 
 func (api *BroadcastAPI) CancelBroadcast(ctx context.Context, req *pb.CancelBroadcastRequest) (*pb.CancelBroadcastResponse, error) {

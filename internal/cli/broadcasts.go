@@ -21,6 +21,7 @@ func broadcastsCommand(c *client) *cobra.Command {
 	cmd := &cobra.Command{Use: "broadcasts", Aliases: []string{"broadcast", "b"}, Short: "Create, start, pause and watch broadcasts"}
 	cmd.AddCommand(createCommand(c), listCommand(c), statusCommand(c), watchCommand(c))
 	cmd.AddCommand(opsCommands(c)...) // broadcasts_ops.go
+	cmd.AddCommand(resumeCommand(c))
 	type action struct {
 		use, short string
 		call       func(context.Context, pb.BroadcastServiceClient, string) (*pb.Broadcast, error)
@@ -32,10 +33,6 @@ func broadcastsCommand(c *client) *cobra.Command {
 		}},
 		{"pause", "Stop sending within two in-flight windows per running page; resume later", func(ctx context.Context, bc pb.BroadcastServiceClient, id string) (*pb.Broadcast, error) {
 			r, err := bc.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: id})
-			return r.GetBroadcast(), err
-		}},
-		{"resume", "Continue a paused broadcast where it stopped, or a failed one once its cause is fixed", func(ctx context.Context, bc pb.BroadcastServiceClient, id string) (*pb.Broadcast, error) {
-			r, err := bc.ResumeBroadcast(ctx, &pb.ResumeBroadcastRequest{Id: id})
 			return r.GetBroadcast(), err
 		}},
 		{"cancel", "Stop a broadcast for good", func(ctx context.Context, bc pb.BroadcastServiceClient, id string) (*pb.Broadcast, error) {
@@ -341,4 +338,43 @@ func cell(r *pb.RangeProgress) string {
 	}
 	blocks := []string{" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇"}
 	return blocks[min(int(r.GetPosition()*float64(len(blocks))), len(blocks)-1)]
+}
+
+func resumeCommand(c *client) *cobra.Command {
+	var asJSON, failRefused bool
+	cmd := &cobra.Command{
+		Use:   "resume ID",
+		Short: "Continue a paused broadcast where it stopped, or a failed one once its cause is fixed",
+		Long: `Continue a paused broadcast where it stopped, or a failed one once its cause is
+fixed. Nobody already sent is sent again.
+
+A broadcast halted by refusals that may be each recipient's own (a "550 5.7.1"
+from a mailbox's filter, "User unknown" from everyone at once) halts again
+when a resume retries the same addresses. When the relay takes other
+recipients and these refuse on every try, --fail-refused fails them first,
+with their replies, suppressing nobody; the rest goes on.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bc, err := c.broadcasts()
+			if err != nil {
+				return err
+			}
+			r, err := bc.ResumeBroadcast(cmd.Context(), &pb.ResumeBroadcastRequest{Id: args[0], FailRefused: failRefused})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return jsonLine(cmd.OutOrStdout(), r.GetBroadcast())
+			}
+			b := r.GetBroadcast()
+			if failRefused {
+				fmt.Fprintf(cmd.OutOrStdout(), "failed %d %s whose refusal halted it\n", r.GetFailedRefused(), plural(r.GetFailedRefused(), "recipient", "recipients"))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", b.GetId(), stateWord(b.GetState()))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the broadcast as JSON")
+	cmd.Flags().BoolVar(&failRefused, "fail-refused", false, "first fail the recipients whose refusal halted the broadcast (paused broadcasts only)")
+	return cmd
 }

@@ -139,6 +139,22 @@ func (c *Coordinator) Resume(ctx context.Context, id ulid.ULID) (BroadcastStatus
 	return c.transition(ctx, id, "resumed", []store.State{store.StatePaused, store.StateFailed}, store.StateRunning, "")
 }
 
+// FailRefused fails a paused broadcast's recipients whose refusal halted
+// it (store.FailHalted) and returns how many: the operator's answer to a
+// halt by a few addresses that refuse on every try, before Resume. It
+// changes nothing unless the broadcast is paused.
+func (c *Coordinator) FailRefused(ctx context.Context, id ulid.ULID) (int64, error) {
+	n, err := c.cfg.Store.FailHalted(ctx, id, c.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) {
+		return 0, &Error{Kind: WrongState, Err: err, Msg: fmt.Sprintf("broadcast %s is not paused: only a paused broadcast's recipients whose refusal halted it can be failed at resume; nothing was changed", id)}
+	}
+	if err != nil {
+		return 0, err
+	}
+	c.cfg.Log.Info("recipients whose refusal halted the broadcast failed by the operator", "broadcast", id.String(), "failed", n)
+	return n, nil
+}
+
 // forgetFruitless sets every range record's Fruitless count of b back to
 // zero, by compare-and-set: b has failed, so no actor writes its records.
 // A conflict (another coordinator's write) is an error; the operator's

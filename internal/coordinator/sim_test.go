@@ -163,7 +163,9 @@ type sim struct {
 	// has passed: 5 minutes, or 60 s named in the reply for half of them.
 	pGrey float64
 	// halts counts the halted broadcast's resumes after the faults.
-	halts      int
+	halts int
+	// final is the broadcast's state when the schedule ended (check).
+	final      store.State
 	faultSteps int
 	// outage, when not nil, is a stretch during the faults in which the
 	// relay refuses every connection (down, or restarting): every send of
@@ -789,17 +791,27 @@ func (s *sim) resumeFailed() bool {
 
 // resumeHalted is the operator resuming a broadcast the engine halted
 // (paused with the reason) after the faults, as a person would once they
-// have looked: only policy refusals halt it then. Bounded, so a broadcast
-// halted again and again is reported, not resumed for ever. The bound is
-// above what a known weakness needs: a few recipients refused for good,
-// swept together after the resume, halt it again at each resume until
-// their attempts (13 here) run out (seed 16001184).
+// have looked: only policy refusals halt it then. A few recipients refused
+// for good, swept together after a resume, halt it again at each one
+// until their attempts run out (seed 16001184 needed 22 resumes), so from
+// the third resume on the operator fails them first (resume
+// --fail-refused, Coordinator.FailRefused). Bounded, so a broadcast
+// halted again and again is reported, not resumed for ever.
 func (s *sim) resumeHalted() {
 	b, err := s.st.GetBroadcast(s.ctx, s.b.ID)
-	if err != nil || b.State != store.StatePaused || s.halts >= 60 {
+	if err != nil || b.State != store.StatePaused || s.halts >= 6 {
 		return
 	}
 	s.halts++
+	if s.halts >= 3 {
+		n, err := s.c.FailRefused(s.ctx, s.b.ID)
+		if err != nil {
+			s.violate("fail the recipients whose refusal halted the broadcast: %v", err)
+			return
+		}
+		s.logf("operator fails %d recipients whose refusal halted the broadcast", n)
+		s.fault("halted recipients failed at resume")
+	}
 	s.fault("halted broadcast resumed")
 	s.operator(store.StatePaused, store.StateRunning)
 }
@@ -1258,6 +1270,7 @@ func (s *sim) check() {
 		s.violate("read broadcast: %v", err)
 		return
 	}
+	s.final = b.State
 	// stopped: the broadcast ended before its audience was walked
 	// (cancelled, or failed by a relay that never came back), so rows
 	// left claimed or deferred, and contacts never claimed, are what it
@@ -1321,6 +1334,9 @@ func (s *sim) check() {
 			if row.Error == "" {
 				s.violate("%s failed without the server's reply", c.Email)
 			}
+			if strings.HasPrefix(row.Error, store.FailedHaltedPrefix) && s.tr.draw(c.Email, 0) >= s.pRecipient+s.pPolicy {
+				s.violate("%s failed at resume as refused on every try, but the relay takes it (%s)", c.Email, row.Error)
+			}
 			if n > 0 {
 				s.violate("%s received its message but is recorded failed", c.Email)
 			}
@@ -1354,6 +1370,23 @@ func TestSimulationRegressions(t *testing.T) {
 				t.Errorf("seed %d: %s\n%s", seed, v, strings.Join(s.tail(30), "\n"))
 			}
 		})
+	}
+}
+
+// TestSimulationFailRefused replays the schedule that showed a few
+// recipients refused for good (550 5.7.1 on every try) halting the
+// broadcast at every resume, 22 resumes before (seed 16001184): the
+// operator's third resume fails them (--fail-refused), and the broadcast
+// completes, every invariant kept.
+func TestSimulationFailRefused(t *testing.T) {
+	t.Parallel()
+	s := runSchedule(t, 16001184, false)
+	for _, v := range s.violations {
+		t.Errorf("%s\n%s", v, strings.Join(s.tail(30), "\n"))
+	}
+	if s.final != store.StateCompleted || s.faults["halted recipients failed at resume"] == 0 || s.halts > 3 {
+		t.Errorf("broadcast %s after %d resumes, %d with --fail-refused; want completed by the third, which failed the refused recipients",
+			s.final, s.halts, s.faults["halted recipients failed at resume"])
 	}
 }
 

@@ -1079,7 +1079,13 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 			res.inDoubt++
 			messages.WithLabelValues("in_doubt").Inc()
 		} else {
-			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(answered, err), Error: err.Error(),
+			why := err.Error()
+			if (kinds[i] == sendLone && haltLone) || (kinds[i] == sendBounce && haltBounce) {
+				// Its own refusal, with the others', halted the broadcast:
+				// the row an operator's resume --fail-refused fails.
+				why = store.HaltedPrefix + why
+			}
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(answered, err), Error: why,
 				NotAttempted: kinds[i] == sendEarly && !windowReached})
 			res.deferred++
 			messages.WithLabelValues("retry").Inc()
@@ -1118,6 +1124,12 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	// refusal of the last two sends is half) and idling its range.
 	if haltBounce && res.stopAt >= 0 && kinds[res.stopAt] == sendBounce {
 		res.err = "the relay refused every recipient tried as an address that does not exist, which is more likely its mistake than the list's (does it relay for these domains, or take them for its own?); nobody was suppressed for the refusals that halted: " + res.err
+	}
+	if res.stopAt >= 0 && ((haltLone && kinds[res.stopAt] == sendLone) || (haltBounce && kinds[res.stopAt] == sendBounce)) {
+		// The operator's way out when it is the recipients' after all
+		// (a few that refuse on every try, swept together after each
+		// resume, halted every resume until their attempts ran out).
+		res.err += "; if the relay takes other recipients and these refuse on every try, resume with --fail-refused to fail them"
 	}
 	// A window that reached none of its recipients (every send failed at
 	// connect, TLS, AUTH or MAIL FROM) is unwell however few it sent: its

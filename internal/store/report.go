@@ -16,6 +16,16 @@ import (
 // for that address, a render error) and is never retried.
 const GaveUpPrefix = "gave up after "
 
+// HaltedPrefix marks the error of a ledger row deferred because its own
+// refusal, with others like it, halted the broadcast (a permanent refusal
+// that may be one recipient's, or a hard bounce, too many of them together
+// to be the recipients'; pageworker writes it): the rows FailHalted fails
+// when the operator resumes and says they are the recipients' after all.
+const HaltedPrefix = "halted the broadcast: "
+
+// FailedHaltedPrefix starts the error of a row FailHalted failed.
+const FailedHaltedPrefix = "failed at resume by the operator (refused on every try): "
+
 // Draft is what UpdateDraft may change of a draft; every field is the new
 // value (the caller merges what it keeps).
 type Draft struct {
@@ -92,6 +102,12 @@ type BroadcastOps interface {
 	// touched, so nobody already sent gets a second copy. ErrConflict
 	// unless the broadcast is completed.
 	Reopen(ctx context.Context, id ulid.ULID, unknown bool, reason string, now time.Time) (Reopened, error)
+	// FailHalted fails, while the broadcast is paused, its deferred rows
+	// whose refusal halted it (HaltedPrefix in their error), keeping the
+	// reply: the operator has looked and says those addresses refuse for
+	// good while the relay takes others. Returns how many; ErrConflict
+	// unless the broadcast is paused. Nobody is suppressed for it.
+	FailHalted(ctx context.Context, id ulid.ULID, now time.Time) (int64, error)
 }
 
 // ReplyGroup is the key failed rows are grouped by in a report: the reply

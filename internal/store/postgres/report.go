@@ -188,3 +188,25 @@ WHERE broadcast_id = $1 AND NOT accepted AND `
 	out.Broadcast, err = s.GetBroadcast(ctx, id)
 	return out, err
 }
+
+func (s *Store) FailHalted(ctx context.Context, id ulid.ULID, now time.Time) (int64, error) {
+	// The state is tested in the statement: while paused no sweep claims a
+	// deferred row, so none of these is in flight.
+	tag, err := s.pool.Exec(ctx, `
+UPDATE broadcast_sends SET status = 'failed', retry_at = NULL, owner = '', updated_at = $2, error = $3 || error
+WHERE broadcast_id = $1 AND status = 'deferred' AND NOT accepted AND strpos(error, $4) > 0
+  AND EXISTS (SELECT 1 FROM broadcasts WHERE id = $1 AND state = 'paused')`, uid(id), now, store.FailedHaltedPrefix, store.HaltedPrefix)
+	if err != nil {
+		return 0, mapErr("fail halted rows", err)
+	}
+	if tag.RowsAffected() == 0 {
+		b, err := s.GetBroadcast(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		if b.State != store.StatePaused {
+			return 0, fmt.Errorf("fail halted rows: broadcast %s is %s, not paused: %w", id, b.State, store.ErrConflict)
+		}
+	}
+	return tag.RowsAffected(), nil
+}

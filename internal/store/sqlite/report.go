@@ -230,3 +230,32 @@ WHERE broadcast_id = ?1 AND NOT accepted AND `
 	}
 	return out, nil
 }
+
+func (s *Store) FailHalted(ctx context.Context, bid ulid.ULID, now time.Time) (int64, error) {
+	var n int64
+	var state store.State
+	err := s.write(ctx, "fail halted rows of "+bid.String(), func(tx *sql.Tx) error {
+		b, err := getBroadcast(ctx, tx, bid)
+		if err != nil {
+			return err
+		}
+		if state = b.State; state != store.StatePaused {
+			return nil
+		}
+		res, err := tx.ExecContext(ctx, `
+UPDATE broadcast_sends SET status = 'failed', retry_at = NULL, owner = '', updated_at = ?2, error = ?3 || error
+WHERE broadcast_id = ?1 AND status = 'deferred' AND NOT accepted AND instr(error, ?4) > 0`, id(bid), ts(now), store.FailedHaltedPrefix, store.HaltedPrefix)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if state != store.StatePaused {
+		return 0, fmt.Errorf("fail halted rows: broadcast %s is %s, not paused: %w", bid, state, store.ErrConflict)
+	}
+	return n, nil
+}

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ var deferredCases = []testCase{
 	{"OnlyWhileRunning", testClaimDueOnlyWhileRunning},
 	{"SentAgainInDoubtCounted", testSentAgainInDoubtCounted},
 	{"LateReportSettlesDoubt", testLateReportSettlesDoubt},
+	{"FailHalted", testFailHalted},
 }
 
 // Counts says how many of the sent were sent again after an attempt that
@@ -326,5 +328,47 @@ func testClaimDueDropsIneligible(f *fixture) {
 	f.must(err, "NextDue")
 	if n != 0 {
 		f.t.Errorf("%d deferred rows left, want 0", n)
+	}
+}
+
+// FailHalted fails, only while the broadcast is paused, the deferred rows
+// whose refusal halted it (store.HaltedPrefix, also after a sweep's
+// "deferred again: "), keeping the reply; a row deferred for a passing
+// reason, and a sent one, are left as they are.
+func testFailHalted(f *fixture) {
+	ids := f.subscribers("halted", 4)
+	b := f.running("halted", 0)
+	f.claim(b, ids, at(1))
+	lone := store.HaltedPrefix + "smtp data: 550 5.7.1 message rejected by the recipient's filter"
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{
+		{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(2), Error: lone},
+		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(2), Error: "deferred again: " + lone},
+		{ContactID: ids[2], Status: store.SendDeferred, RetryAt: at(2), Error: "smtp rcpt: 451 4.3.0 try again later"},
+		{ContactID: ids[3], Status: store.SendSent},
+	}, at(1)), "record")
+	_, err := f.s.FailHalted(f.ctx, b.ID, at(2))
+	f.wantErr(err, store.ErrConflict, "FailHalted while running")
+	if c := f.counts(b); c.Deferred != 3 || c.Failed != 0 {
+		f.t.Errorf("after FailHalted while running: %+v; want nothing changed", c)
+	}
+	_, err = f.s.SetState(f.ctx, b.ID, []store.State{store.StateRunning}, store.StatePaused, "halted", at(3))
+	f.must(err, "pause")
+	n, err := f.s.FailHalted(f.ctx, b.ID, at(4))
+	f.must(err, "FailHalted")
+	if n != 2 {
+		f.t.Errorf("FailHalted failed %d rows; want the 2 whose refusal halted the broadcast", n)
+	}
+	for i, want := range []store.SendStatus{store.SendFailed, store.SendFailed, store.SendDeferred, store.SendSent} {
+		row, err := f.s.GetSend(f.ctx, b.ID, ids[i])
+		f.must(err, "GetSend")
+		if row.Status != want {
+			f.t.Errorf("row %d: %s (%q); want %s", i, row.Status, row.Error, want)
+		}
+		if want == store.SendFailed && (!strings.HasPrefix(row.Error, store.FailedHaltedPrefix) || !strings.HasSuffix(row.Error, lone)) {
+			f.t.Errorf("row %d failed with %q; want %q and the reply", i, row.Error, store.FailedHaltedPrefix)
+		}
+	}
+	if n, err := f.s.FailHalted(f.ctx, b.ID, at(5)); err != nil || n != 0 {
+		f.t.Errorf("FailHalted again: %d, %v; want none left", n, err)
 	}
 }

@@ -534,8 +534,15 @@ func (x *PauseBroadcastResponse) GetBroadcast() *Broadcast {
 }
 
 type ResumeBroadcastRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// fail_refused first fails the paused broadcast's recipients whose own
+	// refusals halted it (a permanent refusal that may be one recipient's,
+	// or a hard bounce, too many together to be taken for the recipients'),
+	// keeping each reply and suppressing nobody: for when the relay takes
+	// other recipients and these refuse on every try. FailedPrecondition
+	// unless the broadcast is paused.
+	FailRefused   bool `protobuf:"varint,2,opt,name=fail_refused,json=failRefused,proto3" json:"fail_refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -577,9 +584,18 @@ func (x *ResumeBroadcastRequest) GetId() string {
 	return ""
 }
 
+func (x *ResumeBroadcastRequest) GetFailRefused() bool {
+	if x != nil {
+		return x.FailRefused
+	}
+	return false
+}
+
 type ResumeBroadcastResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Broadcast     *Broadcast             `protobuf:"bytes,1,opt,name=broadcast,proto3" json:"broadcast,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Broadcast *Broadcast             `protobuf:"bytes,1,opt,name=broadcast,proto3" json:"broadcast,omitempty"`
+	// failed_refused is how many recipients fail_refused failed.
+	FailedRefused int64 `protobuf:"varint,2,opt,name=failed_refused,json=failedRefused,proto3" json:"failed_refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -619,6 +635,13 @@ func (x *ResumeBroadcastResponse) GetBroadcast() *Broadcast {
 		return x.Broadcast
 	}
 	return nil
+}
+
+func (x *ResumeBroadcastResponse) GetFailedRefused() int64 {
+	if x != nil {
+		return x.FailedRefused
+	}
+	return 0
 }
 
 type CancelBroadcastRequest struct {
@@ -1424,11 +1447,13 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\x15PauseBroadcastRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"O\n" +
 	"\x16PauseBroadcastResponse\x125\n" +
-	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\"(\n" +
+	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\"K\n" +
 	"\x16ResumeBroadcastRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"P\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\ffail_refused\x18\x02 \x01(\bR\vfailRefused\"w\n" +
 	"\x17ResumeBroadcastResponse\x125\n" +
-	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\"(\n" +
+	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\x12%\n" +
+	"\x0efailed_refused\x18\x02 \x01(\x03R\rfailedRefused\"(\n" +
 	"\x16CancelBroadcastRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"P\n" +
 	"\x17CancelBroadcastResponse\x125\n" +
