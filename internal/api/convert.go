@@ -65,7 +65,7 @@ func statusPB(s coordinator.BroadcastStatus) *pb.Broadcast {
 	p := s.Progress
 	out := &pb.Progress{
 		RangesTotal: int32(p.RangesTotal), RangesDone: int32(p.RangesDone), PagesDispatched: p.PagesDispatched,
-		Sent: p.Sent, Failed: p.Failed, Deferred: p.Deferred, InDoubt: p.InDoubt, Unknown: p.Unknown, SentAgainInDoubt: p.SentAgainInDoubt,
+		Sent: p.Sent, Failed: p.Failed, Deferred: p.Deferred, InDoubt: p.InDoubt, Unknown: p.Unknown, SentAgainInDoubt: p.SentAgainInDoubt, LeftOut: p.LeftOut,
 		WaitingFor: p.WaitingFor,
 	}
 	for _, r := range p.Ranges {

@@ -282,6 +282,9 @@ func progressLine(b *pb.Broadcast) string {
 	line := fmt.Sprintf("%s  %-9s ranges %2d/%-2d  sent %d  failed %d  deferred %d  in flight/doubt %d  unknown %d",
 		time.Now().Format(time.TimeOnly), stateWord(b.GetState()), p.GetRangesDone(), p.GetRangesTotal(),
 		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetUnknown())
+	if n := p.GetLeftOut(); n > 0 {
+		line += fmt.Sprintf("  left out %d", n)
+	}
 	if w := p.GetWaitingFor(); w != "" {
 		line += "  (" + w + ")"
 	}
@@ -318,6 +321,9 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetUnknown(), p.GetPagesDispatched())
 	if n := p.GetSentAgainInDoubt(); n > 0 {
 		fmt.Fprintf(w, "sent again %d of the sent after an attempt that may have arrived (in-doubt policy resend, or retry --include-unknown): they may have two copies\n", n)
+	}
+	if n := p.GetLeftOut(); n > 0 {
+		fmt.Fprintf(w, "left out   %d of the audience at start: unsubscribed, suppressed, erased or out of the segment before their page\n", n)
 	}
 	if p.GetWaitingFor() != "" {
 		fmt.Fprintf(w, "waiting    %s\n", shown(p.GetWaitingFor()))

@@ -34,6 +34,12 @@ type Progress struct {
 	// that may have arrived (the in-doubt policy resend, or retry
 	// --include-unknown): people who may have two copies.
 	SentAgainInDoubt int64
+	// LeftOut, once the broadcast has completed, is how many of the
+	// audience counted at its start have no outcome: they unsubscribed,
+	// were suppressed or erased, or left the segment before their page,
+	// and the suppression gate rightly left them out. Without it the sums
+	// did not add up to the audience and nothing said why.
+	LeftOut int64
 	// WaitingFor says what sending waits for ("daily ceiling reached …"),
 	// empty when nothing holds it.
 	WaitingFor string
@@ -276,6 +282,11 @@ func (c *Coordinator) status(ctx context.Context, b store.Broadcast, recs []bus.
 	// pages in flight.
 	p.Sent, p.Failed, p.Deferred, p.InDoubt, p.Unknown = counts.Sent, counts.Failed, counts.Deferred, counts.Claimed, counts.Unknown
 	p.SentAgainInDoubt = counts.SentAgainInDoubt
+	if b.State == store.StateCompleted {
+		// Contacts who joined the segment after the start can be sent
+		// too, so the difference is floored at zero.
+		p.LeftOut = max(0, b.SnapshotTotal-(counts.Sent+counts.Failed+counts.Deferred+counts.Claimed+counts.Unknown))
+	}
 	c.mu.Lock()
 	a := c.actors[b.ID]
 	c.mu.Unlock()

@@ -362,8 +362,14 @@ func TestUnsubscribeMidBroadcast(t *testing.T) {
 	if _, err := s.client.StartBroadcast(context.Background(), &pb.StartBroadcastRequest{Id: id}); err != nil {
 		t.Fatal(err)
 	}
-	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 2*time.Minute)
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 2*time.Minute)
 	s.exactlyOnce(want)
+	// The status accounts for them: the audience at start is what was
+	// sent and failed, and those left out.
+	if p := b.GetProgress(); p.GetLeftOut() != int64(len(victims)) || p.GetSent()+p.GetFailed()+p.GetLeftOut() != b.GetSnapshotTotal() {
+		t.Errorf("completed: audience %d, sent %d, failed %d, left out %d; want %d left out and the sums equal to the audience",
+			b.GetSnapshotTotal(), p.GetSent(), p.GetFailed(), p.GetLeftOut(), len(victims))
+	}
 	t.Logf("%d contacts unsubscribed mid-broadcast received nothing", len(victims))
 }
 

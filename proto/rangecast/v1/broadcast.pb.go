@@ -1205,8 +1205,13 @@ type Progress struct {
 	// --include-unknown): each of these people may have received two
 	// copies.
 	SentAgainInDoubt int64 `protobuf:"varint,11,opt,name=sent_again_in_doubt,json=sentAgainInDoubt,proto3" json:"sent_again_in_doubt,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// left_out, once the broadcast has completed, counts the audience of
+	// its start (snapshot_total) that has no outcome: unsubscribed,
+	// suppressed, erased or out of the segment before their page was sent,
+	// so left out by the suppression gate. 0 before completion.
+	LeftOut       int64 `protobuf:"varint,12,opt,name=left_out,json=leftOut,proto3" json:"left_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Progress) Reset() {
@@ -1312,6 +1317,13 @@ func (x *Progress) GetUnknown() int64 {
 func (x *Progress) GetSentAgainInDoubt() int64 {
 	if x != nil {
 		return x.SentAgainInDoubt
+	}
+	return 0
+}
+
+func (x *Progress) GetLeftOut() int64 {
+	if x != nil {
+		return x.LeftOut
 	}
 	return 0
 }
@@ -1494,7 +1506,7 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\bprogress\x18\f \x01(\v2\x16.rangecast.v1.ProgressR\bprogress\x12C\n" +
 	"\x0fin_doubt_policy\x18\r \x01(\x0e2\x1b.rangecast.v1.InDoubtPolicyR\rinDoubtPolicy\x12.\n" +
 	"\x13no_unsubscribe_link\x18\x0e \x01(\bR\x11noUnsubscribeLink\x12=\n" +
-	"\fscheduled_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\"\xfb\x02\n" +
+	"\fscheduled_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\"\x96\x03\n" +
 	"\bProgress\x12!\n" +
 	"\franges_total\x18\x01 \x01(\x05R\vrangesTotal\x12\x1f\n" +
 	"\vranges_done\x18\x02 \x01(\x05R\n" +
@@ -1509,7 +1521,8 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"waitingFor\x12\x18\n" +
 	"\aunknown\x18\n" +
 	" \x01(\x03R\aunknown\x12-\n" +
-	"\x13sent_again_in_doubt\x18\v \x01(\x03R\x10sentAgainInDoubt\"\xbd\x01\n" +
+	"\x13sent_again_in_doubt\x18\v \x01(\x03R\x10sentAgainInDoubt\x12\x19\n" +
+	"\bleft_out\x18\f \x01(\x03R\aleftOut\"\xbd\x01\n" +
 	"\rRangeProgress\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\tR\x05start\x12\x10\n" +
