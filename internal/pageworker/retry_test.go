@@ -305,6 +305,17 @@ func TestGreylistWait(t *testing.T) {
 		{&transport.SendError{Code: 450, Text: "greylisted for 99999 seconds", Stage: transport.StageRcpt}, 5 * time.Minute, true},
 		{&transport.SendError{Code: 450, Enhanced: "4.7.1", Text: "graylisted 0s", Stage: transport.StageRcpt}, 5 * time.Minute, true},
 		{&transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again in 30 seconds", Stage: transport.StageRcpt}, 0, false},
+		// Digits and a unit in the address or the help URL are no wait
+		// (a tester's gaddr-30s-1 was tried every 35 s).
+		{&transport.SendError{Code: 450, Enhanced: "4.7.1", Text: "<gaddr-30s-1@example.org>: Recipient address rejected: Greylisted, see http://postgrey.schweikert.ch/help/5m.example.html", Stage: transport.StageRcpt}, 5 * time.Minute, true},
+		{&transport.SendError{Code: 450, Enhanced: "4.7.1", Text: "<a@b.example>: Greylisted for 90s, see https://example.org/in-30-seconds", Stage: transport.StageRcpt}, 90 * time.Second, true},
+		{&transport.SendError{Code: 451, Enhanced: "4.7.1", Text: "Greylisted for 5m30s", Stage: transport.StageRcpt}, 5 * time.Minute, true},
+		// rspamd's default greylisting reply; the same words in another
+		// code, or with more said, are an ordinary deferral.
+		{&transport.SendError{Code: 451, Enhanced: "4.7.1", Text: "Try again later", Stage: transport.StageRcpt}, 5 * time.Minute, true},
+		{&transport.SendError{Code: 451, Enhanced: "4.7.1", Text: "Try again later", Stage: transport.StageMail}, 0, false},
+		{&transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "Try again later", Stage: transport.StageRcpt}, 0, false},
+		{&transport.SendError{Code: 451, Enhanced: "4.7.1", Text: "Try again later: rate limit exceeded", Stage: transport.StageRcpt}, 0, false},
 		{&transport.SendError{Code: 550, Enhanced: "5.7.1", Text: "greylist failure", Stage: transport.StageRcpt}, 0, false},
 	} {
 		got, ok := greylistWait(c.err, 5*time.Minute)
