@@ -386,6 +386,11 @@ func (api *AudienceAPI) contact(ctx context.Context, id, email string) (store.Co
 		}
 		return d, errorOrNil(err)
 	case email != "":
+		if _, err := address.Canonical(email); err != nil {
+			// No contact can have it (imports store only valid addresses):
+			// say what it is not, rather than "no contact has the email".
+			return store.ContactDetail{}, invalid("%q is neither an email address (%v) nor a contact id (a 26-character ULID such as 01J9Z3K8M2T4V6X8Y0A2B4C6D8)", email, err)
+		}
 		d, err := st.ContactByEmail(ctx, email)
 		if errors.Is(err, store.ErrNotFound) {
 			return d, status.Errorf(codes.NotFound, "no contact has the email %s (emails match case-insensitively)", email)
@@ -488,11 +493,18 @@ func (api *AudienceAPI) UnsuppressContact(ctx context.Context, req *pb.Unsuppres
 		return nil, err
 	}
 	was := d.SuppressedReason
+	// Erasure is read from the erased addresses, not from the reason,
+	// which an operator's suppress can write or replace (found by a
+	// tester: a faked reason was refused as erased, a replaced one lifted).
+	erased, err := api.cfg.Store.Erased(ctx, d.Email)
+	if err != nil {
+		return nil, Error(err)
+	}
+	if erased {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s: its address was erased before (GDPR Art. 17), and that suppression is for good; nothing was changed", contactName(d))
+	}
 	if !d.Suppressed {
 		return nil, status.Errorf(codes.FailedPrecondition, "%s is not suppressed", contactName(d))
-	}
-	if was == store.ErasedReason {
-		return nil, status.Errorf(codes.FailedPrecondition, "%s: its address was erased before (GDPR Art. 17), and that suppression is for good; nothing was changed", contactName(d))
 	}
 	d, err = api.cfg.Store.Unsuppress(ctx, d.ID, was, api.cfg.Clock.Now())
 	if err != nil {

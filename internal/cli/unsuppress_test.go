@@ -56,10 +56,15 @@ func TestUnsuppressCommand(t *testing.T) {
 	if _, err := run("contacts", "unsuppress", "nobody@example.org", "--reason", "x"); err == nil || !strings.Contains(describe(err), "not found") {
 		t.Errorf("unsuppress of an unknown contact: %v", err)
 	}
+	if _, err := run("contacts", "unsuppress", "not-a-ulid", "--reason", "x"); err == nil || !strings.Contains(describe(err), "neither an email address") {
+		t.Errorf("unsuppress of something neither an address nor an id: %v", err)
+	}
 
-	// An erased address imported again stays suppressed for good.
+	// An erased address imported again stays suppressed for good, also
+	// once an operator's suppress has replaced its reason.
 	mustRun("contacts", "delete", "bob@example.org")
 	mustRun("contacts", "import", writeFile(t, "again.csv", "email\nbob@example.org\n"))
+	mustRun("contacts", "suppress", "bob@example.org", "--reason", "op")
 	_, err = run("contacts", "unsuppress", "bob@example.org", "--reason", "they asked to be back")
 	if err == nil || !strings.Contains(describe(err), "erased before") || !strings.Contains(describe(err), "not possible now") {
 		t.Errorf("unsuppress of an erased address: %v", err)

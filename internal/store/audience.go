@@ -44,7 +44,8 @@ type Contacts interface {
 	// with reason was (what the caller read, so a suppression that changed
 	// meanwhile, a new bounce, is never lifted unseen): ErrConflict when it
 	// is not, ErrNotFound if there is no such contact. An address erased
-	// before (ErasedReason) is never lifted: ErrConflict.
+	// before (in the erased addresses, whatever the reason says) is never
+	// lifted: ErrConflict.
 	Unsuppress(ctx context.Context, contact ulid.ULID, was string, now time.Time) (ContactDetail, error)
 }
 
@@ -114,14 +115,15 @@ type AudiencePreview struct {
 }
 
 // NotLifted is Unsuppress's error for a contact (d, as it is now) whose
-// suppression it did not lift: not suppressed, erased, or suppressed for
-// another reason than was.
-func NotLifted(d ContactDetail, was string) error {
+// suppression it did not lift: not suppressed, its address erased before
+// (erased, read from the erased addresses, never from the reason text an
+// operator can write), or suppressed for another reason than was.
+func NotLifted(d ContactDetail, was string, erased bool) error {
 	switch {
+	case erased:
+		return fmt.Errorf("contact %s: its address was erased before (GDPR Art. 17), and that suppression is for good: %w", d.ID, ErrConflict)
 	case !d.Suppressed:
 		return fmt.Errorf("contact %s is not suppressed: %w", d.ID, ErrConflict)
-	case d.SuppressedReason == ErasedReason:
-		return fmt.Errorf("contact %s: its address was erased before (GDPR Art. 17), and that suppression is for good: %w", d.ID, ErrConflict)
 	}
 	return fmt.Errorf("contact %s: its suppression changed while it was being lifted (now %q, was %q); look at it again: %w", d.ID, d.SuppressedReason, was, ErrConflict)
 }

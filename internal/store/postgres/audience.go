@@ -265,8 +265,9 @@ WHERE id = $1`, uid(contact), reason, now)
 
 func (s *Store) Unsuppress(ctx context.Context, contact ulid.ULID, was string, now time.Time) (store.ContactDetail, error) {
 	tag, err := s.pool.Exec(ctx, `
-UPDATE contacts SET suppressed = false, suppressed_reason = '', suppressed_at = NULL, updated_at = $3
-WHERE id = $1 AND suppressed AND suppressed_reason = $2 AND suppressed_reason <> $4`, uid(contact), was, now, store.ErasedReason)
+UPDATE contacts c SET suppressed = false, suppressed_reason = '', suppressed_at = NULL, updated_at = $3
+WHERE id = $1 AND suppressed AND suppressed_reason = $2
+  AND NOT EXISTS (SELECT 1 FROM erased_addresses x WHERE x.hash = c.erasure_hash)`, uid(contact), was, now)
 	if err != nil {
 		return store.ContactDetail{}, mapErr("unsuppress contact", err)
 	}
@@ -274,7 +275,11 @@ WHERE id = $1 AND suppressed AND suppressed_reason = $2 AND suppressed_reason <>
 	if err != nil || tag.RowsAffected() == 1 {
 		return d, err
 	}
-	return d, store.NotLifted(d, was)
+	erased, err := s.Erased(ctx, d.Email)
+	if err != nil {
+		return d, err
+	}
+	return d, store.NotLifted(d, was, erased)
 }
 
 func (s *Store) CreateSegment(ctx context.Context, name string, now time.Time) (store.Segment, error) {

@@ -158,7 +158,8 @@ WHERE id = ?1`, id(contact), reason, ts(now))
 func (s *Store) Unsuppress(ctx context.Context, contact ulid.ULID, was string, now time.Time) (store.ContactDetail, error) {
 	res, err := s.w.ExecContext(ctx, `
 UPDATE contacts SET suppressed = 0, suppressed_reason = '', suppressed_at = NULL, updated_at = ?3
-WHERE id = ?1 AND suppressed AND suppressed_reason = ?2 AND suppressed_reason <> ?4`, id(contact), was, ts(now), store.ErasedReason)
+WHERE id = ?1 AND suppressed AND suppressed_reason = ?2
+  AND NOT EXISTS (SELECT 1 FROM erased_addresses x WHERE x.hash = contacts.erasure_hash)`, id(contact), was, ts(now))
 	if err != nil {
 		return store.ContactDetail{}, mapErr("unsuppress contact", err)
 	}
@@ -173,7 +174,11 @@ WHERE id = ?1 AND suppressed AND suppressed_reason = ?2 AND suppressed_reason <>
 	if n == 1 {
 		return d, nil
 	}
-	return d, store.NotLifted(d, was)
+	erased, err := s.Erased(ctx, d.Email)
+	if err != nil {
+		return d, err
+	}
+	return d, store.NotLifted(d, was, erased)
 }
 
 func (s *Store) CreateSegment(ctx context.Context, name string, now time.Time) (store.Segment, error) {

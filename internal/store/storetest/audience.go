@@ -324,11 +324,25 @@ func testSuppress(f *fixture) {
 	f.wantErr(err, store.ErrConflict, "Unsuppress of a contact not suppressed")
 	_, err = f.s.Unsuppress(f.ctx, f.ids.next(), "x", at(8))
 	f.wantErr(err, store.ErrNotFound, "Unsuppress(unknown)")
-	// An erased address's suppression is for good.
+	// An erased address's suppression is for good, whatever its reason
+	// says; a reason that only reads like an erasure is lifted.
 	_, err = f.s.Suppress(f.ctx, ids[2], store.ErasedReason, at(9))
-	f.must(err, "Suppress as erased")
+	f.must(err, "Suppress with the erased reason's words")
 	_, err = f.s.Unsuppress(f.ctx, ids[2], store.ErasedReason, at(10))
+	f.must(err, "Unsuppress of a reason that only reads like an erasure")
+	d, err = f.s.GetContact(f.ctx, ids[2])
+	f.must(err, "GetContact")
+	_, err = f.s.Erase(f.ctx, []string{d.Email}, at(11))
+	f.must(err, "Erase")
+	again := f.contact(d.Email)
+	gone := f.upsert([]store.Contact{again}, at(12))[0]
+	_, err = f.s.Suppress(f.ctx, gone, "operator", at(13))
+	f.must(err, "Suppress an erased address again, replacing its reason")
+	_, err = f.s.Unsuppress(f.ctx, gone, "operator", at(14))
 	f.wantErr(err, store.ErrConflict, "Unsuppress of an erased address")
+	if d, err := f.s.GetContact(f.ctx, gone); err != nil || !d.Suppressed {
+		f.t.Errorf("an erased address after Unsuppress: %+v, %v; want suppressed still", d, err)
+	}
 }
 
 func testCreateSegment(f *fixture) {
