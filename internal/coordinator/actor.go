@@ -723,11 +723,11 @@ func (a *actor) finish(ctx context.Context) bool {
 	if p.Deferred > 0 {
 		switch now := a.c.cfg.Clock.Now(); {
 		case p.NextDue.After(now):
-			a.setWaiting(fmt.Sprintf("all ranges walked; %d messages deferred, next due %s UTC", p.Deferred, p.NextDue.UTC().Format(time.TimeOnly)))
+			a.setWaiting(fmt.Sprintf("all ranges walked; %s deferred, next due %s UTC", messages(p.Deferred), p.NextDue.UTC().Format(time.TimeOnly)))
 		case a.sweepWait != "":
-			a.setWaiting(fmt.Sprintf("all ranges walked; %d messages deferred, due now and held: %s", p.Deferred, a.sweepWait))
+			a.setWaiting(fmt.Sprintf("all ranges walked; %s deferred, due now and held: %s", messages(p.Deferred), a.sweepWait))
 		default:
-			a.setWaiting(fmt.Sprintf("all ranges walked; %d messages deferred, due now", p.Deferred))
+			a.setWaiting(fmt.Sprintf("all ranges walked; %s deferred, due now", messages(p.Deferred)))
 		}
 		return false
 	}
@@ -750,10 +750,10 @@ func (a *actor) completionSummary(ctx context.Context, failed int64) string {
 	// at completion was a third of make bench's rows read per message.
 	if unknown, again, err := a.c.cfg.Store.Doubts(ctx, a.id); err == nil {
 		if unknown > 0 {
-			parts = append(parts, fmt.Sprintf("%d messages unknown (maybe delivered, not sent again; retry --include-unknown sends them again, at the risk of a second copy)", unknown))
+			parts = append(parts, fmt.Sprintf("%s unknown (maybe delivered, not sent again; retry --include-unknown sends them again, at the risk of a second copy)", messages(unknown)))
 		}
 		if again > 0 {
-			parts = append(parts, fmt.Sprintf("%d messages sent again after an attempt that may have arrived (in-doubt policy resend, or retry --include-unknown: maybe two copies)", again))
+			parts = append(parts, fmt.Sprintf("%s sent again after an attempt that may have arrived (in-doubt policy resend, or retry --include-unknown: maybe two copies)", messages(again)))
 		}
 	}
 	return strings.Join(slices.DeleteFunc(parts, func(s string) bool { return s == "" }), "; ")
@@ -768,9 +768,9 @@ func (a *actor) failureSummary(ctx context.Context, failed int64) string {
 	}
 	sample, err := a.c.cfg.Store.Failures(ctx, a.id, 1)
 	if err != nil || len(sample) == 0 {
-		return fmt.Sprintf("%d messages failed", failed)
+		return messages(failed) + " failed"
 	}
-	return fmt.Sprintf("%d messages failed, e.g. %s: %s", failed, sample[0].Email, sample[0].Error)
+	return fmt.Sprintf("%s failed, e.g. %s: %s", messages(failed), sample[0].Email, sample[0].Error)
 }
 
 // dispatch publishes the next page of every range that has none outstanding,
@@ -952,4 +952,13 @@ func maxID(x, y string) string {
 		return x
 	}
 	return y
+}
+
+// messages is "1 message" or "n messages" (a tester read "1 messages
+// failed").
+func messages(n int64) string {
+	if n == 1 {
+		return "1 message"
+	}
+	return fmt.Sprintf("%d messages", n)
 }

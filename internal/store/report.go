@@ -128,7 +128,8 @@ func ReplyGroup(reply, email string) string {
 		b.WriteString(reply[i : i+size])
 		i += size
 	}
-	return b.String()
+	// "<ann@x>" is "<address>", not "<<address>>" (found by a tester).
+	return strings.ReplaceAll(b.String(), "<<address>>", "<address>")
 }
 
 // foldPrefix is how many bytes of s make t, rune by rune without case

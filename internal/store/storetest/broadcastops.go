@@ -135,7 +135,7 @@ func testReport(f *fixture) {
 	if want := (store.Reputation{Accepted: 4, Delivered: 3, Bounced: 1, Complained: 1}); r.Reputation != want {
 		f.t.Errorf("Reputation = %+v; want %+v", r.Reputation, want)
 	}
-	if len(r.Failures) != 2 || r.Failures[0].Count != 2 || r.Failures[0].Reply != "550 5.1.1 <<address>>: no such user" || r.Failures[1].Count != 1 {
+	if len(r.Failures) != 2 || r.Failures[0].Count != 2 || r.Failures[0].Reply != "550 5.1.1 <address>: no such user" || r.Failures[1].Count != 1 {
 		f.t.Errorf("Failures = %+v; want the 550 group of 2 (address masked), then the gave-up one", r.Failures)
 	}
 	if r.Retryable != 1 {
