@@ -336,6 +336,8 @@ func TestAboutOneMailbox(t *testing.T) {
 		{&transport.SendError{Code: 450, Enhanced: "4.7.1", Text: "<a@example.org>: Recipient address rejected: Greylisted, see http://postgrey.schweikert.ch/help/example.org.html", Stage: transport.StageRcpt}, true},
 		{&transport.SendError{Code: 451, Enhanced: "4.7.1", Text: "Please try again later (graylisting)", Stage: transport.StageData}, true},
 		{&transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}, false},
+		{&transport.SendError{Code: 451, Enhanced: "4.7.1", Text: "Try again later", Stage: transport.StageRcpt}, true}, // rspamd
+		{&transport.SendError{Code: 451, Enhanced: "4.7.1", Text: "Try again later; too many connections", Stage: transport.StageRcpt}, false},
 		{&transport.SendError{Code: 421, Enhanced: "4.7.0", Text: "greylisted", Stage: transport.StageConnect}, false},
 		{&transport.SendError{Code: 550, Enhanced: "5.7.1", Text: "greylist failure", Stage: transport.StageRcpt}, false},
 	} {

@@ -1251,11 +1251,14 @@ func beforeRecipient(err error) bool {
 // recipient of a server meets once. Counted, a greylisting server opened
 // its provider's breaker, let 5 new recipients through per ramp cycle,
 // and failed the broadcast for no progress after 16 minutes (found by a
-// tester).
+// tester). rspamd greylists with "451 4.7.1 Try again later"
+// (rspamdGreylist), the default of mailcow and many other installs: counted
+// as a provider's deferral, it opened the breaker, whose ramp probed new
+// recipients each refused once more (found by a tester).
 func aboutOneMailbox(err error) bool {
 	var se *transport.SendError
 	return errors.As(err, &se) && (se.Stage == transport.StageRcpt || se.Stage == transport.StageData) &&
-		se.Code/100 == 4 && (strings.HasPrefix(se.Enhanced, "4.2.") || reGreylist.MatchString(se.Text))
+		se.Code/100 == 4 && (strings.HasPrefix(se.Enhanced, "4.2.") || reGreylist.MatchString(se.Text) || rspamdGreylist(se))
 }
 
 // reGreylist is a greylisting server's words (postgrey: "Greylisted, see
