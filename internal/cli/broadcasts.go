@@ -369,6 +369,9 @@ with their replies, suppressing nobody; the rest goes on.`,
 			if err != nil {
 				return err
 			}
+			if asJSON && failRefused {
+				return jsonLine(cmd.OutOrStdout(), r) // the broadcast and how many were failed
+			}
 			if asJSON {
 				return jsonLine(cmd.OutOrStdout(), r.GetBroadcast())
 			}
@@ -380,7 +383,7 @@ with their replies, suppressing nobody; the rest goes on.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the broadcast as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the broadcast as JSON (with --fail-refused: the broadcast and failedRefused)")
 	cmd.Flags().BoolVar(&failRefused, "fail-refused", false, "first fail the recipients whose refusal halted the broadcast (paused broadcasts only)")
 	return cmd
 }

@@ -34,11 +34,12 @@ type Progress struct {
 	// that may have arrived (the in-doubt policy resend, or retry
 	// --include-unknown): people who may have two copies.
 	SentAgainInDoubt int64
-	// LeftOut, once the broadcast has completed, is how many of the
-	// audience counted at its start have no outcome: they unsubscribed,
-	// were suppressed or erased, or left the segment before their page,
-	// and the suppression gate rightly left them out. Without it the sums
-	// did not add up to the audience and nothing said why.
+	// LeftOut, once the broadcast has completed, is how many fewer
+	// outcomes it has than its audience at start: contacts unsubscribed,
+	// suppressed, erased or out of the segment before their page, whom the
+	// suppression gate rightly left out, less any who joined the segment
+	// since (a net figure). Without it the sums did not add up to the
+	// audience and nothing said why.
 	LeftOut int64
 	// WaitingFor says what sending waits for ("daily ceiling reached …"),
 	// empty when nothing holds it.
@@ -152,7 +153,7 @@ func (c *Coordinator) Resume(ctx context.Context, id ulid.ULID) (BroadcastStatus
 func (c *Coordinator) FailRefused(ctx context.Context, id ulid.ULID) (int64, error) {
 	n, err := c.cfg.Store.FailHalted(ctx, id, c.cfg.Clock.Now())
 	if errors.Is(err, store.ErrConflict) {
-		return 0, &Error{Kind: WrongState, Err: err, Msg: fmt.Sprintf("broadcast %s is not paused: only a paused broadcast's recipients whose refusal halted it can be failed at resume; nothing was changed", id)}
+		return 0, &Error{Kind: WrongState, Err: err, Msg: fmt.Sprintf("%v; only a paused broadcast's recipients whose refusal halted it can be failed at resume (a failed one resumes without --fail-refused); nothing was changed", err)}
 	}
 	if err != nil {
 		return 0, err

@@ -29,7 +29,18 @@ func TestPrintfMistakesRefused(t *testing.T) {
 		}
 	}
 
+	// Contact data ending in "%" before a "!" is no complaint (a
+	// reviewer's "Save 20%!").
 	tm := baseTemplate()
+	tm.Text = `{{printf "Save %s!" .Attributes.plan}}`
+	c0 := mustCompile(t, tm)
+	p0 := baseParams()
+	p0.Contact.Attributes = map[string]any{"plan": "20%"}
+	if r := mustRender(t, c0, p0); !strings.Contains(string(r.Bytes), "Save 20%!") {
+		t.Errorf("printf of data ending in %%: %s", r.Bytes)
+	}
+
+	tm = baseTemplate()
 	tm.Subject = `{{printf "%s, 100%% yours" .Name}}`
 	tm.HTML = `<p>{{printf "%.1f" 2.25}} {{printf "%q" .Name}}</p>`
 	c := mustCompile(t, tm)

@@ -302,7 +302,9 @@ func TestGreylistWait(t *testing.T) {
 		{&transport.SendError{Code: 450, Enhanced: "4.7.1", Text: "Greylisted, see http://postgrey.schweikert.ch/help/x.html", Stage: transport.StageRcpt}, 5 * time.Minute, true},
 		{&transport.SendError{Code: 451, Enhanced: "4.7.1", Text: "Greylisted for 300 seconds", Stage: transport.StageRcpt}, 300 * time.Second, true},
 		{&transport.SendError{Code: 451, Text: "greylisted, try again in 1 min", Stage: transport.StageData}, time.Minute, true},
-		{&transport.SendError{Code: 450, Text: "greylisted for 99999 seconds", Stage: transport.StageRcpt}, 5 * time.Minute, true},
+		{&transport.SendError{Code: 450, Text: "greylisted for 99999 seconds", Stage: transport.StageRcpt}, 30 * time.Minute, true},
+		{&transport.SendError{Code: 450, Text: "Greylisted, try again in 1 hour", Stage: transport.StageRcpt}, 30 * time.Minute, true},
+		{&transport.SendError{Code: 450, Text: "Greylisted for 20 minutes", Stage: transport.StageRcpt}, 20 * time.Minute, true},
 		{&transport.SendError{Code: 450, Enhanced: "4.7.1", Text: "graylisted 0s", Stage: transport.StageRcpt}, 5 * time.Minute, true},
 		{&transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again in 30 seconds", Stage: transport.StageRcpt}, 0, false},
 		// Digits and a unit in the address or the help URL are no wait

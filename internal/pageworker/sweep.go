@@ -86,7 +86,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 			if at := w.retryAfterAttempt(w.cfg.Clock.Now(), attempt); at.After(o.RetryAt) {
 				outcomes[k].RetryAt = at // a greylisting server's wait (retryAt) may be later
 			}
-			outcomes[k].Error = "deferred again: " + o.Error
+			outcomes[k].Error = store.DeferredAgainPrefix + o.Error
 		}
 		// A row whose earlier attempt may have been delivered (the
 		// reconciler released it to be sent again) never ends failed,

@@ -1343,7 +1343,7 @@ func (w *Worker) retryAt(now time.Time, err error) time.Time {
 
 // greylistWait is how long to wait before trying a recipient a server
 // greylisted (err) again: the wait its reply names ("Greylisted for 60
-// seconds", "try again in 5 minutes"), between 1 s and 30 min, otherwise
+// seconds", "try again in 5 minutes"), 30 min at most, otherwise
 // fallback. ok is false when err is not greylisting.
 func greylistWait(err error, fallback time.Duration) (time.Duration, bool) {
 	var se *transport.SendError
@@ -1361,18 +1361,24 @@ func greylistWait(err error, fallback time.Duration) (time.Duration, bool) {
 	}
 	n, _ := strconv.Atoi(m[1])
 	wait := time.Duration(n) * time.Second
-	if strings.HasPrefix(strings.ToLower(m[2]), "m") {
+	switch strings.ToLower(m[2])[0] {
+	case 'm':
 		wait = time.Duration(n) * time.Minute
+	case 'h':
+		wait = time.Duration(n) * time.Hour
 	}
-	if wait < time.Second || wait > 30*time.Minute {
+	if wait < time.Second {
 		return fallback, true
 	}
-	return wait, true
+	// A longer wait is waited for 30 minutes at most, then the usual
+	// schedule: falling back to 5 minutes retried a server that asked
+	// for an hour ten times inside it (review).
+	return min(wait, 30*time.Minute), true
 }
 
 // reNamedWait is a wait a reply names: "for 300 seconds", "in 5 minutes",
 // "after 60s".
-var reNamedWait = regexp.MustCompile(`(?i)\b(?:for|in|after)\s+(\d{1,5}) ?(seconds?|secs?|s|minutes?|mins?|m)\b`)
+var reNamedWait = regexp.MustCompile(`(?i)\b(?:for|in|after)\s+(\d{1,5}) ?(seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h)\b`)
 
 // reAddressOrURL is an address in angle brackets, or a URL, of a reply.
 var reAddressOrURL = regexp.MustCompile(`<[^>]*>|(?i)\bhttps?://\S+`)

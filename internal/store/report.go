@@ -26,6 +26,9 @@ const HaltedPrefix = "halted the broadcast: "
 // FailedHaltedPrefix starts the error of a row FailHalted failed.
 const FailedHaltedPrefix = "failed at resume by the operator (refused on every try): "
 
+// DeferredAgainPrefix starts the error of a row a sweep deferred again.
+const DeferredAgainPrefix = "deferred again: "
+
 // Draft is what UpdateDraft may change of a draft; every field is the new
 // value (the caller merges what it keeps).
 type Draft struct {
@@ -103,10 +106,14 @@ type BroadcastOps interface {
 	// unless the broadcast is completed.
 	Reopen(ctx context.Context, id ulid.ULID, unknown bool, reason string, now time.Time) (Reopened, error)
 	// FailHalted fails, while the broadcast is paused, its deferred rows
-	// whose refusal halted it (HaltedPrefix in their error), keeping the
-	// reply: the operator has looked and says those addresses refuse for
-	// good while the relay takes others. Returns how many; ErrConflict
-	// unless the broadcast is paused. Nobody is suppressed for it.
+	// whose refusal halted it (their error starting with HaltedPrefix, or
+	// DeferredAgainPrefix and HaltedPrefix: never the words anywhere in a
+	// server's reply), keeping the reply: the operator has looked and says
+	// those addresses refuse for good while the relay takes others. A row
+	// whose earlier attempt may have been delivered (in doubt) ends unknown
+	// with InDoubtEndedPrefix instead, as the sweep ends it. Returns how
+	// many; ErrConflict unless the broadcast is paused. Nobody is
+	// suppressed for it.
 	FailHalted(ctx context.Context, id ulid.ULID, now time.Time) (int64, error)
 }
 

@@ -176,8 +176,12 @@ const mergeContact = `ON CONFLICT (email_key) DO UPDATE SET
     suppressed = c.suppressed OR EXCLUDED.suppressed,
     erasure_hash = EXCLUDED.erasure_hash,
     updated_at = EXCLUDED.updated_at
--- A merge past store.MaxAttributes changes nothing and returns no row.
-WHERE (SELECT count(*) FROM jsonb_object_keys(c.attributes || EXCLUDED.attributes)) <= ` + maxAttributes
+-- A merge that grows a contact past store.MaxAttributes changes nothing
+-- and returns no row. One that adds no key is written, so a contact that
+-- has more already (grown before the limit was kept) can still be
+-- unsubscribed or flagged by an import.
+WHERE (SELECT count(*) FROM jsonb_object_keys(c.attributes || EXCLUDED.attributes))
+      <= greatest(` + maxAttributes + `, (SELECT count(*) FROM jsonb_object_keys(c.attributes)))`
 
 // maxAttributes is store.MaxAttributes in SQL (TestMaxAttributesInSQL).
 const maxAttributes = "64"

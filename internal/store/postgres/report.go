@@ -193,9 +193,12 @@ func (s *Store) FailHalted(ctx context.Context, id ulid.ULID, now time.Time) (in
 	// The state is tested in the statement: while paused no sweep claims a
 	// deferred row, so none of these is in flight.
 	tag, err := s.pool.Exec(ctx, `
-UPDATE broadcast_sends SET status = 'failed', retry_at = NULL, owner = '', updated_at = $2, error = $3 || error
-WHERE broadcast_id = $1 AND status = 'deferred' AND NOT accepted AND strpos(error, $4) > 0
-  AND EXISTS (SELECT 1 FROM broadcasts WHERE id = $1 AND state = 'paused')`, uid(id), now, store.FailedHaltedPrefix, store.HaltedPrefix)
+UPDATE broadcast_sends SET status = CASE WHEN in_doubt THEN 'unknown' ELSE 'failed' END, retry_at = NULL, owner = '', updated_at = $2,
+       error = CASE WHEN in_doubt THEN $6 ELSE $3 END || error
+WHERE broadcast_id = $1 AND status = 'deferred' AND NOT accepted
+  AND (starts_with(error, $4) OR starts_with(error, $5))
+  AND EXISTS (SELECT 1 FROM broadcasts WHERE id = $1 AND state = 'paused')`, uid(id), now, store.FailedHaltedPrefix,
+		store.HaltedPrefix, store.DeferredAgainPrefix+store.HaltedPrefix, store.InDoubtEndedPrefix)
 	if err != nil {
 		return 0, mapErr("fail halted rows", err)
 	}

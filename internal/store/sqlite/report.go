@@ -243,8 +243,11 @@ func (s *Store) FailHalted(ctx context.Context, bid ulid.ULID, now time.Time) (i
 			return nil
 		}
 		res, err := tx.ExecContext(ctx, `
-UPDATE broadcast_sends SET status = 'failed', retry_at = NULL, owner = '', updated_at = ?2, error = ?3 || error
-WHERE broadcast_id = ?1 AND status = 'deferred' AND NOT accepted AND instr(error, ?4) > 0`, id(bid), ts(now), store.FailedHaltedPrefix, store.HaltedPrefix)
+UPDATE broadcast_sends SET status = CASE WHEN in_doubt THEN 'unknown' ELSE 'failed' END, retry_at = NULL, owner = '', updated_at = ?2,
+       error = CASE WHEN in_doubt THEN ?6 ELSE ?3 END || error
+WHERE broadcast_id = ?1 AND status = 'deferred' AND NOT accepted
+  AND (substr(error, 1, length(?4)) = ?4 OR substr(error, 1, length(?5)) = ?5)`, id(bid), ts(now), store.FailedHaltedPrefix,
+			store.HaltedPrefix, store.DeferredAgainPrefix+store.HaltedPrefix, store.InDoubtEndedPrefix)
 		if err != nil {
 			return err
 		}

@@ -311,12 +311,15 @@ func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) (
 			if err != nil {
 				return err
 			}
-			merged, n, err := mergeAttributes(old, attrs[i])
+			merged, n, had, err := mergeAttributes(old, attrs[i])
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.Email, err)
 			}
-			if n > store.MaxAttributes {
-				continue // refused: its id stays the zero ULID
+			if n > store.MaxAttributes && n > had {
+				// Refused, its id staying the zero ULID: it grows the
+				// contact past the limit (one that already has more is
+				// still unsubscribed or flagged by a row adding no key).
+				continue
 			}
 			if out[i], err = fromBlob(existing); err != nil {
 				return err
@@ -339,17 +342,19 @@ func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) (
 // json_patch is RFC 7396: it merges nested objects and deletes keys whose
 // new value is null, so it is not used.) Values are carried as raw JSON, so
 // what was stored comes back byte for byte.
-// It also returns how many attributes the merge has.
-func mergeAttributes(old string, add map[string]json.RawMessage) (string, int, error) {
+// It also returns how many attributes the merge has, and how many the
+// stored ones had.
+func mergeAttributes(old string, add map[string]json.RawMessage) (string, int, int, error) {
 	merged := map[string]json.RawMessage{}
 	if err := json.Unmarshal([]byte(old), &merged); err != nil {
-		return "", 0, fmt.Errorf("stored attributes: %w", err)
+		return "", 0, 0, fmt.Errorf("stored attributes: %w", err)
 	}
+	had := len(merged)
 	for k, v := range add {
 		merged[k] = v
 	}
 	b, err := json.Marshal(merged)
-	return string(b), len(merged), err
+	return string(b), len(merged), had, err
 }
 
 func (s *Store) EnsureSegment(ctx context.Context, name string, now time.Time) (int64, error) {

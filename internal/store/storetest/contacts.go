@@ -221,5 +221,28 @@ func testAttributeMergeLimit(f *fixture) {
 		if len(d.Attributes) != store.MaxAttributes || d.Attributes["a00"] != "new" {
 			f.t.Errorf("batch of %d: after a merge to the limit %d attributes, a00 %v; want %d, new", size, len(d.Attributes), d.Attributes["a00"], store.MaxAttributes)
 		}
+
+		// A contact that has more already (grown before the limit was
+		// kept) is still unsubscribed by a row adding no key; a row adding
+		// one is refused.
+		legacy := f.contact(fmt.Sprintf("legacy%d@example.org", size))
+		legacy.Attributes = attrs("l", 70)
+		f.upsert([]store.Contact{legacy}, at(3))
+		optOut := f.contact(legacy.Email)
+		optOut.Subscribed = false
+		optOut.Attributes = map[string]any{"l00": "changed"}
+		if got := f.upsert([]store.Contact{optOut}, at(4)); got[0] != legacy.ID {
+			f.t.Errorf("batch of %d: an opt-out of a contact with 70 attributes returned id %s, want %s", size, got[0], legacy.ID)
+		}
+		d, err = f.s.GetContact(f.ctx, legacy.ID)
+		f.must(err, "GetContact")
+		if d.Subscribed || len(d.Attributes) != 70 {
+			f.t.Errorf("batch of %d: after the opt-out: subscribed %v, %d attributes; want unsubscribed, 70", size, d.Subscribed, len(d.Attributes))
+		}
+		grow := f.contact(legacy.Email)
+		grow.Attributes = map[string]any{"new": "v"}
+		if got := f.upsert([]store.Contact{grow}, at(5)); got[0] != (ulid.ULID{}) {
+			f.t.Errorf("batch of %d: a row growing a contact of 70 attributes returned id %s, want the zero id", size, got[0])
+		}
 	}
 }

@@ -336,29 +336,42 @@ func testClaimDueDropsIneligible(f *fixture) {
 // "deferred again: "), keeping the reply; a row deferred for a passing
 // reason, and a sent one, are left as they are.
 func testFailHalted(f *fixture) {
-	ids := f.subscribers("halted", 4)
+	ids := f.subscribers("halted", 6)
 	b := f.running("halted", 0)
 	f.claim(b, ids, at(1))
 	lone := store.HaltedPrefix + "smtp data: 550 5.7.1 message rejected by the recipient's filter"
 	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", []store.Outcome{
 		{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(2), Error: lone},
-		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(2), Error: "deferred again: " + lone},
+		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(2), Error: store.DeferredAgainPrefix + lone},
 		{ContactID: ids[2], Status: store.SendDeferred, RetryAt: at(2), Error: "smtp rcpt: 451 4.3.0 try again later"},
 		{ContactID: ids[3], Status: store.SendSent},
+		// The marker's words in a server's reply are not the marker.
+		{ContactID: ids[4], Status: store.SendDeferred, RetryAt: at(2), Error: "smtp rcpt: 451 4.3.0 " + store.HaltedPrefix + "try later"},
+		// Released in doubt (its first attempt may have arrived), then
+		// refused in a halting window: it must never end "failed".
+		{ContactID: ids[5], Status: store.SendDeferred, RetryAt: at(1), Error: store.InDoubtResent},
 	}, at(1)), "record")
-	_, err := f.s.FailHalted(f.ctx, b.ID, at(2))
+	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(1), 10)
+	f.must(err, "ClaimDue")
+	if len(due) != 1 || due[0].ID != ids[5] || !due[0].InDoubt {
+		f.t.Fatalf("ClaimDue = %+v; want the row released in doubt", due)
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w2/1", []store.Outcome{
+		{ContactID: ids[5], Status: store.SendDeferred, RetryAt: at(2), Error: lone},
+	}, at(1)), "record the in-doubt row's halting refusal")
+	_, err = f.s.FailHalted(f.ctx, b.ID, at(2))
 	f.wantErr(err, store.ErrConflict, "FailHalted while running")
-	if c := f.counts(b); c.Deferred != 3 || c.Failed != 0 {
+	if c := f.counts(b); c.Deferred != 5 || c.Failed != 0 {
 		f.t.Errorf("after FailHalted while running: %+v; want nothing changed", c)
 	}
 	_, err = f.s.SetState(f.ctx, b.ID, []store.State{store.StateRunning}, store.StatePaused, "halted", at(3))
 	f.must(err, "pause")
 	n, err := f.s.FailHalted(f.ctx, b.ID, at(4))
 	f.must(err, "FailHalted")
-	if n != 2 {
-		f.t.Errorf("FailHalted failed %d rows; want the 2 whose refusal halted the broadcast", n)
+	if n != 3 {
+		f.t.Errorf("FailHalted ended %d rows; want the 3 whose refusal halted the broadcast", n)
 	}
-	for i, want := range []store.SendStatus{store.SendFailed, store.SendFailed, store.SendDeferred, store.SendSent} {
+	for i, want := range []store.SendStatus{store.SendFailed, store.SendFailed, store.SendDeferred, store.SendSent, store.SendDeferred, store.SendUnknown} {
 		row, err := f.s.GetSend(f.ctx, b.ID, ids[i])
 		f.must(err, "GetSend")
 		if row.Status != want {
@@ -366,6 +379,9 @@ func testFailHalted(f *fixture) {
 		}
 		if want == store.SendFailed && (!strings.HasPrefix(row.Error, store.FailedHaltedPrefix) || !strings.HasSuffix(row.Error, lone)) {
 			f.t.Errorf("row %d failed with %q; want %q and the reply", i, row.Error, store.FailedHaltedPrefix)
+		}
+		if want == store.SendUnknown && (!strings.HasPrefix(row.Error, store.InDoubtEndedPrefix) || !strings.HasSuffix(row.Error, lone)) {
+			f.t.Errorf("row %d ended unknown with %q; want %q and the reply", i, row.Error, store.InDoubtEndedPrefix)
 		}
 	}
 	if n, err := f.s.FailHalted(f.ctx, b.ID, at(5)); err != nil || n != 0 {

@@ -1205,10 +1205,11 @@ type Progress struct {
 	// --include-unknown): each of these people may have received two
 	// copies.
 	SentAgainInDoubt int64 `protobuf:"varint,11,opt,name=sent_again_in_doubt,json=sentAgainInDoubt,proto3" json:"sent_again_in_doubt,omitempty"`
-	// left_out, once the broadcast has completed, counts the audience of
-	// its start (snapshot_total) that has no outcome: unsubscribed,
-	// suppressed, erased or out of the segment before their page was sent,
-	// so left out by the suppression gate. 0 before completion.
+	// left_out, once the broadcast has completed, is how many fewer
+	// outcomes it has than its audience at start (snapshot_total): contacts
+	// unsubscribed, suppressed, erased or out of the segment before their
+	// page, left out by the suppression gate, less any who joined the
+	// segment since (a net figure, never below 0). 0 before completion.
 	LeftOut       int64 `protobuf:"varint,12,opt,name=left_out,json=leftOut,proto3" json:"left_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
