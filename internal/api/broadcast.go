@@ -140,16 +140,17 @@ func (api *BroadcastAPI) PauseBroadcast(ctx context.Context, req *pb.PauseBroadc
 }
 
 func (api *BroadcastAPI) ResumeBroadcast(ctx context.Context, req *pb.ResumeBroadcastRequest) (*pb.ResumeBroadcastResponse, error) {
-	var failed int64
+	var failed, unknown int64
 	if req.GetFailRefused() {
 		id, err := parseID(req.GetId())
 		if err != nil {
 			return nil, err
 		}
 		// Failed while paused, before the resume: no sweep claims them
-		// meanwhile. A resume that fails after this leaves them failed
-		// and the broadcast paused; repeating the call resumes it.
-		if failed, err = api.cfg.Engine.FailRefused(ctx, id); err != nil {
+		// meanwhile. A resume that fails after this (another caller
+		// resumed it in between, NATS away) leaves them failed; the
+		// broadcast stays as it is, and a repeated call resumes it.
+		if failed, unknown, err = api.cfg.Engine.FailRefused(ctx, id); err != nil {
 			return nil, Error(err)
 		}
 	}
@@ -157,7 +158,7 @@ func (api *BroadcastAPI) ResumeBroadcast(ctx context.Context, req *pb.ResumeBroa
 	if err != nil {
 		return nil, err
 	}
-	return &pb.ResumeBroadcastResponse{Broadcast: b, FailedRefused: failed}, nil
+	return &pb.ResumeBroadcastResponse{Broadcast: b, FailedRefused: failed, UnknownRefused: unknown}, nil
 }
 
 func (api *BroadcastAPI) CancelBroadcast(ctx context.Context, req *pb.CancelBroadcastRequest) (*pb.CancelBroadcastResponse, error) {

@@ -377,13 +377,22 @@ with their replies, suppressing nobody; the rest goes on.`,
 			}
 			b := r.GetBroadcast()
 			if failRefused {
-				fmt.Fprintf(cmd.OutOrStdout(), "failed %d %s whose refusal halted it\n", r.GetFailedRefused(), plural(r.GetFailedRefused(), "recipient", "recipients"))
+				w := cmd.OutOrStdout()
+				switch n, u := r.GetFailedRefused(), r.GetUnknownRefused(); {
+				case n+u == 0:
+					fmt.Fprintln(w, "no recipient's refusal had halted it: nothing failed")
+				case u == 0:
+					fmt.Fprintf(w, "failed %d %s whose refusal halted it\n", n, plural(n, "recipient", "recipients"))
+				default:
+					fmt.Fprintf(w, "failed %d %s whose refusal halted it, and ended %d unknown (an earlier attempt may have arrived)\n",
+						n, plural(n, "recipient", "recipients"), u)
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", b.GetId(), stateWord(b.GetState()))
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the broadcast as JSON (with --fail-refused: the broadcast and failedRefused)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the broadcast as JSON (with --fail-refused: the broadcast, failedRefused and unknownRefused)")
 	cmd.Flags().BoolVar(&failRefused, "fail-refused", false, "first fail the recipients whose refusal halted the broadcast (paused broadcasts only)")
 	return cmd
 }

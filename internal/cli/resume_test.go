@@ -55,7 +55,7 @@ func TestResumeFailRefused(t *testing.T) {
 	}
 
 	id := b.ID.String()
-	if _, err := run("broadcasts", "resume", id, "--fail-refused"); err == nil || !strings.Contains(describe(err), "not paused") {
+	if _, err := run("broadcasts", "resume", id, "--fail-refused"); err == nil || !strings.Contains(describe(err), "is running: --fail-refused applies to a paused broadcast only") {
 		t.Errorf("resume --fail-refused of a running broadcast: %v", err)
 	}
 	if row, err := st.GetSend(ctx, b.ID, ann.ID); err != nil || row.Status != store.SendDeferred {
@@ -73,5 +73,15 @@ func TestResumeFailRefused(t *testing.T) {
 	}
 	if row, err := st.GetSend(ctx, b.ID, bob.ID); err != nil || row.Status != store.SendDeferred {
 		t.Errorf("the recipient deferred for a passing reason: %+v, %v; want deferred still", row, err)
+	}
+	// Paused with nothing of the kind: says so, and resumes.
+	if out, err := run("broadcasts", "pause", id); err != nil {
+		t.Fatalf("pause: %v\n%s", err, out)
+	}
+	if out, err := run("broadcasts", "resume", id, "--fail-refused"); err != nil || out != "no recipient's refusal had halted it: nothing failed\n"+id+" running\n" {
+		t.Errorf("resume --fail-refused with nothing to fail printed %q, %v", out, err)
+	}
+	if _, err := run("broadcasts", "resume", "01J9Z3K8M2T4V6X8Y0A2B4C6D8", "--fail-refused"); err == nil || !strings.Contains(describe(err), "not found") {
+		t.Errorf("resume --fail-refused of an unknown broadcast: %v", err)
 	}
 }

@@ -147,19 +147,28 @@ func (c *Coordinator) Resume(ctx context.Context, id ulid.ULID) (BroadcastStatus
 }
 
 // FailRefused fails a paused broadcast's recipients whose refusal halted
-// it (store.FailHalted) and returns how many: the operator's answer to a
+// it (store.FailHalted), ending unknown those whose earlier attempt may
+// have arrived, and returns how many of each: the operator's answer to a
 // halt by a few addresses that refuse on every try, before Resume. It
 // changes nothing unless the broadcast is paused.
-func (c *Coordinator) FailRefused(ctx context.Context, id ulid.ULID) (int64, error) {
-	n, err := c.cfg.Store.FailHalted(ctx, id, c.cfg.Clock.Now())
+func (c *Coordinator) FailRefused(ctx context.Context, id ulid.ULID) (failed, unknown int64, err error) {
+	b, err := c.cfg.Store.GetBroadcast(ctx, id)
+	if err != nil {
+		return 0, 0, err
+	}
+	failed, unknown, err = c.cfg.Store.FailHalted(ctx, id, c.cfg.Clock.Now())
 	if errors.Is(err, store.ErrConflict) {
-		return 0, &Error{Kind: WrongState, Err: err, Msg: fmt.Sprintf("%v; only a paused broadcast's recipients whose refusal halted it can be failed at resume (a failed one resumes without --fail-refused); nothing was changed", err)}
+		msg := fmt.Sprintf("broadcast %s is %s: --fail-refused applies to a paused broadcast only; nothing was changed", id, b.State)
+		if b.State == store.StateFailed {
+			msg += " (a failed broadcast resumes without it)"
+		}
+		return 0, 0, &Error{Kind: WrongState, Err: err, Msg: msg}
 	}
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	c.cfg.Log.Info("recipients whose refusal halted the broadcast failed by the operator", "broadcast", id.String(), "failed", n)
-	return n, nil
+	c.cfg.Log.Info("recipients whose refusal halted the broadcast failed by the operator", "broadcast", id.String(), "failed", failed, "unknown", unknown)
+	return failed, unknown, nil
 }
 
 // forgetFruitless sets every range record's Fruitless count of b back to

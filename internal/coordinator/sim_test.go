@@ -804,12 +804,12 @@ func (s *sim) resumeHalted() {
 	}
 	s.halts++
 	if s.halts >= 3 {
-		n, err := s.c.FailRefused(s.ctx, s.b.ID)
+		n, u, err := s.c.FailRefused(s.ctx, s.b.ID)
 		if err != nil {
 			s.violate("fail the recipients whose refusal halted the broadcast: %v", err)
 			return
 		}
-		s.logf("operator fails %d recipients whose refusal halted the broadcast", n)
+		s.logf("operator fails %d recipients whose refusal halted the broadcast (%d ended unknown)", n, u)
 		s.fault("halted recipients failed at resume")
 	}
 	s.fault("halted broadcast resumed")

@@ -112,9 +112,9 @@ type BroadcastOps interface {
 	// those addresses refuse for good while the relay takes others. A row
 	// whose earlier attempt may have been delivered (in doubt) ends unknown
 	// with InDoubtEndedPrefix instead, as the sweep ends it. Returns how
-	// many; ErrConflict unless the broadcast is paused. Nobody is
-	// suppressed for it.
-	FailHalted(ctx context.Context, id ulid.ULID, now time.Time) (int64, error)
+	// many it failed, and how many it ended unknown; ErrConflict unless the
+	// broadcast is paused. Nobody is suppressed for it.
+	FailHalted(ctx context.Context, id ulid.ULID, now time.Time) (failed, unknown int64, err error)
 }
 
 // ReplyGroup is the key failed rows are grouped by in a report: the reply

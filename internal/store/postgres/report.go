@@ -189,27 +189,40 @@ WHERE broadcast_id = $1 AND NOT accepted AND `
 	return out, err
 }
 
-func (s *Store) FailHalted(ctx context.Context, id ulid.ULID, now time.Time) (int64, error) {
+func (s *Store) FailHalted(ctx context.Context, id ulid.ULID, now time.Time) (failed, unknown int64, err error) {
 	// The state is tested in the statement: while paused no sweep claims a
 	// deferred row, so none of these is in flight.
-	tag, err := s.pool.Exec(ctx, `
+	rows, err := s.pool.Query(ctx, `
 UPDATE broadcast_sends SET status = CASE WHEN in_doubt THEN 'unknown' ELSE 'failed' END, retry_at = NULL, owner = '', updated_at = $2,
        error = CASE WHEN in_doubt THEN $6 ELSE $3 END || error
 WHERE broadcast_id = $1 AND status = 'deferred' AND NOT accepted
   AND (starts_with(error, $4) OR starts_with(error, $5))
-  AND EXISTS (SELECT 1 FROM broadcasts WHERE id = $1 AND state = 'paused')`, uid(id), now, store.FailedHaltedPrefix,
+  AND EXISTS (SELECT 1 FROM broadcasts WHERE id = $1 AND state = 'paused')
+RETURNING status`, uid(id), now, store.FailedHaltedPrefix,
 		store.HaltedPrefix, store.DeferredAgainPrefix+store.HaltedPrefix, store.InDoubtEndedPrefix)
 	if err != nil {
-		return 0, mapErr("fail halted rows", err)
+		return 0, 0, mapErr("fail halted rows", err)
 	}
-	if tag.RowsAffected() == 0 {
+	var status string
+	_, err = pgx.ForEachRow(rows, []any{&status}, func() error {
+		if status == string(store.SendUnknown) {
+			unknown++
+		} else {
+			failed++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, mapErr("fail halted rows", err)
+	}
+	if failed+unknown == 0 {
 		b, err := s.GetBroadcast(ctx, id)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if b.State != store.StatePaused {
-			return 0, fmt.Errorf("fail halted rows: broadcast %s is %s, not paused: %w", id, b.State, store.ErrConflict)
+			return 0, 0, fmt.Errorf("broadcast %s is %s, not paused: %w", id, b.State, store.ErrConflict)
 		}
 	}
-	return tag.RowsAffected(), nil
+	return failed, unknown, nil
 }

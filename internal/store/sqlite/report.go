@@ -231,10 +231,10 @@ WHERE broadcast_id = ?1 AND NOT accepted AND `
 	return out, nil
 }
 
-func (s *Store) FailHalted(ctx context.Context, bid ulid.ULID, now time.Time) (int64, error) {
-	var n int64
+func (s *Store) FailHalted(ctx context.Context, bid ulid.ULID, now time.Time) (failed, unknown int64, err error) {
 	var state store.State
-	err := s.write(ctx, "fail halted rows of "+bid.String(), func(tx *sql.Tx) error {
+	err = s.write(ctx, "fail halted rows of "+bid.String(), func(tx *sql.Tx) error {
+		failed, unknown = 0, 0 // a retried write counts afresh
 		b, err := getBroadcast(ctx, tx, bid)
 		if err != nil {
 			return err
@@ -242,23 +242,35 @@ func (s *Store) FailHalted(ctx context.Context, bid ulid.ULID, now time.Time) (i
 		if state = b.State; state != store.StatePaused {
 			return nil
 		}
-		res, err := tx.ExecContext(ctx, `
+		rows, err := tx.QueryContext(ctx, `
 UPDATE broadcast_sends SET status = CASE WHEN in_doubt THEN 'unknown' ELSE 'failed' END, retry_at = NULL, owner = '', updated_at = ?2,
        error = CASE WHEN in_doubt THEN ?6 ELSE ?3 END || error
 WHERE broadcast_id = ?1 AND status = 'deferred' AND NOT accepted
-  AND (substr(error, 1, length(?4)) = ?4 OR substr(error, 1, length(?5)) = ?5)`, id(bid), ts(now), store.FailedHaltedPrefix,
+  AND (substr(error, 1, length(?4)) = ?4 OR substr(error, 1, length(?5)) = ?5)
+RETURNING status`, id(bid), ts(now), store.FailedHaltedPrefix,
 			store.HaltedPrefix, store.DeferredAgainPrefix+store.HaltedPrefix, store.InDoubtEndedPrefix)
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
-		return err
+		defer rows.Close()
+		for rows.Next() {
+			var status string
+			if err := rows.Scan(&status); err != nil {
+				return err
+			}
+			if status == string(store.SendUnknown) {
+				unknown++
+			} else {
+				failed++
+			}
+		}
+		return rows.Err()
 	})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if state != store.StatePaused {
-		return 0, fmt.Errorf("fail halted rows: broadcast %s is %s, not paused: %w", bid, state, store.ErrConflict)
+		return 0, 0, fmt.Errorf("broadcast %s is %s, not paused: %w", bid, state, store.ErrConflict)
 	}
-	return n, nil
+	return failed, unknown, nil
 }

@@ -359,17 +359,17 @@ func testFailHalted(f *fixture) {
 	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w2/1", []store.Outcome{
 		{ContactID: ids[5], Status: store.SendDeferred, RetryAt: at(2), Error: lone},
 	}, at(1)), "record the in-doubt row's halting refusal")
-	_, err = f.s.FailHalted(f.ctx, b.ID, at(2))
+	_, _, err = f.s.FailHalted(f.ctx, b.ID, at(2))
 	f.wantErr(err, store.ErrConflict, "FailHalted while running")
 	if c := f.counts(b); c.Deferred != 5 || c.Failed != 0 {
 		f.t.Errorf("after FailHalted while running: %+v; want nothing changed", c)
 	}
 	_, err = f.s.SetState(f.ctx, b.ID, []store.State{store.StateRunning}, store.StatePaused, "halted", at(3))
 	f.must(err, "pause")
-	n, err := f.s.FailHalted(f.ctx, b.ID, at(4))
+	failed, unknown, err := f.s.FailHalted(f.ctx, b.ID, at(4))
 	f.must(err, "FailHalted")
-	if n != 3 {
-		f.t.Errorf("FailHalted ended %d rows; want the 3 whose refusal halted the broadcast", n)
+	if failed != 2 || unknown != 1 {
+		f.t.Errorf("FailHalted failed %d rows and ended %d unknown; want 2 failed and the in-doubt one unknown", failed, unknown)
 	}
 	for i, want := range []store.SendStatus{store.SendFailed, store.SendFailed, store.SendDeferred, store.SendSent, store.SendDeferred, store.SendUnknown} {
 		row, err := f.s.GetSend(f.ctx, b.ID, ids[i])
@@ -384,7 +384,7 @@ func testFailHalted(f *fixture) {
 			f.t.Errorf("row %d ended unknown with %q; want %q and the reply", i, row.Error, store.InDoubtEndedPrefix)
 		}
 	}
-	if n, err := f.s.FailHalted(f.ctx, b.ID, at(5)); err != nil || n != 0 {
-		f.t.Errorf("FailHalted again: %d, %v; want none left", n, err)
+	if failed, unknown, err := f.s.FailHalted(f.ctx, b.ID, at(5)); err != nil || failed+unknown != 0 {
+		f.t.Errorf("FailHalted again: %d, %d, %v; want none left", failed, unknown, err)
 	}
 }

@@ -596,8 +596,11 @@ type ResumeBroadcastResponse struct {
 	Broadcast *Broadcast             `protobuf:"bytes,1,opt,name=broadcast,proto3" json:"broadcast,omitempty"`
 	// failed_refused is how many recipients fail_refused failed.
 	FailedRefused int64 `protobuf:"varint,2,opt,name=failed_refused,json=failedRefused,proto3" json:"failed_refused,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// unknown_refused is how many it ended unknown instead: their earlier
+	// attempt may have been delivered, so "failed" could be untrue.
+	UnknownRefused int64 `protobuf:"varint,3,opt,name=unknown_refused,json=unknownRefused,proto3" json:"unknown_refused,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ResumeBroadcastResponse) Reset() {
@@ -640,6 +643,13 @@ func (x *ResumeBroadcastResponse) GetBroadcast() *Broadcast {
 func (x *ResumeBroadcastResponse) GetFailedRefused() int64 {
 	if x != nil {
 		return x.FailedRefused
+	}
+	return 0
+}
+
+func (x *ResumeBroadcastResponse) GetUnknownRefused() int64 {
+	if x != nil {
+		return x.UnknownRefused
 	}
 	return 0
 }
@@ -1463,10 +1473,11 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\"K\n" +
 	"\x16ResumeBroadcastRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
-	"\ffail_refused\x18\x02 \x01(\bR\vfailRefused\"w\n" +
+	"\ffail_refused\x18\x02 \x01(\bR\vfailRefused\"\xa0\x01\n" +
 	"\x17ResumeBroadcastResponse\x125\n" +
 	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\x12%\n" +
-	"\x0efailed_refused\x18\x02 \x01(\x03R\rfailedRefused\"(\n" +
+	"\x0efailed_refused\x18\x02 \x01(\x03R\rfailedRefused\x12'\n" +
+	"\x0funknown_refused\x18\x03 \x01(\x03R\x0eunknownRefused\"(\n" +
 	"\x16CancelBroadcastRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"P\n" +
 	"\x17CancelBroadcastResponse\x125\n" +
