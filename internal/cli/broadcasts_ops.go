@@ -456,6 +456,9 @@ func reportCommand(c *client) *cobra.Command {
 			for _, s := range r.GetStatuses() {
 				fmt.Fprintf(tw, "  %s\t%d\n", sendWord(s.GetStatus()), s.GetCount())
 			}
+			if n := r.GetLeftOut(); n > 0 {
+				fmt.Fprintf(tw, "  left out (of %d at start)\t%d\n", b.GetSnapshotTotal(), n)
+			}
 			fmt.Fprintln(tw, "outcomes\t")
 			fmt.Fprintf(tw, "  accepted by the SMTP server\t%d\n", r.GetAccepted())
 			fmt.Fprintf(tw, "  delivered (or further)\t%d\n", r.GetDelivered())

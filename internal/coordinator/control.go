@@ -275,6 +275,16 @@ func (c *Coordinator) Status(ctx context.Context, id ulid.ULID) (BroadcastStatus
 	return s, nil
 }
 
+// LeftOut is Progress.LeftOut of b with the ledger's counts: 0 unless b
+// has completed. Contacts who joined the segment after the start can be
+// sent too, so the difference is floored at zero.
+func LeftOut(b store.Broadcast, counts store.Counts) int64 {
+	if b.State != store.StateCompleted {
+		return 0
+	}
+	return max(0, b.SnapshotTotal-(counts.Sent+counts.Failed+counts.Deferred+counts.Claimed+counts.Unknown))
+}
+
 // status is b's status from its range records and the ledger's counts
 // (none for a draft).
 func (c *Coordinator) status(ctx context.Context, b store.Broadcast, recs []bus.RangeRecord, counts store.Counts) BroadcastStatus {
@@ -292,11 +302,7 @@ func (c *Coordinator) status(ctx context.Context, b store.Broadcast, recs []bus.
 	// pages in flight.
 	p.Sent, p.Failed, p.Deferred, p.InDoubt, p.Unknown = counts.Sent, counts.Failed, counts.Deferred, counts.Claimed, counts.Unknown
 	p.SentAgainInDoubt = counts.SentAgainInDoubt
-	if b.State == store.StateCompleted {
-		// Contacts who joined the segment after the start can be sent
-		// too, so the difference is floored at zero.
-		p.LeftOut = max(0, b.SnapshotTotal-(counts.Sent+counts.Failed+counts.Deferred+counts.Claimed+counts.Unknown))
-	}
+	p.LeftOut = LeftOut(b, counts)
 	c.mu.Lock()
 	a := c.actors[b.ID]
 	c.mu.Unlock()

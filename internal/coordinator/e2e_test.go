@@ -370,6 +370,9 @@ func TestUnsubscribeMidBroadcast(t *testing.T) {
 		t.Errorf("completed: audience %d, sent %d, failed %d, left out %d; want %d left out and the sums equal to the audience",
 			b.GetSnapshotTotal(), p.GetSent(), p.GetFailed(), p.GetLeftOut(), len(victims))
 	}
+	if r, err := pb.NewBroadcastOpsServiceClient(s.conn).ReportBroadcast(context.Background(), &pb.ReportBroadcastRequest{Id: id}); err != nil || r.GetLeftOut() != int64(len(victims)) {
+		t.Errorf("report: left out %d, %v; want %d", r.GetLeftOut(), err, len(victims))
+	}
 	t.Logf("%d contacts unsubscribed mid-broadcast received nothing", len(victims))
 }
 

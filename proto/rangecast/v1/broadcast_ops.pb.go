@@ -1142,6 +1142,11 @@ type ReportBroadcastResponse struct {
 	// suppressed. Not in bounced, which counts bounces reported after
 	// acceptance; both are in bounce_rate.
 	RefusedAtSend int64 `protobuf:"varint,18,opt,name=refused_at_send,json=refusedAtSend,proto3" json:"refused_at_send,omitempty"`
+	// left_out is Progress.left_out: for a completed broadcast, how many
+	// fewer outcomes it has than its audience at start (unsubscribed,
+	// suppressed, erased or out of the segment before their page; net of
+	// any who joined the segment since). 0 before completion.
+	LeftOut       int64 `protobuf:"varint,19,opt,name=left_out,json=leftOut,proto3" json:"left_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1298,6 +1303,13 @@ func (x *ReportBroadcastResponse) GetRetryable() int64 {
 func (x *ReportBroadcastResponse) GetRefusedAtSend() int64 {
 	if x != nil {
 		return x.RefusedAtSend
+	}
+	return 0
+}
+
+func (x *ReportBroadcastResponse) GetLeftOut() int64 {
+	if x != nil {
+		return x.LeftOut
 	}
 	return 0
 }
@@ -1700,7 +1712,7 @@ const file_rangecast_v1_broadcast_ops_proto_rawDesc = "" +
 	"\fFailureGroup\x12\x14\n" +
 	"\x05reply\x18\x01 \x01(\tR\x05reply\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x18\n" +
-	"\aexample\x18\x03 \x01(\tR\aexample\"\xbf\x05\n" +
+	"\aexample\x18\x03 \x01(\tR\aexample\"\xda\x05\n" +
 	"\x17ReportBroadcastResponse\x125\n" +
 	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\x125\n" +
 	"\bstatuses\x18\x02 \x03(\v2\x19.rangecast.v1.StatusCountR\bstatuses\x12\x1a\n" +
@@ -1723,7 +1735,8 @@ const file_rangecast_v1_broadcast_ops_proto_rawDesc = "" +
 	"\x10alarm_min_sample\x18\x0f \x01(\x03R\x0ealarmMinSample\x126\n" +
 	"\bfailures\x18\x10 \x03(\v2\x1a.rangecast.v1.FailureGroupR\bfailures\x12\x1c\n" +
 	"\tretryable\x18\x11 \x01(\x03R\tretryable\x12&\n" +
-	"\x0frefused_at_send\x18\x12 \x01(\x03R\rrefusedAtSend\"(\n" +
+	"\x0frefused_at_send\x18\x12 \x01(\x03R\rrefusedAtSend\x12\x19\n" +
+	"\bleft_out\x18\x13 \x01(\x03R\aleftOut\"(\n" +
 	"\x16ExportBroadcastRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\xb9\x02\n" +
 	"\tLedgerRow\x12\x1d\n" +
