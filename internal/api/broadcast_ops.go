@@ -532,17 +532,9 @@ func (api *BroadcastOpsAPI) ReportBroadcast(ctx context.Context, req *pb.ReportB
 	if err != nil {
 		return nil, Error(err)
 	}
-	var leftOut int64
-	if b.State == store.StateCompleted {
-		counts, err := api.cfg.Store.Counts(ctx, b.ID)
-		if err != nil {
-			return nil, Error(err)
-		}
-		leftOut = coordinator.LeftOut(b, counts)
-	}
 	st := r.Statuses
 	out := &pb.ReportBroadcastResponse{
-		LeftOut:   leftOut,
+		LeftOut:   coordinator.LeftOut(b, r.Counts),
 		Broadcast: broadcastPB(b, nil), Accepted: r.Reputation.Accepted, Delivered: r.Reputation.Delivered,
 		Opened: st[store.SendOpened] + st[store.SendClicked], Clicked: st[store.SendClicked],
 		Bounced: r.Reputation.Bounced, Complained: r.Reputation.Complained, Unsubscribed: st[store.SendUnsubscribed],

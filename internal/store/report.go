@@ -52,6 +52,9 @@ type FailureGroup struct {
 type Report struct {
 	// Statuses counts ledger rows by their status now.
 	Statuses map[SendStatus]int64
+	// Counts are the same rows as Store.Counts sums them, from the same
+	// read.
+	Counts Counts
 	// Reputation is the sums the reputation alarms read (accepted,
 	// delivered, bounced, complained).
 	Reputation Reputation

@@ -195,6 +195,28 @@ type Counts struct {
 	SentAgainInDoubt int64
 }
 
+// Add counts n ledger rows of one status, accepted flag and in-doubt flag
+// (a row of GROUP BY status, accepted, in_doubt).
+func (c *Counts) Add(status SendStatus, accepted, inDoubt bool, n int64) {
+	if accepted {
+		c.Sent += n // accepted by the SMTP server, whatever was reported since
+		if inDoubt {
+			c.SentAgainInDoubt += n
+		}
+		return
+	}
+	switch status {
+	case SendClaimed:
+		c.Claimed += n
+	case SendFailed:
+		c.Failed += n
+	case SendDeferred:
+		c.Deferred += n
+	case SendUnknown:
+		c.Unknown += n
+	}
+}
+
 // Pending is what completing a broadcast waits for, read from only the
 // ledger rows in those states (claimed, deferred, failed), so its cost is
 // the rows still open, not the broadcast's size. Each count equals the

@@ -911,8 +911,12 @@ func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, owner string, 
 	return mapErr("release claims", s.pool.SendBatch(ctx, batch).Close())
 }
 
+// countSends groups a broadcast's ledger rows as store.Counts.Add takes
+// them.
+const countSends = `SELECT status, accepted, in_doubt, count(*) FROM broadcast_sends WHERE broadcast_id = $1 GROUP BY status, accepted, in_doubt`
+
 func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, error) {
-	rows, err := s.pool.Query(ctx, `SELECT status, accepted, in_doubt, count(*) FROM broadcast_sends WHERE broadcast_id = $1 GROUP BY status, accepted, in_doubt`, uid(broadcast))
+	rows, err := s.pool.Query(ctx, countSends, uid(broadcast))
 	if err != nil {
 		return store.Counts{}, mapErr("count sends", err)
 	}
@@ -921,23 +925,7 @@ func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, 
 	var accepted, inDoubt bool
 	var n int64
 	_, err = pgx.ForEachRow(rows, []any{&status, &accepted, &inDoubt, &n}, func() error {
-		if accepted {
-			c.Sent += n // accepted by the SMTP server, whatever was reported since
-			if inDoubt {
-				c.SentAgainInDoubt += n
-			}
-			return nil
-		}
-		switch store.SendStatus(status) {
-		case store.SendClaimed:
-			c.Claimed += n
-		case store.SendFailed:
-			c.Failed += n
-		case store.SendDeferred:
-			c.Deferred += n
-		case store.SendUnknown:
-			c.Unknown += n
-		}
+		c.Add(store.SendStatus(status), accepted, inDoubt, n)
 		return nil
 	})
 	return c, mapErr("count sends", err)

@@ -93,13 +93,18 @@ func (s *Store) Report(ctx context.Context, id ulid.ULID, groups int) (store.Rep
 		return store.Report{}, err
 	}
 	r := store.Report{Statuses: map[store.SendStatus]int64{}, Events: map[store.EventType]int64{}}
-	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM broadcast_sends WHERE broadcast_id = $1 GROUP BY status`, uid(id))
+	rows, err := s.pool.Query(ctx, countSends, uid(id))
 	if err != nil {
 		return r, mapErr("report: statuses", err)
 	}
 	var key string
+	var accepted, inDoubt bool
 	var n int64
-	if _, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error { r.Statuses[store.SendStatus(key)] = n; return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&key, &accepted, &inDoubt, &n}, func() error {
+		r.Statuses[store.SendStatus(key)] += n
+		r.Counts.Add(store.SendStatus(key), accepted, inDoubt, n)
+		return nil
+	}); err != nil {
 		return r, mapErr("report: statuses", err)
 	}
 	rows, err = s.pool.Query(ctx, `

@@ -128,15 +128,35 @@ func countBy[K ~string](ctx context.Context, q querier, query string, args ...an
 	return out, rows.Err()
 }
 
+// reportStatuses fills r's Statuses and Counts from one read (countSends).
+func (s *Store) reportStatuses(ctx context.Context, bid ulid.ULID, r *store.Report) error {
+	rows, err := s.r.QueryContext(ctx, countSends, id(bid))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var status string
+		var accepted, inDoubt bool
+		var n int64
+		if err := rows.Scan(&status, &accepted, &inDoubt, &n); err != nil {
+			return err
+		}
+		r.Statuses[store.SendStatus(status)] += n
+		r.Counts.Add(store.SendStatus(status), accepted, inDoubt, n)
+	}
+	return rows.Err()
+}
+
 func (s *Store) Report(ctx context.Context, bid ulid.ULID, groups int) (store.Report, error) {
 	if _, err := s.GetBroadcast(ctx, bid); err != nil {
 		return store.Report{}, err
 	}
-	var r store.Report
-	var err error
-	if r.Statuses, err = countBy[store.SendStatus](ctx, s.r, `SELECT status, count(*) FROM broadcast_sends WHERE broadcast_id = ? GROUP BY status`, id(bid)); err != nil {
+	r := store.Report{Statuses: map[store.SendStatus]int64{}}
+	if err := s.reportStatuses(ctx, bid, &r); err != nil {
 		return r, mapErr("report: statuses", err)
 	}
+	var err error
 	if r.Events, err = countBy[store.EventType](ctx, s.r, `
 SELECT type, count(DISTINCT contact_id) FROM delivery_events WHERE broadcast_id = ? GROUP BY type`, id(bid)); err != nil {
 		return r, mapErr("report: events", err)

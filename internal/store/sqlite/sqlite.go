@@ -932,8 +932,12 @@ func (s *Store) Release(ctx context.Context, broadcast ulid.ULID, owner string, 
 	})
 }
 
+// countSends groups a broadcast's ledger rows as store.Counts.Add takes
+// them.
+const countSends = `SELECT status, accepted, in_doubt, count(*) FROM broadcast_sends WHERE broadcast_id = ? GROUP BY status, accepted, in_doubt`
+
 func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT status, accepted, in_doubt, count(*) FROM broadcast_sends WHERE broadcast_id = ? GROUP BY status, accepted, in_doubt`, id(broadcast))
+	rows, err := s.r.QueryContext(ctx, countSends, id(broadcast))
 	if err != nil {
 		return store.Counts{}, mapErr("count sends", err)
 	}
@@ -946,23 +950,7 @@ func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, 
 		if err := rows.Scan(&status, &accepted, &inDoubt, &n); err != nil {
 			return store.Counts{}, mapErr("count sends", err)
 		}
-		if accepted {
-			c.Sent += n // accepted by the SMTP server, whatever was reported since
-			if inDoubt {
-				c.SentAgainInDoubt += n
-			}
-			continue
-		}
-		switch store.SendStatus(status) {
-		case store.SendClaimed:
-			c.Claimed += n
-		case store.SendFailed:
-			c.Failed += n
-		case store.SendDeferred:
-			c.Deferred += n
-		case store.SendUnknown:
-			c.Unknown += n
-		}
+		c.Add(store.SendStatus(status), accepted, inDoubt, n)
 	}
 	return c, mapErr("count sends", rows.Err())
 }

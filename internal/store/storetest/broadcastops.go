@@ -128,6 +128,9 @@ func testReport(f *fixture) {
 	if fmt.Sprint(r.Statuses) != fmt.Sprint(wantStatuses) {
 		f.t.Errorf("Statuses = %v; want %v", r.Statuses, wantStatuses)
 	}
+	if c := f.counts(b); r.Counts != c {
+		f.t.Errorf("Report's Counts = %+v; want Counts' %+v", r.Counts, c)
+	}
 	wantEvents := map[store.EventType]int64{store.EventDelivered: 1, store.EventOpened: 1, store.EventClicked: 1, store.EventBounced: 1, store.EventComplained: 1}
 	if fmt.Sprint(r.Events) != fmt.Sprint(wantEvents) {
 		f.t.Errorf("Events = %v; want %v", r.Events, wantEvents)
