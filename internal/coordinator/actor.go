@@ -957,8 +957,5 @@ func maxID(x, y string) string {
 // messages is "1 message" or "n messages" (a tester read "1 messages
 // failed").
 func messages(n int64) string {
-	if n == 1 {
-		return "1 message"
-	}
-	return fmt.Sprintf("%d messages", n)
+	return fmt.Sprintf("%d %s", n, store.Plural(n, "message", "messages"))
 }

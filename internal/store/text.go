@@ -156,3 +156,12 @@ func CheckRowText(name string, attrs map[string]string, segments []string) error
 	}
 	return nil
 }
+
+// Plural is one when n is 1, otherwise many: for messages that count
+// ("1 message", "3 messages").
+func Plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

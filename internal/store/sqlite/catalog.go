@@ -97,19 +97,12 @@ func (s *Store) DeleteSegment(ctx context.Context, name string) (store.SegmentIn
 		}
 		if g.Broadcasts > 0 {
 			return fmt.Errorf("segment %q is the audience of %d %s; a broadcast keeps its segment, so it cannot be deleted: %w",
-				name, g.Broadcasts, plural(g.Broadcasts, "broadcast", "broadcasts"), store.ErrConflict)
+				name, g.Broadcasts, store.Plural(g.Broadcasts, "broadcast", "broadcasts"), store.ErrConflict)
 		}
 		_, err = tx.ExecContext(ctx, `DELETE FROM segments WHERE id = ?1`, g.ID)
 		return err
 	})
 	return g, err
-}
-
-func plural(n int64, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 func (s *Store) TemplatePage(ctx context.Context, after string, limit int) ([]store.Template, error) {
