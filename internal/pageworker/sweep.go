@@ -69,6 +69,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		// A row cannot wait for ever: after its attempts (giveUpAttempts)
 		// it fails with the reason, so the broadcast finishes and the
 		// failure is seen.
+		answered := w.cfg.Clock.Now() // the deferrals' waits count from here, as in conclude
 		for k, o := range outcomes {
 			if o.Status != store.SendDeferred || o.NotAttempted {
 				// Held, or refused before the recipient was named: not an
@@ -83,7 +84,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 				res.failed++
 				continue
 			}
-			if at := w.retryAfterAttempt(w.cfg.Clock.Now(), attempt); at.After(o.RetryAt) {
+			if at := w.retryAfterAttempt(answered, attempt); at.After(o.RetryAt) {
 				outcomes[k].RetryAt = at // a greylisting server's wait (retryAt) may be later
 			}
 			outcomes[k].Error = store.DeferredAgainPrefix + o.Error

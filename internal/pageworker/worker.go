@@ -1258,7 +1258,7 @@ func beforeRecipient(err error) bool {
 func aboutOneMailbox(err error) bool {
 	var se *transport.SendError
 	return errors.As(err, &se) && (se.Stage == transport.StageRcpt || se.Stage == transport.StageData) &&
-		se.Code/100 == 4 && (strings.HasPrefix(se.Enhanced, "4.2.") || reGreylist.MatchString(se.Text) || rspamdGreylist(se))
+		se.Code/100 == 4 && (strings.HasPrefix(se.Enhanced, "4.2.") || greylisting(se))
 }
 
 // reGreylist is a greylisting server's words (postgrey: "Greylisted, see
@@ -1347,7 +1347,7 @@ func (w *Worker) retryAt(now time.Time, err error) time.Time {
 // fallback. ok is false when err is not greylisting.
 func greylistWait(err error, fallback time.Duration) (time.Duration, bool) {
 	var se *transport.SendError
-	if !errors.As(err, &se) || se.Code/100 != 4 || !(reGreylist.MatchString(se.Text) || rspamdGreylist(se)) {
+	if !errors.As(err, &se) || se.Code/100 != 4 || !greylisting(se) {
 		return 0, false
 	}
 	// The recipient's address and a help URL can hold digits and a unit
@@ -1382,6 +1382,12 @@ var reNamedWait = regexp.MustCompile(`(?i)\b(?:for|in|after)\s+(\d{1,5}) ?(secon
 
 // reAddressOrURL is an address in angle brackets, or a URL, of a reply.
 var reAddressOrURL = regexp.MustCompile(`<[^>]*>|(?i)\bhttps?://\S+`)
+
+// greylisting reports a greylisting server's reply: its words, or
+// rspamd's bare one.
+func greylisting(se *transport.SendError) bool {
+	return reGreylist.MatchString(se.Text) || rspamdGreylist(se)
+}
 
 // rspamdGreylist is rspamd's greylisting reply, whose default text says
 // nothing of greylisting ("451 4.7.1 Try again later", timeout 300 s): its
