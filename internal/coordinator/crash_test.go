@@ -153,9 +153,10 @@ func startDyingWorker(t *testing.T, s *stack, pages int) *freezingTransport {
 	t.Cleanup(cancel)
 	// Its frozen page makes no progress, so after MaxPageTime the worker's
 	// liveness record no longer lists it, as if the process had died: its
-	// claims are in doubt from then on.
+	// claims are in doubt from then on. It waits for its windows whole
+	// (no stragglers), as a dead process would record nothing more.
 	w := pageworker.New(pageworker.Config{Store: s.store, Bus: s.bus, Transport: dying, Log: testLogger(t), Concurrency: deadConc,
-		Pages: pages, FetchWait: 200 * time.Millisecond, MaxPageTime: time.Second})
+		Pages: pages, FetchWait: 200 * time.Millisecond, MaxPageTime: time.Second, StragglerAfter: -1})
 	go w.Run(ctx) //nolint:errcheck // never returns: it is frozen
 	return dying
 }

@@ -97,6 +97,7 @@ func TestSimulation(t *testing.T) {
 	var wg sync.WaitGroup
 	var failedMu sync.Mutex
 	var failed []string
+	stragglersBefore := stragglersConcluded()
 	for range workers {
 		wg.Go(func() {
 			for {
@@ -121,8 +122,8 @@ func TestSimulation(t *testing.T) {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
 	}
 	slices.Sort(kinds)
-	t.Logf("simulation: %d schedules, %d steps, %d messages accepted, %d unknown, faults injected: %s; invariant violations: %d",
-		totals.schedules, totals.steps, totals.sent, totals.unknown, strings.Join(kinds, ", "), totals.violations)
+	t.Logf("simulation: %d schedules, %d steps, %d messages accepted, %d unknown, %d sends concluded as stragglers, faults injected: %s; invariant violations: %d",
+		totals.schedules, totals.steps, totals.sent, totals.unknown, stragglersConcluded()-stragglersBefore, strings.Join(kinds, ", "), totals.violations)
 	for _, f := range failed {
 		t.Error(f)
 	}
@@ -162,6 +163,12 @@ type sim struct {
 	// ("450 4.7.1 … Greylisted") until a delay after their first attempt
 	// has passed: 5 minutes, or 60 s named in the reply for half of them.
 	pGrey float64
+	// pSlow is the share of sends whose answer comes late (a tarpit, a
+	// slow end-of-data reply): after a real simSlowSend, past the
+	// workers' StragglerAfter, so the page records their window without
+	// them and concludes them with a later one (pageworker's stragglers).
+	// With none, workers wait for every window whole, as before.
+	pSlow float64
 	// halts counts the halted broadcast's resumes after the faults.
 	halts int
 	// final is the broadcast's state when the schedule ended (check).
@@ -335,6 +342,9 @@ func (tr *simTransport) Send(_ context.Context, m message.Rendered) (string, err
 	attempt := tr.attempts[m.To]
 	tr.mu.Unlock()
 	s := tr.s
+	if tr.draw(m.To, 2_000_000+attempt) < s.pSlow {
+		time.Sleep(simSlowSend) // real time: the straggler rule is on the real clock
+	}
 	if x := tr.draw(m.To, 0); x < s.pRecipient {
 		// A recipient refusal is the same answer every time.
 		return "", &transport.SendError{Code: 550, Enhanced: "5.1.1", Text: "no such user", Stage: transport.StageRcpt}
@@ -600,8 +610,9 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	// found.
 	s.pPolicy = []float64{0, 0, 0.01, 0.05}[rand.New(rand.NewPCG(seed^0x706f6c6963792121, seed)).IntN(4)]
 	s.pGrey = []float64{0, 0, 0.05, 0.3}[rand.New(rand.NewPCG(seed^0x677265796c697374, seed)).IntN(4)]
-	if slices.Contains(slices.Collect(maps.Values(simRegressions)), seed) {
-		s.pPolicy, s.pGrey = 0, 0
+	s.pSlow = []float64{0, 0, 0.03, 0.15}[rand.New(rand.NewPCG(seed^0x7374726167676c65, seed)).IntN(4)]
+	if slices.Contains(slices.Collect(maps.Values(simRegressions)), seed) || seed == simFailRefusedSeed {
+		s.pPolicy, s.pGrey, s.pSlow = 0, 0, 0
 	}
 	switch rng.IntN(3) {
 	case 0:
@@ -679,8 +690,8 @@ func (s *sim) setup() {
 		s.t.Fatalf("seed %d: state: %v", s.seed, err)
 	}
 	s.leaders = []*actor{s.newLeader()}
-	s.logf("broadcast of %d contacts; window %d, page %d; transient %.2f recipient %.2f policy refusals %.2f greylisted %.2f lost-after-dot %.2f; store errors %.2f ambiguous %.2f kills %.2f copies %.2f; policy %s lookup %v",
-		n, s.window, s.pageLimit, s.pTransient, s.pRecipient, s.pPolicy, s.pGrey, s.pLostAfterDot, s.pStoreErr, s.pAmbiguous, s.pKill, s.pDupCopy, s.policy, s.lookup)
+	s.logf("broadcast of %d contacts; window %d, page %d; transient %.2f recipient %.2f policy refusals %.2f greylisted %.2f slow %.2f lost-after-dot %.2f; store errors %.2f ambiguous %.2f kills %.2f copies %.2f; policy %s lookup %v",
+		n, s.window, s.pageLimit, s.pTransient, s.pRecipient, s.pPolicy, s.pGrey, s.pSlow, s.pLostAfterDot, s.pStoreErr, s.pAmbiguous, s.pKill, s.pDupCopy, s.policy, s.lookup)
 }
 
 // simLog puts the engine's own log lines (reconciler, transitions) in the
@@ -949,7 +960,11 @@ func (s *sim) startCopy(dup bool) {
 	c := &copyRun{id: s.nextID, owner: fmt.Sprintf("w%d/1", s.nextID), job: j, dup: dup,
 		gateCh: make(chan string), resume: make(chan gateFault), done: make(chan copyResult, 1)}
 	s.setLive(c.owner, true)
-	w := pageworker.New(pageworker.Config{Store: &gatedStore{st: s.st, c: c}, Transport: s.tr, Clock: s.clk,
+	straggleAfter := time.Duration(-1) // every window whole
+	if s.pSlow > 0 {
+		straggleAfter = simStragglerAfter
+	}
+	w := pageworker.New(pageworker.Config{Store: &gatedStore{st: s.st, c: c}, Transport: s.tr, Clock: s.clk, StragglerAfter: straggleAfter,
 		Log: slog.New(slog.DiscardHandler), Concurrency: s.window, States: simStates{s.kv}, ID: fmt.Sprintf("w%d", c.id),
 		// RetryFor is short of the simulated minutes a schedule runs, so
 		// recipients who keep refusing still fail by their attempts (13 at
@@ -1082,10 +1097,11 @@ func (s *sim) endCopy(c *copyRun, res copyResult) {
 	case res.killed:
 		// The in-doubt bound (docs/reliability.md): a page run holds at
 		// most two windows of claims without an outcome, the one being
-		// sent and the one claimed behind it, whatever step it died at.
+		// sent and the one claimed behind it, whatever step it died at,
+		// and a window of stragglers where sends are slow.
 
-		if held, err := s.st.InDoubt(s.ctx, s.b.ID, c.owner, 1000); err == nil && len(held) > pageworker.InDoubtWindows*s.window {
-			s.violate("copy %d died holding %d claims without an outcome, more than %d windows of %d", c.id, len(held), pageworker.InDoubtWindows, s.window)
+		if held, err := s.st.InDoubt(s.ctx, s.b.ID, c.owner, 1000); err == nil && len(held) > s.inDoubtWindows()*s.window {
+			s.violate("copy %d died holding %d claims without an outcome, more than %d windows of %d", c.id, len(held), s.inDoubtWindows(), s.window)
 		}
 		// JetStream hands the job on after the ack wait, towards its
 		// delivery limit.
@@ -1350,11 +1366,11 @@ func (s *sim) check() {
 		}
 	}
 	s.unknownTotal = unknown
-	if bound := s.kills*pageworker.InDoubtWindows*s.window + maybe; dups > bound {
-		s.violate("%d second copies under the resend policy, more than the in-doubt bound (2 windows) × kills + lost-after-dot %d", dups, bound)
+	if bound := s.kills*s.inDoubtWindows()*s.window + maybe; dups > bound {
+		s.violate("%d second copies under the resend policy, more than the in-doubt bound (%d windows) × kills + lost-after-dot %d", dups, s.inDoubtWindows(), bound)
 	}
-	if bound := s.kills*pageworker.InDoubtWindows*s.window + maybe; unknown > bound {
-		s.violate("%d unknown, more than the in-doubt bound (2 windows) × kills + lost-after-dot %d", unknown, bound)
+	if bound := s.kills*s.inDoubtWindows()*s.window + maybe; unknown > bound {
+		s.violate("%d unknown, more than the in-doubt bound (%d windows) × kills + lost-after-dot %d", unknown, s.inDoubtWindows(), bound)
 	}
 }
 
@@ -1380,7 +1396,7 @@ func TestSimulationRegressions(t *testing.T) {
 // completes, every invariant kept.
 func TestSimulationFailRefused(t *testing.T) {
 	t.Parallel()
-	s := runSchedule(t, 16001184, false)
+	s := runSchedule(t, simFailRefusedSeed, false)
 	for _, v := range s.violations {
 		t.Errorf("%s\n%s", v, strings.Join(s.tail(30), "\n"))
 	}
@@ -1397,6 +1413,38 @@ func TestSimulationFailRefused(t *testing.T) {
 // are pinned by targeted tests (pageworker's TestTwoCopiesOfAPageLoseNobody
 // and TestFailedOutcomeWritesKeepWhatIsKnown, TestKVStateConvergesToTheStore,
 // TestStoreOutageIsNotAPoisonPage).
+// inDoubtWindows is how many windows a page run may hold without an
+// outcome: pageworker.InDoubtWindows, or one fewer where no send is slow,
+// as the workers then wait for every window whole.
+func (s *sim) inDoubtWindows() int {
+	if s.pSlow == 0 {
+		return pageworker.InDoubtWindows - 1
+	}
+	return pageworker.InDoubtWindows
+}
+
+// stragglersConcluded is the page workers' rangecast_pageworker_stragglers_total:
+// how many sends their pages went on without (the simulation's slow ones).
+func stragglersConcluded() int {
+	families, _ := pageworker.Metrics.Gather()
+	for _, f := range families {
+		if f.GetName() == "rangecast_pageworker_stragglers_total" {
+			return int(f.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	return 0
+}
+
+// simSlowSend is how long a slow send takes, in real time, and
+// simStragglerAfter the workers' StragglerAfter when some sends are slow.
+const (
+	simSlowSend       = 30 * time.Millisecond
+	simStragglerAfter = 5 * time.Millisecond
+)
+
+// simFailRefusedSeed is TestSimulationFailRefused's schedule.
+const simFailRefusedSeed = 16001184
+
 var simRegressions = map[string]uint64{
 	"split brain: a stale page's report after another leader's rewind": 93,
 	"a lost KV write undid a rewind behind a released claim":           737,

@@ -28,6 +28,10 @@ var (
 		Name: "rangecast_pageworker_store_retries_total",
 		Help: "Store writes of known outcomes retried after an error (a failover, a dropped connection, an ambiguous commit).",
 	})
+	stragglers = auto.NewCounter(prometheus.CounterOpts{
+		Name: "rangecast_pageworker_stragglers_total",
+		Help: "Sends a page went on without: still running a second (StragglerAfter) after the rest of their window had ended (a server tarpitting one recipient, a slow reply to the data). Each outcome is recorded with a later window's.",
+	})
 	pageSeconds = auto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "rangecast_pageworker_page_seconds",
 		Help:    "Time to walk one page, from fetch to report.",

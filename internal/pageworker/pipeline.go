@@ -7,17 +7,21 @@ import (
 )
 
 // InDoubtWindows bounds what one page run holds claimed without an
-// outcome, in in-flight windows (Config.Concurrency): the window being sent
-// and the one claimed behind it. A page run that has claimed its last
-// window hands its turn on once only that window is without an outcome
-// (Worker.Run), so a worker holds at most InDoubtBound claims in doubt.
-const InDoubtWindows = 2
+// outcome, in in-flight windows (Config.Concurrency): the window being sent,
+// the one claimed behind it, and up to a window of stragglers, sends that
+// outlived their window's conclusion (pipeline.wait; the worker's straggler
+// tokens hold them to a window per turn). A page run that has claimed its
+// last window hands its turn on once only that window and its stragglers
+// are without an outcome (Worker.Run), so a worker holds at most
+// InDoubtBound claims in doubt.
+const InDoubtWindows = 3
 
 // InDoubtBound is the most claims without an outcome a worker running
 // pages at once, window contacts at a time, holds at any moment, and so
 // the most a kill -9 of it leaves in doubt: InDoubtWindows windows for each
-// of its turns, and one window of the page that is finishing while the
-// next one starts.
+// of its turns (the stragglers' window counted there, whichever pages hold
+// them), and one window of the page that is finishing while the next one
+// starts.
 func InDoubtBound(pages, window int) int {
 	return (InDoubtWindows*max(pages, 1) + 1) * window
 }
@@ -60,12 +64,102 @@ func (p *pipeline) start(b *batch) {
 }
 
 // wait returns the oldest window started and not yet waited for, once all
-// its sends have finished.
-func (p *pipeline) wait() *batch {
+// its sends have finished, or all but its stragglers (pending): sends still
+// running StragglerAfter after the last of the others finished, once at
+// least half of them have. A straggler (a server tarpitting one recipient,
+// an end-of-data reply that takes half a minute) would otherwise hold the
+// whole page: the window after next is claimed only in the commit that
+// records this one. Each straggler takes one of the worker's straggler
+// tokens (Worker.late), which bound the claims stragglers keep without an
+// outcome; without enough of them the window is waited for whole, as
+// before. A straggler reports on b.finished when it ends.
+//
+// The grace is on the real clock, not Config.Clock: it measures real sends.
+func (p *pipeline) wait() (b *batch, pending []int) {
+	b = p.started[0]
+	p.started = p.started[1:]
+	grace := p.w.cfg.StragglerAfter
+	if grace <= 0 {
+		<-b.done
+		return b, nil
+	}
+	ended := make([]bool, len(b.window))
+	var timer *time.Timer
+	var fire <-chan time.Time // armed while at least half have ended and some run on
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for n := 0; n < b.attempted; {
+		select {
+		case i := <-b.finished:
+			ended[i] = true
+			if n++; 2*n >= b.attempted && n < b.attempted {
+				if timer == nil {
+					timer = time.NewTimer(grace)
+				} else {
+					timer.Reset(grace)
+				}
+				fire = timer.C
+			}
+		case <-fire:
+			fire = nil // re-armed when the next send ends
+			for drained := false; !drained; {
+				select {
+				case i := <-b.finished: // ended while the timer fired
+					ended[i] = true
+					n++
+				default:
+					drained = true
+				}
+			}
+			if n == b.attempted {
+				return b, nil
+			}
+			for i, c := range b.window {
+				if b.mine[c.ID] && b.deferUntil[i].IsZero() && !ended[i] {
+					pending = append(pending, i)
+				}
+			}
+			if p.w.takeLate(len(pending)) {
+				stragglers.Add(float64(len(pending)))
+				return b, pending
+			}
+			pending = nil
+		}
+	}
+	return b, nil
+}
+
+// waitAll returns the oldest window started and not yet waited for, once
+// every one of its sends has finished.
+func (p *pipeline) waitAll() *batch {
 	b := p.started[0]
 	p.started = p.started[1:]
 	<-b.done
 	return b
+}
+
+// takeLate takes n straggler tokens, or none if fewer are free.
+func (w *Worker) takeLate(n int) bool {
+	for k := range n {
+		select {
+		case w.late <- struct{}{}:
+		default:
+			w.giveLate(k)
+			return false
+		}
+	}
+	return true
+}
+
+// giveLate returns n straggler tokens: their stragglers' outcomes are
+// concluded.
+func (w *Worker) giveLate(n int) {
+	for range n {
+		<-w.late
+	}
 }
 
 // close sends what was started and returns when every send has finished.
@@ -94,7 +188,7 @@ func (p *pipeline) run() {
 			wg.Add(1)
 			p.sends.Add(1)
 			p.w.senders.run(func() {
-				defer func() { <-p.w.slots; wg.Done(); p.sends.Done() }()
+				defer func() { <-p.w.slots; b.finished <- i; wg.Done(); p.sends.Done() }()
 				b.errs[i] = p.w.send(p.ctx, p.l, c, b.now)
 			})
 		}
@@ -133,6 +227,7 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				if ended, _ := ln.over(); ended {
 					<-ln.sem
 					b.errs[i] = errStepEnded
+					b.finished <- i
 					continue
 				}
 				p.w.slots <- struct{}{}
@@ -149,6 +244,7 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				default:
 					ln.stop(b.now)
 				}
+				b.finished <- i
 			}
 		}()
 	}

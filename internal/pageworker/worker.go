@@ -114,6 +114,13 @@ type Config struct {
 	// whose outcome it knows (sent, failed) before it gives the rows up as
 	// in doubt. A store outage shorter than this loses no knowledge.
 	StoreRetryFor time.Duration
+	// StragglerAfter is how long a window's sends may run on after the
+	// last of the others ended (once at least half have) before the page
+	// records the window without them and goes on (pipeline.wait): a
+	// server that tarpits one recipient for half a minute held the whole
+	// page as long. Their outcomes are recorded with a later window's.
+	// Default 1 s; negative waits for every window whole.
+	StragglerAfter time.Duration
 	// States overrides where the worker reads a broadcast's state (tests
 	// and the simulation); the KV watch otherwise.
 	States StateSource
@@ -170,6 +177,9 @@ func (c Config) withDefaults() Config {
 		// then waits about 5 s in all, not 10.
 		c.RetryAfter = time.Second
 	}
+	if c.StragglerAfter == 0 {
+		c.StragglerAfter = time.Second
+	}
 	if c.StoreRetryFor == 0 {
 		c.StoreRetryFor = 15 * time.Minute
 	}
@@ -198,6 +208,11 @@ type Worker struct {
 	// while it still claims windows.
 	slots chan struct{}
 	turns chan struct{}
+	// late holds a token for each straggler whose outcome is not yet
+	// concluded (pipeline.wait): at most a window's worth per turn, so
+	// stragglers add at most Pages × Concurrency to the claims a worker
+	// holds without an outcome (InDoubtBound).
+	late chan struct{}
 	// senders run the sends (pipeline).
 	senders senders
 	// governors follows the holds the leader's governors write, between
@@ -222,6 +237,7 @@ func New(cfg Config) *Worker {
 	cfg = cfg.withDefaults()
 	w := &Worker{cfg: cfg, giveUpAt: cfg.giveUpAttempts(), states: cfg.States, live: newLiveness(cfg.ID, cfg.MaxPageTime), broadcasts: map[ulid.ULID]*loaded{},
 		slots: make(chan struct{}, cfg.Pages*cfg.Concurrency), turns: make(chan struct{}, cfg.Pages),
+		late:    make(chan struct{}, cfg.Pages*cfg.Concurrency),
 		senders: senders{tasks: make(chan func())}}
 	if cfg.Bus != nil && cfg.Bus.Governors != nil {
 		w.governors = govstate.NewView(cfg.Bus.Governors)
@@ -626,8 +642,10 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	// of their own, and window k+2 is claimed in the commit that records
 	// window k's outcomes, so a window costs one commit and the next one's
 	// sends start as this one's slots free up (pipeline). The claims without
-	// an outcome are at most two windows: the one being sent and the one
-	// behind it (each commit records one window as it claims one). A claim
+	// an outcome are at most two windows, the one being sent and the one
+	// behind it (each commit records one window as it claims one), and the
+	// stragglers, sends that outlived their window's conclusion (up to a
+	// window's worth, pipeline.wait). A claim
 	// that may have committed is retried as it is: the retry gets this run's
 	// claims back, so none is left behind unsent for the reconciler to call
 	// unknown.
@@ -663,10 +681,22 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	if released == len(windows) && released == 1 {
 		handoff()
 	}
+	// late are the stragglers of concluded windows (pipeline.wait): each is
+	// concluded with the first window concluded after it ends, or at the
+	// page's end, which waits for them.
+	var late []straggler
+	defer func() { w.giveLate(len(late)) }()
 	for k := 0; k < released; k++ {
 		window := windows[k]
-		b := p.wait()
-		res, outcomes := w.conclude(l, b)
+		b, pending := p.wait()
+		over, running := ended(late)
+		late = running
+		for _, i := range pending {
+			late = append(late, straggler{b, i})
+		}
+		w.giveLate(len(over))
+		judged := view(b, pending, over)
+		res, outcomes := w.conclude(l, judged)
 		res.claimed = len(b.mine)
 		w.live.progress(owner, w.cfg.Clock.Now())
 
@@ -694,11 +724,13 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 			// The outcomes of this window are not recorded: the cursor must
 			// not pass it, and its claims (and those of the window behind
 			// it, which is still sent) stay this run's until the
-			// reconciler finds the run gone. Report what is safe.
+			// reconciler finds the run gone. Report what is safe: nor
+			// may it pass a straggler without an outcome.
 			if !stopped {
 				rep.Next = next.String()
 				rep.Class, rep.Error = bus.ClassTransient, err.Error()
 			}
+			rep.Next = before(rep.Next, append(late, over...))
 			return rep, nil
 		}
 		if following != nil {
@@ -714,7 +746,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 			continue
 		}
 		if res.stopAt >= 0 {
-			rep.Next = window[res.stopAt].ID.String()
+			rep.Next = judged.window[res.stopAt].ID.String() // a straggler's may be an earlier window's
 			rep.Class, rep.Error = res.class, res.err
 			stopped = true
 			continue
@@ -743,6 +775,38 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		if stop && k+1 == released {
 			rep.Next = next.String()
 			rep.Class = class // ClassNone when draining: report how far we got
+			stopped = true
+		}
+	}
+	if len(late) > 0 {
+		// The page is reported once every row it claimed has an outcome
+		// (or is the reconciler's after a failed write, as above); the
+		// next page has the turn meanwhile (handoff).
+		awaitAll(late)
+		sends := late
+		judged := assemble(sends)
+		w.giveLate(len(late))
+		late = nil
+		res, outcomes := w.conclude(l, judged)
+		err := w.persist(ctx, owner, func() error {
+			return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())
+		})
+		w.live.progress(owner, w.cfg.Clock.Now())
+		if err != nil {
+			// Not recorded: the rows stay this run's claims until the
+			// reconciler finds the run gone.
+			rep.Class, rep.Error = bus.ClassTransient, err.Error()
+			if !stopped {
+				rep.Next = next.String()
+			}
+			rep.Next, rep.Done = before(rep.Next, sends), false
+			return rep, nil
+		}
+		w.count(res)
+		res.addTo(&rep)
+		if res.stopAt >= 0 && !stopped {
+			rep.Next, rep.Done = judged.window[res.stopAt].ID.String(), false
+			rep.Class, rep.Error = res.class, res.err
 			stopped = true
 		}
 	}
@@ -908,7 +972,7 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 	p := newPipeline(w, ctx, l, 0)
 	p.start(b)
 	p.close()
-	return w.conclude(l, p.wait())
+	return w.conclude(l, p.waitAll())
 }
 
 // batch is one window on its way through a page's pipeline: the contacts,
@@ -923,6 +987,9 @@ type batch struct {
 	errs       []error
 	attempted  int
 	done       chan struct{}
+	// finished gets the index of each send as it ends (its errs entry
+	// set): pipeline.wait counts them, and a straggler's ends later.
+	finished chan int
 	// lanes[i] is the carried ramp step contact i is sent under, nil for
 	// none (holds.lane).
 	lanes []*lane
@@ -950,7 +1017,7 @@ func (b *batch) givenUpStep(i int, provider string) bool {
 // those this run holds whose provider the governor does not hold.
 func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) *batch {
 	b := &batch{window: window, mine: mine, providers: make([]string, len(window)), deferUntil: make([]time.Time, len(window)),
-		now: now, errs: make([]error, len(window)), done: make(chan struct{}), giveUp: h.giveUp}
+		now: now, errs: make([]error, len(window)), done: make(chan struct{}), finished: make(chan int, len(window)), giveUp: h.giveUp}
 	for i, c := range window {
 		if mine[c.ID] {
 			b.providers[i], b.deferUntil[i] = h.check(c.Email)

@@ -1289,7 +1289,7 @@ func (h *harness) verdict(ctx context.Context, eligible map[string]bool, b *pb.B
 		add(dupCopies == 0, "duplicates at the sink", "%s (recipients with more than one copy %d, Message-IDs seen twice %d)", withExamples(dupCopies, dupExamples), dupRcpt, dupMID)
 		add(missing == 0, "eligible never received and not in doubt", "%s", withExamples(missing, missingExamples))
 	}
-	add(inDoubt <= bound, "in doubt (unknown + claimed) ≤ pageworker.InDoubtBound (3 windows) × worker kills",
+	add(inDoubt <= bound, "in doubt (unknown + claimed) ≤ pageworker.InDoubtBound (4 windows) × worker kills",
 		"%d (unknown %d, of which the sink has %d; still claimed %d) ≤ %d × %d = %d", inDoubt, p.GetUnknown(), unknownDelivered, p.GetInDoubt(), perKill, h.workerKills.Load(), bound)
 	reason := ""
 	if b.GetReason() != "" {
