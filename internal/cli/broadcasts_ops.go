@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -532,60 +534,20 @@ is prefixed with '.`,
 			if err != nil {
 				return err
 			}
-			var w io.Writer = cmd.OutOrStdout()
-			if output != "" && output != "-" {
-				f, err := os.Create(output)
-				if err != nil {
-					return fmt.Errorf("--output: %w", err)
-				}
-				defer func() {
-					if cerr := f.Close(); err == nil && cerr != nil {
-						err = cerr
-					}
-				}()
-				w = f
+			if output == "" || output == "-" {
+				_, err := writeExport(stream, cmd.OutOrStdout())
+				return err
 			}
-			cw := csv.NewWriter(w)
-			header := false
 			rows := 0
-			for {
-				msg, err := stream.Recv()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					return err
-				}
-				if !header {
-					if err := cw.Write(csvHeader); err != nil {
-						return err
-					}
-					header = true
-				}
-				for _, r := range msg.GetRows() {
-					rec := []string{csvCell(r.GetEmail()), sendWord(r.GetStatus()), fmt.Sprint(r.GetAttempts()), csvCell(r.GetReply()),
-						rfc3339(r.GetClaimedAt()), rfc3339(r.GetUpdatedAt()), r.GetContactId(), r.GetMessageId()}
-					if err := cw.Write(rec); err != nil {
-						return err
-					}
-					rows++
-				}
-				cw.Flush()
-				if err := cw.Error(); err != nil {
-					return err
-				}
+			err = replaceFile(output, func(w io.Writer) (err error) {
+				rows, err = writeExport(stream, w)
+				return err
+			})
+			if err != nil {
+				return err
 			}
-			if !header {
-				// The stream checked the broadcast exists; it has no rows.
-				if err := cw.Write(csvHeader); err != nil {
-					return err
-				}
-			}
-			cw.Flush()
-			if output != "" && output != "-" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "exported %d rows to %s\n", rows, output)
-			}
-			return cw.Error()
+			fmt.Fprintf(cmd.ErrOrStderr(), "exported %d rows to %s\n", rows, output)
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the CSV to this file instead of standard output")
@@ -638,4 +600,69 @@ people may get a second copy.`,
 	cmd.Flags().BoolVar(&unknown, "include-unknown", false, "also retry messages marked unknown (some may then arrive twice)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
+}
+
+// writeExport writes an export stream to w as CSV and counts its rows. The
+// stream's first Recv is where a missing broadcast's error arrives.
+func writeExport(stream grpc.ServerStreamingClient[pb.ExportBroadcastResponse], w io.Writer) (rows int, err error) {
+	cw := csv.NewWriter(w)
+	header := false
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return rows, err
+		}
+		if !header {
+			if err := cw.Write(csvHeader); err != nil {
+				return rows, err
+			}
+			header = true
+		}
+		for _, r := range msg.GetRows() {
+			rec := []string{csvCell(r.GetEmail()), sendWord(r.GetStatus()), fmt.Sprint(r.GetAttempts()), csvCell(r.GetReply()),
+				rfc3339(r.GetClaimedAt()), rfc3339(r.GetUpdatedAt()), r.GetContactId(), r.GetMessageId()}
+			if err := cw.Write(rec); err != nil {
+				return rows, err
+			}
+			rows++
+		}
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			return rows, err
+		}
+	}
+	if !header {
+		// The stream checked the broadcast exists; it has no rows.
+		if err := cw.Write(csvHeader); err != nil {
+			return rows, err
+		}
+	}
+	cw.Flush()
+	return rows, cw.Error()
+}
+
+// replaceFile writes path through write, all or nothing: into a temporary
+// file beside it, renamed over path only once write and the close have
+// succeeded. An export that failed (a missing broadcast, a coordinator
+// gone mid-stream) had emptied the file it was to replace, or left a part
+// of the ledger in it that read as the whole.
+func replaceFile(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.partial")
+	if err != nil {
+		return fmt.Errorf("--output: %w", err)
+	}
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name()) //nolint:errcheck // the error returned says more
+	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -405,6 +406,15 @@ func TestBroadcastOpsCommands(t *testing.T) {
 		}
 		if len(seen) != 12 || seen["user3@example.org"] != "bounced" || seen["user5@example.org"] != "sent" {
 			t.Errorf("export statuses: %v", seen)
+		}
+		// A failed export leaves the file it was to replace as it was,
+		// and no partial file beside it.
+		s.refused("not found", "broadcasts", "export", ulid.Make().String(), "--output", file)
+		if after, err := os.ReadFile(file); err != nil || !bytes.Equal(after, data) {
+			t.Errorf("a failed export changed %s: %d bytes, was %d (%v)", file, len(after), len(data), err)
+		}
+		if left, _ := filepath.Glob(filepath.Join(filepath.Dir(file), ".*partial")); len(left) > 0 {
+			t.Errorf("a failed export left %v", left)
 		}
 
 		out = s.must("broadcasts", "retry", id)

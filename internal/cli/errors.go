@@ -52,8 +52,17 @@ func tlsHint(msg string) string {
 		return "the coordinator's TLS certificate is not trusted or not for this name (give the CA that signed it with --ca FILE / RANGECAST_CA, or --tls-server-name NAME when --addr is not a name on the certificate)"
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return "the coordinator speaks plaintext gRPC, not TLS (drop --ca and --tls, or configure --tls-cert/--tls-key on the coordinator)"
-	case strings.Contains(msg, "server preface") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF"):
-		return "the coordinator closed the connection; if it serves TLS (--tls-cert), connect with --ca FILE (RANGECAST_CA) or --tls"
+	case strings.Contains(msg, "looked like an HTTP/1.1 header"):
+		return "the address answers HTTP/1.1, not gRPC: --addr (RANGECAST_ADDR) must be the coordinator's gRPC address, not its HTTP one"
+	case strings.Contains(msg, "server preface") || strings.Contains(msg, "frame too large"):
+		// Refused before the first gRPC frame: a TLS server answering a
+		// plaintext client (its alert reads as an oversized frame), or
+		// not a gRPC server at all.
+		return "the server at --addr did not answer as plaintext gRPC; if the coordinator serves TLS (--tls-cert), connect with --ca FILE (RANGECAST_CA) or --tls, otherwise check that --addr is its gRPC address"
+	case strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF"):
+		// After the connection was up: the coordinator went away in the
+		// middle of the call.
+		return "the coordinator closed the connection during the call (did it stop or restart?); run the command again"
 	}
 	return ""
 }

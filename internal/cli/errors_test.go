@@ -44,3 +44,22 @@ func TestDescribeNotFound(t *testing.T) {
 		}
 	}
 }
+// TestConnectionHints: a connection that failed says what to change, and
+// only what fits: a coordinator gone mid-call is no TLS problem (a tester
+// was told to add --ca after a restart), an HTTP port is the wrong port.
+// The messages are grpc-go's, as the tester saw them.
+func TestConnectionHints(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ msg, want, not string }{
+		{"error reading from server: EOF", "during the call", "TLS"},
+		{`connection error: desc = "error reading server preface: http2: failed reading the frame payload: http2: frame too large, note that the frame header looked like an HTTP/1.1 header"`, "not its HTTP one", "TLS"},
+		{`connection error: desc = "error reading server preface: http2: frame too large"`, "--tls", ""},
+		{`connection error: desc = "error reading server preface: EOF"`, "gRPC address", ""},
+		{`connection error: desc = "transport: authentication handshake failed: tls: first record does not look like a TLS handshake"`, "plaintext gRPC, not TLS", ""},
+	} {
+		got := describe(status.Error(codes.Unavailable, tc.msg))
+		if !strings.Contains(got, tc.want) || (tc.not != "" && strings.Contains(strings.TrimSuffix(got, tc.msg), tc.not)) {
+			t.Errorf("%s:\n  said %q\n  want it to say %q and not %q", tc.msg, got, tc.want, tc.not)
+		}
+	}
+}
