@@ -44,6 +44,7 @@ func TestDescribeNotFound(t *testing.T) {
 		}
 	}
 }
+
 // TestConnectionHints: a connection that failed says what to change, and
 // only what fits: a coordinator gone mid-call is no TLS problem (a tester
 // was told to add --ca after a restart), an HTTP port is the wrong port.
