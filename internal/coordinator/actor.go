@@ -502,10 +502,26 @@ const (
 //     after the dot still accepts the rest, and turned a fifth of a
 //     2,000-contact audience into unknowns without a halt (found by a
 //     tester).
+// inDoubtFate says what becomes of messages lost after the final dot, and
+// when: the reconciler settles them once their claims have been in doubt
+// for InDoubtAfter, seen at ticks (PausedTick apart once the halt has
+// paused the broadcast), so "recorded unknown" was said a minute before a
+// status showed it (tester), and under the resend policy it was untrue.
+func (a *actor) inDoubtFate() string {
+	within := (a.c.cfg.InDoubtAfter + 2*max(a.c.cfg.Tick, a.c.cfg.PausedTick)).Round(time.Second)
+	switch {
+	case a.c.cfg.Lookup != nil:
+		return fmt.Sprintf("they may have been delivered: within %s the reconciler asks the server which were, records those sent and sends the rest again", within)
+	case a.policy() == InDoubtResend:
+		return fmt.Sprintf("they may have been delivered; under the resend policy the reconciler releases them within %s to be sent again after the resume", within)
+	}
+	return fmt.Sprintf("they may have been delivered, so they are not sent again: the reconciler records them unknown within %s (in flight or in doubt until then)", within)
+}
+
 func (a *actor) lostAfterDot(ctx context.Context, rep bus.Report, now time.Time) error {
 	if a.lossyShare(rep, now) {
-		reason := fmt.Sprintf("the relay took messages and then closed the connection, or did not answer in time, after the final dot, for a tenth or more of them twice in a row (%d of the last %d tried; they may have been delivered, so they are recorded unknown and not sent again); %scheck the relay, or raise timeout= in the SMTP URL if it is slow, then resume",
-			a.lostSample.lost, a.lostSample.sent+a.lostSample.lost, lastError(rep))
+		reason := fmt.Sprintf("the relay took messages and then closed the connection, or did not answer in time, after the final dot, for a tenth or more of them twice in a row (%d of the last %d tried; %s); %scheck the relay, or raise timeout= in the SMTP URL if it is slow, then resume",
+			a.lostSample.lost, a.lostSample.sent+a.lostSample.lost, a.inDoubtFate(), lastError(rep))
 		if err := a.halt(ctx, bus.Report{Error: reason}); err != nil {
 			return err
 		}
@@ -524,7 +540,7 @@ func (a *actor) lostAfterDot(ctx context.Context, rep bus.Report, now time.Time)
 	if a.lostRuns < lostHalt {
 		return nil
 	}
-	reason := fmt.Sprintf("the relay took messages and then closed the connection, or did not answer in time, after the final dot, again and again with nothing confirmed in between (%d in the last page; they may have been delivered, so they are recorded unknown and not sent again); %scheck the relay, or raise timeout= in the SMTP URL if it is slow, then resume", rep.InDoubt, lastError(rep))
+	reason := fmt.Sprintf("the relay took messages and then closed the connection, or did not answer in time, after the final dot, again and again with nothing confirmed in between (%d in the last page; %s); %scheck the relay, or raise timeout= in the SMTP URL if it is slow, then resume", rep.InDoubt, a.inDoubtFate(), lastError(rep))
 	if err := a.halt(ctx, bus.Report{Error: reason}); err != nil {
 		return err // the count is kept: the next such report halts
 	}

@@ -131,6 +131,11 @@ func TestRelayThatLosesEveryMessageHalts(t *testing.T) {
 	if !strings.Contains(b.GetReason(), "after the final dot") || !strings.Contains(b.GetReason(), "resume") {
 		t.Errorf("paused with reason %q; want it to say messages were lost after the final dot and what to do", b.GetReason())
 	}
+	// Not "recorded unknown" before the reconciler has recorded them
+	// (a tester read status for a minute that said otherwise).
+	if !strings.Contains(b.GetReason(), "the reconciler records them unknown within") {
+		t.Errorf("paused with reason %q; want it to say when the reconciler records them unknown", b.GetReason())
+	}
 	time.Sleep(time.Second) // the windows in flight at the halt conclude
 	taken, most := relay.taken()
 	if most > 1 {
