@@ -502,6 +502,7 @@ const (
 //     after the dot still accepts the rest, and turned a fifth of a
 //     2,000-contact audience into unknowns without a halt (found by a
 //     tester).
+//
 // inDoubtFate says what becomes of messages lost after the final dot, and
 // when: the reconciler settles them once their claims have been in doubt
 // for InDoubtAfter, seen at ticks (PausedTick apart once the halt has
