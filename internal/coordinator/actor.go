@@ -484,6 +484,22 @@ const (
 	lostHalt = 2
 )
 
+// inDoubtFate says what becomes of messages lost after the final dot, and
+// when: the reconciler settles them once their claims have been in doubt
+// for InDoubtAfter, seen at ticks (PausedTick apart once the halt has
+// paused the broadcast), so "recorded unknown" was said a minute before a
+// status showed it (tester), and under the resend policy it was untrue.
+func (a *actor) inDoubtFate() string {
+	within := (a.c.cfg.InDoubtAfter + 2*max(a.c.cfg.Tick, a.c.cfg.PausedTick)).Round(time.Second)
+	switch {
+	case a.c.cfg.Lookup != nil:
+		return fmt.Sprintf("they may have been delivered: within %s the reconciler asks the server which were, records those sent and sends the rest again", within)
+	case a.policy() == InDoubtResend:
+		return fmt.Sprintf("they may have been delivered; under the resend policy the reconciler releases them within %s to be sent again after the resume", within)
+	}
+	return fmt.Sprintf("they may have been delivered, so they are not sent again: the reconciler records them unknown within %s (in flight or in doubt until then)", within)
+}
+
 // lostAfterDot halts the broadcast (paused, with the reason: a channel-wide
 // fault, for a person to look at) when the relay keeps taking messages
 // without confirming them (each recorded unknown, maybe delivered, never
@@ -502,23 +518,6 @@ const (
 //     after the dot still accepts the rest, and turned a fifth of a
 //     2,000-contact audience into unknowns without a halt (found by a
 //     tester).
-//
-// inDoubtFate says what becomes of messages lost after the final dot, and
-// when: the reconciler settles them once their claims have been in doubt
-// for InDoubtAfter, seen at ticks (PausedTick apart once the halt has
-// paused the broadcast), so "recorded unknown" was said a minute before a
-// status showed it (tester), and under the resend policy it was untrue.
-func (a *actor) inDoubtFate() string {
-	within := (a.c.cfg.InDoubtAfter + 2*max(a.c.cfg.Tick, a.c.cfg.PausedTick)).Round(time.Second)
-	switch {
-	case a.c.cfg.Lookup != nil:
-		return fmt.Sprintf("they may have been delivered: within %s the reconciler asks the server which were, records those sent and sends the rest again", within)
-	case a.policy() == InDoubtResend:
-		return fmt.Sprintf("they may have been delivered; under the resend policy the reconciler releases them within %s to be sent again after the resume", within)
-	}
-	return fmt.Sprintf("they may have been delivered, so they are not sent again: the reconciler records them unknown within %s (in flight or in doubt until then)", within)
-}
-
 func (a *actor) lostAfterDot(ctx context.Context, rep bus.Report, now time.Time) error {
 	if a.lossyShare(rep, now) {
 		reason := fmt.Sprintf("the relay took messages and then closed the connection, or did not answer in time, after the final dot, for a tenth or more of them twice in a row (%d of the last %d tried; %s); %scheck the relay, or raise timeout= in the SMTP URL if it is slow, then resume",
