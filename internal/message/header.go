@@ -20,9 +20,12 @@ const (
 // subject with a word too long to fold (a run of more than 998 characters
 // without a space, from the template or from a contact's data) is encoded
 // too: as encoded words it folds like any other, where as is it failed every
-// recipient's render.
+// recipient's render. So is one holding "=?": left as it is, a contact's
+// name "=?utf-8?q?Admin?= <admin@bank.com>" would be decoded by mail
+// clients as an encoded word of the name's choosing (tester); encoded, it
+// shows as typed.
 func encodeSubject(s string) string {
-	if longestWord(s) > foldableWord {
+	if longestWord(s) > foldableWord || strings.Contains(s, "=?") {
 		return encodeWords(s)
 	}
 	return mime.QEncoding.Encode("utf-8", s)

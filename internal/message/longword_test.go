@@ -18,12 +18,16 @@ func TestSubjectWithAnUnfoldableWordRenders(t *testing.T) {
 	long := strings.Repeat("S", 1200)
 	for name, tc := range map[string]struct {
 		subject string
+		name    string
 		attrs   map[string]any
 		want    string
 	}{
 		"in the template":    {subject: "Hi {{.Name}} " + long, want: "Hi Ada " + long},
 		"from the data":      {subject: "Hi {{.Attributes.code}}", attrs: map[string]any{"plan": "pro", "code": long + "=?_é"}, want: "Hi " + long + "=?_é"},
 		"non-ASCII and long": {subject: "Grüße " + long, want: "Grüße " + long},
+		// A name that looks like an encoded word shows as typed, not
+		// decoded into text of its choosing.
+		"encoded-word lookalike": {subject: "Hi {{.Name}}", name: "=?utf-8?q?Admin?= <admin@bank.com>", want: "Hi =?utf-8?q?Admin?= <admin@bank.com>"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tmpl := baseTemplate()
@@ -31,6 +35,9 @@ func TestSubjectWithAnUnfoldableWordRenders(t *testing.T) {
 			c := mustCompile(t, tmpl)
 			p := baseParams()
 			p.Contact.Name = "Ada"
+			if tc.name != "" {
+				p.Contact.Name = tc.name
+			}
 			if tc.attrs != nil {
 				p.Contact.Attributes = tc.attrs
 			}

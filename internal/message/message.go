@@ -26,6 +26,7 @@ import (
 	"sync"
 	texttemplate "text/template"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 
@@ -33,6 +34,9 @@ import (
 )
 
 // Template is a broadcast's content, validated at create time.
+// MaxSubject is the most characters a subject template may hold.
+const MaxSubject = 2000
+
 // Subject and Text are text/template sources, HTML is an html/template source.
 type Template struct {
 	FromName    string
@@ -139,6 +143,11 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 	}
 	if strings.TrimSpace(t.Subject) == "" {
 		return nil, &ValidationError{Field: fieldSubject, Reason: "is empty; every broadcast needs a subject line"}
+	}
+	if n := utf8.RuneCountInString(t.Subject); n > MaxSubject {
+		// A 500,000-character subject went out as a 620 KB header, which
+		// relays refuse far below that (tester).
+		return nil, &ValidationError{Field: fieldSubject, Reason: fmt.Sprintf("is %d characters long; at most %d (mail clients show the first 60 to 80)", n, MaxSubject)}
 	}
 	// A literal newline in the subject source would end up in the header even
 	// before any contact data is substituted.

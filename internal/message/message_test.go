@@ -316,6 +316,7 @@ func TestCompileRejects(t *testing.T) {
 		{"NUL in subject", func(tp *Template) { tp.Subject = "Hi\x00" }, "subject", "NUL"},
 		{"CRLF in from name", func(tp *Template) { tp.FromName = "News\r\nBcc: evil@example.net" }, "from_name", "line break"},
 		{"empty subject", func(tp *Template) { tp.Subject = "  " }, "subject", "empty"},
+		{"subject of half a megabyte", func(tp *Template) { tp.Subject = strings.Repeat("Sale! ", 500_000/6) }, "subject", "at most 2000"},
 		{"empty html", func(tp *Template) { tp.HTML = "" }, "html", "empty"},
 		{"from missing at", func(tp *Template) { tp.FromAddress = "news.example.com" }, "from_address", "not a valid email"},
 		{"from with name", func(tp *Template) { tp.FromAddress = "News <news@example.com>" }, "from_address", "bare address"},
