@@ -370,8 +370,20 @@ func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, 
 
 // contact finds the contact a request names by exactly one of id and email.
 func (api *AudienceAPI) contact(ctx context.Context, id, email string) (store.ContactDetail, error) {
+	return findContact(ctx, api.cfg.Store, id, email)
+}
+
+// contactFinder is the store's part findContact needs.
+type contactFinder interface {
+	GetContact(ctx context.Context, id ulid.ULID) (store.ContactDetail, error)
+	ContactByEmail(ctx context.Context, email string) (store.ContactDetail, error)
+}
+
+// findContact finds the contact named by exactly one of id and email, with
+// the same codes and words wherever a request names one: InvalidArgument
+// for what cannot name a contact, NotFound for a contact that is not there.
+func findContact(ctx context.Context, st contactFinder, id, email string) (store.ContactDetail, error) {
 	id, email = strings.TrimSpace(id), strings.TrimSpace(email)
-	st := api.cfg.Store
 	switch {
 	case id != "" && email != "":
 		return store.ContactDetail{}, invalid("name the contact by id or by email, not both")

@@ -160,23 +160,9 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// contact finds a contact by email or id, NotFound with the name given.
+// contact finds a contact by email or id (findContact).
 func (api *BroadcastOpsAPI) contact(ctx context.Context, email, rawID string) (store.ContactDetail, error) {
-	var d store.ContactDetail
-	var err error
-	if rawID != "" {
-		id, perr := ulid.ParseStrict(rawID)
-		if perr != nil {
-			return d, invalid("contact_id %q is not a contact id (a 26-character ULID)", rawID)
-		}
-		d, err = api.cfg.Store.GetContact(ctx, id)
-	} else {
-		d, err = api.cfg.Store.ContactByEmail(ctx, email)
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return d, status.Errorf(codes.NotFound, "no contact %s%s (rangecast contacts show looks one up)", email, rawID)
-	}
-	return d, Error(err)
+	return findContact(ctx, api.cfg.Store, rawID, email)
 }
 
 // previewPB reads a rendered message back into its parts.

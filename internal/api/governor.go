@@ -115,7 +115,7 @@ func (api *GovernorAPI) SetDomainLimits(ctx context.Context, req *pb.SetDomainLi
 		return nil, invalid("nothing to set: give rate_per_second, burst or daily_ceiling")
 	}
 	if r := req.RatePerSecond; r != nil && (*r <= 0 || math.IsNaN(*r) || math.IsInf(*r, 0)) {
-		return nil, invalid("rate_per_second must be above 0, got %v", *r)
+		return nil, invalid("rate_per_second must be a finite number above 0, got %v", *r)
 	}
 	if b := req.Burst; b != nil && *b <= 0 {
 		return nil, invalid("burst must be at least 1, got %d", *b)

@@ -264,7 +264,10 @@ func TestBroadcastOpsCommands(t *testing.T) {
 			pv.Subject != "Hello User 1" || !strings.Contains(pv.Text, "pro plan") || !pv.Eligible {
 			t.Errorf("preview --json = %+v, %v", pv, err)
 		}
-		s.refused("no contact nobody@example.org", "broadcasts", "preview", id, "--contact", "nobody@example.org")
+		s.refused("no contact has the email nobody@example.org", "broadcasts", "preview", id, "--contact", "nobody@example.org")
+		// Not an address: said so, as contacts show does (InvalidArgument,
+		// where preview had said NotFound).
+		s.refused("invalid request: \"nobody\" is neither an email address", "broadcasts", "preview", id, "--contact", "nobody")
 		s.refused("not a broadcast id", "broadcasts", "preview", "nope", "--contact", "user1@example.org")
 		s.refused(`"contact" not set`, "broadcasts", "preview", id)
 
