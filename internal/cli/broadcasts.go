@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -76,14 +77,14 @@ func createCommand(c *client) *cobra.Command {
     --subject "Hello {{.Name}}" --html news.html --segment newsletter --throttle 50000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			html, err := os.ReadFile(htmlFile)
+			html, err := readBody("html", htmlFile)
 			if err != nil {
-				return fmt.Errorf("--html: %w", err)
+				return err
 			}
-			var text []byte
+			var text string
 			if textFile != "" {
-				if text, err = os.ReadFile(textFile); err != nil {
-					return fmt.Errorf("--text: %w", err)
+				if text, err = readBody("text", textFile); err != nil {
+					return err
 				}
 			}
 			policy, ok := map[string]pb.InDoubtPolicy{"": pb.InDoubtPolicy_IN_DOUBT_POLICY_UNSPECIFIED,
@@ -98,7 +99,7 @@ func createCommand(c *client) *cobra.Command {
 			resp, err := bc.CreateBroadcast(cmd.Context(), &pb.CreateBroadcastRequest{
 				Name: name, Segment: segment, ThrottlePerHour: throttle, RequestId: requestID, InDoubtPolicy: policy,
 				NoUnsubscribeLink: noUnsubLink,
-				Content:           &pb.BroadcastContent{FromName: fromName, FromAddress: from, Subject: subject, Html: string(html), Text: string(text)},
+				Content:           &pb.BroadcastContent{FromName: fromName, FromAddress: from, Subject: subject, Html: html, Text: text},
 			})
 			if err != nil {
 				return err
@@ -395,4 +396,26 @@ with their replies, suppressing nobody; the rest goes on.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the broadcast as JSON (with --fail-refused: the broadcast, failedRefused and unknownRefused)")
 	cmd.Flags().BoolVar(&failRefused, "fail-refused", false, "first fail the recipients whose refusal halted the broadcast (paused broadcasts only)")
 	return cmd
+}
+
+// readBody reads the file a body flag names, refusing one that is not UTF-8
+// by its flag and file: the server's "the request holds text that is not
+// valid UTF-8" named neither (tester).
+func readBody(flag, path string) (string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--%s: %w", flag, err)
+	}
+	if !utf8.Valid(raw) {
+		at := 0
+		for at < len(raw) {
+			r, n := utf8.DecodeRune(raw[at:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			at += n
+		}
+		return "", fmt.Errorf("--%s %s is not valid UTF-8 text (first at byte %d; a file in another encoding, such as Latin-1 or UTF-16?); convert it, e.g. with iconv -t UTF-8", flag, path, at)
+	}
+	return string(raw), nil
 }

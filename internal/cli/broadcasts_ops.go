@@ -332,11 +332,10 @@ be changed: a started broadcast's messages must all come from one definition.`,
 				if !f.Changed(file.flag) {
 					continue
 				}
-				raw, err := os.ReadFile(file.path)
+				s, err := readBody(file.flag, file.path)
 				if err != nil {
-					return fmt.Errorf("--%s: %w", file.flag, err)
+					return err
 				}
-				s := string(raw)
 				*file.dst = &s
 			}
 			if f.Changed("throttle") {
