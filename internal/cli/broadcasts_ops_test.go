@@ -264,11 +264,6 @@ func TestBroadcastOpsCommands(t *testing.T) {
 			pv.Subject != "Hello User 1" || !strings.Contains(pv.Text, "pro plan") || !pv.Eligible {
 			t.Errorf("preview --json = %+v, %v", pv, err)
 		}
-		// A body file in another encoding is refused by its flag and
-		// file, before any request.
-		latin1 := writeFile(t, "latin1.html", "<p>Gr\xfc\xdfe</p><a href=\"{{.UnsubscribeURL}}\">x</a>")
-		s.refused("--html "+latin1+" is not valid UTF-8 text (first at byte 5", "broadcasts", "create", "--name", "L", "--from", "news@rangecast.test",
-			"--subject", "Hi", "--html", latin1)
 		s.refused("no contact has the email nobody@example.org", "broadcasts", "preview", id, "--contact", "nobody@example.org")
 		// Not an address: said so, as contacts show does (InvalidArgument,
 		// where preview had said NotFound).
