@@ -69,6 +69,7 @@ type plan struct {
 	inFlight        [3]int
 	inFlightLatency time.Duration
 	inFlightN       int
+	tarpitContacts  int
 	sizes           []int
 	crashContacts   int
 	profileSeconds  int
@@ -81,7 +82,7 @@ func planFor(short bool) plan {
 			e2eContacts: 10_000, e2eWorkers: []int{2}, syncWorkers: []int{2}, concurrency: 16,
 			latency: 50 * time.Millisecond, latencyPoints: [][2]int{{2, 32}, {4, 64}},
 			sizes: []int{2_000, 10_000}, crashContacts: 10_000, profileSeconds: 2,
-			inFlight: [3]int{4, 8, 64}, inFlightLatency: time.Second, inFlightN: 10_000,
+			inFlight: [3]int{4, 8, 64}, inFlightLatency: time.Second, inFlightN: 10_000, tarpitContacts: 10_000,
 		}
 	}
 	return plan{
@@ -89,7 +90,7 @@ func planFor(short bool) plan {
 		e2eContacts: 100_000, e2eWorkers: []int{1, 2, 4}, syncWorkers: []int{1, 2, 4}, concurrency: 16,
 		latency: 50 * time.Millisecond, latencyPoints: [][2]int{{2, 32}, {2, 64}, {4, 64}, {4, 128}},
 		sizes: []int{10_000, 100_000, 1_000_000}, crashContacts: 100_000, profileSeconds: 10,
-		inFlight: [3]int{4, 8, 64}, inFlightLatency: time.Second, inFlightN: 30_000,
+		inFlight: [3]int{4, 8, 64}, inFlightLatency: time.Second, inFlightN: 30_000, tarpitContacts: 20_000,
 	}
 }
 
@@ -236,6 +237,13 @@ func (h *harness) measure(ctx context.Context, rep *Report) error {
 		if _, err := h.scenario(ctx, rep, spec, p.inFlightN, runOptions{}, kindLatency); err != nil {
 			return err
 		}
+	}
+	// A server that holds a few replies for seconds (a tarpit, a slow
+	// scan): the pages must go on without them (pageworker's stragglers),
+	// not wait for the slowest send of each window.
+	tarpit := stackSpec{name: "tarpit-2x16", workers: 2, concurrency: p.concurrency, tarpit: 0.01, tarpitDelay: 5 * time.Second}
+	if _, err := h.scenario(ctx, rep, tarpit, p.tarpitContacts, runOptions{}, kindTarpit); err != nil {
+		return err
 	}
 	for _, n := range p.sizes {
 		if n == p.e2eContacts && e2e2 != nil {

@@ -31,6 +31,7 @@ const (
 	kindSize
 	kindCrash
 	kindFresh
+	kindTarpit
 )
 
 // runOptions adds measurements to a broadcast run.

@@ -62,6 +62,10 @@ type stackSpec struct {
 	schema      string // Postgres schema (search_path)
 	syncAlways  bool   // nats-server sync_interval: always
 	sinkLatency time.Duration
+	// tarpit is the share of messages whose DATA reply the sink holds
+	// tarpitDelay (smtpsink -tarpit).
+	tarpit      float64
+	tarpitDelay time.Duration
 	workers     int
 	concurrency int
 	pages       int // pages each worker runs at once (--pages); 0 is 1
@@ -193,7 +197,11 @@ func (s *stack) startSink(ctx context.Context) error {
 		return err
 	}
 	s.sinkStat = "http://" + statAddr + "/stats"
-	s.sink = s.newProc("smtpsink", "smtpsink", "-addr", s.sinkAddr, "-log", "", "-latency", s.spec.sinkLatency.String(), "-stats", statAddr)
+	args := []string{"-addr", s.sinkAddr, "-log", "", "-latency", s.spec.sinkLatency.String(), "-stats", statAddr}
+	if s.spec.tarpit > 0 {
+		args = append(args, "-tarpit", fmt.Sprint(s.spec.tarpit), "-tarpit-delay", s.spec.tarpitDelay.String())
+	}
+	s.sink = s.newProc("smtpsink", "smtpsink", args...)
 	if err := s.sink.Start(); err != nil {
 		return err
 	}

@@ -24,6 +24,8 @@ func main() {
 	flag.StringVar(&o.LogPath, "log", "sink.log", `append-only delivery log: one line per accepted recipient ("" keeps none and only counts)`)
 	flag.DurationVar(&o.Latency, "latency", 0, "delay before each DATA reply, like a real relay")
 	flag.Float64Var(&o.RefuseRcpt, "refuse-rcpt", 0, "share of RCPTs answered 451 4.3.0 at random (0.03: 3 %), like providers' deferrals")
+	flag.Float64Var(&o.Tarpit, "tarpit", 0, "share of messages whose DATA reply is held -tarpit-delay instead (0.01: 1 %), like a server that tarpits or scans slowly")
+	flag.DurationVar(&o.TarpitDelay, "tarpit-delay", 5*time.Second, "how long a tarpitted DATA reply is held")
 	stats := flag.String("stats", "", "serve the counters as JSON on http://ADDR/stats (messages, recipients, first and last acceptance)")
 	flag.Parse()
 	s, err := sinkproc.Start(o)

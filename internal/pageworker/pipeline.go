@@ -65,8 +65,9 @@ func (p *pipeline) start(b *batch) {
 
 // wait returns the oldest window started and not yet waited for, once all
 // its sends have finished, or all but its stragglers (pending): sends still
-// running StragglerAfter after the last of the others finished, once at
-// least half of them have. A straggler (a server tarpitting one recipient,
+// running, once at least half of them have ended, a grace after the last
+// of the others ended: three times the window's median send time, at least
+// StragglerAfter. A straggler (a server tarpitting one recipient,
 // an end-of-data reply that takes half a minute) would otherwise hold the
 // whole page: the window after next is claimed only in the commit that
 // records this one. Each straggler takes one of the worker's straggler
@@ -78,12 +79,15 @@ func (p *pipeline) start(b *batch) {
 func (p *pipeline) wait() (b *batch, pending []int) {
 	b = p.started[0]
 	p.started = p.started[1:]
-	grace := p.w.cfg.StragglerAfter
-	if grace <= 0 {
+	least := p.w.cfg.StragglerAfter
+	if least <= 0 {
 		<-b.done
 		return b, nil
 	}
 	ended := make([]bool, len(b.window))
+	// The grace is three times the window's median send, at least
+	// StragglerAfter: fixed when half have ended, the slowest of them.
+	var grace, median time.Duration
 	var timer *time.Timer
 	var fire <-chan time.Time // armed while at least half have ended and some run on
 	defer func() {
@@ -95,7 +99,11 @@ func (p *pipeline) wait() (b *batch, pending []int) {
 		select {
 		case i := <-b.finished:
 			ended[i] = true
+			median = max(median, b.took[i])
 			if n++; 2*n >= b.attempted && n < b.attempted {
+				if grace == 0 {
+					grace = max(least, 3*median)
+				}
 				if timer == nil {
 					timer = time.NewTimer(grace)
 				} else {
@@ -126,7 +134,12 @@ func (p *pipeline) wait() (b *batch, pending []int) {
 				stragglers.Add(float64(len(pending)))
 				return b, pending
 			}
+			// The worker's tokens are held by other pages' stragglers:
+			// try again as they conclude, not only when this window's
+			// own sends end (a tarpit's end, seconds away).
 			pending = nil
+			timer.Reset(least)
+			fire = timer.C
 		}
 	}
 	return b, nil
@@ -164,6 +177,13 @@ func (w *Worker) giveLate(n int) {
 
 // close sends what was started and returns when every send has finished.
 func (p *pipeline) close() {
+	p.closeLaunched()
+	p.sends.Wait()
+}
+
+// closeLaunched sends what was started and returns once every send has
+// begun; they finish on their own.
+func (p *pipeline) closeLaunched() {
 	close(p.batches)
 	<-p.done
 }
@@ -189,7 +209,9 @@ func (p *pipeline) run() {
 			p.sends.Add(1)
 			p.w.senders.run(func() {
 				defer func() { <-p.w.slots; b.finished <- i; wg.Done(); p.sends.Done() }()
+				began := time.Now()
 				b.errs[i] = p.w.send(p.ctx, p.l, c, b.now)
+				b.took[i] = time.Since(began)
 			})
 		}
 		for ln, idx := range laned {
@@ -197,7 +219,6 @@ func (p *pipeline) run() {
 		}
 		go func() { wg.Wait(); close(b.done) }()
 	}
-	p.sends.Wait()
 }
 
 // sendLane sends a window's recipients idx of a carried ramp step: each send
@@ -231,7 +252,9 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 					continue
 				}
 				p.w.slots <- struct{}{}
+				began := time.Now()
 				err := p.w.send(p.ctx, p.l, b.window[i], b.now)
+				b.took[i] = time.Since(began)
 				<-p.w.slots
 				<-ln.sem
 				switch b.errs[i] = err; {

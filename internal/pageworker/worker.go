@@ -114,12 +114,13 @@ type Config struct {
 	// whose outcome it knows (sent, failed) before it gives the rows up as
 	// in doubt. A store outage shorter than this loses no knowledge.
 	StoreRetryFor time.Duration
-	// StragglerAfter is how long a window's sends may run on after the
+	// StragglerAfter is the least a window's sends may run on after the
 	// last of the others ended (once at least half have) before the page
-	// records the window without them and goes on (pipeline.wait): a
-	// server that tarpits one recipient for half a minute held the whole
-	// page as long. Their outcomes are recorded with a later window's.
-	// Default 1 s; negative waits for every window whole.
+	// records the window without them and goes on (pipeline.wait); the
+	// grace is three times the window's median send time when that is
+	// longer. A server that tarpits one recipient for half a minute held
+	// the whole page as long. Their outcomes are recorded with a later
+	// window's. Default 20 ms; negative waits for every window whole.
 	StragglerAfter time.Duration
 	// States overrides where the worker reads a broadcast's state (tests
 	// and the simulation); the KV watch otherwise.
@@ -178,7 +179,7 @@ func (c Config) withDefaults() Config {
 		c.RetryAfter = time.Second
 	}
 	if c.StragglerAfter == 0 {
-		c.StragglerAfter = time.Second
+		c.StragglerAfter = 20 * time.Millisecond
 	}
 	if c.StoreRetryFor == 0 {
 		c.StoreRetryFor = 15 * time.Minute
@@ -215,6 +216,9 @@ type Worker struct {
 	late chan struct{}
 	// senders run the sends (pipeline).
 	senders senders
+	// finishing are the pages waiting for their stragglers off their
+	// pullers (handle); Run returns only after them.
+	finishing sync.WaitGroup
 	// governors follows the holds the leader's governors write, between
 	// the page's dispatch and each window.
 	governors *govstate.View
@@ -269,6 +273,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		pullers.Go(func() { w.pull(ctx) })
 	}
 	pullers.Wait()
+	w.finishing.Wait()
 	return nil
 }
 
@@ -318,9 +323,14 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, handoff func()) 
 	pageCtx := context.WithoutCancel(ctx)
 	began := w.cfg.Clock.Now()
 	owner := w.live.start(began)
-	defer w.live.end(owner)
 	stopBeat := w.heartbeat(msg, owner)
-	defer stopBeat()
+	var finish func() bus.Report // the page's stragglers, if it ends with some
+	defer func() {
+		if finish == nil {
+			stopBeat()
+			w.live.end(owner)
+		}
+	}()
 	// A dependency outage (the store, KV) is not the page's fault: the page
 	// waits here, kept ours by the heartbeat, and runs again when the
 	// dependency answers. A NAK would count towards the delivery limit,
@@ -346,7 +356,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, handoff func()) 
 			if job.Sweep {
 				rep, err = w.runSweep(ctx, pageCtx, job, owner)
 			} else {
-				rep, err = w.runPage(ctx, pageCtx, job, owner, handoff)
+				rep, finish, err = w.runPage(ctx, pageCtx, job, owner, handoff)
 			}
 			if err == nil {
 				break
@@ -383,6 +393,25 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, handoff func()) 
 		case <-w.cfg.Clock.After(backoff(attempt, w.cfg.ParkDelay)):
 		}
 	}
+	if finish != nil {
+		// Its stragglers' outcomes come before the report, and a server
+		// holding them for a minute must not hold this puller as long:
+		// with every puller waiting so, the worker fetched no page (a
+		// tarpit at 1 % stopped it for seconds at a time). The page has
+		// handed its turn on; the heartbeat and the run's liveness go on
+		// until it is reported.
+		w.finishing.Go(func() {
+			defer stopBeat()
+			defer w.live.end(owner)
+			w.report(ctx, pageCtx, msg, job, owner, finish(), began, log)
+		})
+		return
+	}
+	w.report(ctx, pageCtx, msg, job, owner, rep, began, log)
+}
+
+// report publishes what a page learnt and acks its job.
+func (w *Worker) report(ctx, pageCtx context.Context, msg jetstream.Msg, job bus.PageJob, owner string, rep bus.Report, began time.Time, log *slog.Logger) {
 	pageSeconds.Observe(w.cfg.Clock.Now().Sub(began).Seconds())
 	// The report is what the page learnt; a NATS hiccup should not cost a
 	// delivery of the page, so it is retried for a while in place.
@@ -604,20 +633,20 @@ func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
 // handoff is called once the page will claim nothing more and at most one
 // of its windows is without an outcome: the worker's next page may start
 // then and use the slots this one's last window frees.
-func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner string, handoff func()) (bus.Report, error) {
-	rep := bus.Report{Broadcast: job.Broadcast, Range: job.Range, Epoch: job.Epoch, From: job.From, Next: job.From, Limit: job.Limit, Probed: job.Probe}
+func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner string, handoff func()) (rep bus.Report, finish func() bus.Report, err error) {
+	rep = bus.Report{Broadcast: job.Broadcast, Range: job.Range, Epoch: job.Epoch, From: job.From, Next: job.From, Limit: job.Limit, Probed: job.Probe}
 	id, err := ulid.ParseStrict(job.Broadcast)
 	if err != nil {
-		return rep, fmt.Errorf("page job: broadcast id: %w", err)
+		return rep, nil, fmt.Errorf("page job: broadcast id: %w", err)
 	}
 	from, err1 := ulid.ParseStrict(job.From)
 	until, err2 := ulid.ParseStrict(job.Until)
 	if err := errors.Join(err1, err2); err != nil {
-		return rep, fmt.Errorf("page job: bounds: %w", err)
+		return rep, nil, fmt.Errorf("page job: bounds: %w", err)
 	}
 	l, err := w.load(pageCtx, id)
 	if err != nil {
-		return rep, err
+		return rep, nil, err
 	}
 	rep.Domain = l.compiled.SendingDomain()
 	// Eligibility is decided now, at page time: an unsubscribe that landed
@@ -625,17 +654,17 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	limit := wholeWindows(job.Limit, w.cfg.Concurrency)
 	contacts, err := w.cfg.Store.EligiblePage(pageCtx, l.b, from, until, limit)
 	if err != nil {
-		return rep, outage(err)
+		return rep, nil, outage(err)
 	}
 	h := newHolds(job)
 	windows := slices.Collect(slices.Chunk(contacts, w.cfg.Concurrency))
 	if len(windows) == 0 {
 		rep.Done = true // nobody eligible is left in the range
-		return rep, nil
+		return rep, nil, nil
 	}
 	if stop, class := w.stopBefore(ctx, pageCtx, job); stop {
 		rep.Class = class
-		return rep, nil
+		return rep, nil, nil
 	}
 	// Claim before send: only rows this run holds may be sent. Windows are
 	// claimed one ahead of the window being sent: the first two are claims
@@ -650,7 +679,13 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	// claims back, so none is left behind unsent for the reconciler to call
 	// unknown.
 	p := newPipeline(w, pageCtx, l, 1)
-	defer p.close() // a claimed window is sent whole, however the page ends
+	defer func() {
+		// A claimed window is sent whole, however the page ends; the
+		// stragglers a finish is left with are its to wait for.
+		if p.closeLaunched(); finish == nil {
+			p.sends.Wait()
+		}
+	}()
 	claim := func(k int) error {
 		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, windows[k], func() ([]ulid.ULID, error) {
 			return w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[k]), w.cfg.Clock.Now())
@@ -663,9 +698,9 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	if err := claim(0); err != nil {
 		if class, refused := notRunning(err); refused {
 			rep.Class = class // nothing claimed: the range resumes from here
-			return rep, nil
+			return rep, nil, nil
 		}
-		return rep, err
+		return rep, nil, err
 	}
 	released := 1
 	var claimErr error // window 1's claim failed: the page ends after window 0
@@ -731,7 +766,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 				rep.Class, rep.Error = bus.ClassTransient, err.Error()
 			}
 			rep.Next = before(rep.Next, append(late, over...))
-			return rep, nil
+			return rep, nil, nil
 		}
 		if following != nil {
 			w.release(pageCtx, p, l, h, following, claimed)
@@ -778,44 +813,49 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 			stopped = true
 		}
 	}
-	if len(late) > 0 {
-		// The page is reported once every row it claimed has an outcome
-		// (or is the reconciler's after a failed write, as above); the
-		// next page has the turn meanwhile (handoff).
-		awaitAll(late)
-		sends := late
-		judged := assemble(sends)
-		w.giveLate(len(late))
-		late = nil
-		res, outcomes := w.conclude(l, judged)
-		err := w.persist(ctx, owner, func() error {
-			return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())
-		})
-		w.live.progress(owner, w.cfg.Clock.Now())
-		if err != nil {
-			// Not recorded: the rows stay this run's claims until the
-			// reconciler finds the run gone.
-			rep.Class, rep.Error = bus.ClassTransient, err.Error()
-			if !stopped {
-				rep.Next = next.String()
-			}
-			rep.Next, rep.Done = before(rep.Next, sends), false
-			return rep, nil
-		}
-		w.count(res)
-		res.addTo(&rep)
-		if res.stopAt >= 0 && !stopped {
-			rep.Next, rep.Done = judged.window[res.stopAt].ID.String(), false
-			rep.Class, rep.Error = res.class, res.err
-			stopped = true
-		}
+	if !stopped {
+		rep.Next = next.String()
+		rep.Done = len(contacts) < limit
 	}
-	if stopped {
-		return rep, nil
+	if len(late) == 0 {
+		return rep, nil, nil
 	}
-	rep.Next = next.String()
-	rep.Done = len(contacts) < limit
-	return rep, nil
+	// The page is reported once every row it claimed has an outcome (or
+	// is the reconciler's after a failed write, as above): its stragglers
+	// first. The next page has the turn meanwhile (handoff), and handle
+	// waits for them off the puller.
+	sends := late
+	late = nil // their tokens are finish's to give back
+	return rep, func() bus.Report { return w.finishLate(ctx, pageCtx, l, owner, sends, rep, stopped) }, nil
+}
+
+// finishLate waits for a page's stragglers and records their outcomes,
+// judged as one window, and returns the page's report with them: a
+// straggler that stopped the page moves its cursor back to it, and a
+// failed write to before the first of them.
+func (w *Worker) finishLate(ctx, pageCtx context.Context, l *loaded, owner string, sends []straggler, rep bus.Report, stopped bool) bus.Report {
+	awaitAll(sends)
+	judged := assemble(sends)
+	w.giveLate(len(sends))
+	res, outcomes := w.conclude(l, judged)
+	err := w.persist(ctx, owner, func() error {
+		return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())
+	})
+	w.live.progress(owner, w.cfg.Clock.Now())
+	if err != nil {
+		// Not recorded: the rows stay this run's claims until the
+		// reconciler finds the run gone.
+		rep.Class, rep.Error = bus.ClassTransient, err.Error()
+		rep.Next, rep.Done = before(rep.Next, sends), false
+		return rep
+	}
+	w.count(res)
+	res.addTo(&rep)
+	if res.stopAt >= 0 && !stopped {
+		rep.Next, rep.Done = judged.window[res.stopAt].ID.String(), false
+		rep.Class, rep.Error = res.class, res.err
+	}
+	return rep
 }
 
 // release hands a claimed window to the pipeline, with the holds the
@@ -833,7 +873,11 @@ func (w *Worker) RunPage(ctx context.Context, job bus.PageJob, owner string) (bu
 	if job.Sweep {
 		return w.runSweep(ctx, ctx, job, owner)
 	}
-	return w.runPage(ctx, ctx, job, owner, func() {})
+	rep, finish, err := w.runPage(ctx, ctx, job, owner, func() {})
+	if finish != nil {
+		rep = finish()
+	}
+	return rep, err
 }
 
 // wholeWindows trims a page's limit to a whole number of in-flight windows.
@@ -987,9 +1031,12 @@ type batch struct {
 	errs       []error
 	attempted  int
 	done       chan struct{}
-	// finished gets the index of each send as it ends (its errs entry
-	// set): pipeline.wait counts them, and a straggler's ends later.
+	// finished gets the index of each send as it ends (its errs and took
+	// entries set): pipeline.wait counts them, and a straggler's ends
+	// later.
 	finished chan int
+	// took is how long each send took.
+	took []time.Duration
 	// lanes[i] is the carried ramp step contact i is sent under, nil for
 	// none (holds.lane).
 	lanes []*lane
@@ -1017,7 +1064,7 @@ func (b *batch) givenUpStep(i int, provider string) bool {
 // those this run holds whose provider the governor does not hold.
 func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) *batch {
 	b := &batch{window: window, mine: mine, providers: make([]string, len(window)), deferUntil: make([]time.Time, len(window)),
-		now: now, errs: make([]error, len(window)), done: make(chan struct{}), finished: make(chan int, len(window)), giveUp: h.giveUp}
+		now: now, errs: make([]error, len(window)), took: make([]time.Duration, len(window)), done: make(chan struct{}), finished: make(chan int, len(window)), giveUp: h.giveUp}
 	for i, c := range window {
 		if mine[c.ID] {
 			b.providers[i], b.deferUntil[i] = h.check(c.Email)

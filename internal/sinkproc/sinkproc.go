@@ -44,6 +44,12 @@ type Options struct {
 	// random, as Yahoo's and Gmail's deferrals and greylisting do; 0 for
 	// none.
 	RefuseRcpt float64
+	// Tarpit is the share of messages whose DATA reply is held for
+	// TarpitDelay instead of Latency, at random, as a server that
+	// tarpits some senders or scans some messages slowly does; 0 for
+	// none.
+	Tarpit      float64
+	TarpitDelay time.Duration
 	// ErrorLog receives go-smtp's connection errors; nil discards them.
 	ErrorLog *log.Logger
 }
@@ -89,7 +95,7 @@ func Start(o Options) (*Sink, error) {
 		s.log = newLogWriter(f)
 	}
 	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) {
-		return &session{s: s, latency: o.Latency, refuse: o.RefuseRcpt}, nil
+		return &session{s: s, latency: o.Latency, refuse: o.RefuseRcpt, tarpit: o.Tarpit, tarpitDelay: o.TarpitDelay}, nil
 	}))
 	srv.Domain = "localhost"
 	srv.AllowInsecureAuth = true
@@ -161,10 +167,12 @@ func (s *Sink) Close() error {
 }
 
 type session struct {
-	s       *Sink
-	latency time.Duration
-	refuse  float64
-	to      []string
+	s           *Sink
+	latency     time.Duration
+	refuse      float64
+	tarpit      float64
+	tarpitDelay time.Duration
+	to          []string
 }
 
 func (ss *session) AuthMechanisms() []string { return []string{sasl.Plain} }
@@ -202,8 +210,12 @@ func (ss *session) Data(r io.Reader) error {
 	if _, err := io.Copy(io.Discard, br); err != nil {
 		return err // connection broke mid-message: not accepted
 	}
-	if ss.latency > 0 {
-		t := time.NewTimer(ss.latency)
+	delay := ss.latency
+	if ss.tarpit > 0 && rand.Float64() < ss.tarpit {
+		delay = ss.tarpitDelay
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-ss.s.closing:

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/emersion/go-smtp"
 )
@@ -70,5 +71,27 @@ func TestLog(t *testing.T) {
 	}
 	if len(recs) != 2 || recs[0].Recipient != "a@example.org" || recs[0].MessageID != "m1@example.org" || s.Stats().Recipients != 2 {
 		t.Fatalf("log %+v, stats %+v", recs, s.Stats())
+	}
+}
+
+// A tarpitted message's DATA reply is held TarpitDelay, the others Latency.
+func TestTarpit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		share     float64
+		least     time.Duration
+		mostUnder time.Duration
+	}{{1, 300 * time.Millisecond, 0}, {0, 0, 300 * time.Millisecond}} {
+		s, err := Start(Options{Addr: "127.0.0.1:0", Tarpit: tc.share, TarpitDelay: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		send(t, s.Addr(), "a@example.org")
+		took := time.Since(began)
+		s.Close()
+		if took < tc.least || (tc.mostUnder > 0 && took >= tc.mostUnder) {
+			t.Errorf("tarpit share %v: the message took %s", tc.share, took)
+		}
 	}
 }
