@@ -30,7 +30,7 @@ var (
 	})
 	stragglers = auto.NewCounter(prometheus.CounterOpts{
 		Name: "rangecast_pageworker_stragglers_total",
-		Help: "Sends a page went on without: still running a second (StragglerAfter) after the rest of their window had ended (a server tarpitting one recipient, a slow reply to the data). Each outcome is recorded with a later window's.",
+		Help: "Sends a page went on without: still running, once half their window had ended, three times its median send time (at least 20 ms) after the last of the others (a server tarpitting one recipient, a slow reply to the data). Each outcome is recorded with a later window's.",
 	})
 	pageSeconds = auto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "rangecast_pageworker_page_seconds",
