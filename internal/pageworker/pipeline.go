@@ -6,14 +6,16 @@ import (
 	"time"
 )
 
-// InDoubtWindows bounds what one page run holds claimed without an
-// outcome, in in-flight windows (Config.Concurrency): the window being sent,
-// the one claimed behind it, and up to a window of stragglers, sends that
-// outlived their window's conclusion (pipeline.wait; the worker's straggler
-// tokens hold them to a window per turn). A page run that has claimed its
-// last window hands its turn on once only that window and its stragglers
-// are without an outcome (Worker.Run), so a worker holds at most
-// InDoubtBound claims in doubt.
+// InDoubtWindows bounds, per turn of a worker, the claims held without an
+// outcome, in in-flight windows (Config.Concurrency): the window being sent
+// and the one claimed behind it, for each page run, and a window of
+// stragglers, sends that outlived their window's conclusion
+// (pipeline.wait): the worker's straggler tokens, Pages × Concurrency in
+// all, each given back only once its straggler's outcome is committed,
+// whichever pages hold them (one page may hold them all). A page run that
+// has claimed its last window hands its turn on once only that window and
+// its stragglers are without an outcome (Worker.Run), so a worker holds at
+// most InDoubtBound claims in doubt.
 const InDoubtWindows = 3
 
 // InDoubtBound is the most claims without an outcome a worker running

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/testenv"
 	"github.com/rangecast/rangecast/internal/transport"
@@ -135,6 +136,81 @@ func TestTarpittedSendHoldsNoPage(t *testing.T) {
 			}
 			if held := len(f.w.late); held != 0 {
 				t.Errorf("%d straggler tokens still held after the page", held)
+			}
+		})
+	}
+}
+
+// TestStragglersJudgedAsTheirWindow: a window's slow sends, left behind as
+// stragglers, are judged as the whole window would have been: the same
+// report and the same outcomes as a worker that waits for every window
+// whole. Judged apart, the slow few looked like a window of their own (two
+// late "550 5.7.1" halted the broadcast; one late 421 at connect backed the
+// range off) and the fast part like a whole window (3 fast 451 among 4
+// fast sends stopped the page). Found by a review.
+func TestStragglersJudgedAsTheirWindow(t *testing.T) {
+	t.Parallel()
+	slowly := func(err error) func() error {
+		return func() error { time.Sleep(200 * time.Millisecond); return err }
+	}
+	refusedAtData := &transport.SendError{Code: 550, Enhanced: "5.7.1", Text: "message rejected by the recipient's filter", Stage: transport.StageData}
+	for _, tc := range []struct {
+		name    string
+		answers map[int]func() error // by contact index, in id order; the rest accepted at once
+		limit   int
+	}{
+		{"two late policy refusals", map[int]func() error{3: slowly(refusedAtData), 5: slowly(refusedAtData)}, 8},
+		{"one late refusal at connect", map[int]func() error{6: slowly(&transport.SendError{Code: 421, Text: "service not available, closing channel", Stage: transport.StageConnect})}, 8},
+		{"fast deferrals, slow accepts", map[int]func() error{
+			1: func() error { return &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt} },
+			3: func() error { return &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt} },
+			5: func() error { return &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt} },
+			2: slowly(nil), 4: slowly(nil), 6: slowly(nil), 7: slowly(nil),
+		}, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			type result struct {
+				class    bus.ErrorClass
+				done     bool
+				statuses []store.SendStatus
+			}
+			run := func(after time.Duration) result {
+				st := testenv.SQLite(t)
+				tr := &scripted{accepted: map[string]int{}}
+				f := newCopiesFixture(t, st, 16, tr)
+				f.w = New(Config{Store: st, Transport: tr, Clock: f.clk, Log: f.w.cfg.Log, Concurrency: 8, States: running{}, ID: "w", StragglerAfter: after})
+				cs := slices.SortedFunc(slices.Values(f.contacts), func(a, b store.Contact) int { return a.ID.Compare(b.ID) })
+				idx := map[string]int{}
+				for i, c := range cs {
+					idx[c.Email] = i
+				}
+				tr.answer = func(to string) error {
+					if answer, ok := tc.answers[idx[to]]; ok {
+						return answer()
+					}
+					return nil
+				}
+				job := f.job()
+				job.Limit = tc.limit
+				rep, err := f.w.RunPage(t.Context(), job, "w/1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := result{class: rep.Class, done: rep.Done}
+				for _, c := range cs[:8] {
+					row, err := st.GetSend(t.Context(), f.b.ID, c.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					r.statuses = append(r.statuses, row.Status)
+				}
+				return r
+			}
+			whole, late := run(-1), run(10*time.Millisecond)
+			if late.class != whole.class || late.done != whole.done || !slices.Equal(late.statuses, whole.statuses) {
+				t.Errorf("with stragglers: class %q, done %v, first window %v; waiting for the window whole: class %q, done %v, %v",
+					late.class, late.done, late.statuses, whole.class, whole.done, whole.statuses)
 			}
 		})
 	}

@@ -78,8 +78,12 @@ func (k sendKind) reached() bool { return k >= sendAccepted }
 
 // judge counts a window's sends, in order, and reports whether the lone
 // refusals among them halt the broadcast. A halt starts the tally afresh,
-// for after the resume.
-func (t *refusalTally) judge(kinds []sendKind, now time.Time) (halt bool) {
+// for after the resume. undecided is how many of the window's sends are
+// not among kinds (stragglers still running, or kinds are stragglers
+// judged apart from their windows): the rule on a whole window refused
+// then does not apply, as the sends judged are not the window (the slow
+// ones are the likeliest to be refused).
+func (t *refusalTally) judge(kinds []sendKind, now time.Time, undecided int) (halt bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if now.Before(t.holdUntil) && slices.Contains(kinds, sendLone) {
@@ -102,7 +106,7 @@ func (t *refusalTally) judge(kinds []sendKind, now time.Time) (halt bool) {
 	}
 	t.reached, t.lone = t.reached+reached, t.lone+lone
 	t.sampled, t.inSamp = t.sampled+reached, t.inSamp+lone
-	halt = halt || lone > 0 && ((reached >= 2 && lone == reached) || (t.lone >= 2 && t.lone == t.reached) ||
+	halt = halt || lone > 0 && ((undecided == 0 && reached >= 2 && lone == reached) || (t.lone >= 2 && t.lone == t.reached) ||
 		(t.inSamp >= refusalSampleMin && float64(t.inSamp) >= refusalShare*float64(t.sampled)))
 	if halt {
 		t.reached, t.lone, t.run, t.sampled, t.inSamp = 0, 0, 0, 0, 0
@@ -145,8 +149,9 @@ type bounceTally struct {
 }
 
 // judge counts a window's sends and reports whether its hard bounces
-// halt the broadcast (refusalHold after a halt, any does).
-func (t *bounceTally) judge(kinds []sendKind, now time.Time) bool {
+// halt the broadcast (refusalHold after a halt, any does). undecided is as
+// for refusalTally.judge: the whole-window rule needs the whole window.
+func (t *bounceTally) judge(kinds []sendKind, now time.Time, undecided int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if now.Before(t.holdUntil) && slices.Contains(kinds, sendBounce) {
@@ -170,7 +175,7 @@ func (t *bounceTally) judge(kinds []sendKind, now time.Time) bool {
 	if bounced == 0 {
 		return false
 	}
-	halt = halt || reached >= bounceWindow && bounced == reached ||
+	halt = halt || undecided == 0 && reached >= bounceWindow && bounced == reached ||
 		t.reached >= bounceWindow && t.bounced == t.reached && t.reached-reached < bounceWindow
 	if halt {
 		t.reached, t.bounced, t.run = 0, 0, 0

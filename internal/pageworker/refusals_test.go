@@ -42,69 +42,69 @@ func TestRefusalTallyHaltsOnAShareNotOnOne(t *testing.T) {
 	t.Run("windows in flight at a halt halt too", func(t *testing.T) {
 		var tl refusalTally
 		at := later()
-		tl.judge(window(16), at)
-		if !tl.judge(window(4, 0, 1, 2, 3), at) {
+		tl.judge(window(16), at, 0)
+		if !tl.judge(window(4, 0, 1, 2, 3), at, 0) {
 			t.Fatal("a window refused whole did not halt")
 		}
-		if !tl.judge(window(16, 5), at.Add(time.Second)) {
+		if !tl.judge(window(16, 5), at.Add(time.Second), 0) {
 			t.Fatal("a window in flight at the halt failed its refusal alone")
 		}
-		if tl.judge(window(16, 5), at.Add(refusalHold+time.Second)) {
+		if tl.judge(window(16, 5), at.Add(refusalHold+time.Second), 0) {
 			t.Fatal("the hold outlasted refusalHold")
 		}
 	})
 	t.Run("one in a window of 16", func(t *testing.T) {
 		var tl refusalTally
-		if tl.judge(window(16, 3), later()) {
+		if tl.judge(window(16, 3), later(), 0) {
 			t.Fatal("one refusal among 16 accepted halted")
 		}
 	})
 	t.Run("every one of a window", func(t *testing.T) {
 		var tl refusalTally
-		tl.judge(window(16), later())
-		if !tl.judge(window(4, 0, 1, 2, 3), later()) {
+		tl.judge(window(16), later(), 0)
+		if !tl.judge(window(4, 0, 1, 2, 3), later(), 0) {
 			t.Fatal("a window refused whole did not halt")
 		}
 	})
 	t.Run("sends that reached nobody do not dilute a window", func(t *testing.T) {
 		var tl refusalTally
-		tl.judge(window(16), later())
-		if !tl.judge([]sendKind{sendLone, sendEarly, sendLone, sendUnsent}, later()) {
+		tl.judge(window(16), later(), 0)
+		if !tl.judge([]sendKind{sendLone, sendEarly, sendLone, sendUnsent}, later(), 0) {
 			t.Fatal("a window whose every reached send was refused did not halt")
 		}
 	})
 	t.Run("the first two, in windows of one", func(t *testing.T) {
 		var tl refusalTally
-		if tl.judge(window(1, 0), later()) {
+		if tl.judge(window(1, 0), later(), 0) {
 			t.Fatal("the first refusal halted")
 		}
-		if !tl.judge(window(1, 0), later()) {
+		if !tl.judge(window(1, 0), later(), 0) {
 			t.Fatal("two refusals and nothing else did not halt")
 		}
 	})
 	t.Run("five in a row after many accepted", func(t *testing.T) {
 		var tl refusalTally
 		for range 100 {
-			tl.judge(window(1), later())
+			tl.judge(window(1), later(), 0)
 		}
 		for i := range refusalRun {
-			if halt := tl.judge(window(1, 0), later()); halt != (i == refusalRun-1) {
+			if halt := tl.judge(window(1, 0), later(), 0); halt != (i == refusalRun-1) {
 				t.Fatalf("refusal %d in a row: halt %v", i+1, halt)
 			}
 		}
-		if tl.judge(window(1, 0), later()) {
+		if tl.judge(window(1, 0), later(), 0) {
 			t.Fatal("the tally did not start afresh after a halt")
 		}
 	})
 	t.Run("a deferral does not break a run", func(t *testing.T) {
 		var tl refusalTally
 		for range 100 {
-			tl.judge(window(1), later())
+			tl.judge(window(1), later(), 0)
 		}
 		halted := false
 		for range refusalRun {
-			halted = tl.judge(window(1, 0), later())
-			tl.judge([]sendKind{sendOther}, later())
+			halted = tl.judge(window(1, 0), later(), 0)
+			tl.judge([]sendKind{sendOther}, later(), 0)
 		}
 		if !halted {
 			t.Fatal("five refusals in a row, with a deferral between each, did not halt")
@@ -128,7 +128,7 @@ func TestRefusalTallyAtVolume(t *testing.T) {
 					n++
 				}
 			}
-			if tl.judge(k, later()) {
+			if tl.judge(k, later(), 0) {
 				return true, lone
 			}
 			lone += n
@@ -207,21 +207,21 @@ func TestBounceTally(t *testing.T) {
 		return k
 	}
 	var tl bounceTally
-	if tl.judge(bounce(3, 0, 1, 2), later()) {
+	if tl.judge(bounce(3, 0, 1, 2), later(), 0) {
 		t.Error("a first window of three bounces halted; four are needed")
 	}
-	if !tl.judge(bounce(1, 0), later()) {
+	if !tl.judge(bounce(1, 0), later(), 0) {
 		t.Error("the first four sends all bounced and it did not halt")
 	}
 	tl = bounceTally{}
-	tl.judge(window(16), later())
-	if !tl.judge(bounce(4, 0, 1, 2, 3), later()) {
+	tl.judge(window(16), later(), 0)
+	if !tl.judge(bounce(4, 0, 1, 2, 3), later(), 0) {
 		t.Error("a window of four all bounced did not halt")
 	}
 	tl = bounceTally{}
-	tl.judge(window(16), later())
+	tl.judge(window(16), later(), 0)
 	for i := range bounceRun {
-		if halt := tl.judge(bounce(1, 0), later()); halt != (i == bounceRun-1) {
+		if halt := tl.judge(bounce(1, 0), later(), 0); halt != (i == bounceRun-1) {
 			t.Fatalf("bounce %d in a row: halt %v", i+1, halt)
 		}
 	}
@@ -234,7 +234,7 @@ func TestBounceTally(t *testing.T) {
 				k[i] = sendBounce
 			}
 		}
-		if tl.judge(k, later()) {
+		if tl.judge(k, later(), 0) {
 			t.Fatalf("a list a tenth dead halted after %d sends", n)
 		}
 	}

@@ -210,9 +210,9 @@ type Worker struct {
 	slots chan struct{}
 	turns chan struct{}
 	// late holds a token for each straggler whose outcome is not yet
-	// concluded (pipeline.wait): at most a window's worth per turn, so
-	// stragglers add at most Pages × Concurrency to the claims a worker
-	// holds without an outcome (InDoubtBound).
+	// committed (pipeline.wait): Pages × Concurrency of them, whichever
+	// pages hold them, so stragglers add at most that to the claims a
+	// worker holds without an outcome (InDoubtBound).
 	late chan struct{}
 	// senders run the sends (pipeline).
 	senders senders
@@ -679,11 +679,18 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	// claims back, so none is left behind unsent for the reconciler to call
 	// unknown.
 	p := newPipeline(w, pageCtx, l, 1)
+	// late are the stragglers of concluded windows (pipeline.wait): each is
+	// concluded with the first window concluded after it ends, or at the
+	// page's end, which waits for them. Each holds a token until its
+	// outcome is committed (or, after a failed write, until its send has
+	// ended and the page gives its claims up to the reconciler).
+	var late []straggler
 	defer func() {
 		// A claimed window is sent whole, however the page ends; the
 		// stragglers a finish is left with are its to wait for.
 		if p.closeLaunched(); finish == nil {
 			p.sends.Wait()
+			w.giveLate(len(late))
 		}
 	}()
 	claim := func(k int) error {
@@ -716,11 +723,6 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	if released == len(windows) && released == 1 {
 		handoff()
 	}
-	// late are the stragglers of concluded windows (pipeline.wait): each is
-	// concluded with the first window concluded after it ends, or at the
-	// page's end, which waits for them.
-	var late []straggler
-	defer func() { w.giveLate(len(late)) }()
 	for k := 0; k < released; k++ {
 		window := windows[k]
 		b, pending := p.wait()
@@ -729,9 +731,8 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		for _, i := range pending {
 			late = append(late, straggler{b, i})
 		}
-		w.giveLate(len(over))
 		judged := view(b, pending, over)
-		res, outcomes := w.conclude(l, judged)
+		res, outcomes := w.conclude(l, judged, len(pending))
 		res.claimed = len(b.mine)
 		w.live.progress(owner, w.cfg.Clock.Now())
 
@@ -765,9 +766,11 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 				rep.Next = next.String()
 				rep.Class, rep.Error = bus.ClassTransient, err.Error()
 			}
-			rep.Next = before(rep.Next, append(late, over...))
+			late = append(late, over...) // their tokens too, once their sends have ended
+			rep.Next = before(rep.Next, late)
 			return rep, nil, nil
 		}
+		w.giveLate(len(over)) // their outcomes are committed
 		if following != nil {
 			w.release(pageCtx, p, l, h, following, claimed)
 			released++
@@ -836,24 +839,36 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 func (w *Worker) finishLate(ctx, pageCtx context.Context, l *loaded, owner string, sends []straggler, rep bus.Report, stopped bool) bus.Report {
 	awaitAll(sends)
 	judged := assemble(sends)
-	w.giveLate(len(sends))
-	res, outcomes := w.conclude(l, judged)
+	// Judged apart from their windows: the whole-window rules do not
+	// apply to the slow few (conclude's undecided).
+	res, outcomes := w.conclude(l, judged, w.cfg.Concurrency)
 	err := w.persist(ctx, owner, func() error {
 		return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())
 	})
+	w.giveLate(len(sends)) // recorded, or the reconciler's once this run is reported
 	w.live.progress(owner, w.cfg.Clock.Now())
 	if err != nil {
 		// Not recorded: the rows stay this run's claims until the
-		// reconciler finds the run gone.
-		rep.Class, rep.Error = bus.ClassTransient, err.Error()
+		// reconciler finds the run gone. A stop the page had already
+		// reported (a pause, a halt) keeps its class.
+		if rep.Class == bus.ClassNone {
+			rep.Class, rep.Error = bus.ClassTransient, err.Error()
+		}
 		rep.Next, rep.Done = before(rep.Next, sends), false
 		return rep
 	}
 	w.count(res)
 	res.addTo(&rep)
-	if res.stopAt >= 0 && !stopped {
-		rep.Next, rep.Done = judged.window[res.stopAt].ID.String(), false
-		rep.Class, rep.Error = res.class, res.err
+	if res.stopAt >= 0 {
+		if !stopped {
+			rep.Next, rep.Done = judged.window[res.stopAt].ID.String(), false
+		}
+		if rep.Class == bus.ClassNone {
+			// Even on a page that walked its range to the end: its rows
+			// are recorded as the stop's (a halt's deferrals), so the
+			// report must carry it.
+			rep.Class, rep.Error = res.class, res.err
+		}
 	}
 	return rep
 }
@@ -1016,7 +1031,7 @@ func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact,
 	p := newPipeline(w, ctx, l, 0)
 	p.start(b)
 	p.close()
-	return w.conclude(l, p.waitAll())
+	return w.conclude(l, p.waitAll(), 0)
 }
 
 // batch is one window on its way through a page's pipeline: the contacts,
@@ -1084,7 +1099,14 @@ func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *hol
 
 // conclude says what became of each of a sent window's contacts: the
 // outcome to record for every claimed one.
-func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []store.Outcome) {
+//
+// undecided is how many sends of the window b stands for are not in it
+// (its stragglers, still running), or, for stragglers judged apart from
+// their windows, the window's size: the rules about a whole window
+// (windowUnwell, nobody reached, a window all refused) count them as
+// undecided attempts rather than judge the sends that ended first, or
+// the slow ones alone, as a window.
+func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult, outcomes []store.Outcome) {
 	res.stopAt = -1
 	window, mine, providers, deferUntil, errs, attempted := b.window, b.mine, b.providers, b.deferUntil, b.errs, b.attempted
 	// stepAttempts are the real attempts of given-up providers' ramp
@@ -1108,8 +1130,8 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	// send that waited for a slot behind slow ones may have been refused
 	// minutes after the window began (b.now).
 	answered := w.cfg.Clock.Now()
-	haltLone := l.refusals.judge(kinds, answered)
-	haltBounce := l.bounces.judge(kinds, answered)
+	haltLone := l.refusals.judge(kinds, answered, undecided)
+	haltBounce := l.bounces.judge(kinds, answered, undecided)
 	// A send refused before its recipient was named is charged to the
 	// recipient only when others of the window got through: then the
 	// relay works and the refusal is about this message (a MAIL FROM
@@ -1250,8 +1272,8 @@ func (w *Worker) conclude(l *loaded, b *batch) (res windowResult, outcomes []sto
 	// rows are charged no attempt, so only the page's report, counted
 	// toward no progress, ends a relay that never takes mail again (a
 	// sweep of two due rows never met the rule above, and ran for ever).
-	reachedNobody := res.unreached > 0 && res.reached == 0 && firstRefused >= 0
-	if res.stopAt < 0 && (windowUnwell(refused, attempted-stepAttempts, w.cfg.Concurrency) || reachedNobody) {
+	reachedNobody := res.unreached > 0 && res.reached == 0 && firstRefused >= 0 && undecided == 0
+	if res.stopAt < 0 && (windowUnwell(refused, attempted-stepAttempts+undecided, w.cfg.Concurrency) || reachedNobody) {
 		res.stopAt, res.class, res.err = firstRefused, bus.ClassTransient, refusedErr
 	}
 	return res, outcomes
