@@ -153,6 +153,9 @@ func TestStragglersJudgedAsTheirWindow(t *testing.T) {
 	slowly := func(err error) func() error {
 		return func() error { time.Sleep(200 * time.Millisecond); return err }
 	}
+	deferred := func() error {
+		return &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}
+	}
 	refusedAtData := &transport.SendError{Code: 550, Enhanced: "5.7.1", Text: "message rejected by the recipient's filter", Stage: transport.StageData}
 	for _, tc := range []struct {
 		name    string
@@ -162,15 +165,7 @@ func TestStragglersJudgedAsTheirWindow(t *testing.T) {
 		{"two late policy refusals", map[int]func() error{3: slowly(refusedAtData), 5: slowly(refusedAtData)}, 8},
 		{"one late refusal at connect", map[int]func() error{6: slowly(&transport.SendError{Code: 421, Text: "service not available, closing channel", Stage: transport.StageConnect})}, 8},
 		{"fast deferrals, slow accepts", map[int]func() error{
-			1: func() error {
-				return &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}
-			},
-			3: func() error {
-				return &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}
-			},
-			5: func() error {
-				return &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}
-			},
+			1: deferred, 3: deferred, 5: deferred,
 			2: slowly(nil), 4: slowly(nil), 6: slowly(nil), 7: slowly(nil),
 		}, 200},
 	} {
