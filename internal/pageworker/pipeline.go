@@ -79,13 +79,12 @@ func (p *pipeline) start(b *batch) {
 //
 // The grace is on the real clock, not Config.Clock: it measures real sends.
 func (p *pipeline) wait() (b *batch, pending []int) {
-	b = p.started[0]
-	p.started = p.started[1:]
 	least := p.w.cfg.StragglerAfter
 	if least <= 0 {
-		<-b.done
-		return b, nil
+		return p.waitAll(), nil
 	}
+	b = p.started[0]
+	p.started = p.started[1:]
 	ended := make([]bool, len(b.window))
 	// The grace is three times the window's median send, at least
 	// StragglerAfter: fixed when half have ended, the slowest of them.

@@ -75,7 +75,7 @@ func view(b *batch, pending []int, over []straggler) *batch {
 // in the given order.
 func assemble(sends []straggler) *batch {
 	first := sends[0].b
-	v := &batch{now: first.now, giveUp: first.giveUp, mine: make(map[ulid.ULID]bool, len(sends)), done: first.done}
+	v := &batch{now: first.now, giveUp: first.giveUp, mine: make(map[ulid.ULID]bool, len(sends))}
 	laned := false
 	for _, s := range sends {
 		src, i := s.b, s.i

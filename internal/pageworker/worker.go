@@ -673,8 +673,8 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	// sends start as this one's slots free up (pipeline). The claims without
 	// an outcome are at most two windows, the one being sent and the one
 	// behind it (each commit records one window as it claims one), and the
-	// stragglers, sends that outlived their window's conclusion (up to a
-	// window's worth, pipeline.wait). A claim
+	// stragglers, sends that outlived their window's conclusion (as many
+	// as the worker's straggler tokens, pipeline.wait). A claim
 	// that may have committed is retried as it is: the retry gets this run's
 	// claims back, so none is left behind unsent for the reconciler to call
 	// unknown.
