@@ -122,8 +122,11 @@ func TestSimulation(t *testing.T) {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
 	}
 	slices.Sort(kinds)
-	t.Logf("simulation: %d schedules, %d steps, %d messages accepted, %d unknown, %d sends concluded as stragglers, faults injected: %s; invariant violations: %d",
-		totals.schedules, totals.steps, totals.sent, totals.unknown, stragglersConcluded()-stragglersBefore, strings.Join(kinds, ", "), totals.violations)
+	stragglersAfter := stragglersConcluded()
+	t.Logf("simulation: %d schedules, %d steps, %d messages accepted, %d unknown, %d sends concluded as stragglers (%d of them retries), faults injected: %s; invariant violations: %d",
+		totals.schedules, totals.steps, totals.sent, totals.unknown,
+		stragglersAfter["page"]+stragglersAfter["sweep"]-stragglersBefore["page"]-stragglersBefore["sweep"], stragglersAfter["sweep"]-stragglersBefore["sweep"],
+		strings.Join(kinds, ", "), totals.violations)
 	for _, f := range failed {
 		t.Error(f)
 	}
@@ -540,15 +543,15 @@ func (g *gatedStore) RecordOutcomes(ctx context.Context, b ulid.ULID, owner stri
 	return g.st.RecordOutcomes(ctx, b, owner, outcomes, now)
 }
 
-func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error) {
+func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]store.Due, error) {
 	switch g.gate("claim-due") {
 	case gateErr:
 		return nil, errSimStore
 	case gateAmbiguous:
-		g.st.ClaimDue(ctx, b, owner, now, limit) //nolint:errcheck
+		g.st.ClaimDue(ctx, b, owner, now, limit, sending) //nolint:errcheck
 		return nil, errSimStore
 	}
-	return g.st.ClaimDue(ctx, b, owner, now, limit)
+	return g.st.ClaimDue(ctx, b, owner, now, limit, sending)
 }
 
 // simStates is the workers' view of broadcast states: the KV stand-in.
@@ -1426,16 +1429,25 @@ func (s *sim) inDoubtWindows() int {
 	return pageworker.InDoubtWindows
 }
 
-// stragglersConcluded is the page workers' rangecast_pageworker_stragglers_total:
-// how many sends their pages went on without (the simulation's slow ones).
-func stragglersConcluded() int {
+// stragglersConcluded is the page workers' rangecast_pageworker_stragglers_total
+// by job (page, sweep): how many sends they went on without (the
+// simulation's slow ones).
+func stragglersConcluded() map[string]int {
+	out := map[string]int{}
 	families, _ := pageworker.Metrics.Gather()
 	for _, f := range families {
-		if f.GetName() == "rangecast_pageworker_stragglers_total" {
-			return int(f.GetMetric()[0].GetCounter().GetValue())
+		if f.GetName() != "rangecast_pageworker_stragglers_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "job" {
+					out[l.GetValue()] += int(m.GetCounter().GetValue())
+				}
+			}
 		}
 	}
-	return 0
+	return out
 }
 
 // simSlowSend is how long a slow send takes, in real time, and

@@ -151,7 +151,7 @@ func TestTwoCopiesOfAPageLoseNobody(t *testing.T) {
 			// The sweep sends it once its retry time has come.
 			f.clk.Advance(time.Minute)
 			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
-			if rep, err := f.w.runSweep(ctx, ctx, sweep, "w/S"); err != nil || rep.Sent != 1 {
+			if rep, err := f.w.RunPage(ctx, sweep, "w/S"); err != nil || rep.Sent != 1 {
 				t.Fatalf("sweep: %+v, %v; want the deferred contact sent", rep, err)
 			}
 			c, err := st.Counts(ctx, f.b.ID)

@@ -62,7 +62,7 @@ func TestGivenUpProviderFailsUntried(t *testing.T) {
 			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true,
 				Defer: job.Defer, GiveUp: job.GiveUp}
 			sweep.Defer = map[string]time.Time{"example.org": f.clk.Now().Add(time.Minute)}
-			if _, err := f.w.runSweep(ctx, ctx, sweep, "w/S"); err != nil {
+			if _, err := f.w.RunPage(ctx, sweep, "w/S"); err != nil {
 				t.Fatal(err)
 			}
 			if n := sends.Load(); n != 0 {

@@ -28,10 +28,10 @@ var (
 		Name: "rangecast_pageworker_store_retries_total",
 		Help: "Store writes of known outcomes retried after an error (a failover, a dropped connection, an ambiguous commit).",
 	})
-	stragglers = auto.NewCounter(prometheus.CounterOpts{
+	stragglers = auto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_pageworker_stragglers_total",
-		Help: "Sends a page went on without: still running, once half their window had ended, three times its median send time (at least 20 ms) after the last of the others (a server tarpitting one recipient, a slow reply to the data). Each outcome is recorded with a later window's.",
-	})
+		Help: "Sends a page (job=page) or a sweep of due retries (job=sweep) went on without: still running, once half their window had ended, three times its median send time (at least 20 ms) after the last of the others (a server tarpitting one recipient, a slow reply to the data). Each outcome is recorded with a later window's.",
+	}, []string{"job"})
 	pageSeconds = auto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "rangecast_pageworker_page_seconds",
 		Help:    "Time to walk one page, from fetch to report.",
@@ -46,5 +46,8 @@ func init() {
 	}
 	for _, o := range []string{"sent", "failed", "deferred", "retry", "in_doubt"} {
 		messages.WithLabelValues(o)
+	}
+	for _, j := range []string{"page", "sweep"} {
+		stragglers.WithLabelValues(j)
 	}
 }

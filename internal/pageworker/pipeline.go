@@ -49,12 +49,16 @@ type pipeline struct {
 	// started is what start was given and wait has not returned, in order
 	// (the page loop's alone).
 	started []*batch
+	// job is what runs the windows, "page" or "sweep": the stragglers
+	// metric's label.
+	job string
 }
 
-// newPipeline starts the sender; ahead is how many windows may wait to be
-// sent behind the one being sent (the page loop never hands more).
-func newPipeline(w *Worker, ctx context.Context, l *loaded, ahead int) *pipeline {
-	p := &pipeline{w: w, ctx: ctx, l: l,
+// newPipeline starts the sender for a job ("page" or "sweep"); ahead is
+// how many windows may wait to be sent behind the one being sent (the page
+// loop never hands more).
+func newPipeline(w *Worker, ctx context.Context, l *loaded, job string, ahead int) *pipeline {
+	p := &pipeline{w: w, ctx: ctx, l: l, job: job,
 		batches: make(chan *batch, ahead+1), done: make(chan struct{})}
 	go p.run()
 	return p
@@ -132,7 +136,7 @@ func (p *pipeline) wait() (b *batch, pending []int) {
 				}
 			}
 			if p.w.takeLate(len(pending)) {
-				stragglers.Add(float64(len(pending)))
+				stragglers.WithLabelValues(p.job).Add(float64(len(pending)))
 				return b, pending
 			}
 			// The worker's tokens are held by other pages' stragglers:

@@ -179,7 +179,7 @@ func TestResumeWithTheRelayStillRefusingFailsNobody(t *testing.T) {
 			}
 			f.clk.Advance(time.Hour) // the operator resumed
 			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
-			if rep, err = f.w.runSweep(ctx, ctx, sweep, "w/S"); err != nil {
+			if rep, err = f.w.RunPage(ctx, sweep, "w/S"); err != nil {
 				t.Fatal(err)
 			}
 			if rep.Class != bus.ClassChannel || rep.Failed != 0 {

@@ -191,7 +191,7 @@ func (f *copiesFixture) sweepEvery(t *testing.T, end time.Time, step time.Durati
 			t.Fatal(err)
 		}
 		f.clk.Advance(max(due.Sub(f.clk.Now()), step))
-		rep, err := f.w.runSweep(ctx, ctx, sweep, "w/S")
+		rep, err := f.w.RunPage(ctx, sweep, "w/S")
 		if err != nil {
 			t.Fatal(err)
 		}

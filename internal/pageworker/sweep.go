@@ -16,39 +16,62 @@ import (
 // deferred, never released: a released row would be skipped for good. A
 // failed window's row can still be in doubt (connection lost after the
 // data): the reconciler settles it like any other.
-func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner string) (bus.Report, error) {
-	rep := bus.Report{Broadcast: job.Broadcast, Range: bus.SweepRange, Epoch: job.Epoch, Limit: job.Limit, Sweep: true, Done: true, Probed: job.Probe}
+//
+// A send that outlives its window (a straggler, pipeline.wait: a server
+// that tarpits a retried recipient for half a minute) does not hold the
+// sweep: its window is recorded without it, the next window is claimed
+// (never the straggler's row again: ClaimDue's sending), and its outcome
+// is recorded with a later window's, or by finish, which the worker runs
+// off its puller, before the sweep is reported.
+func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner string) (rep bus.Report, finish func() bus.Report, err error) {
+	rep = bus.Report{Broadcast: job.Broadcast, Range: bus.SweepRange, Epoch: job.Epoch, Limit: job.Limit, Sweep: true, Done: true, Probed: job.Probe}
 	id, err := ulid.ParseStrict(job.Broadcast)
 	if err != nil {
-		return rep, fmt.Errorf("sweep job: broadcast id: %w", err)
+		return rep, nil, fmt.Errorf("sweep job: broadcast id: %w", err)
 	}
 	l, err := w.load(pageCtx, id)
 	if err != nil {
-		return rep, err
+		return rep, nil, err
 	}
 	rep.Domain = l.compiled.SendingDomain()
 	h := newHolds(job)
-	// One window at a time: claimed rows never outnumber the in-flight
-	// window, so a kill -9 leaves at most a window in doubt.
+	// One window at a time: the claims without an outcome are the window
+	// being sent and the stragglers (each holding one of the worker's
+	// straggler tokens), so a kill -9 leaves no more in doubt than a page.
+	p := newPipeline(w, pageCtx, l, "sweep", 0)
+	var late []straggler
+	rows := map[ulid.ULID]store.Due{} // attempt and in-doubt flag of each row claimed and not yet recorded
+	defer func() {
+		// Every claimed window is sent whole; the stragglers a finish is
+		// left with are its to wait for.
+		if p.closeLaunched(); finish == nil {
+			p.sends.Wait()
+			w.giveLate(len(late))
+		}
+	}()
 	for taken := 0; taken < job.Limit && ctx.Err() == nil; {
 		if state, err := w.states.Get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning {
 			break
 		}
 		w.refreshHolds(pageCtx, l, h)
 		now := w.cfg.Clock.Now()
+		sending := make([]ulid.ULID, len(late))
+		for k, s := range late {
+			sending[k] = s.b.window[s.i].ID
+		}
 		// Eligibility is decided again now: ClaimDue drops rows whose
 		// contact left the audience while deferred.
 		// Retried as it is when it may have committed: ClaimDue returns
-		// the rows this run holds already.
+		// the rows this run holds already, but for the stragglers'.
 		var due []store.Due
 		err := w.persist(ctx, owner, func() error {
 			var err error
-			due, err = w.cfg.Store.ClaimDue(pageCtx, l.b, owner, now, min(w.cfg.Concurrency, job.Limit-taken))
+			due, err = w.cfg.Store.ClaimDue(pageCtx, l.b, owner, now, min(w.cfg.Concurrency, job.Limit-taken), sending)
 			return err
 		})
 		if err != nil {
 			if taken == 0 {
-				return rep, err
+				return rep, nil, err
 			}
 			rep.Class, rep.Error = bus.ClassTransient, err.Error()
 			break
@@ -59,47 +82,20 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		taken += len(due)
 		window := make([]store.Contact, len(due))
 		mine := make(map[ulid.ULID]bool, len(due))
-		row := make(map[ulid.ULID]store.Due, len(due)) // attempt and in-doubt flag by contact
 		for k, d := range due {
-			window[k], mine[d.ID], row[d.ID] = d.Contact, true, d
+			window[k], mine[d.ID], rows[d.ID] = d.Contact, true, d
 		}
-		res, outcomes := w.deliver(pageCtx, l, window, mine, h, now)
+		p.start(w.prepare(window, mine, h, now))
+		b, pending := p.wait()
+		over, running := ended(late)
+		late = running
+		for _, i := range pending {
+			late = append(late, straggler{b, i})
+		}
+		res, outcomes := w.conclude(l, view(b, pending, over), len(pending))
 		res.claimed = len(window)
 		w.live.progress(owner, w.cfg.Clock.Now())
-		// A row cannot wait for ever: after its attempts (giveUpAttempts)
-		// it fails with the reason, so the broadcast finishes and the
-		// failure is seen.
-		answered := w.cfg.Clock.Now() // the deferrals' waits count from here, as in conclude
-		for k, o := range outcomes {
-			if o.Status != store.SendDeferred || o.NotAttempted {
-				// Held, or refused before the recipient was named: not an
-				// attempt, so it never fails for it.
-				continue
-			}
-			attempt := row[o.ContactID].Attempt
-			if attempt >= w.giveUpAt {
-				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendFailed,
-					Error: fmt.Sprintf("%s%d attempts; last: %s", store.GaveUpPrefix, attempt, o.Error)}
-				res.deferred--
-				res.failed++
-				continue
-			}
-			if at := w.retryAfterAttempt(answered, attempt); at.After(o.RetryAt) {
-				outcomes[k].RetryAt = at // a greylisting server's wait (retryAt) may be later
-			}
-			outcomes[k].Error = store.DeferredAgainPrefix + o.Error
-		}
-		// A row whose earlier attempt may have been delivered (the
-		// reconciler released it to be sent again) never ends failed,
-		// whether refused now or given up on: "not delivered" may be
-		// untrue. It ends unknown, with this attempt's reason.
-		for k, o := range outcomes {
-			if o.Status == store.SendFailed && row[o.ContactID].InDoubt {
-				outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendUnknown, Error: store.InDoubtEndedPrefix + o.Error,
-					NotAttempted: o.NotAttempted}
-				res.failed--
-			}
-		}
+		w.settleDue(&res, outcomes, rows)
 		err = w.persist(ctx, owner, func() error {
 			return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())
 		})
@@ -107,7 +103,12 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 			// Not recorded: the rows stay this run's claims until the
 			// reconciler finds the run gone.
 			rep.Class, rep.Error = bus.ClassTransient, err.Error()
-			break
+			late = append(late, over...) // their tokens too, once their sends have ended
+			return rep, nil, nil
+		}
+		w.giveLate(len(over)) // their outcomes are committed
+		for _, o := range outcomes {
+			delete(rows, o.ContactID)
 		}
 		w.count(res)
 		res.addTo(&rep)
@@ -116,5 +117,75 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 			break
 		}
 	}
-	return rep, nil
+	if len(late) == 0 {
+		return rep, nil, nil
+	}
+	sends := late
+	late = nil // their tokens are finish's to give back
+	return rep, func() bus.Report { return w.finishSweep(ctx, pageCtx, l, owner, sends, rows, rep) }, nil
+}
+
+// finishSweep waits for a sweep's stragglers and records their outcomes,
+// judged as one window apart from theirs (conclude's undecided), and
+// returns the sweep's report with them.
+func (w *Worker) finishSweep(ctx, pageCtx context.Context, l *loaded, owner string, sends []straggler, rows map[ulid.ULID]store.Due, rep bus.Report) bus.Report {
+	awaitAll(sends)
+	res, outcomes := w.conclude(l, assemble(sends), w.cfg.Concurrency)
+	w.settleDue(&res, outcomes, rows)
+	err := w.persist(ctx, owner, func() error {
+		return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())
+	})
+	w.giveLate(len(sends)) // recorded, or the reconciler's once this run is reported
+	w.live.progress(owner, w.cfg.Clock.Now())
+	if err != nil {
+		if rep.Class == bus.ClassNone {
+			rep.Class, rep.Error = bus.ClassTransient, err.Error()
+		}
+		return rep
+	}
+	w.count(res)
+	res.addTo(&rep)
+	if res.stopAt >= 0 && rep.Class == bus.ClassNone {
+		rep.Class, rep.Error = res.class, res.err
+	}
+	return rep
+}
+
+// settleDue turns a sweep window's outcomes into what its rows, retried
+// already, are recorded as (rows: each row's attempt and in-doubt flag).
+func (w *Worker) settleDue(res *windowResult, outcomes []store.Outcome, rows map[ulid.ULID]store.Due) {
+	// A row cannot wait for ever: after its attempts (giveUpAttempts)
+	// it fails with the reason, so the broadcast finishes and the
+	// failure is seen.
+	answered := w.cfg.Clock.Now() // the deferrals' waits count from here, as in conclude
+	for k, o := range outcomes {
+		if o.Status != store.SendDeferred || o.NotAttempted {
+			// Held, or refused before the recipient was named: not an
+			// attempt, so it never fails for it.
+			continue
+		}
+		attempt := rows[o.ContactID].Attempt
+		if attempt >= w.giveUpAt {
+			outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendFailed,
+				Error: fmt.Sprintf("%s%d attempts; last: %s", store.GaveUpPrefix, attempt, o.Error)}
+			res.deferred--
+			res.failed++
+			continue
+		}
+		if at := w.retryAfterAttempt(answered, attempt); at.After(o.RetryAt) {
+			outcomes[k].RetryAt = at // a greylisting server's wait (retryAt) may be later
+		}
+		outcomes[k].Error = store.DeferredAgainPrefix + o.Error
+	}
+	// A row whose earlier attempt may have been delivered (the
+	// reconciler released it to be sent again) never ends failed,
+	// whether refused now or given up on: "not delivered" may be
+	// untrue. It ends unknown, with this attempt's reason.
+	for k, o := range outcomes {
+		if o.Status == store.SendFailed && rows[o.ContactID].InDoubt {
+			outcomes[k] = store.Outcome{ContactID: o.ContactID, Status: store.SendUnknown, Error: store.InDoubtEndedPrefix + o.Error,
+				NotAttempted: o.NotAttempted}
+			res.failed--
+		}
+	}
 }

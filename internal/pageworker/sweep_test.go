@@ -1,12 +1,16 @@
 package pageworker
 
 import (
+	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
@@ -55,7 +59,7 @@ func TestSweepNeverFailsARowInDoubt(t *testing.T) {
 			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
 			for round := range 3 {
 				f.clk.Advance(24 * time.Hour)
-				if _, err := f.w.runSweep(ctx, ctx, sweep, "w/S"); err != nil {
+				if _, err := f.w.RunPage(ctx, sweep, "w/S"); err != nil {
 					t.Fatalf("sweep %d: %v", round, err)
 				}
 			}
@@ -79,6 +83,110 @@ func TestSweepNeverFailsARowInDoubt(t *testing.T) {
 			}
 			if tr.accepted[f.contacts[2].Email] != 1 {
 				t.Errorf("the accepted resend went out %d times", tr.accepted[f.contacts[2].Email])
+			}
+		})
+	}
+}
+
+// TestTarpittedRetryHoldsNoSweep: one retried recipient's server holds its
+// reply until every other due row has been sent (a tarpit). The sweep must
+// go on without it, as a page does (TestTarpittedSendHoldsNoPage): the next
+// windows are claimed, never with the straggler's row again, and the
+// straggler's outcome is settled as a retry's (deferred again, or unknown
+// when its earlier attempt may have been delivered) before the sweep
+// reports. Waiting for each window whole, the sweep would sit until the
+// tarpit gave up (here 10 s, then the send fails). At every send the sweep
+// holds at most its window and the worker's straggler tokens without an
+// outcome.
+func TestTarpittedRetryHoldsNoSweep(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		inDoubt bool  // the straggler's row was released by the reconciler
+		answer  error // the tarpitted recipient's, once the others are sent
+		want    store.SendStatus
+		error   string
+	}{
+		{"accepted", false, nil, store.SendSent, ""},
+		{"deferred again", false, &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageData}, store.SendDeferred, store.DeferredAgainPrefix},
+		{"refused in doubt", true, &transport.SendError{Code: 550, Enhanced: "5.1.1", Text: "no such user", Stage: transport.StageRcpt}, store.SendUnknown, store.InDoubtEndedPrefix},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := testenv.SQLite(t)
+			tr := &scripted{accepted: map[string]int{}}
+			f := newCopiesFixture(t, st, 24, tr) // six windows of 4
+			f.w.cfg.StragglerAfter = 20 * time.Millisecond
+			cs := slices.SortedFunc(slices.Values(f.contacts), func(a, b store.Contact) int { return a.ID.Compare(b.ID) })
+			slow := cs[1]
+			ctx := t.Context()
+			now := f.clk.Now()
+			claims := make([]store.Claim, len(cs))
+			outcomes := make([]store.Outcome, len(cs))
+			for i, c := range cs {
+				claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: "<" + c.ID.String() + "@example.com>"}
+				outcomes[i] = store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: now, Error: "451 4.3.0 try again later"}
+				if c.ID == slow.ID && tc.inDoubt {
+					outcomes[i].Error = store.InDoubtResent
+				}
+			}
+			if _, err := st.Claim(ctx, f.b.ID, "w/A", claims, now); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.RecordOutcomes(ctx, f.b.ID, "w/A", outcomes, now); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			others := 0
+			allOthers := make(chan struct{})
+			bound := 2 * f.w.cfg.Concurrency // the window being sent, and the straggler tokens (one page's worth)
+			tr.answer = func(to string) error {
+				held, err := st.InDoubt(ctx, f.b.ID, "w/S", 100)
+				if err != nil || len(held) > bound {
+					t.Errorf("sending %s: %d claims without an outcome (%v), want ≤ %d", to, len(held), err, bound)
+				}
+				if to != slow.Email {
+					mu.Lock()
+					if others++; others == len(cs)-1 {
+						close(allOthers)
+					}
+					mu.Unlock()
+					return nil
+				}
+				select {
+				case <-allOthers:
+					return tc.answer
+				case <-time.After(10 * time.Second):
+					return errors.New("tarpit gave up: the sweep waited for this send before sending the rest")
+				}
+			}
+			f.clk.Advance(time.Minute)
+			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
+			rep, err := f.w.RunPage(ctx, sweep, "w/S")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Claimed != len(cs) || rep.Sent < len(cs)-1 || rep.Class != "" {
+				t.Fatalf("report %+v; want all %d claimed, the others sent, no stop", rep, len(cs))
+			}
+			for _, c := range cs {
+				want, wantStatus, wantError := 1, store.SendSent, ""
+				if c.ID == slow.ID {
+					wantStatus, wantError = tc.want, tc.error
+					if tc.answer != nil {
+						want = 0
+					}
+				}
+				if n := tr.accepted[c.Email]; n != want {
+					t.Errorf("%s received %d copies, want %d", c.Email, n, want)
+				}
+				row, err := st.GetSend(ctx, f.b.ID, c.ID)
+				if err != nil || row.Status != wantStatus || !strings.HasPrefix(row.Error, wantError) {
+					t.Errorf("%s: row %s %q (%v), want %s %q...", c.Email, row.Status, row.Error, err, wantStatus, wantError)
+				}
+			}
+			if held := len(f.w.late); held != 0 {
+				t.Errorf("%d straggler tokens still held after the sweep", held)
 			}
 		})
 	}

@@ -40,7 +40,7 @@ type Store interface {
 	Claim(ctx context.Context, broadcast ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error)
 	RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error)
 	RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error
-	ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error)
+	ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]store.Due, error)
 }
 
 // Config wires a worker to its parts.
@@ -354,7 +354,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, handoff func()) 
 				return
 			}
 			if job.Sweep {
-				rep, err = w.runSweep(ctx, pageCtx, job, owner)
+				rep, finish, err = w.runSweep(ctx, pageCtx, job, owner)
 			} else {
 				rep, finish, err = w.runPage(ctx, pageCtx, job, owner, handoff)
 			}
@@ -678,7 +678,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	// that may have committed is retried as it is: the retry gets this run's
 	// claims back, so none is left behind unsent for the reconciler to call
 	// unknown.
-	p := newPipeline(w, pageCtx, l, 1)
+	p := newPipeline(w, pageCtx, l, "page", 1)
 	// late are the stragglers of concluded windows (pipeline.wait): each is
 	// concluded with the first window concluded after it ends, or at the
 	// page's end, which waits for them. Each holds a token until its
@@ -885,10 +885,11 @@ func (w *Worker) release(ctx context.Context, p *pipeline, l *loaded, h *holds, 
 // walk without JetStream: no heartbeat, no ack, no waiting out outages
 // (an outage is an error); the simulation drives it directly.
 func (w *Worker) RunPage(ctx context.Context, job bus.PageJob, owner string) (bus.Report, error) {
+	run := func() (bus.Report, func() bus.Report, error) { return w.runPage(ctx, ctx, job, owner, func() {}) }
 	if job.Sweep {
-		return w.runSweep(ctx, ctx, job, owner)
+		run = func() (bus.Report, func() bus.Report, error) { return w.runSweep(ctx, ctx, job, owner) }
 	}
-	rep, finish, err := w.runPage(ctx, ctx, job, owner, func() {})
+	rep, finish, err := run()
 	if finish != nil {
 		rep = finish()
 	}
@@ -1019,21 +1020,6 @@ func (w *Worker) count(res windowResult) {
 	messages.WithLabelValues("deferred").Add(float64(res.deferred))
 }
 
-// deliver sends the window's contacts that are mine (claimed by this run)
-// with bounded concurrency, deferring those whose provider is held, and
-// says what became of each: the outcome to record for every claimed
-// contact. A contact not sent for a reason that is not its own (a transient
-// refusal, a quota, a channel error) is recorded deferred with a retry
-// time, never released: another copy of this page may be past it already,
-// and the cursor only moves forward. stopAt is the first such contact.
-func (w *Worker) deliver(ctx context.Context, l *loaded, window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) (res windowResult, outcomes []store.Outcome) {
-	b := w.prepare(window, mine, h, now)
-	p := newPipeline(w, ctx, l, 0)
-	p.start(b)
-	p.close()
-	return w.conclude(l, p.waitAll(), 0)
-}
-
 // batch is one window on its way through a page's pipeline: the contacts,
 // which of them this run holds and which the governor holds, and, once
 // done is closed, every send's error.
@@ -1098,7 +1084,11 @@ func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *hol
 }
 
 // conclude says what became of each of a sent window's contacts: the
-// outcome to record for every claimed one.
+// outcome to record for every claimed one. A contact not sent for a reason
+// that is not its own (a transient refusal, a quota, a channel error) is
+// recorded deferred with a retry time, never released: another copy of
+// this page may be past it already, and the cursor only moves forward.
+// stopAt is the first such contact.
 //
 // undecided is how many sends of the window b stands for are not in it
 // (its stragglers, still running), or, for stragglers judged apart from

@@ -34,7 +34,12 @@ type Deferrals interface {
 	// ineligible contact. Only a running broadcast's deferred rows come
 	// due (SetState orders the two, as for Claim): when it is not running,
 	// ClaimDue returns only the rows owner holds already.
-	ClaimDue(ctx context.Context, b Broadcast, owner string, now time.Time, limit int) ([]Due, error)
+	//
+	// sending names rows owner holds that are being sent still (a sweep's
+	// stragglers): they are never returned nor touched, since returning
+	// one would send its contact a second copy while the first is on its
+	// way.
+	ClaimDue(ctx context.Context, b Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]Due, error)
 	// NextDue counts the broadcast's deferred rows and returns the earliest
 	// retry time among them (zero when there are none).
 	NextDue(ctx context.Context, broadcast ulid.ULID) (n int64, at time.Time, err error)

@@ -39,14 +39,15 @@ func notAttempted(o store.Outcome) int {
 // touch disjoint rows. Deferred rows come due only while the broadcast
 // runs, read after claimGate's lock as a window's claim is (SetState).
 // $1 broadcast, $2 now, $3 limit, $4 owner, $5 the
-// erased rows' error, $6 segment.
+// erased rows' error, $6 the owner's rows still being sent (never
+// returned), $7 segment.
 func claimDueQuery(segment int64) string {
-	g := gate(segmentParam(segment, "$6"))
+	g := gate(segmentParam(segment, "$7"))
 	return `
 WITH running AS (SELECT 1 FROM broadcasts WHERE id = $1 AND state = 'running'), due AS (
     SELECT s.contact_id FROM broadcast_sends s
     WHERE s.broadcast_id = $1 AND ((s.status = 'deferred' AND s.retry_at <= $2 AND EXISTS (SELECT 1 FROM running))
-        OR (s.status = 'claimed' AND s.owner = $4))
+        OR (s.status = 'claimed' AND s.owner = $4 AND s.contact_id <> ALL($6::uuid[])))
     -- The owner's own claims first: a repeated call (its answer was lost)
     -- gets them back even when rows of lower ids came due meanwhile.
     ORDER BY s.status = 'claimed' DESC, s.contact_id LIMIT $3
@@ -71,8 +72,12 @@ WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id AND c.id = due.conta
 RETURNING c.id, c.email, c.name, c.attributes, s.attempt, s.in_doubt`
 }
 
-func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int) ([]store.Due, error) {
-	args := []any{uid(b.ID), now, limit, owner, erasedDeferral}
+func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]store.Due, error) {
+	held := make([][16]byte, len(sending))
+	for i, id := range sending {
+		held[i] = id
+	}
+	args := []any{uid(b.ID), now, limit, owner, erasedDeferral, held}
 	if b.SegmentID != 0 {
 		args = append(args, b.SegmentID)
 	}
