@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/testenv"
@@ -80,36 +82,10 @@ func TestTarpittedSendHoldsNoPage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			st := testenv.SQLite(t)
-			tr := &scripted{accepted: map[string]int{}}
-			f := newCopiesFixture(t, st, 24, tr) // six windows of 4
-			f.w.cfg.StragglerAfter = 20 * time.Millisecond
-			cs := slices.SortedFunc(slices.Values(f.contacts), func(a, b store.Contact) int { return a.ID.Compare(b.ID) })
+			st, tr, f, cs := newTarpitFixture(t)
 			slow := cs[1].Email
-			var mu sync.Mutex
-			others := 0
-			allOthers := make(chan struct{})
 			ctx := t.Context()
-			tr.answer = func(to string) error {
-				held, err := st.InDoubt(ctx, f.b.ID, "w/1", 100)
-				if bound := InDoubtWindows * f.w.cfg.Concurrency; err != nil || len(held) > bound {
-					t.Errorf("sending %s: %d claims without an outcome (%v), want ≤ %d", to, len(held), err, bound)
-				}
-				if to != slow {
-					mu.Lock()
-					if others++; others == len(cs)-1 {
-						close(allOthers)
-					}
-					mu.Unlock()
-					return nil
-				}
-				select {
-				case <-allOthers:
-					return tc.answer
-				case <-time.After(10 * time.Second):
-					return errors.New("tarpit gave up: the page waited for this send before sending the rest")
-				}
-			}
+			tr.answer = tarpitOne(t, st, f.b.ID, "w/1", InDoubtWindows*f.w.cfg.Concurrency, slow, len(cs)-1, tc.answer)
 			rep, err := f.w.RunPage(ctx, f.job(), "w/1")
 			if err != nil {
 				t.Fatal(err)
@@ -214,5 +190,45 @@ func TestStragglersJudgedAsTheirWindow(t *testing.T) {
 					late.class, late.done, late.statuses, whole.class, whole.done, whole.statuses)
 			}
 		})
+	}
+}
+
+// newTarpitFixture is 24 contacts (six windows of 4, in id order) on
+// SQLite, and a worker that leaves sends behind 20 ms after their window.
+func newTarpitFixture(t *testing.T) (store.Store, *scripted, *copiesFixture, []store.Contact) {
+	st := testenv.SQLite(t)
+	tr := &scripted{accepted: map[string]int{}}
+	f := newCopiesFixture(t, st, 24, tr)
+	f.w.cfg.StragglerAfter = 20 * time.Millisecond
+	return st, tr, f, slices.SortedFunc(slices.Values(f.contacts), func(a, b store.Contact) int { return a.ID.Compare(b.ID) })
+}
+
+// tarpitOne answers every recipient at once but slow, whose answer it holds
+// until the others (n of them) have been sent, or gives up after 10 s (the
+// run waited for it). At every send it checks that owner holds at most
+// bound claims of broadcast b without an outcome.
+func tarpitOne(t *testing.T, st store.Store, b ulid.ULID, owner string, bound int, slow string, n int, answer error) func(to string) error {
+	var mu sync.Mutex
+	others := 0
+	allOthers := make(chan struct{})
+	return func(to string) error {
+		held, err := st.InDoubt(t.Context(), b, owner, 100)
+		if err != nil || len(held) > bound {
+			t.Errorf("sending %s: %d claims without an outcome (%v), want ≤ %d", to, len(held), err, bound)
+		}
+		if to != slow {
+			mu.Lock()
+			if others++; others == n {
+				close(allOthers)
+			}
+			mu.Unlock()
+			return nil
+		}
+		select {
+		case <-allOthers:
+			return answer
+		case <-time.After(10 * time.Second):
+			return errors.New("tarpit gave up: the run waited for this send before sending the rest")
+		}
 	}
 }

@@ -129,15 +129,12 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 // judged as one window apart from theirs (conclude's undecided), and
 // returns the sweep's report with them.
 func (w *Worker) finishSweep(ctx, pageCtx context.Context, l *loaded, owner string, sends []straggler, rows map[ulid.ULID]store.Due, rep bus.Report) bus.Report {
-	awaitAll(sends)
-	res, outcomes := w.conclude(l, assemble(sends), w.cfg.Concurrency)
-	w.settleDue(&res, outcomes, rows)
-	err := w.persist(ctx, owner, func() error {
-		return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())
+	res, _, err := w.recordLate(ctx, pageCtx, l, owner, sends, func(res *windowResult, outcomes []store.Outcome) {
+		w.settleDue(res, outcomes, rows)
 	})
-	w.giveLate(len(sends)) // recorded, or the reconciler's once this run is reported
-	w.live.progress(owner, w.cfg.Clock.Now())
 	if err != nil {
+		// Not recorded: the rows stay this run's claims until the
+		// reconciler finds the run gone.
 		if rep.Class == bus.ClassNone {
 			rep.Class, rep.Error = bus.ClassTransient, err.Error()
 		}

@@ -1,16 +1,12 @@
 package pageworker
 
 import (
-	"errors"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/store"
-	"github.com/rangecast/rangecast/internal/testenv"
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
@@ -113,11 +109,7 @@ func TestTarpittedRetryHoldsNoSweep(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			st := testenv.SQLite(t)
-			tr := &scripted{accepted: map[string]int{}}
-			f := newCopiesFixture(t, st, 24, tr) // six windows of 4
-			f.w.cfg.StragglerAfter = 20 * time.Millisecond
-			cs := slices.SortedFunc(slices.Values(f.contacts), func(a, b store.Contact) int { return a.ID.Compare(b.ID) })
+			st, tr, f, cs := newTarpitFixture(t)
 			slow := cs[1]
 			ctx := t.Context()
 			now := f.clk.Now()
@@ -136,30 +128,8 @@ func TestTarpittedRetryHoldsNoSweep(t *testing.T) {
 			if err := st.RecordOutcomes(ctx, f.b.ID, "w/A", outcomes, now); err != nil {
 				t.Fatal(err)
 			}
-			var mu sync.Mutex
-			others := 0
-			allOthers := make(chan struct{})
-			bound := 2 * f.w.cfg.Concurrency // the window being sent, and the straggler tokens (one page's worth)
-			tr.answer = func(to string) error {
-				held, err := st.InDoubt(ctx, f.b.ID, "w/S", 100)
-				if err != nil || len(held) > bound {
-					t.Errorf("sending %s: %d claims without an outcome (%v), want ≤ %d", to, len(held), err, bound)
-				}
-				if to != slow.Email {
-					mu.Lock()
-					if others++; others == len(cs)-1 {
-						close(allOthers)
-					}
-					mu.Unlock()
-					return nil
-				}
-				select {
-				case <-allOthers:
-					return tc.answer
-				case <-time.After(10 * time.Second):
-					return errors.New("tarpit gave up: the sweep waited for this send before sending the rest")
-				}
-			}
+			// The window being sent, and the straggler tokens (one page's worth).
+			tr.answer = tarpitOne(t, st, f.b.ID, "w/S", 2*f.w.cfg.Concurrency, slow.Email, len(cs)-1, tc.answer)
 			f.clk.Advance(time.Minute)
 			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
 			rep, err := f.w.RunPage(ctx, sweep, "w/S")

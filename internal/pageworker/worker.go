@@ -837,16 +837,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 // straggler that stopped the page moves its cursor back to it, and a
 // failed write to before the first of them.
 func (w *Worker) finishLate(ctx, pageCtx context.Context, l *loaded, owner string, sends []straggler, rep bus.Report, stopped bool) bus.Report {
-	awaitAll(sends)
-	judged := assemble(sends)
-	// Judged apart from their windows: the whole-window rules do not
-	// apply to the slow few (conclude's undecided).
-	res, outcomes := w.conclude(l, judged, w.cfg.Concurrency)
-	err := w.persist(ctx, owner, func() error {
-		return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())
-	})
-	w.giveLate(len(sends)) // recorded, or the reconciler's once this run is reported
-	w.live.progress(owner, w.cfg.Clock.Now())
+	res, judged, err := w.recordLate(ctx, pageCtx, l, owner, sends, nil)
 	if err != nil {
 		// Not recorded: the rows stay this run's claims until the
 		// reconciler finds the run gone. A stop the page had already
@@ -871,6 +862,28 @@ func (w *Worker) finishLate(ctx, pageCtx context.Context, l *loaded, owner strin
 		}
 	}
 	return rep
+}
+
+// recordLate waits for a run's last stragglers and records their outcomes,
+// judged as one window apart from theirs, after settle (a sweep's retry
+// rules; nil for none) has had its say; it gives their tokens back either
+// way, since a failed write leaves them the reconciler's once the run is
+// reported.
+func (w *Worker) recordLate(ctx, pageCtx context.Context, l *loaded, owner string, sends []straggler, settle func(*windowResult, []store.Outcome)) (windowResult, *batch, error) {
+	awaitAll(sends)
+	judged := assemble(sends)
+	// Judged apart from their windows: the whole-window rules do not
+	// apply to the slow few (conclude's undecided).
+	res, outcomes := w.conclude(l, judged, w.cfg.Concurrency)
+	if settle != nil {
+		settle(&res, outcomes)
+	}
+	err := w.persist(ctx, owner, func() error {
+		return w.cfg.Store.RecordOutcomes(pageCtx, l.b.ID, owner, outcomes, w.cfg.Clock.Now())
+	})
+	w.giveLate(len(sends))
+	w.live.progress(owner, w.cfg.Clock.Now())
+	return res, judged, err
 }
 
 // release hands a claimed window to the pipeline, with the holds the
