@@ -37,6 +37,17 @@ func ended(late []straggler) (over, running []straggler) {
 	return over, running
 }
 
+// regroup is what a run's stragglers are once window b has been waited
+// for with pending sends still running: those of late that have ended
+// (over, concluded with b) and those still running, b's pending among them.
+func regroup(late []straggler, b *batch, pending []int) (over, running []straggler) {
+	over, running = ended(late)
+	for _, i := range pending {
+		running = append(running, straggler{b, i})
+	}
+	return over, running
+}
+
 // awaitAll waits until every straggler's send has ended.
 func awaitAll(late []straggler) {
 	left := map[*batch]int{}

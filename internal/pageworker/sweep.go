@@ -87,11 +87,8 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		}
 		p.start(w.prepare(window, mine, h, now))
 		b, pending := p.wait()
-		over, running := ended(late)
-		late = running
-		for _, i := range pending {
-			late = append(late, straggler{b, i})
-		}
+		var over []straggler
+		over, late = regroup(late, b, pending)
 		res, outcomes := w.conclude(l, view(b, pending, over), len(pending))
 		res.claimed = len(window)
 		w.live.progress(owner, w.cfg.Clock.Now())

@@ -726,11 +726,8 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	for k := 0; k < released; k++ {
 		window := windows[k]
 		b, pending := p.wait()
-		over, running := ended(late)
-		late = running
-		for _, i := range pending {
-			late = append(late, straggler{b, i})
-		}
+		var over []straggler
+		over, late = regroup(late, b, pending)
 		judged := view(b, pending, over)
 		res, outcomes := w.conclude(l, judged, len(pending))
 		res.claimed = len(b.mine)
@@ -898,11 +895,14 @@ func (w *Worker) release(ctx context.Context, p *pipeline, l *loaded, h *holds, 
 // walk without JetStream: no heartbeat, no ack, no waiting out outages
 // (an outage is an error); the simulation drives it directly.
 func (w *Worker) RunPage(ctx context.Context, job bus.PageJob, owner string) (bus.Report, error) {
-	run := func() (bus.Report, func() bus.Report, error) { return w.runPage(ctx, ctx, job, owner, func() {}) }
+	var rep bus.Report
+	var finish func() bus.Report
+	var err error
 	if job.Sweep {
-		run = func() (bus.Report, func() bus.Report, error) { return w.runSweep(ctx, ctx, job, owner) }
+		rep, finish, err = w.runSweep(ctx, ctx, job, owner)
+	} else {
+		rep, finish, err = w.runPage(ctx, ctx, job, owner, func() {})
 	}
-	rep, finish, err := run()
 	if finish != nil {
 		rep = finish()
 	}

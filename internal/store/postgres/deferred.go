@@ -73,11 +73,7 @@ RETURNING c.id, c.email, c.name, c.attributes, s.attempt, s.in_doubt`
 }
 
 func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]store.Due, error) {
-	held := make([][16]byte, len(sending))
-	for i, id := range sending {
-		held[i] = id
-	}
-	args := []any{uid(b.ID), now, limit, owner, erasedDeferral, held}
+	args := []any{uid(b.ID), now, limit, owner, erasedDeferral, uids(sending)}
 	if b.SegmentID != 0 {
 		args = append(args, b.SegmentID)
 	}
