@@ -298,6 +298,20 @@ func (a *actor) retire() bool {
 
 // adopt follows the store's state of the broadcast.
 func (a *actor) adopt(b store.Broadcast) {
+	if a.b.StartedAt.IsZero() && !b.StartedAt.IsZero() {
+		// Made before the broadcast was accepted (a leader's first scan
+		// that read it between two writes): its copy has no snapshot, so
+		// no ranges, and "every range done" would hold at once, completing
+		// the broadcast with its audience unsent. Take the accepted
+		// broadcast whole (its ranges, and settings a draft may have had
+		// changed) and read its range records again.
+		a.b = b
+		a.throttle = nil
+		if b.ThrottlePerHour > 0 {
+			a.throttle = a.newThrottle(a.c.cfg.Clock.Now())
+		}
+		a.stale = true
+	}
 	if (a.b.State == store.StatePaused || a.b.State == store.StateFailed) && b.State == store.StateRunning {
 		// Workers dropped the pages of the paused (or failed) broadcast:
 		// issue every range's page afresh from its cursor, under a new

@@ -514,7 +514,11 @@ func (c *Coordinator) kick(ctx context.Context, b store.Broadcast) error {
 	// it, or finds none and starts one.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if b.State.Finished() {
+	if b.State != store.StateRunning && b.State != store.StatePaused {
+		// Finished, or not started yet (a draft, a scheduled one): an
+		// actor there has pages to drop or claims to settle; none is
+		// started, as an actor of a draft would hold a copy of it made
+		// before its accept.
 		if a := c.actors[b.ID]; a != nil {
 			a.notify(b)
 		}

@@ -172,6 +172,10 @@ type sim struct {
 	// them and concludes them with a later one (pageworker's stragglers).
 	// With none, workers wait for every window whole, as before.
 	pSlow float64
+	// preAccept: the first leader's actor was made from the broadcast as
+	// a draft, before its accept (a new leader's first scan that read it
+	// between two writes), and adopts the accepted one.
+	preAccept bool
 	// halts counts the halted broadcast's resumes after the faults.
 	halts int
 	// final is the broadcast's state when the schedule ended (check).
@@ -614,8 +618,9 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	s.pPolicy = []float64{0, 0, 0.01, 0.05}[rand.New(rand.NewPCG(seed^0x706f6c6963792121, seed)).IntN(4)]
 	s.pGrey = []float64{0, 0, 0.05, 0.3}[rand.New(rand.NewPCG(seed^0x677265796c697374, seed)).IntN(4)]
 	s.pSlow = []float64{0, 0, 0.03, 0.15}[rand.New(rand.NewPCG(seed^0x7374726167676c65, seed)).IntN(4)]
+	s.preAccept = rand.New(rand.NewPCG(seed^0x7072656163636570, seed)).IntN(4) == 0
 	if slices.Contains(slices.Collect(maps.Values(simRegressions)), seed) {
-		s.pPolicy, s.pGrey, s.pSlow = 0, 0, 0
+		s.pPolicy, s.pGrey, s.pSlow, s.preAccept = 0, 0, 0, false
 	}
 	if seed == simFailRefusedSeed {
 		s.pSlow = 0 // its relay answers as when it was found
@@ -688,6 +693,13 @@ func (s *sim) setup() {
 	if err != nil {
 		s.t.Fatalf("seed %d: create: %v", s.seed, err)
 	}
+	var early *actor
+	if s.preAccept {
+		if early, err = newActor(s.ctx, s.c, b); err != nil {
+			s.t.Fatalf("seed %d: new actor: %v", s.seed, err)
+		}
+		s.fault("leader made before the accept")
+	}
 	if b, err = s.st.AcceptBroadcast(s.ctx, b.ID, s.clk.Now()); err != nil {
 		s.t.Fatalf("seed %d: accept: %v", s.seed, err)
 	}
@@ -695,7 +707,12 @@ func (s *sim) setup() {
 	if err := s.c.putState(s.ctx, b); err != nil {
 		s.t.Fatalf("seed %d: state: %v", s.seed, err)
 	}
-	s.leaders = []*actor{s.newLeader()}
+	if early != nil {
+		early.adopt(b) // Start's kick
+		s.leaders = []*actor{early}
+	} else {
+		s.leaders = []*actor{s.newLeader()}
+	}
 	s.logf("broadcast of %d contacts; window %d, page %d; transient %.2f recipient %.2f policy refusals %.2f greylisted %.2f slow %.2f lost-after-dot %.2f; store errors %.2f ambiguous %.2f kills %.2f copies %.2f; policy %s lookup %v",
 		n, s.window, s.pageLimit, s.pTransient, s.pRecipient, s.pPolicy, s.pGrey, s.pSlow, s.pLostAfterDot, s.pStoreErr, s.pAmbiguous, s.pKill, s.pDupCopy, s.policy, s.lookup)
 }
