@@ -318,12 +318,19 @@ func (a *actor) adopt(b store.Broadcast) {
 		// dedupe id (a copy being dropped right now must not hide it).
 		a.dropOutstanding()
 		a.issue++
+		// The operator's resume is a new try: refused pages counted before
+		// it (an outage the operator paused for, and reports of the pages
+		// it cut short) do not count toward failing the broadcast after it.
+		// Counted on, a relay outage of 31 s, paused through, failed the
+		// broadcast 17 s after the resume with the relay taking mail
+		// (simulation seed 51000927); a relay still down fails it again
+		// within MaxFruitless counts at the backoff's pace.
+		a.refusedPages, a.refusedNext = 0, time.Time{}
 	}
 	if a.b.State == store.StateFailed && b.State == store.StateRunning {
 		// Resumed after it failed (Coordinator.Resume), before this actor
 		// retired: its runs of fruitless pages start again, and the range
 		// records, whose counts Resume set back to zero, are read again.
-		a.refusedPages, a.refusedNext = 0, time.Time{}
 		clear(a.notBefore)
 		a.stale = true
 	}

@@ -338,7 +338,16 @@ func (tr *simTransport) draw(to string, attempt int) float64 {
 
 func (tr *simTransport) Send(_ context.Context, m message.Rendered) (string, error) {
 	if tr.s.relayDown() {
-		// Refused before a byte of the message went out, whoever it is for.
+		// Refused before a byte of the message went out, whoever it is for;
+		// some connects lag (a SYN lost and sent again), so a window's
+		// refusals can end after it was recorded, as stragglers.
+		lag := tr.s.pSlow
+		if tr.s.outage.hanging {
+			lag = 0.5
+		}
+		if tr.s.pSlow > 0 && tr.draw(m.To, 3_000_000+tr.s.steps) < lag {
+			time.Sleep(simSlowSend)
+		}
 		if tr.s.steps%2 == 0 {
 			return "", &transport.SendError{Stage: transport.StageConnect, Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
 		}
@@ -403,6 +412,11 @@ type simOutage struct {
 	// past the faults): the broadcast must end, failed with the reason,
 	// or completed with each unsent recipient failed by its attempts.
 	forever bool
+	// hanging: half the relay's connects hang before they are refused
+	// (an overloaded relay dropping SYNs), so in a schedule with slow sends
+	// a window's refusals end after it was recorded (stragglers), and no
+	// window can judge itself whole (pageworker's reachedNobody).
+	hanging bool
 }
 
 // simOutageLongest keeps an outage shorter than the least time in which
@@ -430,6 +444,13 @@ func simOutageOf(seed uint64, faultSteps int) *simOutage {
 		// Drawn last, so the other outages are as they were.
 		o.forever, o.length = true, 1000*time.Hour
 	}
+	hr := rand.New(rand.NewPCG(seed^0x626c61636b686f6c, seed))
+	o.hanging = hr.IntN(2) == 0
+	if o.hanging && o.forever && hr.IntN(2) == 0 {
+		// Late, once most ranges are walked: only sweeps of deferred rows
+		// meet it, which no page's refusals carry to the broadcast.
+		o.start = faultSteps/2 + hr.IntN(faultSteps/2)
+	}
 	return o
 }
 
@@ -437,6 +458,9 @@ func simOutageOf(seed uint64, faultSteps int) *simOutage {
 func (s *sim) startOutage() {
 	if o := s.outage; o != nil && o.start == s.steps {
 		o.until = s.clk.Now().Add(o.length)
+		if o.hanging && s.pSlow > 0 {
+			s.fault("relay outage: connects hang")
+		}
 		if o.forever {
 			s.logf("the relay refuses every connection from now on")
 			return

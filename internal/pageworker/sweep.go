@@ -1,8 +1,10 @@
 package pageworker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/bus"
@@ -40,6 +42,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 	// straggler tokens), so a kill -9 leaves no more in doubt than a page.
 	p := newPipeline(w, pageCtx, l, "sweep", 0)
 	var late []straggler
+	unreached := ""                   // the last error of a send that reached no recipient (reachedNobody)
 	rows := map[ulid.ULID]store.Due{} // attempt and in-doubt flag of each row claimed and not yet recorded
 	defer func() {
 		// Every claimed window is sent whole; the stragglers a finish is
@@ -109,23 +112,40 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		}
 		w.count(res)
 		res.addTo(&rep)
+		unreached = cmp.Or(res.unreachedErr, unreached)
 		if res.stopAt >= 0 {
 			rep.Class, rep.Error = res.class, res.err
 			break
 		}
 	}
 	if len(late) == 0 {
+		reachedNobody(&rep, unreached)
 		return rep, nil, nil
 	}
 	sends := late
 	late = nil // their tokens are finish's to give back
-	return rep, func() bus.Report { return w.finishSweep(ctx, pageCtx, l, owner, sends, rows, rep) }, nil
+	return rep, func() bus.Report { return w.finishSweep(ctx, pageCtx, l, owner, sends, rows, rep, unreached) }, nil
+}
+
+// reachedNobody stops a sweep that reached none of its recipients (every
+// send failed at connect, TLS, AUTH or MAIL FROM) as its windows would
+// have (conclude's reachedNobody), when none could say so: each had a send
+// still outstanding when it was concluded, and its last stragglers are
+// judged apart from any window. Against a relay whose connects hang until
+// they time out every send is a straggler; a sweep of its few due rows then
+// reported no stop, and the coordinator, hearing of no refusal, swept them
+// again for ever (the rows are charged no attempt) instead of failing the
+// broadcast. why is the last unreached send's error.
+func reachedNobody(rep *bus.Report, why string) {
+	if rep.Class == bus.ClassNone && rep.Sent == 0 && rep.Reached == 0 && rep.Unreached > 0 && why != "" {
+		rep.Class, rep.Error = bus.ClassTransient, why
+	}
 }
 
 // finishSweep waits for a sweep's stragglers and records their outcomes,
 // judged as one window apart from theirs (conclude's undecided), and
 // returns the sweep's report with them.
-func (w *Worker) finishSweep(ctx, pageCtx context.Context, l *loaded, owner string, sends []straggler, rows map[ulid.ULID]store.Due, rep bus.Report) bus.Report {
+func (w *Worker) finishSweep(ctx, pageCtx context.Context, l *loaded, owner string, sends []straggler, rows map[ulid.ULID]store.Due, rep bus.Report, unreached string) bus.Report {
 	res, _, err := w.recordLate(ctx, pageCtx, l, owner, sends, func(res *windowResult, outcomes []store.Outcome) {
 		w.settleDue(res, outcomes, rows)
 	})
@@ -142,6 +162,7 @@ func (w *Worker) finishSweep(ctx, pageCtx context.Context, l *loaded, owner stri
 	if res.stopAt >= 0 && rep.Class == bus.ClassNone {
 		rep.Class, rep.Error = res.class, res.err
 	}
+	reachedNobody(&rep, cmp.Or(res.unreachedErr, unreached))
 	return rep
 }
 

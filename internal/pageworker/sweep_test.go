@@ -1,12 +1,15 @@
 package pageworker
 
 import (
+	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
 	"github.com/rangecast/rangecast/internal/transport"
 )
 
@@ -157,6 +160,86 @@ func TestTarpittedRetryHoldsNoSweep(t *testing.T) {
 			}
 			if held := len(f.w.late); held != 0 {
 				t.Errorf("%d straggler tokens still held after the sweep", held)
+			}
+		})
+	}
+}
+
+// TestSweepThatReachedNobodyStops: a sweep whose every send failed before
+// its recipient was named reports a transient stop, with the error, so the
+// coordinator counts it toward failing the broadcast. Against an overloaded
+// relay that refuses some connects at once and lets others hang (a dropped
+// SYN sent again), the hanging ones are stragglers: no window could judge
+// itself whole, and a sweep of a few due rows (fewer than a window)
+// reported no stop, swept again for ever.
+func TestSweepThatReachedNobodyStops(t *testing.T) {
+	t.Parallel()
+	refused := &transport.SendError{Stage: transport.StageConnect, Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}}
+	for _, tc := range []struct {
+		name     string
+		hang     time.Duration // the first row's connect, before its answer
+		through  bool          // the first row is accepted
+		wantStop bool
+	}{
+		{"refused at once", 0, false, true},
+		{"a connect hangs", 60 * time.Millisecond, false, true},
+		{"a connect hangs, then accepted", 60 * time.Millisecond, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := testenv.SQLite(t)
+			tr := &scripted{accepted: map[string]int{}}
+			f := newCopiesFixture(t, st, 3, tr) // fewer due rows than a window (4)
+			f.w.cfg.StragglerAfter = 5 * time.Millisecond
+			tr.answer = func(to string) error {
+				if to != f.contacts[0].Email {
+					return refused
+				}
+				time.Sleep(tc.hang)
+				if tc.through {
+					return nil
+				}
+				return refused
+			}
+			ctx := t.Context()
+			now := f.clk.Now()
+			claims := make([]store.Claim, len(f.contacts))
+			outcomes := make([]store.Outcome, len(f.contacts))
+			for i, c := range f.contacts {
+				claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: "<" + c.ID.String() + "@example.com>"}
+				outcomes[i] = store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: now, Error: "451 4.3.0 try again later"}
+			}
+			if _, err := st.Claim(ctx, f.b.ID, "w/A", claims, now); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.RecordOutcomes(ctx, f.b.ID, "w/A", outcomes, now); err != nil {
+				t.Fatal(err)
+			}
+			f.clk.Advance(time.Minute)
+			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
+			rep, err := f.w.RunPage(ctx, sweep, "w/S")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Claimed != len(f.contacts) {
+				t.Fatalf("report %+v; want all %d claimed", rep, len(f.contacts))
+			}
+			stopped := rep.Class == bus.ClassTransient && strings.Contains(rep.Error, "connect")
+			if stopped != tc.wantStop {
+				t.Fatalf("report %+v; want a transient stop with the connect error: %v", rep, tc.wantStop)
+			}
+			if !tc.wantStop && rep.Class != bus.ClassNone {
+				t.Fatalf("report %+v; want no stop", rep)
+			}
+			for i, c := range f.contacts {
+				row, err := st.GetSend(ctx, f.b.ID, c.ID)
+				want := store.SendDeferred
+				if tc.through && i == 0 {
+					want = store.SendSent
+				}
+				if err != nil || row.Status != want {
+					t.Errorf("%s: row %s (%v), want %s", c.Email, row.Status, err, want)
+				}
 			}
 		})
 	}

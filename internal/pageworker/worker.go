@@ -988,8 +988,10 @@ type windowResult struct {
 	class  bus.ErrorClass
 	err    string
 	// reached and unreached count the window's sends by whether the
-	// exchange got as far as naming the recipient (bus.Report.Reached).
+	// exchange got as far as naming the recipient (bus.Report.Reached);
+	// unreachedErr is the last error of an unreached one.
 	reached, unreached int
+	unreachedErr       string
 }
 
 func (r windowResult) addTo(rep *bus.Report) {
@@ -1175,6 +1177,7 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 			res.reached++
 		case kinds[i] == sendEarly:
 			res.unreached++
+			res.unreachedErr = err.Error()
 		}
 		if err == nil {
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendSent})
