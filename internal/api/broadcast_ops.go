@@ -518,10 +518,16 @@ func (api *BroadcastOpsAPI) ReportBroadcast(ctx context.Context, req *pb.ReportB
 	if err != nil {
 		return nil, Error(err)
 	}
+	// The broadcast with its progress, as GetBroadcast shows it; with NATS
+	// away (the range records are in KV) the report is the ledger's alone.
+	bpb := broadcastPB(b, nil)
+	if s, err := api.cfg.Engine.Status(ctx, b.ID); err == nil {
+		bpb = statusPB(s)
+	}
 	st := r.Statuses
 	out := &pb.ReportBroadcastResponse{
 		LeftOut:   coordinator.LeftOut(b, r.Counts),
-		Broadcast: broadcastPB(b, nil), Accepted: r.Reputation.Accepted, Delivered: r.Reputation.Delivered,
+		Broadcast: bpb, Accepted: r.Reputation.Accepted, Delivered: r.Reputation.Delivered,
 		Opened: st[store.SendOpened] + st[store.SendClicked], Clicked: st[store.SendClicked],
 		Bounced: r.Reputation.Bounced, Complained: r.Reputation.Complained, Unsubscribed: st[store.SendUnsubscribed],
 		Retryable: r.Retryable, RefusedAtSend: r.Reputation.Refused,

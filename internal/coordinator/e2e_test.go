@@ -366,12 +366,16 @@ func TestUnsubscribeMidBroadcast(t *testing.T) {
 	s.exactlyOnce(want)
 	// The status accounts for them: the audience at start is what was
 	// sent and failed, and those left out.
-	if p := b.GetProgress(); p.GetLeftOut() != int64(len(victims)) || p.GetSent()+p.GetFailed()+p.GetLeftOut() != b.GetSnapshotTotal() {
+	p := b.GetProgress()
+	if p.GetLeftOut() != int64(len(victims)) || p.GetSent()+p.GetFailed()+p.GetLeftOut() != b.GetSnapshotTotal() {
 		t.Errorf("completed: audience %d, sent %d, failed %d, left out %d; want %d left out and the sums equal to the audience",
 			b.GetSnapshotTotal(), p.GetSent(), p.GetFailed(), p.GetLeftOut(), len(victims))
 	}
 	if r, err := pb.NewBroadcastOpsServiceClient(s.conn).ReportBroadcast(context.Background(), &pb.ReportBroadcastRequest{Id: id}); err != nil || r.GetLeftOut() != int64(len(victims)) {
 		t.Errorf("report: left out %d, %v; want %d", r.GetLeftOut(), err, len(victims))
+	} else if rp := r.GetBroadcast().GetProgress(); rp.GetSent() != p.GetSent() || rp.GetLeftOut() != p.GetLeftOut() || len(rp.GetRanges()) != len(p.GetRanges()) {
+		t.Errorf("report's progress: sent %d, left out %d, %d ranges; want the status's %d, %d, %d",
+			rp.GetSent(), rp.GetLeftOut(), len(rp.GetRanges()), p.GetSent(), p.GetLeftOut(), len(p.GetRanges()))
 	}
 	t.Logf("%d contacts unsubscribed mid-broadcast received nothing", len(victims))
 }
