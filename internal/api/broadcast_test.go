@@ -339,6 +339,24 @@ func TestBroadcastLifecycleErrors(t *testing.T) {
 		t.Fatalf("cancel a draft: %v", err)
 	}
 	wantStatus(t, "start a cancelled draft", byName("start")(draft), codes.FailedPrecondition, "cancelled")
+
+	// A failed broadcast can be cancelled rather than resumed, and keeps
+	// why it failed.
+	failed := s.create("", 0)
+	if err := byName("start")(failed); err != nil {
+		t.Fatal(err)
+	}
+	fid, _ := ulid.ParseStrict(failed)
+	if _, err := s.store.SetState(ctx, fid, []store.State{store.StateRunning, store.StateCompleted}, store.StateFailed, "the relay refused everyone", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := byName("cancel")(failed); err != nil {
+		t.Fatalf("cancel a failed broadcast: %v", err)
+	}
+	if b := s.status(failed); b.GetState() != pb.BroadcastState_BROADCAST_STATE_CANCELLED || b.GetReason() != "cancelled by operator after it failed: the relay refused everyone" {
+		t.Fatalf("after cancelling a failed broadcast: state %s reason %q", b.GetState(), b.GetReason())
+	}
+	wantStatus(t, "resume a cancelled broadcast that had failed", byName("resume")(failed), codes.FailedPrecondition, "cancelled")
 }
 
 func TestStartEmptyAudienceCompletes(t *testing.T) {

@@ -196,7 +196,13 @@ func (c *Coordinator) forgetFruitless(ctx context.Context, b store.Broadcast) er
 
 // Cancel ends a broadcast that has not finished; nothing more is sent.
 func (c *Coordinator) Cancel(ctx context.Context, id ulid.ULID) (BroadcastStatus, error) {
-	return c.transition(ctx, id, "cancelled", []store.State{store.StateDraft, store.StateRunning, store.StatePaused}, store.StateCancelled, "cancelled by operator")
+	reason := "cancelled by operator"
+	if b, err := c.cfg.Store.GetBroadcast(ctx, id); err == nil && b.State == store.StateFailed {
+		// A failed broadcast can be resumed; cancelled, it is final. Its
+		// reason keeps why it stopped first.
+		reason += " after it failed: " + b.Reason
+	}
+	return c.transition(ctx, id, "cancelled", []store.State{store.StateDraft, store.StateRunning, store.StatePaused, store.StateFailed}, store.StateCancelled, reason)
 }
 
 func (c *Coordinator) transition(ctx context.Context, id ulid.ULID, verb string, from []store.State, to store.State, reason string) (BroadcastStatus, error) {
