@@ -352,18 +352,21 @@ const (
 // yet walked: every id below it has a committed outcome (or belongs to
 // another attempt's claim).
 type Report struct {
-	Broadcast string     `json:"broadcast"`
-	Range     int        `json:"range"`
-	Epoch     int        `json:"epoch,omitempty"`
-	From      string     `json:"from"`
-	Next      string     `json:"next"`
-	Done      bool       `json:"done"`
-	Limit     int        `json:"limit"`
-	Claimed   int        `json:"claimed"`
-	Sent      int        `json:"sent"`
-	Failed    int        `json:"failed"`
-	Class     ErrorClass `json:"class,omitempty"`
-	Error     string     `json:"error,omitempty"`
+	Broadcast string `json:"broadcast"`
+	Range     int    `json:"range"`
+	Epoch     int    `json:"epoch,omitempty"`
+	From      string `json:"from"`
+	Next      string `json:"next"`
+	Done      bool   `json:"done"`
+	Limit     int    `json:"limit"`
+	// Issue is a sweep's PageJob.Issue: which of a broadcast's sweeps out
+	// at once this reports.
+	Issue   int        `json:"issue,omitempty"`
+	Claimed int        `json:"claimed"`
+	Sent    int        `json:"sent"`
+	Failed  int        `json:"failed"`
+	Class   ErrorClass `json:"class,omitempty"`
+	Error   string     `json:"error,omitempty"`
 	// Deferred counts recipients recorded deferred (their provider held).
 	Deferred int `json:"deferred,omitempty"`
 	// InDoubt counts messages whose connection was lost after the final

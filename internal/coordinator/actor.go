@@ -80,10 +80,16 @@ type actor struct {
 	// mirrored is when the state in KV was last brought level with the
 	// store.
 	mirrored time.Time
-	// sweeping is the outstanding sweep of due deferred rows, if any;
+	// sweeps are the outstanding sweeps of due deferred rows, oldest
+	// first (page.issue tells them apart); sweepsWanted is how many may be
+	// out at once (sweepRoom); sweepIssue the last one's dedupe id;
+	// sweepHeld whether the governor held a provider for the last one;
 	// nextSweep is when deferred rows are next looked for.
-	sweeping  *page
-	nextSweep time.Time
+	sweeps       []page
+	sweepsWanted int
+	sweepIssue   int
+	sweepHeld    bool
+	nextSweep    time.Time
 
 	mu         sync.Mutex
 	waitingFor string
@@ -93,6 +99,7 @@ type page struct {
 	from  string
 	limit int
 	at    time.Time
+	issue int // a sweep's dedupe id
 }
 
 type poisoned struct {
@@ -216,7 +223,7 @@ func (a *actor) run(ctx context.Context) {
 			// the next page's tokens are there rather than a tick later.
 			tick = min(tick, a.throttleWait)
 		}
-		if a.b.State == store.StateRunning && a.sweeping == nil && !a.nextSweep.IsZero() {
+		if a.b.State == store.StateRunning && len(a.sweeps) < a.sweepRoom() && !a.nextSweep.IsZero() {
 			// Deferred rows come due (a second after a random 451) long
 			// before a tick: wake for them, or the tail of a broadcast
 			// waits a whole tick with nothing to report back.
@@ -726,7 +733,7 @@ func (a *actor) finish(ctx context.Context) bool {
 			return false
 		}
 	}
-	if a.sweeping != nil {
+	if len(a.sweeps) > 0 {
 		a.setWaiting("all ranges walked; sending deferred messages")
 		return false
 	}
@@ -957,10 +964,10 @@ func (a *actor) dropOutstanding() {
 		a.giveBack(o.limit)
 		delete(a.outstanding, i)
 	}
-	if a.sweeping != nil {
-		a.giveBack(a.sweeping.limit)
-		a.sweeping = nil
+	for _, s := range a.sweeps {
+		a.giveBack(s.limit)
 	}
+	a.sweeps = nil
 }
 
 // domain is the sending domain the governor paces this broadcast under.

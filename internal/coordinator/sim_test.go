@@ -980,7 +980,11 @@ func (s *sim) tick() {
 	}
 	a.catchUp(s.ctx)
 	a.reconcile(s.ctx)
+	out := len(a.sweeps)
 	a.sweep(s.ctx)
+	if len(a.sweeps) > max(out, 1) {
+		s.fault("sweeps dispatched beside another") // a backlog of due rows, swept at once
+	}
 	if a.finish(s.ctx) {
 		s.logf("finished: %s", a.b.Reason)
 		return

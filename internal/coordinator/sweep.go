@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/rangecast/rangecast/internal/bus"
@@ -13,22 +14,33 @@ import (
 // has no sweep outstanding; a tick is the other bound.
 const sweepEvery = 5 * time.Second
 
-// sweep dispatches a sweep of the broadcast's deferred rows whose retry time
-// has come, one at a time, paced by the governor like any page. Ranges do
-// not wait for it: their cursors passed the deferred rows long ago.
+// sweep dispatches sweeps of the broadcast's deferred rows whose retry time
+// has come, paced by the governor like any page. Ranges do not wait for
+// them: their cursors passed the deferred rows long ago.
+//
+// A sweep takes at most a page of due rows, and one worker sends it a
+// window at a time. One sweep out at a time retried a large backlog (a
+// greylisting provider deferring a third of a million-contact list) at one
+// window's pace, however many workers ran: 300,000 rows, 192 a sweep, is
+// 1,500 sweeps in a row. So while sweeps come back full, more go out at
+// once (sweepRoom); each claims its own rows (Store.ClaimDue moves them to
+// claimed under its owner), so two never send the same row.
 func (a *actor) sweep(ctx context.Context) {
 	if a.b.State != store.StateRunning {
 		return
 	}
 	now := a.c.cfg.Clock.Now()
-	if a.sweeping != nil {
-		if now.Sub(a.sweeping.at) < a.c.cfg.Redispatch {
-			return
+	out := a.sweeps[:0]
+	for _, s := range a.sweeps {
+		if now.Sub(s.at) >= a.c.cfg.Redispatch {
+			a.giveBack(s.limit) // given up on
+			continue
 		}
-		a.giveBack(a.sweeping.limit) // given up on
-		a.sweeping = nil
+		out = append(out, s)
 	}
-	if now.Before(a.nextSweep) {
+	a.sweeps = out
+	room := a.sweepRoom() - len(a.sweeps)
+	if room <= 0 || now.Before(a.nextSweep) {
 		return
 	}
 	a.nextSweep = now.Add(min(sweepEvery, a.c.cfg.Tick))
@@ -44,11 +56,41 @@ func (a *actor) sweep(ctx context.Context) {
 		a.nextSweep = minTime(due, a.nextSweep)
 		return
 	}
+	// No more sweeps than the deferred rows fill: the ones out may take
+	// them all already.
+	room = min(room, int((n+int64(a.c.cfg.PageLimit)-1)/int64(a.c.cfg.PageLimit))-len(a.sweeps))
+	for range room {
+		if !a.dispatchSweep(ctx, now) {
+			return
+		}
+	}
+}
+
+// sweepRoom is how many sweeps may be out at once: sweepsWanted, which
+// grows by one with each sweep that comes back full (more rows are due than
+// it took), so doubles while all do, and drops back to one when one does not, and never more than the ranges not
+// being walked now, so sweeps use the page slots a broadcast's walk leaves
+// free: one at least, all of them once every range is walked.
+func (a *actor) sweepRoom() int {
+	return max(1, min(a.sweepsWanted, len(a.recs)-len(a.outstanding)))
+}
+
+// dispatchSweep sends one sweep out; false when none could go (held by the
+// throttle or the governor, or not published).
+func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
+	if len(a.sweeps) > 0 && a.sweepHeld {
+		// The last sweep was told to hold a provider's recipients (its
+		// breaker open or ramping back up): one sweep at a time then, as
+		// the ramp is judged one step at a time. A sweep beside the one
+		// carrying the step would defer the provider's recipients for the
+		// breaker's whole open time (TestGmailRateLimitHoldsTenMinutesThenRampsBack).
+		return false
+	}
 	limit := a.c.cfg.PageLimit
 	if a.throttle != nil {
 		if limit = a.throttle.Take(now, limit); limit == 0 {
 			a.sweepWait = fmt.Sprintf("throttle of %d/hour", a.b.ThrottlePerHour)
-			return
+			return false
 		}
 	}
 	limit, why := a.pace(now, limit)
@@ -57,11 +99,13 @@ func (a *actor) sweep(ctx context.Context) {
 		// with the limit that holds them (the daily ceiling), not a
 		// "next due" time in the past.
 		a.sweepWait = why.Text
-		return
+		return false
 	}
 	a.sweepWait = ""
-	// The dedupe id is the dispatch time: unique across leader terms.
-	job := bus.PageJob{Broadcast: a.id.String(), Range: bus.SweepRange, Sweep: true, Limit: limit, Issue: int(now.UnixMilli())}
+	// The dedupe id is the dispatch time, unique across leader terms, and
+	// made unique among the sweeps dispatched within one millisecond.
+	a.sweepIssue = max(a.sweepIssue+1, int(now.UnixMilli()))
+	job := bus.PageJob{Broadcast: a.id.String(), Range: bus.SweepRange, Sweep: true, Limit: limit, Issue: a.sweepIssue}
 	if pacer := a.c.pacer(); pacer != nil {
 		// Sweeps carry the breakers' probes: their rows are the held
 		// providers' recipients, so a probe is not spent on a page that
@@ -70,21 +114,35 @@ func (a *actor) sweep(ctx context.Context) {
 		h := pacer.Holds(now, a.domain(), true, a.b.StartedAt)
 		job.Defer, job.GiveUp, job.Probe, job.Conns, job.StepShare, job.StepFloor = h.Defer, h.GiveUp, h.Probe, h.Conns, h.StepShare, h.StepFloor
 	}
+	a.sweepHeld = len(job.Defer) > 0 || len(job.Probe) > 0 || len(job.GiveUp) > 0
 	if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {
 		a.log().Warn("sweep dispatch failed; retried on the next tick", "err", err)
 		a.giveBack(limit)
-		return
+		return false
 	}
 	pagesDispatched.Inc()
-	a.sweeping = &page{limit: limit, at: now}
+	a.sweeps = append(a.sweeps, page{limit: limit, at: now, issue: job.Issue})
+	return true
 }
 
 // applySweep settles a sweep's report. It moves no cursor: the rows it sent
 // are recorded in the ledger, and what it could not send is deferred again.
 func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
-	if a.sweeping != nil {
-		a.settle(a.sweeping.limit, rep)
-		a.sweeping = nil
+	if len(a.sweeps) > 0 {
+		// The sweep it reports, or the oldest out: a report from before
+		// sweeps carried their issue, or one a timed-out sweep's copy
+		// sends, still ends one.
+		i := slices.IndexFunc(a.sweeps, func(s page) bool { return rep.Issue != 0 && s.issue == rep.Issue })
+		i = max(i, 0)
+		a.settle(a.sweeps[i].limit, rep)
+		a.sweeps = slices.Delete(a.sweeps, i, i+1)
+	}
+	if rep.Class == bus.ClassNone && rep.Limit > 0 && rep.Claimed >= rep.Limit {
+		// More are due than one sweep takes: one more for each full one,
+		// so the sweeps out double while all come back full.
+		a.sweepsWanted = min(max(a.sweepsWanted, 1)+1, max(1, len(a.recs)))
+	} else {
+		a.sweepsWanted = 1
 	}
 	now := a.c.cfg.Clock.Now()
 	if rep.Sent > 0 {

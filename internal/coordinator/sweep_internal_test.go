@@ -1,0 +1,175 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/clock"
+	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/store/sqlite"
+)
+
+// holdingPacer grants everything and holds one provider while hold is set.
+type holdingPacer struct{ hold bool }
+
+func (p *holdingPacer) Grant(_ time.Time, _ string, n int) (int, governor.Refusal) {
+	return n, governor.Refusal{}
+}
+func (p *holdingPacer) Settle(string, int, int)               {}
+func (p *holdingPacer) Observe(time.Time, string, bus.Report) {}
+func (p *holdingPacer) Holds(now time.Time, _ string, _ bool, _ time.Time) ProviderHolds {
+	if !p.hold {
+		return ProviderHolds{}
+	}
+	return ProviderHolds{Defer: map[string]time.Time{"google": now.Add(10 * time.Minute)}}
+}
+
+// jobsKept is a PagePublisher that keeps what it is given.
+type jobsKept struct{ jobs []bus.PageJob }
+
+func (p *jobsKept) PublishPage(_ context.Context, job bus.PageJob, _ time.Time) error {
+	p.jobs = append(p.jobs, job)
+	return nil
+}
+
+// TestSweepsGrowWithTheBacklog: once every range is walked, a backlog of due
+// deferred rows is swept by several sweeps at once, doubling while each
+// comes back full, each under a dedupe id of its own, and no more than the
+// backlog fills; a sweep that comes back short of its limit brings it back
+// to one. One sweep at a time retried a large backlog at one window's pace
+// however many workers ran.
+func TestSweepsGrowWithTheBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clk := clock.NewFake(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC))
+	st, err := sqlite.Open(ctx, ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const n, pageLimit = 100, 4
+	cs := make([]store.Contact, n)
+	for i := range cs {
+		cs[i] = store.Contact{ID: ulid.Make(), Email: fmt.Sprintf("p%03d@example.org", i), Name: "P", Subscribed: true}
+	}
+	if _, err := st.ImportContacts(ctx, cs, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := st.CreateBroadcast(ctx, store.Broadcast{ID: ulid.Make(), Name: "backlog", CreatedAt: clk.Now(),
+		Content: store.Content{FromAddress: "news@example.com", Subject: "Hi", HTML: "<p>Hi</p>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err = st.AcceptBroadcast(ctx, b.ID, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// Every contact deferred by a greylisting provider, due now.
+	claims := make([]store.Claim, n)
+	outcomes := make([]store.Outcome, n)
+	for i, c := range cs {
+		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: "<" + c.ID.String() + "@example.com>"}
+		outcomes[i] = store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: clk.Now(), Error: "450 4.7.1 greylisted"}
+	}
+	if _, err := st.Claim(ctx, b.ID, "w/1", claims, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecordOutcomes(ctx, b.ID, "w/1", outcomes, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	pages := &jobsKept{}
+	c := New(Config{Store: st, Bus: &bus.Bus{Broadcasts: newFakeKV(), Workers: newFakeKV()}, Pages: pages, Clock: clk,
+		Log: slog.New(slog.DiscardHandler), PageLimit: pageLimit, Tick: time.Second})
+	a, err := newActor(ctx, c, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.recs {
+		a.recs[i].Done = true // every range walked: only sweeps are left
+	}
+	full := func(j bus.PageJob) bus.Report {
+		return bus.Report{Broadcast: j.Broadcast, Range: bus.SweepRange, Sweep: true, Done: true, Limit: j.Limit, Issue: j.Issue, Claimed: j.Limit, Sent: j.Limit}
+	}
+	sweep := func() []bus.PageJob {
+		before := len(pages.jobs)
+		clk.Advance(time.Millisecond)
+		a.sweep(ctx)
+		return pages.jobs[before:]
+	}
+	if got := sweep(); len(got) != 1 {
+		t.Fatalf("first look: %d sweeps out, want 1", len(got))
+	}
+	// Each full report doubles the sweeps out, up to the ranges' count.
+	issues := map[int]bool{pages.jobs[0].Issue: true}
+	for round, want := range []int{2, 4, 8, 16, 25, 25} {
+		out := append([]bus.PageJob(nil), pages.jobs[len(pages.jobs)-len(a.sweeps):]...)
+		for _, j := range out {
+			if err := a.applySweep(ctx, full(j)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(a.sweeps) != 0 {
+			t.Fatalf("round %d: %d sweeps still out after every one reported", round, len(a.sweeps))
+		}
+		got := sweep()
+		// The backlog is 100 rows, 4 a sweep: 25 sweeps take it all.
+		if len(got) != min(want, len(a.recs)) {
+			t.Fatalf("round %d: %d sweeps out at once, want %d (ranges %d)", round, len(got), min(want, len(a.recs)), len(a.recs))
+		}
+		for _, j := range got {
+			if issues[j.Issue] {
+				t.Fatalf("round %d: two sweeps under one dedupe id %d", round, j.Issue)
+			}
+			issues[j.Issue] = true
+		}
+	}
+	// One that comes back short: the rows due are taken, back to one.
+	last := a.sweeps[len(a.sweeps)-1]
+	if err := a.applySweep(ctx, bus.Report{Broadcast: b.ID.String(), Range: bus.SweepRange, Sweep: true, Done: true, Limit: last.limit, Issue: last.issue, Claimed: 1, Sent: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if a.sweepsWanted != 1 || len(a.sweeps) != 24 || a.sweeps[len(a.sweeps)-1].issue == last.issue {
+		t.Fatalf("after a short sweep: wanted %d, out %d; want 1 wanted, the reported one settled", a.sweepsWanted, len(a.sweeps))
+	}
+
+	// While the governor holds a provider (its breaker open, or its ramp
+	// judged a step at a time by the sweep that carries it), one sweep at
+	// a time: one beside it would hold that provider's recipients for the
+	// breaker's whole open time.
+	for _, s := range a.sweeps {
+		if err := a.applySweep(ctx, bus.Report{Broadcast: b.ID.String(), Range: bus.SweepRange, Sweep: true, Done: true, Limit: s.limit, Issue: s.issue, Claimed: s.limit, Sent: s.limit}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pacer := &holdingPacer{hold: true}
+	c.mu.Lock()
+	c.pace = pacer
+	c.mu.Unlock()
+	if got := sweep(); len(got) != 1 || len(got[0].Defer) != 1 {
+		t.Fatalf("held: %d sweeps out at once (%+v), want 1 carrying the hold", len(got), got)
+	}
+	for range 3 {
+		j := pages.jobs[len(pages.jobs)-1]
+		if err := a.applySweep(ctx, full(j)); err != nil {
+			t.Fatal(err)
+		}
+		if got := sweep(); len(got) != 1 {
+			t.Fatalf("held, after a full sweep: %d sweeps out at once, want 1", len(got))
+		}
+	}
+	// Held no more: the next sweep carries no hold, and more go beside it.
+	pacer.hold = false
+	j := pages.jobs[len(pages.jobs)-1]
+	if err := a.applySweep(ctx, full(j)); err != nil {
+		t.Fatal(err)
+	}
+	if got := sweep(); len(got) < 2 {
+		t.Fatalf("no longer held: %d sweeps out at once, want several", len(got))
+	}
+}
