@@ -149,6 +149,10 @@ func TestBroadcastOpsRefusals(t *testing.T) {
 			_, err := ops.ScheduleBroadcast(ctx, &pb.ScheduleBroadcastRequest{Id: draft, At: past})
 			return err
 		}, codes.InvalidArgument, "broadcasts start"},
+		{"schedule years ahead", func() error {
+			_, err := ops.ScheduleBroadcast(ctx, &pb.ScheduleBroadcastRequest{Id: draft, At: timestamppb.New(time.Date(9999, 3, 14, 9, 0, 0, 0, time.UTC))})
+			return err
+		}, codes.InvalidArgument, "more than a year away"},
 		{"schedule a started broadcast", func() error {
 			_, err := ops.ScheduleBroadcast(ctx, &pb.ScheduleBroadcastRequest{Id: running, At: future})
 			return err
