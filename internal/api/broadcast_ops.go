@@ -352,8 +352,10 @@ func (api *BroadcastOpsAPI) sample(ctx context.Context, b store.Broadcast) (stor
 	return cs[0], nil
 }
 
-// maxScheduleAhead is the furthest ahead a broadcast can be scheduled.
-const maxScheduleAhead = 366 * 24 * time.Hour
+// maxScheduleAhead is the furthest ahead a broadcast can be scheduled:
+// five years, far beyond any campaign's planning, near enough to refuse a
+// mistyped year.
+const maxScheduleAhead = 5 * 366 * 24 * time.Hour
 
 func (api *BroadcastOpsAPI) ScheduleBroadcast(ctx context.Context, req *pb.ScheduleBroadcastRequest) (*pb.ScheduleBroadcastResponse, error) {
 	b, err := api.broadcast(ctx, req.GetId())
@@ -374,7 +376,7 @@ func (api *BroadcastOpsAPI) ScheduleBroadcast(ctx context.Context, req *pb.Sched
 		// Most likely a typo in the year (9999, 2062 for 2026): a start
 		// nobody would see come, with the list and the content by then
 		// years out of date.
-		return nil, invalid("at %s is more than a year away (it is %s UTC now); check the year, and schedule within a year", at.UTC().Format(time.RFC3339), now.UTC().Format(time.DateTime))
+		return nil, invalid("at %s is more than five years away (it is %s UTC now); check the year", at.UTC().Format(time.RFC3339), now.UTC().Format(time.DateTime))
 	}
 	if b.State != store.StateDraft {
 		return nil, notDraft(b, "scheduled")

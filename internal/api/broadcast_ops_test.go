@@ -152,7 +152,7 @@ func TestBroadcastOpsRefusals(t *testing.T) {
 		{"schedule years ahead", func() error {
 			_, err := ops.ScheduleBroadcast(ctx, &pb.ScheduleBroadcastRequest{Id: draft, At: timestamppb.New(time.Date(9999, 3, 14, 9, 0, 0, 0, time.UTC))})
 			return err
-		}, codes.InvalidArgument, "more than a year away"},
+		}, codes.InvalidArgument, "more than five years away"},
 		{"schedule a started broadcast", func() error {
 			_, err := ops.ScheduleBroadcast(ctx, &pb.ScheduleBroadcastRequest{Id: running, At: future})
 			return err

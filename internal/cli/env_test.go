@@ -88,11 +88,17 @@ func TestHelpShowsNoSecrets(t *testing.T) {
 
 // TestEnvStrictDev: rangecast dev and demo read RANGECAST_LOG_LEVEL as the
 // servers do (they used to ignore it), and refuse a malformed one before
-// starting anything.
+// starting anything; dev reads the breaker's variables as the coordinator
+// does (it had no way to set them).
 func TestEnvStrictDev(t *testing.T) {
-	for _, sub := range []string{"dev", "demo"} {
-		t.Run(sub, func(t *testing.T) {
-			t.Setenv("RANGECAST_LOG_LEVEL", "loud")
+	for _, c := range []struct{ sub, env, value, flag string }{
+		{"dev", "RANGECAST_LOG_LEVEL", "loud", "log-level"},
+		{"demo", "RANGECAST_LOG_LEVEL", "loud", "log-level"},
+		{"dev", "RANGECAST_BREAKER_SHARE", "1.5", "breaker-share"},
+	} {
+		sub := c.sub
+		t.Run(sub+" "+c.env, func(t *testing.T) {
+			t.Setenv(c.env, c.value)
 			cmd := Rangecast()
 			cmd.SetArgs([]string{sub, "--dir", t.TempDir()})
 			cmd.SetOut(new(bytes.Buffer))
@@ -102,8 +108,8 @@ func TestEnvStrictDev(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			err := cmd.ExecuteContext(ctx)
-			if err == nil || !strings.Contains(err.Error(), "RANGECAST_LOG_LEVEL") || !strings.Contains(err.Error(), "log-level") {
-				t.Fatalf("%s with RANGECAST_LOG_LEVEL=loud: %v; want it refused, naming the variable and the flag", sub, err)
+			if err == nil || !strings.Contains(err.Error(), c.env) || !strings.Contains(err.Error(), c.flag) {
+				t.Fatalf("%s with %s=%s: %v; want it refused, naming the variable and the flag", sub, c.env, c.value, err)
 			}
 		})
 	}

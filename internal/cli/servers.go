@@ -160,6 +160,14 @@ func governorFlags(cmd *cobra.Command, l *governor.Limits) {
 		"name of the SMTP server the workers send through, for its hourly limit and 'rangecast governor reset-rate-limit' (env RANGECAST_SMTP_SERVER_NAME)")
 	f.IntVar(&l.EmailsPerHour, "emails-per-hour", 0,
 		"hourly limit of that SMTP server, 0 for none (env RANGECAST_EMAILS_PER_HOUR)")
+	breakerFlags(cmd, l)
+}
+
+// breakerFlags configure the receiving providers' breakers and ramps, which
+// rangecast dev runs as the coordinator does (its relay, --smtp-url, may
+// refuse like a real one).
+func breakerFlags(cmd *cobra.Command, l *governor.Limits) {
+	f := cmd.Flags()
 	f.Var(atLeast(&l.BreakerFailures, governor.BreakerFailures, 1), "breaker-failures",
 		"a receiving provider's breaker opens after at least this many transient failures in 5 minutes (at least 1)... (env RANGECAST_BREAKER_FAILURES)")
 	f.Var(share(&l.BreakerShare, governor.BreakerShare, "a provider's attempts", "0.2 is 20 %"), "breaker-share",
@@ -229,6 +237,7 @@ func devSchema(dbURL string) (string, error) {
 
 func devCommand() *cobra.Command {
 	var s stackFlags
+	gov := server.DevGovernor()
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole system in one process: NATS, coordinator, workers, capture SMTP",
@@ -239,7 +248,7 @@ func devCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s.o.Log, s.o.MailFiles = log, true
+			s.o.Log, s.o.MailFiles, s.o.Governor = log, true, gov
 			applyGCPolicy(log) // it runs page workers too
 			where := "SQLite"
 			if s.postgres != "" {
@@ -285,6 +294,7 @@ func devCommand() *cobra.Command {
 	cmd.Flags().StringVar(&s.o.MetricsAddr, "metrics-addr", server.DefaultMetricsAddr, "metrics listen address")
 	cmd.Flags().StringVar(&s.o.TLSCert, "tls-cert", "", "serve gRPC over TLS only with this PEM certificate (re-read when it changes), as the coordinator does")
 	cmd.Flags().StringVar(&s.o.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	breakerFlags(cmd, &gov.Limits)
 	return cmd
 }
 
