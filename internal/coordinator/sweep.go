@@ -128,12 +128,15 @@ func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
 // applySweep settles a sweep's report. It moves no cursor: the rows it sent
 // are recorded in the ledger, and what it could not send is deferred again.
 func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
-	if len(a.sweeps) > 0 {
-		// The sweep it reports, or the oldest out: a report from before
-		// sweeps carried their issue, or one a timed-out sweep's copy
-		// sends, still ends one.
-		i := slices.IndexFunc(a.sweeps, func(s page) bool { return rep.Issue != 0 && s.issue == rep.Issue })
-		i = max(i, 0)
+	// The sweep it reports; the oldest out for a report from a worker
+	// older than sweeps' issues. None for a sweep given up on already
+	// (Redispatch: its grant was given back) or another leader's: another
+	// sweep's grant would end with it still running.
+	i := slices.IndexFunc(a.sweeps, func(s page) bool { return s.issue == rep.Issue })
+	if rep.Issue == 0 && len(a.sweeps) > 0 {
+		i = 0
+	}
+	if i >= 0 {
 		a.settle(a.sweeps[i].limit, rep)
 		a.sweeps = slices.Delete(a.sweeps, i, i+1)
 	}

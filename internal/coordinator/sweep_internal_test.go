@@ -172,4 +172,14 @@ func TestSweepsGrowWithTheBacklog(t *testing.T) {
 	if got := sweep(); len(got) < 2 {
 		t.Fatalf("no longer held: %d sweeps out at once, want several", len(got))
 	}
+	// A report of a sweep not out (given up on at Redispatch, reported
+	// twice, another leader's) ends none of those out.
+	out := len(a.sweeps)
+	stale := full(pages.jobs[0])
+	if err := a.applySweep(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.sweeps) != out {
+		t.Fatalf("a stale sweep's report ended one of the %d out: %d left", out, len(a.sweeps))
+	}
 }
