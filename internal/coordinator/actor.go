@@ -83,7 +83,7 @@ type actor struct {
 	// sweeps are the outstanding sweeps of due deferred rows, oldest
 	// first (page.issue tells them apart); sweepsWanted is how many may be
 	// out at once (sweepRoom); sweepIssue the last one's dedupe id;
-	// sweepHeld whether the governor held a provider for the last one;
+	// sweepHeld whether the last one carries a provider's ramp step;
 	// nextSweep is when deferred rows are next looked for.
 	sweeps       []page
 	sweepsWanted int
@@ -306,12 +306,17 @@ func (a *actor) retire() bool {
 // adopt follows the store's state of the broadcast.
 func (a *actor) adopt(b store.Broadcast) {
 	if a.b.StartedAt.IsZero() && !b.StartedAt.IsZero() {
-		// Made before the broadcast was accepted (a leader's first scan
-		// that read it between two writes): its copy has no snapshot, so
-		// no ranges, and "every range done" would hold at once, completing
-		// the broadcast with its audience unsent. Take the accepted
-		// broadcast whole (its ranges, and settings a draft may have had
-		// changed) and read its range records again.
+		// Made before the broadcast was accepted: its copy has no
+		// snapshot, so no ranges, and "every range done" would hold at
+		// once, completing the broadcast with its audience unsent. No
+		// path of the engine makes such an actor now (kick and the
+		// leader's scan start actors only for running or paused
+		// broadcasts, and the accept writes the state and the snapshot in
+		// one statement), but TestRetryCommand met one: it wrote a draft
+		// running and back in the store, a new leader's first scan read
+		// it running, and the broadcast's start reused that actor. Take
+		// the accepted broadcast whole (its ranges, and settings a draft
+		// may have had changed) and read its range records again.
 		a.b = b
 		a.throttle = nil
 		if b.ThrottlePerHour > 0 {
@@ -835,18 +840,20 @@ func (a *actor) dispatch(ctx context.Context) {
 	for k := range a.recs {
 		i := (k + a.round) % len(a.recs)
 		rec := a.recs[i]
+		if o, ok := a.outstanding[i]; ok && now.Sub(o.at) >= a.c.cfg.Redispatch {
+			// Given up on: its grant ends here; a late report of it
+			// still counts what it sent. Before the done test: a range
+			// another leader's write (read at a reload) marked done keeps
+			// a page here whose report that leader took.
+			delete(a.outstanding, i)
+			a.giveBack(o.limit)
+		}
 		if rec.Done {
 			continue
 		}
 		unfinished = true
-		if o, ok := a.outstanding[i]; ok {
-			if now.Sub(o.at) < a.c.cfg.Redispatch {
-				continue
-			}
-			// Given up on: its grant ends here; a late report of it
-			// still counts what it sent.
-			delete(a.outstanding, i)
-			a.giveBack(o.limit)
+		if _, ok := a.outstanding[i]; ok {
+			continue
 		}
 		if now.Before(a.notBefore[i]) {
 			waiting = fmt.Sprintf("range %d retries at %s after: %s", i, a.notBefore[i].UTC().Format(time.TimeOnly), a.lastErr[i])

@@ -173,8 +173,9 @@ type sim struct {
 	// With none, workers wait for every window whole, as before.
 	pSlow float64
 	// preAccept: the first leader's actor was made from the broadcast as
-	// a draft, before its accept (a new leader's first scan that read it
-	// between two writes), and adopts the accepted one.
+	// a draft, before its accept, and adopts the accepted one (actor.adopt:
+	// no engine path makes one now; a test that wrote the store by hand
+	// did).
 	preAccept bool
 	// halts counts the halted broadcast's resumes after the faults.
 	halts int
@@ -1464,6 +1465,28 @@ func TestSimulationFailRefused(t *testing.T) {
 			s.final, s.halts, s.faults["halted recipients failed at resume"])
 	}
 }
+
+// TestSimulationResumeAfterOutage replays the schedule in which a relay
+// outage of 31 s, which the operator paused through, failed the broadcast
+// 17 s after the resume with the relay taking mail: its refused pages were
+// still counted toward failing it (8 pages in a row that sent nothing).
+// A resume starts that count afresh (actor.adopt). A seed replays its
+// interleaving only while the simulation draws as it did, so the test
+// checks that the schedule still has its outage and its pauses.
+func TestSimulationResumeAfterOutage(t *testing.T) {
+	t.Parallel()
+	s := runSchedule(t, simResumeAfterOutageSeed, false)
+	for _, v := range s.violations {
+		t.Errorf("%s\n%s", v, strings.Join(s.tail(30), "\n"))
+	}
+	if s.final != store.StateCompleted || s.faults["relay outage"] == 0 || s.faults["operator paused"] == 0 {
+		t.Errorf("broadcast %s, relay outages %d, pauses %d; want completed, after an outage it was paused through",
+			s.final, s.faults["relay outage"], s.faults["operator paused"])
+	}
+}
+
+// simResumeAfterOutageSeed is TestSimulationResumeAfterOutage's schedule.
+const simResumeAfterOutageSeed = 51000927
 
 // simRegressions names schedules that found holes. A seed replays one
 // interleaving only for the simulation as it was when it was found (a new

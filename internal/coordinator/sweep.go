@@ -67,23 +67,32 @@ func (a *actor) sweep(ctx context.Context) {
 }
 
 // sweepRoom is how many sweeps may be out at once: sweepsWanted, which
-// grows by one with each sweep that comes back full (more rows are due than
-// it took), so doubles while all do, and drops back to one when one does not, and never more than the ranges not
-// being walked now, so sweeps use the page slots a broadcast's walk leaves
-// free: one at least, all of them once every range is walked.
+// grows by one with each sweep that comes back full (it took all it could,
+// so more may be due), so doubles while all do, and drops back to one when
+// one does not; and never more than the ranges without a page out now, so
+// sweeps use the page slots a broadcast's walk leaves free: one at least,
+// one per range once every range is walked.
 func (a *actor) sweepRoom() int {
-	return max(1, min(a.sweepsWanted, len(a.recs)-len(a.outstanding)))
+	walking := 0
+	for i := range a.outstanding {
+		if i < len(a.recs) && !a.recs[i].Done {
+			walking++
+		}
+	}
+	return max(1, min(a.sweepsWanted, len(a.recs)-walking))
 }
 
 // dispatchSweep sends one sweep out; false when none could go (held by the
 // throttle or the governor, or not published).
 func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
 	if len(a.sweeps) > 0 && a.sweepHeld {
-		// The last sweep was told to hold a provider's recipients (its
-		// breaker open or ramping back up): one sweep at a time then, as
-		// the ramp is judged one step at a time. A sweep beside the one
-		// carrying the step would defer the provider's recipients for the
-		// breaker's whole open time (TestGmailRateLimitHoldsTenMinutesThenRampsBack).
+		// The last sweep carries a provider's ramp step (a probe, or the
+		// next step of connections): one sweep at a time then, as the ramp
+		// is judged one step at a time. A sweep beside the one carrying
+		// the step held the provider's recipients for the breaker's whole
+		// open time (TestGmailRateLimitHoldsTenMinutesThenRampsBack). A
+		// provider merely held (its breaker open, given up) is held for
+		// every sweep alike, and sweeps of the others go on side by side.
 		return false
 	}
 	limit := a.c.cfg.PageLimit
@@ -114,7 +123,7 @@ func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
 		h := pacer.Holds(now, a.domain(), true, a.b.StartedAt)
 		job.Defer, job.GiveUp, job.Probe, job.Conns, job.StepShare, job.StepFloor = h.Defer, h.GiveUp, h.Probe, h.Conns, h.StepShare, h.StepFloor
 	}
-	a.sweepHeld = len(job.Defer) > 0 || len(job.Probe) > 0 || len(job.GiveUp) > 0
+	a.sweepHeld = len(job.Probe) > 0
 	if err := a.c.cfg.Pages.PublishPage(ctx, job, now); err != nil {
 		a.log().Warn("sweep dispatch failed; retried on the next tick", "err", err)
 		a.giveBack(limit)

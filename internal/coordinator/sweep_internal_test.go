@@ -16,8 +16,9 @@ import (
 	"github.com/rangecast/rangecast/internal/store/sqlite"
 )
 
-// holdingPacer grants everything and holds one provider while hold is set.
-type holdingPacer struct{ hold bool }
+// holdingPacer grants everything and holds one provider while hold is
+// set, handing its ramp step to the sweep it answers while ramp is set.
+type holdingPacer struct{ hold, ramp bool }
 
 func (p *holdingPacer) Grant(_ time.Time, _ string, n int) (int, governor.Refusal) {
 	return n, governor.Refusal{}
@@ -25,10 +26,14 @@ func (p *holdingPacer) Grant(_ time.Time, _ string, n int) (int, governor.Refusa
 func (p *holdingPacer) Settle(string, int, int)               {}
 func (p *holdingPacer) Observe(time.Time, string, bus.Report) {}
 func (p *holdingPacer) Holds(now time.Time, _ string, _ bool, _ time.Time) ProviderHolds {
-	if !p.hold {
-		return ProviderHolds{}
+	h := ProviderHolds{}
+	if p.hold {
+		h.Defer = map[string]time.Time{"google": now.Add(10 * time.Minute)}
 	}
-	return ProviderHolds{Defer: map[string]time.Time{"google": now.Add(10 * time.Minute)}}
+	if p.ramp {
+		h.Probe, h.Conns = []string{"google"}, map[string]int{"google": 2}
+	}
+	return h
 }
 
 // jobsKept is a PagePublisher that keeps what it is given.
@@ -138,21 +143,31 @@ func TestSweepsGrowWithTheBacklog(t *testing.T) {
 		t.Fatalf("after a short sweep: wanted %d, out %d; want 1 wanted, the reported one settled", a.sweepsWanted, len(a.sweeps))
 	}
 
-	// While the governor holds a provider (its breaker open, or its ramp
-	// judged a step at a time by the sweep that carries it), one sweep at
-	// a time: one beside it would hold that provider's recipients for the
-	// breaker's whole open time.
-	for _, s := range a.sweeps {
-		if err := a.applySweep(ctx, bus.Report{Broadcast: b.ID.String(), Range: bus.SweepRange, Sweep: true, Done: true, Limit: s.limit, Issue: s.issue, Claimed: s.limit, Sent: s.limit}); err != nil {
-			t.Fatal(err)
+	// While a provider's ramp is judged a step at a time by the sweep that
+	// carries it, one sweep at a time: one beside it would hold that
+	// provider's recipients for the breaker's whole open time. A provider
+	// merely held holds no sweep back.
+	endAll := func() {
+		t.Helper()
+		for len(a.sweeps) > 0 {
+			s := a.sweeps[0]
+			if err := a.applySweep(ctx, bus.Report{Broadcast: b.ID.String(), Range: bus.SweepRange, Sweep: true, Done: true, Limit: s.limit, Issue: s.issue, Claimed: s.limit, Sent: s.limit}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	endAll()
 	pacer := &holdingPacer{hold: true}
 	c.mu.Lock()
 	c.pace = pacer
 	c.mu.Unlock()
-	if got := sweep(); len(got) != 1 || len(got[0].Defer) != 1 {
-		t.Fatalf("held: %d sweeps out at once (%+v), want 1 carrying the hold", len(got), got)
+	if got := sweep(); len(got) < 2 || len(got[0].Defer) != 1 {
+		t.Fatalf("held: %d sweeps out at once, want several, each holding google", len(got))
+	}
+	endAll()
+	pacer.ramp = true
+	if got := sweep(); len(got) != 1 || len(got[0].Probe) != 1 {
+		t.Fatalf("ramping: %d sweeps out at once (%+v), want 1 carrying the step", len(got), got)
 	}
 	for range 3 {
 		j := pages.jobs[len(pages.jobs)-1]
@@ -160,17 +175,17 @@ func TestSweepsGrowWithTheBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got := sweep(); len(got) != 1 {
-			t.Fatalf("held, after a full sweep: %d sweeps out at once, want 1", len(got))
+			t.Fatalf("ramping, after a full sweep: %d sweeps out at once, want 1", len(got))
 		}
 	}
-	// Held no more: the next sweep carries no hold, and more go beside it.
-	pacer.hold = false
+	// Ramped up: the next sweep carries no step, and more go beside it.
+	pacer.hold, pacer.ramp = false, false
 	j := pages.jobs[len(pages.jobs)-1]
 	if err := a.applySweep(ctx, full(j)); err != nil {
 		t.Fatal(err)
 	}
 	if got := sweep(); len(got) < 2 {
-		t.Fatalf("no longer held: %d sweeps out at once, want several", len(got))
+		t.Fatalf("ramped up: %d sweeps out at once, want several", len(got))
 	}
 	// A report of a sweep not out (given up on at Redispatch, reported
 	// twice, another leader's) ends none of those out.
