@@ -66,20 +66,21 @@ func (a *actor) sweep(ctx context.Context) {
 	}
 }
 
-// sweepRoom is how many sweeps may be out at once: sweepsWanted, which
-// grows by one with each sweep that comes back full (it took all it could,
-// so more may be due), so doubles while all do, and drops back to one when
-// one does not; and never more than the ranges without a page out now, so
-// sweeps use the page slots a broadcast's walk leaves free: one at least,
-// one per range once every range is walked.
+// sweepRoom is how many sweeps may be out at once: one while any range is
+// still walked, so retries do not take workers from first sends (with
+// sweeps beside the pages, a real-process run at 20 ms walked its 20,000
+// contacts in 22 s instead of 14 s); once every range is walked,
+// sweepsWanted, which grows by one with each sweep that comes back full
+// (it took all it could, so more may be due), so doubles while all do, and
+// drops back to one when one does not; never more than the ranges, the
+// broadcast's pages in flight during its walk.
 func (a *actor) sweepRoom() int {
-	walking := 0
-	for i := range a.outstanding {
-		if i < len(a.recs) && !a.recs[i].Done {
-			walking++
+	for _, r := range a.recs {
+		if !r.Done {
+			return 1
 		}
 	}
-	return max(1, min(a.sweepsWanted, len(a.recs)-walking))
+	return max(1, min(a.sweepsWanted, len(a.recs)))
 }
 
 // dispatchSweep sends one sweep out; false when none could go (held by the

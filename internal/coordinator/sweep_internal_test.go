@@ -187,6 +187,22 @@ func TestSweepsGrowWithTheBacklog(t *testing.T) {
 	if got := sweep(); len(got) < 2 {
 		t.Fatalf("ramped up: %d sweeps out at once, want several", len(got))
 	}
+	// While a range is still walked, one sweep at a time, however full:
+	// retries do not take workers from first sends.
+	endAll()
+	a.recs[3].Done = false
+	if got := sweep(); len(got) != 1 {
+		t.Fatalf("a range still walked: %d sweeps out at once, want 1", len(got))
+	}
+	endAll()
+	if got := sweep(); len(got) != 1 {
+		t.Fatalf("a range still walked, after full sweeps: %d sweeps out at once, want 1", len(got))
+	}
+	a.recs[3].Done = true
+	endAll()
+	if got := sweep(); len(got) < 2 {
+		t.Fatalf("walked: %d sweeps out at once, want several", len(got))
+	}
 	// A report of a sweep not out (given up on at Redispatch, reported
 	// twice, another leader's) ends none of those out.
 	out := len(a.sweeps)
