@@ -131,9 +131,10 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 // send failed at connect, TLS, AUTH or MAIL FROM) as its windows would
 // have (conclude's reachedNobody), when none could say so: each had a send
 // still outstanding when it was concluded, and its last stragglers are
-// judged apart from any window. Against a relay whose connects hang until
-// they time out every send is a straggler; a sweep of its few due rows then
-// reported no stop, and the coordinator, hearing of no refusal, swept them
+// judged apart from any window. Against an overloaded relay that refuses
+// some connects at once and lets others hang, the hanging ones are
+// stragglers (when every send hangs, none is: the window waits whole); a
+// sweep of a few due rows then reported no stop, and the coordinator, hearing of no refusal, swept them
 // again for ever (the rows are charged no attempt) instead of failing the
 // broadcast. why is the last unreached send's error.
 func reachedNobody(rep *bus.Report, why string) {
