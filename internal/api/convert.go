@@ -114,6 +114,11 @@ func contactPB(d store.ContactDetail) *pb.Contact {
 	return c
 }
 
+// listedProviders bounds the providers a domain's status lists: a list of
+// many small recipient domains gives one per domain that deferred once,
+// tens of thousands, past what a gRPC answer carries (4 MB by default).
+const listedProviders = 200
+
 func domainStatusPB(d coordinator.DomainStatus) *pb.DomainStatus {
 	s := d.Status
 	out := &pb.DomainStatus{
@@ -139,7 +144,12 @@ func domainStatusPB(d coordinator.DomainStatus) *pb.DomainStatus {
 	if !s.ResumesAt.IsZero() {
 		out.ResumesAt = timestamppb.New(s.ResumesAt)
 	}
-	for _, p := range s.Providers {
+	ranked := governor.RankProviders(s.Providers)
+	if len(ranked) > listedProviders {
+		out.ProvidersLeftOut = int64(len(ranked) - listedProviders)
+		ranked = ranked[:listedProviders]
+	}
+	for _, p := range ranked {
 		ps := &pb.ProviderStatus{Provider: p.Provider, Phase: providerPhase(p.Phase), Failures: int32(p.Failures), ProbeInFlight: p.ProbeInFlight,
 			Connections: int32(p.Connections), RampTo: int32(p.RampTo), DeferredShare: p.Deferred, Reason: p.Reason, Summary: p.Summary}
 		if !p.Until.IsZero() {

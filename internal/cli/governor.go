@@ -127,6 +127,9 @@ func printDomain(w io.Writer, d *pb.DomainStatus) {
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\n", p.GetProvider(), strings.ReplaceAll(phase, "_", "-"), p.GetFailures(), until, shown(why))
 	}
 	tw.Flush() //nolint:errcheck
+	if n := d.GetProvidersLeftOut(); n > 0 {
+		fmt.Fprintf(w, "  and %s more providers, holding back less than those listed\n", thousands(n))
+	}
 }
 
 // thousands formats n as the governor's own reasons do.

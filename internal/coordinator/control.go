@@ -10,6 +10,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
@@ -352,13 +353,7 @@ func (c *Coordinator) providerWaiting(b store.Broadcast) string {
 	if s == nil {
 		return ""
 	}
-	var words []string
-	for _, p := range s.Providers {
-		if p.Slowing() {
-			words = append(words, p.Summary)
-		}
-	}
-	return strings.Join(words, "; ")
+	return governor.SummarizeSlowing(s.Providers)
 }
 
 // joinWaiting joins what a broadcast waits for with its providers' summary,

@@ -84,6 +84,9 @@ type hosted struct {
 	d     *governor.Domain
 	rev   uint64 // KV revision of the state key; 0 before the first write
 	dirty bool
+	// leftOut is how many providers the last write left out of the stored
+	// state (govstate.StateBudget): logged when it starts and when it ends.
+	leftOut int
 }
 
 func newDomainHost(ctx context.Context, kv jetstream.KeyValue, cfg GovernorConfig, clk clock.Clock, log *slog.Logger) *domainHost {
@@ -455,7 +458,7 @@ func (g *domainHost) flushDirty(ctx context.Context) {
 		g.mu.Lock()
 		rev := h.rev
 		g.mu.Unlock()
-		rev, err := g.kv.WriteState(ctx, h.d, rev)
+		rev, leftOut, err := g.kv.WriteState(ctx, h.d, rev, g.clock.Now())
 		if err != nil {
 			g.log.Warn("governor state not written; retried", "domain", h.d.State().Domain, "err", err)
 			g.mu.Lock()
@@ -465,7 +468,16 @@ func (g *domainHost) flushDirty(ctx context.Context) {
 		}
 		g.mu.Lock()
 		h.rev = rev
+		was := h.leftOut
+		h.leftOut = leftOut
 		g.mu.Unlock()
+		switch {
+		case leftOut > 0 && was == 0:
+			g.log.Warn("governor state too large to store whole: the providers that matter least are kept by this coordinator only, and forgotten if another one takes over",
+				"domain", h.d.State().Domain, "providers_left_out", leftOut, "budget_bytes", govstate.StateBudget)
+		case leftOut == 0 && was > 0:
+			g.log.Info("governor state stored whole again", "domain", h.d.State().Domain)
+		}
 	}
 }
 

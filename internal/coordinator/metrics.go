@@ -72,6 +72,10 @@ var (
 		Name: "rangecast_governor_provider_deferred_ratio",
 		Help: "Share of a receiving provider's attempts refused for a transient reason in the breaker's 5-minute window, while its breaker is closed and it has refused some; no series otherwise.",
 	}, []string{"domain", "provider"})
+	providersSlowing = auto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rangecast_governor_providers_slowing",
+		Help: "Receiving providers that slow a sending domain: held, open, ramping back, or refusing some attempts. The per-provider series show the first 20 of them (held and open first, then the big providers), not one per small recipient domain.",
+	}, []string{"domain"})
 	providerRamp = auto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rangecast_governor_provider_ramp_connections",
 		Help: "Connections a half-open receiving provider's next ramp step may use (1 is the probe; the breaker closes past the ramp's top); no series when not ramping.",
@@ -111,7 +115,9 @@ func publishGovernorMetrics(s governor.Status) {
 	governorBreaker.DeletePartialMatch(prometheus.Labels{"domain": s.Domain})
 	providerDeferred.DeletePartialMatch(prometheus.Labels{"domain": s.Domain})
 	providerRamp.DeletePartialMatch(prometheus.Labels{"domain": s.Domain})
-	for _, p := range s.Providers {
+	slowing := governor.RankSlowing(s.Providers)
+	providersSlowing.WithLabelValues(s.Domain).Set(float64(len(slowing)))
+	for _, p := range slowing[:min(len(slowing), metricProviders)] {
 		var v float64
 		switch p.Phase {
 		case governor.PhaseHalfOpen:
@@ -131,6 +137,10 @@ func publishGovernorMetrics(s governor.Status) {
 	}
 }
 
+// metricProviders bounds the per-provider series of a sending domain: a
+// list of many small recipient domains would give one each.
+const metricProviders = 20
+
 // resetGovernorMetrics drops every domain's gauges (the term ended).
 func resetGovernorMetrics() {
 	governorCeiling.Reset()
@@ -138,4 +148,5 @@ func resetGovernorMetrics() {
 	governorBreaker.Reset()
 	providerDeferred.Reset()
 	providerRamp.Reset()
+	providersSlowing.Reset()
 }

@@ -163,6 +163,8 @@ type Domain struct {
 	// breaker window, in memory, until the provider's first failure moves
 	// them into its stored breaker state (BreakerState.Minutes).
 	sent map[string]sendWindow
+	// tidied is when tidy last went over every provider.
+	tidied time.Time
 }
 
 // NewDomain returns the governor of domain name with limits l. st is its
@@ -375,8 +377,8 @@ func (d *Domain) ProviderOpen(now time.Time, provider string) (open bool, retryA
 	defer d.mu.Unlock()
 	now = now.UTC()
 	d.roll(now)
-	d.tidy(now)
 	p := Provider(provider)
+	d.tidy(now, p)
 	b, hasBreaker := d.st.Breakers[p]
 	if hold, ok := d.st.Holds[p]; ok && now.Before(hold) {
 		// Held: no probe is spent; report whichever lasts longer.
@@ -421,7 +423,7 @@ func (d *Domain) changeBreaker(now time.Time, p string, change func(*BreakerStat
 		d.st.Breakers = map[string]BreakerState{}
 	}
 	d.st.Breakers[p] = b
-	d.tidy(now)
+	d.tidy(now, p)
 }
 
 // HoldProvider stops sends to provider for at least hold, because the
@@ -480,7 +482,7 @@ func (d *Domain) RecordSuccess(now time.Time, provider string, n int) {
 	}
 	b.success(now, n, d.limits.RampConnections)
 	d.st.Breakers[p] = b
-	d.tidy(now)
+	d.tidy(now, p)
 }
 
 // countSent adds n accepted sends to provider p's window (what the
@@ -580,14 +582,40 @@ func (d *Domain) SetCeiling(now, at time.Time, n int) {
 	d.st.CeilingSetAt = at.UTC()
 }
 
-// tidy drops expired holds and idle breakers, keeping the state small.
-func (d *Domain) tidy(now time.Time) {
-	for p, until := range d.st.Holds {
-		if !now.Before(until) {
-			delete(d.st.Holds, p)
-		}
+// tidyEvery spaces out the sweeps of tidy over every provider. A sending
+// domain can hold a breaker per small recipient domain that deferred it,
+// tens of thousands (see Ranked); swept on every recorded outcome, they
+// cost milliseconds of the domain's lock per refusal, and the governor's
+// throughput fell with the number of domains in the list.
+const tidyEvery = time.Second
+
+// tidy drops expired holds and idle breakers, keeping the state small: the
+// provider p just touched ("" for none) at once, every other one at most
+// once per tidyEvery. Status tidies all of them (tidyAll).
+func (d *Domain) tidy(now time.Time, p string) {
+	if p != "" {
+		d.tidyProvider(now, p)
 	}
-	for p, b := range d.st.Breakers {
+	if d.tidied.IsZero() || now.Before(d.tidied) || now.Sub(d.tidied) >= tidyEvery {
+		d.tidyAll(now)
+	}
+}
+
+// tidyAll tidies every provider.
+func (d *Domain) tidyAll(now time.Time) {
+	d.tidied = now
+	for p := range union(d.st.Holds, d.st.Breakers) {
+		d.tidyProvider(now, p)
+	}
+}
+
+// tidyProvider drops p's hold once it has expired and its breaker once it
+// is idle (BreakerState.tidied).
+func (d *Domain) tidyProvider(now time.Time, p string) {
+	if until, ok := d.st.Holds[p]; ok && !now.Before(until) {
+		delete(d.st.Holds, p)
+	}
+	if b, ok := d.st.Breakers[p]; ok {
 		if kept, keep := b.tidied(now); !keep {
 			delete(d.st.Breakers, p)
 		} else if b.phase(now) != kept.phase(now) {
@@ -687,7 +715,7 @@ func (d *Domain) Status(now time.Time) Status {
 	defer d.mu.Unlock()
 	now = now.UTC()
 	d.roll(now)
-	d.tidy(now)
+	d.tidyAll(now)
 	srv := d.server.Status(now)
 	s := Status{
 		Domain:        d.st.Domain,
@@ -712,11 +740,10 @@ func (d *Domain) Status(now time.Time) Status {
 		words = append(words, why.Text)
 	}
 	for _, p := range slices.Sorted(maps.Keys(union(d.st.Holds, d.st.Breakers))) {
-		ps := d.providerStatus(now, p)
-		s.Providers = append(s.Providers, ps)
-		if ps.Slowing() {
-			words = append(words, ps.Summary)
-		}
+		s.Providers = append(s.Providers, d.providerStatus(now, p))
+	}
+	if slowing := SummarizeSlowing(s.Providers); slowing != "" {
+		words = append(words, slowing)
 	}
 	s.Waiting = strings.Join(words, "; ")
 	return s

@@ -208,8 +208,8 @@ func TestStatus(t *testing.T) {
 			},
 			at: now.Add(20 * time.Second),
 			want: "aol.co.uk: breaker open until 12:00:45 UTC after 5 of 5 attempts refused in the last 5 min; " +
-				"apple: sending, 100 % of attempts deferred in the last 5 min, those retried later; " +
-				"yahoo: ramping back up, 1 of 16 connections (opened: 5 of 5 attempts refused in the last 5 min)",
+				"yahoo: ramping back up, 1 of 16 connections (opened: 5 of 5 attempts refused in the last 5 min); " +
+				"apple: sending, 100 % of attempts deferred in the last 5 min, those retried later",
 		},
 		{
 			name: "rate", limits: Limits{RatePerSecond: 0.5, Burst: 1},

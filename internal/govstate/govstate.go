@@ -128,12 +128,26 @@ func (s *KV) Domains(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
+// StateBudget bounds a stored state record's size. NATS refuses a message
+// over its max payload (1 MB by default), and every page worker reads the
+// record about once a second per sending domain; a list with many small
+// recipient domains can hold tens of thousands of breakers (see
+// governor.Ranked), megabytes of them.
+const StateBudget = 256 << 10
+
 // WriteState writes d's state over revision rev (0: create it). On a
 // conflict it merges in what is stored (governor.Merge keeps the more
-// cautious of each), adopts the merge and tries again.
-func (s *KV) WriteState(ctx context.Context, d *governor.Domain, rev uint64) (uint64, error) {
-	return s.casMerge(ctx, stateKey(d.State().Domain), rev,
-		func() []byte { return bus.Encode(d.State()) },
+// cautious of each), adopts the merge and tries again. A state over
+// StateBudget is stored with the providers that matter most only (ranked
+// at now); leftOut says how many were left out: the leader keeps them, and
+// loses them at a handover.
+func (s *KV) WriteState(ctx context.Context, d *governor.Domain, rev uint64, now time.Time) (next uint64, leftOut int, err error) {
+	next, err = s.casMerge(ctx, stateKey(d.State().Domain), rev,
+		func() []byte {
+			var b []byte
+			b, leftOut = encodeBounded(d.State(), now, StateBudget)
+			return b
+		},
 		func(stored []byte) error {
 			var st governor.DomainState
 			if err := bus.Decode(stored, &st); err != nil {
@@ -142,6 +156,29 @@ func (s *KV) WriteState(ctx context.Context, d *governor.Domain, rev uint64) (ui
 			d.Adopt(governor.Merge(d.State(), st))
 			return nil
 		})
+	return next, leftOut, err
+}
+
+// encodeBounded encodes st within budget bytes, keeping as many of its
+// providers as fit, most important first, and says how many it left out.
+func encodeBounded(st governor.DomainState, now time.Time, budget int) ([]byte, int) {
+	b := bus.Encode(st)
+	if len(b) <= budget {
+		return b, 0
+	}
+	ranked := st.Ranked(now)
+	// Start from the share of providers the budget would hold were they all
+	// of a size, then shrink: the first ranked (open breakers with their
+	// reasons) are the larger.
+	n := len(ranked) * budget / len(b)
+	for {
+		kept, left := st.Keeping(ranked, n)
+		b = bus.Encode(kept)
+		if len(b) <= budget || n == 0 {
+			return b, left
+		}
+		n = min(n-1, n*9/10)
+	}
 }
 
 // WriteHourly writes a server's hourly window the same way.

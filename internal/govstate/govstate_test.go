@@ -2,6 +2,7 @@ package govstate_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestStateRoundTrip(t *testing.T) {
 	for _, name := range []string{"b.example", "a.example"} {
 		d := governor.NewDomain(name, governor.Limits{}, nil, now)
 		d.Count(now, 7)
-		if _, err := kv.WriteState(ctx, d, 0); err != nil {
+		if _, _, err := kv.WriteState(ctx, d, 0, now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,7 +50,7 @@ func TestStateRoundTrip(t *testing.T) {
 	// A second writer at a stale revision merges instead of losing the count.
 	d := governor.NewDomain("a.example", governor.Limits{}, nil, now)
 	d.Count(now, 3)
-	if _, err := kv.WriteState(ctx, d, rev-1); err != nil {
+	if _, _, err := kv.WriteState(ctx, d, rev-1, now); err != nil {
 		t.Fatal(err)
 	}
 	if st, _, _ := kv.State(ctx, "a.example"); st.SentToday < 7 {
@@ -130,5 +131,69 @@ func TestWatchFollowsOperatorChanges(t *testing.T) {
 	l, _ := kv.Limits(ctx, "example.com")
 	if got := l.Over(governor.Limits{RatePerSecond: 50, Burst: 200, EmailsPerHour: 10}); got.RatePerSecond != 2 || got.Burst != 9 || got.EmailsPerHour != 10 {
 		t.Fatalf("limits over the defaults = %+v", got)
+	}
+}
+
+// TestManySmallDomainsStoreWhatMatters: a list of many small recipient
+// domains, each of which deferred once (greylisting), gives the sending
+// domain a breaker each, megabytes of them, more than NATS takes in one
+// message. The state is still stored, within StateBudget, and keeps every
+// provider whose recipients must not be sent to: page workers read the held
+// ones from it.
+func TestManySmallDomainsStoreWhatMatters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, kv := setup(t)
+	now := time.Now().UTC()
+	d := governor.NewDomain("example.com", governor.Limits{}, nil, now)
+	const greylisting, tripped = 20_000, 300
+	for i := range greylisting {
+		d.RecordTransientReply(now, fmt.Sprintf("small-%05d.example", i), "450 4.7.1 <someone>: Recipient address rejected: Greylisted, see http://postgrey.schweikert.ch/help/example.html")
+	}
+	for i := range tripped {
+		for range governor.BreakerFailures {
+			d.RecordTransientReply(now, fmt.Sprintf("down-%03d.example", i), "451 4.3.0 Temporary lookup failure")
+		}
+	}
+	d.HoldProvider(now, governor.ProviderGoogle, time.Hour, "421 4.7.28 rate limited", true)
+	d.RecordTransientReply(now, governor.ProviderMicrosoft, "451 4.7.500 Server busy")
+
+	rev, leftOut, err := kv.WriteState(ctx, d, 0, now)
+	if err != nil {
+		t.Fatalf("WriteState with %d providers: %v", greylisting+tripped+2, err)
+	}
+	e, err := b.Governors.Get(ctx, "state.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Value()) > govstate.StateBudget {
+		t.Fatalf("stored state is %d bytes, over the budget of %d", len(e.Value()), govstate.StateBudget)
+	}
+	st, _, err := kv.State(ctx, "example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(st.Breakers); leftOut == 0 || got+leftOut != greylisting+tripped+2 {
+		t.Fatalf("stored %d breakers and left out %d; want them to add up to %d, some left out", got, leftOut, greylisting+tripped+2)
+	}
+	if _, ok := st.Breakers[governor.ProviderMicrosoft]; !ok {
+		t.Error("a big provider's closed breaker was left out before small domains'")
+	}
+	held, err := govstate.NewView(b.Governors).Held(ctx, "example.com", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := held[governor.ProviderGoogle]; !ok || len(held) != tripped+1 {
+		t.Fatalf("page workers see %d held providers (google held: %v); want all %d", len(held), ok, tripped+1)
+	}
+	// A writer at a stale revision merges what is stored and stays within
+	// the budget too.
+	d2 := governor.NewDomain("example.com", governor.Limits{}, nil, now)
+	d2.RecordTransientReply(now, "late.example", "450 4.2.0 try later")
+	if _, _, err := kv.WriteState(ctx, d2, rev-1, now); err != nil {
+		t.Fatalf("merging write: %v", err)
+	}
+	if held, _ := govstate.NewView(b.Governors).Held(ctx, "example.com", now); len(held) != tripped+1 {
+		t.Fatalf("after a merging write page workers see %d held providers; want %d", len(held), tripped+1)
 	}
 }

@@ -27,7 +27,7 @@ func TestHeldProvidersHoldWhatTheLeaderHolds(t *testing.T) {
 	now := time.Now().UTC()
 	st := governor.DomainState{Domain: "example.com", Ceiling: 100, Day: now.Format(time.DateOnly), SentToday: 100,
 		Holds: map[string]time.Time{governor.ProviderGoogle: now.Add(time.Minute)}}
-	if _, err := govstate.New(b.Governors).WriteState(ctx, governor.NewDomain("example.com", governor.Limits{}, &st, now), 0); err != nil {
+	if _, _, err := govstate.New(b.Governors).WriteState(ctx, governor.NewDomain("example.com", governor.Limits{}, &st, now), 0, now); err != nil {
 		t.Fatal(err)
 	}
 	g := transactional.NewHeldProviders(b, testLogger())

@@ -611,9 +611,15 @@ type DomainStatus struct {
 	ResumesAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=resumes_at,json=resumesAt,proto3" json:"resumes_at,omitempty"`
 	// live: read from the leading coordinator's governor. Otherwise it is the
 	// last state written to KV (tokens shown full, nothing in flight).
-	Live          bool `protobuf:"varint,18,opt,name=live,proto3" json:"live,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Live bool `protobuf:"varint,18,opt,name=live,proto3" json:"live,omitempty"`
+	// providers lists the receiving providers that hold back most first (held
+	// and open, ramping, then refusing some; the big providers before small
+	// domains), at most 200 of them; providers_left_out counts the rest. A
+	// list of many small recipient domains gives a provider per domain that
+	// deferred once.
+	ProvidersLeftOut int64 `protobuf:"varint,19,opt,name=providers_left_out,json=providersLeftOut,proto3" json:"providers_left_out,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DomainStatus) Reset() {
@@ -772,6 +778,13 @@ func (x *DomainStatus) GetLive() bool {
 	return false
 }
 
+func (x *DomainStatus) GetProvidersLeftOut() int64 {
+	if x != nil {
+		return x.ProvidersLeftOut
+	}
+	return 0
+}
+
 var File_rangecast_v1_governor_proto protoreflect.FileDescriptor
 
 const file_rangecast_v1_governor_proto_rawDesc = "" +
@@ -810,7 +823,7 @@ const file_rangecast_v1_governor_proto_rawDesc = "" +
 	"\x0edeferred_share\x18\b \x01(\x01R\rdeferredShare\x12\x16\n" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x12\x18\n" +
 	"\asummary\x18\n" +
-	" \x01(\tR\asummary\"\x83\x05\n" +
+	" \x01(\tR\asummary\"\xb1\x05\n" +
 	"\fDomainStatus\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x10\n" +
 	"\x03day\x18\x02 \x01(\tR\x03day\x12#\n" +
@@ -833,7 +846,8 @@ const file_rangecast_v1_governor_proto_rawDesc = "" +
 	"\awaiting\x18\x10 \x01(\tR\awaiting\x129\n" +
 	"\n" +
 	"resumes_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tresumesAt\x12\x12\n" +
-	"\x04live\x18\x12 \x01(\bR\x04live*\x9a\x01\n" +
+	"\x04live\x18\x12 \x01(\bR\x04live\x12,\n" +
+	"\x12providers_left_out\x18\x13 \x01(\x03R\x10providersLeftOut*\x9a\x01\n" +
 	"\rProviderPhase\x12\x1e\n" +
 	"\x1aPROVIDER_PHASE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PROVIDER_PHASE_CLOSED\x10\x01\x12\x1c\n" +
