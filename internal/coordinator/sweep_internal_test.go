@@ -143,6 +143,28 @@ func TestSweepsGrowWithTheBacklog(t *testing.T) {
 		t.Fatalf("after a short sweep: wanted %d, out %d; want 1 wanted, the reported one settled", a.sweepsWanted, len(a.sweeps))
 	}
 
+	// A sweep stopped by a window half refused that sent some is a tail of
+	// deferring recipients: half as many sweeps, and no pause. One that
+	// sent nobody: back to one, after a pause.
+	stop := func(sent int) bus.Report {
+		return bus.Report{Broadcast: b.ID.String(), Range: bus.SweepRange, Sweep: true, Done: true, Limit: pageLimit, Issue: -1,
+			Class: bus.ClassTransient, Error: "450 4.7.1 greylisted", Claimed: 4, Sent: sent, Reached: 4}
+	}
+	a.sweepsWanted = 16
+	if err := a.applySweep(ctx, stop(2)); err != nil {
+		t.Fatal(err)
+	}
+	if a.sweepsWanted != 8 || a.nextSweep.After(clk.Now()) {
+		t.Fatalf("after a sweep stopped with some sent: wanted %d, next sweep in %v; want 8, now", a.sweepsWanted, a.nextSweep.Sub(clk.Now()))
+	}
+	if err := a.applySweep(ctx, stop(0)); err != nil {
+		t.Fatal(err)
+	}
+	if a.sweepsWanted != 1 || !a.nextSweep.After(clk.Now()) {
+		t.Fatalf("after a sweep stopped with nobody sent: wanted %d, next sweep in %v; want 1, after a pause", a.sweepsWanted, a.nextSweep.Sub(clk.Now()))
+	}
+	a.nextSweep = clk.Now()
+
 	// While a provider's ramp is judged a step at a time by the sweep that
 	// carries it, one sweep at a time: one beside it would hold that
 	// provider's recipients for the breaker's whole open time. A provider
