@@ -1,10 +1,17 @@
 package coordinator
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/store"
 )
@@ -43,5 +50,36 @@ func TestGiveUpReason(t *testing.T) {
 		if c.giveUp && why != g.giveUpReason(now.Add(time.Hour), yahoo(c.since), c.started) {
 			t.Errorf("%s: the reason changes an hour later; one run of refusals gives one reason", c.name)
 		}
+	}
+}
+
+// TestPageJobHoldsFitAMessage: with thousands of small recipient domains
+// held at once (a relay refusing a share of everything for minutes), a
+// page job names at most maxJobHolds of them, the big providers among them,
+// and still fits a NATS message; every one of them given up included.
+func TestPageJobHoldsFitAMessage(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	clk := clock.NewFake(now)
+	g := newDomainHost(context.Background(), newFakeKV(), GovernorConfig{GiveUpAfter: time.Hour}, clk, slog.New(slog.DiscardHandler))
+	h, err := g.domain("example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const down = 5000
+	for i := range down {
+		h.d.HoldProvider(now.Add(-2*time.Hour), fmt.Sprintf("down-%05d.example", i), 3*time.Hour, "421 4.7.0 try again later", false)
+	}
+	h.d.HoldProvider(now.Add(-2*time.Hour), governor.ProviderYahoo, 3*time.Hour, "421 4.7.0 [TSS04]", false)
+	got := g.Holds(now, "example.com", false, now.Add(-2*time.Hour))
+	if len(got.Defer) != maxJobHolds || len(got.GiveUp) != maxJobHolds {
+		t.Fatalf("a page names %d held and %d given up of %d; want %d each", len(got.Defer), len(got.GiveUp), down+1, maxJobHolds)
+	}
+	if _, ok := got.Defer[governor.ProviderYahoo]; !ok {
+		t.Fatal("yahoo, a big provider, was left out of the page's holds")
+	}
+	job := bus.PageJob{Broadcast: ulid.Make().String(), Defer: got.Defer, GiveUp: got.GiveUp}
+	if n := len(bus.Encode(job)); n > 512<<10 {
+		t.Fatalf("a page job naming its holds is %d bytes", n)
 	}
 }

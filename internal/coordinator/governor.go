@@ -342,10 +342,16 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool, started tim
 	var probe []string
 	var conns map[string]int
 	var giveUp map[string]string
-	for _, p := range h.d.Status(now).Providers {
-		if p.Phase == governor.PhaseClosed {
-			continue
-		}
+	holding := h.d.Holding(now)
+	if len(holding) > maxJobHolds {
+		// The job must fit a NATS message (1 MB by default), or no page
+		// of the broadcast is dispatched at all. The rest are held by the
+		// worker as far as the stored state names them (refreshHolds),
+		// and otherwise tried: refused again, their rows are deferred
+		// with the attempt counted.
+		holding = governor.RankProviders(holding)[:maxJobHolds]
+	}
+	for _, p := range holding {
 		if hold == nil {
 			hold = map[string]time.Time{}
 		}
@@ -386,6 +392,12 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool, started tim
 	l := h.d.Limits()
 	return ProviderHolds{Defer: hold, GiveUp: giveUp, Probe: probe, Conns: conns, StepShare: l.BreakerShare, StepFloor: l.BreakerFailures}
 }
+
+// maxJobHolds bounds the providers a page job names as held, given up or
+// carried (about 250 KB at most, give-up reasons included). Thousands held
+// at once takes a list of many small recipient domains and a relay
+// refusing a share of everything for minutes.
+const maxJobHolds = 2000
 
 // giveUpReason is what a held recipient of p fails with once p has accepted
 // nothing for g.giveUp since its broadcast started, "" before then: a

@@ -396,7 +396,7 @@ func (b *BreakerState) forget(now time.Time) {
 // daily ceiling reached) must not restart the count towards giving the
 // provider's recipients up, or a ceiling-bound broadcast never reaches it.
 func (b BreakerState) tidied(now time.Time) (BreakerState, bool) {
-	b = b.clone()
+	// No clone: forget only reslices, and the caller keeps one of the two.
 	b.forget(now)
 	remember := !b.RefusingSince.IsZero() && now.Sub(b.RefusingSince) < RefusalMemory
 	if b.phase(now) == PhaseHalfOpen && (b.ProbeAt.IsZero() || !now.Before(b.ProbeAt.Add(ProbeLease))) &&

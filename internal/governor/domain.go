@@ -604,7 +604,10 @@ func (d *Domain) tidy(now time.Time, p string) {
 // tidyAll tidies every provider.
 func (d *Domain) tidyAll(now time.Time) {
 	d.tidied = now
-	for p := range union(d.st.Holds, d.st.Breakers) {
+	for p := range d.st.Holds {
+		d.tidyProvider(now, p)
+	}
+	for p := range d.st.Breakers {
 		d.tidyProvider(now, p)
 	}
 }
@@ -747,6 +750,33 @@ func (d *Domain) Status(now time.Time) Status {
 	}
 	s.Waiting = strings.Join(words, "; ")
 	return s
+}
+
+// Holding is Status's providers that are not closed (held, open or
+// ramping back). A page dispatch asks for them: Status lists
+// every provider with recent failures, and with a breaker per small
+// recipient domain (tens of thousands) it cost tens of milliseconds.
+func (d *Domain) Holding(now time.Time) []ProviderStatus {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	d.tidy(now, "")
+	var out []ProviderStatus
+	for p, until := range d.st.Holds {
+		if now.Before(until) {
+			out = append(out, d.providerStatus(now, p))
+		}
+	}
+	for p, b := range d.st.Breakers {
+		if until, held := d.st.Holds[p]; (!held || !now.Before(until)) && b.phase(now) != PhaseClosed {
+			out = append(out, d.providerStatus(now, p))
+		}
+	}
+	// By name, as Status lists them: callers' effects (a probe given) then
+	// follow one order, and a simulation's seed replays.
+	slices.SortFunc(out, func(a, b ProviderStatus) int { return strings.Compare(a.Provider, b.Provider) })
+	return out
 }
 
 // Slowing reports whether the provider slows sending: held, open, ramping

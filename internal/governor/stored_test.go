@@ -107,3 +107,44 @@ func BenchmarkRecordTransientManyProviders(b *testing.B) {
 		d.RecordTransientReply(now, fmt.Sprintf("small-%05d.example", i%20_000), "450 4.7.1 greylisted")
 	}
 }
+
+// BenchmarkStatusManyProviders: a status of a domain holding a breaker for
+// each of 20,000 small recipient domains.
+func BenchmarkStatusManyProviders(b *testing.B) {
+	now := dayAt(0, "12:00:00")
+	d := manyProviders(now, 20_000)
+	b.ResetTimer()
+	for range b.N {
+		d.Status(now)
+	}
+}
+
+// TestHoldingIsStatusNotClosed: Holding lists exactly the providers Status
+// shows held, open or ramping, by name.
+func TestHoldingIsStatusNotClosed(t *testing.T) {
+	t.Parallel()
+	now := dayAt(0, "12:00:00")
+	d := manyProviders(now, 100)
+	d.RecordQuotaRejection(now, "down-b.example") // held and open at once
+	var want []ProviderStatus
+	for _, p := range d.Status(now).Providers {
+		if p.Phase != PhaseClosed {
+			want = append(want, p)
+		}
+	}
+	got := d.Holding(now)
+	if len(got) != 4 || !slices.EqualFunc(got, want, func(a, b ProviderStatus) bool { return a.Provider == b.Provider && a.Phase == b.Phase && a.Until.Equal(b.Until) }) {
+		t.Fatalf("Holding = %+v; want %+v", got, want)
+	}
+}
+
+// BenchmarkHoldingManyProviders: what a page dispatch asks of a domain
+// holding a breaker for each of 20,000 small recipient domains.
+func BenchmarkHoldingManyProviders(b *testing.B) {
+	now := dayAt(0, "12:00:00")
+	d := manyProviders(now, 20_000)
+	b.ResetTimer()
+	for range b.N {
+		d.Holding(now)
+	}
+}

@@ -77,7 +77,7 @@ func (v *View) Refusals(ctx context.Context, domain string, now time.Time) (map[
 		return nil, err
 	}
 	var held map[string]governor.Refusal
-	for _, p := range governor.NewDomain(domain, governor.Limits{}, st, now).Status(now).Providers {
+	for _, p := range governor.NewDomain(domain, governor.Limits{}, st, now).Holding(now) {
 		if p.Phase != governor.PhaseHeld && p.Phase != governor.PhaseOpen {
 			continue
 		}
