@@ -133,7 +133,9 @@ func TestHoldingIsStatusNotClosed(t *testing.T) {
 		}
 	}
 	got := d.Holding(now)
-	if len(got) != 4 || !slices.EqualFunc(got, want, func(a, b ProviderStatus) bool { return a.Provider == b.Provider && a.Phase == b.Phase && a.Until.Equal(b.Until) }) {
+	if len(got) != 4 || !slices.EqualFunc(got, want, func(a, b ProviderStatus) bool {
+		return a.Provider == b.Provider && a.Phase == b.Phase && a.Until.Equal(b.Until)
+	}) {
 		t.Fatalf("Holding = %+v; want %+v", got, want)
 	}
 }
