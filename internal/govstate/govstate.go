@@ -135,6 +135,10 @@ func (s *KV) Domains(ctx context.Context) ([]string, error) {
 // governor.Ranked), megabytes of them.
 const StateBudget = 256 << 10
 
+// minProviderBytes is about the fewest bytes a provider takes in a stored
+// state: a closed breaker with one failure, its minute and its reply.
+const minProviderBytes = 128
+
 // WriteState writes d's state over revision rev (0: create it). On a
 // conflict it merges in what is stored (governor.Merge keeps the more
 // cautious of each), adopts the merge and tries again. A state over
@@ -162,18 +166,24 @@ func (s *KV) WriteState(ctx context.Context, d *governor.Domain, rev uint64, now
 // encodeBounded encodes st within budget bytes, keeping as many of its
 // providers as fit, most important first, and says how many it left out.
 func encodeBounded(st governor.DomainState, now time.Time, budget int) ([]byte, int) {
-	b := bus.Encode(st)
-	if len(b) <= budget {
-		return b, 0
+	providers := len(st.Holds) + len(st.Breakers)
+	n := budget / minProviderBytes // at most this many fit
+	if providers <= n {
+		b := bus.Encode(st)
+		if len(b) <= budget {
+			return b, 0
+		}
+		// Start from the share of providers the budget would hold were
+		// they all of a size.
+		n = providers * budget / len(b)
 	}
+	// Shrink from there: the first ranked (open breakers with their
+	// reasons) are the larger. Written about once a second, a state of
+	// tens of thousands of providers is not encoded whole each time.
 	ranked := st.Ranked(now)
-	// Start from the share of providers the budget would hold were they all
-	// of a size, then shrink: the first ranked (open breakers with their
-	// reasons) are the larger.
-	n := len(ranked) * budget / len(b)
 	for {
 		kept, left := st.Keeping(ranked, n)
-		b = bus.Encode(kept)
+		b := bus.Encode(kept)
 		if len(b) <= budget || n == 0 {
 			return b, left
 		}
