@@ -10,7 +10,6 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/bus"
-	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 )
@@ -349,11 +348,11 @@ func (c *Coordinator) providerWaiting(b store.Broadcast) string {
 	if g == nil || c.cfg.Governor == nil {
 		return ""
 	}
-	s := g.status(c.cfg.Clock.Now(), sendingDomain(b))
+	s := g.brief(c.cfg.Clock.Now(), sendingDomain(b), 0)
 	if s == nil {
 		return ""
 	}
-	return governor.SummarizeSlowing(s.Providers)
+	return s.Slowing
 }
 
 // joinWaiting joins what a broadcast waits for with its providers' summary,

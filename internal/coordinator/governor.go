@@ -343,13 +343,21 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool, started tim
 	var conns map[string]int
 	var giveUp map[string]string
 	holding := h.d.Holding(now)
-	if len(holding) > maxJobHolds {
+	if jobHoldBytes(holding) > maxJobHoldBytes {
 		// The job must fit a NATS message (1 MB by default), or no page
-		// of the broadcast is dispatched at all. The rest are held by the
-		// worker as far as the stored state names them (refreshHolds),
-		// and otherwise tried: refused again, their rows are deferred
-		// with the attempt counted.
-		holding = governor.RankProviders(holding)[:maxJobHolds]
+		// of the broadcast is dispatched at all. It names those that
+		// hold back most (RankProviders); the rest are tried as if not
+		// held (the stored state, which ranks them the same way, names
+		// no more of them for a worker's refreshHolds): a provider still
+		// refusing defers their rows again with the attempt counted, and
+		// one ramping back gets no step until it is among the first.
+		ranked := governor.RankProviders(holding)
+		n, size := 0, 0
+		for n < len(ranked) && size+jobHoldBytes(ranked[n:n+1]) <= maxJobHoldBytes {
+			size += jobHoldBytes(ranked[n : n+1])
+			n++
+		}
+		holding = ranked[:n]
 	}
 	for _, p := range holding {
 		if hold == nil {
@@ -393,11 +401,23 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool, started tim
 	return ProviderHolds{Defer: hold, GiveUp: giveUp, Probe: probe, Conns: conns, StepShare: l.BreakerShare, StepFloor: l.BreakerFailures}
 }
 
-// maxJobHolds bounds the providers a page job names as held, given up or
-// carried (about 250 KB at most, give-up reasons included). Thousands held
-// at once takes a list of many small recipient domains and a relay
-// refusing a share of everything for minutes.
-const maxJobHolds = 2000
+// maxJobHoldBytes bounds what a page job's holds take (Defer, GiveUp,
+// Probe, Conns), half a NATS message at the default max payload.
+// Thousands of providers held at once takes a list of many small
+// recipient domains and a relay refusing a share of everything for
+// minutes.
+const maxJobHoldBytes = 512 << 10
+
+// jobHoldBytes is at most what providers take in a page job's JSON: the
+// name in Defer with its time, and in GiveUp with its reason (which names
+// the provider again), or in Probe and Conns.
+func jobHoldBytes(providers []governor.ProviderStatus) int {
+	n := 0
+	for _, p := range providers {
+		n += 3*len(p.Provider) + 220
+	}
+	return n
+}
 
 // giveUpReason is what a held recipient of p fails with once p has accepted
 // nothing for g.giveUp since its broadcast started, "" before then: a
@@ -429,6 +449,19 @@ func (g *domainHost) status(now time.Time, name string) *governor.Status {
 		return nil
 	}
 	s := h.d.Status(now)
+	return &s
+}
+
+// brief is status with only the first top slowing providers listed
+// (governor.Domain.Brief), nil when the domain is not hosted here.
+func (g *domainHost) brief(now time.Time, name string, top int) *governor.Status {
+	g.mu.Lock()
+	h, ok := g.domains[strings.ToLower(name)]
+	g.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	s := h.d.Brief(now, top)
 	return &s
 }
 
@@ -504,7 +537,7 @@ func (g *domainHost) publishMetrics() {
 	g.mu.Unlock()
 	now := g.clock.Now()
 	for _, d := range ds {
-		publishGovernorMetrics(d.Status(now))
+		publishGovernorMetrics(d.Brief(now, metricProviders))
 	}
 }
 

@@ -115,9 +115,9 @@ func publishGovernorMetrics(s governor.Status) {
 	governorBreaker.DeletePartialMatch(prometheus.Labels{"domain": s.Domain})
 	providerDeferred.DeletePartialMatch(prometheus.Labels{"domain": s.Domain})
 	providerRamp.DeletePartialMatch(prometheus.Labels{"domain": s.Domain})
-	slowing := governor.RankSlowing(s.Providers)
-	providersSlowing.WithLabelValues(s.Domain).Set(float64(len(slowing)))
-	for _, p := range slowing[:min(len(slowing), metricProviders)] {
+	// s is a Brief: its Providers are the first metricProviders slowing.
+	providersSlowing.WithLabelValues(s.Domain).Set(float64(s.ProvidersSlowing))
+	for _, p := range s.Providers {
 		var v float64
 		switch p.Phase {
 		case governor.PhaseHalfOpen:

@@ -150,11 +150,17 @@ func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
 		a.settle(a.sweeps[i].limit, rep)
 		a.sweeps = slices.Delete(a.sweeps, i, i+1)
 	}
-	// A sweep stopped by a window with half its attempts refused while it
-	// sent some (deferredTail) is a tail of recipients deferring, which is
-	// what a sweep's rows are: every one was refused before, and a
-	// greylisting provider refuses a share of them again.
-	deferredTail := rep.Class == bus.ClassTransient && rep.Sent > 0
+	// A sweep stopped by a window with half its attempts refused, while
+	// the sweep as a whole had at least as many accepted as refused
+	// (deferredTail), is a tail of recipients deferring, which is what a
+	// sweep's rows are: every one was refused before, and a greylisting
+	// provider refuses a share of them again. A relay that takes a
+	// trickle (1 of 50) is refusing, and is paused as before.
+	refused := 0
+	for _, p := range rep.Providers {
+		refused += p.Transient
+	}
+	deferredTail := rep.Class == bus.ClassTransient && rep.Sent > 0 && rep.Sent >= refused
 	switch {
 	case rep.Class == bus.ClassNone && rep.Limit > 0 && rep.Claimed >= rep.Limit:
 		// More are due than one sweep takes: one more for each full one,
@@ -174,11 +180,11 @@ func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
 	case bus.ClassTransient, bus.ClassQuota:
 		if deferredTail {
 			// No pause of every sweep: the stopped sweep's rows that
-			// were refused wait for their own retry times, the rows it
-			// did not claim are as due as before, and each provider's
-			// breaker paces what it refuses. Paused as a struggling relay, a
-			// tail deferring 30 % drained at 12-20 messages a second
-			// whatever the workers (a 5-10 s pause every few sweeps).
+			// were refused wait for their own retry times (growing with
+			// their attempts), and the rows it did not claim are as due
+			// as before. Paused as a struggling relay, a tail deferring
+			// 30 % drained at 12-20 messages a second whatever the
+			// workers (a 5-10 s pause every few sweeps).
 			a.nextSweep = now
 			break
 		}

@@ -143,25 +143,32 @@ func TestSweepsGrowWithTheBacklog(t *testing.T) {
 		t.Fatalf("after a short sweep: wanted %d, out %d; want 1 wanted, the reported one settled", a.sweepsWanted, len(a.sweeps))
 	}
 
-	// A sweep stopped by a window half refused that sent some is a tail of
-	// deferring recipients: half as many sweeps, and no pause. One that
-	// sent nobody: back to one, after a pause.
-	stop := func(sent int) bus.Report {
-		return bus.Report{Broadcast: b.ID.String(), Range: bus.SweepRange, Sweep: true, Done: true, Limit: pageLimit, Issue: -1,
-			Class: bus.ClassTransient, Error: "450 4.7.1 greylisted", Claimed: 4, Sent: sent, Reached: 4}
+	// A sweep stopped by a window half refused that accepted, all told, as
+	// many as were refused is a tail of deferring recipients: half as many
+	// sweeps, and no pause. One that sent fewer, or nobody: back to one,
+	// after a pause.
+	stop := func(sent, refused int) bus.Report {
+		return bus.Report{Broadcast: b.ID.String(), Range: bus.SweepRange, Sweep: true, Done: true, Limit: 200, Issue: -1,
+			Class: bus.ClassTransient, Error: "450 4.7.1 greylisted", Claimed: sent + refused, Sent: sent, Reached: sent + refused,
+			Providers: map[string]bus.ProviderResult{"example.org": {Sent: sent, Transient: refused}}}
 	}
-	a.sweepsWanted = 16
-	if err := a.applySweep(ctx, stop(2)); err != nil {
-		t.Fatal(err)
-	}
-	if a.sweepsWanted != 8 || a.nextSweep.After(clk.Now()) {
-		t.Fatalf("after a sweep stopped with some sent: wanted %d, next sweep in %v; want 8, now", a.sweepsWanted, a.nextSweep.Sub(clk.Now()))
-	}
-	if err := a.applySweep(ctx, stop(0)); err != nil {
-		t.Fatal(err)
-	}
-	if a.sweepsWanted != 1 || !a.nextSweep.After(clk.Now()) {
-		t.Fatalf("after a sweep stopped with nobody sent: wanted %d, next sweep in %v; want 1, after a pause", a.sweepsWanted, a.nextSweep.Sub(clk.Now()))
+	for _, c := range []struct {
+		sent, refused, wanted int
+		pause                 bool
+	}{
+		{sent: 40, refused: 24, wanted: 8},             // a greylisting tail: half as many, no pause
+		{sent: 8, refused: 8, wanted: 8},               // half of it refused, all told
+		{sent: 1, refused: 49, wanted: 1, pause: true}, // a relay taking a trickle
+		{sent: 0, refused: 16, wanted: 1, pause: true}, // nobody sent
+	} {
+		a.sweepsWanted, a.nextSweep = 16, clk.Now()
+		if err := a.applySweep(ctx, stop(c.sent, c.refused)); err != nil {
+			t.Fatal(err)
+		}
+		if a.sweepsWanted != c.wanted || a.nextSweep.After(clk.Now()) != c.pause {
+			t.Fatalf("a sweep stopped with %d sent and %d refused: wanted %d, next sweep in %v; want %d, paused %v",
+				c.sent, c.refused, a.sweepsWanted, a.nextSweep.Sub(clk.Now()), c.wanted, c.pause)
+		}
 	}
 	a.nextSweep = clk.Now()
 

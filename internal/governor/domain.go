@@ -129,6 +129,10 @@ type DomainState struct {
 	// CeilingSetAt is when an operator last set the ceiling by hand, so a
 	// setting is applied once and not again after learning moved on.
 	CeilingSetAt time.Time `json:"ceiling_set_at,omitzero"`
+	// LeftOut is how many providers a stored record left out (Keeping):
+	// Merge does not take their absence for a provider forgotten. Always 0
+	// in a Domain's own state.
+	LeftOut int `json:"left_out,omitempty"`
 }
 
 func (s DomainState) clone() DomainState {
@@ -179,6 +183,7 @@ func NewDomain(name string, l Limits, st *DomainState, now time.Time) *Domain {
 	}
 	if st != nil {
 		d.st = st.clone()
+		d.st.LeftOut = 0
 	}
 	d.st.Domain = strings.ToLower(strings.TrimSpace(name))
 	switch {
@@ -417,6 +422,7 @@ func (d *Domain) RecordTransientReply(now time.Time, provider, reply string) {
 // changeBreaker applies change to provider p's breaker (a new one if it has
 // none) and tidies the state. d.mu is held.
 func (d *Domain) changeBreaker(now time.Time, p string, change func(*BreakerState)) {
+	d.tidyProvider(now, p) // what the change meets is what tidy keeps
 	b := d.st.Breakers[p]
 	change(&b)
 	if d.st.Breakers == nil {
@@ -476,6 +482,7 @@ func (d *Domain) RecordSuccess(now time.Time, provider string, n int) {
 	d.roll(now)
 	p := Provider(provider)
 	d.countSent(now, p, n)
+	d.tidyProvider(now, p)
 	b, ok := d.st.Breakers[p]
 	if !ok {
 		return
@@ -705,6 +712,11 @@ type Status struct {
 	HourlySent    int              `json:"hourly_sent"`
 	ResetAt       time.Time        `json:"reset_at,omitzero"`
 	Providers     []ProviderStatus `json:"providers,omitempty"`
+	// ProvidersSlowing counts the providers that slow sending
+	// (ProviderStatus.Slowing), listed in Providers or not (Brief).
+	ProvidersSlowing int `json:"providers_slowing,omitempty"`
+	// Slowing is Waiting's part about providers (SummarizeSlowing).
+	Slowing string `json:"-"`
 	// Waiting says in words what the domain waits for, "" when it would
 	// grant now and no provider is held or open. ResumesAt is when the
 	// domain as a whole may send again, zero when it may now.
@@ -713,7 +725,17 @@ type Status struct {
 }
 
 // Status reports the domain at now without granting anything.
-func (d *Domain) Status(now time.Time) Status {
+func (d *Domain) Status(now time.Time) Status { return d.status(now, -1) }
+
+// Brief is Status with, as Providers, only the first top providers that
+// slow sending (RankSlowing's order), and ProvidersSlowing counting them
+// all: what metrics and status lines need. Status summarises every
+// provider, and with a breaker per small recipient domain (tens of
+// thousands) took tens of milliseconds, once a second for the metrics.
+func (d *Domain) Brief(now time.Time, top int) Status { return d.status(now, max(top, 0)) }
+
+// status is Status with every provider (top < 0), or Brief's.
+func (d *Domain) status(now time.Time, top int) Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now = now.UTC()
@@ -742,11 +764,40 @@ func (d *Domain) Status(now time.Time) Status {
 		s.ResumesAt = why.Until
 		words = append(words, why.Text)
 	}
-	for _, p := range slices.Sorted(maps.Keys(union(d.st.Holds, d.st.Breakers))) {
-		s.Providers = append(s.Providers, d.providerStatus(now, p))
+	var slowing []ProviderStatus
+	if top < 0 {
+		for _, p := range slices.Sorted(maps.Keys(union(d.st.Holds, d.st.Breakers))) {
+			s.Providers = append(s.Providers, d.providerStatus(now, p))
+		}
+		slowing = RankSlowing(s.Providers)
+	} else {
+		// Ranked on what ranking needs; summaries for the first only.
+		f := firstRanked{k: max(top, summarizedProviders)}
+		offer := func(p string) {
+			if ps := d.providerPhase(now, p); ps.Slowing() {
+				f.offer(ps)
+			}
+		}
+		for p := range d.st.Breakers {
+			offer(p)
+		}
+		for p := range d.st.Holds {
+			if _, ok := d.st.Breakers[p]; !ok {
+				offer(p)
+			}
+		}
+		slowing = f.first
+		for i := range slowing {
+			slowing[i] = d.providerStatus(now, slowing[i].Provider)
+		}
+		s.Providers = slowing[:min(len(slowing), top)]
+		s.ProvidersSlowing = f.n
 	}
-	if slowing := SummarizeSlowing(s.Providers); slowing != "" {
-		words = append(words, slowing)
+	if top < 0 {
+		s.ProvidersSlowing = len(slowing)
+	}
+	if s.Slowing = summarizeSlowing(slowing, s.ProvidersSlowing); s.Slowing != "" {
+		words = append(words, s.Slowing)
 	}
 	s.Waiting = strings.Join(words, "; ")
 	return s
@@ -762,20 +813,29 @@ func (d *Domain) Holding(now time.Time) []ProviderStatus {
 	now = now.UTC()
 	d.roll(now)
 	d.tidy(now, "")
-	var out []ProviderStatus
+	// The candidates are tidied first: a hold that has just ended, or a
+	// ramp gone idle, within the last tidyEvery is not one any more.
+	var candidates []string
 	for p, until := range d.st.Holds {
 		if now.Before(until) {
-			out = append(out, d.providerStatus(now, p))
+			candidates = append(candidates, p)
 		}
 	}
 	for p, b := range d.st.Breakers {
 		if until, held := d.st.Holds[p]; (!held || !now.Before(until)) && b.phase(now) != PhaseClosed {
-			out = append(out, d.providerStatus(now, p))
+			candidates = append(candidates, p)
 		}
 	}
 	// By name, as Status lists them: callers' effects (a probe given) then
 	// follow one order, and a simulation's seed replays.
-	slices.SortFunc(out, func(a, b ProviderStatus) int { return strings.Compare(a.Provider, b.Provider) })
+	slices.Sort(candidates)
+	var out []ProviderStatus
+	for _, p := range candidates {
+		d.tidyProvider(now, p)
+		if ps := d.providerStatus(now, p); ps.Phase != PhaseClosed {
+			out = append(out, ps)
+		}
+	}
 	return out
 }
 
@@ -783,6 +843,22 @@ func (d *Domain) Holding(now time.Time) []ProviderStatus {
 // back, or refusing some attempts in the breaker's window. Its Summary says
 // how.
 func (p ProviderStatus) Slowing() bool { return p.Phase != PhaseClosed || p.Failures > 0 }
+
+// providerPhase is what ranking needs of a provider's status (Provider,
+// Phase, Failures), without the summary. d.mu is held.
+func (d *Domain) providerPhase(now time.Time, p string) ProviderStatus {
+	ps := ProviderStatus{Provider: p, Phase: PhaseClosed}
+	if b, ok := d.st.Breakers[p]; ok {
+		ps.Phase, ps.Failures = b.phase(now), len(b.Failures)
+		if ps.Phase == PhaseOpen && b.Hold {
+			ps.Phase = PhaseHeld
+		}
+	}
+	if hold, ok := d.st.Holds[p]; ok && now.Before(hold) {
+		ps.Phase = PhaseHeld
+	}
+	return ps
+}
 
 // providerStatus is one provider's part of Status, its summary included.
 func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
@@ -806,7 +882,7 @@ func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
 			ps.Deferred, ps.Reason = b.share(), b.LastReply
 		}
 	}
-	if hold, ok := d.st.Holds[p]; ok {
+	if hold, ok := d.st.Holds[p]; ok && now.Before(hold) { // an ended one may wait for tidy
 		if ps.Phase != PhaseHeld || hold.After(ps.Until) {
 			ps.Reason = reasonQuota
 		}

@@ -53,13 +53,17 @@ func Merge(a, b DomainState) DomainState {
 	for p, kept := range out.Breakers {
 		_, inA := a.Breakers[p]
 		_, inB := b.Breakers[p]
-		if kept.onlyRefusing() && !(inA && inB) {
+		// A side that is a stored record with providers left out
+		// (LeftOut) may lack p for want of room, not having dropped it.
+		missing := (inA && !inB && b.LeftOut == 0) || (inB && !inA && a.LeftOut == 0)
+		if kept.onlyRefusing() && missing {
 			// Remembered by one side only: the other may have dropped it
 			// on an accepted send. Kept, it could give recipients up at
 			// once on the next trip; dropped, the count starts again.
 			delete(out.Breakers, p)
 		}
 	}
+	out.LeftOut = 0
 	if len(out.Breakers) == 0 {
 		out.Breakers = nil
 	}
@@ -93,7 +97,7 @@ func (d *Domain) Adopt(st DomainState) {
 	defer d.mu.Unlock()
 	name := d.st.Domain
 	d.st = st.clone()
-	d.st.Domain = name
+	d.st.Domain, d.st.LeftOut = name, 0
 	if !d.shared {
 		d.server.Adopt(st.Hourly)
 	}

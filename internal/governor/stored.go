@@ -101,7 +101,8 @@ func (s DomainState) Keeping(ranked []string, n int) (DomainState, int) {
 			out.Breakers[p] = b
 		}
 	}
-	return out, len(ranked) - max(n, 0)
+	out.LeftOut = len(ranked) - max(n, 0)
+	return out, out.LeftOut
 }
 
 // bigProvider reports whether p is one of the big receiving providers.
@@ -123,22 +124,46 @@ const summarizedProviders = 5
 // then more failures, then the name. It sorts a copy.
 func RankProviders(providers []ProviderStatus) []ProviderStatus {
 	ranked := slices.Clone(providers)
-	slices.SortFunc(ranked, func(a, b ProviderStatus) int {
-		if c := cmp.Compare(phaseRank(a), phaseRank(b)); c != 0 {
-			return c
-		}
-		if ab, bb := bigProvider(a.Provider), bigProvider(b.Provider); ab != bb {
-			if ab {
-				return -1
-			}
-			return 1
-		}
-		if c := cmp.Compare(b.Failures, a.Failures); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Provider, b.Provider)
-	})
+	slices.SortFunc(ranked, compareRank)
 	return ranked
+}
+
+// compareRank orders two providers as RankProviders does.
+func compareRank(a, b ProviderStatus) int {
+	if c := cmp.Compare(phaseRank(a), phaseRank(b)); c != 0 {
+		return c
+	}
+	if ab, bb := bigProvider(a.Provider), bigProvider(b.Provider); ab != bb {
+		if ab {
+			return -1
+		}
+		return 1
+	}
+	if c := cmp.Compare(b.Failures, a.Failures); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Provider, b.Provider)
+}
+
+// firstRanked keeps the first k of the providers it is offered, in
+// RankProviders' order, and counts them all: a partial sort, since a
+// sending domain may hear from tens of thousands.
+type firstRanked struct {
+	k     int
+	first []ProviderStatus
+	n     int
+}
+
+func (f *firstRanked) offer(p ProviderStatus) {
+	f.n++
+	if len(f.first) == f.k && (f.k == 0 || compareRank(p, f.first[f.k-1]) >= 0) {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(f.first, p, compareRank)
+	f.first = slices.Insert(f.first, i, p)
+	if len(f.first) > f.k {
+		f.first = f.first[:f.k]
+	}
 }
 
 // RankSlowing is RankProviders of the providers that slow sending
@@ -151,19 +176,17 @@ func RankSlowing(providers []ProviderStatus) []ProviderStatus {
 	return ranked
 }
 
-// SummarizeSlowing joins the summaries of the providers that slow sending,
-// in RankSlowing's order. Past the first few it counts the rest, so a list
-// of many small domains that each deferred once reads as one line, not
-// thousands.
-func SummarizeSlowing(providers []ProviderStatus) string {
-	slowing := RankSlowing(providers)
+// summarizeSlowing joins the summaries of the first summarizedProviders of
+// the providers that slow sending, ranked already (RankSlowing), and counts
+// the rest of all of them: a list of many small domains that each deferred
+// once reads as one line, not thousands.
+func summarizeSlowing(first []ProviderStatus, all int) string {
 	words := make([]string, 0, summarizedProviders+1)
-	for i, p := range slowing {
-		if i == summarizedProviders {
-			words = append(words, fmt.Sprintf("%s more providers deferring or held (see governor status)", Thousands(len(slowing)-i)))
-			break
-		}
+	for _, p := range first[:min(len(first), summarizedProviders)] {
 		words = append(words, p.Summary)
+	}
+	if rest := all - len(words); rest > 0 {
+		words = append(words, fmt.Sprintf("%s more providers deferring or held (see governor status)", Thousands(rest)))
 	}
 	return strings.Join(words, "; ")
 }

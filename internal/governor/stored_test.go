@@ -68,13 +68,24 @@ func TestSummarizeSlowingIsOneLine(t *testing.T) {
 	if len(s.Providers) != 20_005 {
 		t.Fatalf("status lists %d providers; want all 20,005", len(s.Providers))
 	}
-	got := SummarizeSlowing(s.Providers)
+	got := s.Slowing
 	if !strings.HasPrefix(got, "google: held until") || !strings.Contains(got, "down-a.example: breaker open") ||
 		!strings.HasSuffix(got, "; 20,000 more providers deferring or held (see governor status)") {
 		t.Fatalf("summary = %q", got)
 	}
 	if len(got) > 1000 || !strings.Contains(s.Waiting, got) {
 		t.Fatalf("summary is %d bytes; waiting = %q", len(got), s.Waiting)
+	}
+	// Brief says the same with the first few providers only.
+	b := manyProviders(now, 20_000).Brief(now, 20)
+	ranked := RankSlowing(s.Providers)
+	if b.Slowing != got || b.Waiting != s.Waiting || b.ProvidersSlowing != len(ranked) || s.ProvidersSlowing != len(ranked) || len(b.Providers) != 20 {
+		t.Fatalf("Brief: %d slowing, %d listed, summary %q; want %d, 20, the Status's", b.ProvidersSlowing, len(b.Providers), b.Slowing, len(ranked))
+	}
+	for i, p := range b.Providers {
+		if p != ranked[i] {
+			t.Fatalf("Brief's provider %d = %+v; want %+v", i, p, ranked[i])
+		}
 	}
 }
 
@@ -137,6 +148,36 @@ func TestHoldingIsStatusNotClosed(t *testing.T) {
 		return a.Provider == b.Provider && a.Phase == b.Phase && a.Until.Equal(b.Until)
 	}) {
 		t.Fatalf("Holding = %+v; want %+v", got, want)
+	}
+}
+
+// TestHoldingAtAHoldsEnd: a quota hold that ended within the last second,
+// before any tidy of every provider, is not a hold: the provider ramps back
+// (half-open), and a page defers it while a sweep carries the step.
+func TestHoldingAtAHoldsEnd(t *testing.T) {
+	t.Parallel()
+	t0 := dayAt(0, "12:00:00")
+	d := NewDomain("example.com", Limits{}, nil, t0)
+	d.RecordQuotaRejection(t0, "gmail.com")
+	end := d.State().Holds[ProviderGoogle]
+	if end.IsZero() {
+		t.Fatal("no hold after a quota rejection")
+	}
+	d.RecordTransient(end.Add(-500*time.Millisecond), "other.example") // tidies everyone
+	got := d.Holding(end.Add(100 * time.Millisecond))
+	if len(got) != 1 || got[0].Provider != ProviderGoogle || got[0].Phase != PhaseHalfOpen {
+		t.Fatalf("Holding just after the hold = %+v; want google half-open", got)
+	}
+}
+
+// BenchmarkBriefManyProviders: what the metrics ask of a domain once a
+// second, with a breaker for each of 20,000 small recipient domains.
+func BenchmarkBriefManyProviders(b *testing.B) {
+	now := dayAt(0, "12:00:00")
+	d := manyProviders(now, 20_000)
+	b.ResetTimer()
+	for range b.N {
+		d.Brief(now, 20)
 	}
 }
 

@@ -136,8 +136,10 @@ func (s *KV) Domains(ctx context.Context) ([]string, error) {
 const StateBudget = 256 << 10
 
 // minProviderBytes is about the fewest bytes a provider takes in a stored
-// state: a closed breaker with one failure, its minute and its reply.
-const minProviderBytes = 128
+// state (one remembering only a run of refusals: its name and a time); a
+// state with more providers than fit at that size is bounded without being
+// encoded whole first.
+const minProviderBytes = 48
 
 // WriteState writes d's state over revision rev (0: create it). On a
 // conflict it merges in what is stored (governor.Merge keeps the more
@@ -167,7 +169,7 @@ func (s *KV) WriteState(ctx context.Context, d *governor.Domain, rev uint64, now
 // providers as fit, most important first, and says how many it left out.
 func encodeBounded(st governor.DomainState, now time.Time, budget int) ([]byte, int) {
 	providers := len(st.Holds) + len(st.Breakers)
-	n := budget / minProviderBytes // at most this many fit
+	n := budget / minProviderBytes // no more than this many can fit
 	if providers <= n {
 		b := bus.Encode(st)
 		if len(b) <= budget {

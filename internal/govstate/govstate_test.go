@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,5 +196,41 @@ func TestManySmallDomainsStoreWhatMatters(t *testing.T) {
 	}
 	if held, _ := govstate.NewView(b.Governors).Held(ctx, "example.com", now); len(held) != tripped+1 {
 		t.Fatalf("after a merging write page workers see %d held providers; want %d", len(held), tripped+1)
+	}
+}
+
+// TestBoundedStateKeepsTheLeadersMemory: a write that loses a race to
+// another merges the stored record in; providers the record left out for
+// want of room are not taken as forgotten by the other writer, so the
+// leader keeps remembering them (here, runs of refusals that count towards
+// giving recipients up).
+func TestBoundedStateKeepsTheLeadersMemory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, kv := setup(t)
+	now := time.Now().UTC()
+	st := governor.DomainState{Breakers: map[string]governor.BreakerState{}}
+	for i := range 50 {
+		st.Breakers[fmt.Sprintf("dead-%02d.example", i)] = governor.BreakerState{RefusingSince: now.Add(-time.Hour)}
+	}
+	d := governor.NewDomain("example.com", governor.Limits{}, &st, now)
+	for i := range 20_000 {
+		d.RecordTransientReply(now, fmt.Sprintf("small-%05d.example", i), "450 4.7.1 greylisted")
+	}
+	rev, leftOut, err := kv.WriteState(ctx, d, 0, now)
+	if err != nil || leftOut == 0 {
+		t.Fatalf("first write: left out %d, %v; want some left out", leftOut, err)
+	}
+	if _, _, err := kv.WriteState(ctx, d, rev-1, now); err != nil { // as if another write came between
+		t.Fatal(err)
+	}
+	remembered := 0
+	for p := range d.State().Breakers {
+		if strings.HasPrefix(p, "dead-") {
+			remembered++
+		}
+	}
+	if remembered != 50 {
+		t.Fatalf("after a merging write the leader remembers %d of 50 runs of refusals", remembered)
 	}
 }
