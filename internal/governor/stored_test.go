@@ -191,3 +191,18 @@ func BenchmarkHoldingManyProviders(b *testing.B) {
 		d.Holding(now)
 	}
 }
+
+// BenchmarkRecordSuccessManyProviders: one accepted send's cost to a
+// domain that sent to 20,000 small recipient domains in the last minutes,
+// none of which refused.
+func BenchmarkRecordSuccessManyProviders(b *testing.B) {
+	now := dayAt(0, "12:00:00")
+	d := NewDomain("example.com", Limits{}, nil, now)
+	for i := range 20_000 {
+		d.RecordSuccess(now, fmt.Sprintf("small-%05d.example", i), 1)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		d.RecordSuccess(now, fmt.Sprintf("small-%05d.example", i%20_000), 1)
+	}
+}
