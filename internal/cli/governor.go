@@ -128,7 +128,7 @@ func printDomain(w io.Writer, d *pb.DomainStatus) {
 	}
 	tw.Flush() //nolint:errcheck
 	if n := d.GetProvidersLeftOut(); n > 0 {
-		fmt.Fprintf(w, "  and %s more providers, holding back less than those listed\n", thousands(n))
+		fmt.Fprintf(w, "  and %s more providers, ranked below these (held, open, ramping, then refusing most)\n", thousands(n))
 	}
 }
 

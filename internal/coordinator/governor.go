@@ -84,8 +84,9 @@ type hosted struct {
 	d     *governor.Domain
 	rev   uint64 // KV revision of the state key; 0 before the first write
 	dirty bool
-	// leftOut is how many providers the last write left out of the stored
-	// state (govstate.StateBudget): logged when it starts and when it ends.
+	// leftOut is how many providers a write left out of the stored state
+	// (govstate.StateBudget), as last logged: when it starts, each time it
+	// doubles, and when it ends.
 	leftOut int
 }
 
@@ -112,6 +113,11 @@ func (g *domainHost) run() {
 	if err != nil {
 		g.log.Error("cannot watch governor limits; changes apply at the next leader term", "err", err)
 	}
+	// One timer for every pass of the loop: made anew in the select, it
+	// restarted at each kick and each operator change, and under a steady
+	// stream of kicks (a breaker change, a rejection) the metrics went
+	// unpublished for most of a minute.
+	tick := g.clock.After(g.flush)
 	for {
 		select {
 		case <-g.ctx.Done():
@@ -127,7 +133,8 @@ func (g *domainHost) run() {
 			g.follow(ch)
 		case <-g.kick:
 			g.flushDirty(g.ctx)
-		case <-g.clock.After(g.flush):
+		case <-tick:
+			tick = g.clock.After(g.flush)
 			g.flushDirty(g.ctx)
 			g.publishMetrics()
 		}
@@ -513,14 +520,21 @@ func (g *domainHost) flushDirty(ctx context.Context) {
 		}
 		g.mu.Lock()
 		h.rev = rev
-		was := h.leftOut
-		h.leftOut = leftOut
+		logged := h.leftOut
+		switch {
+		case leftOut > 0 && (logged == 0 || leftOut >= 2*logged):
+			h.leftOut = leftOut
+		case leftOut == 0:
+			h.leftOut = 0
+		}
 		g.mu.Unlock()
 		switch {
-		case leftOut > 0 && was == 0:
+		case leftOut > 0 && (logged == 0 || leftOut >= 2*logged):
+			// Once, and again each time the number doubles: it grows
+			// with the list's domains as the broadcast goes on.
 			g.log.Warn("governor state too large to store whole: the providers that matter least are kept by this coordinator only, and forgotten if another one takes over",
 				"domain", h.d.State().Domain, "providers_left_out", leftOut, "budget_bytes", govstate.StateBudget)
-		case leftOut == 0 && was > 0:
+		case leftOut == 0 && logged > 0:
 			g.log.Info("governor state stored whole again", "domain", h.d.State().Domain)
 		}
 	}
