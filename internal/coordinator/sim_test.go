@@ -177,6 +177,20 @@ type sim struct {
 	// no engine path makes one now; a test that wrote the store by hand
 	// did).
 	preAccept bool
+	// paced: the leader paces the broadcast with a real governor
+	// (domainHost, its state kept in memory): every recipient is at one
+	// provider (example.org), whose breaker the relay's refusals open,
+	// so pages defer its recipients and sweeps carry its ramp steps.
+	paced bool
+	// observed: the reports a paced schedule's governor has counted.
+	observed map[string]bool
+	// busy, in a paced schedule, is a stretch of steps within the faults
+	// in which the recipients' provider defers a share of them at RCPT
+	// (451 4.3.0): enough to open its breaker at the larger shares.
+	busy struct {
+		from, to int
+		share    float64
+	}
 	// halts counts the halted broadcast's resumes after the faults.
 	halts int
 	// final is the broadcast's state when the schedule ended (check).
@@ -370,6 +384,9 @@ func (tr *simTransport) Send(_ context.Context, m message.Rendered) (string, err
 	}
 	if err := tr.greylisted(m.To); err != nil {
 		return "", err
+	}
+	if b := s.busy; s.steps >= b.from && s.steps < b.to && s.steps < s.faultSteps && tr.draw(m.To, 4_000_000+attempt) < b.share {
+		return "", &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "provider busy, try again later", Stage: transport.StageRcpt}
 	}
 	x := tr.draw(m.To, attempt)
 	pt, pl := s.pTransient, s.pLostAfterDot
@@ -644,8 +661,16 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	s.pGrey = []float64{0, 0, 0.05, 0.3}[rand.New(rand.NewPCG(seed^0x677265796c697374, seed)).IntN(4)]
 	s.pSlow = []float64{0, 0, 0.03, 0.15}[rand.New(rand.NewPCG(seed^0x7374726167676c65, seed)).IntN(4)]
 	s.preAccept = rand.New(rand.NewPCG(seed^0x7072656163636570, seed)).IntN(4) == 0
+	paced := rand.New(rand.NewPCG(seed^0x676f7665726e6564, seed))
+	s.paced = paced.IntN(4) == 0
+	if s.paced {
+		s.observed = map[string]bool{}
+		s.busy.from = paced.IntN(min(s.faultSteps, 150))
+		s.busy.to = s.busy.from + 50 + paced.IntN(250)
+		s.busy.share = []float64{0, 0.3, 0.6, 1}[paced.IntN(4)]
+	}
 	if slices.Contains(slices.Collect(maps.Values(simRegressions)), seed) {
-		s.pPolicy, s.pGrey, s.pSlow, s.preAccept = 0, 0, 0, false
+		s.pPolicy, s.pGrey, s.pSlow, s.preAccept, s.paced = 0, 0, 0, false, false
 	}
 	if seed == simFailRefusedSeed {
 		s.pSlow = 0 // its relay answers as when it was found
@@ -713,6 +738,14 @@ func (s *sim) setup() {
 		Log: slog.New(simLog{s}), PageLimit: s.pageLimit, Tick: time.Second, InDoubtAfter: 20 * time.Second,
 		InDoubtPolicy: s.policy, Lookup: lookup, Backoff: time.Second, MaxBackoff: 30 * time.Second,
 		Jitter: func(n int64) int64 { return s.rng.Int64N(n + 1) }})
+	if s.paced {
+		// As runLeader makes it, without its flush loop: the state stays
+		// in memory, and no goroutine of its own makes a schedule replay
+		// differently.
+		s.c.pace = newDomainHost(s.ctx, newFakeKV(), GovernorConfig{GiveUpAfter: 2 * time.Minute}, s.clk, slog.New(simLog{s}))
+		s.fault("governed")
+		s.logf("paced by a governor; example.org defers %.0f %% from step %d to %d", 100*s.busy.share, s.busy.from, min(s.busy.to, s.faultSteps))
+	}
 	b, _, err := s.st.CreateBroadcast(s.ctx, store.Broadcast{ID: ulid.MustNew(ms, &pcgReader{entropy}), Name: "sim", CreatedAt: s.clk.Now(),
 		Content: store.Content{FromAddress: "news@example.com", Subject: "Hi {{.Name}}", HTML: "<p>Hi</p>"}})
 	if err != nil {
@@ -1059,6 +1092,20 @@ func (s *sim) startCopy(dup bool) {
 // follows from the connections already drawn, so no new draw enters the
 // schedules and the recorded seeds replay unchanged.
 func (s *sim) governed(job bus.PageJob) bus.PageJob {
+	if s.paced { // a real governor's holds and steps (sim.paced)
+		switch {
+		case len(job.Probe) > 0:
+			s.fault("governor's ramp step carried")
+			s.logf("the copy carries the governor's ramp step of %v on %v connections", job.Probe, job.Conns)
+		case len(job.GiveUp) > 0:
+			s.fault("governor gave up")
+			s.logf("the copy gives up %v", slices.Collect(maps.Keys(job.GiveUp)))
+		case len(job.Defer) > 0:
+			s.fault("governor held")
+			s.logf("the copy defers %v (governor)", slices.Sorted(maps.Keys(job.Defer)))
+		}
+		return job
+	}
 	if p := map[bool]float64{false: 0.12, true: 0.5}[job.Sweep]; !s.inFaults || !s.chance(p) {
 		return job
 	}
@@ -1215,6 +1262,14 @@ func (s *sim) deliverReport(faults bool) {
 		s.reports = slices.Delete(s.reports, i, i+1)
 	} else {
 		s.fault("report duplicated")
+	}
+	if p := s.c.pacer(); p != nil && r.Domain != "" {
+		// As onReport does: the governor counts a report once, however
+		// often it is delivered, before it is applied.
+		if key := fmt.Sprintf("%+v", r); !s.observed[key] {
+			s.observed[key] = true
+			p.Observe(s.clk.Now(), r.Domain, r)
+		}
 	}
 	a := s.leaders[s.rng.IntN(len(s.leaders))]
 	if err := a.apply(s.ctx, r); err != nil {
