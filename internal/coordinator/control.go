@@ -196,11 +196,16 @@ func (c *Coordinator) forgetFruitless(ctx context.Context, b store.Broadcast) er
 
 // Cancel ends a broadcast that has not finished; nothing more is sent.
 func (c *Coordinator) Cancel(ctx context.Context, id ulid.ULID) (BroadcastStatus, error) {
-	reason := "cancelled by operator"
+	const reason = "cancelled by operator"
 	if b, err := c.cfg.Store.GetBroadcast(ctx, id); err == nil && b.State == store.StateFailed {
 		// A failed broadcast can be resumed; cancelled, it is final. Its
-		// reason keeps why it stopped first.
-		reason += " after it failed: " + b.Reason
+		// reason keeps why it stopped first, from failed only: resumed
+		// in between, it is cancelled as any running one.
+		st, err := c.transition(ctx, id, "cancelled", []store.State{store.StateFailed}, store.StateCancelled, reason+" after it failed: "+b.Reason)
+		var se *StateError
+		if !errors.As(err, &se) || se.State == store.StateCancelled {
+			return st, err
+		}
 	}
 	return c.transition(ctx, id, "cancelled", []store.State{store.StateDraft, store.StateRunning, store.StatePaused, store.StateFailed}, store.StateCancelled, reason)
 }
