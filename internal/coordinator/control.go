@@ -202,10 +202,11 @@ func (c *Coordinator) Cancel(ctx context.Context, id ulid.ULID) (BroadcastStatus
 		// reason keeps why it stopped first, from failed only: resumed
 		// in between, it is cancelled as any running one.
 		st, err := c.transition(ctx, id, "cancelled", []store.State{store.StateFailed}, store.StateCancelled, reason+" after it failed: "+b.Reason)
-		var se *StateError
-		if !errors.As(err, &se) || se.State == store.StateCancelled {
+		if !errors.As(err, new(*StateError)) {
 			return st, err
 		}
+		// Moved on meanwhile (resumed, or cancelled by another call): as
+		// any other, with the whole list of states in a refusal.
 	}
 	return c.transition(ctx, id, "cancelled", []store.State{store.StateDraft, store.StateRunning, store.StatePaused, store.StateFailed}, store.StateCancelled, reason)
 }

@@ -183,7 +183,7 @@ type sim struct {
 	// so pages defer its recipients and sweeps carry its ramp steps.
 	paced bool
 	// observed: the reports a paced schedule's governor has counted.
-	observed map[string]bool
+	observed map[int]bool
 	// busy, in a paced schedule, is a stretch of steps within the faults
 	// in which the recipients' provider defers a share of them at RCPT
 	// (451 4.3.0): enough to open its breaker at the larger shares.
@@ -203,7 +203,9 @@ type sim struct {
 
 	queue   []*simJob
 	copies  []*copyRun
-	reports []bus.Report
+	reports []simReport
+	// reported numbers the reports copies made (simReport.seq).
+	reported int
 	nextID  int
 
 	tr           *simTransport
@@ -351,7 +353,24 @@ func (tr *simTransport) draw(to string, attempt int) float64 {
 	return float64(h.Sum64()%1_000_000) / 1_000_000
 }
 
-func (tr *simTransport) Send(_ context.Context, m message.Rendered) (string, error) {
+func (tr *simTransport) Send(ctx context.Context, m message.Rendered) (string, error) {
+	return tr.send(ctx, m, false)
+}
+
+// copyTransport is a copy's view of the relay: whether the recipients'
+// provider is busy (sim.busy) is fixed when the copy starts, a point the
+// scheduler controls; read from the step count in the sender's goroutine,
+// it raced with the steps.
+type copyTransport struct {
+	*simTransport
+	busy bool
+}
+
+func (ct copyTransport) Send(ctx context.Context, m message.Rendered) (string, error) {
+	return ct.simTransport.send(ctx, m, ct.busy)
+}
+
+func (tr *simTransport) send(_ context.Context, m message.Rendered, busy bool) (string, error) {
 	if tr.s.relayDown() {
 		// Refused before a byte of the message went out, whoever it is for;
 		// some connects lag (a SYN lost and sent again), so a window's
@@ -385,7 +404,7 @@ func (tr *simTransport) Send(_ context.Context, m message.Rendered) (string, err
 	if err := tr.greylisted(m.To); err != nil {
 		return "", err
 	}
-	if b := s.busy; s.steps >= b.from && s.steps < b.to && s.steps < s.faultSteps && tr.draw(m.To, 4_000_000+attempt) < b.share {
+	if busy && tr.draw(m.To, 4_000_000+attempt) < s.busy.share {
 		return "", &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "provider busy, try again later", Stage: transport.StageRcpt}
 	}
 	x := tr.draw(m.To, attempt)
@@ -664,7 +683,7 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	paced := rand.New(rand.NewPCG(seed^0x676f7665726e6564, seed))
 	s.paced = paced.IntN(4) == 0
 	if s.paced {
-		s.observed = map[string]bool{}
+		s.observed = map[int]bool{}
 		s.busy.from = paced.IntN(min(s.faultSteps, 150))
 		s.busy.to = s.busy.from + 50 + paced.IntN(250)
 		s.busy.share = []float64{0, 0.3, 0.6, 1}[paced.IntN(4)]
@@ -1057,7 +1076,9 @@ func (s *sim) startCopy(dup bool) {
 	if s.pSlow > 0 {
 		straggleAfter = simStragglerAfter
 	}
-	w := pageworker.New(pageworker.Config{Store: &gatedStore{st: s.st, c: c}, Transport: s.tr, Clock: s.clk, StragglerAfter: straggleAfter,
+	b := s.busy
+	tr := copyTransport{simTransport: s.tr, busy: s.paced && s.steps >= b.from && s.steps < b.to && s.steps < s.faultSteps}
+	w := pageworker.New(pageworker.Config{Store: &gatedStore{st: s.st, c: c}, Transport: tr, Clock: s.clk, StragglerAfter: straggleAfter,
 		Log: slog.New(slog.DiscardHandler), Concurrency: s.window, States: simStates{s.kv}, ID: fmt.Sprintf("w%d", c.id),
 		// RetryFor is short of the simulated minutes a schedule runs, so
 		// recipients who keep refusing still fail by their attempts (13 at
@@ -1234,8 +1255,17 @@ func (s *sim) endCopy(c *copyRun, res copyResult) {
 	default:
 		r := res.rep
 		s.logf("copy %d reports %s: next …%s done %v sent %d failed %d deferred %d class %q", c.id, jobName(c.job.job), tailID(r.Next), r.Done, r.Sent, r.Failed, r.Deferred, r.Class)
-		s.reports = append(s.reports, r)
+		s.reported++
+		s.reports = append(s.reports, simReport{Report: r, seq: s.reported})
 	}
+}
+
+// simReport is a report on the stream: seq tells apart two copies' reports
+// that read alike (a page and its duplicate, with equal counts), as the
+// stream's messages are told apart.
+type simReport struct {
+	bus.Report
+	seq int
 }
 
 func tailID(id string) string {
@@ -1257,7 +1287,8 @@ func (s *sim) setLive(owner string, live bool) {
 
 func (s *sim) deliverReport(faults bool) {
 	i := s.rng.IntN(len(s.reports))
-	r := s.reports[i]
+	m := s.reports[i]
+	r := m.Report
 	if !faults || !s.chance(0.1) {
 		s.reports = slices.Delete(s.reports, i, i+1)
 	} else {
@@ -1266,15 +1297,15 @@ func (s *sim) deliverReport(faults bool) {
 	if p := s.c.pacer(); p != nil && r.Domain != "" {
 		// As onReport does: the governor counts a report once, however
 		// often it is delivered, before it is applied.
-		if key := fmt.Sprintf("%+v", r); !s.observed[key] {
-			s.observed[key] = true
+		if !s.observed[m.seq] {
+			s.observed[m.seq] = true
 			p.Observe(s.clk.Now(), r.Domain, r)
 		}
 	}
 	a := s.leaders[s.rng.IntN(len(s.leaders))]
 	if err := a.apply(s.ctx, r); err != nil {
 		s.logf("apply failed (redelivered later): %v", err)
-		s.reports = append(s.reports, r)
+		s.reports = append(s.reports, m)
 		return
 	}
 	s.checkCursors()
