@@ -206,7 +206,7 @@ type sim struct {
 	reports []simReport
 	// reported numbers the reports copies made (simReport.seq).
 	reported int
-	nextID  int
+	nextID   int
 
 	tr           *simTransport
 	unsubscribed map[ulid.ULID]bool
