@@ -155,12 +155,13 @@ func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
 	// (deferredTail), is a tail of recipients deferring, which is what a
 	// sweep's rows are: every one was refused before, and a greylisting
 	// provider refuses a share of them again. A relay that takes a
-	// trickle (1 of 50) is refusing, and is paused as before.
+	// trickle (1 of 50) is refusing, and is paused as before, as is a
+	// sweep stopped with no refusal (a store error).
 	refused := 0
 	for _, p := range rep.Providers {
 		refused += p.Transient
 	}
-	deferredTail := rep.Class == bus.ClassTransient && rep.Sent > 0 && rep.Sent >= refused
+	deferredTail := rep.Class == bus.ClassTransient && refused > 0 && rep.Sent >= refused
 	switch {
 	case rep.Class == bus.ClassNone && rep.Limit > 0 && rep.Claimed >= rep.Limit:
 		// More are due than one sweep takes: one more for each full one,

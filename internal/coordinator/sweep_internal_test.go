@@ -160,6 +160,7 @@ func TestSweepsGrowWithTheBacklog(t *testing.T) {
 		{sent: 8, refused: 8, wanted: 8},               // half of it refused, all told
 		{sent: 1, refused: 49, wanted: 1, pause: true}, // a relay taking a trickle
 		{sent: 0, refused: 16, wanted: 1, pause: true}, // nobody sent
+		{sent: 10, refused: 0, wanted: 1, pause: true}, // stopped by no refusal: the store
 	} {
 		a.sweepsWanted, a.nextSweep = 16, clk.Now()
 		if err := a.applySweep(ctx, stop(c.sent, c.refused)); err != nil {
