@@ -360,9 +360,10 @@ func (g *domainHost) Holds(now time.Time, domain string, sweep bool, started tim
 		// one ramping back gets no step until it is among the first.
 		ranked := governor.RankProviders(holding)
 		n, size := 0, 0
-		for n < len(ranked) && size+jobHoldBytes(ranked[n:n+1]) <= maxJobHoldBytes {
-			size += jobHoldBytes(ranked[n : n+1])
-			n++
+		for ; n < len(ranked); n++ {
+			if size += jobHoldBytes(ranked[n : n+1]); size > maxJobHoldBytes {
+				break
+			}
 		}
 		holding = ranked[:n]
 	}
@@ -521,15 +522,13 @@ func (g *domainHost) flushDirty(ctx context.Context) {
 		g.mu.Lock()
 		h.rev = rev
 		logged := h.leftOut
-		switch {
-		case leftOut > 0 && (logged == 0 || leftOut >= 2*logged):
+		grew := leftOut > 0 && (logged == 0 || leftOut >= 2*logged)
+		if grew || leftOut == 0 {
 			h.leftOut = leftOut
-		case leftOut == 0:
-			h.leftOut = 0
 		}
 		g.mu.Unlock()
 		switch {
-		case leftOut > 0 && (logged == 0 || leftOut >= 2*logged):
+		case grew:
 			// Once, and again each time the number doubles: it grows
 			// with the list's domains as the broadcast goes on.
 			g.log.Warn("governor state too large to store whole: the providers that matter least are kept by this coordinator only, and forgotten if another one takes over",

@@ -616,11 +616,20 @@ func (d *Domain) tidy(now time.Time, p string) {
 // tidyAll tidies every provider.
 func (d *Domain) tidyAll(now time.Time) {
 	d.tidied = now
-	for p := range d.st.Holds {
-		d.tidyProvider(now, p)
-	}
+	d.eachProvider(func(p string) { d.tidyProvider(now, p) })
+}
+
+// eachProvider calls f once for each provider with a breaker or a hold, in
+// no order, without building their union (tens of thousands). f may drop
+// the provider it is given. d.mu is held.
+func (d *Domain) eachProvider(f func(p string)) {
 	for p := range d.st.Breakers {
-		d.tidyProvider(now, p)
+		f(p)
+	}
+	for p := range d.st.Holds {
+		if _, ok := d.st.Breakers[p]; !ok {
+			f(p)
+		}
 	}
 }
 
@@ -775,31 +784,21 @@ func (d *Domain) status(now time.Time, top int) Status {
 			s.Providers = append(s.Providers, d.providerStatus(now, p))
 		}
 		slowing = RankSlowing(s.Providers)
+		s.ProvidersSlowing = len(slowing)
 	} else {
 		// Ranked on what ranking needs; summaries for the first only.
 		f := firstRanked{k: max(top, summarizedProviders)}
-		offer := func(p string) {
+		d.eachProvider(func(p string) {
 			if ps := d.providerPhase(now, p); ps.Slowing() {
 				f.offer(ps)
 			}
-		}
-		for p := range d.st.Breakers {
-			offer(p)
-		}
-		for p := range d.st.Holds {
-			if _, ok := d.st.Breakers[p]; !ok {
-				offer(p)
-			}
-		}
+		})
 		slowing = f.first
 		for i := range slowing {
 			slowing[i] = d.providerStatus(now, slowing[i].Provider)
 		}
 		s.Providers = slowing[:min(len(slowing), top)]
 		s.ProvidersSlowing = f.n
-	}
-	if top < 0 {
-		s.ProvidersSlowing = len(slowing)
 	}
 	if s.Slowing = summarizeSlowing(slowing, s.ProvidersSlowing); s.Slowing != "" {
 		words = append(words, s.Slowing)
