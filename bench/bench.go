@@ -62,7 +62,7 @@ type plan struct {
 	syncWorkers     []int // e2e worker counts repeated with sync_interval: always
 	concurrency     int
 	latency         time.Duration
-	latencyPoints   [][2]int // workers, window
+	latencyPoints   [][3]int // workers, pages per worker, window
 	// inFlight is the run that shows a broadcast's in flight past 32
 	// pages' worth of the default window: workers, pages per worker,
 	// window, at a sink latency long enough that the CPU is not the limit.
@@ -80,7 +80,7 @@ func planFor(short bool) plan {
 		return plan{
 			ceilingConns: 32, ceilingMessages: 20_000,
 			e2eContacts: 10_000, e2eWorkers: []int{2}, syncWorkers: []int{2}, concurrency: 16,
-			latency: 50 * time.Millisecond, latencyPoints: [][2]int{{2, 32}, {4, 64}},
+			latency: 50 * time.Millisecond, latencyPoints: [][3]int{{2, 1, 32}, {4, 1, 64}},
 			sizes: []int{2_000, 10_000}, crashContacts: 10_000, profileSeconds: 2,
 			inFlight: [3]int{4, 8, 64}, inFlightLatency: time.Second, inFlightN: 10_000, tarpitContacts: 10_000,
 		}
@@ -88,7 +88,7 @@ func planFor(short bool) plan {
 	return plan{
 		ceilingConns: 32, ceilingMessages: 100_000,
 		e2eContacts: 100_000, e2eWorkers: []int{1, 2, 4}, syncWorkers: []int{1, 2, 4}, concurrency: 16,
-		latency: 50 * time.Millisecond, latencyPoints: [][2]int{{2, 32}, {2, 64}, {4, 64}, {4, 128}},
+		latency: 50 * time.Millisecond, latencyPoints: [][3]int{{2, 1, 32}, {2, 1, 64}, {4, 1, 64}, {4, 1, 128}},
 		sizes: []int{10_000, 100_000, 1_000_000}, crashContacts: 100_000, profileSeconds: 10,
 		inFlight: [3]int{4, 8, 64}, inFlightLatency: time.Second, inFlightN: 30_000, tarpitContacts: 20_000,
 	}
@@ -218,8 +218,8 @@ func (h *harness) measure(ctx context.Context, rep *Report) error {
 		}
 	}
 	for _, pt := range p.latencyPoints {
-		w, window := pt[0], pt[1]
-		inflight := w * window
+		w, pages, window := pt[0], pt[1], pt[2]
+		inflight := w * pages * window
 		ideal := float64(inflight) / p.latency.Seconds()
 		n := p.e2eContacts
 		if !h.cfg.Short {
@@ -227,14 +227,18 @@ func (h *harness) measure(ctx context.Context, rep *Report) error {
 			// schemas are shared.
 			n = min(100_000, max(20_000, int(ideal*15)/10_000*10_000))
 		}
-		spec := stackSpec{name: fmt.Sprintf("latency-%dx%d", w, window), sinkLatency: p.latency, workers: w, concurrency: window}
+		name := fmt.Sprintf("latency-%dx%d", w, window)
+		if pages > 1 {
+			name = fmt.Sprintf("latency-%dx%dx%d", w, pages, window)
+		}
+		spec := stackSpec{name: name, sinkLatency: p.latency, workers: w, pages: pages, concurrency: window}
 		if _, err := h.scenario(ctx, rep, spec, n, runOptions{}, kindLatency); err != nil {
 			return err
 		}
 	}
 	if f := p.inFlight; f[0] > 0 {
 		spec := stackSpec{name: fmt.Sprintf("inflight-%dx%dx%d", f[0], f[1], f[2]), sinkLatency: p.inFlightLatency, workers: f[0], pages: f[1], concurrency: f[2]}
-		if _, err := h.scenario(ctx, rep, spec, p.inFlightN, runOptions{}, kindLatency); err != nil {
+		if _, err := h.scenario(ctx, rep, spec, p.inFlightN, runOptions{}, kindInFlight); err != nil {
 			return err
 		}
 	}

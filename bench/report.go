@@ -198,11 +198,11 @@ func (r *Report) targets(w io.Writer) {
 	var lat []string
 	latOK := true
 	for _, run := range r.Runs {
-		if run.kind != kindLatency {
+		if run.kind != kindLatency && run.kind != kindInFlight {
 			continue
 		}
 		ideal := float64(run.spec.inFlight()) / run.spec.sinkLatency.Seconds()
-		if run.spec.pages > 1 {
+		if run.kind == kindInFlight {
 			p("- In flight per broadcast ≥ 2,048 with enough workers (%s, sink latency %s): peak **%d** messages in DATA at the sink at once, %.0f %% of ideal %s msg/s — %s.\n",
 				run.spec.shape(), latencyName(run.spec.sinkLatency), run.peakInFlight, 100*run.rate()/ideal, num(ideal), verdict(run.peakInFlight >= 2048))
 			continue
@@ -298,7 +298,7 @@ func runName(r *runResult) string {
 	switch r.kind {
 	case kindE2E:
 		return fmt.Sprintf("end-to-end, %d worker(s), sync %s", r.spec.workers, syncName(r.spec.syncAlways))
-	case kindLatency:
+	case kindLatency, kindInFlight:
 		return fmt.Sprintf("latency-bound, %d in flight", r.spec.inFlight())
 	case kindSize:
 		return fmt.Sprintf("audience %s", num(float64(r.contacts)))

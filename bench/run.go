@@ -28,6 +28,7 @@ type runKind int
 const (
 	kindE2E runKind = iota
 	kindLatency
+	kindInFlight // the in-flight run (plan.inFlight): latency-bound, judged on its peak
 	kindSize
 	kindCrash
 	kindFresh
