@@ -661,3 +661,27 @@ func TestErrorClassesEndToEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestDonePageWithAHaltPauses: a page that reached its range's end and
+// whose last sends (its stragglers) met a channel-wide refusal reports
+// Done with the halt's class. The range is done, its cursor at the page's
+// last contact, and the broadcast pauses with the server's reply: the
+// halt is not lost because the range has nothing left to walk.
+func TestDonePageWithAHaltPauses(t *testing.T) {
+	t.Parallel()
+	s, id, start, end := reportOnlyStack(t)
+	ctx := context.Background()
+	rep := bus.Report{Broadcast: id, Range: 0, From: start.String(), Next: end.String(), Done: true, Sent: 3, Claimed: 4, Reached: 3,
+		Class: bus.ClassChannel, Error: "smtp mail: 535 5.7.8 Username and Password not accepted"}
+	if _, err := s.bus.JS.Publish(ctx, bus.ReportSubject(id), bus.Encode(rep)); err != nil {
+		t.Fatal(err)
+	}
+	b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_PAUSED, 30*time.Second)
+	if !strings.Contains(b.GetReason(), "535 5.7.8") {
+		t.Fatalf("paused with reason %q; want the server's 535", b.GetReason())
+	}
+	r0 := s.status(id).GetProgress().GetRanges()[0]
+	if !r0.GetDone() || r0.GetNext() != end.String() {
+		t.Fatalf("range 0 after a Done page that halted: done %v, next %s; want done at %s", r0.GetDone(), r0.GetNext(), end)
+	}
+}
