@@ -685,3 +685,30 @@ func TestDonePageWithAHaltPauses(t *testing.T) {
 		t.Fatalf("range 0 after a Done page that halted: done %v, next %s; want done at %s", r0.GetDone(), r0.GetNext(), end)
 	}
 }
+
+// TestDraftKickedStartsNoActor: a draft's state change reaching the leader
+// (its watch of the state records, here a record written by hand) starts
+// no actor for it. An actor made for a draft held a copy of it from
+// before its accept, with no ranges; started later, the broadcast reused
+// that actor and completed at once with its audience unsent (the
+// TestRetryCommand flake). actor.adopt now also takes the accepted
+// broadcast whole; this pins kick's part, and the start after it.
+func TestDraftKickedStartsNoActor(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{workers: 2, concurrency: 8})
+	a := s.seed(300)
+	id := s.create("", 0)
+	if !testenv.Poll(10*time.Second, s.coord.Leading) {
+		t.Fatal("the coordinator does not lead")
+	}
+	if _, err := s.bus.Broadcasts.Put(context.Background(), bus.StateKey(id), []byte(`{"state":"draft"}`)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the watch's refresh reads the draft
+	if s.coord.HasActor(ulid.MustParseStrict(id)) {
+		t.Fatal("a kick started an actor for a draft")
+	}
+	s.start(id)
+	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(a.eligible(false))
+}
