@@ -44,20 +44,20 @@ func (a *actor) sweep(ctx context.Context) {
 		return
 	}
 	a.nextSweep = now.Add(min(sweepEvery, a.c.cfg.Tick))
-	n, due, err := a.c.cfg.Store.NextDue(ctx, a.id)
+	n, due, err := a.c.cfg.Store.NextDue(ctx, a.id, now)
 	if err != nil {
 		a.log().Warn("cannot look for due deferred messages", "err", err)
 		return
 	}
-	if n == 0 {
-		return
+	if due.IsZero() {
+		return // nothing deferred
 	}
-	if due.After(now) {
+	if n == 0 { // none due yet: look again when the first is
 		a.nextSweep = minTime(due, a.nextSweep)
 		return
 	}
-	// No more sweeps than the deferred rows fill: the ones out may take
-	// them all already.
+	// No more sweeps than the due rows fill: the ones out may take them
+	// all already.
 	room = min(room, int((n+int64(a.c.cfg.PageLimit)-1)/int64(a.c.cfg.PageLimit))-len(a.sweeps))
 	for range room {
 		if !a.dispatchSweep(ctx, now) {

@@ -54,50 +54,9 @@ func TestSweepsGrowWithTheBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	clk := clock.NewFake(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC))
-	st, err := sqlite.Open(ctx, ":memory:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	const n, pageLimit = 100, 4
-	cs := make([]store.Contact, n)
-	for i := range cs {
-		cs[i] = store.Contact{ID: ulid.Make(), Email: fmt.Sprintf("p%03d@example.org", i), Name: "P", Subscribed: true}
-	}
-	if _, err := st.ImportContacts(ctx, cs, clk.Now()); err != nil {
-		t.Fatal(err)
-	}
-	b, _, err := st.CreateBroadcast(ctx, store.Broadcast{ID: ulid.Make(), Name: "backlog", CreatedAt: clk.Now(),
-		Content: store.Content{FromAddress: "news@example.com", Subject: "Hi", HTML: "<p>Hi</p>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b, err = st.AcceptBroadcast(ctx, b.ID, clk.Now()); err != nil {
-		t.Fatal(err)
-	}
-	// Every contact deferred by a greylisting provider, due now.
-	claims := make([]store.Claim, n)
-	outcomes := make([]store.Outcome, n)
-	for i, c := range cs {
-		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: "<" + c.ID.String() + "@example.com>"}
-		outcomes[i] = store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: clk.Now(), Error: "450 4.7.1 greylisted"}
-	}
-	if _, err := st.Claim(ctx, b.ID, "w/1", claims, clk.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.RecordOutcomes(ctx, b.ID, "w/1", outcomes, clk.Now()); err != nil {
-		t.Fatal(err)
-	}
-	pages := &jobsKept{}
-	c := New(Config{Store: st, Bus: &bus.Bus{Broadcasts: newFakeKV(), Workers: newFakeKV()}, Pages: pages, Clock: clk,
-		Log: slog.New(slog.DiscardHandler), PageLimit: pageLimit, Tick: time.Second})
-	a, err := newActor(ctx, c, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range a.recs {
-		a.recs[i].Done = true // every range walked: only sweeps are left
-	}
+	const pageLimit = 4
+	a, pages := backlogActor(t, clk, 100, pageLimit, func(int) time.Time { return clk.Now() })
+	c, b := a.c, a.b
 	full := func(j bus.PageJob) bus.Report {
 		return bus.Report{Broadcast: j.Broadcast, Range: bus.SweepRange, Sweep: true, Done: true, Limit: j.Limit, Issue: j.Issue, Claimed: j.Limit, Sent: j.Limit}
 	}
@@ -242,5 +201,82 @@ func TestSweepsGrowWithTheBacklog(t *testing.T) {
 	}
 	if len(a.sweeps) != out {
 		t.Fatalf("a stale sweep's report ended one of the %d out: %d left", out, len(a.sweeps))
+	}
+}
+
+// backlogActor is the actor of a broadcast of n contacts whose every range
+// is walked and every contact deferred (by a greylisting provider) until
+// due(i), its coordinator publishing pages of pageLimit to pages.
+func backlogActor(t *testing.T, clk *clock.Fake, n, pageLimit int, due func(i int) time.Time) (*actor, *jobsKept) {
+	t.Helper()
+	ctx := t.Context()
+	st, err := sqlite.Open(ctx, ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cs := make([]store.Contact, n)
+	for i := range cs {
+		cs[i] = store.Contact{ID: ulid.Make(), Email: fmt.Sprintf("p%03d@example.org", i), Name: "P", Subscribed: true}
+	}
+	if _, err := st.ImportContacts(ctx, cs, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := st.CreateBroadcast(ctx, store.Broadcast{ID: ulid.Make(), Name: "backlog", CreatedAt: clk.Now(),
+		Content: store.Content{FromAddress: "news@example.com", Subject: "Hi", HTML: "<p>Hi</p>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err = st.AcceptBroadcast(ctx, b.ID, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	claims := make([]store.Claim, n)
+	outcomes := make([]store.Outcome, n)
+	for i, c := range cs {
+		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: "<" + c.ID.String() + "@example.com>"}
+		outcomes[i] = store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: due(i), Error: "450 4.7.1 greylisted"}
+	}
+	if _, err := st.Claim(ctx, b.ID, "w/1", claims, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecordOutcomes(ctx, b.ID, "w/1", outcomes, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	pages := &jobsKept{}
+	c := New(Config{Store: st, Bus: &bus.Bus{Broadcasts: newFakeKV(), Workers: newFakeKV()}, Pages: pages, Clock: clk,
+		Log: slog.New(slog.DiscardHandler), PageLimit: pageLimit, Tick: time.Second})
+	a, err := newActor(ctx, c, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.recs {
+		a.recs[i].Done = true // every range walked: only sweeps are left
+	}
+	return a, pages
+}
+
+// TestSweepsOnlyForDueRows: with many sweeps wanted, a backlog of which
+// only a few rows are due sends the sweeps those few fill, not one per
+// page of the whole backlog: the rest would come back empty, each a job
+// and a report for nothing, and bring the sweeps wanted back to one.
+func TestSweepsOnlyForDueRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clk := clock.NewFake(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC))
+	later := clk.Now().Add(time.Hour)
+	a, pages := backlogActor(t, clk, 100, 4, func(i int) time.Time {
+		if i < 6 {
+			return clk.Now() // 6 due now: two sweeps of 4
+		}
+		return later
+	})
+	a.sweepsWanted = 16
+	clk.Advance(time.Millisecond)
+	a.sweep(ctx)
+	if len(pages.jobs) != 2 {
+		t.Fatalf("%d sweeps out for 6 due rows of 100 deferred, 4 a sweep; want 2", len(pages.jobs))
+	}
+	if !a.nextSweep.After(clk.Now()) {
+		t.Fatalf("next look at %v; want one later than now (%v)", a.nextSweep, clk.Now())
 	}
 }

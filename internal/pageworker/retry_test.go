@@ -186,7 +186,7 @@ func (f *copiesFixture) sweepEvery(t *testing.T, end time.Time, step time.Durati
 	ctx := t.Context()
 	sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
 	for f.clk.Now().Before(end) {
-		_, due, err := f.st.NextDue(ctx, f.b.ID)
+		_, due, err := f.st.NextDue(ctx, f.b.ID, f.clk.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,7 +40,10 @@ type Deferrals interface {
 	// one would send its contact a second copy while the first is on its
 	// way.
 	ClaimDue(ctx context.Context, b Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]Due, error)
-	// NextDue counts the broadcast's deferred rows and returns the earliest
-	// retry time among them (zero when there are none).
-	NextDue(ctx context.Context, broadcast ulid.ULID) (n int64, at time.Time, err error)
+	// NextDue counts the broadcast's deferred rows due at now (a retry
+	// time at or before it) and returns the earliest retry time of any
+	// deferred row (zero when there is none). Only due rows are counted: a
+	// backlog mostly not yet due would otherwise ask for sweeps that come
+	// back empty.
+	NextDue(ctx context.Context, broadcast ulid.ULID, now time.Time) (due int64, at time.Time, err error)
 }

@@ -109,12 +109,16 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 	return out, nil
 }
 
-func (s *Store) NextDue(ctx context.Context, broadcast ulid.ULID) (int64, time.Time, error) {
+// nextDue reads both from the deferred rows' index: the count walks only
+// the due entries, the earliest is the first.
+const nextDue = `
+SELECT (SELECT count(*) FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'deferred' AND retry_at <= $2),
+       (SELECT min(retry_at) FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'deferred')`
+
+func (s *Store) NextDue(ctx context.Context, broadcast ulid.ULID, now time.Time) (int64, time.Time, error) {
 	var n int64
 	var at *time.Time
-	err := s.pool.QueryRow(ctx, `
-SELECT count(*), min(retry_at) FROM broadcast_sends
-WHERE broadcast_id = $1 AND status = 'deferred'`, uid(broadcast)).Scan(&n, &at)
+	err := s.pool.QueryRow(ctx, nextDue, uid(broadcast), now).Scan(&n, &at)
 	if err != nil {
 		return 0, time.Time{}, mapErr("next due deferral", err)
 	}

@@ -139,10 +139,11 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 	return out, nil
 }
 
-func (s *Store) NextDue(ctx context.Context, broadcast ulid.ULID) (int64, time.Time, error) {
+func (s *Store) NextDue(ctx context.Context, broadcast ulid.ULID, now time.Time) (int64, time.Time, error) {
 	var n int64
 	var at sql.NullInt64
-	err := s.r.QueryRowContext(ctx, `SELECT count(*), min(retry_at) FROM broadcast_sends WHERE broadcast_id = ? AND status = 'deferred'`, id(broadcast)).Scan(&n, &at)
+	err := s.r.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'deferred' AND retry_at <= ?2),
+       (SELECT min(retry_at) FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'deferred')`, id(broadcast), ts(now)).Scan(&n, &at)
 	if err != nil {
 		return 0, time.Time{}, mapErr("next due deferral", err)
 	}

@@ -252,10 +252,15 @@ func testClaimDueInOrderOnce(f *fixture) {
 	f.deferAll(b, ids[:3], at(1), at(10))
 	f.deferAll(b, ids[3:], at(1), at(20))
 
-	n, next, err := f.s.NextDue(f.ctx, b.ID)
-	f.must(err, "NextDue")
-	if n != 5 || !next.Equal(at(10)) {
-		f.t.Fatalf("NextDue = %d, %v; want 5, %v", n, next, at(10))
+	for _, c := range []struct {
+		now  time.Time
+		want int64
+	}{{at(10).Add(-time.Microsecond), 0}, {at(10), 3}, {at(19), 3}, {at(20), 5}} {
+		n, next, err := f.s.NextDue(f.ctx, b.ID, c.now)
+		f.must(err, "NextDue")
+		if n != c.want || !next.Equal(at(10)) {
+			f.t.Fatalf("NextDue at %v = %d, %v; want %d due, the first at %v", c.now, n, next, c.want, at(10))
+		}
 	}
 	early, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(10).Add(-time.Microsecond), 100, nil)
 	f.must(err, "ClaimDue early")
@@ -277,10 +282,13 @@ func testClaimDueInOrderOnce(f *fixture) {
 	if len(rest) != 1 || rest[0].ID != ids[2] {
 		f.t.Fatalf("second sweep = %+v; want only the third due row", rest)
 	}
-	n, next, err = f.s.NextDue(f.ctx, b.ID)
+	n, next, err := f.s.NextDue(f.ctx, b.ID, at(15))
 	f.must(err, "NextDue after sweeps")
-	if n != 2 || !next.Equal(at(20)) {
-		f.t.Errorf("NextDue = %d, %v; want 2, %v", n, next, at(20))
+	if n != 0 || !next.Equal(at(20)) {
+		f.t.Errorf("NextDue at %v = %d, %v; want none due, the next at %v", at(15), n, next, at(20))
+	}
+	if n, _, err = f.s.NextDue(f.ctx, b.ID, at(20)); err != nil || n != 2 {
+		f.t.Errorf("NextDue at %v = %d, %v; want 2 due", at(20), n, err)
 	}
 	c, err := f.s.Counts(f.ctx, b.ID)
 	f.must(err, "Counts")
@@ -363,10 +371,10 @@ func testClaimDueDropsIneligible(f *fixture) {
 			f.t.Errorf("unsubscribed contact's row is still %s", row.Status)
 		}
 	}
-	n, _, err := f.s.NextDue(f.ctx, b.ID)
+	n, next, err := f.s.NextDue(f.ctx, b.ID, at(1000))
 	f.must(err, "NextDue")
-	if n != 0 {
-		f.t.Errorf("%d deferred rows left, want 0", n)
+	if n != 0 || !next.IsZero() {
+		f.t.Errorf("%d deferred rows left (the first due %v), want none", n, next)
 	}
 }
 
