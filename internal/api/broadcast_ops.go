@@ -529,12 +529,10 @@ func (api *BroadcastOpsAPI) ReportBroadcast(ctx context.Context, req *pb.ReportB
 	if err != nil {
 		return nil, Error(err)
 	}
-	// The broadcast with its progress, as GetBroadcast shows it; with NATS
-	// away (the range records are in KV) the report is the ledger's alone.
-	bpb := broadcastPB(b, nil)
-	if s, err := api.cfg.Engine.Status(ctx, b.ID); err == nil {
-		bpb = statusPB(s)
-	}
+	// The broadcast with its progress, as GetBroadcast shows it, from the
+	// report's own counts; with NATS away (the range records are in KV)
+	// its progress says the cursors are unknown.
+	bpb := statusPB(api.cfg.Engine.StatusWith(ctx, b, r.Counts))
 	st := r.Statuses
 	out := &pb.ReportBroadcastResponse{
 		LeftOut:   coordinator.LeftOut(b, r.Counts),

@@ -262,8 +262,20 @@ func (c *Coordinator) Status(ctx context.Context, id ulid.ULID) (BroadcastStatus
 	if err != nil {
 		return BroadcastStatus{}, err
 	}
-	var recs []bus.RangeRecord
 	var counts store.Counts
+	if b.State != store.StateDraft {
+		if counts, err = c.cfg.Store.Counts(ctx, id); err != nil {
+			return BroadcastStatus{}, err
+		}
+	}
+	return c.StatusWith(ctx, b, counts), nil
+}
+
+// StatusWith is Status of b as read, with the ledger's counts of it, for a
+// caller that has both already (a report reads the counts with the rest of
+// the ledger): counting a large broadcast's rows twice doubled its cost.
+func (c *Coordinator) StatusWith(ctx context.Context, b store.Broadcast, counts store.Counts) BroadcastStatus {
+	var recs []bus.RangeRecord
 	var noCursors error
 	if b.State != store.StateDraft {
 		// The cursors are in KV; state and counts, the ledger's truth, are
@@ -276,15 +288,12 @@ func (c *Coordinator) Status(ctx context.Context, id ulid.ULID) (BroadcastStatus
 		if noCursors != nil {
 			recs = nil // a partial read would show ranges missing as not started
 		}
-		if counts, err = c.cfg.Store.Counts(ctx, id); err != nil {
-			return BroadcastStatus{}, err
-		}
 	}
 	s := c.status(ctx, b, recs, counts)
 	if noCursors != nil {
 		s.Progress.WaitingFor = joinWaiting(fmt.Sprintf("range cursors unknown: NATS did not answer the coordinator (%v)", noCursors), s.Progress.WaitingFor)
 	}
-	return s, nil
+	return s
 }
 
 // LeftOut is Progress.LeftOut of b with the ledger's counts: 0 unless b
