@@ -98,8 +98,13 @@ func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
 	}
 	limit := a.c.cfg.PageLimit
 	if a.throttle != nil {
-		if limit = a.throttle.Take(now, limit); limit == 0 {
+		// The pages' floor (minPage): a sweep of the one or two tokens
+		// back since the last costs a job and a report apiece, under a
+		// low throttle a sweep per message.
+		if limit = a.throttle.Take(now, limit); limit < a.minPage() {
+			a.throttle.Return(limit)
 			a.sweepWait = fmt.Sprintf("throttle of %d/hour", a.b.ThrottlePerHour)
+			a.nextSweep = minTime(a.nextSweep, now.Add(max(a.throttle.WaitFor(now, a.minPage()), 10*time.Millisecond)))
 			return false
 		}
 	}

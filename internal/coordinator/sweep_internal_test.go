@@ -280,3 +280,30 @@ func TestSweepsOnlyForDueRows(t *testing.T) {
 		t.Fatalf("next look at %v; want one later than now (%v)", a.nextSweep, clk.Now())
 	}
 }
+
+// TestThrottledSweepsWaitForAWorthwhileLimit: under a broadcast's throttle a
+// sweep waits, as a page does (minPage), until the throttle has given back
+// what it refills in a tick; one sweep per token or two cost a job and a
+// report per message.
+func TestThrottledSweepsWaitForAWorthwhileLimit(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clk := clock.NewFake(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC))
+	a, pages := backlogActor(t, clk, 100, 40, func(int) time.Time { return clk.Now() })
+	a.b.ThrottlePerHour = 36_000 // 10 a second: a tick (1 s) refills 10
+	a.throttle = a.newThrottle(clk.Now())
+	if floor := a.minPage(); floor != 10 {
+		t.Fatalf("minPage %d; the test wants 10", floor)
+	}
+	a.throttle.Take(clk.Now(), 1_000) // spent
+	clk.Advance(500 * time.Millisecond)
+	a.sweep(ctx)
+	if len(pages.jobs) != 0 {
+		t.Fatalf("a sweep of %d out with 5 tokens back; want none before 10", pages.jobs[0].Limit)
+	}
+	clk.Advance(600 * time.Millisecond)
+	a.sweep(ctx)
+	if len(pages.jobs) != 1 || pages.jobs[0].Limit < 10 {
+		t.Fatalf("sweeps out with 11 tokens back: %+v; want one of at least 10", pages.jobs)
+	}
+}
