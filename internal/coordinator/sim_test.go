@@ -353,25 +353,25 @@ func (tr *simTransport) draw(to string, attempt int) float64 {
 	return float64(h.Sum64()%1_000_000) / 1_000_000
 }
 
-func (tr *simTransport) Send(ctx context.Context, m message.Rendered) (string, error) {
-	return tr.send(ctx, m, false)
-}
 
 // copyTransport is a copy's view of the relay: whether the recipients'
-// provider is busy (sim.busy) is fixed when the copy starts, a point the
-// scheduler controls; read from the step count in the sender's goroutine,
-// it raced with the steps.
+// provider is busy (sim.busy) and whether the relay is down (sim.outage)
+// are fixed when the copy starts, a point the scheduler controls, as is
+// the step its draws for an outage's answers are keyed on. Read from the
+// step count and the clock in the senders' goroutines, they raced with
+// the steps, and a schedule with an outage did not replay exactly.
 type copyTransport struct {
 	*simTransport
-	busy bool
+	busy, down bool
+	step       int // the step the copy started at
 }
 
 func (ct copyTransport) Send(ctx context.Context, m message.Rendered) (string, error) {
-	return ct.simTransport.send(ctx, m, ct.busy)
+	return ct.simTransport.send(ctx, m, ct)
 }
 
-func (tr *simTransport) send(_ context.Context, m message.Rendered, busy bool) (string, error) {
-	if tr.s.relayDown() {
+func (tr *simTransport) send(_ context.Context, m message.Rendered, ct copyTransport) (string, error) {
+	if ct.down {
 		// Refused before a byte of the message went out, whoever it is for;
 		// some connects lag (a SYN lost and sent again), so a window's
 		// refusals can end after it was recorded, as stragglers.
@@ -379,10 +379,10 @@ func (tr *simTransport) send(_ context.Context, m message.Rendered, busy bool) (
 		if tr.s.outage.hanging {
 			lag = 0.5
 		}
-		if tr.s.pSlow > 0 && tr.draw(m.To, 3_000_000+tr.s.steps) < lag {
+		if tr.s.pSlow > 0 && tr.draw(m.To, 3_000_000+ct.step) < lag {
 			time.Sleep(simSlowSend)
 		}
-		if tr.s.steps%2 == 0 {
+		if ct.step%2 == 0 {
 			return "", &transport.SendError{Stage: transport.StageConnect, Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
 		}
 		return "", &transport.SendError{Code: 421, Enhanced: "4.3.2", Text: "Service not available, closing transmission channel", Stage: transport.StageConnect}
@@ -404,7 +404,7 @@ func (tr *simTransport) send(_ context.Context, m message.Rendered, busy bool) (
 	if err := tr.greylisted(m.To); err != nil {
 		return "", err
 	}
-	if busy && tr.draw(m.To, 4_000_000+attempt) < s.busy.share {
+	if ct.busy && tr.draw(m.To, 4_000_000+attempt) < s.busy.share {
 		return "", &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "provider busy, try again later", Stage: transport.StageRcpt}
 	}
 	x := tr.draw(m.To, attempt)
@@ -1077,7 +1077,8 @@ func (s *sim) startCopy(dup bool) {
 		straggleAfter = simStragglerAfter
 	}
 	b := s.busy
-	tr := copyTransport{simTransport: s.tr, busy: s.paced && s.steps >= b.from && s.steps < b.to && s.steps < s.faultSteps}
+	tr := copyTransport{simTransport: s.tr, busy: s.paced && s.steps >= b.from && s.steps < b.to && s.steps < s.faultSteps,
+		down: s.relayDown(), step: s.steps}
 	w := pageworker.New(pageworker.Config{Store: &gatedStore{st: s.st, c: c}, Transport: tr, Clock: s.clk, StragglerAfter: straggleAfter,
 		Log: slog.New(slog.DiscardHandler), Concurrency: s.window, States: simStates{s.kv}, ID: fmt.Sprintf("w%d", c.id),
 		// RetryFor is short of the simulated minutes a schedule runs, so
