@@ -353,7 +353,6 @@ func (tr *simTransport) draw(to string, attempt int) float64 {
 	return float64(h.Sum64()%1_000_000) / 1_000_000
 }
 
-
 // copyTransport is a copy's view of the relay: whether the recipients'
 // provider is busy (sim.busy) and whether the relay is down (sim.outage)
 // are fixed when the copy starts, a point the scheduler controls, as is
