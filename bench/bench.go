@@ -18,6 +18,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,8 +51,38 @@ type Config struct {
 	// (e2e-2w-sync-default, latency-4x64, size-1000000, crash, …); the
 	// bare client always runs.
 	Only *regexp.Regexp
+	// LatencyPoints, when set, replace the plan's latency-bound runs:
+	// workers, pages per worker, window each (ParseLatencyPoints).
+	LatencyPoints [][3]int
 	// Out receives progress lines.
 	Out io.Writer
+}
+
+// ParseLatencyPoints reads latency-bound runs as cmd/bench's -latency takes
+// them: a comma-separated list of WORKERSxWINDOW or WORKERSxPAGESxWINDOW
+// ("2x64,2x2x32").
+func ParseLatencyPoints(s string) ([][3]int, error) {
+	var out [][3]int
+	for _, f := range strings.Split(s, ",") {
+		parts := strings.Split(strings.TrimSpace(f), "x")
+		var n []int
+		for _, p := range parts {
+			v, err := strconv.Atoi(p)
+			if err != nil || v < 1 {
+				return nil, fmt.Errorf("latency point %q: want WORKERSxWINDOW or WORKERSxPAGESxWINDOW of positive numbers", f)
+			}
+			n = append(n, v)
+		}
+		switch len(n) {
+		case 2:
+			out = append(out, [3]int{n[0], 1, n[1]})
+		case 3:
+			out = append(out, [3]int{n[0], n[1], n[2]})
+		default:
+			return nil, fmt.Errorf("latency point %q: want WORKERSxWINDOW or WORKERSxPAGESxWINDOW", f)
+		}
+	}
+	return out, nil
 }
 
 // plan is what a run measures; Short and full differ only here.
@@ -122,7 +154,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
-	h := &harness{cfg: cfg, plan: planFor(cfg.Short), out: cfg.Out, runID: randomHex(4), audiences: map[int]audience{}, unsubscribeKey: randomHex(32)}
+	p := planFor(cfg.Short)
+	if cfg.LatencyPoints != nil {
+		p.latencyPoints = cfg.LatencyPoints
+	}
+	h := &harness{cfg: cfg, plan: p, out: cfg.Out, runID: randomHex(4), audiences: map[int]audience{}, unsubscribeKey: randomHex(32)}
 	dir, cleanup, err := child.WorkDir(cfg.Dir, "rangecast-bench-", cfg.Keep)
 	if err != nil {
 		return nil, err

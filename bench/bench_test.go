@@ -129,3 +129,15 @@ func TestAdjacentBare(t *testing.T) {
 		t.Errorf("CPU per message beside the run %v ns, want 200 µs", got)
 	}
 }
+
+func TestParseLatencyPoints(t *testing.T) {
+	got, err := ParseLatencyPoints("2x64, 4x2x32")
+	if err != nil || len(got) != 2 || got[0] != [3]int{2, 1, 64} || got[1] != [3]int{4, 2, 32} {
+		t.Fatalf("ParseLatencyPoints = %v, %v; want [2 1 64] [4 2 32]", got, err)
+	}
+	for _, bad := range []string{"", "2", "2x0", "2xx4", "1x2x3x4", "ax4"} {
+		if _, err := ParseLatencyPoints(bad); err == nil {
+			t.Errorf("ParseLatencyPoints(%q) took it; want an error", bad)
+		}
+	}
+}

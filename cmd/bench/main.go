@@ -29,6 +29,7 @@ func main() {
 	flag.BoolVar(&cfg.Micro, "micro", true, "also run the Go micro-benchmarks of the hot paths")
 	flag.StringVar(&cfg.Note, "note", "", "sentence added to the report's machine description (e.g. what else was running)")
 	only := flag.String("only", "", "run only the scenarios whose name matches this regexp (e2e-2w-sync-default, latency-4x64, size-1000000, crash, …)")
+	latency := flag.String("latency", "", "latency-bound runs instead of the plan's: WORKERSxWINDOW or WORKERSxPAGESxWINDOW, comma-separated (2x64,2x2x32)")
 	out := flag.String("out", "", `write the report here too (default: docs/benchmarks.md for the full matrix, nowhere for -short or -only)`)
 	flag.Parse()
 	if *only != "" {
@@ -39,9 +40,17 @@ func main() {
 		}
 		cfg.Only = re
 	}
+	if *latency != "" {
+		points, err := bench.ParseLatencyPoints(*latency)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -latency:", err)
+			os.Exit(2)
+		}
+		cfg.LatencyPoints = points
+	}
 	// Only the full matrix replaces the committed report: a partial run
 	// written there would drop every other scenario's figures.
-	if *out == "" && !cfg.Short && cfg.Only == nil {
+	if *out == "" && !cfg.Short && cfg.Only == nil && cfg.LatencyPoints == nil {
 		*out = "docs/benchmarks.md"
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
