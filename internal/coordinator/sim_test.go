@@ -1571,8 +1571,11 @@ func TestSimulationResumeAfterOutage(t *testing.T) {
 	}
 }
 
-// simResumeAfterOutageSeed is TestSimulationResumeAfterOutage's schedule.
-const simResumeAfterOutageSeed = 51000927
+// simResumeAfterOutageSeed is TestSimulationResumeAfterOutage's schedule:
+// an outage of 37 s from 09:00:33, paused at 09:01:01 and resumed at
+// 09:01:18 (51000927 until a page copy's view of the relay became fixed at
+// its start, and relay failures stopped counting toward providers).
+const simResumeAfterOutageSeed = 16001203
 
 // simRegressions names schedules that found holes. A seed replays one
 // interleaving only for the simulation as it was when it was found (a new
@@ -1620,7 +1623,10 @@ const (
 )
 
 // simFailRefusedSeed is TestSimulationFailRefused's schedule.
-const simFailRefusedSeed = 16001184
+// Found again (the first such seed from 16001184 on) when a page copy's
+// view of the relay became fixed at its start: seeds replay their
+// interleaving only while the simulation draws as it did.
+const simFailRefusedSeed = 16001872
 
 var simRegressions = map[string]uint64{
 	"split brain: a stale page's report after another leader's rewind": 93,

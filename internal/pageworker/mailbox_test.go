@@ -2,7 +2,9 @@ package pageworker
 
 import (
 	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/rangecast/rangecast/internal/bus"
@@ -63,5 +65,52 @@ func TestFullMailboxesSayNothingOfTheProvider(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRelayFailuresSayNothingOfTheProvider: a send that fails talking to
+// the SMTP server itself (connect, TLS, greeting, AUTH) stops the page and
+// defers its recipients, but is not counted toward their provider's
+// breaker: every recipient goes through that one server, so a relay down
+// for a minute opened a breaker per recipient domain. A deferral at MAIL
+// FROM or RCPT still counts.
+func TestRelayFailuresSayNothingOfTheProvider(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		what      string
+		err       error
+		transient bool
+	}{
+		{"connection refused", &transport.SendError{Stage: transport.StageConnect, Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}, false},
+		{"421 at the greeting", &transport.SendError{Code: 421, Enhanced: "4.3.2", Text: "Service not available", Stage: transport.StageConnect}, false},
+		{"454 at STARTTLS", &transport.SendError{Code: 454, Enhanced: "4.7.0", Text: "TLS not available due to local problem", Stage: transport.StageConnect}, false},
+		{"454 at AUTH", &transport.SendError{Code: 454, Enhanced: "4.7.0", Text: "Temporary authentication failure", Stage: transport.StageAuth}, false},
+		{"421 at MAIL FROM", &transport.SendError{Code: 421, Enhanced: "4.7.0", Text: "[TSS04] Messages from 192.0.2.1 temporarily deferred", Stage: transport.StageMail}, true},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			t.Parallel()
+			st := bothStores["sqlite"](t)
+			tr := &scripted{accepted: map[string]int{}, answer: func(string) error { return tc.err }}
+			f := newCopiesFixture(t, st, 24, tr)
+			rep, err := f.w.RunPage(t.Context(), f.job(), "w/1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Class != bus.ClassTransient || rep.Sent != 0 {
+				t.Fatalf("report class %q, sent %d; want the page stopped, nobody sent", rep.Class, rep.Sent)
+			}
+			if counted := rep.Providers["example.org"].Transient > 0; counted != tc.transient {
+				t.Errorf("provider result %+v; want refusals counted toward the provider's breaker: %v", rep.Providers["example.org"], tc.transient)
+			}
+			deferred := 0
+			for _, c := range f.contacts {
+				if row, err := st.GetSend(t.Context(), f.b.ID, c.ID); err == nil && row.Status == store.SendDeferred {
+					deferred++
+				}
+			}
+			if deferred == 0 {
+				t.Error("no recipient deferred")
+			}
+		})
 	}
 }
