@@ -170,12 +170,15 @@ func (a *actor) settleGone(ctx context.Context, owner string) {
 // unknownReason is why an in-doubt claim ends unknown: the worker's own
 // account when it recorded one (the connection lost after the final dot,
 // the reply to it timed out), which a claim handed over for settling
-// carries; otherwise the worker stopped between the send and its outcome.
+// carries; otherwise the worker stopped after the claim and before it
+// recorded an outcome, anywhere from before the connection to after the
+// final dot (a tester's relay that hung at connect left 80 claims so, none
+// of them sent: the old wording said they were).
 func unknownReason(recorded string) string {
 	if strings.HasPrefix(recorded, "in doubt: ") {
 		return recorded + "; not sent again, as it may have been delivered"
 	}
-	return "in doubt: the worker stopped between send and outcome, and the transport cannot say whether it was accepted"
+	return "in doubt: the worker stopped after claiming it and before recording whether it was sent, and the transport cannot say whether it was accepted; not sent again, as it may have been delivered (broadcasts retry --include-unknown sends it)"
 }
 
 // liveOwners is the set of claim owners whose runs live workers list in
