@@ -131,7 +131,8 @@ func listContactsCommand(c *client) *cobra.Command {
 		Long: `List contacts in the order they were first imported, or only the members of
 --segment. The list is read a page at a time (a keyset page: each continues
 after the last id of the one before), so it works the same at a million
-contacts; --limit stops early. --json prints one contact per line.`,
+contacts; --limit stops early. --json prints one contact per line, without
+its segments (a list does not read memberships; contacts show lists them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cc, err := c.catalog()

@@ -423,7 +423,9 @@ type Contact struct {
 	// eligible: the suppression gate lets the contact through (subscribed,
 	// not do-not-contact, not suppressed, has an address); a segment's
 	// broadcast also needs membership.
-	Eligible      bool                   `protobuf:"varint,10,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	Eligible bool `protobuf:"varint,10,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	// segments the contact is in, sorted: GetContact fills it; ListContacts
+	// leaves it empty (a list would read every row's memberships).
 	Segments      []string               `protobuf:"bytes,11,rep,name=segments,proto3" json:"segments,omitempty"`
 	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
