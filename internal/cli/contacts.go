@@ -515,6 +515,9 @@ func parseHeader(header []string) (*csvColumns, error) {
 		}
 		folded := strings.ToLower(h)
 		if j, ok := seen[folded]; ok {
+			if cols.keys[j] != h {
+				return nil, fmt.Errorf("the CSV header names two columns %s and %s (columns %d and %d), the same but for case: each column needs a header of its own", strconv.Quote(cols.keys[j]), strconv.Quote(h), j+1, i+1)
+			}
 			return nil, fmt.Errorf("the CSV header names two columns %s (columns %d and %d): each column needs a header of its own", strconv.Quote(h), j+1, i+1)
 		}
 		seen[folded] = i
