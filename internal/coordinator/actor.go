@@ -47,6 +47,11 @@ type actor struct {
 	// sweepWait is the limit (throttle, daily ceiling, rate) that held
 	// back the last sweep of due rows; "" once one went out.
 	sweepWait string
+	// sweepRefused is the error of the last sweep, when it sent nobody
+	// (every send refused, at connect for a relay that is down): once
+	// every range is walked only sweeps run, and without it the status
+	// said "due now" with nothing naming the cause.
+	sweepRefused string
 	// reloaded is when the range records were last re-read from KV;
 	// stale asks for a re-read before the next dispatch (adopt).
 	reloaded time.Time
@@ -775,6 +780,8 @@ func (a *actor) finish(ctx context.Context) bool {
 			a.setWaiting(fmt.Sprintf("all ranges walked; %s deferred, next due %s UTC", messages(p.Deferred), p.NextDue.UTC().Format(time.TimeOnly)))
 		case a.sweepWait != "":
 			a.setWaiting(fmt.Sprintf("all ranges walked; %s deferred, due now and held: %s", messages(p.Deferred), a.sweepWait))
+		case a.sweepRefused != "":
+			a.setWaiting(fmt.Sprintf("all ranges walked; %s deferred, due now; the last retry sent nobody: %s", messages(p.Deferred), a.sweepRefused))
 		default:
 			a.setWaiting(fmt.Sprintf("all ranges walked; %s deferred, due now", messages(p.Deferred)))
 		}

@@ -180,10 +180,13 @@ func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
 	}
 	now := a.c.cfg.Clock.Now()
 	if rep.Sent > 0 {
-		a.refusedPages, a.refusedNext, a.sweepSent = 0, time.Time{}, true
+		a.refusedPages, a.refusedNext, a.sweepSent, a.sweepRefused = 0, time.Time{}, true, ""
 	}
 	switch rep.Class {
 	case bus.ClassTransient, bus.ClassQuota:
+		if rep.Sent == 0 {
+			a.sweepRefused = rep.Error
+		}
 		if deferredTail {
 			// No pause of every sweep: the stopped sweep's rows that
 			// were refused wait for their own retry times (growing with

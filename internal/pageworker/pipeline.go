@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/rangecast/rangecast/internal/transport"
 )
 
 // InDoubtWindows bounds, per turn of a worker, the claims held without an
@@ -265,8 +267,10 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				switch b.errs[i] = err; {
 				case err == nil:
 					ln.settle(b.now, false)
-				case isRecipientError(err), aboutOneMailbox(err):
-					// The recipient's own: says nothing of the provider.
+				case isRecipientError(err), aboutOneMailbox(err), transport.AtTheServer(err):
+					// The recipient's own, or the relay's (connect, AUTH):
+					// says nothing of the provider. A relay outage during a
+					// step re-opened the provider's breaker.
 				case isDeferral(err):
 					ln.settle(b.now, true)
 				default:

@@ -1,7 +1,9 @@
 package pageworker
 
 import (
+	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,4 +147,30 @@ func (f *copiesFixture) rampStepJob() bus.PageJob {
 	job.Probe, job.Conns = []string{"example.org"}, map[string]int{"example.org": 1}
 	job.StepShare, job.StepFloor = 0.2, 5
 	return job
+}
+
+// TestRelayOutageDuringARampStep: a provider's ramp step whose sends all
+// fail at connect (the relay is down) neither ends the step nor counts a
+// refusal against the provider: the relay's failure says nothing of it,
+// and counted, a relay outage put every provider ramping back to open.
+func TestRelayOutageDuringARampStep(t *testing.T) {
+	t.Parallel()
+	st := testenv.SQLite(t)
+	down := &transport.SendError{Stage: transport.StageConnect, Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
+	tr := &scripted{accepted: map[string]int{}, answer: func(string) error { return down }}
+	f := newCopiesFixture(t, st, 12, tr)
+	f.w.cfg.Concurrency = 4
+	job := f.job()
+	job.Defer = map[string]time.Time{"example.org": f.clk.Now().Add(30 * time.Second)}
+	job.Probe, job.Conns = []string{"example.org"}, map[string]int{"example.org": 1}
+	rep, err := f.w.RunPage(t.Context(), job, "w/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr := rep.Providers["example.org"]; pr.Transient != 0 || pr.StepEnded || pr.Sent != 0 {
+		t.Fatalf("report: %+v; want no refusal counted and the step not ended", pr)
+	}
+	if rep.Sent != 0 || rep.Class != bus.ClassTransient {
+		t.Fatalf("report: sent %d, class %q; want nobody sent and the page stopped", rep.Sent, rep.Class)
+	}
 }

@@ -1209,7 +1209,11 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 			})
 		case class == transport.Quota:
 			res.provider(providers[i], func(p *bus.ProviderResult) { p.Quota, p.Reply = true, reply })
-		case class == transport.Transient && !aboutOneMailbox(err) && !atTheRelay(err):
+		case class == transport.Transient && !aboutOneMailbox(err) && !transport.AtTheServer(err):
+			// A failure at connect or AUTH is the relay's, which every
+			// recipient goes through: counted, a relay down for a minute
+			// opened a breaker per recipient domain (500 of them for a
+			// tester's list), each ramping back after it returned.
 			res.provider(providers[i], func(p *bus.ProviderResult) { p.Transient++; p.Reply = reply })
 		}
 		var se *transport.SendError
@@ -1366,7 +1370,7 @@ func classOf(err error) transport.Class {
 // (found by a tester). A relay that never takes mail again still ends the
 // broadcast: its pages and sweeps reach nobody and count toward the
 // coordinator's no-progress rule (a refusal at connect or AUTH is the
-// server's, not a provider's: atTheRelay).
+// server's, not a provider's: transport.AtTheServer).
 func beforeRecipient(err error) bool {
 	var se *transport.SendError
 	if !errors.As(err, &se) || se.MaybeDelivered || se.Refused {
@@ -1377,22 +1381,6 @@ func beforeRecipient(err error) bool {
 		return true
 	}
 	return false
-}
-
-// atTheRelay reports a send that failed talking to the SMTP server
-// itself, before any sender or recipient was named: at connect (TCP, TLS,
-// greeting, EHLO, STARTTLS) or AUTH. Every recipient goes through that one
-// server (the transport's URL), so such a failure says nothing of the
-// recipient's provider, and is not counted toward its breaker: counted, a
-// relay down for a minute opened a breaker for each of the 500 recipient
-// domains of a 5,000-contact list, and each then ramped back up a step at
-// a time after the relay returned (a tester's run completed 110 s after
-// it did). The rows are deferred all the same, and a relay that refuses
-// everyone is the page's and the coordinator's to judge (pages and sweeps
-// that reach nobody back off and, in the end, fail the broadcast).
-func atTheRelay(err error) bool {
-	var se *transport.SendError
-	return errors.As(err, &se) && (se.Stage == transport.StageConnect || se.Stage == transport.StageAuth)
 }
 
 // aboutOneMailbox reports a temporary refusal of one mailbox (an enhanced

@@ -58,6 +58,9 @@ func (g *HeldProviders) Observe(sendingDomain, recipient string, sendErr error, 
 		// The provider's own pause (Gmail's 421 4.7.28), as for pages.
 		r.Hold, r.Linear = guide.Hold, guide.Linear
 	case c == transport.Transient:
+		if transport.AtTheServer(sendErr) {
+			return // the relay's (connect, AUTH), as for pages: nothing about the provider
+		}
 		r.Transient = 1
 	case c == transport.Quota:
 		r.Quota = true

@@ -582,6 +582,17 @@ func MaybeOneRecipient(err error) bool {
 	return c == Channel && maybeOneRecipientRules[rule]
 }
 
+// AtTheServer reports a send that failed talking to the SMTP server itself,
+// before any sender or recipient was named: at connect (TCP, TLS, greeting,
+// EHLO, STARTTLS) or AUTH. This transport dials one server, the URL's,
+// never a recipient's MX, so such a failure is that server's, whoever the
+// recipient: it says nothing of the recipient's provider (its breaker, the
+// governor's provider tallies).
+func AtTheServer(err error) bool {
+	var se *SendError
+	return errors.As(err, &se) && (se.Stage == StageConnect || se.Stage == StageAuth)
+}
+
 // HardBounce reports whether err is a permanent refusal of the recipient's
 // address itself at RCPT or DATA: the address should not be mailed again
 // (a sender that keeps mailing dead addresses loses its reputation).
