@@ -687,8 +687,7 @@ func TestDonePageWithAHaltPauses(t *testing.T) {
 }
 
 // TestDraftKickedStartsNoActor: a draft's state change reaching the leader
-// (its watch of the state records, here a record written by hand) starts
-// no actor for it. An actor made for a draft held a copy of it from
+// (its watch of the state records calls refresh) starts no actor for it. An actor made for a draft held a copy of it from
 // before its accept, with no ranges; started later, the broadcast reused
 // that actor and completed at once with its audience unsent (the
 // TestRetryCommand flake). actor.adopt now also takes the accepted
@@ -701,10 +700,9 @@ func TestDraftKickedStartsNoActor(t *testing.T) {
 	if !testenv.Poll(10*time.Second, s.coord.Leading) {
 		t.Fatal("the coordinator does not lead")
 	}
-	if _, err := s.bus.Broadcasts.Put(context.Background(), bus.StateKey(id), []byte(`{"state":"draft"}`)); err != nil {
+	if err := s.coord.Refresh(context.Background(), id); err != nil { // as the leader's watch does
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the watch's refresh reads the draft
 	if s.coord.HasActor(ulid.MustParseStrict(id)) {
 		t.Fatal("a kick started an actor for a draft")
 	}
