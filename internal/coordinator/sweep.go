@@ -44,21 +44,21 @@ func (a *actor) sweep(ctx context.Context) {
 		return
 	}
 	a.nextSweep = now.Add(min(sweepEvery, a.c.cfg.Tick))
-	n, due, err := a.c.cfg.Store.NextDue(ctx, a.id, now)
+	due, first, err := a.c.cfg.Store.NextDue(ctx, a.id, now)
 	if err != nil {
 		a.log().Warn("cannot look for due deferred messages", "err", err)
 		return
 	}
-	if due.IsZero() {
+	if first.IsZero() {
 		return // nothing deferred
 	}
-	if n == 0 { // none due yet: look again when the first is
-		a.nextSweep = minTime(due, a.nextSweep)
+	if due == 0 { // none due yet: look again when the first is
+		a.nextSweep = minTime(first, a.nextSweep)
 		return
 	}
 	// No more sweeps than the due rows fill: the ones out may take them
 	// all already.
-	room = min(room, int((n+int64(a.c.cfg.PageLimit)-1)/int64(a.c.cfg.PageLimit))-len(a.sweeps))
+	room = min(room, int((due+int64(a.c.cfg.PageLimit)-1)/int64(a.c.cfg.PageLimit))-len(a.sweeps))
 	for range room {
 		if !a.dispatchSweep(ctx, now) {
 			return
