@@ -353,12 +353,13 @@ func (tr *simTransport) draw(to string, attempt int) float64 {
 	return float64(h.Sum64()%1_000_000) / 1_000_000
 }
 
-// copyTransport is a copy's view of the relay: whether the recipients'
-// provider is busy (sim.busy) and whether the relay is down (sim.outage)
-// are fixed when the copy starts, a point the scheduler controls, as is
-// the step its draws for an outage's answers are keyed on. Read from the
-// step count and the clock in the senders' goroutines, they raced with
-// the steps, and a schedule with an outage did not replay exactly.
+// copyTransport is a copy's view of the relay: whether the relay is down
+// (sim.outage) is fixed when the copy starts, a point the scheduler
+// controls, as is the step its draws for an outage's answers are keyed
+// on; whether a recipient's provider is busy (sim.busy) is fixed when the
+// recipient is claimed, at a gate (copyRun.busyOf). Read from the step
+// count and the clock in the senders' goroutines, they raced with the
+// steps, and a schedule with an outage did not replay exactly.
 //
 // An outage that starts (or ends) while a copy runs still falls inside its
 // page: a copy started within a few steps of the outage's start sees the
@@ -368,9 +369,10 @@ func (tr *simTransport) draw(to string, attempt int) float64 {
 // runs, so a seed still replays one interleaving.
 type copyTransport struct {
 	*simTransport
-	busy, down bool
-	step       int // the step the copy started at
-	flipAt     int // recipients p<n>@ with n >= flipAt see down the other way; -1 none
+	c      *copyRun // busy: as when each recipient was claimed (copyRun.busyOf)
+	down   bool
+	step   int // the step the copy started at
+	flipAt int // recipients p<n>@ with n >= flipAt see down the other way; -1 none
 }
 
 // simOutageNear is how many steps before an outage's start, or how long
@@ -445,7 +447,7 @@ func (tr *simTransport) send(_ context.Context, m message.Rendered, ct copyTrans
 	if err := tr.greylisted(m.To); err != nil {
 		return "", err
 	}
-	if ct.busy && tr.draw(m.To, 4_000_000+attempt) < s.busy.share {
+	if ct.c.busyOf(m.To) && tr.draw(m.To, 4_000_000+attempt) < s.busy.share {
 		return "", &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "provider busy, try again later", Stage: transport.StageRcpt}
 	}
 	x := tr.draw(m.To, attempt)
@@ -573,6 +575,50 @@ type copyRun struct {
 	resume chan gateFault
 	done   chan copyResult
 	op     string
+	// gateBusy is whether the recipients' provider is busy (sim.busy) at
+	// the step the scheduler let the copy through its current gate: set
+	// before the resume, read after it. A claim there fixes it for the
+	// contacts it claims (busyFor), which their sends read: the provider
+	// as it was when they were claimed. Fixed at the copy's start, a copy
+	// held at a gate for minutes sent into a provider busy long before.
+	gateBusy bool
+	busyMu   sync.Mutex
+	busyFor  map[string]bool // by address
+}
+
+// claimed records the provider's state for the addresses a claim at the
+// current gate took.
+func (c *copyRun) claimed(emails ...string) {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	if c.busyFor == nil {
+		c.busyFor = map[string]bool{}
+	}
+	for _, e := range emails {
+		c.busyFor[e] = c.gateBusy
+	}
+}
+
+// busyOf is whether to's provider was busy when to was claimed.
+func (c *copyRun) busyOf(to string) bool {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	return c.busyFor[to]
+}
+
+// emailsOf are the addresses of the claims whose contacts ids names.
+func emailsOf(claims []store.Claim, ids []ulid.ULID) []string {
+	took := make(map[ulid.ULID]bool, len(ids))
+	for _, id := range ids {
+		took[id] = true
+	}
+	var out []string
+	for _, c := range claims {
+		if took[c.ContactID] {
+			out = append(out, c.Email)
+		}
+	}
+	return out
 }
 
 type copyResult struct {
@@ -624,7 +670,9 @@ func (g *gatedStore) Claim(ctx context.Context, b ulid.ULID, owner string, claim
 		g.st.Claim(ctx, b, owner, claims, now) //nolint:errcheck
 		return nil, errSimStore
 	}
-	return g.st.Claim(ctx, b, owner, claims, now)
+	ids, err := g.st.Claim(ctx, b, owner, claims, now)
+	g.c.claimed(emailsOf(claims, ids)...)
+	return ids, err
 }
 
 func (g *gatedStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
@@ -635,7 +683,9 @@ func (g *gatedStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner stri
 		g.st.RecordAndClaim(ctx, b, owner, outcomes, next, now) //nolint:errcheck
 		return nil, errSimStore
 	}
-	return g.st.RecordAndClaim(ctx, b, owner, outcomes, next, now)
+	ids, err := g.st.RecordAndClaim(ctx, b, owner, outcomes, next, now)
+	g.c.claimed(emailsOf(next, ids)...)
+	return ids, err
 }
 
 func (g *gatedStore) RecordOutcomes(ctx context.Context, b ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error {
@@ -657,7 +707,11 @@ func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner stri
 		g.st.ClaimDue(ctx, b, owner, now, limit, sending) //nolint:errcheck
 		return nil, errSimStore
 	}
-	return g.st.ClaimDue(ctx, b, owner, now, limit, sending)
+	due, err := g.st.ClaimDue(ctx, b, owner, now, limit, sending)
+	for _, d := range due {
+		g.c.claimed(d.Email)
+	}
+	return due, err
 }
 
 // simStates is the workers' view of broadcast states: the KV stand-in.
@@ -1117,9 +1171,7 @@ func (s *sim) startCopy(dup bool) {
 	if s.pSlow > 0 {
 		straggleAfter = simStragglerAfter
 	}
-	b := s.busy
-	tr := copyTransport{simTransport: s.tr, busy: s.paced && s.steps >= b.from && s.steps < b.to && s.steps < s.faultSteps,
-		down: s.relayDown(), step: s.steps}
+	tr := copyTransport{simTransport: s.tr, c: c, down: s.relayDown(), step: s.steps}
 	tr.flipAt = s.relayFlip(s.nextID, tr.down)
 	if tr.flipAt >= 0 {
 		s.fault("relay outage starts or ends within a page")
@@ -1260,6 +1312,8 @@ func (s *sim) advanceCopy(faults bool) {
 		s.fault("ambiguous commit at " + c.op)
 		s.logf("copy %d: %s commits, answer lost", c.id, c.op)
 	}
+	b := s.busy
+	c.gateBusy = s.paced && s.steps >= b.from && s.steps < b.to && s.steps < s.faultSteps
 	c.resume <- f
 	s.await(c)
 }
