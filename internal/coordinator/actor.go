@@ -405,7 +405,7 @@ func (a *actor) applyReport(ctx context.Context, rep bus.Report, now time.Time) 
 		a.settle(o.limit, rep)
 	}
 	if rep.Sent > 0 {
-		a.refusedPages, a.refusedNext = 0, time.Time{}
+		a.tookMail()
 	}
 	for attempt := 0; ; attempt++ {
 		rec := a.recs[i]
@@ -485,6 +485,18 @@ func (a *actor) applyReport(ctx context.Context, rep bus.Report, now time.Time) 
 		return a.halt(ctx, rep)
 	}
 	return nil
+}
+
+// tookMail notes a page or sweep that sent: it ends a run of refused
+// pages. After such a run (a relay that was down), the ranges backing off
+// from their refusals go again now, not at their backoffs: after a 60 s
+// relay outage those had grown to a minute or more, and the ranges sat
+// idle that long with the relay taking mail (make chaos -relay-outage 60s).
+func (a *actor) tookMail() {
+	if a.refusedPages > 0 {
+		clear(a.notBefore)
+	}
+	a.refusedPages, a.refusedNext = 0, time.Time{}
 }
 
 // refused counts a page or sweep that sent nothing because the server

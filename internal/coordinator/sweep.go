@@ -180,7 +180,8 @@ func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
 	}
 	now := a.c.cfg.Clock.Now()
 	if rep.Sent > 0 {
-		a.refusedPages, a.refusedNext, a.sweepSent, a.sweepRefused = 0, time.Time{}, true, ""
+		a.tookMail()
+		a.sweepSent, a.sweepRefused = true, ""
 	}
 	switch rep.Class {
 	case bus.ClassTransient, bus.ClassQuota:

@@ -13,6 +13,7 @@ import (
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/ranges"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/store/sqlite"
 )
@@ -336,5 +337,37 @@ func TestStatusNamesWhatRefusedTheRetries(t *testing.T) {
 	}
 	if w := a.waiting(); !strings.Contains(w, "connection refused") {
 		t.Fatalf("waiting for %q; want the last retry's refusal named", w)
+	}
+}
+
+// TestRangesGoAgainWhenTheRelayTakesMail: a range backing off after pages
+// refused at connect (the relay down) goes again as soon as any page sends
+// after that run of refusals, not at its backoff, which after a minute's
+// outage had grown to a minute or more.
+func TestRangesGoAgainWhenTheRelayTakesMail(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clk := clock.NewFake(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC))
+	a, _ := backlogActor(t, clk, 20, 8, func(int) time.Time { return clk.Now().Add(time.Hour) })
+	for i := range a.recs {
+		a.recs[i].Done = false
+	}
+	// Its window's rows deferred, the cursor past them, nobody sent.
+	past, _ := ranges.Next(ulid.MustParseStrict(a.recs[0].Next))
+	down := bus.Report{Broadcast: a.id.String(), Range: 0, From: a.recs[0].Next, Next: past.String(), Class: bus.ClassTransient,
+		Claimed: 4, Deferred: 4, Unreached: 4, Error: "smtp connect: dial tcp 127.0.0.1:2727: connect: connection refused"}
+	if err := a.applyReport(ctx, down, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !a.notBefore[0].After(clk.Now()) {
+		t.Fatalf("range 0 after a refused page: next at %v; want a backoff", a.notBefore[0])
+	}
+	next, _ := ranges.Next(ulid.MustParseStrict(a.recs[1].Next))
+	sent := bus.Report{Broadcast: a.id.String(), Range: 1, From: a.recs[1].Next, Next: next.String(), Claimed: 4, Sent: 4, Reached: 4}
+	if err := a.applyReport(ctx, sent, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if a.notBefore[0].After(clk.Now()) {
+		t.Fatalf("range 0 still backing off until %v after another page sent", a.notBefore[0])
 	}
 }
