@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,5 +32,19 @@ func TestReportToStoppedActor(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a report to a stopped actor waits (for a clock that is not moving)")
+	}
+}
+
+// TestUnknownReasonSaysWhatIsKnown: an in-doubt claim with no account of
+// its own says the worker stopped before recording whether it was sent (a
+// relay hanging at connect left claims never sent), and how to send it;
+// one the worker handed over keeps its own account.
+func TestUnknownReasonSaysWhatIsKnown(t *testing.T) {
+	if r := unknownReason(""); !strings.Contains(r, "before recording whether it was sent") || !strings.Contains(r, "--include-unknown") {
+		t.Errorf("unknownReason(\"\") = %q; want it to say the outcome was never recorded, and how to send it", r)
+	}
+	if r := unknownReason("in doubt: smtp data: connection reset after the final dot"); !strings.HasPrefix(r, "in doubt: smtp data: connection reset") ||
+		!strings.Contains(r, "not sent again") {
+		t.Errorf("unknownReason of a handed-over claim = %q; want its own account first", r)
 	}
 }
