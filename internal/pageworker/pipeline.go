@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/rangecast/rangecast/internal/transport"
 )
 
 // InDoubtWindows bounds, per turn of a worker, the claims held without an
@@ -267,10 +265,9 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				switch b.errs[i] = err; {
 				case err == nil:
 					ln.settle(b.now, false)
-				case isRecipientError(err), aboutOneMailbox(err), transport.AtTheServer(err):
-					// The recipient's own, or the relay's (connect, AUTH):
-					// says nothing of the provider. A relay outage during a
-					// step re-opened the provider's breaker.
+				case isRecipientError(err), notTheProviders(err):
+					// The recipient's own, one mailbox's, or the relay's:
+					// says nothing of the provider.
 				case isDeferral(err):
 					ln.settle(b.now, true)
 				default:

@@ -1209,11 +1209,7 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 			})
 		case class == transport.Quota:
 			res.provider(providers[i], func(p *bus.ProviderResult) { p.Quota, p.Reply = true, reply })
-		case class == transport.Transient && !aboutOneMailbox(err) && !transport.AtTheServer(err):
-			// A failure at connect or AUTH is the relay's, which every
-			// recipient goes through: counted, a relay down for a minute
-			// opened a breaker per recipient domain (500 of them for a
-			// tester's list), each ramping back after it returned.
+		case class == transport.Transient && !notTheProviders(err):
 			res.provider(providers[i], func(p *bus.ProviderResult) { p.Transient++; p.Reply = reply })
 		}
 		var se *transport.SendError
@@ -1382,6 +1378,16 @@ func beforeRecipient(err error) bool {
 	}
 	return false
 }
+
+// notTheProviders reports a transient refusal that says nothing of the
+// recipient's provider, so neither a window's tally for its breaker nor a
+// ramp step counts it: one mailbox's (aboutOneMailbox), or the relay's, at
+// connect or AUTH, which every recipient goes through
+// (transport.AtTheServer). Counted, a relay down for a minute opened a
+// breaker per recipient domain (500 of them for a tester's list), each
+// ramping back after it returned, and put every provider ramping back to
+// open.
+func notTheProviders(err error) bool { return aboutOneMailbox(err) || transport.AtTheServer(err) }
 
 // aboutOneMailbox reports a temporary refusal of one mailbox (an enhanced
 // status 4.2.x at RCPT or DATA: "452 4.2.2 mailbox full", "450 4.2.1 the
