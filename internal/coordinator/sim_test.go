@@ -708,9 +708,11 @@ func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner stri
 		return nil, errSimStore
 	}
 	due, err := g.st.ClaimDue(ctx, b, owner, now, limit, sending)
-	for _, d := range due {
-		g.c.claimed(d.Email)
+	emails := make([]string, len(due))
+	for i, d := range due {
+		emails[i] = d.Email
 	}
+	g.c.claimed(emails...)
 	return due, err
 }
 
