@@ -42,12 +42,15 @@ func (s *stack) putKVState(id string, state store.State) {
 // waitKVState polls KV until the broadcast's state there is want.
 func (s *stack) waitKVState(id string, want store.State, within time.Duration) {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
+	start := time.Now()
 	for s.kvState(id) != string(want) {
-		if time.Now().After(deadline) {
+		if time.Since(start) > within {
 			s.t.Fatalf("KV state of %s is %q after %v, want %q (store: %v)", id, s.kvState(id), within, want, s.status(id).GetState())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		s.t.Logf("KV state of %s became %q after %v (the leader mirrors once a tick): a slow box", id, want, d.Round(time.Millisecond))
 	}
 }
 
@@ -66,16 +69,22 @@ func TestKVStateConvergesToTheStore(t *testing.T) {
 	s.start(id)
 	bid := ulid.MustParseStrict(id)
 
-	// Store running, KV paused.
+	// Store running, KV paused. The leader mirrors once a tick (500 ms
+	// here); the bound is far above that because the stack shares the box
+	// with the rest of the suite: in CI and beside a simulation, the whole
+	// stack (store, NATS, workers) once stood still for more than 5 s, one
+	// page done in 6 s, and this failed at a 5 s bound. Without the mirror
+	// KV never converges, whatever the bound.
+	const converges = 30 * time.Second
 	s.putKVState(id, store.StatePaused)
-	s.waitKVState(id, store.StateRunning, 5*time.Second)
+	s.waitKVState(id, store.StateRunning, converges)
 
 	// Store paused behind the leader's back, KV still running: workers
 	// must stop within a tick or so.
 	if _, err := s.store.SetState(context.Background(), bid, []store.State{store.StateRunning}, store.StatePaused, "paused directly in the store", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	s.waitKVState(id, store.StatePaused, 5*time.Second)
+	s.waitKVState(id, store.StatePaused, converges)
 	quiet := s.waitQuiet(500 * time.Millisecond)
 	time.Sleep(time.Second)
 	if n := s.sink.Count(); n != quiet {
