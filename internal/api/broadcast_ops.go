@@ -99,6 +99,8 @@ func notDraft(b store.Broadcast, verb string) error {
 		instead = "; a started broadcast is kept as the record of who was sent what"
 	case verb == "deleted":
 		instead = " (a started broadcast's ledger is the record of who was sent what); cancel it instead"
+	case verb == "edited" && b.State == store.StateRunning:
+		instead = " or a paused one (its content only); pause it first"
 	case verb == "edited":
 		instead = "; create a new broadcast instead"
 	case b.State == store.StateRunning || b.State == store.StatePaused:
@@ -416,6 +418,9 @@ func (api *BroadcastOpsAPI) UpdateBroadcast(ctx context.Context, req *pb.UpdateB
 	if err != nil {
 		return nil, err
 	}
+	if b.State == store.StatePaused {
+		return api.editPaused(ctx, b, req)
+	}
 	if b.State != store.StateDraft {
 		return nil, notDraft(b, "edited")
 	}
@@ -487,6 +492,75 @@ func (api *BroadcastOpsAPI) UpdateBroadcast(ctx context.Context, req *pb.UpdateB
 		return nil, Error(err)
 	}
 	return &pb.UpdateBroadcastResponse{Broadcast: broadcastPB(out, nil)}, nil
+}
+
+// editPaused changes a paused broadcast's content: the way out of a
+// template that fails for part of the list (the broadcast halts on it) or a
+// typo found after the start. Only the content changes; its audience,
+// settings and sending domain (the Message-IDs, DKIM key and governor the
+// sent rows were counted under) stay. The messages claimed after the
+// resume are rendered from the new content; those already sent are not
+// sent again.
+func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, req *pb.UpdateBroadcastRequest) (*pb.UpdateBroadcastResponse, error) {
+	var fixed []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"name", req.Name != nil}, {"segment", req.Segment != nil}, {"throttle_per_hour", req.ThrottlePerHour != nil},
+		{"in_doubt_policy", req.InDoubtPolicy != nil}, {"no_unsubscribe_link", req.NoUnsubscribeLink != nil}} {
+		if f.set {
+			fixed = append(fixed, f.name)
+		}
+	}
+	if len(fixed) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"broadcast %s is paused: only its content (from_name, from_address, subject, html, text) can change after it started, not %s; nothing was changed",
+			b.ID, strings.Join(fixed, ", "))
+	}
+	c := b.Content
+	set := func(dst *string, v *string) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&c.FromName, req.FromName)
+	set(&c.FromAddress, req.FromAddress)
+	set(&c.Subject, req.Subject)
+	set(&c.HTML, req.Html)
+	set(&c.Text, req.Text)
+	if err := message.CheckBroadcast(message.Template(c), b.NoUnsubscribeLink); err != nil {
+		return nil, invalid("content: %v", err)
+	}
+	if was, now := sendingDomain(b.Content), sendingDomain(c); was != now {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"broadcast %s is paused: from_address must stay at %s (its messages' ids, DKIM signature and sending limits are that domain's), not %s; nothing was changed",
+			b.ID, was, now)
+	}
+	if err := api.cfg.Engine.Preflight(ctx, store.Broadcast{Content: c, SegmentID: b.SegmentID}); err != nil {
+		if coordinator.KindOf(err) == coordinator.PreflightFailed {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		return nil, Error(err)
+	}
+	out, err := api.cfg.Store.EditPaused(ctx, b.ID, c, api.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) {
+		return nil, status.Errorf(codes.FailedPrecondition, "broadcast %s is %s; only a draft or a paused broadcast can be edited; nothing was changed", out.ID, out.State)
+	}
+	if err != nil {
+		return nil, Error(err)
+	}
+	api.cfg.Log.Info("paused broadcast's content edited", "broadcast", b.ID, "revision", out.ContentRevision)
+	return &pb.UpdateBroadcastResponse{Broadcast: broadcastPB(out, nil)}, nil
+}
+
+// sendingDomain is the domain content sends from ("" when it does not
+// compile, which CheckBroadcast has ruled out for the new content).
+func sendingDomain(c store.Content) string {
+	compiled, err := message.Compile(message.Template(c))
+	if err != nil {
+		return ""
+	}
+	return compiled.SendingDomain()
 }
 
 func (api *BroadcastOpsAPI) DeleteBroadcast(ctx context.Context, req *pb.DeleteBroadcastRequest) (*pb.DeleteBroadcastResponse, error) {

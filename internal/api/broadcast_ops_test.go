@@ -164,7 +164,7 @@ func TestBroadcastOpsRefusals(t *testing.T) {
 		{"update a started broadcast", func() error {
 			_, err := ops.UpdateBroadcast(ctx, &pb.UpdateBroadcastRequest{Id: running, Name: proto.String("x")})
 			return err
-		}, codes.FailedPrecondition, "create a new broadcast instead"},
+		}, codes.FailedPrecondition, "only a draft can be edited or a paused one (its content only); pause it first"},
 		{"update to an empty name", func() error {
 			_, err := ops.UpdateBroadcast(ctx, &pb.UpdateBroadcastRequest{Id: draft, Name: proto.String("")})
 			return err

@@ -56,7 +56,7 @@ func broadcastPB(b store.Broadcast, p *pb.Progress) *pb.Broadcast {
 		SnapshotTotal:   b.SnapshotTotal,
 		CreatedAt:       timestamp(b.CreatedAt), StartedAt: timestamp(b.StartedAt), FinishedAt: timestamp(b.FinishedAt),
 		Progress: p, InDoubtPolicy: policyValue(b.InDoubtPolicy), NoUnsubscribeLink: b.NoUnsubscribeLink,
-		ScheduledAt: timestamp(b.ScheduledAt),
+		ScheduledAt: timestamp(b.ScheduledAt), ContentRevision: int32(b.ContentRevision),
 	}
 }
 

@@ -292,6 +292,11 @@ type PageJob struct {
 	// a new issue is a new dedupe id, so it cannot be mistaken for a copy
 	// that a worker is dropping at that moment.
 	Issue int `json:"issue,omitempty"`
+	// Content is the broadcast's content revision when the job was made
+	// (store.Broadcast.ContentRevision): a worker holding an older compiled
+	// content reads the broadcast again before sending (an edit while
+	// paused).
+	Content int `json:"content,omitempty"`
 	// Sweep marks a sweep of the broadcast's due deferred rows instead of a
 	// walk of a range: Range is SweepRange, From and Until are unused.
 	Sweep bool `json:"sweep,omitempty"`

@@ -307,11 +307,17 @@ func updateCommand(c *client) *cobra.Command {
 	var noUnsubLink, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "update ID [flags]",
-		Short: "Change a draft: only the flags given change",
+		Short: "Change a draft, or a paused broadcast's content: only the flags given change",
 		Long: `Change a draft's name, content, audience or settings; what is not given keeps
 its value. The content is checked as at create (it must compile, show an
-unsubscribe link, and render for a sample of the audience). Only a draft can
-be changed: a started broadcast's messages must all come from one definition.`,
+unsubscribe link, and render for a sample of the audience).
+
+A paused broadcast's content (--from-name, --subject, --html, --text, and
+--from within the same domain) can be changed too: the way out of a template
+that fails for part of the list, which pauses the broadcast, or of a typo
+found after the start. Messages claimed after the resume are rendered from
+the new content; nobody already sent is sent again. Its name, audience and
+settings stay as they were when it started.`,
 		Example: `  rangecast broadcasts update 01J9Z3K8M2T4V6X8Y0A2B4C6D8 --subject "Hello again {{.Name}}" --html news-v2.html`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -367,12 +373,17 @@ be changed: a started broadcast's messages must all come from one definition.`,
 				return jsonLine(cmd.OutOrStdout(), resp.GetBroadcast())
 			}
 			var changed []string
+			local := cmd.LocalFlags()
 			f.Visit(func(fl *pflag.Flag) {
-				if fl.Name != "json" {
+				if fl.Name != "json" && local.Lookup(fl.Name) != nil { // not --addr and the other global flags
 					changed = append(changed, "--"+fl.Name)
 				}
 			})
-			fmt.Fprintf(cmd.OutOrStdout(), "updated draft %s (%s)\n", resp.GetBroadcast().GetId(), strings.Join(changed, ", "))
+			what, then := "draft", ""
+			if resp.GetBroadcast().GetState() == pb.BroadcastState_BROADCAST_STATE_PAUSED {
+				what, then = "paused broadcast", "; resume it to send the new content"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "updated %s %s (%s)%s\n", what, resp.GetBroadcast().GetId(), strings.Join(changed, ", "), then)
 			return nil
 		},
 	}

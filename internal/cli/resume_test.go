@@ -85,3 +85,45 @@ func TestResumeFailRefused(t *testing.T) {
 		t.Errorf("resume --fail-refused of an unknown broadcast: %v", err)
 	}
 }
+
+// TestUpdatePausedContent drives "broadcasts update" on a paused broadcast:
+// its content changes (and the output says to resume), its name does not.
+func TestUpdatePausedContent(t *testing.T) {
+	t.Parallel()
+	addr, st := testServer(t)
+	run := func(args ...string) (string, error) {
+		t.Helper()
+		return rangecast(t, "", append([]string{"--addr", addr}, args...)...)
+	}
+	if out, err := run("contacts", "import", writeFile(t, "c.csv", "email\nann@example.org\n")); err != nil {
+		t.Fatalf("import: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	b, _, err := st.CreateBroadcast(ctx, store.Broadcast{ID: ulid.Make(), Name: "Typo", CreatedAt: time.Now(), NoUnsubscribeLink: true,
+		Content: store.Content{FromAddress: "news@example.org", Subject: "Helo", HTML: "<p>Hi</p>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.AcceptBroadcast(ctx, b.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	id := b.ID.String()
+	if _, err := run("broadcasts", "update", id, "--subject", "Hello"); err == nil || !strings.Contains(describe(err), "pause it first") {
+		t.Errorf("update of a running broadcast: %v; want refused, saying to pause it", err)
+	}
+	if out, err := run("broadcasts", "pause", id); err != nil {
+		t.Fatalf("pause: %v\n%s", err, out)
+	}
+	out, err := run("broadcasts", "update", id, "--subject", "Hello")
+	if want := "updated paused broadcast " + id + " (--subject); resume it to send the new content\n"; err != nil || out != want {
+		t.Errorf("update of a paused broadcast printed %q, %v; want %q", out, err, want)
+	}
+	if _, err := run("broadcasts", "update", id, "--name", "Renamed"); err == nil || !strings.Contains(describe(err), "only its content") {
+		t.Errorf("update --name of a paused broadcast: %v; want refused, naming what can change", err)
+	}
+	got, err := st.GetBroadcast(ctx, b.ID)
+	if err != nil || got.Content.Subject != "Hello" || got.Name != "Typo" || got.ContentRevision != 1 || got.State != store.StatePaused {
+		t.Errorf("after the updates: %q %q revision %d %s, %v; want the new subject, the old name, revision 1, paused",
+			got.Content.Subject, got.Name, got.ContentRevision, got.State, err)
+	}
+}

@@ -352,6 +352,9 @@ func (a *actor) adopt(b store.Broadcast) {
 		a.stale = true
 	}
 	a.b.State, a.b.Reason = b.State, b.Reason
+	// Edited while paused (EditPaused): the pages issued from now on carry
+	// the new revision, so the workers read the new content.
+	a.b.Content, a.b.ContentRevision = b.Content, b.ContentRevision
 }
 
 // catchUp re-reads the range records when adopt found them stale.
@@ -903,7 +906,8 @@ func (a *actor) dispatch(ctx context.Context) {
 			}
 			break
 		}
-		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue}
+		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue,
+			Content: a.b.ContentRevision}
 		if pacer := a.c.pacer(); pacer != nil {
 			// A page carries a ramp step only for a provider given up
 			// (Holds): its held rows fail then instead of waiting for a

@@ -120,7 +120,8 @@ func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
 	// The dedupe id is the dispatch time, unique across leader terms, and
 	// made unique among the sweeps dispatched within one millisecond.
 	a.sweepIssue = max(a.sweepIssue+1, int(now.UnixMilli()))
-	job := bus.PageJob{Broadcast: a.id.String(), Range: bus.SweepRange, Sweep: true, Limit: limit, Issue: a.sweepIssue}
+	job := bus.PageJob{Broadcast: a.id.String(), Range: bus.SweepRange, Sweep: true, Limit: limit, Issue: a.sweepIssue,
+		Content: a.b.ContentRevision}
 	if pacer := a.c.pacer(); pacer != nil {
 		// Sweeps carry the breakers' probes: their rows are the held
 		// providers' recipients, so a probe is not spent on a page that

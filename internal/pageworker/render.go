@@ -40,7 +40,8 @@ type configError struct {
 }
 
 func (e *configError) Error() string {
-	return fmt.Sprintf("the template fails the same way for %d contacts (a configuration mistake, not theirs): %s", e.n, e.reason)
+	return fmt.Sprintf("the template fails the same way for %d contacts (a configuration mistake, not theirs): %s; "+
+		"correct the content (rangecast broadcasts update, which edits a paused broadcast's content) or those contacts' attributes, then resume", e.n, e.reason)
 }
 
 // renderTally counts, per template error, the contacts of one broadcast

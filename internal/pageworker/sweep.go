@@ -31,7 +31,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 	if err != nil {
 		return rep, nil, fmt.Errorf("sweep job: broadcast id: %w", err)
 	}
-	l, err := w.load(pageCtx, id)
+	l, err := w.load(pageCtx, id, job.Content)
 	if err != nil {
 		return rep, nil, err
 	}

@@ -227,11 +227,18 @@ type Worker struct {
 	broadcasts map[ulid.ULID]*loaded
 }
 
-// loaded is a broadcast's immutable definition and compiled content.
+// loaded is a broadcast's definition and compiled content, as of one
+// content revision (an edit while paused makes the next).
 type loaded struct {
 	b        store.Broadcast
 	compiled *message.Compiled
-	renders  renderTally  // template errors seen, see haltRepeatedRenderErrors
+	renders  renderTally // template errors of this content, see haltRepeatedRenderErrors
+	*sendTallies
+}
+
+// sendTallies are what a worker counts of a broadcast's sends whatever its
+// content: kept across an edit of the content.
+type sendTallies struct {
 	refusals refusalTally // refusals that may be one recipient's, see refusals.go
 	bounces  bounceTally  // hard bounces at send, see refusals.go
 }
@@ -603,12 +610,15 @@ func (w *Worker) persistClaim(ctx, pageCtx context.Context, l *loaded, owner str
 	return claimed, err
 }
 
-func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
+// load returns the broadcast's definition and compiled content, read once
+// per content revision: a job made after an edit (revision above the one
+// held) reads it again.
+func (w *Worker) load(ctx context.Context, id ulid.ULID, revision int) (*loaded, error) {
 	w.mu.Lock()
-	l, ok := w.broadcasts[id]
+	held, ok := w.broadcasts[id]
 	w.mu.Unlock()
-	if ok {
-		return l, nil
+	if ok && held.b.ContentRevision >= revision {
+		return held, nil
 	}
 	b, err := w.cfg.Store.GetBroadcast(ctx, id)
 	if err != nil {
@@ -619,10 +629,16 @@ func (w *Worker) load(ctx context.Context, id ulid.ULID) (*loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile broadcast %s: %w", id, err)
 	}
-	l = &loaded{b: b, compiled: compiled}
+	l := &loaded{b: b, compiled: compiled, sendTallies: &sendTallies{}}
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cur, ok := w.broadcasts[id]; ok {
+		if cur.b.ContentRevision >= b.ContentRevision {
+			return cur, nil // another page read it meanwhile
+		}
+		l.sendTallies = cur.sendTallies
+	}
 	w.broadcasts[id] = l
-	w.mu.Unlock()
 	return l, nil
 }
 
@@ -644,7 +660,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	if err := errors.Join(err1, err2); err != nil {
 		return rep, nil, fmt.Errorf("page job: bounds: %w", err)
 	}
-	l, err := w.load(pageCtx, id)
+	l, err := w.load(pageCtx, id, job.Content)
 	if err != nil {
 		return rep, nil, err
 	}

@@ -83,6 +83,10 @@ type BroadcastOps interface {
 	// UpdateDraft replaces a draft's definition; ErrConflict (with the
 	// broadcast as it is) unless it is a draft.
 	UpdateDraft(ctx context.Context, id ulid.ULID, d Draft, now time.Time) (Broadcast, error)
+	// EditPaused replaces a paused broadcast's content and counts one more
+	// content revision; ErrConflict (with the broadcast as it is) unless it
+	// is paused. Nothing else of it changes.
+	EditPaused(ctx context.Context, id ulid.ULID, c Content, now time.Time) (Broadcast, error)
 	// DeleteDraft deletes a draft; ErrConflict (with the broadcast as it
 	// is) unless it is a draft, ErrNotFound if there is none.
 	DeleteDraft(ctx context.Context, id ulid.ULID) (Broadcast, error)

@@ -123,6 +123,11 @@ type Broadcast struct {
 	FinishedAt  time.Time
 	// ScheduledAt is when a draft starts by itself (zero: when started).
 	ScheduledAt time.Time
+	// ContentRevision counts the edits of the content made while the
+	// broadcast was paused (EditPaused); 0 for content as created. Page
+	// jobs carry it, so a worker keeping the compiled content reads it
+	// again after an edit.
+	ContentRevision int
 }
 
 // Audience is the result of the accept-time snapshot of the eligible audience.

@@ -47,6 +47,28 @@ WHERE id = $1 AND state = 'draft'`,
 	return s.GetBroadcast(ctx, id)
 }
 
+func (s *Store) EditPaused(ctx context.Context, id ulid.ULID, c store.Content, now time.Time) (store.Broadcast, error) {
+	b, err := s.GetBroadcast(ctx, id)
+	if err != nil {
+		return b, err
+	}
+	if err := store.CheckBroadcast(store.Broadcast{Name: b.Name, Content: c}); err != nil {
+		return store.Broadcast{}, fmt.Errorf("edit paused broadcast: %w", err)
+	}
+	tag, err := s.pool.Exec(ctx, `
+UPDATE broadcasts SET from_name = $2, from_address = $3, subject = $4, html = $5, text_body = $6,
+       content_revision = content_revision + 1, updated_at = $7
+WHERE id = $1 AND state = 'paused'`,
+		uid(id), c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, now)
+	if err != nil {
+		return store.Broadcast{}, mapErr("edit paused broadcast", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return s.stateRefusal(ctx, id, "edit paused broadcast")
+	}
+	return s.GetBroadcast(ctx, id)
+}
+
 func (s *Store) DeleteDraft(ctx context.Context, id ulid.ULID) (store.Broadcast, error) {
 	b, err := scanBroadcast(s.pool.QueryRow(ctx, `
 WITH gone AS (DELETE FROM broadcasts WHERE id = $1 AND state = 'draft' RETURNING *)

@@ -22,8 +22,9 @@ func (s *Store) stateRefusal(ctx context.Context, bid ulid.ULID, op string) (sto
 	return b, fmt.Errorf("%s: broadcast %s is %s: %w", op, bid, b.State, store.ErrConflict)
 }
 
-// draftWrite runs one statement on a draft and returns the broadcast after
-// it, or the state refusal when it changed nothing.
+// draftWrite runs one statement on a broadcast in a given state (a draft,
+// or a paused one for EditPaused) and returns the broadcast after it, or
+// the state refusal when it changed nothing.
 func (s *Store) draftWrite(ctx context.Context, bid ulid.ULID, op, query string, args ...any) (store.Broadcast, error) {
 	n, err := s.execCount(ctx, op, query, args...)
 	if err != nil {
@@ -50,6 +51,21 @@ UPDATE broadcasts SET name = ?2, from_name = ?3, from_address = ?4, subject = ?5
 WHERE id = ?1 AND state = 'draft'`,
 		id(bid), d.Name, c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, segment, d.ThrottlePerHour, d.InDoubtPolicy,
 		d.NoUnsubscribeLink, ts(now))
+}
+
+func (s *Store) EditPaused(ctx context.Context, bid ulid.ULID, c store.Content, now time.Time) (store.Broadcast, error) {
+	b, err := s.GetBroadcast(ctx, bid)
+	if err != nil {
+		return b, err
+	}
+	if err := store.CheckBroadcast(store.Broadcast{Name: b.Name, Content: c}); err != nil {
+		return store.Broadcast{}, fmt.Errorf("edit paused broadcast: %w", err)
+	}
+	return s.draftWrite(ctx, bid, "edit paused broadcast", `
+UPDATE broadcasts SET from_name = ?2, from_address = ?3, subject = ?4, html = ?5, text_body = ?6,
+       content_revision = content_revision + 1, updated_at = ?7
+WHERE id = ?1 AND state = 'paused'`,
+		id(bid), c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, ts(now))
 }
 
 func (s *Store) DeleteDraft(ctx context.Context, bid ulid.ULID) (store.Broadcast, error) {

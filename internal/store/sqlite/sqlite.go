@@ -374,7 +374,7 @@ func (s *Store) SegmentID(ctx context.Context, name string) (int64, error) {
 
 const broadcastColumns = `b.id, b.name, coalesce(b.request_id, ''), b.from_name, b.from_address, b.subject, b.html, b.text_body,
 coalesce(b.segment_id, 0), coalesce(s.name, ''), b.throttle_per_hour, b.in_doubt_policy, b.state, b.reason, b.snapshot_total, b.min_id, b.max_id,
-b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link, b.scheduled_at, b.range_starts`
+b.created_at, b.started_at, b.finished_at, b.no_unsubscribe_link, b.scheduled_at, b.range_starts, b.content_revision`
 
 const selectBroadcast = `SELECT ` + broadcastColumns + ` FROM broadcasts b LEFT JOIN segments s ON s.id = b.segment_id `
 
@@ -409,7 +409,7 @@ func scanBroadcast(row interface{ Scan(...any) error }) (store.Broadcast, error)
 	var state string
 	err := row.Scan(&bid, &b.Name, &b.RequestID, &b.Content.FromName, &b.Content.FromAddress, &b.Content.Subject,
 		&b.Content.HTML, &b.Content.Text, &b.SegmentID, &b.Segment, &b.ThrottlePerHour, &b.InDoubtPolicy, &state, &b.Reason,
-		&b.SnapshotTotal, &minID, &maxID, &created, &started, &finished, &b.NoUnsubscribeLink, &scheduled, &starts)
+		&b.SnapshotTotal, &minID, &maxID, &created, &started, &finished, &b.NoUnsubscribeLink, &scheduled, &starts, &b.ContentRevision)
 	if err != nil {
 		return b, err
 	}

@@ -11,6 +11,7 @@ import (
 
 var broadcastOpsCases = []testCase{
 	{"UpdateAndDeleteDraftsOnly", testUpdateDeleteDrafts},
+	{"EditPausedContentOnly", testEditPaused},
 	{"Schedule", testScheduleDraft},
 	{"Report", testReport},
 	{"ExportKeyset", testExportPage},
@@ -50,6 +51,41 @@ func testUpdateDeleteDrafts(f *fixture) {
 	f.wantErr(err, store.ErrNotFound, "DeleteDraft twice")
 	_, err = f.s.UpdateDraft(f.ctx, d.ID, changed, at(3))
 	f.wantErr(err, store.ErrNotFound, "UpdateDraft of a deleted draft")
+}
+
+// A paused broadcast's content can be replaced, each edit counting a
+// content revision; nothing else of it changes, and a broadcast in any
+// other state is refused as it is.
+func testEditPaused(f *fixture) {
+	r := f.running("to fix", 0)
+	c := store.Content{FromName: "N", FromAddress: "n@example.org", Subject: "Fixed", HTML: "<p>fixed</p>", Text: "fixed"}
+	got, err := f.s.EditPaused(f.ctx, r.ID, c, at(2))
+	f.wantErr(err, store.ErrConflict, "EditPaused of a running broadcast")
+	if got.State != store.StateRunning || got.Content != r.Content || got.ContentRevision != 0 {
+		f.t.Fatalf("refused EditPaused returned %s, revision %d, %+v; want the running broadcast unchanged", got.State, got.ContentRevision, got.Content)
+	}
+	_, err = f.s.SetState(f.ctx, r.ID, []store.State{store.StateRunning}, store.StatePaused, "halted", at(3))
+	f.must(err, "SetState paused")
+	b, err := f.s.EditPaused(f.ctx, r.ID, c, at(4))
+	f.must(err, "EditPaused")
+	if b.Content != c || b.ContentRevision != 1 || b.State != store.StatePaused || b.Reason != "halted" || b.Name != r.Name ||
+		b.MinID != r.MinID || b.MaxID != r.MaxID || b.SnapshotTotal != r.SnapshotTotal {
+		f.t.Fatalf("EditPaused = %+v; want the new content, revision 1, the rest as it was (%+v)", b, r)
+	}
+	c.Subject = "Fixed again"
+	b, err = f.s.EditPaused(f.ctx, r.ID, c, at(5))
+	f.must(err, "EditPaused again")
+	if b.ContentRevision != 2 || b.Content.Subject != "Fixed again" {
+		f.t.Fatalf("second EditPaused = revision %d, subject %q; want 2, the newer subject", b.ContentRevision, b.Content.Subject)
+	}
+	if again, err := f.s.GetBroadcast(f.ctx, r.ID); err != nil || again.ContentRevision != 2 || again.Content != c {
+		f.t.Fatalf("GetBroadcast after the edits = revision %d, %+v, %v; want what EditPaused returned", again.ContentRevision, again.Content, err)
+	}
+	d := f.draft("draft", 0)
+	_, err = f.s.EditPaused(f.ctx, d.ID, c, at(6))
+	f.wantErr(err, store.ErrConflict, "EditPaused of a draft (UpdateDraft's)")
+	_, err = f.s.EditPaused(f.ctx, ulid.Make(), c, at(6))
+	f.wantErr(err, store.ErrNotFound, "EditPaused of no broadcast")
 }
 
 // A schedule is kept with the draft, listed once due, cleared by a zero

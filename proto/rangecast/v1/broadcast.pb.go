@@ -1053,9 +1053,12 @@ type Broadcast struct {
 	NoUnsubscribeLink bool `protobuf:"varint,14,opt,name=no_unsubscribe_link,json=noUnsubscribeLink,proto3" json:"no_unsubscribe_link,omitempty"`
 	// scheduled_at is when a draft starts by itself (BroadcastOpsService
 	// ScheduleBroadcast); kept after it started, as the record of the plan.
-	ScheduledAt   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ScheduledAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
+	// content_revision counts the edits of the content made while the
+	// broadcast was paused (UpdateBroadcast); 0: the content it started with.
+	ContentRevision int32 `protobuf:"varint,16,opt,name=content_revision,json=contentRevision,proto3" json:"content_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Broadcast) Reset() {
@@ -1191,6 +1194,13 @@ func (x *Broadcast) GetScheduledAt() *timestamppb.Timestamp {
 		return x.ScheduledAt
 	}
 	return nil
+}
+
+func (x *Broadcast) GetContentRevision() int32 {
+	if x != nil {
+		return x.ContentRevision
+	}
+	return 0
 }
 
 type Progress struct {
@@ -1498,7 +1508,7 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\n" +
 	"broadcasts\x18\x01 \x03(\v2\x17.rangecast.v1.BroadcastR\n" +
 	"broadcasts\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbd\x05\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe8\x05\n" +
 	"\tBroadcast\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x122\n" +
@@ -1518,7 +1528,8 @@ const file_rangecast_v1_broadcast_proto_rawDesc = "" +
 	"\bprogress\x18\f \x01(\v2\x16.rangecast.v1.ProgressR\bprogress\x12C\n" +
 	"\x0fin_doubt_policy\x18\r \x01(\x0e2\x1b.rangecast.v1.InDoubtPolicyR\rinDoubtPolicy\x12.\n" +
 	"\x13no_unsubscribe_link\x18\x0e \x01(\bR\x11noUnsubscribeLink\x12=\n" +
-	"\fscheduled_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\"\x96\x03\n" +
+	"\fscheduled_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\x12)\n" +
+	"\x10content_revision\x18\x10 \x01(\x05R\x0fcontentRevision\"\x96\x03\n" +
 	"\bProgress\x12!\n" +
 	"\franges_total\x18\x01 \x01(\x05R\vrangesTotal\x12\x1f\n" +
 	"\vranges_done\x18\x02 \x01(\x05R\n" +

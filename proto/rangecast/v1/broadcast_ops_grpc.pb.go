@@ -52,7 +52,10 @@ type BroadcastOpsServiceClient interface {
 	// UnscheduleBroadcast clears a draft's start time; it waits for a start.
 	UnscheduleBroadcast(ctx context.Context, in *UnscheduleBroadcastRequest, opts ...grpc.CallOption) (*UnscheduleBroadcastResponse, error)
 	// UpdateBroadcast changes a draft's definition; fields left unset keep
-	// their value. The content is checked as at create.
+	// their value. The content is checked as at create. A paused broadcast's
+	// content (from_name, subject, html, text, and from_address within the
+	// same domain) can change too, nothing else of it (FailedPrecondition):
+	// messages claimed after the resume are rendered from the new content.
 	UpdateBroadcast(ctx context.Context, in *UpdateBroadcastRequest, opts ...grpc.CallOption) (*UpdateBroadcastResponse, error)
 	// DeleteBroadcast deletes a draft. A broadcast that started is kept (its
 	// ledger is the record of who was sent what); cancel it instead.
@@ -200,7 +203,10 @@ type BroadcastOpsServiceServer interface {
 	// UnscheduleBroadcast clears a draft's start time; it waits for a start.
 	UnscheduleBroadcast(context.Context, *UnscheduleBroadcastRequest) (*UnscheduleBroadcastResponse, error)
 	// UpdateBroadcast changes a draft's definition; fields left unset keep
-	// their value. The content is checked as at create.
+	// their value. The content is checked as at create. A paused broadcast's
+	// content (from_name, subject, html, text, and from_address within the
+	// same domain) can change too, nothing else of it (FailedPrecondition):
+	// messages claimed after the resume are rendered from the new content.
 	UpdateBroadcast(context.Context, *UpdateBroadcastRequest) (*UpdateBroadcastResponse, error)
 	// DeleteBroadcast deletes a draft. A broadcast that started is kept (its
 	// ledger is the record of who was sent what); cancel it instead.

@@ -1,0 +1,118 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rangecast/rangecast/internal/store"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
+)
+
+// TestTemplateMistakeFixedWhilePaused: a template that fails for most of
+// the list pauses the broadcast (TestTemplateMistakesRefusedOrPause); the
+// operator edits the paused broadcast's content and resumes, and the rest
+// of the list is sent the new content, nobody twice. Before, a started
+// broadcast's content could not change: the only ways out were fixing
+// every contact's data or cancelling, and a new broadcast would have sent
+// a second copy to those already sent.
+func TestTemplateMistakeFixedWhilePaused(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, func(t *testing.T, sqlite bool) {
+		s := newStack(t, stackOptions{sqlite: sqlite, workers: 2})
+		ctx := context.Background()
+		contacts := make([]store.Contact, 60)
+		want := map[string]bool{}
+		for i := range contacts {
+			contacts[i] = store.Contact{ID: ulid.Make(), Email: fmt.Sprintf("c%02d@example.org", i), Name: "C", Subscribed: true}
+			if i < 4 || i == len(contacts)-1 { // the create-time sample
+				contacts[i].Attributes = map[string]any{"city": "Lyon"}
+			}
+			want[contacts[i].Email] = true
+		}
+		if _, err := s.store.ImportContacts(ctx, contacts, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := s.client.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{Name: "b", Content: &pb.BroadcastContent{
+			FromAddress: "news@rangecast.test", Subject: "Hi", Html: `<p>{{.Attributes.city}}</p>` + unsubscribeLink}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := resp.GetBroadcast().GetId()
+		s.start(id)
+		b := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_PAUSED, 30*time.Second)
+		if !strings.Contains(b.GetReason(), "city") || !strings.Contains(b.GetReason(), "broadcasts update") {
+			t.Errorf("paused with reason %q; want the template error and the way out", b.GetReason())
+		}
+		s.waitQuiet(300 * time.Millisecond)
+		before := s.sink.Count()
+
+		ops := pb.NewBroadcastOpsServiceClient(s.conn)
+		update := func(req *pb.UpdateBroadcastRequest) (*pb.Broadcast, error) {
+			req.Id = id
+			resp, err := ops.UpdateBroadcast(ctx, req)
+			return resp.GetBroadcast(), err
+		}
+		// Only the content changes, and the sending domain stays.
+		_, err = update(&pb.UpdateBroadcastRequest{Name: proto.String("renamed"), Subject: proto.String("x")})
+		wantStatus(t, "name", err, codes.FailedPrecondition, "paused", "only its content", "name", "nothing was changed")
+		_, err = update(&pb.UpdateBroadcastRequest{ThrottlePerHour: proto.Int64(10)})
+		wantStatus(t, "throttle", err, codes.FailedPrecondition, "throttle_per_hour")
+		_, err = update(&pb.UpdateBroadcastRequest{FromAddress: proto.String("news@elsewhere.test")})
+		wantStatus(t, "domain", err, codes.FailedPrecondition, "rangecast.test", "elsewhere.test")
+		// New content is checked as at create: still failing for the list.
+		_, err = update(&pb.UpdateBroadcastRequest{Html: proto.String(`<p>{{.Attributes.cty}}</p>` + unsubscribeLink)})
+		wantStatus(t, "still broken", err, codes.InvalidArgument, "cty")
+		_, err = update(&pb.UpdateBroadcastRequest{Html: proto.String(`<p>no link</p>`)})
+		wantStatus(t, "no unsubscribe link", err, codes.InvalidArgument, "unsubscribe")
+		if got := s.status(id); got.GetContentRevision() != 0 || !strings.Contains(got.GetContent().GetHtml(), "city") {
+			t.Fatalf("refused edits changed the broadcast: revision %d, html %q", got.GetContentRevision(), got.GetContent().GetHtml())
+		}
+
+		edited, err := update(&pb.UpdateBroadcastRequest{Subject: proto.String("Hi again"), FromAddress: proto.String("hello@rangecast.test"),
+			Html: proto.String(`<p>Hello from the fixed template</p>` + unsubscribeLink)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if edited.GetState() != pb.BroadcastState_BROADCAST_STATE_PAUSED || edited.GetContentRevision() != 1 || edited.GetContent().GetSubject() != "Hi again" {
+			t.Fatalf("after the edit: %v, revision %d, subject %q; want paused, revision 1, the new subject",
+				edited.GetState(), edited.GetContentRevision(), edited.GetContent().GetSubject())
+		}
+		if _, err := s.client.ResumeBroadcast(ctx, &pb.ResumeBroadcastRequest{Id: id}); err != nil {
+			t.Fatal(err)
+		}
+		done := s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+		// A contact or two per worker fail alone with the old template's
+		// error before the mistake is recognised (TestTemplateMistakesRefusedOrPause);
+		// everyone else is sent once.
+		got := s.sink.CountByRecipient()
+		for email, n := range got {
+			if n > 1 || !want[email] {
+				t.Errorf("%s received %d copies (eligible: %v)", email, n, want[email])
+			}
+		}
+		p := done.GetProgress()
+		if p.GetSent() != int64(len(got)) || p.GetSent()+p.GetFailed() != int64(len(contacts)) || p.GetFailed() > 4 {
+			t.Errorf("completed with %d sent, %d failed, %d received; want %d accounted for, at most 2 failed per worker",
+				p.GetSent(), p.GetFailed(), len(got), len(contacts))
+		}
+		for _, m := range s.sink.Messages() {
+			fixed := m.Subject == "Hi again" && strings.Contains(string(m.Raw), "Hello from the fixed template") && m.From == "hello@rangecast.test"
+			switch {
+			case m.Seq <= before && fixed:
+				t.Errorf("message %d to %v, sent before the edit, has the new content", m.Seq, m.To)
+			case m.Seq > before && !fixed:
+				t.Errorf("message %d to %v, sent after the edit, has subject %q from %s; want the new content", m.Seq, m.To, m.Subject, m.From)
+			}
+		}
+		if n := s.sink.Count() - before; n < len(contacts)-5 {
+			t.Errorf("%d sent after the edit; want the rest of the list", n)
+		}
+	})
+}
