@@ -55,6 +55,9 @@ func (b *Bucket) Return(n int) {
 	}
 }
 
+// Burst is how many tokens the bucket holds at most.
+func (b *Bucket) Burst() float64 { return b.burst }
+
 // Available is how many tokens the bucket holds at now, fractions included.
 func (b *Bucket) Available(now time.Time) float64 {
 	b.refill(now)

@@ -244,7 +244,7 @@ func (d *Domain) Grant(now time.Time, n int) (granted int, r Refusal) {
 		return 0, Refusal{}
 	}
 	daily, hourly := d.left(now)
-	if g := min(n, daily, hourly); g > 0 {
+	if g := min(n, daily, hourly); g > 0 && d.bucket.Available(now) >= float64(d.worthwhile(n, g)) {
 		granted = d.bucket.Take(now, g)
 	}
 	d.inFlight += granted
@@ -261,10 +261,20 @@ func (d *Domain) left(now time.Time) (daily, hourly int) {
 	return daily, d.server.left(now)
 }
 
+// worthwhile is the fewest messages the rate grants of a request for want
+// when the ceiling and the hourly limit allow allowed: a quarter of want, at
+// most the burst (and what the limits allow), a page worth its KV write,
+// job and report. Granting whatever the bucket held made pages as small as
+// the refill between two reports: 32 ranges at the default 50/s sent pages
+// of 3, 270 KV writes per 1,000 messages (a tester's run, 12,000 contacts).
+func (d *Domain) worthwhile(want, allowed int) int {
+	return max(1, min(want/4, int(d.bucket.Burst()), allowed))
+}
+
 // why names the limit that stopped a grant of want at got (the one lasting
 // longest when several did) and when it frees up. For the rate, that is
-// when a quarter of want (at most the burst) is back, a page worth its KV
-// write and report: the first token alone would ask for pages of one.
+// when a worthwhile page's tokens are back: the first token alone would ask
+// for pages of one.
 func (d *Domain) why(now time.Time, got, daily, hourly, want int) (r Refusal) {
 	consider := func(l Limit, t time.Time, text string) {
 		if !r.Refused() || t.After(r.Until) {
@@ -284,7 +294,7 @@ func (d *Domain) why(now time.Time, got, daily, hourly, want int) (r Refusal) {
 			Thousands(l), on, clockTime(t)))
 	}
 	if !r.Refused() {
-		w := d.bucket.WaitFor(now, max(1, want/4))
+		w := d.bucket.WaitFor(now, d.worthwhile(want, min(want, daily, hourly)))
 		consider(LimitRate, now.Add(w), fmt.Sprintf("rate of %s/s for %s used up; next page in %s",
 			strconv.FormatFloat(d.limits.RatePerSecond, 'f', -1, 64), d.st.Domain, roundUp(w)))
 	}

@@ -41,6 +41,21 @@ func TestGrant(t *testing.T) {
 			n:     100, want: 30, wantRetry: now.Add(500 * time.Millisecond),
 		},
 		{
+			// Three tokens back since the last grant are no page: 32
+			// ranges at 50/s sent pages of 3 when each took what there
+			// was. Wait for a quarter of what was asked.
+			name: "a few tokens are not a page", limits: Limits{},
+			setup: func(d *Domain) { d.Grant(now.Add(-60*time.Millisecond), 200) },
+			n:     100, want: 0, wantRetry: now.Add(440 * time.Millisecond),
+			wantWhy: "rate of 50/s for example.com used up; next page in 440ms",
+		},
+		{
+			// A small burst is a whole page's worth.
+			name: "a burst below a quarter page", limits: Limits{RatePerSecond: 2, Burst: 2},
+			setup: func(d *Domain) { d.Grant(now.Add(-time.Second), 2) },
+			n:     100, want: 2, wantRetry: now.Add(time.Second),
+		},
+		{
 			name: "configured rate", limits: Limits{RatePerSecond: 2, Burst: 10},
 			n: 11, want: 10, wantRetry: now.Add(time.Second),
 			wantWhy: "rate of 2/s for example.com used up; next page in 1s",
