@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +24,9 @@ import (
 type actor struct {
 	c  *Coordinator
 	id ulid.ULID
+	// term is the leader term the actor runs in (its run's context):
+	// cancelled, the actor is stepping down.
+	term context.Context
 
 	reports  chan reportReq
 	kicks    chan store.Broadcast
@@ -211,7 +215,25 @@ func (a *actor) log() interface {
 	Warn(string, ...any)
 	Error(string, ...any)
 } {
-	return a.c.cfg.Log.With("broadcast", a.id.String())
+	return actorLog{a.c.cfg.Log.With("broadcast", a.id.String()), a.term}
+}
+
+// actorLog logs an actor's warnings at debug level once its leader term has
+// ended: the step-down cancels the term's calls, and their "context
+// canceled" failures are the step-down, not faults (a leader frozen past
+// its lease logged nine warnings on waking). What they left undone is the
+// next leader's.
+type actorLog struct {
+	*slog.Logger
+	term context.Context // nil in tests that make actors by hand
+}
+
+func (l actorLog) Warn(msg string, args ...any) {
+	if l.term != nil && l.term.Err() != nil {
+		l.Debug(msg+" (stepping down)", args...)
+		return
+	}
+	l.Logger.Warn(msg, args...)
 }
 
 func (a *actor) run(ctx context.Context) {

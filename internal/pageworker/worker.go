@@ -259,6 +259,11 @@ func New(cfg Config) *Worker {
 // Run pulls and runs pages until ctx is cancelled. A page in progress when
 // ctx ends is not abandoned: sends in flight finish, outcomes are recorded,
 // the partial cursor is reported, then Run returns.
+// ID starts every claim owner this worker writes ("ID/7"): logged at its
+// start, it tells an operator from the ledger, and from the coordinator's
+// "in-doubt claims settled" lines, which process held a claim.
+func (w *Worker) ID() string { return w.live.id }
+
 func (w *Worker) Run(ctx context.Context) error {
 	if w.states == nil {
 		cache := newStateCache(w.cfg.Bus.Broadcasts)
@@ -273,6 +278,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLive()
 	w.publishLiveness(liveCtx)
+	go func() {
+		select {
+		case <-ctx.Done():
+			w.cfg.Log.Info("page worker stopping: finishing the pages it runs", "id", w.live.id)
+		case <-liveCtx.Done():
+		}
+	}()
+	defer func() { w.cfg.Log.Info("page worker stopped", "id", w.live.id) }()
 	// One puller more than turns: while a page's last window is sending,
 	// the spare one has the turn and starts the next page.
 	var pullers sync.WaitGroup

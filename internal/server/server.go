@@ -590,7 +590,7 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 	w := pageworker.New(pageworker.Config{Store: st, Bus: b, Transport: tr, Clock: clock.Real{}, Log: o.Log, Concurrency: o.Concurrency, Pages: o.Pages, Unsubscribe: links, DKIM: signer,
 		RetryFor: o.RetryFor})
 	health.ready.Store(true)
-	o.Log.Info("page worker running", "concurrency", o.Concurrency, "pages", max(o.Pages, 1), "smtp", tr.String())
+	o.Log.Info("page worker running", "id", w.ID(), "concurrency", o.Concurrency, "pages", max(o.Pages, 1), "smtp", tr.String())
 	tx := transactional.NewConsumer(transactional.ConsumerConfig{Store: st, JS: b.JS, Transport: tr, DKIM: signer, Clock: clock.Real{}, Log: o.Log.With("component", "transactional"), Slots: o.TxSlots, Lookup: o.TxLookup,
 		Admission: transactional.NewHeldProviders(b, o.Log.With("component", "transactional"))})
 	txDone := make(chan error, 1)
