@@ -642,6 +642,13 @@ func (api *BroadcastOpsAPI) ExportBroadcast(req *pb.ExportBroadcastRequest, stre
 	if err != nil {
 		return err
 	}
+	keep := map[pb.SendStatus]bool{}
+	for _, st := range req.GetStatuses() {
+		if _, known := pb.SendStatus_name[int32(st)]; !known || st == pb.SendStatus_SEND_STATUS_UNSPECIFIED {
+			return invalid("statuses: %v is not a ledger status", st)
+		}
+		keep[st] = true
+	}
 	// One keyset page in memory at a time, whatever the broadcast's size.
 	for after := (ulid.ULID{}); ; {
 		rows, err := api.cfg.Store.ExportPage(ctx, b.ID, after, exportPage)
@@ -651,13 +658,19 @@ func (api *BroadcastOpsAPI) ExportBroadcast(req *pb.ExportBroadcastRequest, stre
 		if len(rows) == 0 {
 			return nil
 		}
-		msg := &pb.ExportBroadcastResponse{Rows: make([]*pb.LedgerRow, len(rows))}
-		for i, s := range rows {
-			msg.Rows[i] = &pb.LedgerRow{ContactId: s.ContactID.String(), Email: s.Email, Status: SendStatusPB(s.Status),
-				Attempts: int32(s.Attempt), Reply: s.Error, MessageId: s.MessageID, ClaimedAt: timestamp(s.ClaimedAt), UpdatedAt: timestamp(s.UpdatedAt)}
+		msg := &pb.ExportBroadcastResponse{Rows: make([]*pb.LedgerRow, 0, len(rows))}
+		for _, s := range rows {
+			st := SendStatusPB(s.Status)
+			if len(keep) > 0 && !keep[st] {
+				continue // filtered here: the ledger is read in id order whatever the filter
+			}
+			msg.Rows = append(msg.Rows, &pb.LedgerRow{ContactId: s.ContactID.String(), Email: s.Email, Status: st,
+				Attempts: int32(s.Attempt), Reply: s.Error, MessageId: s.MessageID, ClaimedAt: timestamp(s.ClaimedAt), UpdatedAt: timestamp(s.UpdatedAt)})
 		}
-		if err := stream.Send(msg); err != nil {
-			return err
+		if len(msg.Rows) > 0 {
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
 		}
 		if len(rows) < exportPage {
 			return nil

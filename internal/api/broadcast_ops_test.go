@@ -197,6 +197,14 @@ func TestBroadcastOpsRefusals(t *testing.T) {
 			_, err = stream.Recv()
 			return err
 		}, codes.NotFound, missing},
+		{"export rows of no status", func() error {
+			stream, err := ops.ExportBroadcast(ctx, &pb.ExportBroadcastRequest{Id: running, Statuses: []pb.SendStatus{pb.SendStatus(99)}})
+			if err != nil {
+				return err
+			}
+			_, err = stream.Recv()
+			return err
+		}, codes.InvalidArgument, "not a ledger status"},
 	} {
 		err := c.call()
 		if st, _ := status.FromError(err); status.Code(err) != c.code || !strings.Contains(st.Message(), c.says) {

@@ -525,6 +525,7 @@ func rfc3339(ts *timestamppb.Timestamp) string {
 
 func exportCommand(c *client) *cobra.Command {
 	var output string
+	var statuses []string
 	cmd := &cobra.Command{
 		Use:   "export ID",
 		Short: "Write every ledger row as CSV: email, status, attempts, reply, times",
@@ -533,14 +534,26 @@ func exportCommand(c *client) *cobra.Command {
 id, Message-ID). The server reads the ledger in keyset pages and the CLI writes
 each page as it arrives, so a broadcast of any size is exported in constant
 memory. A cell that a spreadsheet would take for a formula (=, +, -, @ first)
-is prefixed with '.`,
+is prefixed with '. --status keeps the rows in the statuses given: --status
+unknown lists the messages whose fate nobody can know (the connection lost after
+the final dot, a worker killed mid-window), which a report only counts.`,
+		Example: `  rangecast broadcasts export 01J9Z3K8M2T4V6X8Y0A2B4C6D8 -o ledger.csv
+  rangecast broadcasts export 01J9Z3K8M2T4V6X8Y0A2B4C6D8 --status unknown,failed`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			oc, err := c.ops()
 			if err != nil {
 				return err
 			}
-			stream, err := oc.ExportBroadcast(cmd.Context(), &pb.ExportBroadcastRequest{Id: args[0]})
+			req := &pb.ExportBroadcastRequest{Id: args[0]}
+			for _, name := range statuses {
+				v, ok := pb.SendStatus_value["SEND_STATUS_"+strings.ToUpper(strings.TrimSpace(name))]
+				if !ok || v == int32(pb.SendStatus_SEND_STATUS_UNSPECIFIED) {
+					return fmt.Errorf("--status %q: use %s", name, strings.Join(sendStatusNames(), ", "))
+				}
+				req.Statuses = append(req.Statuses, pb.SendStatus(v))
+			}
+			stream, err := oc.ExportBroadcast(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
@@ -561,7 +574,21 @@ is prefixed with '.`,
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the CSV to this file instead of standard output")
+	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only rows in these statuses, comma-separated: "+strings.Join(sendStatusNames(), ", "))
 	return cmd
+}
+
+// sendStatusNames are the ledger statuses as the CLI writes them, in the
+// proto's order.
+func sendStatusNames() []string {
+	var names []string
+	for v := int32(1); ; v++ {
+		name, ok := pb.SendStatus_name[v]
+		if !ok {
+			return names
+		}
+		names = append(names, strings.ToLower(strings.TrimPrefix(name, "SEND_STATUS_")))
+	}
 }
 
 func retryCommand(c *client) *cobra.Command {

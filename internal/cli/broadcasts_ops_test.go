@@ -410,6 +410,23 @@ func TestBroadcastOpsCommands(t *testing.T) {
 		if len(seen) != 12 || seen["user3@example.org"] != "bounced" || seen["user5@example.org"] != "sent" {
 			t.Errorf("export statuses: %v", seen)
 		}
+		// --status keeps the rows in the statuses given.
+		want := 0
+		for _, st := range seen {
+			if st == "bounced" || st == "complained" {
+				want++
+			}
+		}
+		some, err := csv.NewReader(strings.NewReader(s.must("broadcasts", "export", id, "--status", "bounced,complained"))).ReadAll()
+		if err != nil || len(some) != want+1 || want == 0 {
+			t.Errorf("export --status bounced,complained: %d records, %v; want the header and %d", len(some), err, want)
+		}
+		for _, r := range some[1:] {
+			if r[1] != "bounced" && r[1] != "complained" {
+				t.Errorf("export --status bounced,complained wrote %v", r)
+			}
+		}
+		s.refused(`--status "nope": use claimed, deferred, sent`, "broadcasts", "export", id, "--status", "nope")
 		// A failed export leaves the file it was to replace as it was,
 		// and no partial file beside it.
 		s.refused("not found", "broadcasts", "export", ulid.Make().String(), "--output", file)

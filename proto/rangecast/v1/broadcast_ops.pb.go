@@ -1315,8 +1315,11 @@ func (x *ReportBroadcastResponse) GetLeftOut() int64 {
 }
 
 type ExportBroadcastRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// statuses, when given, keeps only the rows in one of them (unknown: the
+	// messages whose fate nobody can know; failed: those refused for good).
+	Statuses      []SendStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=rangecast.v1.SendStatus" json:"statuses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1356,6 +1359,13 @@ func (x *ExportBroadcastRequest) GetId() string {
 		return x.Id
 	}
 	return ""
+}
+
+func (x *ExportBroadcastRequest) GetStatuses() []SendStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
 }
 
 type LedgerRow struct {
@@ -1736,9 +1746,10 @@ const file_rangecast_v1_broadcast_ops_proto_rawDesc = "" +
 	"\bfailures\x18\x10 \x03(\v2\x1a.rangecast.v1.FailureGroupR\bfailures\x12\x1c\n" +
 	"\tretryable\x18\x11 \x01(\x03R\tretryable\x12&\n" +
 	"\x0frefused_at_send\x18\x12 \x01(\x03R\rrefusedAtSend\x12\x19\n" +
-	"\bleft_out\x18\x13 \x01(\x03R\aleftOut\"(\n" +
+	"\bleft_out\x18\x13 \x01(\x03R\aleftOut\"^\n" +
 	"\x16ExportBroadcastRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xb9\x02\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x124\n" +
+	"\bstatuses\x18\x02 \x03(\x0e2\x18.rangecast.v1.SendStatusR\bstatuses\"\xb9\x02\n" +
 	"\tLedgerRow\x12\x1d\n" +
 	"\n" +
 	"contact_id\x18\x01 \x01(\tR\tcontactId\x12\x14\n" +
@@ -1830,34 +1841,35 @@ var file_rangecast_v1_broadcast_ops_proto_depIdxs = []int32{
 	15, // 11: rangecast.v1.ReportBroadcastResponse.statuses:type_name -> rangecast.v1.StatusCount
 	16, // 12: rangecast.v1.ReportBroadcastResponse.events:type_name -> rangecast.v1.EventCount
 	17, // 13: rangecast.v1.ReportBroadcastResponse.failures:type_name -> rangecast.v1.FailureGroup
-	24, // 14: rangecast.v1.LedgerRow.status:type_name -> rangecast.v1.SendStatus
-	25, // 15: rangecast.v1.LedgerRow.claimed_at:type_name -> google.protobuf.Timestamp
-	25, // 16: rangecast.v1.LedgerRow.updated_at:type_name -> google.protobuf.Timestamp
-	20, // 17: rangecast.v1.ExportBroadcastResponse.rows:type_name -> rangecast.v1.LedgerRow
-	26, // 18: rangecast.v1.RetryBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
-	0,  // 19: rangecast.v1.BroadcastOpsService.PreviewBroadcast:input_type -> rangecast.v1.PreviewBroadcastRequest
-	3,  // 20: rangecast.v1.BroadcastOpsService.TestBroadcast:input_type -> rangecast.v1.TestBroadcastRequest
-	6,  // 21: rangecast.v1.BroadcastOpsService.ScheduleBroadcast:input_type -> rangecast.v1.ScheduleBroadcastRequest
-	8,  // 22: rangecast.v1.BroadcastOpsService.UnscheduleBroadcast:input_type -> rangecast.v1.UnscheduleBroadcastRequest
-	10, // 23: rangecast.v1.BroadcastOpsService.UpdateBroadcast:input_type -> rangecast.v1.UpdateBroadcastRequest
-	12, // 24: rangecast.v1.BroadcastOpsService.DeleteBroadcast:input_type -> rangecast.v1.DeleteBroadcastRequest
-	14, // 25: rangecast.v1.BroadcastOpsService.ReportBroadcast:input_type -> rangecast.v1.ReportBroadcastRequest
-	19, // 26: rangecast.v1.BroadcastOpsService.ExportBroadcast:input_type -> rangecast.v1.ExportBroadcastRequest
-	22, // 27: rangecast.v1.BroadcastOpsService.RetryBroadcast:input_type -> rangecast.v1.RetryBroadcastRequest
-	2,  // 28: rangecast.v1.BroadcastOpsService.PreviewBroadcast:output_type -> rangecast.v1.PreviewBroadcastResponse
-	5,  // 29: rangecast.v1.BroadcastOpsService.TestBroadcast:output_type -> rangecast.v1.TestBroadcastResponse
-	7,  // 30: rangecast.v1.BroadcastOpsService.ScheduleBroadcast:output_type -> rangecast.v1.ScheduleBroadcastResponse
-	9,  // 31: rangecast.v1.BroadcastOpsService.UnscheduleBroadcast:output_type -> rangecast.v1.UnscheduleBroadcastResponse
-	11, // 32: rangecast.v1.BroadcastOpsService.UpdateBroadcast:output_type -> rangecast.v1.UpdateBroadcastResponse
-	13, // 33: rangecast.v1.BroadcastOpsService.DeleteBroadcast:output_type -> rangecast.v1.DeleteBroadcastResponse
-	18, // 34: rangecast.v1.BroadcastOpsService.ReportBroadcast:output_type -> rangecast.v1.ReportBroadcastResponse
-	21, // 35: rangecast.v1.BroadcastOpsService.ExportBroadcast:output_type -> rangecast.v1.ExportBroadcastResponse
-	23, // 36: rangecast.v1.BroadcastOpsService.RetryBroadcast:output_type -> rangecast.v1.RetryBroadcastResponse
-	28, // [28:37] is the sub-list for method output_type
-	19, // [19:28] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	24, // 14: rangecast.v1.ExportBroadcastRequest.statuses:type_name -> rangecast.v1.SendStatus
+	24, // 15: rangecast.v1.LedgerRow.status:type_name -> rangecast.v1.SendStatus
+	25, // 16: rangecast.v1.LedgerRow.claimed_at:type_name -> google.protobuf.Timestamp
+	25, // 17: rangecast.v1.LedgerRow.updated_at:type_name -> google.protobuf.Timestamp
+	20, // 18: rangecast.v1.ExportBroadcastResponse.rows:type_name -> rangecast.v1.LedgerRow
+	26, // 19: rangecast.v1.RetryBroadcastResponse.broadcast:type_name -> rangecast.v1.Broadcast
+	0,  // 20: rangecast.v1.BroadcastOpsService.PreviewBroadcast:input_type -> rangecast.v1.PreviewBroadcastRequest
+	3,  // 21: rangecast.v1.BroadcastOpsService.TestBroadcast:input_type -> rangecast.v1.TestBroadcastRequest
+	6,  // 22: rangecast.v1.BroadcastOpsService.ScheduleBroadcast:input_type -> rangecast.v1.ScheduleBroadcastRequest
+	8,  // 23: rangecast.v1.BroadcastOpsService.UnscheduleBroadcast:input_type -> rangecast.v1.UnscheduleBroadcastRequest
+	10, // 24: rangecast.v1.BroadcastOpsService.UpdateBroadcast:input_type -> rangecast.v1.UpdateBroadcastRequest
+	12, // 25: rangecast.v1.BroadcastOpsService.DeleteBroadcast:input_type -> rangecast.v1.DeleteBroadcastRequest
+	14, // 26: rangecast.v1.BroadcastOpsService.ReportBroadcast:input_type -> rangecast.v1.ReportBroadcastRequest
+	19, // 27: rangecast.v1.BroadcastOpsService.ExportBroadcast:input_type -> rangecast.v1.ExportBroadcastRequest
+	22, // 28: rangecast.v1.BroadcastOpsService.RetryBroadcast:input_type -> rangecast.v1.RetryBroadcastRequest
+	2,  // 29: rangecast.v1.BroadcastOpsService.PreviewBroadcast:output_type -> rangecast.v1.PreviewBroadcastResponse
+	5,  // 30: rangecast.v1.BroadcastOpsService.TestBroadcast:output_type -> rangecast.v1.TestBroadcastResponse
+	7,  // 31: rangecast.v1.BroadcastOpsService.ScheduleBroadcast:output_type -> rangecast.v1.ScheduleBroadcastResponse
+	9,  // 32: rangecast.v1.BroadcastOpsService.UnscheduleBroadcast:output_type -> rangecast.v1.UnscheduleBroadcastResponse
+	11, // 33: rangecast.v1.BroadcastOpsService.UpdateBroadcast:output_type -> rangecast.v1.UpdateBroadcastResponse
+	13, // 34: rangecast.v1.BroadcastOpsService.DeleteBroadcast:output_type -> rangecast.v1.DeleteBroadcastResponse
+	18, // 35: rangecast.v1.BroadcastOpsService.ReportBroadcast:output_type -> rangecast.v1.ReportBroadcastResponse
+	21, // 36: rangecast.v1.BroadcastOpsService.ExportBroadcast:output_type -> rangecast.v1.ExportBroadcastResponse
+	23, // 37: rangecast.v1.BroadcastOpsService.RetryBroadcast:output_type -> rangecast.v1.RetryBroadcastResponse
+	29, // [29:38] is the sub-list for method output_type
+	20, // [20:29] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_rangecast_v1_broadcast_ops_proto_init() }
