@@ -542,15 +542,15 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 		}
 		return nil, Error(err)
 	}
-	out, err := api.cfg.Store.EditPaused(ctx, b.ID, c, api.cfg.Clock.Now())
+	out, rerendered, err := api.cfg.Store.EditPaused(ctx, b.ID, c, api.cfg.Clock.Now())
 	if errors.Is(err, store.ErrConflict) {
 		return nil, status.Errorf(codes.FailedPrecondition, "broadcast %s is %s; only a draft or a paused broadcast can be edited; nothing was changed", out.ID, out.State)
 	}
 	if err != nil {
 		return nil, Error(err)
 	}
-	api.cfg.Log.Info("paused broadcast's content edited", "broadcast", b.ID, "revision", out.ContentRevision)
-	return &pb.UpdateBroadcastResponse{Broadcast: broadcastPB(out, nil)}, nil
+	api.cfg.Log.Info("paused broadcast's content edited", "broadcast", b.ID, "revision", out.ContentRevision, "rerendered", rerendered)
+	return &pb.UpdateBroadcastResponse{Broadcast: broadcastPB(out, nil), Rerendered: rerendered}, nil
 }
 
 // sendingDomain is the domain content sends from ("" when it does not

@@ -316,8 +316,9 @@ A paused broadcast's content (--from-name, --subject, --html, --text, and
 --from within the same domain) can be changed too: the way out of a template
 that fails for part of the list, which pauses the broadcast, or of a typo
 found after the start. Messages claimed after the resume are rendered from
-the new content; nobody already sent is sent again. Its name, audience and
-settings stay as they were when it started.`,
+the new content; nobody already sent is sent again, and the recipients the
+old content could not be rendered for (failed before anything was sent) go
+again. Its name, audience and settings stay as they were when it started.`,
 		Example: `  rangecast broadcasts update 01J9Z3K8M2T4V6X8Y0A2B4C6D8 --subject "Hello again {{.Name}}" --html news-v2.html`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -382,6 +383,9 @@ settings stay as they were when it started.`,
 			what, then := "draft", ""
 			if resp.GetBroadcast().GetState() == pb.BroadcastState_BROADCAST_STATE_PAUSED {
 				what, then = "paused broadcast", "; resume it to send the new content"
+				if n := resp.GetRerendered(); n > 0 {
+					then = fmt.Sprintf("; resume it to send the new content, also to the %d %s the old content could not be rendered for", n, plural(n, "recipient", "recipients"))
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "updated %s %s (%s)%s\n", what, resp.GetBroadcast().GetId(), strings.Join(changed, ", "), then)
 			return nil

@@ -1585,7 +1585,7 @@ var reBareTryLater = regexp.MustCompile(`(?i)^\W*try again later\W*$`)
 // address, template data): that contact's failure, not the channel's.
 type renderError struct{ err error }
 
-func (e *renderError) Error() string { return "render: " + e.err.Error() }
+func (e *renderError) Error() string { return store.RenderFailedPrefix + e.err.Error() }
 func (e *renderError) Unwrap() error { return e.err }
 
 func (w *Worker) send(ctx context.Context, l *loaded, c store.Contact, now time.Time) error {

@@ -23,6 +23,14 @@ const GaveUpPrefix = "gave up after "
 // when the operator resumes and says they are the recipients' after all.
 const HaltedPrefix = "halted the broadcast: "
 
+// RenderFailedPrefix starts the error of a row whose message could not be
+// rendered for its contact (pageworker's renderError): nothing was sent, so
+// an edit of the content (EditPaused) may send it again.
+const RenderFailedPrefix = "render: "
+
+// EditedPrefix starts the error of a row EditPaused made due again.
+const EditedPrefix = "content edited; before: "
+
 // FailedHaltedPrefix starts the error of a row FailHalted failed.
 const FailedHaltedPrefix = "failed at resume by the operator (refused on every try): "
 
@@ -85,8 +93,12 @@ type BroadcastOps interface {
 	UpdateDraft(ctx context.Context, id ulid.ULID, d Draft, now time.Time) (Broadcast, error)
 	// EditPaused replaces a paused broadcast's content and counts one more
 	// content revision; ErrConflict (with the broadcast as it is) unless it
-	// is paused. Nothing else of it changes.
-	EditPaused(ctx context.Context, id ulid.ULID, c Content, now time.Time) (Broadcast, error)
+	// is paused. Nothing else of the broadcast changes. The rows that failed
+	// because the old content could not be rendered for their contact
+	// (RenderFailedPrefix; nothing was sent) are made deferred, due at now,
+	// in the same transaction, and counted in rerendered: sent again with
+	// the new content once the broadcast is resumed.
+	EditPaused(ctx context.Context, id ulid.ULID, c Content, now time.Time) (b Broadcast, rerendered int64, err error)
 	// DeleteDraft deletes a draft; ErrConflict (with the broadcast as it
 	// is) unless it is a draft, ErrNotFound if there is none.
 	DeleteDraft(ctx context.Context, id ulid.ULID) (Broadcast, error)

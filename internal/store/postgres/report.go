@@ -47,26 +47,45 @@ WHERE id = $1 AND state = 'draft'`,
 	return s.GetBroadcast(ctx, id)
 }
 
-func (s *Store) EditPaused(ctx context.Context, id ulid.ULID, c store.Content, now time.Time) (store.Broadcast, error) {
+func (s *Store) EditPaused(ctx context.Context, id ulid.ULID, c store.Content, now time.Time) (store.Broadcast, int64, error) {
 	b, err := s.GetBroadcast(ctx, id)
 	if err != nil {
-		return b, err
+		return b, 0, err
 	}
 	if err := store.CheckBroadcast(store.Broadcast{Name: b.Name, Content: c}); err != nil {
-		return store.Broadcast{}, fmt.Errorf("edit paused broadcast: %w", err)
+		return store.Broadcast{}, 0, fmt.Errorf("edit paused broadcast: %w", err)
 	}
-	tag, err := s.pool.Exec(ctx, `
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return store.Broadcast{}, 0, mapErr("edit paused broadcast", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	tag, err := tx.Exec(ctx, `
 UPDATE broadcasts SET from_name = $2, from_address = $3, subject = $4, html = $5, text_body = $6,
        content_revision = content_revision + 1, updated_at = $7
 WHERE id = $1 AND state = 'paused'`,
 		uid(id), c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, now)
 	if err != nil {
-		return store.Broadcast{}, mapErr("edit paused broadcast", err)
+		return store.Broadcast{}, 0, mapErr("edit paused broadcast", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return s.stateRefusal(ctx, id, "edit paused broadcast")
+		b, err := s.stateRefusal(ctx, id, "edit paused broadcast")
+		return b, 0, err
 	}
-	return s.GetBroadcast(ctx, id)
+	// Paused: no sweep claims a deferred row meanwhile (ClaimDue needs the
+	// broadcast running), so these wait for the resume.
+	tag, err = tx.Exec(ctx, `
+UPDATE broadcast_sends SET status = 'deferred', retry_at = $2, attempt = 0, owner = '', updated_at = $2, error = $3 || error
+WHERE broadcast_id = $1 AND status = 'failed' AND NOT accepted AND starts_with(error, $4)`,
+		uid(id), now, store.EditedPrefix, store.RenderFailedPrefix)
+	if err != nil {
+		return store.Broadcast{}, 0, mapErr("edit paused broadcast: rows to render again", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return store.Broadcast{}, 0, mapErr("edit paused broadcast", err)
+	}
+	b, err = s.GetBroadcast(ctx, id)
+	return b, tag.RowsAffected(), err
 }
 
 func (s *Store) DeleteDraft(ctx context.Context, id ulid.ULID) (store.Broadcast, error) {

@@ -53,19 +53,49 @@ WHERE id = ?1 AND state = 'draft'`,
 		d.NoUnsubscribeLink, ts(now))
 }
 
-func (s *Store) EditPaused(ctx context.Context, bid ulid.ULID, c store.Content, now time.Time) (store.Broadcast, error) {
+func (s *Store) EditPaused(ctx context.Context, bid ulid.ULID, c store.Content, now time.Time) (store.Broadcast, int64, error) {
 	b, err := s.GetBroadcast(ctx, bid)
 	if err != nil {
-		return b, err
+		return b, 0, err
 	}
 	if err := store.CheckBroadcast(store.Broadcast{Name: b.Name, Content: c}); err != nil {
-		return store.Broadcast{}, fmt.Errorf("edit paused broadcast: %w", err)
+		return store.Broadcast{}, 0, fmt.Errorf("edit paused broadcast: %w", err)
 	}
-	return s.draftWrite(ctx, bid, "edit paused broadcast", `
+	var edited bool
+	var rerendered int64
+	err = s.write(ctx, "edit paused broadcast", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
 UPDATE broadcasts SET from_name = ?2, from_address = ?3, subject = ?4, html = ?5, text_body = ?6,
        content_revision = content_revision + 1, updated_at = ?7
 WHERE id = ?1 AND state = 'paused'`,
-		id(bid), c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, ts(now))
+			id(bid), c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, ts(now))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if edited = n > 0; err != nil || !edited {
+			return err
+		}
+		// See the Postgres store: these wait for the resume.
+		res, err = tx.ExecContext(ctx, `
+UPDATE broadcast_sends SET status = 'deferred', retry_at = ?2, attempt = 0, owner = '', updated_at = ?2, error = ?3 || error
+WHERE broadcast_id = ?1 AND status = 'failed' AND NOT accepted AND substr(error, 1, ?4) = ?5`,
+			id(bid), ts(now), store.EditedPrefix, len(store.RenderFailedPrefix), store.RenderFailedPrefix)
+		if err != nil {
+			return err
+		}
+		rerendered, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return store.Broadcast{}, 0, err
+	}
+	if !edited {
+		b, err := s.stateRefusal(ctx, bid, "edit paused broadcast")
+		return b, 0, err
+	}
+	b, err = s.GetBroadcast(ctx, bid)
+	return b, rerendered, err
 }
 
 func (s *Store) DeleteDraft(ctx context.Context, bid ulid.ULID) (store.Broadcast, error) {

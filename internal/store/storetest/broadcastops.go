@@ -55,25 +55,50 @@ func testUpdateDeleteDrafts(f *fixture) {
 
 // A paused broadcast's content can be replaced, each edit counting a
 // content revision; nothing else of it changes, and a broadcast in any
-// other state is refused as it is.
+// other state is refused as it is. The rows the old content could not be
+// rendered for go back to deferred, due at once; no other row changes.
 func testEditPaused(f *fixture) {
+	ids := f.subscribers("edit", 3)
 	r := f.running("to fix", 0)
+	f.claim(r, ids, at(1))
+	const unrendered, refused = store.RenderFailedPrefix + `invalid html: the contact has no attribute "city"`, "smtp rcpt: 550 5.1.1 no such user"
+	f.must(f.s.RecordOutcomes(f.ctx, r.ID, "w1/1", []store.Outcome{
+		{ContactID: ids[0], Status: store.SendFailed, Error: unrendered},
+		{ContactID: ids[1], Status: store.SendFailed, Error: refused},
+		{ContactID: ids[2], Status: store.SendSent},
+	}, at(1)), "RecordOutcomes")
 	c := store.Content{FromName: "N", FromAddress: "n@example.org", Subject: "Fixed", HTML: "<p>fixed</p>", Text: "fixed"}
-	got, err := f.s.EditPaused(f.ctx, r.ID, c, at(2))
+	got, _, err := f.s.EditPaused(f.ctx, r.ID, c, at(2))
 	f.wantErr(err, store.ErrConflict, "EditPaused of a running broadcast")
 	if got.State != store.StateRunning || got.Content != r.Content || got.ContentRevision != 0 {
 		f.t.Fatalf("refused EditPaused returned %s, revision %d, %+v; want the running broadcast unchanged", got.State, got.ContentRevision, got.Content)
 	}
 	_, err = f.s.SetState(f.ctx, r.ID, []store.State{store.StateRunning}, store.StatePaused, "halted", at(3))
 	f.must(err, "SetState paused")
-	b, err := f.s.EditPaused(f.ctx, r.ID, c, at(4))
+	b, n, err := f.s.EditPaused(f.ctx, r.ID, c, at(4))
 	f.must(err, "EditPaused")
 	if b.Content != c || b.ContentRevision != 1 || b.State != store.StatePaused || b.Reason != "halted" || b.Name != r.Name ||
 		b.MinID != r.MinID || b.MaxID != r.MaxID || b.SnapshotTotal != r.SnapshotTotal {
 		f.t.Fatalf("EditPaused = %+v; want the new content, revision 1, the rest as it was (%+v)", b, r)
 	}
+	if n != 1 {
+		f.t.Errorf("EditPaused rerendered %d rows; want 1, the one the old content failed to render for", n)
+	}
+	if s := f.send(r, ids[0]); s.Status != store.SendDeferred || s.Attempt != 0 || s.Error != store.EditedPrefix+unrendered {
+		f.t.Errorf("the row that failed to render, after the edit: %s, attempt %d, %q; want deferred, no attempt, its error kept behind %q",
+			s.Status, s.Attempt, s.Error, store.EditedPrefix)
+	}
+	if due, _, err := f.s.NextDue(f.ctx, r.ID, at(4)); err != nil || due != 1 {
+		f.t.Errorf("NextDue at the edit = %d, %v; want the row to render again due at once", due, err)
+	}
+	if s := f.send(r, ids[1]); s.Status != store.SendFailed || s.Error != refused {
+		f.t.Errorf("the row refused for good, after the edit: %s %q; want failed as it was", s.Status, s.Error)
+	}
+	if s := f.send(r, ids[2]); s.Status != store.SendSent {
+		f.t.Errorf("the row sent, after the edit: %s; want sent", s.Status)
+	}
 	c.Subject = "Fixed again"
-	b, err = f.s.EditPaused(f.ctx, r.ID, c, at(5))
+	b, _, err = f.s.EditPaused(f.ctx, r.ID, c, at(5))
 	f.must(err, "EditPaused again")
 	if b.ContentRevision != 2 || b.Content.Subject != "Fixed again" {
 		f.t.Fatalf("second EditPaused = revision %d, subject %q; want 2, the newer subject", b.ContentRevision, b.Content.Subject)
@@ -82,9 +107,9 @@ func testEditPaused(f *fixture) {
 		f.t.Fatalf("GetBroadcast after the edits = revision %d, %+v, %v; want what EditPaused returned", again.ContentRevision, again.Content, err)
 	}
 	d := f.draft("draft", 0)
-	_, err = f.s.EditPaused(f.ctx, d.ID, c, at(6))
+	_, _, err = f.s.EditPaused(f.ctx, d.ID, c, at(6))
 	f.wantErr(err, store.ErrConflict, "EditPaused of a draft (UpdateDraft's)")
-	_, err = f.s.EditPaused(f.ctx, ulid.Make(), c, at(6))
+	_, _, err = f.s.EditPaused(f.ctx, ulid.Make(), c, at(6))
 	f.wantErr(err, store.ErrNotFound, "EditPaused of no broadcast")
 }
 

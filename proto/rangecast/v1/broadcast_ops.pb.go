@@ -749,8 +749,12 @@ func (x *UpdateBroadcastRequest) GetNoUnsubscribeLink() bool {
 }
 
 type UpdateBroadcastResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Broadcast     *Broadcast             `protobuf:"bytes,1,opt,name=broadcast,proto3" json:"broadcast,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Broadcast *Broadcast             `protobuf:"bytes,1,opt,name=broadcast,proto3" json:"broadcast,omitempty"`
+	// rerendered counts, for an edit of a paused broadcast's content, the
+	// recipients the old content could not be rendered for (failed before
+	// anything was sent): they go again with the new content once resumed.
+	Rerendered    int64 `protobuf:"varint,2,opt,name=rerendered,proto3" json:"rerendered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -790,6 +794,13 @@ func (x *UpdateBroadcastResponse) GetBroadcast() *Broadcast {
 		return x.Broadcast
 	}
 	return nil
+}
+
+func (x *UpdateBroadcastResponse) GetRerendered() int64 {
+	if x != nil {
+		return x.Rerendered
+	}
+	return 0
 }
 
 type DeleteBroadcastRequest struct {
@@ -1702,9 +1713,12 @@ const file_rangecast_v1_broadcast_ops_proto_rawDesc = "" +
 	"\b_segmentB\x14\n" +
 	"\x12_throttle_per_hourB\x12\n" +
 	"\x10_in_doubt_policyB\x16\n" +
-	"\x14_no_unsubscribe_link\"P\n" +
+	"\x14_no_unsubscribe_link\"p\n" +
 	"\x17UpdateBroadcastResponse\x125\n" +
-	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\"(\n" +
+	"\tbroadcast\x18\x01 \x01(\v2\x17.rangecast.v1.BroadcastR\tbroadcast\x12\x1e\n" +
+	"\n" +
+	"rerendered\x18\x02 \x01(\x03R\n" +
+	"rerendered\"(\n" +
 	"\x16DeleteBroadcastRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"P\n" +
 	"\x17DeleteBroadcastResponse\x125\n" +
