@@ -375,8 +375,11 @@ func (a *actor) adopt(b store.Broadcast) {
 	}
 	a.b.State, a.b.Reason = b.State, b.Reason
 	// Edited while paused (EditPaused): the pages issued from now on carry
-	// the new revision, so the workers read the new content.
-	a.b.Content, a.b.ContentRevision = b.Content, b.ContentRevision
+	// the new revision, so the workers read the new content. Revisions
+	// only grow; an older copy never takes an edit back.
+	if b.ContentRevision > a.b.ContentRevision {
+		a.b.Content, a.b.ContentRevision = b.Content, b.ContentRevision
+	}
 }
 
 // catchUp re-reads the range records when adopt found them stale.
