@@ -47,6 +47,13 @@ type actor struct {
 	// throttleWait is how long until the throttle can grant a page, when
 	// the last dispatch round was held back by it.
 	throttleWait time.Duration
+	// pagesRateHeld: the last dispatch left a page waiting for the domain's
+	// rate; sweptLast: the last grant of the domain's rate went to a sweep.
+	// While both hold, sweeps give way (sweepGivesWay): a sweep asks only
+	// for the rows due, so takes the few tokens a page waits to gather,
+	// and a steady trickle of due rows would hold the walk's first sends
+	// back for good.
+	pagesRateHeld, sweptLast bool
 	throttle     *governor.Bucket
 	// sweepWait is the limit (throttle, daily ceiling, rate) that held
 	// back the last sweep of due rows; "" once one went out.
@@ -880,7 +887,7 @@ func (a *actor) dispatch(ctx context.Context) {
 	}
 	now := a.c.cfg.Clock.Now()
 	waiting, unfinished := "", false
-	a.throttleWait = 0
+	a.throttleWait, a.pagesRateHeld = 0, false
 	// Start each round one range further on, so a throttle that grants only
 	// a few pages at a time spreads them over all ranges.
 	a.round++
@@ -928,9 +935,11 @@ func (a *actor) dispatch(ctx context.Context) {
 		if limit = granted; limit == 0 {
 			if why.Limit == governor.LimitRate {
 				a.throttleWait = a.rateWait(now, why.Until)
+				a.pagesRateHeld = true
 			}
 			break
 		}
+		a.pagesRateHeld, a.sweptLast = false, false
 		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue,
 			Content: a.b.ContentRevision}
 		if pacer := a.c.pacer(); pacer != nil {

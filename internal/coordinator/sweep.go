@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -60,7 +61,7 @@ func (a *actor) sweep(ctx context.Context) {
 	// all already.
 	room = min(room, int((due+int64(a.c.cfg.PageLimit)-1)/int64(a.c.cfg.PageLimit))-len(a.sweeps))
 	for range room {
-		if !a.dispatchSweep(ctx, now) {
+		if !a.dispatchSweep(ctx, now, due) {
 			return
 		}
 	}
@@ -83,9 +84,9 @@ func (a *actor) sweepRoom() int {
 	return max(1, min(a.sweepsWanted, len(a.recs)))
 }
 
-// dispatchSweep sends one sweep out; false when none could go (held by the
-// throttle or the governor, or not published).
-func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
+// dispatchSweep sends one sweep out for up to due rows; false when none
+// could go (held by the throttle or the governor, or not published).
+func (a *actor) dispatchSweep(ctx context.Context, now time.Time, due int64) bool {
 	if len(a.sweeps) > 0 && a.sweepHeld {
 		// The last sweep carries a provider's ramp step (a probe, or the
 		// next step of connections): one sweep at a time then, as the ramp
@@ -96,15 +97,28 @@ func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
 		// every sweep alike, and sweeps of the others go on side by side.
 		return false
 	}
-	limit := a.c.cfg.PageLimit
+	// Asked for what is due, not a whole page: the domain's rate grants a
+	// quarter of what is asked at least (governor's worthwhile), and a
+	// sweep of 3 due rows asking for 192 waited for 48 tokens that the
+	// walk's pages took first, so retries and the breakers' probes (which
+	// ride on sweeps) waited for the end of a rate-bound walk.
+	want := int(min(int64(a.c.cfg.PageLimit), max(due, 1)))
+	if a.pagesRateHeld && a.sweptLast {
+		// The pages' turn (pagesRateHeld): look again when they may have
+		// had it.
+		a.nextSweep = minTime(a.nextSweep, now.Add(max(a.throttleWait, 10*time.Millisecond)))
+		return false
+	}
+	limit := want
 	if a.throttle != nil {
 		// The pages' floor (minPage): a sweep of the one or two tokens
 		// back since the last costs a job and a report apiece, under a
 		// low throttle a sweep per message.
-		if limit = a.throttle.Take(now, limit); limit < a.minPage() {
+		floor := min(a.minPage(), want)
+		if limit = a.throttle.Take(now, limit); limit < floor {
 			a.throttle.Return(limit)
 			a.sweepWait = fmt.Sprintf("throttle of %d/hour", a.b.ThrottlePerHour)
-			a.nextSweep = minTime(a.nextSweep, now.Add(max(a.throttle.WaitFor(now, a.minPage()), 10*time.Millisecond)))
+			a.nextSweep = minTime(a.nextSweep, now.Add(max(a.throttle.WaitFor(now, floor), 10*time.Millisecond)))
 			return false
 		}
 	}
@@ -114,9 +128,15 @@ func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
 		// with the limit that holds them (the daily ceiling), not a
 		// "next due" time in the past.
 		a.sweepWait = why.Text
+		if why.Limit == governor.LimitRate {
+			// Look again when the tokens are back, as pages do
+			// (rateWait), not a sweep interval later.
+			a.nextSweep = minTime(a.nextSweep, now.Add(a.rateWait(now, why.Until)))
+		}
 		return false
 	}
 	a.sweepWait = ""
+	a.sweptLast = true
 	// The dedupe id is the dispatch time, unique across leader terms, and
 	// made unique among the sweeps dispatched within one millisecond.
 	a.sweepIssue = max(a.sweepIssue+1, int(now.UnixMilli()))

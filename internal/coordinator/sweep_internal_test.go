@@ -371,3 +371,110 @@ func TestRangesGoAgainWhenTheRelayTakesMail(t *testing.T) {
 		t.Fatalf("range 0 still backing off until %v after another page sent", a.notBefore[0])
 	}
 }
+
+// domainPacer is a Pacer of one real governor.Domain, nothing held.
+type domainPacer struct{ d *governor.Domain }
+
+func (p *domainPacer) Grant(now time.Time, _ string, n int) (int, governor.Refusal) {
+	return p.d.Grant(now, n)
+}
+func (p *domainPacer) Settle(_ string, granted, sent int)   { p.d.Settle(granted, sent) }
+func (p *domainPacer) Observe(time.Time, string, bus.Report) {}
+func (p *domainPacer) Holds(time.Time, string, bool, time.Time) ProviderHolds {
+	return ProviderHolds{}
+}
+
+// TestSweepsAndPagesShareTheDomainRate: while the ranges are walked under
+// a binding domain rate (50/s) with deferred rows due all along, both the
+// walk's pages and the sweeps (retries, and the breakers' probes, which
+// ride on sweeps) get out; once the walk is over, sweeps go on alone.
+// Found by review: with pages waiting for a worthwhile page's tokens, a
+// sweep asking for a whole page got out 1-9 times in 10 minutes (it
+// looked every 5 s and the pages had taken the tokens); asking for the
+// rows due, it took the few tokens the pages were gathering and the pages
+// got out once in 10 minutes. Sweeps now ask for what is due and give way
+// to waiting pages after each grant.
+func TestSweepsAndPagesShareTheDomainRate(t *testing.T) {
+	for _, c := range []struct {
+		latency, perMessage time.Duration
+	}{{0, 0}, {200 * time.Millisecond, 5 * time.Millisecond}, {time.Second, 20 * time.Millisecond}} {
+		t.Run(fmt.Sprintf("%v+%v a message", c.latency, c.perMessage), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			clk := clock.NewFake(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC))
+			a, jobs := backlogActor(t, clk, 100, 192, func(int) time.Time { return clk.Now() })
+			a.c.cfg.Tick = 5 * time.Second
+			a.c.cfg.Redispatch = time.Hour
+			for i := range a.recs {
+				a.recs[i].Done = false
+			}
+			a.c.pace = &domainPacer{governor.NewDomain("example.com", governor.Limits{RatePerSecond: 50, Burst: 200}, nil, clk.Now())}
+			type running struct {
+				until time.Time
+				job   bus.PageJob
+			}
+			var out []running
+			// run plays the actor's loop for d: reports come back after
+			// the latency, the actor sweeps and dispatches, and wakes as
+			// its run loop would.
+			run := func(d time.Duration) (pages, sweeps int) {
+				for end := clk.Now().Add(d); clk.Now().Before(end); {
+					var still []running
+					for _, r := range out {
+						if r.until.After(clk.Now()) {
+							still = append(still, r)
+							continue
+						}
+						rep := bus.Report{Broadcast: r.job.Broadcast, Range: r.job.Range, Limit: r.job.Limit, Issue: r.job.Issue, Claimed: r.job.Limit, Sent: r.job.Limit}
+						if r.job.Sweep {
+							rep.Sweep = true
+							a.applySweep(ctx, rep)
+						} else {
+							a.settle(r.job.Limit, rep)
+							delete(a.outstanding, r.job.Range)
+						}
+					}
+					out = still
+					before := len(jobs.jobs)
+					a.sweep(ctx)
+					a.dispatch(ctx)
+					for _, j := range jobs.jobs[before:] {
+						if j.Sweep {
+							sweeps++
+						} else {
+							pages++
+						}
+						out = append(out, running{clk.Now().Add(c.latency + time.Duration(j.Limit)*c.perMessage), j})
+					}
+					wake := a.c.cfg.Tick
+					for _, r := range out {
+						wake = min(wake, max(r.until.Sub(clk.Now()), time.Millisecond))
+					}
+					if a.throttleWait > 0 {
+						wake = min(wake, a.throttleWait)
+					}
+					if len(a.sweeps) < a.sweepRoom() && !a.nextSweep.IsZero() {
+						wake = min(wake, max(a.nextSweep.Sub(clk.Now()), 10*time.Millisecond))
+					}
+					clk.Advance(wake)
+				}
+				return pages, sweeps
+			}
+			pages, sweeps := run(10 * time.Minute)
+			t.Logf("walk, 10 min at 50/s: %d pages, %d sweeps", pages, sweeps)
+			if pages < 200 || sweeps < 200 {
+				t.Errorf("10 minutes of a rate-bound walk with rows due: %d pages, %d sweeps; want both well over 200 (about one each a second)", pages, sweeps)
+			}
+			for i := range a.recs {
+				a.recs[i].Done = true
+			}
+			pages, sweeps = run(time.Minute)
+			t.Logf("after the walk, 1 min: %d pages, %d sweeps", pages, sweeps)
+			// One out at a time (100 due rows fill one), each back after
+			// its latency: at the slowest, 3 s a sweep.
+			if sweeps < 15 {
+				t.Errorf("a minute after the walk with rows due: %d sweeps; want them to go on alone, one every few seconds at least", sweeps)
+			}
+		})
+	}
+}
