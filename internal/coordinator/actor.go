@@ -54,7 +54,7 @@ type actor struct {
 	// and a steady trickle of due rows would hold the walk's first sends
 	// back for good.
 	pagesRateHeld, sweptLast bool
-	throttle     *governor.Bucket
+	throttle                 *governor.Bucket
 	// sweepWait is the limit (throttle, daily ceiling, rate) that held
 	// back the last sweep of due rows; "" once one went out.
 	sweepWait string

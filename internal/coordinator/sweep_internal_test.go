@@ -378,7 +378,7 @@ type domainPacer struct{ d *governor.Domain }
 func (p *domainPacer) Grant(now time.Time, _ string, n int) (int, governor.Refusal) {
 	return p.d.Grant(now, n)
 }
-func (p *domainPacer) Settle(_ string, granted, sent int)   { p.d.Settle(granted, sent) }
+func (p *domainPacer) Settle(_ string, granted, sent int)    { p.d.Settle(granted, sent) }
 func (p *domainPacer) Observe(time.Time, string, bus.Report) {}
 func (p *domainPacer) Holds(time.Time, string, bool, time.Time) ProviderHolds {
 	return ProviderHolds{}
