@@ -23,6 +23,7 @@ import (
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/pageworker"
+	"github.com/rangecast/rangecast/internal/preflight"
 	"github.com/rangecast/rangecast/internal/store"
 	"github.com/rangecast/rangecast/internal/transport"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -101,6 +102,8 @@ func notDraft(b store.Broadcast, verb string) error {
 		instead = " (a started broadcast's ledger is the record of who was sent what); cancel it instead"
 	case verb == "edited" && b.State == store.StateRunning:
 		instead = " or a paused one (its content only); pause it first"
+	case verb == "edited" && b.State == store.StateFailed:
+		instead = " or a paused one (its content only); resume it, pause it, then edit it"
 	case verb == "edited":
 		instead = "; create a new broadcast instead"
 	case b.State == store.StateRunning || b.State == store.StatePaused:
@@ -517,6 +520,9 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 			"broadcast %s is paused: only its content (from_name, from_address, subject, html, text) can change after it started, not %s; nothing was changed",
 			b.ID, strings.Join(fixed, ", "))
 	}
+	if req.FromName == nil && req.FromAddress == nil && req.Subject == nil && req.Html == nil && req.Text == nil {
+		return nil, invalid("nothing to change: give at least one of from_name, from_address, subject, html, text")
+	}
 	c := b.Content
 	set := func(dst *string, v *string) {
 		if v != nil {
@@ -529,7 +535,10 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 	set(&c.HTML, req.Html)
 	set(&c.Text, req.Text)
 	if err := message.CheckBroadcast(message.Template(c), b.NoUnsubscribeLink); err != nil {
-		return nil, invalid("content: %v", err)
+		// The hint to create the broadcast with --no-unsubscribe-link is
+		// no way out of an edit: a started broadcast keeps its setting.
+		msg, _, _ := strings.Cut(err.Error(), "; or, if the body already links")
+		return nil, invalid("content: %s; nothing was changed", msg)
 	}
 	if was, now := sendingDomain(b.Content), sendingDomain(c); was != now {
 		return nil, status.Errorf(codes.FailedPrecondition,
@@ -538,11 +547,28 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 	}
 	if err := api.cfg.Engine.Preflight(ctx, store.Broadcast{Content: c, SegmentID: b.SegmentID}); err != nil {
 		if coordinator.KindOf(err) == coordinator.PreflightFailed {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, status.Error(codes.InvalidArgument, err.Error()+"; nothing was changed")
 		}
 		return nil, Error(err)
 	}
+	// The sample above is the create-time check's; the contacts that
+	// paused the broadcast are the ones the edit is for. A still-broken
+	// edit passed the sample (which had the attribute), was accepted, and
+	// the resume paused again at once.
+	held, err := api.cfg.Store.HeldByContent(ctx, b.ID, heldChecked)
+	if err != nil {
+		return nil, Error(err)
+	}
+	if compiled, err := message.Compile(message.Template(c)); err != nil {
+		return nil, invalid("content: %v", err)
+	} else if f := preflight.CheckContacts(b, compiled, held, api.cfg.Clock.Now()); f != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "%v, one the old content held back; fix the template (or the contact), then try again; nothing was changed", f)
+	}
 	out, rerendered, err := api.cfg.Store.EditPaused(ctx, b.ID, c, api.cfg.Clock.Now())
+	if errors.Is(err, store.ErrClaimsOut) {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"broadcast %s is paused but some of its messages are still claimed without an outcome (a window finishing, or a stopped worker's claims, settled within --in-doubt-after): try again once they are; nothing was changed", b.ID)
+	}
 	if errors.Is(err, store.ErrConflict) {
 		return nil, status.Errorf(codes.FailedPrecondition, "broadcast %s is %s; only a draft or a paused broadcast can be edited; nothing was changed", out.ID, out.State)
 	}
@@ -552,6 +578,11 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 	api.cfg.Log.Info("paused broadcast's content edited", "broadcast", b.ID, "revision", out.ContentRevision, "rerendered", rerendered)
 	return &pb.UpdateBroadcastResponse{Broadcast: broadcastPB(out, nil), Rerendered: rerendered}, nil
 }
+
+// heldChecked is how many of the contacts the old content held back an edit
+// renders its new content for before it is accepted: a template mistake
+// halts within its first few dozen, so these are all of them or plenty.
+const heldChecked = 200
 
 // sendingDomain is the domain content sends from ("" when it does not
 // compile, which CheckBroadcast has ruled out for the new content).

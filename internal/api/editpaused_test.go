@@ -70,7 +70,18 @@ func TestTemplateMistakeFixedWhilePaused(t *testing.T) {
 		_, err = update(&pb.UpdateBroadcastRequest{Html: proto.String(`<p>{{.Attributes.cty}}</p>` + unsubscribeLink)})
 		wantStatus(t, "still broken", err, codes.InvalidArgument, "cty")
 		_, err = update(&pb.UpdateBroadcastRequest{Html: proto.String(`<p>no link</p>`)})
-		wantStatus(t, "no unsubscribe link", err, codes.InvalidArgument, "unsubscribe")
+		wantStatus(t, "no unsubscribe link", err, codes.InvalidArgument, "unsubscribe", "nothing was changed")
+		if err != nil && strings.Contains(err.Error(), "--no-unsubscribe-link") {
+			t.Errorf("an edit without the link is told to create the broadcast with --no-unsubscribe-link: %v", err)
+		}
+		// Still broken for the contacts that paused it, though fine for
+		// the create-time sample (a tester's edit was accepted, and the
+		// resume paused again at once).
+		_, err = update(&pb.UpdateBroadcastRequest{Subject: proto.String("Hi {{.Attributes.city}}"),
+			Html: proto.String(`<p>Hello</p>` + unsubscribeLink)})
+		wantStatus(t, "still broken for those held", err, codes.InvalidArgument, "city", "held back", "nothing was changed")
+		_, err = update(&pb.UpdateBroadcastRequest{})
+		wantStatus(t, "nothing to change", err, codes.InvalidArgument, "nothing to change")
 		if got := s.status(id); got.GetContentRevision() != 0 || !strings.Contains(got.GetContent().GetHtml(), "city") {
 			t.Fatalf("refused edits changed the broadcast: revision %d, html %q", got.GetContentRevision(), got.GetContent().GetHtml())
 		}

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/rangecast/rangecast/internal/message"
+	"github.com/rangecast/rangecast/internal/store"
 )
 
 // renderHaltMin is how many contacts must fail to render with the same
@@ -40,7 +41,7 @@ type configError struct {
 }
 
 func (e *configError) Error() string {
-	return fmt.Sprintf("the template fails the same way for %d contacts (a configuration mistake, not theirs): %s; "+
+	return fmt.Sprintf(store.TemplateMistakePrefix+"%d contacts (a configuration mistake, not theirs): %s; "+
 		"correct the content (rangecast broadcasts update, which edits a paused broadcast's content) or those contacts' attributes, then resume", e.n, e.reason)
 }
 

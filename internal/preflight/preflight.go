@@ -90,6 +90,23 @@ func Check(ctx context.Context, pages Pages, b store.Broadcast, c *message.Compi
 	return nil
 }
 
+// CheckContacts renders c for each of contacts (an edit's new content for
+// the contacts the old content held back) and returns a *Failure for the
+// first that fails in a template.
+func CheckContacts(b store.Broadcast, c *message.Compiled, contacts []store.Contact, now time.Time) error {
+	for _, ct := range contacts {
+		_, err := c.Render(message.Params{
+			BroadcastID: b.ID,
+			Contact:     message.Contact{ID: ct.ID, Email: ct.Email, Name: ct.Name, Attributes: ct.Attributes},
+			Date:        now,
+		})
+		if f := templateFailure(ct, err); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
 // templateFailure is err as a Failure when it is the template's.
 func templateFailure(ct store.Contact, err error) *Failure {
 	var ve *message.ValidationError

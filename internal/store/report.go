@@ -28,6 +28,11 @@ const HaltedPrefix = "halted the broadcast: "
 // an edit of the content (EditPaused) may send it again.
 const RenderFailedPrefix = "render: "
 
+// TemplateMistakePrefix starts the error of the rows of a window whose
+// template failed the same way for many contacts (pageworker's
+// configError): deferred, and the broadcast paused.
+const TemplateMistakePrefix = "the template fails the same way for "
+
 // EditedPrefix starts the error of a row EditPaused made due again.
 const EditedPrefix = "content edited; before: "
 
@@ -93,12 +98,20 @@ type BroadcastOps interface {
 	UpdateDraft(ctx context.Context, id ulid.ULID, d Draft, now time.Time) (Broadcast, error)
 	// EditPaused replaces a paused broadcast's content and counts one more
 	// content revision; ErrConflict (with the broadcast as it is) unless it
-	// is paused. Nothing else of the broadcast changes. The rows that failed
-	// because the old content could not be rendered for their contact
-	// (RenderFailedPrefix; nothing was sent) are made deferred, due at now,
-	// in the same transaction, and counted in rerendered: sent again with
-	// the new content once the broadcast is resumed.
+	// is paused, ErrClaimsOut while any of its rows is claimed without an
+	// outcome (a window that started before the pause would record its
+	// render failures after the edit, and they would stay failed). Nothing
+	// else of the broadcast changes. The rows that failed because the old
+	// content could not be rendered for their contact (RenderFailedPrefix;
+	// nothing was sent) are made deferred, due at now, in the same
+	// transaction, and counted in rerendered: sent again with the new
+	// content once the broadcast is resumed.
 	EditPaused(ctx context.Context, id ulid.ULID, c Content, now time.Time) (b Broadcast, rerendered int64, err error)
+	// HeldByContent returns up to limit contacts whose rows the content
+	// held back: deferred by a template mistake (TemplateMistakePrefix) or
+	// failed to render (RenderFailedPrefix). An edit renders its new
+	// content for them before it is accepted.
+	HeldByContent(ctx context.Context, id ulid.ULID, limit int) ([]Contact, error)
 	// DeleteDraft deletes a draft; ErrConflict (with the broadcast as it
 	// is) unless it is a draft, ErrNotFound if there is none.
 	DeleteDraft(ctx context.Context, id ulid.ULID) (Broadcast, error)

@@ -27,6 +27,10 @@ var (
 	// finished since the page was read) and claimed nothing. The error is
 	// a *NotRunningError, which says the state.
 	ErrNotRunning = errors.New("broadcast not running")
+	// ErrClaimsOut: EditPaused found claims without an outcome (a window
+	// still finishing, or a stopped worker's claims not settled yet); it
+	// changed nothing.
+	ErrClaimsOut = errors.New("claims without an outcome")
 )
 
 // NotRunningError is the ErrNotRunning of a claim: the broadcast's state

@@ -60,21 +60,34 @@ func (s *Store) EditPaused(ctx context.Context, id ulid.ULID, c store.Content, n
 		return store.Broadcast{}, 0, mapErr("edit paused broadcast", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	tag, err := tx.Exec(ctx, `
-UPDATE broadcasts SET from_name = $2, from_address = $3, subject = $4, html = $5, text_body = $6,
-       content_revision = content_revision + 1, updated_at = $7
-WHERE id = $1 AND state = 'paused'`,
-		uid(id), c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, now)
-	if err != nil {
+	// Row locked first: a resume waits for the edit, or the edit sees it.
+	var state string
+	if err := tx.QueryRow(ctx, `SELECT state FROM broadcasts WHERE id = $1 FOR UPDATE`, uid(id)).Scan(&state); err != nil {
 		return store.Broadcast{}, 0, mapErr("edit paused broadcast", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if store.State(state) != store.StatePaused {
 		b, err := s.stateRefusal(ctx, id, "edit paused broadcast")
 		return b, 0, err
 	}
+	// Paused, no claim is made (the claim reads the state), so none can
+	// appear after this look.
+	var out bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'claimed')`, uid(id)).Scan(&out); err != nil {
+		return store.Broadcast{}, 0, mapErr("edit paused broadcast", err)
+	}
+	if out {
+		return b, 0, fmt.Errorf("edit paused broadcast %s: %w", id, store.ErrClaimsOut)
+	}
+	if _, err := tx.Exec(ctx, `
+UPDATE broadcasts SET from_name = $2, from_address = $3, subject = $4, html = $5, text_body = $6,
+       content_revision = content_revision + 1, updated_at = $7
+WHERE id = $1`,
+		uid(id), c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, now); err != nil {
+		return store.Broadcast{}, 0, mapErr("edit paused broadcast", err)
+	}
 	// Paused: no sweep claims a deferred row meanwhile (ClaimDue needs the
 	// broadcast running), so these wait for the resume.
-	tag, err = tx.Exec(ctx, `
+	tag, err := tx.Exec(ctx, `
 UPDATE broadcast_sends SET status = 'deferred', retry_at = $2, attempt = 0, owner = '', updated_at = $2, error = $3 || error
 WHERE broadcast_id = $1 AND status = 'failed' AND NOT accepted AND starts_with(error, $4)`,
 		uid(id), now, store.EditedPrefix, store.RenderFailedPrefix)
@@ -86,6 +99,30 @@ WHERE broadcast_id = $1 AND status = 'failed' AND NOT accepted AND starts_with(e
 	}
 	b, err = s.GetBroadcast(ctx, id)
 	return b, tag.RowsAffected(), err
+}
+
+func (s *Store) HeldByContent(ctx context.Context, id ulid.ULID, limit int) ([]store.Contact, error) {
+	// Two scans, each on its status's partial index.
+	rows, err := s.pool.Query(ctx, `
+(SELECT c.id, c.email, c.name, c.attributes FROM broadcast_sends s JOIN contacts c ON c.id = s.contact_id
+ WHERE s.broadcast_id = $1 AND s.status = 'deferred' AND starts_with(s.error, $2) LIMIT $4)
+UNION ALL
+(SELECT c.id, c.email, c.name, c.attributes FROM broadcast_sends s JOIN contacts c ON c.id = s.contact_id
+ WHERE s.broadcast_id = $1 AND s.status = 'failed' AND starts_with(s.error, $3) LIMIT $4)
+LIMIT $4`, uid(id), store.TemplateMistakePrefix, store.RenderFailedPrefix, limit)
+	if err != nil {
+		return nil, mapErr("contacts held by the content", err)
+	}
+	var out []store.Contact
+	var c store.Contact
+	var cid [16]byte
+	_, err = pgx.ForEachRow(rows, []any{&cid, &c.Email, &c.Name, &c.Attributes}, func() error {
+		c.ID, c.Subscribed = ulid.ULID(cid), true
+		out = append(out, c)
+		c.Attributes = nil
+		return nil
+	})
+	return out, mapErr("contacts held by the content", err)
 }
 
 func (s *Store) DeleteDraft(ctx context.Context, id ulid.ULID) (store.Broadcast, error) {

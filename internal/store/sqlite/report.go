@@ -61,9 +61,15 @@ func (s *Store) EditPaused(ctx context.Context, bid ulid.ULID, c store.Content, 
 	if err := store.CheckBroadcast(store.Broadcast{Name: b.Name, Content: c}); err != nil {
 		return store.Broadcast{}, 0, fmt.Errorf("edit paused broadcast: %w", err)
 	}
-	var edited bool
+	var edited, claimsOut bool
 	var rerendered int64
 	err = s.write(ctx, "edit paused broadcast", func(tx *sql.Tx) error {
+		// One writer at a time: nothing claims between this look and the
+		// update, and while paused nothing claims at all.
+		err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'claimed')`, id(bid)).Scan(&claimsOut)
+		if err != nil || claimsOut {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `
 UPDATE broadcasts SET from_name = ?2, from_address = ?3, subject = ?4, html = ?5, text_body = ?6,
        content_revision = content_revision + 1, updated_at = ?7
@@ -90,12 +96,23 @@ WHERE broadcast_id = ?1 AND status = 'failed' AND NOT accepted AND substr(error,
 	if err != nil {
 		return store.Broadcast{}, 0, err
 	}
+	if claimsOut && b.State == store.StatePaused {
+		return b, 0, fmt.Errorf("edit paused broadcast %s: %w", bid, store.ErrClaimsOut)
+	}
 	if !edited {
 		b, err := s.stateRefusal(ctx, bid, "edit paused broadcast")
 		return b, 0, err
 	}
 	b, err = s.GetBroadcast(ctx, bid)
 	return b, rerendered, err
+}
+
+func (s *Store) HeldByContent(ctx context.Context, bid ulid.ULID, limit int) ([]store.Contact, error) {
+	return s.contacts(ctx, "contacts held by the content", limit, `
+SELECT c.id, c.email, c.name, c.attributes FROM broadcast_sends s JOIN contacts c ON c.id = s.contact_id
+WHERE s.broadcast_id = :b AND (s.status = 'deferred' AND substr(s.error, 1, :ml) = :mistake OR s.status = 'failed' AND substr(s.error, 1, :rl) = :render)
+LIMIT :limit`, sql.Named("b", id(bid)), sql.Named("ml", len(store.TemplateMistakePrefix)), sql.Named("mistake", store.TemplateMistakePrefix),
+		sql.Named("rl", len(store.RenderFailedPrefix)), sql.Named("render", store.RenderFailedPrefix), sql.Named("limit", limit))
 }
 
 func (s *Store) DeleteDraft(ctx context.Context, bid ulid.ULID) (store.Broadcast, error) {

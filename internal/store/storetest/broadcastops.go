@@ -58,7 +58,7 @@ func testUpdateDeleteDrafts(f *fixture) {
 // other state is refused as it is. The rows the old content could not be
 // rendered for go back to deferred, due at once; no other row changes.
 func testEditPaused(f *fixture) {
-	ids := f.subscribers("edit", 3)
+	ids := f.subscribers("edit", 5)
 	r := f.running("to fix", 0)
 	f.claim(r, ids, at(1))
 	const unrendered, refused = store.RenderFailedPrefix + `invalid html: the contact has no attribute "city"`, "smtp rcpt: 550 5.1.1 no such user"
@@ -66,7 +66,17 @@ func testEditPaused(f *fixture) {
 		{ContactID: ids[0], Status: store.SendFailed, Error: unrendered},
 		{ContactID: ids[1], Status: store.SendFailed, Error: refused},
 		{ContactID: ids[2], Status: store.SendSent},
+		{ContactID: ids[3], Status: store.SendDeferred, RetryAt: at(2), Error: store.TemplateMistakePrefix + `3 contacts (a configuration mistake, not theirs): …`},
 	}, at(1)), "RecordOutcomes")
+	// ids[4] is still claimed: a window that began before the pause.
+	held, err := f.s.HeldByContent(f.ctx, r.ID, 10)
+	f.must(err, "HeldByContent")
+	if got := contactIDs(held); len(got) != 2 || !got[ids[0]] || !got[ids[3]] {
+		f.t.Errorf("HeldByContent = %v; want the row that failed to render and the one the template mistake deferred", got)
+	}
+	if held, err := f.s.HeldByContent(f.ctx, r.ID, 1); err != nil || len(held) != 1 {
+		f.t.Errorf("HeldByContent(limit 1) = %d contacts, %v; want 1", len(held), err)
+	}
 	c := store.Content{FromName: "N", FromAddress: "n@example.org", Subject: "Fixed", HTML: "<p>fixed</p>", Text: "fixed"}
 	got, _, err := f.s.EditPaused(f.ctx, r.ID, c, at(2))
 	f.wantErr(err, store.ErrConflict, "EditPaused of a running broadcast")
@@ -75,6 +85,14 @@ func testEditPaused(f *fixture) {
 	}
 	_, err = f.s.SetState(f.ctx, r.ID, []store.State{store.StateRunning}, store.StatePaused, "halted", at(3))
 	f.must(err, "SetState paused")
+	// A claim without an outcome: the window may yet record a render
+	// failure, which an edit now would leave failed for good.
+	got, _, err = f.s.EditPaused(f.ctx, r.ID, c, at(3))
+	f.wantErr(err, store.ErrClaimsOut, "EditPaused with a claim out")
+	if got.Content != r.Content || got.ContentRevision != 0 {
+		f.t.Fatalf("EditPaused refused for a claim out changed the content: revision %d, %+v", got.ContentRevision, got.Content)
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, r.ID, "w1/1", []store.Outcome{{ContactID: ids[4], Status: store.SendSent}}, at(3)), "RecordOutcomes of the last")
 	b, n, err := f.s.EditPaused(f.ctx, r.ID, c, at(4))
 	f.must(err, "EditPaused")
 	if b.Content != c || b.ContentRevision != 1 || b.State != store.StatePaused || b.Reason != "halted" || b.Name != r.Name ||
@@ -88,8 +106,8 @@ func testEditPaused(f *fixture) {
 		f.t.Errorf("the row that failed to render, after the edit: %s, attempt %d, %q; want deferred, no attempt, its error kept behind %q",
 			s.Status, s.Attempt, s.Error, store.EditedPrefix)
 	}
-	if due, _, err := f.s.NextDue(f.ctx, r.ID, at(4)); err != nil || due != 1 {
-		f.t.Errorf("NextDue at the edit = %d, %v; want the row to render again due at once", due, err)
+	if due, _, err := f.s.NextDue(f.ctx, r.ID, at(4)); err != nil || due != 2 {
+		f.t.Errorf("NextDue at the edit = %d, %v; want the row to render again due at once, and the one the template mistake deferred", due, err)
 	}
 	if s := f.send(r, ids[1]); s.Status != store.SendFailed || s.Error != refused {
 		f.t.Errorf("the row refused for good, after the edit: %s %q; want failed as it was", s.Status, s.Error)
@@ -307,4 +325,13 @@ func testReopen(f *fixture) {
 	}
 	_, err = f.s.Reopen(f.ctx, f.ids.next(), false, "", at(9))
 	f.wantErr(err, store.ErrNotFound, "Reopen of no broadcast")
+}
+
+// contactIDs is the set of cs's ids.
+func contactIDs(cs []store.Contact) map[ulid.ULID]bool {
+	out := make(map[ulid.ULID]bool, len(cs))
+	for _, c := range cs {
+		out[c.ID] = true
+	}
+	return out
 }
