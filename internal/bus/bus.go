@@ -442,6 +442,10 @@ type RangeRecord struct {
 type StateRecord struct {
 	State  string `json:"state"`
 	Reason string `json:"reason,omitempty"`
+	// Content is the broadcast's content revision (an edit while paused
+	// makes the next): a worker whose page or cached content is older
+	// stops the page or reads the content again, whatever its job says.
+	Content int `json:"content,omitempty"`
 }
 
 // Encode marshals a bus message.

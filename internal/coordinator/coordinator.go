@@ -562,10 +562,10 @@ func (c *Coordinator) mirrorState(ctx context.Context, id ulid.ULID) (store.Broa
 			return store.Broadcast{}, err
 		}
 		b, err := c.cfg.Store.GetBroadcast(ctx, id)
-		if err != nil || rec.State == string(b.State) {
+		if err != nil || rec.State == string(b.State) && rec.Content == b.ContentRevision {
 			return b, err
 		}
-		_, err = bus.PutAt(ctx, c.cfg.Bus.Broadcasts, key, bus.Encode(bus.StateRecord{State: string(b.State), Reason: b.Reason}), rev)
+		_, err = bus.PutAt(ctx, c.cfg.Bus.Broadcasts, key, bus.Encode(bus.StateRecord{State: string(b.State), Reason: b.Reason, Content: b.ContentRevision}), rev)
 		c.kvWrites.add(1)
 		if !bus.IsConflict(err) || attempt >= 3 {
 			return b, err

@@ -17,15 +17,16 @@ import (
 type stateCache struct {
 	kv jetstream.KeyValue
 
-	mu     sync.RWMutex
-	states map[string]store.State
+	mu        sync.RWMutex
+	states    map[string]store.State
+	revisions map[string]int // content revisions (bus.StateRecord.Content)
 }
 
 // errStateNotMirrored: KV holds no state for the broadcast.
 var errStateNotMirrored = errors.New("broadcast state not in KV")
 
 func newStateCache(kv jetstream.KeyValue) *stateCache {
-	return &stateCache{kv: kv, states: map[string]store.State{}}
+	return &stateCache{kv: kv, states: map[string]store.State{}, revisions: map[string]int{}}
 }
 
 func (s *stateCache) start(ctx context.Context) error {
@@ -41,26 +42,35 @@ func (s *stateCache) start(ctx context.Context) error {
 			}
 			id := e.Key()[:len(e.Key())-len(".state")]
 			if e.Operation() != jetstream.KeyValuePut {
-				s.set(id, "")
+				s.set(id, bus.StateRecord{})
 				continue
 			}
 			var rec bus.StateRecord
 			if bus.Decode(e.Value(), &rec) == nil {
-				s.set(id, store.State(rec.State))
+				s.set(id, rec)
 			}
 		}
 	}()
 	return nil
 }
 
-func (s *stateCache) set(id string, st store.State) {
+func (s *stateCache) set(id string, rec bus.StateRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st == "" {
+	if rec.State == "" {
 		delete(s.states, id)
 		return
 	}
-	s.states[id] = st
+	s.states[id] = store.State(rec.State)
+	s.revisions[id] = max(s.revisions[id], rec.Content) // only grows; a deleted key keeps it
+}
+
+// Revision is the newest content revision KV has shown for the broadcast
+// (0 when none): see ContentRevisions.
+func (s *stateCache) Revision(id string) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.revisions[id]
 }
 
 // get returns the cached state, falling back to a KV read for a broadcast
@@ -93,6 +103,6 @@ func (s *stateCache) Fresh(ctx context.Context, id string) (store.State, error) 
 	if err := bus.Decode(e.Value(), &rec); err != nil {
 		return "", err
 	}
-	s.set(id, store.State(rec.State))
+	s.set(id, rec)
 	return store.State(rec.State), nil
 }

@@ -31,7 +31,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 	if err != nil {
 		return rep, nil, fmt.Errorf("sweep job: broadcast id: %w", err)
 	}
-	l, err := w.load(pageCtx, id, job.Content)
+	l, err := w.load(pageCtx, id, max(job.Content, w.revision(job.Broadcast)))
 	if err != nil {
 		return rep, nil, err
 	}
@@ -53,8 +53,8 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		}
 	}()
 	for taken := 0; taken < job.Limit && ctx.Err() == nil; {
-		if state, err := w.states.Get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning {
-			break
+		if state, err := w.states.Get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning || w.revision(job.Broadcast) > l.b.ContentRevision {
+			break // paused, or edited since the sweep read the content (the next sweep reads it)
 		}
 		w.refreshHolds(pageCtx, l, h)
 		now := w.cfg.Clock.Now()

@@ -673,7 +673,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	if err := errors.Join(err1, err2); err != nil {
 		return rep, nil, fmt.Errorf("page job: bounds: %w", err)
 	}
-	l, err := w.load(pageCtx, id, job.Content)
+	l, err := w.load(pageCtx, id, max(job.Content, w.revision(job.Broadcast)))
 	if err != nil {
 		return rep, nil, err
 	}
@@ -691,7 +691,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		rep.Done = true // nobody eligible is left in the range
 		return rep, nil, nil
 	}
-	if stop, class := w.stopBefore(ctx, pageCtx, job); stop {
+	if stop, class := w.stopBefore(ctx, pageCtx, job, l); stop {
 		rep.Class = class
 		return rep, nil, nil
 	}
@@ -741,7 +741,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	released := 1
 	var claimErr error // window 1's claim failed: the page ends after window 0
 	if len(windows) > 1 {
-		if stop, _ := w.stopBefore(ctx, pageCtx, job); !stop {
+		if stop, _ := w.stopBefore(ctx, pageCtx, job, l); !stop {
 			if claimErr = claim(1); claimErr == nil {
 				released = 2
 			}
@@ -768,7 +768,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		var following []store.Contact
 		stop, class := stopped || res.stopAt >= 0 || claimErr != nil, bus.ClassNone
 		if !stop && released < len(windows) {
-			if stop, class = w.stopBefore(ctx, pageCtx, job); !stop {
+			if stop, class = w.stopBefore(ctx, pageCtx, job, l); !stop {
 				following = windows[released]
 			}
 		}
@@ -951,10 +951,12 @@ func wholeWindows(limit, window int) int {
 }
 
 // stopBefore says whether the page must stop before its next window: the
-// worker is draining (ClassNone: report how far it got), or the broadcast
-// is no longer running (paused, or cancelled and finished).
-func (w *Worker) stopBefore(ctx, pageCtx context.Context, job bus.PageJob) (bool, bus.ErrorClass) {
-	if ctx.Err() != nil {
+// worker is draining, or the content was edited since the page read it
+// (ClassNone: report how far it got; the range's next page reads the new
+// content), or the broadcast is no longer running (paused, or cancelled and
+// finished).
+func (w *Worker) stopBefore(ctx, pageCtx context.Context, job bus.PageJob, l *loaded) (bool, bus.ErrorClass) {
+	if ctx.Err() != nil || w.revision(job.Broadcast) > l.b.ContentRevision {
 		return true, bus.ClassNone
 	}
 	state, err := w.states.Get(pageCtx, job.Broadcast)
@@ -966,6 +968,24 @@ func (w *Worker) stopBefore(ctx, pageCtx context.Context, job bus.PageJob) (bool
 	default:
 		return true, bus.ClassPaused
 	}
+}
+
+// ContentRevisions is a StateSource that also knows each broadcast's
+// content revision (the KV watch does: bus.StateRecord.Content).
+type ContentRevisions interface {
+	Revision(broadcast string) int
+}
+
+// revision is the broadcast's content revision as the state source knows
+// it (0 when it does not). With the job's, it says when the content a page
+// holds is older than the broadcast's: a job made before an edit and run
+// after it (queued through the pause, or redelivered), or a page whose
+// broadcast was paused, edited and resumed between two of its windows.
+func (w *Worker) revision(broadcast string) int {
+	if r, ok := w.states.(ContentRevisions); ok {
+		return r.Revision(broadcast)
+	}
+	return 0
 }
 
 // notRunning says whether err is the store refusing a claim because the

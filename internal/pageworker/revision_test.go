@@ -1,0 +1,104 @@
+package pageworker
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/rangecast/rangecast/internal/bus"
+	"github.com/rangecast/rangecast/internal/message"
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// revised is a StateSource for which every broadcast runs, at a content
+// revision the test sets (as the KV watch reports it).
+type revised struct {
+	running
+	mu  sync.Mutex
+	rev int
+}
+
+func (r *revised) Revision(string) int { r.mu.Lock(); defer r.mu.Unlock(); return r.rev }
+func (r *revised) set(rev int)         { r.mu.Lock(); defer r.mu.Unlock(); r.rev = rev }
+
+// subjects is a transport that keeps the subject line each recipient got.
+type subjects struct {
+	mu  sync.Mutex
+	got map[string][]byte
+}
+
+func (s *subjects) Send(_ context.Context, m message.Rendered) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := bytes.Index(m.Bytes, []byte("Subject: "))
+	line, _, _ := bytes.Cut(m.Bytes[i:], []byte("\r\n"))
+	s.got[m.To] = line
+	return "250 ok", nil
+}
+
+func (s *subjects) Close() error { return nil }
+
+// TestStaleJobSendsTheEditedContent: a worker holding a broadcast's content
+// runs a page job made before an edit of it (a job queued through the
+// pause, or redelivered), with the edit's revision in KV: the page is sent
+// the new content, not the content the worker held and the job names.
+// The same for a page whose content is edited between two of its windows:
+// it stops, and the range's next page reads the new content.
+func TestStaleJobSendsTheEditedContent(t *testing.T) {
+	t.Parallel()
+	for name, open := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			st := open(t)
+			tr := &subjects{got: map[string][]byte{}}
+			f := newCopiesFixture(t, st, 12, tr)
+			states := &revised{}
+			f.w.states = states
+			// The worker reads revision 0 (and keeps it) on a first page.
+			first := f.job()
+			first.Limit = 4
+			rep, err := f.w.RunPage(ctx, first, "w/1")
+			if err != nil || rep.Sent != 4 {
+				t.Fatalf("first page: %+v, %v", rep, err)
+			}
+			// Paused, edited, resumed.
+			if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StateRunning}, store.StatePaused, "", f.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			c := f.b.Content
+			c.Subject = "Edited"
+			if _, _, err := st.EditPaused(ctx, f.b.ID, c, f.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StatePaused}, store.StateRunning, "", f.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			states.set(1)
+			// A job from before the edit: no revision of its own.
+			stale := f.job()
+			stale.From = rep.Next
+			rep, err = f.w.RunPage(ctx, stale, "w/2")
+			if err != nil || !rep.Done || rep.Sent != 8 {
+				t.Fatalf("stale page: %+v, %v", rep, err)
+			}
+			for i, c := range f.contacts {
+				want := "Subject: Hi"
+				if i >= 4 {
+					want = "Subject: Edited"
+				}
+				if got := string(tr.got[c.Email]); got != want {
+					t.Errorf("contact %d got %q; want %q", i, got, want)
+				}
+			}
+			// An edit the page's content is older than stops it before
+			// its first window, reporting how far it got.
+			states.set(2)
+			rep, err = f.w.RunPage(ctx, f.job(), "w/3")
+			if err != nil || rep.Class != bus.ClassNone || rep.Done || rep.Sent != 0 || rep.Next != f.job().From {
+				t.Errorf("page with content older than KV's: %+v, %v; want it stopped before its first window", rep, err)
+			}
+		})
+	}
+}
