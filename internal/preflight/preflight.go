@@ -77,17 +77,7 @@ func Check(ctx context.Context, pages Pages, b store.Broadcast, c *message.Compi
 			sample = append(sample, page...)
 		}
 	}
-	for _, ct := range sample {
-		_, err := c.Render(message.Params{
-			BroadcastID: b.ID,
-			Contact:     message.Contact{ID: ct.ID, Email: ct.Email, Name: ct.Name, Attributes: ct.Attributes},
-			Date:        now,
-		})
-		if f := templateFailure(ct, err); f != nil {
-			return f
-		}
-	}
-	return nil
+	return CheckContacts(b, c, sample, now)
 }
 
 // CheckContacts renders c for each of contacts (an edit's new content for
