@@ -566,7 +566,9 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 	}
 	out, rerendered, err := api.cfg.Store.EditPaused(ctx, b.ID, c, api.cfg.Clock.Now())
 	if errors.Is(err, store.ErrClaimsOut) {
-		return nil, status.Errorf(codes.FailedPrecondition,
+		// Unavailable: it clears by itself, and a retry after a moment is
+		// the remedy (gRPC's guidance for a transient condition).
+		return nil, status.Errorf(codes.Unavailable,
 			"broadcast %s is paused but some of its messages are still claimed without an outcome (a window finishing, or a stopped worker's claims, settled within --in-doubt-after): try again once they are; nothing was changed", b.ID)
 	}
 	if errors.Is(err, store.ErrConflict) {

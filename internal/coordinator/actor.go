@@ -47,14 +47,15 @@ type actor struct {
 	// throttleWait is how long until the throttle can grant a page, when
 	// the last dispatch round was held back by it.
 	throttleWait time.Duration
-	// pagesRateHeld: the last dispatch left a page waiting for the domain's
-	// rate; sweptLast: the last grant of the domain's rate went to a sweep.
-	// While both hold, sweeps give way (sweepGivesWay): a sweep asks only
-	// for the rows due, so takes the few tokens a page waits to gather,
-	// and a steady trickle of due rows would hold the walk's first sends
-	// back for good.
-	pagesRateHeld, sweptLast bool
-	throttle                 *governor.Bucket
+	// pagesHeld: the last dispatch left a page waiting for tokens (the
+	// domain's rate, or the broadcast's throttle); sweptLast: the last
+	// grant went to a sweep. While both hold, sweeps give way: a sweep
+	// asks only for the rows due, so takes the few tokens a page waits to
+	// gather, and a steady trickle of due rows held the walk's first sends
+	// back for good (under a throttle too: 0 pages and 625 sweeps in 10
+	// minutes, review).
+	pagesHeld, sweptLast bool
+	throttle             *governor.Bucket
 	// sweepWait is the limit (throttle, daily ceiling, rate) that held
 	// back the last sweep of due rows; "" once one went out.
 	sweepWait string
@@ -887,7 +888,7 @@ func (a *actor) dispatch(ctx context.Context) {
 	}
 	now := a.c.cfg.Clock.Now()
 	waiting, unfinished := "", false
-	a.throttleWait, a.pagesRateHeld = 0, false
+	a.throttleWait, a.pagesHeld = 0, false
 	// Start each round one range further on, so a throttle that grants only
 	// a few pages at a time spreads them over all ranges.
 	a.round++
@@ -923,6 +924,7 @@ func (a *actor) dispatch(ctx context.Context) {
 				limit = 0
 			}
 			if limit == 0 {
+				a.pagesHeld = true
 				a.throttleWait = max(a.throttle.WaitFor(now, a.minPage()), 10*time.Millisecond)
 				waiting = fmt.Sprintf("throttle of %d/hour; next page in %s", a.b.ThrottlePerHour, max(a.throttleWait.Round(time.Second), time.Second))
 				break
@@ -935,11 +937,11 @@ func (a *actor) dispatch(ctx context.Context) {
 		if limit = granted; limit == 0 {
 			if why.Limit == governor.LimitRate {
 				a.throttleWait = a.rateWait(now, why.Until)
-				a.pagesRateHeld = true
+				a.pagesHeld = true
 			}
 			break
 		}
-		a.pagesRateHeld, a.sweptLast = false, false
+		a.pagesHeld, a.sweptLast = false, false
 		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue,
 			Content: a.b.ContentRevision}
 		if pacer := a.c.pacer(); pacer != nil {

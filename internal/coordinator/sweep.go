@@ -61,9 +61,10 @@ func (a *actor) sweep(ctx context.Context) {
 	// all already.
 	room = min(room, int((due+int64(a.c.cfg.PageLimit)-1)/int64(a.c.cfg.PageLimit))-len(a.sweeps))
 	for range room {
-		if !a.dispatchSweep(ctx, now, due) {
+		if due <= 0 || !a.dispatchSweep(ctx, now, due) {
 			return
 		}
+		due -= int64(a.sweeps[len(a.sweeps)-1].limit) // this round's sweeps ask for what the others leave
 	}
 }
 
@@ -103,8 +104,8 @@ func (a *actor) dispatchSweep(ctx context.Context, now time.Time, due int64) boo
 	// walk's pages took first, so retries and the breakers' probes (which
 	// ride on sweeps) waited for the end of a rate-bound walk.
 	want := int(min(int64(a.c.cfg.PageLimit), max(due, 1)))
-	if a.pagesRateHeld && a.sweptLast {
-		// The pages' turn (pagesRateHeld): look again when they may have
+	if a.pagesHeld && a.sweptLast {
+		// The pages' turn (pagesHeld): look again when they may have
 		// had it.
 		a.nextSweep = minTime(a.nextSweep, now.Add(max(a.throttleWait, 10*time.Millisecond)))
 		return false
@@ -189,9 +190,11 @@ func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
 	}
 	deferredTail := rep.Class == bus.ClassTransient && refused > 0 && rep.Sent >= refused
 	switch {
-	case rep.Class == bus.ClassNone && rep.Limit > 0 && rep.Claimed >= rep.Limit:
+	case rep.Class == bus.ClassNone && rep.Limit >= a.c.cfg.PageLimit && rep.Claimed >= rep.Limit:
 		// More are due than one sweep takes: one more for each full one,
-		// so the sweeps out double while all come back full.
+		// so the sweeps out double while all come back full. A sweep asks
+		// for the rows due (dispatchSweep), at most a page: one that took
+		// fewer took all that were due, which says nothing of more.
 		a.sweepsWanted = min(max(a.sweepsWanted, 1)+1, max(1, len(a.recs)))
 	case deferredTail:
 		// Half as many: the relay took mail, so not back to one.

@@ -15,12 +15,24 @@ import (
 // revision the test sets (as the KV watch reports it).
 type revised struct {
 	running
-	mu  sync.Mutex
-	rev int
+	mu   sync.Mutex
+	revs []int // the answers to come, the last one kept
 }
 
-func (r *revised) Revision(string) int { r.mu.Lock(); defer r.mu.Unlock(); return r.rev }
-func (r *revised) set(rev int)         { r.mu.Lock(); defer r.mu.Unlock(); r.rev = rev }
+func (r *revised) Revision(string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.revs) == 0 {
+		return 0
+	}
+	rev := r.revs[0]
+	if len(r.revs) > 1 {
+		r.revs = r.revs[1:]
+	}
+	return rev
+}
+
+func (r *revised) set(revs ...int) { r.mu.Lock(); defer r.mu.Unlock(); r.revs = revs }
 
 // subjects is a transport that keeps the subject line each recipient got.
 type subjects struct {
@@ -53,7 +65,7 @@ func TestStaleJobSendsTheEditedContent(t *testing.T) {
 			ctx := t.Context()
 			st := open(t)
 			tr := &subjects{got: map[string][]byte{}}
-			f := newCopiesFixture(t, st, 12, tr)
+			f := newCopiesFixture(t, st, 16, tr)
 			states := &revised{}
 			f.w.states = states
 			// The worker reads revision 0 (and keeps it) on a first page.
@@ -78,12 +90,22 @@ func TestStaleJobSendsTheEditedContent(t *testing.T) {
 			states.set(1)
 			// A job from before the edit: no revision of its own.
 			stale := f.job()
-			stale.From = rep.Next
+			stale.From, stale.Limit = rep.Next, 4
 			rep, err = f.w.RunPage(ctx, stale, "w/2")
-			if err != nil || !rep.Done || rep.Sent != 8 {
+			if err != nil || rep.Sent != 4 {
 				t.Fatalf("stale page: %+v, %v", rep, err)
 			}
-			for i, c := range f.contacts {
+			// KV ahead of the store (a database restored under a KV that
+			// kept its records): the store is the truth, and the page is
+			// sent what it holds, not stopped before every window for ever.
+			states.set(2)
+			ahead := f.job()
+			ahead.From, ahead.Limit = rep.Next, 4
+			rep, err = f.w.RunPage(ctx, ahead, "w/3")
+			if err != nil || rep.Sent != 4 || rep.Class != bus.ClassNone {
+				t.Fatalf("page with KV's revision ahead of the store's: %+v, %v; want it sent", rep, err)
+			}
+			for i, c := range f.contacts[:12] {
 				want := "Subject: Hi"
 				if i >= 4 {
 					want = "Subject: Edited"
@@ -92,12 +114,39 @@ func TestStaleJobSendsTheEditedContent(t *testing.T) {
 					t.Errorf("contact %d got %q; want %q", i, got, want)
 				}
 			}
-			// An edit the page's content is older than stops it before
-			// its first window, reporting how far it got.
+			// A page whose content is older than the watched revision
+			// stops before its next window: the page reads revision 2,
+			// then the watch says 3.
+			if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StateRunning}, store.StatePaused, "", f.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			c.Subject = "Edited again"
+			if _, _, err := st.EditPaused(ctx, f.b.ID, c, f.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StatePaused}, store.StateRunning, "", f.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			states.set(2, 3)
+			last := f.job()
+			last.From = rep.Next
+			rep, err = f.w.RunPage(ctx, last, "w/4")
+			if err != nil || rep.Class != bus.ClassNone || rep.Done || rep.Sent != 0 || rep.Next != last.From {
+				t.Errorf("page whose content is older than KV's: %+v, %v; want it stopped before its first window", rep, err)
+			}
+			// The copy read for revision 2 when the store had 1 is read
+			// again after anomalyTTL: the edit since has revision 2, which
+			// KV's record already said.
+			f.clk.Advance(anomalyTTL)
 			states.set(2)
-			rep, err = f.w.RunPage(ctx, f.job(), "w/3")
-			if err != nil || rep.Class != bus.ClassNone || rep.Done || rep.Sent != 0 || rep.Next != f.job().From {
-				t.Errorf("page with content older than KV's: %+v, %v; want it stopped before its first window", rep, err)
+			rep, err = f.w.RunPage(ctx, last, "w/5")
+			if err != nil || rep.Sent != 4 {
+				t.Fatalf("last page: %+v, %v", rep, err)
+			}
+			for _, c := range f.contacts[12:] {
+				if got := string(tr.got[c.Email]); got != "Subject: Edited again" {
+					t.Errorf("%s got %q after the anomaly's copy expired; want the newest content", c.Email, got)
+				}
 			}
 		})
 	}

@@ -53,7 +53,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		}
 	}()
 	for taken := 0; taken < job.Limit && ctx.Err() == nil; {
-		if state, err := w.states.Get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning || w.revision(job.Broadcast) > l.b.ContentRevision {
+		if state, err := w.states.Get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning || w.revision(job.Broadcast) > l.current() {
 			break // paused, or edited since the sweep read the content (the next sweep reads it)
 		}
 		w.refreshHolds(pageCtx, l, h)

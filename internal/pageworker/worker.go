@@ -232,9 +232,26 @@ type Worker struct {
 type loaded struct {
 	b        store.Broadcast
 	compiled *message.Compiled
-	renders  renderTally // template errors of this content, see haltRepeatedRenderErrors
+	// asked is the revision it was read for (a job's, or the KV state
+	// record's): above b's when the store had an older one, as after a
+	// restore of the database under a KV that kept its records. The store
+	// is the truth then: the content is sent as read, and a page is not
+	// stopped for that revision again and again. Such a copy is read
+	// again after anomalyTTL: an edit made since may have the revision it
+	// was asked for (KV's record, unchanged, would never say so).
+	asked   int
+	readAt  time.Time
+	renders renderTally // template errors of this content, see haltRepeatedRenderErrors
 	*sendTallies
 }
+
+// anomalyTTL bounds how long a worker keeps content read for a revision
+// the store did not have (loaded.asked).
+const anomalyTTL = time.Minute
+
+// current is the newest revision l stands for: its content's, or the one
+// it was read for when the store had none newer.
+func (l *loaded) current() int { return max(l.b.ContentRevision, l.asked) }
 
 // sendTallies are what a worker counts of a broadcast's sends whatever its
 // content: kept across an edit of the content.
@@ -630,7 +647,8 @@ func (w *Worker) load(ctx context.Context, id ulid.ULID, revision int) (*loaded,
 	w.mu.Lock()
 	held, ok := w.broadcasts[id]
 	w.mu.Unlock()
-	if ok && held.b.ContentRevision >= revision {
+	if ok && held.current() >= revision &&
+		(held.asked <= held.b.ContentRevision || w.cfg.Clock.Now().Sub(held.readAt) < anomalyTTL) {
 		return held, nil
 	}
 	b, err := w.cfg.Store.GetBroadcast(ctx, id)
@@ -642,12 +660,12 @@ func (w *Worker) load(ctx context.Context, id ulid.ULID, revision int) (*loaded,
 	if err != nil {
 		return nil, fmt.Errorf("compile broadcast %s: %w", id, err)
 	}
-	l := &loaded{b: b, compiled: compiled, sendTallies: &sendTallies{}}
+	l := &loaded{b: b, compiled: compiled, asked: revision, readAt: w.cfg.Clock.Now(), sendTallies: &sendTallies{}}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cur, ok := w.broadcasts[id]; ok {
-		if cur.b.ContentRevision >= b.ContentRevision {
-			return cur, nil // another page read it meanwhile
+		if cur.b.ContentRevision > b.ContentRevision {
+			return cur, nil // another page read a newer one meanwhile
 		}
 		l.sendTallies = cur.sendTallies
 	}
@@ -956,7 +974,7 @@ func wholeWindows(limit, window int) int {
 // content), or the broadcast is no longer running (paused, or cancelled and
 // finished).
 func (w *Worker) stopBefore(ctx, pageCtx context.Context, job bus.PageJob, l *loaded) (bool, bus.ErrorClass) {
-	if ctx.Err() != nil || w.revision(job.Broadcast) > l.b.ContentRevision {
+	if ctx.Err() != nil || w.revision(job.Broadcast) > l.current() {
 		return true, bus.ClassNone
 	}
 	state, err := w.states.Get(pageCtx, job.Broadcast)

@@ -109,8 +109,9 @@ type BroadcastOps interface {
 	EditPaused(ctx context.Context, id ulid.ULID, c Content, now time.Time) (b Broadcast, rerendered int64, err error)
 	// HeldByContent returns up to limit contacts whose rows the content
 	// held back: deferred by a template mistake (TemplateMistakePrefix) or
-	// failed to render (RenderFailedPrefix). An edit renders its new
-	// content for them before it is accepted.
+	// by an earlier edit (EditedPrefix), or failed to render
+	// (RenderFailedPrefix). An edit renders its new content for them
+	// before it is accepted.
 	HeldByContent(ctx context.Context, id ulid.ULID, limit int) ([]Contact, error)
 	// DeleteDraft deletes a draft; ErrConflict (with the broadcast as it
 	// is) unless it is a draft, ErrNotFound if there is none.

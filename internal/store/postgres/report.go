@@ -105,11 +105,11 @@ func (s *Store) HeldByContent(ctx context.Context, id ulid.ULID, limit int) ([]s
 	// Two scans, each on its status's partial index.
 	rows, err := s.pool.Query(ctx, `
 (SELECT c.id, c.email, c.name, c.attributes FROM broadcast_sends s JOIN contacts c ON c.id = s.contact_id
- WHERE s.broadcast_id = $1 AND s.status = 'deferred' AND starts_with(s.error, $2) LIMIT $4)
+ WHERE s.broadcast_id = $1 AND s.status = 'deferred' AND (starts_with(s.error, $2) OR starts_with(s.error, $5)) LIMIT $4)
 UNION ALL
 (SELECT c.id, c.email, c.name, c.attributes FROM broadcast_sends s JOIN contacts c ON c.id = s.contact_id
  WHERE s.broadcast_id = $1 AND s.status = 'failed' AND starts_with(s.error, $3) LIMIT $4)
-LIMIT $4`, uid(id), store.TemplateMistakePrefix, store.RenderFailedPrefix, limit)
+LIMIT $4`, uid(id), store.TemplateMistakePrefix, store.RenderFailedPrefix, limit, store.EditedPrefix)
 	if err != nil {
 		return nil, mapErr("contacts held by the content", err)
 	}

@@ -64,9 +64,13 @@ func (s *Store) EditPaused(ctx context.Context, bid ulid.ULID, c store.Content, 
 	var edited, claimsOut bool
 	var rerendered int64
 	err = s.write(ctx, "edit paused broadcast", func(tx *sql.Tx) error {
-		// One writer at a time: nothing claims between this look and the
-		// update, and while paused nothing claims at all.
-		err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'claimed')`, id(bid)).Scan(&claimsOut)
+		// One writer at a time: the state and the claims read here hold
+		// until the update, and while paused nothing claims at all.
+		cur, err := getBroadcast(ctx, tx, bid)
+		if err != nil || cur.State != store.StatePaused {
+			return err
+		}
+		err = tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'claimed')`, id(bid)).Scan(&claimsOut)
 		if err != nil || claimsOut {
 			return err
 		}
@@ -96,7 +100,7 @@ WHERE broadcast_id = ?1 AND status = 'failed' AND NOT accepted AND substr(error,
 	if err != nil {
 		return store.Broadcast{}, 0, err
 	}
-	if claimsOut && b.State == store.StatePaused {
+	if claimsOut {
 		return b, 0, fmt.Errorf("edit paused broadcast %s: %w", bid, store.ErrClaimsOut)
 	}
 	if !edited {
@@ -110,8 +114,10 @@ WHERE broadcast_id = ?1 AND status = 'failed' AND NOT accepted AND substr(error,
 func (s *Store) HeldByContent(ctx context.Context, bid ulid.ULID, limit int) ([]store.Contact, error) {
 	return s.contacts(ctx, "contacts held by the content", limit, `
 SELECT c.id, c.email, c.name, c.attributes FROM broadcast_sends s JOIN contacts c ON c.id = s.contact_id
-WHERE s.broadcast_id = :b AND (s.status = 'deferred' AND substr(s.error, 1, :ml) = :mistake OR s.status = 'failed' AND substr(s.error, 1, :rl) = :render)
+WHERE s.broadcast_id = :b AND (s.status = 'deferred' AND (substr(s.error, 1, :ml) = :mistake OR substr(s.error, 1, :el) = :edited)
+       OR s.status = 'failed' AND substr(s.error, 1, :rl) = :render)
 LIMIT :limit`, sql.Named("b", id(bid)), sql.Named("ml", len(store.TemplateMistakePrefix)), sql.Named("mistake", store.TemplateMistakePrefix),
+		sql.Named("el", len(store.EditedPrefix)), sql.Named("edited", store.EditedPrefix),
 		sql.Named("rl", len(store.RenderFailedPrefix)), sql.Named("render", store.RenderFailedPrefix), sql.Named("limit", limit))
 }
 

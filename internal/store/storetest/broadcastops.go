@@ -109,6 +109,11 @@ func testEditPaused(f *fixture) {
 	if due, _, err := f.s.NextDue(f.ctx, r.ID, at(4)); err != nil || due != 2 {
 		f.t.Errorf("NextDue at the edit = %d, %v; want the row to render again due at once, and the one the template mistake deferred", due, err)
 	}
+	// A second edit while still paused renders for them too: the row the
+	// first edit made due again is still held.
+	if held, err := f.s.HeldByContent(f.ctx, r.ID, 10); err != nil || len(held) != 2 || !contactIDs(held)[ids[0]] || !contactIDs(held)[ids[3]] {
+		f.t.Errorf("HeldByContent after the edit = %v, %v; want the row it made due again and the one the mistake deferred", contactIDs(held), err)
+	}
 	if s := f.send(r, ids[1]); s.Status != store.SendFailed || s.Error != refused {
 		f.t.Errorf("the row refused for good, after the edit: %s %q; want failed as it was", s.Status, s.Error)
 	}
