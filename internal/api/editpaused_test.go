@@ -9,6 +9,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rangecast/rangecast/internal/store"
@@ -90,8 +91,16 @@ func TestTemplateMistakeFixedWhilePaused(t *testing.T) {
 		// template's error before the mistake was recognised go again.
 		unrendered := s.status(id).GetProgress().GetFailed()
 		t.Logf("%d failed to render before the halt", unrendered)
-		edit, err := ops.UpdateBroadcast(ctx, &pb.UpdateBroadcastRequest{Id: id, Subject: proto.String("Hi again"), FromAddress: proto.String("hello@rangecast.test"),
-			Html: proto.String(`<p>Hello from the fixed template</p>` + unsubscribeLink)})
+		// Unavailable while a window claimed before the pause has no
+		// outcome yet (slow under load): an operator tries again.
+		var edit *pb.UpdateBroadcastResponse
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			edit, err = ops.UpdateBroadcast(ctx, &pb.UpdateBroadcastRequest{Id: id, Subject: proto.String("Hi again"), FromAddress: proto.String("hello@rangecast.test"),
+				Html: proto.String(`<p>Hello from the fixed template</p>` + unsubscribeLink)})
+			if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+				break
+			}
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,4 +133,40 @@ func TestTemplateMistakeFixedWhilePaused(t *testing.T) {
 			t.Errorf("%d sent after the edit; want the rest of the list", n)
 		}
 	})
+}
+
+// TestEditWaitsForClaimsOut: an edit of a paused broadcast with a message
+// claimed and no outcome recorded (a window finishing after the pause) is
+// Unavailable, saying to try again, and changes nothing; once the outcome
+// is in, the same edit goes through.
+func TestEditWaitsForClaimsOut(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{sqlite: true})
+	ctx := context.Background()
+	a := s.seed(3)
+	id := ulid.MustParse(s.create("", 0))
+	if _, err := s.store.AcceptBroadcast(ctx, id, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	c := a.contacts[0]
+	if _, err := s.store.Claim(ctx, id, "w/1", []store.Claim{{ContactID: c.ID, Email: c.Email, MessageID: "<m@rangecast.test>"}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.SetState(ctx, id, []store.State{store.StateRunning}, store.StatePaused, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ops := pb.NewBroadcastOpsServiceClient(s.conn)
+	edit := &pb.UpdateBroadcastRequest{Id: id.String(), Subject: proto.String("Fixed")}
+	_, err := ops.UpdateBroadcast(ctx, edit)
+	wantStatus(t, "claim out", err, codes.Unavailable, "claimed without an outcome", "try again", "nothing was changed")
+	if b, err := s.store.GetBroadcast(ctx, id); err != nil || b.ContentRevision != 0 || b.Content.Subject == "Fixed" {
+		t.Fatalf("after the refused edit: revision %d, subject %q, %v; want unchanged", b.ContentRevision, b.Content.Subject, err)
+	}
+	if err := s.store.RecordOutcomes(ctx, id, "w/1", []store.Outcome{{ContactID: c.ID, Status: store.SendSent}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ops.UpdateBroadcast(ctx, edit)
+	if err != nil || resp.GetBroadcast().GetContentRevision() != 1 || resp.GetBroadcast().GetContent().GetSubject() != "Fixed" {
+		t.Fatalf("edit once the outcome is in: %v, %v; want revision 1 and the new subject", resp.GetBroadcast(), err)
+	}
 }
