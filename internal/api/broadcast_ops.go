@@ -537,7 +537,7 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 	if err := message.CheckBroadcast(message.Template(c), b.NoUnsubscribeLink); err != nil {
 		// The hint to create the broadcast with --no-unsubscribe-link is
 		// no way out of an edit: a started broadcast keeps its setting.
-		msg, _, _ := strings.Cut(err.Error(), "; or, if the body already links")
+		msg, _, _ := strings.Cut(err.Error(), message.OrNoUnsubscribeLink)
 		return nil, invalid("content: %s; nothing was changed", msg)
 	}
 	if was, now := sendingDomain(b.Content), sendingDomain(c); was != now {

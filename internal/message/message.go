@@ -249,6 +249,11 @@ func (c *Compiled) execPart(field string, flat *flatTemplate, buf *bytes.Buffer,
 // a template puts the link as a link or as text, it appears verbatim.
 const sampleUnsubscribeURL = "https://unsubscribe.invalid/u/rangecast-sample-link"
 
+// OrNoUnsubscribeLink ends the error of content without a visible
+// unsubscribe link: the way out at create, which an edit of a started
+// broadcast (whose setting stays) leaves off.
+const OrNoUnsubscribeLink = "; or, if the body already links to a preference page of your own, create the broadcast with --no-unsubscribe-link"
+
 // checkUnsubscribeLink says whether a reader of either part can see the
 // link: in the HTML as a link target or text outside comments, scripts,
 // styles, the head (what the derived plain text keeps) and elements an
@@ -256,7 +261,7 @@ const sampleUnsubscribeURL = "https://unsubscribe.invalid/u/rangecast-sample-lin
 // plain-text part written for the broadcast, if there is one.
 func checkUnsubscribeLink(html, text string, ownText bool) error {
 	const how = `add <a href="{{.UnsubscribeURL}}">Unsubscribe</a> to the HTML body`
-	const orFlag = "; or, if the body already links to a preference page of your own, create the broadcast with --no-unsubscribe-link"
+	const orFlag = OrNoUnsubscribeLink
 	if !strings.Contains(htmlToText(withoutHidden(html)), sampleUnsubscribeURL) {
 		reason := "has no visible unsubscribe link, which Gmail, Yahoo and Microsoft require of bulk mail; " + how
 		if strings.Contains(htmlToText(html), sampleUnsubscribeURL) {
