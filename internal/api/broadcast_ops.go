@@ -567,9 +567,11 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 	out, rerendered, err := api.cfg.Store.EditPaused(ctx, b.ID, c, api.cfg.Clock.Now())
 	if errors.Is(err, store.ErrClaimsOut) {
 		// Unavailable: it clears by itself, and a retry after a moment is
-		// the remedy (gRPC's guidance for a transient condition).
-		return nil, status.Errorf(codes.Unavailable,
-			"broadcast %s is paused but some of its messages are still claimed without an outcome (a window finishing, or a stopped worker's claims, settled within --in-doubt-after): try again once they are; nothing was changed", b.ID)
+		// the remedy (gRPC's guidance for a transient condition). Marked
+		// as the coordinator's own answer, so the CLI does not say it
+		// cannot reach the coordinator.
+		return nil, dependencyUnavailable(fmt.Errorf(
+			"broadcast %s is paused but some of its messages are still claimed without an outcome (a window finishing, which takes seconds, or a stopped worker's claims, which the reconciler settles about 15 s + --in-doubt-after + up to a minute later while paused): try again then; nothing was changed", b.ID))
 	}
 	if errors.Is(err, store.ErrConflict) {
 		return nil, status.Errorf(codes.FailedPrecondition, "broadcast %s is %s; only a draft or a paused broadcast can be edited; nothing was changed", out.ID, out.State)

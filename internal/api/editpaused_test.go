@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/store"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -159,6 +160,9 @@ func TestEditWaitsForClaimsOut(t *testing.T) {
 	edit := &pb.UpdateBroadcastRequest{Id: id.String(), Subject: proto.String("Fixed")}
 	_, err := ops.UpdateBroadcast(ctx, edit)
 	wantStatus(t, "claim out", err, codes.Unavailable, "claimed without an outcome", "try again", "nothing was changed")
+	if st, _ := status.FromError(err); !api.AnsweredByCoordinator(st) {
+		t.Errorf("the claims-out refusal is not marked as the coordinator's answer: the CLI would say it cannot reach it")
+	}
 	if b, err := s.store.GetBroadcast(ctx, id); err != nil || b.ContentRevision != 0 || b.Content.Subject == "Fixed" {
 		t.Fatalf("after the refused edit: revision %d, subject %q, %v; want unchanged", b.ContentRevision, b.Content.Subject, err)
 	}

@@ -317,8 +317,10 @@ A paused broadcast's content (--from-name, --subject, --html, --text, and
 that fails for part of the list, which pauses the broadcast, or of a typo
 found after the start. Messages claimed after the resume are rendered from
 the new content; nobody already sent is sent again, and the recipients the
-old content could not be rendered for (failed before anything was sent) go
-again. Its name, audience and settings stay as they were when it started.`,
+old content could not be rendered for (failed before anything was sent) are
+rendered again. Its name, audience and settings stay as they were when it
+started. While a message is still claimed without an outcome (a window
+finishing after the pause) the edit is refused: run it again a little later.`,
 		Example: `  rangecast broadcasts update 01J9Z3K8M2T4V6X8Y0A2B4C6D8 --subject "Hello again {{.Name}}" --html news-v2.html`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -384,7 +386,7 @@ again. Its name, audience and settings stay as they were when it started.`,
 			if resp.GetBroadcast().GetState() == pb.BroadcastState_BROADCAST_STATE_PAUSED {
 				what, then = "paused broadcast", "; resume it to send the new content"
 				if n := resp.GetRerendered(); n > 0 {
-					then = fmt.Sprintf("; resume it to send the new content, also to the %d %s the old content could not be rendered for", n, plural(n, "recipient", "recipients"))
+					then = fmt.Sprintf("; resume it to send the new content (and to try again the %d %s the old content could not be rendered for)", n, plural(n, "recipient", "recipients"))
 				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "updated %s %s (%s)%s\n", what, resp.GetBroadcast().GetId(), strings.Join(changed, ", "), then)
@@ -532,7 +534,7 @@ func exportCommand(c *client) *cobra.Command {
 	var statuses []string
 	cmd := &cobra.Command{
 		Use:   "export ID",
-		Short: "Write every ledger row as CSV: email, status, attempts, reply, times",
+		Short: "Write the ledger's rows (all, or --status …) as CSV: email, status, attempts, reply, times",
 		Long: `Stream the broadcast's ledger as CSV, one row per contact in contact id order
 (email, status, attempts, reply or error, claimed_at, updated_at in UTC, contact
 id, Message-ID). The server reads the ledger in keyset pages and the CLI writes

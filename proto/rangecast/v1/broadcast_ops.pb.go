@@ -753,7 +753,8 @@ type UpdateBroadcastResponse struct {
 	Broadcast *Broadcast             `protobuf:"bytes,1,opt,name=broadcast,proto3" json:"broadcast,omitempty"`
 	// rerendered counts, for an edit of a paused broadcast's content, the
 	// recipients the old content could not be rendered for (failed before
-	// anything was sent): they go again with the new content once resumed.
+	// anything was sent): rendered again with the new content once resumed
+	// (one whose own address or name could not be used fails again).
 	Rerendered    int64 `protobuf:"varint,2,opt,name=rerendered,proto3" json:"rerendered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -56,6 +56,8 @@ type BroadcastOpsServiceClient interface {
 	// content (from_name, subject, html, text, and from_address within the
 	// same domain) can change too, nothing else of it (FailedPrecondition):
 	// messages claimed after the resume are rendered from the new content.
+	// Unavailable while a message of it is claimed without an outcome (a
+	// window finishing after the pause): retry.
 	UpdateBroadcast(ctx context.Context, in *UpdateBroadcastRequest, opts ...grpc.CallOption) (*UpdateBroadcastResponse, error)
 	// DeleteBroadcast deletes a draft. A broadcast that started is kept (its
 	// ledger is the record of who was sent what); cancel it instead.
@@ -207,6 +209,8 @@ type BroadcastOpsServiceServer interface {
 	// content (from_name, subject, html, text, and from_address within the
 	// same domain) can change too, nothing else of it (FailedPrecondition):
 	// messages claimed after the resume are rendered from the new content.
+	// Unavailable while a message of it is claimed without an outcome (a
+	// window finishing after the pause): retry.
 	UpdateBroadcast(context.Context, *UpdateBroadcastRequest) (*UpdateBroadcastResponse, error)
 	// DeleteBroadcast deletes a draft. A broadcast that started is kept (its
 	// ledger is the record of who was sent what); cancel it instead.
