@@ -41,7 +41,7 @@ type configError struct {
 }
 
 func (e *configError) Error() string {
-	return fmt.Sprintf(store.TemplateMistakePrefix+"%d contacts (a configuration mistake, not theirs): %s; "+
+	return fmt.Sprintf(store.TemplateMistakePrefix+"%d contacts seen by one worker (a configuration mistake, not theirs): %s; "+
 		"correct the content (rangecast broadcasts update, which edits a paused broadcast's content) or those contacts' attributes, then resume", e.n, e.reason)
 }
 
