@@ -61,7 +61,7 @@ func (a *actor) sweep(ctx context.Context) {
 	// all already.
 	room = min(room, int((due+int64(a.c.cfg.PageLimit)-1)/int64(a.c.cfg.PageLimit))-len(a.sweeps))
 	for range room {
-		if due <= 0 || !a.dispatchSweep(ctx, now, due) {
+		if due <= 0 || !a.dispatchSweep(ctx, now) {
 			return
 		}
 		due -= int64(a.sweeps[len(a.sweeps)-1].limit) // this round's sweeps ask for what the others leave
@@ -85,9 +85,9 @@ func (a *actor) sweepRoom() int {
 	return max(1, min(a.sweepsWanted, len(a.recs)))
 }
 
-// dispatchSweep sends one sweep out for up to due rows; false when none
-// could go (held by the throttle or the governor, or not published).
-func (a *actor) dispatchSweep(ctx context.Context, now time.Time, due int64) bool {
+// dispatchSweep sends one sweep out; false when none could go (held by the
+// throttle or the governor, or not published).
+func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
 	if len(a.sweeps) > 0 && a.sweepHeld {
 		// The last sweep carries a provider's ramp step (a probe, or the
 		// next step of connections): one sweep at a time then, as the ramp
@@ -98,12 +98,13 @@ func (a *actor) dispatchSweep(ctx context.Context, now time.Time, due int64) boo
 		// every sweep alike, and sweeps of the others go on side by side.
 		return false
 	}
-	// Asked for what is due, not a whole page: the domain's rate grants a
-	// quarter of what is asked at least (governor's worthwhile), and a
-	// sweep of 3 due rows asking for 192 waited for 48 tokens that the
-	// walk's pages took first, so retries and the breakers' probes (which
-	// ride on sweeps) waited for the end of a rate-bound walk.
-	want := int(min(int64(a.c.cfg.PageLimit), max(due, 1)))
+	// A whole page's worth, as pages ask: the domain's rate grants at
+	// least a quarter of it (governor's worthwhile), so a sweep under a
+	// rate-bound walk waits for 48 tokens as the pages do, and takes turns
+	// with them (below). Asking for only the rows due made many small
+	// sweeps, and in a relay outage their refusals failed the broadcast
+	// for no progress where pages alone did not (simulation seed 9064).
+	want := a.c.cfg.PageLimit
 	if a.pagesHeld && a.sweptLast {
 		// The pages' turn (pagesHeld): look again when they may have
 		// had it.
@@ -190,11 +191,9 @@ func (a *actor) applySweep(ctx context.Context, rep bus.Report) error {
 	}
 	deferredTail := rep.Class == bus.ClassTransient && refused > 0 && rep.Sent >= refused
 	switch {
-	case rep.Class == bus.ClassNone && rep.Limit >= a.c.cfg.PageLimit && rep.Claimed >= rep.Limit:
+	case rep.Class == bus.ClassNone && rep.Limit > 0 && rep.Claimed >= rep.Limit:
 		// More are due than one sweep takes: one more for each full one,
-		// so the sweeps out double while all come back full. A sweep asks
-		// for the rows due (dispatchSweep), at most a page: one that took
-		// fewer took all that were due, which says nothing of more.
+		// so the sweeps out double while all come back full.
 		a.sweepsWanted = min(max(a.sweepsWanted, 1)+1, max(1, len(a.recs)))
 	case deferredTail:
 		// Half as many: the relay took mail, so not back to one.
