@@ -540,7 +540,12 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 		msg, _, _ := strings.Cut(err.Error(), message.OrNoUnsubscribeLink)
 		return nil, invalid("content: %s; nothing was changed", msg)
 	}
-	if was, now := sendingDomain(b.Content), sendingDomain(c); was != now {
+	// Compiles: CheckBroadcast compiled it.
+	compiled, err := message.Compile(message.Template(c))
+	if err != nil {
+		return nil, invalid("content: %v", err)
+	}
+	if was, now := sendingDomain(b.Content), compiled.SendingDomain(); was != now {
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"broadcast %s is paused: from_address must stay at %s (its messages' ids, DKIM signature and sending limits are that domain's), not %s; nothing was changed",
 			b.ID, was, now)
@@ -559,9 +564,7 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 	if err != nil {
 		return nil, Error(err)
 	}
-	if compiled, err := message.Compile(message.Template(c)); err != nil {
-		return nil, invalid("content: %v", err)
-	} else if f := preflight.CheckContacts(b, compiled, held, api.cfg.Clock.Now()); f != nil {
+	if f := preflight.CheckContacts(b, compiled, held, api.cfg.Clock.Now()); f != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "%v, one the old content held back; fix the template (or the contact), then try again; nothing was changed", f)
 	}
 	out, rerendered, err := api.cfg.Store.EditPaused(ctx, b.ID, c, api.cfg.Clock.Now())
@@ -589,7 +592,7 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 const heldChecked = 200
 
 // sendingDomain is the domain content sends from ("" when it does not
-// compile, which CheckBroadcast has ruled out for the new content).
+// compile).
 func sendingDomain(c store.Content) string {
 	compiled, err := message.Compile(message.Template(c))
 	if err != nil {

@@ -223,20 +223,20 @@ func (a *actor) log() interface {
 	Warn(string, ...any)
 	Error(string, ...any)
 } {
-	return actorLog{a.c.cfg.Log.With("broadcast", a.id.String()), a.term}
+	return termLog{a.c.cfg.Log.With("broadcast", a.id.String()), a.term}
 }
 
-// actorLog logs an actor's warnings at debug level once its leader term has
-// ended: the step-down cancels the term's calls, and their "context
-// canceled" failures are the step-down, not faults (a leader frozen past
-// its lease logged nine warnings on waking). What they left undone is the
-// next leader's.
-type actorLog struct {
+// termLog logs warnings at debug level once the leader term its context
+// belongs to has ended (an actor's, a report's): the step-down cancels the
+// term's calls, and their "context canceled" failures are the step-down,
+// not faults (a leader frozen past its lease logged nine warnings on
+// waking). What they left undone is the next leader's.
+type termLog struct {
 	*slog.Logger
 	term context.Context // nil in tests that make actors by hand
 }
 
-func (l actorLog) Warn(msg string, args ...any) {
+func (l termLog) Warn(msg string, args ...any) {
 	if l.term != nil && l.term.Err() != nil {
 		l.Debug(msg+" (stepping down)", args...)
 		return

@@ -16,7 +16,7 @@ func TestActorWarningsQuietWhenSteppingDown(t *testing.T) {
 	var out bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	term, end := context.WithCancel(context.Background())
-	l := actorLog{log, term}
+	l := termLog{log, term}
 	l.Warn("dispatch failed; retried on the next tick", "err", "nats: timeout")
 	end()
 	l.Warn("dispatch failed; retried on the next tick", "err", "context canceled")

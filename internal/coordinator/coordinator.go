@@ -406,7 +406,7 @@ func (c *Coordinator) onReport(ctx context.Context, msg jetstream.Msg) {
 	}
 	a, err := c.actorByID(ctx, id)
 	if err != nil {
-		c.stepDownOrWarn(ctx, "report not applied; retried", "broadcast", rep.Broadcast, "err", err)
+		termLog{c.cfg.Log, ctx}.Warn("report not applied; retried", "broadcast", rep.Broadcast, "err", err)
 		msg.NakWithDelay(time.Second) //nolint:errcheck
 		return
 	}
@@ -420,7 +420,7 @@ func (c *Coordinator) onReport(ctx context.Context, msg jetstream.Msg) {
 		if err := a.report(ctx, rep); err != nil {
 			// An actor gone since the lookup: the redelivery finds its
 			// successor, or the broadcast finished and nothing to apply to.
-			c.stepDownOrWarn(ctx, "report not applied; retried", "broadcast", rep.Broadcast, "err", err)
+			termLog{c.cfg.Log, ctx}.Warn("report not applied; retried", "broadcast", rep.Broadcast, "err", err)
 			msg.NakWithDelay(time.Second) //nolint:errcheck
 			return
 		}
@@ -683,17 +683,4 @@ func (s *seen) first(msg jetstream.Msg) bool {
 	s.ring[s.next], s.set[seq] = seq, true
 	s.next = (s.next + 1) % len(s.ring)
 	return true
-}
-
-// stepDownOrWarn logs a failure as a warning, or at debug level when ctx is
-// done: the leader stepping down (or stopping) cancels the calls of its
-// term, and their "context canceled" failures are the step-down, not a
-// fault (a leader frozen past its lease logged nine such warnings on
-// waking). What they left undone is redelivered to the next leader.
-func (c *Coordinator) stepDownOrWarn(ctx context.Context, msg string, args ...any) {
-	if ctx.Err() != nil {
-		c.cfg.Log.Debug(msg+" (stepping down)", args...)
-		return
-	}
-	c.cfg.Log.Warn(msg, args...)
 }

@@ -61,10 +61,9 @@ func (a *actor) sweep(ctx context.Context) {
 	// all already.
 	room = min(room, int((due+int64(a.c.cfg.PageLimit)-1)/int64(a.c.cfg.PageLimit))-len(a.sweeps))
 	for range room {
-		if due <= 0 || !a.dispatchSweep(ctx, now) {
+		if !a.dispatchSweep(ctx, now) {
 			return
 		}
-		due -= int64(a.sweeps[len(a.sweeps)-1].limit) // this round's sweeps ask for what the others leave
 	}
 }
 
@@ -98,29 +97,27 @@ func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
 		// every sweep alike, and sweeps of the others go on side by side.
 		return false
 	}
-	// A whole page's worth, as pages ask: the domain's rate grants at
-	// least a quarter of it (governor's worthwhile), so a sweep under a
-	// rate-bound walk waits for 48 tokens as the pages do, and takes turns
-	// with them (below). Asking for only the rows due made many small
-	// sweeps, and in a relay outage their refusals failed the broadcast
-	// for no progress where pages alone did not (simulation seed 9064).
-	want := a.c.cfg.PageLimit
 	if a.pagesHeld && a.sweptLast {
 		// The pages' turn (pagesHeld): look again when they may have
 		// had it.
 		a.nextSweep = minTime(a.nextSweep, now.Add(max(a.throttleWait, 10*time.Millisecond)))
 		return false
 	}
-	limit := want
+	// A whole page's worth, as pages ask: the domain's rate grants at
+	// least a quarter of it (governor's worthwhile), so a sweep under a
+	// rate-bound walk waits for 48 tokens as the pages do, and takes turns
+	// with them (above). Asking for only the rows due made many small
+	// sweeps, and in a relay outage their refusals failed the broadcast
+	// for no progress where pages alone did not (simulation seed 9064).
+	limit := a.c.cfg.PageLimit
 	if a.throttle != nil {
 		// The pages' floor (minPage): a sweep of the one or two tokens
 		// back since the last costs a job and a report apiece, under a
 		// low throttle a sweep per message.
-		floor := min(a.minPage(), want)
-		if limit = a.throttle.Take(now, limit); limit < floor {
+		if limit = a.throttle.Take(now, limit); limit < a.minPage() {
 			a.throttle.Return(limit)
 			a.sweepWait = fmt.Sprintf("throttle of %d/hour", a.b.ThrottlePerHour)
-			a.nextSweep = minTime(a.nextSweep, now.Add(max(a.throttle.WaitFor(now, floor), 10*time.Millisecond)))
+			a.nextSweep = minTime(a.nextSweep, now.Add(max(a.throttle.WaitFor(now, a.minPage()), 10*time.Millisecond)))
 			return false
 		}
 	}
