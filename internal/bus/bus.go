@@ -297,6 +297,11 @@ type PageJob struct {
 	// content reads the broadcast again before sending (an edit while
 	// paused).
 	Content int `json:"content,omitempty"`
+	// Issued is when the coordinator made the job (its clock), echoed in
+	// the report: a refusal met by a page made before the broadcast's
+	// last resume or last accepted message is old news and does not count
+	// toward failing the broadcast.
+	Issued time.Time `json:"issued,omitzero"`
 	// Sweep marks a sweep of the broadcast's due deferred rows instead of a
 	// walk of a range: Range is SweepRange, From and Until are unused.
 	Sweep bool `json:"sweep,omitempty"`
@@ -396,6 +401,8 @@ type Report struct {
 	// are 0 from a worker older than them.
 	Reached   int `json:"reached,omitempty"`
 	Unreached int `json:"unreached,omitempty"`
+	// Issued echoes the job's Issued; zero from a worker older than it.
+	Issued time.Time `json:"issued,omitzero"`
 }
 
 // ProviderResult is one receiving provider's part of a page.

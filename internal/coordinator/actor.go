@@ -79,6 +79,10 @@ type actor struct {
 	// resumptions spread over the backoff's time, as a range's own are.
 	refusedPages int
 	refusedNext  time.Time
+	// refusedAfter is when the last run of refused pages was ended (by a
+	// resume or a report that sent): a report of a page issued before it
+	// (bus.Report.Issued) is about the time before, and is not counted.
+	refusedAfter time.Time
 	// lostRuns counts, across ranges and sweeps, reports in a row whose
 	// messages were lost after the final dot and that sent nothing, one
 	// at most per lostPace (lostNext); see lostAfterDot.
@@ -373,6 +377,13 @@ func (a *actor) adopt(b store.Broadcast) {
 		// (simulation seed 51000927); a relay still down fails it again
 		// within MaxFruitless counts at the backoff's pace.
 		a.refusedPages, a.refusedNext = 0, time.Time{}
+		// Reports of pages issued before the resume come in after it for
+		// as long as their sends took (and redeliveries later still):
+		// counted, the refusals of an outage the operator paused through
+		// failed the broadcast four minutes after the resume, with the
+		// relay taking mail and the resume's own pages not yet reported
+		// (simulation seed 14872).
+		a.refusedAfter = a.c.cfg.Clock.Now()
 	}
 	if a.b.State == store.StateFailed && b.State == store.StateRunning {
 		// Resumed after it failed (Coordinator.Resume), before this actor
@@ -533,6 +544,7 @@ func (a *actor) tookMail() {
 		clear(a.notBefore)
 	}
 	a.refusedPages, a.refusedNext = 0, time.Time{}
+	a.refusedAfter = a.c.cfg.Clock.Now()
 }
 
 // refused counts a page or sweep that sent nothing because the server
@@ -543,9 +555,11 @@ func (a *actor) tookMail() {
 // run, and a relay that refuses everyone would otherwise be met only by
 // each row's own attempts, failing every recipient one by one and
 // completing (TestTransientForeverFailsTheBroadcast, when its pages'
-// reports came in one burst).
+// reports came in one burst). A page issued before the run was last ended
+// (refusedAfter) is not counted: its refusals are from before the resume
+// or the accepted message that ended it.
 func (a *actor) refused(ctx context.Context, rep bus.Report, now time.Time) (failed bool, err error) {
-	if now.Before(a.refusedNext) {
+	if now.Before(a.refusedNext) || rep.Issued.Before(a.refusedAfter) {
 		return false, nil
 	}
 	a.refusedPages++
@@ -943,7 +957,7 @@ func (a *actor) dispatch(ctx context.Context) {
 		}
 		a.pagesHeld, a.sweptLast = false, false
 		job := bus.PageJob{Broadcast: a.id.String(), Range: i, From: rec.Next, Until: rec.End, Limit: limit, Epoch: rec.Epoch, Issue: a.issue,
-			Content: a.b.ContentRevision}
+			Content: a.b.ContentRevision, Issued: now}
 		if pacer := a.c.pacer(); pacer != nil {
 			// A page carries a ramp step only for a provider given up
 			// (Holds): its held rows fail then instead of waiting for a

@@ -48,3 +48,37 @@ func TestUnknownReasonSaysWhatIsKnown(t *testing.T) {
 		t.Errorf("unknownReason of a handed-over claim = %q; want its own account first", r)
 	}
 }
+
+// TestRefusalsFromBeforeTheLastSendDoNotCount: a refused page issued before
+// the last accepted message (or resume) is old news. Its report can come in
+// minutes later (a page's sends, redeliveries); counted, an outage's late
+// reports failed a broadcast whose relay was taking mail again (simulation
+// seed 14872). A page issued after it counts, so a relay still refusing
+// fails the broadcast as before.
+func TestRefusalsFromBeforeTheLastSendDoNotCount(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	a := &actor{c: &Coordinator{cfg: Config{Clock: clk, MaxFruitless: 100, Backoff: time.Second, MaxBackoff: time.Second,
+		Jitter: func(int64) int64 { return 0 }}}}
+	issuedBefore := clk.Now()
+	clk.Advance(time.Second)
+	a.tookMail()
+	for range 5 {
+		clk.Advance(2 * time.Second)
+		if _, err := a.refused(context.Background(), bus.Report{Issued: issuedBefore}, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.refusedPages != 0 {
+		t.Fatalf("%d refused pages counted from pages issued before the last accepted message; want 0", a.refusedPages)
+	}
+	for range 5 {
+		clk.Advance(2 * time.Second)
+		if _, err := a.refused(context.Background(), bus.Report{Issued: clk.Now().Add(-time.Second)}, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.refusedPages != 5 {
+		t.Fatalf("%d refused pages counted from pages issued after it; want 5", a.refusedPages)
+	}
+}

@@ -140,7 +140,7 @@ func (a *actor) dispatchSweep(ctx context.Context, now time.Time) bool {
 	// made unique among the sweeps dispatched within one millisecond.
 	a.sweepIssue = max(a.sweepIssue+1, int(now.UnixMilli()))
 	job := bus.PageJob{Broadcast: a.id.String(), Range: bus.SweepRange, Sweep: true, Limit: limit, Issue: a.sweepIssue,
-		Content: a.b.ContentRevision}
+		Content: a.b.ContentRevision, Issued: now}
 	if pacer := a.c.pacer(); pacer != nil {
 		// Sweeps carry the breakers' probes: their rows are the held
 		// providers' recipients, so a probe is not spent on a page that

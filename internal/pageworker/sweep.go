@@ -26,7 +26,7 @@ import (
 // is recorded with a later window's, or by finish, which the worker runs
 // off its puller, before the sweep is reported.
 func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner string) (rep bus.Report, finish func() bus.Report, err error) {
-	rep = bus.Report{Broadcast: job.Broadcast, Range: bus.SweepRange, Epoch: job.Epoch, Limit: job.Limit, Issue: job.Issue, Sweep: true, Done: true, Probed: job.Probe}
+	rep = bus.Report{Broadcast: job.Broadcast, Range: bus.SweepRange, Epoch: job.Epoch, Limit: job.Limit, Issue: job.Issue, Issued: job.Issued, Sweep: true, Done: true, Probed: job.Probe}
 	id, err := ulid.ParseStrict(job.Broadcast)
 	if err != nil {
 		return rep, nil, fmt.Errorf("sweep job: broadcast id: %w", err)

@@ -681,7 +681,7 @@ func (w *Worker) load(ctx context.Context, id ulid.ULID, revision int) (*loaded,
 // of its windows is without an outcome: the worker's next page may start
 // then and use the slots this one's last window frees.
 func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner string, handoff func()) (rep bus.Report, finish func() bus.Report, err error) {
-	rep = bus.Report{Broadcast: job.Broadcast, Range: job.Range, Epoch: job.Epoch, From: job.From, Next: job.From, Limit: job.Limit, Probed: job.Probe}
+	rep = bus.Report{Broadcast: job.Broadcast, Range: job.Range, Epoch: job.Epoch, From: job.From, Next: job.From, Limit: job.Limit, Probed: job.Probe, Issued: job.Issued}
 	id, err := ulid.ParseStrict(job.Broadcast)
 	if err != nil {
 		return rep, nil, fmt.Errorf("page job: broadcast id: %w", err)
