@@ -644,6 +644,13 @@ func (g *gatedStore) GetBroadcast(ctx context.Context, id ulid.ULID) (store.Broa
 	return g.st.GetBroadcast(ctx, id)
 }
 
+// ContentRevision is not a scheduling point, as GetBroadcast is not: the
+// schedules never edit content, and gating it would move every seed's
+// faults.
+func (g *gatedStore) ContentRevision(ctx context.Context, id ulid.ULID) (int, error) {
+	return g.st.ContentRevision(ctx, id)
+}
+
 func (g *gatedStore) gate(op string) gateFault {
 	g.c.gateCh <- op
 	f := <-g.c.resume

@@ -3,6 +3,7 @@ package pageworker
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,7 +43,7 @@ func InDoubtBound(pages, window int) int {
 type pipeline struct {
 	w       *Worker
 	ctx     context.Context
-	l       *loaded
+	l       atomic.Pointer[loaded] // the content sends render (setContent)
 	batches chan *batch
 	sends   sync.WaitGroup
 	done    chan struct{}
@@ -58,11 +59,16 @@ type pipeline struct {
 // how many windows may wait to be sent behind the one being sent (the page
 // loop never hands more).
 func newPipeline(w *Worker, ctx context.Context, l *loaded, job string, ahead int) *pipeline {
-	p := &pipeline{w: w, ctx: ctx, l: l, job: job,
+	p := &pipeline{w: w, ctx: ctx, job: job,
 		batches: make(chan *batch, ahead+1), done: make(chan struct{})}
+	p.l.Store(l)
 	go p.run()
 	return p
 }
+
+// setContent is the content the windows started from now on render: the
+// one the store holds once the run's claims are taken (Worker.sendable).
+func (p *pipeline) setContent(l *loaded) { p.l.Store(l) }
 
 func (p *pipeline) start(b *batch) {
 	p.started = append(p.started, b)
@@ -215,7 +221,7 @@ func (p *pipeline) run() {
 			p.w.senders.run(func() {
 				defer func() { <-p.w.slots; b.finished <- i; wg.Done(); p.sends.Done() }()
 				began := time.Now()
-				b.errs[i] = p.w.send(p.ctx, p.l, c, b.now)
+				b.errs[i] = p.w.send(p.ctx, p.l.Load(), c, b.now)
 				b.took[i] = time.Since(began)
 			})
 		}
@@ -258,7 +264,7 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				}
 				p.w.slots <- struct{}{}
 				began := time.Now()
-				err := p.w.send(p.ctx, p.l, b.window[i], b.now)
+				err := p.w.send(p.ctx, p.l.Load(), b.window[i], b.now)
 				b.took[i] = time.Since(began)
 				<-p.w.slots
 				<-ln.sem

@@ -151,3 +151,53 @@ func TestStaleJobSendsTheEditedContent(t *testing.T) {
 		})
 	}
 }
+
+// TestLaggingWatchSendsTheEditedContent: a worker whose KV watch never saw
+// the pause, the edit or the resume (revision 0 throughout, state running)
+// runs a job made before the edit: the store's revision, read once the
+// page holds its claims, is what it sends. The claim checks only the
+// state, so without that read the old content went out.
+func TestLaggingWatchSendsTheEditedContent(t *testing.T) {
+	t.Parallel()
+	for name, open := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			st := open(t)
+			tr := &subjects{got: map[string][]byte{}}
+			f := newCopiesFixture(t, st, 16, tr)
+			f.w.states = &revised{} // running, revision 0, whatever happens
+			first := f.job()
+			first.Limit = 4
+			rep, err := f.w.RunPage(ctx, first, "w/1")
+			if err != nil || rep.Sent != 4 {
+				t.Fatalf("first page: %+v, %v", rep, err)
+			}
+			if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StateRunning}, store.StatePaused, "", f.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			c := f.b.Content
+			c.Subject = "Edited"
+			if _, _, err := st.EditPaused(ctx, f.b.ID, c, f.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StatePaused}, store.StateRunning, "", f.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			stale := f.job() // Content 0, as the watch says
+			stale.From, stale.Limit = rep.Next, 8
+			if rep, err = f.w.RunPage(ctx, stale, "w/2"); err != nil || rep.Sent != 8 {
+				t.Fatalf("stale page: %+v, %v", rep, err)
+			}
+			for i, c := range f.contacts[:12] {
+				want := "Subject: Hi"
+				if i >= 4 {
+					want = "Subject: Edited"
+				}
+				if got := string(tr.got[c.Email]); got != want {
+					t.Errorf("contact %d got %q; want %q", i, got, want)
+				}
+			}
+		})
+	}
+}

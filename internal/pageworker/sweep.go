@@ -83,6 +83,10 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 			break
 		}
 		taken += len(due)
+		// Between two windows a sweep may hold no claim, so an edit can
+		// come between them: each window looks (sendable).
+		l = w.sendable(pageCtx, l)
+		p.setContent(l) // for this window's sends; stragglers keep theirs
 		window := make([]store.Contact, len(due))
 		mine := make(map[ulid.ULID]bool, len(due))
 		for k, d := range due {

@@ -36,6 +36,7 @@ import (
 // stops compiling when the worker starts calling something new.
 type Store interface {
 	GetBroadcast(ctx context.Context, id ulid.ULID) (store.Broadcast, error)
+	ContentRevision(ctx context.Context, id ulid.ULID) (int, error)
 	EligiblePage(ctx context.Context, b store.Broadcast, from, until ulid.ULID, limit int) ([]store.Contact, error)
 	Claim(ctx context.Context, broadcast ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error)
 	RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error)
@@ -651,6 +652,13 @@ func (w *Worker) load(ctx context.Context, id ulid.ULID, revision int) (*loaded,
 		(held.asked <= held.b.ContentRevision || w.cfg.Clock.Now().Sub(held.readAt) < anomalyTTL) {
 		return held, nil
 	}
+	return w.read(ctx, id, revision)
+}
+
+// read reads the broadcast and compiles its content, for revision (what
+// the reader was told the broadcast's revision is), and keeps it for the
+// worker's next pages unless one read a newer one meanwhile.
+func (w *Worker) read(ctx context.Context, id ulid.ULID, revision int) (*loaded, error) {
 	b, err := w.cfg.Store.GetBroadcast(ctx, id)
 	if err != nil {
 		return nil, outage(err)
@@ -744,6 +752,12 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, windows[k], func() ([]ulid.ULID, error) {
 			return w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[k]), w.cfg.Clock.Now())
 		})
+		if err == nil && k == 0 {
+			// From here to its last outcome the page holds claims, so the
+			// content cannot be edited under it: one look suffices.
+			l = w.sendable(pageCtx, l)
+			p.setContent(l) // nothing is sending yet
+		}
 		if err == nil {
 			w.release(pageCtx, p, l, h, windows[k], claimed)
 		}
@@ -935,6 +949,30 @@ func (w *Worker) recordLate(ctx, pageCtx context.Context, l *loaded, owner strin
 func (w *Worker) release(ctx context.Context, p *pipeline, l *loaded, h *holds, window []store.Contact, claimed []ulid.ULID) {
 	w.refreshHolds(ctx, l, h)
 	p.start(w.prepare(window, ids(claimed), h, w.cfg.Clock.Now()))
+}
+
+// sendable is the content to send the claims just taken with: l, unless
+// the store holds a newer content revision. It is read once the run holds
+// claims, and an edit needs the broadcast paused with no claim out, so the
+// revision read stays until those claims have outcomes. The claim itself
+// checks only the state: a job made before an edit and run after it, by a
+// worker whose KV watch had not yet seen the edit (stopBefore), would
+// otherwise send the old content. When the store cannot say, the content
+// held is sent (as before the check): the claims are taken, and leaving
+// them unsent would make them the reconciler's unknowns.
+func (w *Worker) sendable(ctx context.Context, l *loaded) *loaded {
+	n, err := w.cfg.Store.ContentRevision(ctx, l.b.ID)
+	if err == nil && n > l.b.ContentRevision {
+		var fresh *loaded
+		if fresh, err = w.read(ctx, l.b.ID, n); err == nil {
+			return fresh
+		}
+	}
+	if err != nil {
+		w.cfg.Log.Warn("cannot read the broadcast's content revision; sending the content held",
+			"broadcast", l.b.ID, "revision", l.b.ContentRevision, "err", err)
+	}
+	return l
 }
 
 // RunPage walks one page job (a range's page or a sweep) with every claim

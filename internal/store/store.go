@@ -265,6 +265,12 @@ type Broadcasts interface {
 	// broadcast, that one is returned with created=false.
 	CreateBroadcast(ctx context.Context, b Broadcast) (out Broadcast, created bool, err error)
 	GetBroadcast(ctx context.Context, id ulid.ULID) (Broadcast, error)
+	// ContentRevision is the broadcast's content revision
+	// (Broadcast.ContentRevision) alone, or ErrNotFound: what a page worker
+	// reads once its page holds a claim, to know its content is the one
+	// to send (an edit needs the broadcast paused with no claim out, so
+	// the revision read then stays until the page's claims have outcomes).
+	ContentRevision(ctx context.Context, id ulid.ULID) (int, error)
 	ListBroadcasts(ctx context.Context) ([]Broadcast, error)
 	// BroadcastPage returns up to limit broadcasts with ids below before
 	// (the zero id: from the newest), newest first, without their bodies

@@ -338,6 +338,12 @@ func (s *Store) GetBroadcast(ctx context.Context, id ulid.ULID) (store.Broadcast
 	return b, mapErr("broadcast "+id.String(), err)
 }
 
+func (s *Store) ContentRevision(ctx context.Context, id ulid.ULID) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT content_revision FROM broadcasts WHERE id = $1`, uid(id)).Scan(&n)
+	return n, mapErr("broadcast "+id.String(), err)
+}
+
 func (s *Store) ListBroadcasts(ctx context.Context) ([]store.Broadcast, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+broadcastColumns+broadcastFrom+`ORDER BY b.created_at DESC, b.id DESC`)
 	if err != nil {

@@ -483,6 +483,12 @@ func (s *Store) GetBroadcast(ctx context.Context, bid ulid.ULID) (store.Broadcas
 	return b, mapErr("broadcast "+bid.String(), err)
 }
 
+func (s *Store) ContentRevision(ctx context.Context, bid ulid.ULID) (int, error) {
+	var n int
+	err := s.r.QueryRowContext(ctx, `SELECT content_revision FROM broadcasts WHERE id = ?`, id(bid)).Scan(&n)
+	return n, mapErr("broadcast "+bid.String(), err)
+}
+
 func (s *Store) ListBroadcasts(ctx context.Context) ([]store.Broadcast, error) {
 	rows, err := s.r.QueryContext(ctx, selectBroadcast+`ORDER BY b.created_at DESC, b.id DESC`)
 	if err != nil {

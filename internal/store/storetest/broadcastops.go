@@ -129,6 +129,11 @@ func testEditPaused(f *fixture) {
 	if again, err := f.s.GetBroadcast(f.ctx, r.ID); err != nil || again.ContentRevision != 2 || again.Content != c {
 		f.t.Fatalf("GetBroadcast after the edits = revision %d, %+v, %v; want what EditPaused returned", again.ContentRevision, again.Content, err)
 	}
+	if n, err := f.s.ContentRevision(f.ctx, r.ID); err != nil || n != 2 {
+		f.t.Fatalf("ContentRevision after the edits = %d, %v; want 2", n, err)
+	}
+	_, err = f.s.ContentRevision(f.ctx, ulid.Make())
+	f.wantErr(err, store.ErrNotFound, "ContentRevision of no broadcast")
 	d := f.draft("draft", 0)
 	_, _, err = f.s.EditPaused(f.ctx, d.ID, c, at(6))
 	f.wantErr(err, store.ErrConflict, "EditPaused of a draft (UpdateDraft's)")
