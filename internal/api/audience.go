@@ -205,11 +205,11 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 	seen := newEmailSet()
 
 	batches := make(chan batch, 1)
-	var imported int64       // written by the writer; read after it is done
-	var refused []refusedRow // likewise
+	var imported, updated int64 // written by the writer; read after it is done
+	var refused []refusedRow    // likewise
 	written := make(chan error, 1)
 	go func() {
-		err := api.writeBatches(ctx, batches, &imported, &refused)
+		err := api.writeBatches(ctx, batches, &imported, &updated, &refused)
 		if err != nil {
 			cancel() // stops the reader at its next batch
 		}
@@ -309,8 +309,8 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 	}
 	// The store's refusals come after the rows validation refused.
 	slices.SortFunc(resp.Errors, func(a, b *pb.RowError) int { return cmp.Compare(a.GetRow(), b.GetRow()) })
-	resp.Imported = imported
-	api.cfg.Log.Info("contacts imported", "rows", row, "imported", imported, "rejected", resp.Rejected,
+	resp.Imported, resp.Updated = imported, updated
+	api.cfg.Log.Info("contacts imported", "rows", row, "imported", imported, "updated", updated, "rejected", resp.Rejected,
 		"seconds", api.cfg.Clock.Now().Sub(start).Seconds())
 	return stream.SendAndClose(resp)
 }
@@ -330,7 +330,7 @@ func (api *AudienceAPI) importFailed(err error, row, imported int64) error {
 // writeBatches writes each batch: contacts, then the segment memberships
 // their rows asked for (segments are created when missing). It returns at
 // the first error; ImportContacts then cancels the stream.
-func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, imported *int64, refused *[]refusedRow) error {
+func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, imported, updated *int64, refused *[]refusedRow) error {
 	st := api.cfg.Store
 	segments := map[string]int64{}
 	for b := range batches {
@@ -346,6 +346,9 @@ func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, 
 				*refused = append(*refused, refusedRow{row: b.rows[i], email: b.contacts[i].Email})
 				written--
 				continue // not written: no membership either
+			}
+			if ids[i] != b.contacts[i].ID {
+				*updated++ // the address's contact keeps its id
 			}
 			for _, name := range names {
 				seg, ok := segments[name]

@@ -207,8 +207,8 @@ swallow the rows after it. The file is streamed, so millions of rows work.`,
 				}
 				return nil
 			}
-			fmt.Fprintf(out, "imported %d %s; %d %s rejected\n", resp.GetImported(), plural(resp.GetImported(), "contact", "contacts"),
-				rejected, plural(rejected, "row", "rows"))
+			fmt.Fprintf(out, "imported %d %s%s; %d %s rejected\n", resp.GetImported(), plural(resp.GetImported(), "contact", "contacts"),
+				newAndUpdated(resp), rejected, plural(rejected, "row", "rows"))
 			// The reader's and the server's rejections arrive separately; a
 			// person reads them in file order.
 			slices.SortStableFunc(res.rejected, func(a, b string) int { return cmp.Compare(lineOf(a), lineOf(b)) })
@@ -757,6 +757,16 @@ func lineOf(rejection string) int {
 // printImportJSON prints an import's result: the counts, and every
 // rejected row listed (the reader's and the coordinator's) with its file
 // line.
+// newAndUpdated says how many of the imported rows were new contacts and
+// how many updated an existing one, when any did (" (3 new, 2 updated)"):
+// importing a file again updates every row and adds nobody.
+func newAndUpdated(resp *pb.ImportContactsResponse) string {
+	if resp.GetUpdated() == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d new, %d updated)", resp.GetImported()-resp.GetUpdated(), resp.GetUpdated())
+}
+
 func printImportJSON(w io.Writer, resp *pb.ImportContactsResponse, res *csvResult, rejected int64) error {
 	type row struct {
 		Line  int    `json:"line"`
@@ -764,9 +774,10 @@ func printImportJSON(w io.Writer, resp *pb.ImportContactsResponse, res *csvResul
 	}
 	out := struct {
 		Imported int64 `json:"imported"`
+		Updated  int64 `json:"updated"`
 		Rejected int64 `json:"rejected"`
 		Rows     []row `json:"rejectedRows"`
-	}{Imported: resp.GetImported(), Rejected: rejected, Rows: []row{}}
+	}{Imported: resp.GetImported(), Updated: resp.GetUpdated(), Rejected: rejected, Rows: []row{}}
 	for _, r := range res.rejected {
 		out.Rows = append(out.Rows, row{Line: lineOf(r), Error: r})
 	}

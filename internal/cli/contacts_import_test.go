@@ -251,6 +251,14 @@ func TestContactsImportCommandLineEndings(t *testing.T) {
 	if got := eligible(t, st, 0); got["bob@example.org"].Name != "Bob" {
 		t.Errorf("contacts stored: %v", got)
 	}
+	// Imported again with one new row: the output tells new from updated.
+	again := writeFile(t, "again.csv", "email,name,city\nann@example.org,Ann,Oslo\nBOB@example.org,Bob,Rome\ncat@example.org,Cat,Lima\n")
+	if out, err := rangecast(t, "", "--addr", addr, "contacts", "import", again); err != nil || out != "imported 3 contacts (1 new, 2 updated); 0 rows rejected\n" {
+		t.Errorf("import of two known addresses and a new one: %v\n%s", err, out)
+	}
+	if out, err := rangecast(t, "", "--addr", addr, "contacts", "import", again, "--json"); err != nil || !strings.Contains(out, `"imported":3,"updated":3,`) {
+		t.Errorf("the same import again, --json: %v\n%s", err, out)
+	}
 	// A file without a name column says so: its second column is an
 	// attribute now, where it used to be taken for the name.
 	noName := writeFile(t, "full_name.csv", "email,full_name\ncy@example.org,Cy Young\n")

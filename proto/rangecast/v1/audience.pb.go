@@ -166,8 +166,11 @@ type ImportContactsResponse struct {
 	// errors lists rejected rows in row order: all of them, or the first
 	// 10,000 when there are more (so the response stays within gRPC's
 	// default 4 MB message size); rejected always counts all of them.
-	Errors        []*RowError `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty"`
-	Rejected      int64       `protobuf:"varint,3,opt,name=rejected,proto3" json:"rejected,omitempty"`
+	Errors   []*RowError `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty"`
+	Rejected int64       `protobuf:"varint,3,opt,name=rejected,proto3" json:"rejected,omitempty"`
+	// updated counts the imported rows whose address was already a contact
+	// (the rest of imported are new contacts).
+	Updated       int64 `protobuf:"varint,4,opt,name=updated,proto3" json:"updated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -219,6 +222,13 @@ func (x *ImportContactsResponse) GetErrors() []*RowError {
 func (x *ImportContactsResponse) GetRejected() int64 {
 	if x != nil {
 		return x.Rejected
+	}
+	return 0
+}
+
+func (x *ImportContactsResponse) GetUpdated() int64 {
+	if x != nil {
+		return x.Updated
 	}
 	return 0
 }
@@ -1500,11 +1510,12 @@ const file_rangecast_v1_audience_proto_rawDesc = "" +
 	"\bsegments\x18\x06 \x03(\tR\bsegments\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9a\x01\n" +
 	"\x16ImportContactsResponse\x12\x1a\n" +
 	"\bimported\x18\x01 \x01(\x03R\bimported\x12.\n" +
 	"\x06errors\x18\x02 \x03(\v2\x16.rangecast.v1.RowErrorR\x06errors\x12\x1a\n" +
-	"\brejected\x18\x03 \x01(\x03R\brejected\"H\n" +
+	"\brejected\x18\x03 \x01(\x03R\brejected\x12\x18\n" +
+	"\aupdated\x18\x04 \x01(\x03R\aupdated\"H\n" +
 	"\bRowError\x12\x10\n" +
 	"\x03row\x18\x01 \x01(\x03R\x03row\x12\x14\n" +
 	"\x05email\x18\x02 \x01(\tR\x05email\x12\x14\n" +
