@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -134,6 +136,11 @@ func TestSimulation(t *testing.T) {
 
 // sim is one schedule.
 type sim struct {
+	// edits draws the operator's content edits (pEdit: the chance that a
+	// resume is preceded by one); its own stream, so every other draw
+	// stays as it was.
+	edits   *rand.Rand
+	pEdit   float64
 	t       testing.TB
 	seed    uint64
 	rng     *rand.Rand
@@ -414,6 +421,9 @@ func (ct copyTransport) Send(ctx context.Context, m message.Rendered) (string, e
 }
 
 func (tr *simTransport) send(_ context.Context, m message.Rendered, ct copyTransport) (string, error) {
+	if got, want := subjectRevision(m.Bytes), ct.c.revOf(m.To); got < want {
+		tr.s.violate("%s was sent content revision %d by copy %d, claimed after revision %d was made", m.To, got, ct.c.id, want)
+	}
 	if ct.downFor(m.To) {
 		// Refused before a byte of the message went out, whoever it is for;
 		// some connects lag (a SYN lost and sent again), so a window's
@@ -584,6 +594,27 @@ type copyRun struct {
 	gateBusy bool
 	busyMu   sync.Mutex
 	busyFor  map[string]bool // by address
+	revFor   map[string]int  // the content revision when each address was claimed
+}
+
+// claimedAt records the broadcast's content revision for the addresses a
+// claim took: read after the claim commits, while the claims are out, so
+// no edit (which needs none out) comes between.
+func (c *copyRun) claimedAt(rev int, emails ...string) {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	if c.revFor == nil {
+		c.revFor = map[string]int{}
+	}
+	for _, e := range emails {
+		c.revFor[e] = rev
+	}
+}
+
+func (c *copyRun) revOf(to string) int {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	return c.revFor[to]
 }
 
 // claimed records the provider's state for the addresses a claim at the
@@ -651,6 +682,16 @@ func (g *gatedStore) ContentRevision(ctx context.Context, id ulid.ULID) (int, er
 	return g.st.ContentRevision(ctx, id)
 }
 
+// claimedAt notes the content revision the claimed addresses must be sent.
+func (g *gatedStore) claimedAt(ctx context.Context, b ulid.ULID, emails []string) {
+	if len(emails) == 0 {
+		return
+	}
+	if rev, err := g.st.ContentRevision(ctx, b); err == nil {
+		g.c.claimedAt(rev, emails...)
+	}
+}
+
 func (g *gatedStore) gate(op string) gateFault {
 	g.c.gateCh <- op
 	f := <-g.c.resume
@@ -679,6 +720,7 @@ func (g *gatedStore) Claim(ctx context.Context, b ulid.ULID, owner string, claim
 	}
 	ids, err := g.st.Claim(ctx, b, owner, claims, now)
 	g.c.claimed(emailsOf(claims, ids)...)
+	g.claimedAt(ctx, b, emailsOf(claims, ids))
 	return ids, err
 }
 
@@ -692,6 +734,7 @@ func (g *gatedStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner stri
 	}
 	ids, err := g.st.RecordAndClaim(ctx, b, owner, outcomes, next, now)
 	g.c.claimed(emailsOf(next, ids)...)
+	g.claimedAt(ctx, b, emailsOf(next, ids))
 	return ids, err
 }
 
@@ -720,6 +763,7 @@ func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner stri
 		emails[i] = d.Email
 	}
 	g.c.claimed(emails...)
+	g.claimedAt(ctx, b.ID, emails)
 	return due, err
 }
 
@@ -792,8 +836,12 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 		s.busy.to = s.busy.from + 50 + paced.IntN(250)
 		s.busy.share = []float64{0, 0.3, 0.6, 1}[paced.IntN(4)]
 	}
+	// The operator edits the content at some resumes (when nothing is
+	// claimed without an outcome, as EditPaused requires).
+	s.edits = rand.New(rand.NewPCG(seed^0x6564697473212121, seed))
+	s.pEdit = []float64{0, 0, 0.5, 1}[s.edits.IntN(4)]
 	if slices.Contains(slices.Collect(maps.Values(simRegressions)), seed) {
-		s.pPolicy, s.pGrey, s.pSlow, s.preAccept, s.paced = 0, 0, 0, false, false
+		s.pPolicy, s.pGrey, s.pSlow, s.preAccept, s.paced, s.pEdit = 0, 0, 0, false, false, 0
 	}
 	if seed == simFailRefusedSeed {
 		s.pSlow = 0 // its relay answers as when it was found
@@ -1468,6 +1516,9 @@ func (s *sim) checkCursors() {
 // operator moves the broadcast from one state to another, as the API does:
 // the store, then KV, then the leader is told.
 func (s *sim) operator(from, to store.State) {
+	if from == store.StatePaused && to == store.StateRunning && s.pEdit > 0 && s.edits.Float64() < s.pEdit {
+		s.editContent()
+	}
 	b, err := s.st.SetState(s.ctx, s.b.ID, []store.State{from}, to, "operator", s.clk.Now())
 	if err != nil {
 		return // not in that state
@@ -1481,6 +1532,46 @@ func (s *sim) operator(from, to store.State) {
 	// calls' KV writes may land in either order: it is a step of its own.
 	s.pendingStates = append(s.pendingStates, b)
 	s.leaders[0].adopt(b)
+}
+
+// editContent is the operator editing the paused broadcast's subject, as
+// the API does (the store, then KV): each revision's subject ends in
+// " r<revision>", which the relay checks against the revision its claim
+// was taken at (copyRun.claimedAt). Refused while a claim is out.
+func (s *sim) editContent() {
+	cur, err := s.st.GetBroadcast(s.ctx, s.b.ID)
+	if err != nil {
+		return
+	}
+	c := cur.Content
+	c.Subject = fmt.Sprintf("Hi {{.Name}} r%d", cur.ContentRevision+1)
+	b, _, err := s.st.EditPaused(s.ctx, s.b.ID, c, s.clk.Now())
+	if err != nil {
+		s.logf("content edit refused: %v", err)
+		return
+	}
+	s.fault("content edited while paused")
+	s.logf("operator edits the content: revision %d", b.ContentRevision)
+	s.pendingStates = append(s.pendingStates, b)
+}
+
+// subjectRevision is the content revision a rendered message was made
+// from (editContent's " r<n>" at the end of its subject; 0 without one).
+func subjectRevision(msg []byte) int {
+	i := bytes.Index(msg, []byte("\r\nSubject: "))
+	if i < 0 {
+		return 0
+	}
+	line, _, _ := bytes.Cut(msg[i+2:], []byte("\r\n"))
+	j := bytes.LastIndex(line, []byte(" r"))
+	if j < 0 {
+		return 0
+	}
+	n, err := strconv.Atoi(string(line[j+2:]))
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // mirrorOne lands one operator call's KV write, in any order.
@@ -1762,4 +1853,24 @@ var simRegressions = map[string]uint64{
 	// Reports of pages issued during a relay outage came in minutes after
 	// the resume and failed the broadcast for no progress (bus.Report.Issued).
 	"an outage's refusals reported late, after the resume": 14872,
+}
+
+// simEditSeed is a schedule with content edits at its resumes in which a
+// page whose first windows' rows a duplicate copy had taken held no claim
+// through a pause, an edit and a resume; its next window's claim found the
+// new revision, and the page sent the old content (Worker.sendable looked
+// only after its first claim).
+const simEditSeed = 5028
+
+// TestSimulationEditWhilePaused replays it: every message is sent the
+// content revision in force when its claim was taken.
+func TestSimulationEditWhilePaused(t *testing.T) {
+	t.Parallel()
+	s := runSchedule(t, simEditSeed, false)
+	for _, v := range s.violations {
+		t.Errorf("%s\n%s", v, strings.Join(s.tail(30), "\n"))
+	}
+	if s.faults["content edited while paused"] < 2 {
+		t.Errorf("%d content edits; want the schedule's edits", s.faults["content edited while paused"])
+	}
 }

@@ -748,17 +748,25 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 			w.giveLate(len(late))
 		}
 	}()
+	// claimedOf counts each window's claims. While the page holds one
+	// without an outcome the content cannot be edited (an edit needs none
+	// out); a claim that takes rows when it held none (the first, or after
+	// windows whose rows a duplicate copy of the page had taken) looks at
+	// the store's revision (sendable). Nothing is sending then.
+	claimedOf := make([]int, len(windows))
+	fresh := func(holding int, claimed []ulid.ULID) {
+		if holding == 0 && len(claimed) > 0 {
+			l = w.sendable(pageCtx, l)
+			p.setContent(l)
+		}
+	}
 	claim := func(k int) error {
 		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, windows[k], func() ([]ulid.ULID, error) {
 			return w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[k]), w.cfg.Clock.Now())
 		})
-		if err == nil && k == 0 {
-			// From here to its last outcome the page holds claims, so the
-			// content cannot be edited under it: one look suffices.
-			l = w.sendable(pageCtx, l)
-			p.setContent(l) // nothing is sending yet
-		}
 		if err == nil {
+			fresh(sum(claimedOf[:k]), claimed)
+			claimedOf[k] = len(claimed)
 			w.release(pageCtx, p, l, h, windows[k], claimed)
 		}
 		return err
@@ -787,6 +795,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	for k := 0; k < released; k++ {
 		window := windows[k]
 		b, pending := p.wait()
+		holding := sum(claimedOf[k:released]) + len(late) // before this window's outcomes and the next claim commit
 		var over []straggler
 		over, late = regroup(late, b, pending)
 		judged := view(b, pending, over)
@@ -830,6 +839,8 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		}
 		w.giveLate(len(over)) // their outcomes are committed
 		if following != nil {
+			fresh(holding, claimed)
+			claimedOf[released] = len(claimed)
 			w.release(pageCtx, p, l, h, following, claimed)
 			released++
 		}
@@ -951,10 +962,20 @@ func (w *Worker) release(ctx context.Context, p *pipeline, l *loaded, h *holds, 
 	p.start(w.prepare(window, ids(claimed), h, w.cfg.Clock.Now()))
 }
 
+func sum(xs []int) (n int) {
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
 // sendable is the content to send the claims just taken with: l, unless
-// the store holds a newer content revision. It is read once the run holds
-// claims, and an edit needs the broadcast paused with no claim out, so the
-// revision read stays until those claims have outcomes. The claim itself
+// the store holds a newer content revision. It is read once a run that
+// held no claim has taken some, and an edit needs the broadcast paused with
+// no claim out, so the revision read stays while the run holds claims
+// (simulation seed 5028: a page whose first windows' rows a duplicate copy
+// had taken held none through a pause, an edit and a resume, and its next
+// window's claim found the new revision). The claim itself
 // checks only the state: a job made before an edit and run after it, by a
 // worker whose KV watch had not yet seen the edit (stopBefore), would
 // otherwise send the old content. When the store cannot say, the content
