@@ -83,6 +83,10 @@ type actor struct {
 	// resume or a report that sent): a report of a page issued before it
 	// (bus.Report.Issued) is about the time before, and is not counted.
 	refusedAfter time.Time
+	// resumedAt is when the operator last resumed the broadcast: a page
+	// issued before it does not count toward its range's fruitless
+	// resumptions either (fruitless).
+	resumedAt time.Time
 	// lostRuns counts, across ranges and sweeps, reports in a row whose
 	// messages were lost after the final dot and that sent nothing, one
 	// at most per lostPace (lostNext); see lostAfterDot.
@@ -384,6 +388,7 @@ func (a *actor) adopt(b store.Broadcast) {
 		// relay taking mail and the resume's own pages not yet reported
 		// (simulation seed 14872).
 		a.refusedAfter = a.c.cfg.Clock.Now()
+		a.resumedAt = a.refusedAfter
 	}
 	if a.b.State == store.StateFailed && b.State == store.StateRunning {
 		// Resumed after it failed (Coordinator.Resume), before this actor
@@ -752,8 +757,18 @@ func (a *actor) reload(ctx context.Context) error {
 // fruitless handles a range that made no progress because of a transient
 // error: back off, and after MaxFruitless in a row fail the broadcast with
 // the reason rather than retry forever.
+//
+// A page issued before the operator's last resume backs the range off but
+// is not counted: the resume is a new try (as for refused), and a range
+// whose count an outage paused through had brought near the limit failed
+// the broadcast on the late report of a page from before the pause.
 func (a *actor) fruitless(ctx context.Context, i int, rep bus.Report, now time.Time) error {
 	rec := a.recs[i]
+	if rep.Issued.Before(a.resumedAt) {
+		a.notBefore[i] = now.Add(a.c.backoff(max(rec.Fruitless, 1)))
+		a.lastErr[i] = rep.Error
+		return nil
+	}
 	rec.Fruitless++
 	if err := a.write(ctx, i, rec); err != nil {
 		return err

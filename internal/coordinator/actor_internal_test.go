@@ -82,3 +82,27 @@ func TestRefusalsFromBeforeTheLastSendDoNotCount(t *testing.T) {
 		t.Fatalf("%d refused pages counted from pages issued after it; want 5", a.refusedPages)
 	}
 }
+
+// TestFruitlessFromBeforeTheResumeDoesNotCount: a range's page issued
+// before the operator's last resume backs the range off but adds nothing
+// to its fruitless count (no KV write: this actor has no KV, and a write
+// would fail the test), so a count an outage brought near the limit before
+// the pause is not pushed over it by that page's late report.
+func TestFruitlessFromBeforeTheResumeDoesNotCount(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	a := &actor{c: &Coordinator{cfg: Config{Clock: clk, MaxFruitless: 8, Backoff: time.Second, MaxBackoff: time.Minute,
+		Jitter: func(int64) int64 { return 0 }}},
+		recs: []bus.RangeRecord{{Fruitless: 7}}, notBefore: map[int]time.Time{}, lastErr: map[int]string{}}
+	issued := clk.Now()
+	clk.Advance(time.Minute)
+	a.resumedAt = clk.Now()
+	clk.Advance(time.Second)
+	if err := a.fruitless(context.Background(), 0, bus.Report{Issued: issued, Error: "smtp connect: connection refused"}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if a.recs[0].Fruitless != 7 || !a.notBefore[0].After(clk.Now()) || a.lastErr[0] == "" {
+		t.Errorf("after a late report from before the resume: fruitless %d, not before %v, last error %q; want 7, a backoff, the error",
+			a.recs[0].Fruitless, a.notBefore[0], a.lastErr[0])
+	}
+}
