@@ -115,6 +115,23 @@ func TestBadRowsSprinkledThroughAList(t *testing.T) {
 		if len(received) != len(good) {
 			t.Errorf("%d recipients received mail, want %d: %v", len(received), len(good), received)
 		}
+		if !strings.Contains(b.GetReason(), "never handed to the relay") || !strings.Contains(b.GetReason(), "broadcasts retry "+id) {
+			t.Errorf("reason %q; want it to say the failures were never handed to the relay, and how to send them again", b.GetReason())
+		}
+		// Their messages were never handed to the relay, so a retry (once a
+		// relay with SMTPUTF8 is set up) may send them again; this relay
+		// still has none, and they fail again, alone.
+		r, err := pb.NewBroadcastOpsServiceClient(s.conn).RetryBroadcast(context.Background(), &pb.RetryBroadcastRequest{Id: id})
+		if err != nil || r.GetFailed() != int64(undeliverable) {
+			t.Fatalf("retry = %v, %v; want the %d never handed to the relay retried", r, err, undeliverable)
+		}
+		b = s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, 60*time.Second)
+		if p := b.GetProgress(); p.GetFailed() != int64(undeliverable) || p.GetSent() != int64(len(good)) {
+			t.Errorf("after the retry: sent %d, failed %d; want %d and %d", p.GetSent(), p.GetFailed(), len(good), undeliverable)
+		}
+		if again := s.sink.CountByRecipient(); len(again) != len(good) {
+			t.Errorf("after the retry %d recipients received mail, want %d", len(again), len(good))
+		}
 	})
 }
 

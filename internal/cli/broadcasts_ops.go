@@ -601,9 +601,11 @@ func retryCommand(c *client) *cobra.Command {
 	var unknown, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "retry ID",
-		Short: "Send again to the contacts that failed after their transient attempts ran out",
+		Short: "Send again to the contacts that failed after their transient attempts ran out, or were never handed to the relay",
 		Long: `Give the contacts of a completed broadcast whose messages failed after every
-transient attempt (4xx replies, timeouts: "gave up after N attempts") a new
+transient attempt (4xx replies, timeouts: "gave up after N attempts"), or were
+never handed to the relay ("not sent: …": an address with a non-ASCII local
+part and a relay without SMTPUTF8; retry once the relay offers it), a new
 round of attempts. Their rows go back to deferred, due now, and the broadcast
 runs again until they have an outcome; they are sent through the same claim
 rules as every deferred message, and nobody whose message was accepted gets a
@@ -628,7 +630,7 @@ people may get a second copy.`,
 			}
 			b := resp.GetBroadcast()
 			if resp.GetFailed()+resp.GetUnknown() == 0 {
-				fmt.Fprintf(w, "nothing to retry in %s: no message failed after its attempts ran out%s\n", b.GetId(),
+				fmt.Fprintf(w, "nothing to retry in %s: no message failed after its attempts ran out or without being handed to the relay%s\n", b.GetId(),
 					map[bool]string{true: " and none is unknown", false: ""}[unknown])
 				return nil
 			}

@@ -754,9 +754,6 @@ func lineOf(rejection string) int {
 	return n
 }
 
-// printImportJSON prints an import's result: the counts, and every
-// rejected row listed (the reader's and the coordinator's) with its file
-// line.
 // newAndUpdated says how many of the imported rows were new contacts and
 // how many updated an existing one, when any did (" (3 new, 2 updated)"):
 // importing a file again updates every row and adds nobody.
@@ -767,6 +764,9 @@ func newAndUpdated(resp *pb.ImportContactsResponse) string {
 	return fmt.Sprintf(" (%d new, %d updated)", resp.GetImported()-resp.GetUpdated(), resp.GetUpdated())
 }
 
+// printImportJSON prints an import's result: the counts, and every
+// rejected row listed (the reader's and the coordinator's) with its file
+// line.
 func printImportJSON(w io.Writer, resp *pb.ImportContactsResponse, res *csvResult, rejected int64) error {
 	type row struct {
 		Line  int    `json:"line"`

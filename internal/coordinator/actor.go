@@ -79,14 +79,15 @@ type actor struct {
 	// resumptions spread over the backoff's time, as a range's own are.
 	refusedPages int
 	refusedNext  time.Time
-	// refusedAfter is when the last run of refused pages was ended (by a
-	// resume or a report that sent): a report of a page issued before it
-	// (bus.Report.Issued) is about the time before, and is not counted.
-	refusedAfter time.Time
-	// resumedAt is when the operator last resumed the broadcast: a page
-	// issued before it does not count toward its range's fruitless
-	// resumptions either (fruitless).
-	resumedAt time.Time
+	// resumedAt is when the operator last resumed the broadcast, or when
+	// this actor started (it cannot know of a resume before): the report
+	// of a page issued before it (bus.Report.Issued) counts neither toward
+	// refused pages nor toward its range's fruitless resumptions.
+	// fruitlessBase is each range's fruitless count at the last resume:
+	// the resume is a new try, and only the resumptions after it count
+	// (in memory: a new leader counts the record's whole count, as before).
+	resumedAt     time.Time
+	fruitlessBase map[int]int
 	// lostRuns counts, across ranges and sweeps, reports in a row whose
 	// messages were lost after the final dot and that sent nothing, one
 	// at most per lostPace (lostNext); see lostAfterDot.
@@ -153,6 +154,10 @@ func newActor(ctx context.Context, c *Coordinator, b store.Broadcast) (*actor, e
 		notBefore:   map[int]time.Time{},
 		lastErr:     map[int]string{},
 		dispatched:  map[int]int64{},
+		// Pages issued before this actor are another's (a leader before
+		// this one): they count toward nothing (issuedBeforeResume).
+		resumedAt:     c.cfg.Clock.Now(),
+		fruitlessBase: map[int]int{},
 	}
 	if b.ThrottlePerHour > 0 {
 		a.throttle = a.newThrottle(c.cfg.Clock.Now())
@@ -387,8 +392,10 @@ func (a *actor) adopt(b store.Broadcast) {
 		// failed the broadcast four minutes after the resume, with the
 		// relay taking mail and the resume's own pages not yet reported
 		// (simulation seed 14872).
-		a.refusedAfter = a.c.cfg.Clock.Now()
-		a.resumedAt = a.refusedAfter
+		a.resumedAt = a.c.cfg.Clock.Now()
+		for i, rec := range a.recs {
+			a.fruitlessBase[i] = rec.Fruitless
+		}
 	}
 	if a.b.State == store.StateFailed && b.State == store.StateRunning {
 		// Resumed after it failed (Coordinator.Resume), before this actor
@@ -549,7 +556,6 @@ func (a *actor) tookMail() {
 		clear(a.notBefore)
 	}
 	a.refusedPages, a.refusedNext = 0, time.Time{}
-	a.refusedAfter = a.c.cfg.Clock.Now()
 }
 
 // refused counts a page or sweep that sent nothing because the server
@@ -560,11 +566,10 @@ func (a *actor) tookMail() {
 // run, and a relay that refuses everyone would otherwise be met only by
 // each row's own attempts, failing every recipient one by one and
 // completing (TestTransientForeverFailsTheBroadcast, when its pages'
-// reports came in one burst). A page issued before the run was last ended
-// (refusedAfter) is not counted: its refusals are from before the resume
-// or the accepted message that ended it.
+// reports came in one burst). A page issued before the last resume is not
+// counted (issuedBeforeResume).
 func (a *actor) refused(ctx context.Context, rep bus.Report, now time.Time) (failed bool, err error) {
-	if now.Before(a.refusedNext) || rep.Issued.Before(a.refusedAfter) {
+	if now.Before(a.refusedNext) || a.issuedBeforeResume(rep) {
 		return false, nil
 	}
 	a.refusedPages++
@@ -764,22 +769,37 @@ func (a *actor) reload(ctx context.Context) error {
 // the broadcast on the late report of a page from before the pause.
 func (a *actor) fruitless(ctx context.Context, i int, rep bus.Report, now time.Time) error {
 	rec := a.recs[i]
-	if rep.Issued.Before(a.resumedAt) {
-		a.notBefore[i] = now.Add(a.c.backoff(max(rec.Fruitless, 1)))
+	// The record's count went back to zero since (the range sent) or is
+	// another leader's lower one: the base goes no higher.
+	a.fruitlessBase[i] = min(a.fruitlessBase[i], rec.Fruitless)
+	since := rec.Fruitless - a.fruitlessBase[i] // resumptions since the last resume
+	if a.issuedBeforeResume(rep) {
+		a.notBefore[i] = now.Add(a.c.backoff(max(since, 1)))
 		a.lastErr[i] = rep.Error
 		return nil
 	}
 	rec.Fruitless++
+	since++
 	if err := a.write(ctx, i, rec); err != nil {
 		return err
 	}
-	if rec.Fruitless >= a.c.cfg.MaxFruitless {
-		reason := fmt.Sprintf("range %d made no progress in %d attempts; last error: %s", i, rec.Fruitless, rep.Error)
+	if since >= a.c.cfg.MaxFruitless {
+		reason := fmt.Sprintf("range %d made no progress in %d attempts; last error: %s", i, since, rep.Error)
 		return a.transition(ctx, []store.State{store.StateRunning}, store.StateFailed, reason)
 	}
-	a.notBefore[i] = now.Add(a.c.backoff(rec.Fruitless))
+	a.notBefore[i] = now.Add(a.c.backoff(since))
 	a.lastErr[i] = rep.Error
 	return nil
+}
+
+// issuedBeforeResume: the report's page was issued before the operator's
+// last resume (or before this actor started). Its report can come minutes
+// after its sends (a slow page, redeliveries), and it says nothing of the
+// relay since. Counted, an outage's late reports failed a broadcast four
+// minutes after the resume, with the relay taking mail again (simulation
+// seed 14872). A report without Issued (a worker older than it) counts.
+func (a *actor) issuedBeforeResume(rep bus.Report) bool {
+	return !rep.Issued.IsZero() && rep.Issued.Before(a.resumedAt)
 }
 
 // poison fails the broadcast when one of its pages reached the delivery
@@ -903,7 +923,11 @@ func (a *actor) failureSummary(ctx context.Context, failed int64) string {
 	if err != nil || len(sample) == 0 {
 		return messages(failed) + " failed"
 	}
-	return fmt.Sprintf("%s failed, e.g. %s: %s", messages(failed), sample[0].Email, sample[0].Error)
+	summary := fmt.Sprintf("%s failed, e.g. %s: %s", messages(failed), sample[0].Email, sample[0].Error)
+	if strings.HasPrefix(sample[0].Error, store.NotSentPrefix) {
+		summary += fmt.Sprintf(" (never handed to the relay: rangecast broadcasts retry %s sends such messages again once the relay can take them)", a.id)
+	}
+	return summary
 }
 
 // dispatch publishes the next page of every range that has none outstanding,

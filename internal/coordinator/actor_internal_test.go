@@ -49,51 +49,55 @@ func TestUnknownReasonSaysWhatIsKnown(t *testing.T) {
 	}
 }
 
-// TestRefusalsFromBeforeTheLastSendDoNotCount: a refused page issued before
-// the last accepted message (or resume) is old news. Its report can come in
-// minutes later (a page's sends, redeliveries); counted, an outage's late
-// reports failed a broadcast whose relay was taking mail again (simulation
-// seed 14872). A page issued after it counts, so a relay still refusing
-// fails the broadcast as before.
-func TestRefusalsFromBeforeTheLastSendDoNotCount(t *testing.T) {
+// TestRefusalsFromBeforeTheResumeDoNotCount: a refused page issued before
+// the operator's last resume is old news. Its report can come in minutes
+// later (a page's sends, redeliveries); counted, an outage's late reports
+// failed a broadcast whose relay was taking mail again (simulation seed
+// 14872). A page issued after it counts, so a relay still refusing fails
+// the broadcast as before, and so does a report without Issued (a worker
+// older than it), or failure detection would be off during an upgrade.
+func TestRefusalsFromBeforeTheResumeDoNotCount(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
 	a := &actor{c: &Coordinator{cfg: Config{Clock: clk, MaxFruitless: 100, Backoff: time.Second, MaxBackoff: time.Second,
-		Jitter: func(int64) int64 { return 0 }}}}
+		Jitter: func(int64) int64 { return 0 }}}, fruitlessBase: map[int]int{}}
 	issuedBefore := clk.Now()
 	clk.Advance(time.Second)
-	a.tookMail()
-	for range 5 {
-		clk.Advance(2 * time.Second)
-		if _, err := a.refused(context.Background(), bus.Report{Issued: issuedBefore}, clk.Now()); err != nil {
-			t.Fatal(err)
+	a.resumedAt = clk.Now()
+	count := func(issued time.Time, n int) int {
+		before := a.refusedPages
+		for range n {
+			clk.Advance(2 * time.Second)
+			if _, err := a.refused(context.Background(), bus.Report{Issued: issued}, clk.Now()); err != nil {
+				t.Fatal(err)
+			}
 		}
+		return a.refusedPages - before
 	}
-	if a.refusedPages != 0 {
-		t.Fatalf("%d refused pages counted from pages issued before the last accepted message; want 0", a.refusedPages)
+	if n := count(issuedBefore, 5); n != 0 {
+		t.Errorf("%d refused pages counted from pages issued before the resume; want 0", n)
 	}
-	for range 5 {
-		clk.Advance(2 * time.Second)
-		if _, err := a.refused(context.Background(), bus.Report{Issued: clk.Now().Add(-time.Second)}, clk.Now()); err != nil {
-			t.Fatal(err)
-		}
+	if n := count(time.Time{}, 3); n != 3 {
+		t.Errorf("%d of 3 refused pages without Issued counted; want 3", n)
 	}
-	if a.refusedPages != 5 {
-		t.Fatalf("%d refused pages counted from pages issued after it; want 5", a.refusedPages)
+	if n := count(clk.Now().Add(time.Second), 5); n != 5 {
+		t.Errorf("%d of 5 refused pages issued after the resume counted; want 5", n)
 	}
 }
 
 // TestFruitlessFromBeforeTheResumeDoesNotCount: a range's page issued
 // before the operator's last resume backs the range off but adds nothing
 // to its fruitless count (no KV write: this actor has no KV, and a write
-// would fail the test), so a count an outage brought near the limit before
-// the pause is not pushed over it by that page's late report.
+// would fail the test), and only the resumptions after the resume count
+// toward the limit: a count an outage brought near it before the pause is
+// neither pushed over it by that page's late report nor by the first
+// refused page after the resume.
 func TestFruitlessFromBeforeTheResumeDoesNotCount(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
 	a := &actor{c: &Coordinator{cfg: Config{Clock: clk, MaxFruitless: 8, Backoff: time.Second, MaxBackoff: time.Minute,
 		Jitter: func(int64) int64 { return 0 }}},
-		recs: []bus.RangeRecord{{Fruitless: 7}}, notBefore: map[int]time.Time{}, lastErr: map[int]string{}}
+		recs: []bus.RangeRecord{{Fruitless: 7}}, notBefore: map[int]time.Time{}, lastErr: map[int]string{}, fruitlessBase: map[int]int{0: 7}}
 	issued := clk.Now()
 	clk.Advance(time.Minute)
 	a.resumedAt = clk.Now()
@@ -104,5 +108,16 @@ func TestFruitlessFromBeforeTheResumeDoesNotCount(t *testing.T) {
 	if a.recs[0].Fruitless != 7 || !a.notBefore[0].After(clk.Now()) || a.lastErr[0] == "" {
 		t.Errorf("after a late report from before the resume: fruitless %d, not before %v, last error %q; want 7, a backoff, the error",
 			a.recs[0].Fruitless, a.notBefore[0], a.lastErr[0])
+	}
+	// The range sent since (its record's count is back to 0): the base
+	// follows it down, so the next resumptions count from there.
+	a.recs[0].Fruitless = 0
+	a.resumedAt = time.Time{}
+	func() {
+		defer func() { _ = recover() }() // the KV write of the count: this actor has none
+		_ = a.fruitless(context.Background(), 0, bus.Report{Issued: clk.Now()}, clk.Now())
+	}()
+	if a.fruitlessBase[0] != 0 {
+		t.Errorf("base %d after the record's count went back to 0; want 0", a.fruitlessBase[0])
 	}
 }

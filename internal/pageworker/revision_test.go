@@ -3,8 +3,13 @@ package pageworker
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/rangecast/rangecast/internal/clock"
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/message"
@@ -157,47 +162,77 @@ func TestStaleJobSendsTheEditedContent(t *testing.T) {
 // runs a job made before the edit: the store's revision, read once the
 // page holds its claims, is what it sends. The claim checks only the
 // state, so without that read the old content went out.
+//
+// With the revision's first reads failing (a store blip), the read is
+// retried, and the new content still goes out.
 func TestLaggingWatchSendsTheEditedContent(t *testing.T) {
 	t.Parallel()
-	for name, open := range bothStores {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			st := open(t)
-			tr := &subjects{got: map[string][]byte{}}
-			f := newCopiesFixture(t, st, 16, tr)
-			f.w.states = &revised{} // running, revision 0, whatever happens
-			first := f.job()
-			first.Limit = 4
-			rep, err := f.w.RunPage(ctx, first, "w/1")
-			if err != nil || rep.Sent != 4 {
-				t.Fatalf("first page: %+v, %v", rep, err)
-			}
-			if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StateRunning}, store.StatePaused, "", f.clk.Now()); err != nil {
-				t.Fatal(err)
-			}
-			c := f.b.Content
-			c.Subject = "Edited"
-			if _, _, err := st.EditPaused(ctx, f.b.ID, c, f.clk.Now()); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StatePaused}, store.StateRunning, "", f.clk.Now()); err != nil {
-				t.Fatal(err)
-			}
-			stale := f.job() // Content 0, as the watch says
-			stale.From, stale.Limit = rep.Next, 8
-			if rep, err = f.w.RunPage(ctx, stale, "w/2"); err != nil || rep.Sent != 8 {
-				t.Fatalf("stale page: %+v, %v", rep, err)
-			}
-			for i, c := range f.contacts[:12] {
-				want := "Subject: Hi"
-				if i >= 4 {
-					want = "Subject: Edited"
-				}
-				if got := string(tr.got[c.Email]); got != want {
-					t.Errorf("contact %d got %q; want %q", i, got, want)
-				}
-			}
-		})
+	for _, blip := range []int{0, 2} {
+		for name, open := range bothStores {
+			t.Run(fmt.Sprintf("%s/failed_reads=%d", name, blip), func(t *testing.T) {
+				t.Parallel()
+				laggingWatch(t, &revisionBlip{Store: open(t)}, blip)
+			})
+		}
+	}
+}
+
+// revisionBlip fails the first failures ContentRevision reads.
+type revisionBlip struct {
+	store.Store
+	mu       sync.Mutex
+	failures int
+}
+
+func (s *revisionBlip) ContentRevision(ctx context.Context, id ulid.ULID) (int, error) {
+	s.mu.Lock()
+	fail := s.failures > 0
+	s.failures--
+	s.mu.Unlock()
+	if fail {
+		return 0, errors.New("connection reset by peer")
+	}
+	return s.Store.ContentRevision(ctx, id)
+}
+
+func laggingWatch(t *testing.T, st *revisionBlip, blip int) {
+	ctx := t.Context()
+	tr := &subjects{got: map[string][]byte{}}
+	f := newCopiesFixture(t, st, 16, tr)
+	f.w.cfg.Clock = clock.Real{} // a failed read's retry backs off in real time
+	f.w.states = &revised{}      // running, revision 0, whatever happens
+	first := f.job()
+	first.Limit = 4
+	rep, err := f.w.RunPage(ctx, first, "w/1")
+	if err != nil || rep.Sent != 4 {
+		t.Fatalf("first page: %+v, %v", rep, err)
+	}
+	if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StateRunning}, store.StatePaused, "", f.clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	c := f.b.Content
+	c.Subject = "Edited"
+	if _, _, err := st.EditPaused(ctx, f.b.ID, c, f.clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StatePaused}, store.StateRunning, "", f.clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	st.failures = blip // the stale page's reads
+	st.mu.Unlock()
+	stale := f.job() // Content 0, as the watch says
+	stale.From, stale.Limit = rep.Next, 8
+	if rep, err = f.w.RunPage(ctx, stale, "w/2"); err != nil || rep.Sent != 8 {
+		t.Fatalf("stale page: %+v, %v", rep, err)
+	}
+	for i, c := range f.contacts[:12] {
+		want := "Subject: Hi"
+		if i >= 4 {
+			want = "Subject: Edited"
+		}
+		if got := string(tr.got[c.Email]); got != want {
+			t.Errorf("contact %d got %q; want %q", i, got, want)
+		}
 	}
 }

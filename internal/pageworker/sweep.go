@@ -83,10 +83,13 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 			break
 		}
 		taken += len(due)
-		// Between two windows a sweep may hold no claim, so an edit can
-		// come between them: each window looks (sendable).
-		l = w.sendable(pageCtx, l)
-		p.setContent(l) // for this window's sends; stragglers keep theirs
+		// Between two windows a sweep may hold no claim (none straggles),
+		// so an edit can come between them: such a window looks
+		// (sendable). Stragglers hold claims, so no edit came.
+		if len(late) == 0 {
+			l = w.sendable(ctx, pageCtx, l, owner)
+			p.setContent(l)
+		}
 		window := make([]store.Contact, len(due))
 		mine := make(map[ulid.ULID]bool, len(due))
 		for k, d := range due {

@@ -752,20 +752,25 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	// without an outcome the content cannot be edited (an edit needs none
 	// out); a claim that takes rows when it held none (the first, or after
 	// windows whose rows a duplicate copy of the page had taken) looks at
-	// the store's revision (sendable). Nothing is sending then.
+	// the store's revision (sendable). Nothing is sending then. So does a
+	// claim that took more than one try: the page may have held nothing
+	// between them (a first try that committed, its answer lost, having
+	// claimed nothing).
 	claimedOf := make([]int, len(windows))
-	fresh := func(holding int, claimed []ulid.ULID) {
-		if holding == 0 && len(claimed) > 0 {
-			l = w.sendable(pageCtx, l)
+	fresh := func(holding, tries int, claimed []ulid.ULID) {
+		if (holding == 0 || tries > 1) && len(claimed) > 0 {
+			l = w.sendable(ctx, pageCtx, l, owner)
 			p.setContent(l)
 		}
 	}
 	claim := func(k int) error {
+		tries := 0
 		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, windows[k], func() ([]ulid.ULID, error) {
+			tries++
 			return w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[k]), w.cfg.Clock.Now())
 		})
 		if err == nil {
-			fresh(sum(claimedOf[:k]), claimed)
+			fresh(sum(claimedOf[:k]), tries, claimed)
 			claimedOf[k] = len(claimed)
 			w.release(pageCtx, p, l, h, windows[k], claimed)
 		}
@@ -813,7 +818,9 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 				following = windows[released]
 			}
 		}
+		tries := 0
 		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, following, func() ([]ulid.ULID, error) {
+			tries++
 			return w.cfg.Store.RecordAndClaim(pageCtx, l.b.ID, owner, outcomes, w.claimsFor(l, following), w.cfg.Clock.Now())
 		})
 		if c, refused := notRunning(err); refused {
@@ -839,7 +846,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		}
 		w.giveLate(len(over)) // their outcomes are committed
 		if following != nil {
-			fresh(holding, claimed)
+			fresh(holding, tries, claimed)
 			claimedOf[released] = len(claimed)
 			w.release(pageCtx, p, l, h, following, claimed)
 			released++
@@ -978,22 +985,25 @@ func sum(xs []int) (n int) {
 // window's claim found the new revision). The claim itself
 // checks only the state: a job made before an edit and run after it, by a
 // worker whose KV watch had not yet seen the edit (stopBefore), would
-// otherwise send the old content. When the store cannot say, the content
-// held is sent (as before the check): the claims are taken, and leaving
-// them unsent would make them the reconciler's unknowns.
-func (w *Worker) sendable(ctx context.Context, l *loaded) *loaded {
-	n, err := w.cfg.Store.ContentRevision(ctx, l.b.ID)
-	if err == nil && n > l.b.ContentRevision {
-		var fresh *loaded
-		if fresh, err = w.read(ctx, l.b.ID, n); err == nil {
-			return fresh
+// otherwise send the old content. The read is retried as a store write is
+// (persist); when the store still cannot say, the content held is sent (as
+// before the check): the claims are taken, and leaving them unsent would
+// make them the reconciler's unknowns.
+func (w *Worker) sendable(ctx, pageCtx context.Context, l *loaded, owner string) *loaded {
+	fresh := l
+	err := w.persist(ctx, owner, func() error {
+		n, err := w.cfg.Store.ContentRevision(pageCtx, l.b.ID)
+		if err == nil && n > l.b.ContentRevision {
+			fresh, err = w.read(pageCtx, l.b.ID, n)
 		}
-	}
+		return err
+	})
 	if err != nil {
 		w.cfg.Log.Warn("cannot read the broadcast's content revision; sending the content held",
 			"broadcast", l.b.ID, "revision", l.b.ContentRevision, "err", err)
+		return l
 	}
-	return l
+	return fresh
 }
 
 // RunPage walks one page job (a range's page or a sweep) with every claim
@@ -1313,7 +1323,11 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 		}
 		class := classOf(err)
 		if class == transport.Recipient && !(haltBounce && kinds[i] == sendBounce) {
-			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: err.Error(), HardBounce: transport.HardBounce(err)})
+			why := err.Error()
+			if se := (*transport.SendError)(nil); errors.As(err, &se) && se.Refused {
+				why = store.NotSentPrefix + why // a retry may send it, once the relay can take it
+			}
+			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendFailed, Error: why, HardBounce: transport.HardBounce(err)})
 			res.failed++
 			continue
 		}

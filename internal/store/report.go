@@ -16,6 +16,14 @@ import (
 // for that address, a render error) and is never retried.
 const GaveUpPrefix = "gave up after "
 
+// NotSentPrefix starts the error of a failed row whose message the
+// transport refused to hand to the server (pageworker writes it for
+// transport.SendError.Refused): an address with a non-ASCII local part and
+// a relay without SMTPUTF8, or an address it could not encode. Nothing
+// reached a server, so a retry (Reopen) may send it again without risk of
+// a second copy, once the relay can take it.
+const NotSentPrefix = "not sent: "
+
 // HaltedPrefix marks the error of a ledger row deferred because its own
 // refusal, with others like it, halted the broadcast (a permanent refusal
 // that may be one recipient's, or a hard bounce, too many of them together

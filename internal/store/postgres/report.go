@@ -248,7 +248,7 @@ UPDATE broadcast_sends SET status = 'deferred', retry_at = $2, attempt = 0, owne
 WHERE broadcast_id = $1 AND NOT accepted AND `
 		reopen = reopenSet + reopenWhere
 	)
-	tag, err := tx.Exec(ctx, reopen+`status = 'failed' AND error LIKE $3`, uid(id), now, store.GaveUpPrefix+"%")
+	tag, err := tx.Exec(ctx, reopen+`status = 'failed' AND (error LIKE $3 OR error LIKE $4)`, uid(id), now, store.GaveUpPrefix+"%", store.NotSentPrefix+"%")
 	if err != nil {
 		return out, mapErr("reopen failed rows", err)
 	}

@@ -287,7 +287,8 @@ UPDATE broadcast_sends SET status = 'deferred', retry_at = ?2, attempt = 0, owne
 WHERE broadcast_id = ?1 AND NOT accepted AND `
 			reopen = reopenSet + reopenWhere
 		)
-		res, err := tx.ExecContext(ctx, reopen+`status = 'failed' AND substr(error, 1, ?3) = ?4`, id(bid), ts(now), len(store.GaveUpPrefix), store.GaveUpPrefix)
+		res, err := tx.ExecContext(ctx, reopen+`status = 'failed' AND (substr(error, 1, ?3) = ?4 OR substr(error, 1, ?5) = ?6)`, id(bid), ts(now),
+			len(store.GaveUpPrefix), store.GaveUpPrefix, len(store.NotSentPrefix), store.NotSentPrefix)
 		if err != nil {
 			return err
 		}

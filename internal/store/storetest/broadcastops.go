@@ -267,13 +267,13 @@ func testExportPage(f *fixture) {
 	}
 }
 
-// Reopen moves only the rows whose transient attempts ran out (and, when
-// asked, the unknown ones) back to deferred, due now with the attempts
+// Reopen moves only the rows whose transient attempts ran out or that were
+// never handed to a server (and, when asked, the unknown ones) back to deferred, due now with the attempts
 // reset, and a completed broadcast back to running; a sent row or one
 // refused for good is never touched, and only a completed broadcast is
 // reopened.
 func testReopen(f *fixture) {
-	ids := f.subscribers("reopen", 4)
+	ids := f.subscribers("reopen", 5)
 	b := f.running("reopen", 0)
 	f.claim(b, ids, at(2))
 	f.outcomesAs(b, []store.Outcome{
@@ -281,27 +281,28 @@ func testReopen(f *fixture) {
 		{ContactID: ids[1], Status: store.SendFailed, Error: "550 5.1.1 no such user"},
 		{ContactID: ids[2], Status: store.SendFailed, Error: store.GaveUpPrefix + "10 attempts; last: 451 later"},
 		{ContactID: ids[3], Status: store.SendUnknown},
+		{ContactID: ids[4], Status: store.SendFailed, Error: store.NotSentPrefix + "smtp rcpt: the server does not support SMTPUTF8"},
 	}, at(3))
 	_, err := f.s.Reopen(f.ctx, b.ID, false, "retry", at(4))
 	f.wantErr(err, store.ErrConflict, "Reopen of a running broadcast")
 	_, err = f.s.SetState(f.ctx, b.ID, []store.State{store.StateRunning}, store.StateCompleted, "", at(4))
 	f.must(err, "complete")
 
-	r, err := f.s.Reopen(f.ctx, b.ID, false, "retrying 1", at(5))
+	r, err := f.s.Reopen(f.ctx, b.ID, false, "retrying 2", at(5))
 	f.must(err, "Reopen")
-	if r.Failed != 1 || r.Unknown != 0 || r.Broadcast.State != store.StateRunning || r.Broadcast.Reason != "retrying 1" || !r.Broadcast.FinishedAt.IsZero() {
-		f.t.Fatalf("Reopen = %+v; want 1 failed row, the broadcast running again", r)
+	if r.Failed != 2 || r.Unknown != 0 || r.Broadcast.State != store.StateRunning || r.Broadcast.Reason != "retrying 2" || !r.Broadcast.FinishedAt.IsZero() {
+		f.t.Fatalf("Reopen = %+v; want 2 failed rows (gave up, never handed to a server), the broadcast running again", r)
 	}
-	if c := f.counts(b); c.Sent != 1 || c.Failed != 1 || c.Deferred != 1 || c.Unknown != 1 {
-		f.t.Fatalf("counts after Reopen = %+v; want 1 sent, 1 failed, 1 deferred, 1 unknown", c)
+	if c := f.counts(b); c.Sent != 1 || c.Failed != 1 || c.Deferred != 2 || c.Unknown != 1 {
+		f.t.Fatalf("counts after Reopen = %+v; want 1 sent, 1 failed, 2 deferred, 1 unknown", c)
 	}
 	b.State = store.StateRunning
 	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(5), 10, nil)
 	f.must(err, "ClaimDue")
-	if len(due) != 1 || due[0].ID != ids[2] || due[0].Attempt != 1 {
-		f.t.Fatalf("ClaimDue = %+v; want the reopened row at attempt 1", due)
+	if len(due) != 2 || due[0].ID != ids[2] || due[0].Attempt != 1 || due[1].ID != ids[4] {
+		f.t.Fatalf("ClaimDue = %+v; want the reopened rows at attempt 1", due)
 	}
-	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w2/1", []store.Outcome{{ContactID: ids[2], Status: store.SendSent}}, at(6)), "RecordOutcomes")
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w2/1", []store.Outcome{{ContactID: ids[2], Status: store.SendSent}, {ContactID: ids[4], Status: store.SendSent}}, at(6)), "RecordOutcomes")
 	_, err = f.s.SetState(f.ctx, b.ID, []store.State{store.StateRunning}, store.StateCompleted, "", at(7))
 	f.must(err, "complete again")
 
@@ -316,7 +317,7 @@ func testReopen(f *fixture) {
 	if r.Failed != 0 || r.Unknown != 1 || r.Broadcast.State != store.StateRunning {
 		f.t.Fatalf("Reopen(unknown) = %+v; want the unknown row, running", r)
 	}
-	for i, want := range []store.SendStatus{store.SendSent, store.SendFailed, store.SendSent, store.SendDeferred} {
+	for i, want := range []store.SendStatus{store.SendSent, store.SendFailed, store.SendSent, store.SendDeferred, store.SendSent} {
 		if got := f.status(b, ids[i]); got != want {
 			f.t.Errorf("row %d is %s; want %s", i, got, want)
 		}
@@ -330,8 +331,8 @@ func testReopen(f *fixture) {
 		f.t.Fatalf("ClaimDue = %+v; want the reopened unknown row, in doubt", due)
 	}
 	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w3/1", []store.Outcome{{ContactID: ids[3], Status: store.SendSent}}, at(11)), "RecordOutcomes (unknown)")
-	if c := f.counts(b); c.Sent != 3 || c.SentAgainInDoubt != 1 {
-		f.t.Errorf("counts after the unknown row was sent again = %+v; want 3 sent, 1 of them sent again in doubt", c)
+	if c := f.counts(b); c.Sent != 4 || c.SentAgainInDoubt != 1 {
+		f.t.Errorf("counts after the unknown row was sent again = %+v; want 4 sent, 1 of them sent again in doubt", c)
 	}
 	_, err = f.s.Reopen(f.ctx, f.ids.next(), false, "", at(9))
 	f.wantErr(err, store.ErrNotFound, "Reopen of no broadcast")
