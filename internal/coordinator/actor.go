@@ -79,6 +79,10 @@ type actor struct {
 	// resumptions spread over the backoff's time, as a range's own are.
 	refusedPages int
 	refusedNext  time.Time
+	// refusedSince is when the run of refused pages began, refusedErr its
+	// latest refusal: what status says while it lasts (refusedNote).
+	refusedSince time.Time
+	refusedErr   string
 	// resumedAt is when the operator last resumed the broadcast, or when
 	// this actor started (it cannot know of a resume before): the report
 	// of a page issued before it (bus.Report.Issued) counts neither toward
@@ -385,7 +389,7 @@ func (a *actor) adopt(b store.Broadcast) {
 		// broadcast 17 s after the resume with the relay taking mail
 		// (simulation seed 51000927); a relay still down fails it again
 		// within MaxFruitless counts at the backoff's pace.
-		a.refusedPages, a.refusedNext = 0, time.Time{}
+		a.refusedPages, a.refusedNext, a.refusedSince, a.refusedErr = 0, time.Time{}, time.Time{}, ""
 		// Reports of pages issued before the resume come in after it for
 		// as long as their sends took (and redeliveries later still):
 		// counted, the refusals of an outage the operator paused through
@@ -555,7 +559,7 @@ func (a *actor) tookMail() {
 	if a.refusedPages > 0 {
 		clear(a.notBefore)
 	}
-	a.refusedPages, a.refusedNext = 0, time.Time{}
+	a.refusedPages, a.refusedNext, a.refusedSince, a.refusedErr = 0, time.Time{}, time.Time{}, ""
 }
 
 // refused counts a page or sweep that sent nothing because the server
@@ -569,8 +573,15 @@ func (a *actor) tookMail() {
 // reports came in one burst). A page issued before the last resume is not
 // counted (issuedBeforeResume).
 func (a *actor) refused(ctx context.Context, rep bus.Report, now time.Time) (failed bool, err error) {
-	if now.Before(a.refusedNext) || a.issuedBeforeResume(rep) {
+	if a.issuedBeforeResume(rep) {
 		return false, nil
+	}
+	a.refusedErr = rep.Error
+	if now.Before(a.refusedNext) {
+		return false, nil
+	}
+	if a.refusedPages == 0 {
+		a.refusedSince = now
 	}
 	a.refusedPages++
 	a.refusedNext = now.Add(a.c.backoff(a.refusedPages))
@@ -1014,8 +1025,21 @@ func (a *actor) dispatch(ctx context.Context) {
 		a.dispatched[i]++
 	}
 	if unfinished {
-		a.setWaiting(waiting)
+		a.setWaiting(strings.Join(slices.DeleteFunc([]string{a.refusedNote(), waiting}, func(s string) bool { return s == "" }), "; "))
 	}
+}
+
+// refusedNote says, while a run of refused pages lasts, since when nothing
+// was sent and why, and how far the run is from failing the broadcast. The
+// other reasons to wait (a provider's share of deferrals, a range's
+// backoff) would otherwise hide a relay refusing every connection for
+// minutes, while the workers' logs said so at once (tester).
+func (a *actor) refusedNote() string {
+	if a.refusedPages == 0 || a.refusedErr == "" {
+		return ""
+	}
+	return fmt.Sprintf("nothing sent since %s UTC: %s (%d of %d such pages in a row, counted at the backoff's pace, fail the broadcast)",
+		a.refusedSince.UTC().Format(time.TimeOnly), a.refusedErr, a.refusedPages, a.c.cfg.MaxFruitless)
 }
 
 // rateWait is when to dispatch again after the domain's rate (its token

@@ -362,6 +362,12 @@ func TestRangesGoAgainWhenTheRelayTakesMail(t *testing.T) {
 	if !a.notBefore[0].After(clk.Now()) {
 		t.Fatalf("range 0 after a refused page: next at %v; want a backoff", a.notBefore[0])
 	}
+	// Status says so at once, whatever else it waits for (tester: it
+	// named a provider's share of deferrals for minutes).
+	a.dispatch(ctx)
+	if w := a.waiting(); !strings.Contains(w, "nothing sent since 09:00:00 UTC: smtp connect") || !strings.Contains(w, "1 of 8") {
+		t.Errorf("waiting for %q; want the run of refused pages named first", w)
+	}
 	next, _ := ranges.Next(ulid.MustParseStrict(a.recs[1].Next))
 	sent := bus.Report{Broadcast: a.id.String(), Range: 1, From: a.recs[1].Next, Next: next.String(), Claimed: 4, Sent: 4, Reached: 4}
 	if err := a.applyReport(ctx, sent, clk.Now()); err != nil {
@@ -369,6 +375,10 @@ func TestRangesGoAgainWhenTheRelayTakesMail(t *testing.T) {
 	}
 	if a.notBefore[0].After(clk.Now()) {
 		t.Fatalf("range 0 still backing off until %v after another page sent", a.notBefore[0])
+	}
+	a.dispatch(ctx)
+	if w := a.waiting(); strings.Contains(w, "nothing sent since") {
+		t.Errorf("waiting for %q after a page sent; want the refusals no longer named", w)
 	}
 }
 
