@@ -791,3 +791,26 @@ func TestImportMergePastTheAttributeLimit(t *testing.T) {
 		t.Errorf("cat, imported beside it: %+v, %v", cat, err)
 	}
 }
+
+// TestStatusShowsThePolicyInForce: a broadcast that named no in-doubt
+// policy shows the coordinator's default in its status, not
+// IN_DOUBT_POLICY_UNSPECIFIED (tester); one that named its own shows it.
+func TestStatusShowsThePolicyInForce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{sqlite: true, workers: 1})
+	ctx := context.Background()
+	id := s.create("", 0)
+	b, err := s.client.GetBroadcast(ctx, &pb.GetBroadcastRequest{Id: id})
+	if err != nil || b.GetBroadcast().GetInDoubtPolicy() != pb.InDoubtPolicy_IN_DOUBT_POLICY_SKIP {
+		t.Errorf("status of a broadcast with no policy of its own: %v, %v; want the default, skip", b.GetBroadcast().GetInDoubtPolicy(), err)
+	}
+	r, err := s.client.CreateBroadcast(ctx, &pb.CreateBroadcastRequest{Name: "resend", InDoubtPolicy: pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND,
+		Content: &pb.BroadcastContent{FromAddress: "news@example.com", Subject: "Hi", Html: `<a href="{{.UnsubscribeURL}}">unsubscribe</a>`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err = s.client.GetBroadcast(ctx, &pb.GetBroadcastRequest{Id: r.GetBroadcast().GetId()}); err != nil ||
+		b.GetBroadcast().GetInDoubtPolicy() != pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND {
+		t.Errorf("status of a broadcast created with resend: %v, %v", b.GetBroadcast().GetInDoubtPolicy(), err)
+	}
+}

@@ -72,7 +72,11 @@ func statusPB(s coordinator.BroadcastStatus) *pb.Broadcast {
 		out.Ranges = append(out.Ranges, &pb.RangeProgress{Index: int32(r.Index), Start: r.Start, End: r.End, Next: r.Next,
 			Done: r.Done, Position: r.Position, Sent: r.Sent, Failed: r.Failed})
 	}
-	return broadcastPB(s.Broadcast, out)
+	b := broadcastPB(s.Broadcast, out)
+	if s.Policy != "" {
+		b.InDoubtPolicy = policyValue(string(s.Policy)) // in force, the default included
+	}
+	return b
 }
 
 // SendStatusPB maps a ledger status to the proto enum by name

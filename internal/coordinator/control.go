@@ -19,6 +19,9 @@ import (
 type BroadcastStatus struct {
 	Broadcast store.Broadcast
 	Progress  Progress
+	// Policy is the in-doubt policy the broadcast is settled by: its own,
+	// or the coordinator's default when it named none.
+	Policy InDoubtPolicy
 }
 
 // Progress is state of the walk: each range's cursor, the sums, and what
@@ -338,7 +341,11 @@ func (c *Coordinator) status(ctx context.Context, b store.Broadcast, recs []bus.
 		// A follower runs no actor; what the governor waits for is in KV.
 		p.WaitingFor = c.governorWaiting(ctx, b)
 	}
-	return BroadcastStatus{Broadcast: b, Progress: p}
+	policy := c.cfg.InDoubtPolicy
+	if b.InDoubtPolicy != "" {
+		policy = InDoubtPolicy(b.InDoubtPolicy)
+	}
+	return BroadcastStatus{Broadcast: b, Progress: p, Policy: policy}
 }
 
 // governorWaiting is what the sending domain's governor waits for, as the

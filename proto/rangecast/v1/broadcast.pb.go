@@ -1047,7 +1047,10 @@ type Broadcast struct {
 	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	Progress      *Progress              `protobuf:"bytes,12,opt,name=progress,proto3" json:"progress,omitempty"`
-	InDoubtPolicy InDoubtPolicy          `protobuf:"varint,13,opt,name=in_doubt_policy,json=inDoubtPolicy,proto3,enum=rangecast.v1.InDoubtPolicy" json:"in_doubt_policy,omitempty"`
+	// in_doubt_policy is the broadcast's own; in a status (and watch, retry)
+	// it is the policy in force, the coordinator's default when the
+	// broadcast named none.
+	InDoubtPolicy InDoubtPolicy `protobuf:"varint,13,opt,name=in_doubt_policy,json=inDoubtPolicy,proto3,enum=rangecast.v1.InDoubtPolicy" json:"in_doubt_policy,omitempty"`
 	// no_unsubscribe_link is true when the broadcast was created without the
 	// visible unsubscribe link check (CreateBroadcastRequest).
 	NoUnsubscribeLink bool `protobuf:"varint,14,opt,name=no_unsubscribe_link,json=noUnsubscribeLink,proto3" json:"no_unsubscribe_link,omitempty"`
