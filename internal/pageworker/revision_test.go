@@ -73,30 +73,14 @@ func TestStaleJobSendsTheEditedContent(t *testing.T) {
 			f := newCopiesFixture(t, st, 16, tr)
 			states := &revised{}
 			f.w.states = states
-			// The worker reads revision 0 (and keeps it) on a first page.
-			first := f.job()
-			first.Limit = 4
-			rep, err := f.w.RunPage(ctx, first, "w/1")
-			if err != nil || rep.Sent != 4 {
-				t.Fatalf("first page: %+v, %v", rep, err)
-			}
-			// Paused, edited, resumed.
-			if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StateRunning}, store.StatePaused, "", f.clk.Now()); err != nil {
-				t.Fatal(err)
-			}
-			c := f.b.Content
-			c.Subject = "Edited"
-			if _, _, err := st.EditPaused(ctx, f.b.ID, c, f.clk.Now()); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StatePaused}, store.StateRunning, "", f.clk.Now()); err != nil {
-				t.Fatal(err)
-			}
+			// The worker reads revision 0 (and keeps it) on a first page,
+			// then the broadcast is paused, edited, resumed.
+			rep, c := firstPageThenEdit(t, f, st)
 			states.set(1)
 			// A job from before the edit: no revision of its own.
 			stale := f.job()
 			stale.From, stale.Limit = rep.Next, 4
-			rep, err = f.w.RunPage(ctx, stale, "w/2")
+			rep, err := f.w.RunPage(ctx, stale, "w/2")
 			if err != nil || rep.Sent != 4 {
 				t.Fatalf("stale page: %+v, %v", rep, err)
 			}
@@ -201,6 +185,33 @@ func laggingWatch(t *testing.T, st *revisionBlip, blip int) {
 	f := newCopiesFixture(t, st, 16, tr)
 	f.w.cfg.Clock = clock.Real{} // a failed read's retry backs off in real time
 	f.w.states = &revised{}      // running, revision 0, whatever happens
+	rep, _ := firstPageThenEdit(t, f, st)
+	st.mu.Lock()
+	st.failures = blip // the stale page's reads
+	st.mu.Unlock()
+	stale := f.job() // Content 0, as the watch says
+	stale.From, stale.Limit = rep.Next, 8
+	if rep, err := f.w.RunPage(ctx, stale, "w/2"); err != nil || rep.Sent != 8 {
+		t.Fatalf("stale page: %+v, %v", rep, err)
+	}
+	for i, c := range f.contacts[:12] {
+		want := "Subject: Hi"
+		if i >= 4 {
+			want = "Subject: Edited"
+		}
+		if got := string(tr.got[c.Email]); got != want {
+			t.Errorf("contact %d got %q; want %q", i, got, want)
+		}
+	}
+}
+
+// firstPageThenEdit sends f's first 4 contacts a page (the worker reads the
+// content, revision 0), then pauses the broadcast, edits its subject to
+// "Edited" and resumes it, as an operator does. It returns the page's
+// report and the edited content.
+func firstPageThenEdit(t *testing.T, f *copiesFixture, st store.Store) (bus.Report, store.Content) {
+	t.Helper()
+	ctx := t.Context()
 	first := f.job()
 	first.Limit = 4
 	rep, err := f.w.RunPage(ctx, first, "w/1")
@@ -218,21 +229,5 @@ func laggingWatch(t *testing.T, st *revisionBlip, blip int) {
 	if _, err := st.SetState(ctx, f.b.ID, []store.State{store.StatePaused}, store.StateRunning, "", f.clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	st.mu.Lock()
-	st.failures = blip // the stale page's reads
-	st.mu.Unlock()
-	stale := f.job() // Content 0, as the watch says
-	stale.From, stale.Limit = rep.Next, 8
-	if rep, err = f.w.RunPage(ctx, stale, "w/2"); err != nil || rep.Sent != 8 {
-		t.Fatalf("stale page: %+v, %v", rep, err)
-	}
-	for i, c := range f.contacts[:12] {
-		want := "Subject: Hi"
-		if i >= 4 {
-			want = "Subject: Edited"
-		}
-		if got := string(tr.got[c.Email]); got != want {
-			t.Errorf("contact %d got %q; want %q", i, got, want)
-		}
-	}
+	return rep, c
 }
