@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/api"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -191,7 +192,19 @@ swallow the rows after it. The file is streamed, so millions of rows work.`,
 				// Not an error (an export of nobody is a valid file), but
 				// not to be mistaken for an import that did something.
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s has a header row but no contact rows: nothing was imported\n", shown(importSource(args[0])))
-			} else if res.noName {
+			}
+			if res.utf8LocalN > 0 {
+				// Stored and sent like any other, but refused by a relay
+				// without SMTPUTF8 (failed "not sent: …"; broadcasts retry
+				// sends them once it offers it): better known now (tester).
+				more := ""
+				if res.utf8LocalN > len(res.utf8Local) {
+					more = fmt.Sprintf(" and %d more", res.utf8LocalN-len(res.utf8Local))
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d %s a non-ASCII local part (%s%s): only a relay offering SMTPUTF8 can deliver to them\n",
+					res.utf8LocalN, plural(int64(res.utf8LocalN), "address has", "addresses have"), shown(strings.Join(res.utf8Local, ", ")), more)
+			}
+			if res.records > 0 && res.noName {
 				// A file whose second column used to be read as the name
 				// whatever its header (full_name, say) now imports it as
 				// an attribute: say so, rather than leave names empty.
@@ -447,6 +460,11 @@ type csvResult struct {
 	rejected []string
 	records  int  // rows read after the header, sent or not
 	noName   bool // the header has no name column
+	// utf8Local are the addresses sent whose local part is not ASCII
+	// (the first few; utf8LocalN counts them all): only a relay offering
+	// SMTPUTF8 can carry them.
+	utf8Local  []string
+	utf8LocalN int
 }
 
 // line is the file line of the server's row number (counted from 1 over
@@ -703,6 +721,11 @@ func readCSV(in io.Reader, segments []string, multiline bool, send func([]*pb.Co
 			}
 		}
 		res.lines = append(res.lines, line)
+		if _, utf8Local, err := address.ASCIIDomain(row.GetEmail()); err == nil && utf8Local {
+			if res.utf8LocalN++; len(res.utf8Local) < 3 {
+				res.utf8Local = append(res.utf8Local, row.GetEmail())
+			}
+		}
 		chunk = append(chunk, row)
 		chunkBytes += size
 		if len(chunk) == importChunk {

@@ -251,6 +251,13 @@ func TestContactsImportCommandLineEndings(t *testing.T) {
 	if got := eligible(t, st, 0); got["bob@example.org"].Name != "Bob" {
 		t.Errorf("contacts stored: %v", got)
 	}
+	// An address only a relay with SMTPUTF8 can deliver to is imported,
+	// and the import says so.
+	utf8 := writeFile(t, "utf8.csv", "email,name\njöran@example.org,Jöran\nm@bücher.example,M\n")
+	if out, err := rangecast(t, "", "--addr", addr, "contacts", "import", utf8); err != nil ||
+		!strings.Contains(out, "note: 1 address has a non-ASCII local part (jöran@example.org): only a relay offering SMTPUTF8 can deliver to them\n") {
+		t.Errorf("import of a non-ASCII local part: %v\n%s", err, out)
+	}
 	// Imported again with one new row: the output tells new from updated.
 	again := writeFile(t, "again.csv", "email,name,city\nann@example.org,Ann,Oslo\nBOB@example.org,Bob,Rome\ncat@example.org,Cat,Lima\n")
 	if out, err := rangecast(t, "", "--addr", addr, "contacts", "import", again); err != nil || out != "imported 3 contacts (1 new, 2 updated); 0 rows rejected\n" {
