@@ -574,7 +574,7 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 		// as the coordinator's own answer, so the CLI does not say it
 		// cannot reach the coordinator.
 		return nil, dependencyUnavailable(fmt.Errorf(
-			"broadcast %s is paused but some of its messages are still claimed without an outcome (a window finishing, which takes seconds, or a stopped worker's claims, which the reconciler settles about 15 s + --in-doubt-after + up to a minute later while paused): try again then; nothing was changed", b.ID))
+			"paused broadcast %s still has messages claimed without an outcome (a window finishing, which takes seconds, or a stopped worker's claims, which the reconciler settles about 15 s + --in-doubt-after + up to a minute later while paused), so its content cannot be edited yet: try again then; nothing was changed", b.ID))
 	}
 	if errors.Is(err, store.ErrConflict) {
 		return nil, status.Errorf(codes.FailedPrecondition, "broadcast %s is %s; only a draft or a paused broadcast can be edited; nothing was changed", out.ID, out.State)

@@ -1038,7 +1038,7 @@ func (a *actor) refusedNote() string {
 	if a.refusedPages == 0 || a.refusedErr == "" {
 		return ""
 	}
-	return fmt.Sprintf("nothing sent since %s UTC: %s (%d of %d such pages in a row, counted at the backoff's pace, fail the broadcast)",
+	return fmt.Sprintf("every page since %s UTC sent nothing: %s (%d of %d such pages in a row, counted at the backoff's pace, fail the broadcast)",
 		a.refusedSince.UTC().Format(time.TimeOnly), a.refusedErr, a.refusedPages, a.c.cfg.MaxFruitless)
 }
 

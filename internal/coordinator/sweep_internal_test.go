@@ -365,7 +365,7 @@ func TestRangesGoAgainWhenTheRelayTakesMail(t *testing.T) {
 	// Status says so at once, whatever else it waits for (tester: it
 	// named a provider's share of deferrals for minutes).
 	a.dispatch(ctx)
-	if w := a.waiting(); !strings.Contains(w, "nothing sent since 09:00:00 UTC: smtp connect") || !strings.Contains(w, "1 of 8") {
+	if w := a.waiting(); !strings.Contains(w, "every page since 09:00:00 UTC sent nothing: smtp connect") || !strings.Contains(w, "1 of 8") {
 		t.Errorf("waiting for %q; want the run of refused pages named first", w)
 	}
 	next, _ := ranges.Next(ulid.MustParseStrict(a.recs[1].Next))
@@ -377,7 +377,7 @@ func TestRangesGoAgainWhenTheRelayTakesMail(t *testing.T) {
 		t.Fatalf("range 0 still backing off until %v after another page sent", a.notBefore[0])
 	}
 	a.dispatch(ctx)
-	if w := a.waiting(); strings.Contains(w, "nothing sent since") {
+	if w := a.waiting(); strings.Contains(w, "sent nothing") {
 		t.Errorf("waiting for %q after a page sent; want the refusals no longer named", w)
 	}
 }
