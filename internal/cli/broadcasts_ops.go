@@ -604,7 +604,7 @@ func retryCommand(c *client) *cobra.Command {
 		Short: "Send again to the contacts that failed after their transient attempts ran out, or were never handed to the relay",
 		Long: `Give the contacts of a completed broadcast whose messages failed after every
 transient attempt (4xx replies, timeouts: "gave up after N attempts"), or were
-never handed to the relay ("not sent: …": an address with a non-ASCII local
+never handed to the relay ("not handed to the relay: …": an address with a non-ASCII local
 part and a relay without SMTPUTF8; retry once the relay offers it), a new
 round of attempts. Their rows go back to deferred, due now, and the broadcast
 runs again until they have an outcome; they are sent through the same claim

@@ -195,7 +195,7 @@ swallow the rows after it. The file is streamed, so millions of rows work.`,
 			}
 			if res.utf8LocalN > 0 {
 				// Stored and sent like any other, but refused by a relay
-				// without SMTPUTF8 (failed "not sent: …"; broadcasts retry
+				// without SMTPUTF8 (failed "not handed to the relay: …"; broadcasts retry
 				// sends them once it offers it): better known now (tester).
 				more := ""
 				if res.utf8LocalN > len(res.utf8Local) {

@@ -21,8 +21,9 @@ const GaveUpPrefix = "gave up after "
 // transport.SendError.Refused): an address with a non-ASCII local part and
 // a relay without SMTPUTF8, or an address it could not encode. Nothing
 // reached a server, so a retry (Reopen) may send it again without risk of
-// a second copy, once the relay can take it.
-const NotSentPrefix = "not sent: "
+// a second copy, once the relay can take it. (Not "not sent: ", which
+// starts an erased contact's row, ErasedBeforeSend: never retried.)
+const NotSentPrefix = "not handed to the relay: "
 
 // HaltedPrefix marks the error of a ledger row deferred because its own
 // refusal, with others like it, halted the broadcast (a permanent refusal

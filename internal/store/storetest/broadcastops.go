@@ -273,7 +273,7 @@ func testExportPage(f *fixture) {
 // refused for good is never touched, and only a completed broadcast is
 // reopened.
 func testReopen(f *fixture) {
-	ids := f.subscribers("reopen", 5)
+	ids := f.subscribers("reopen", 6)
 	b := f.running("reopen", 0)
 	f.claim(b, ids, at(2))
 	f.outcomesAs(b, []store.Outcome{
@@ -282,6 +282,7 @@ func testReopen(f *fixture) {
 		{ContactID: ids[2], Status: store.SendFailed, Error: store.GaveUpPrefix + "10 attempts; last: 451 later"},
 		{ContactID: ids[3], Status: store.SendUnknown},
 		{ContactID: ids[4], Status: store.SendFailed, Error: store.NotSentPrefix + "smtp rcpt: the server does not support SMTPUTF8"},
+		{ContactID: ids[5], Status: store.SendFailed, Error: store.ErasedBeforeSend}, // never retried
 	}, at(3))
 	_, err := f.s.Reopen(f.ctx, b.ID, false, "retry", at(4))
 	f.wantErr(err, store.ErrConflict, "Reopen of a running broadcast")
@@ -293,8 +294,8 @@ func testReopen(f *fixture) {
 	if r.Failed != 2 || r.Unknown != 0 || r.Broadcast.State != store.StateRunning || r.Broadcast.Reason != "retrying 2" || !r.Broadcast.FinishedAt.IsZero() {
 		f.t.Fatalf("Reopen = %+v; want 2 failed rows (gave up, never handed to a server), the broadcast running again", r)
 	}
-	if c := f.counts(b); c.Sent != 1 || c.Failed != 1 || c.Deferred != 2 || c.Unknown != 1 {
-		f.t.Fatalf("counts after Reopen = %+v; want 1 sent, 1 failed, 2 deferred, 1 unknown", c)
+	if c := f.counts(b); c.Sent != 1 || c.Failed != 2 || c.Deferred != 2 || c.Unknown != 1 {
+		f.t.Fatalf("counts after Reopen = %+v; want 1 sent, 2 failed (refused for good, erased), 2 deferred, 1 unknown", c)
 	}
 	b.State = store.StateRunning
 	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(5), 10, nil)
@@ -317,7 +318,7 @@ func testReopen(f *fixture) {
 	if r.Failed != 0 || r.Unknown != 1 || r.Broadcast.State != store.StateRunning {
 		f.t.Fatalf("Reopen(unknown) = %+v; want the unknown row, running", r)
 	}
-	for i, want := range []store.SendStatus{store.SendSent, store.SendFailed, store.SendSent, store.SendDeferred, store.SendSent} {
+	for i, want := range []store.SendStatus{store.SendSent, store.SendFailed, store.SendSent, store.SendDeferred, store.SendSent, store.SendFailed} {
 		if got := f.status(b, ids[i]); got != want {
 			f.t.Errorf("row %d is %s; want %s", i, got, want)
 		}
