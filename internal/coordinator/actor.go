@@ -92,6 +92,10 @@ type actor struct {
 	// (in memory: a new leader counts the record's whole count, as before).
 	resumedAt     time.Time
 	fruitlessBase map[int]int
+	// forgetFruitless: the records' counts go back to zero (in KV, so a
+	// new leader reads them so) at the next pass of the loop, after a
+	// resume; fruitlessBase stands in until they are written.
+	forgetFruitless bool
 	// lostRuns counts, across ranges and sweeps, reports in a row whose
 	// messages were lost after the final dot and that sent nothing, one
 	// at most per lostPace (lostNext); see lostAfterDot.
@@ -323,6 +327,7 @@ func (a *actor) run(ctx context.Context) {
 			}
 			continue
 		}
+		a.zeroFruitless(ctx)
 		a.catchUp(ctx)
 		a.reconcile(ctx)
 		a.sweep(ctx)
@@ -400,6 +405,7 @@ func (a *actor) adopt(b store.Broadcast) {
 		for i, rec := range a.recs {
 			a.fruitlessBase[i] = rec.Fruitless
 		}
+		a.forgetFruitless = true
 	}
 	if a.b.State == store.StateFailed && b.State == store.StateRunning {
 		// Resumed after it failed (Coordinator.Resume), before this actor
@@ -801,6 +807,31 @@ func (a *actor) fruitless(ctx context.Context, i int, rep bus.Report, now time.T
 	a.notBefore[i] = now.Add(a.c.backoff(since))
 	a.lastErr[i] = rep.Error
 	return nil
+}
+
+// zeroFruitless writes each range record's fruitless count back to zero
+// after a resume (forgetFruitless): the resume is a new try, and a leader
+// taking over after it, which knows nothing of fruitlessBase, would
+// otherwise count a range's resumptions from before it too and fail the
+// broadcast at its first refused page. Only ranges with a count are
+// written. A failed write (another leader's, a KV outage) is tried again
+// at the next pass; the base stands in meanwhile.
+func (a *actor) zeroFruitless(ctx context.Context) {
+	if !a.forgetFruitless {
+		return
+	}
+	for i, rec := range a.recs {
+		if rec.Fruitless == 0 || rec.Done {
+			continue
+		}
+		rec.Fruitless = 0
+		if err := a.write(ctx, i, rec); err != nil {
+			a.log().Warn("cannot start a range's count of fruitless resumptions afresh; tried again shortly", "range", i, "err", err)
+			return
+		}
+		a.fruitlessBase[i] = 0
+	}
+	a.forgetFruitless = false
 }
 
 // issuedBeforeResume: the report's page was issued before the operator's

@@ -1183,6 +1183,7 @@ func (s *sim) tick() {
 		a.settling(s.ctx)
 		return
 	}
+	a.zeroFruitless(s.ctx)
 	a.catchUp(s.ctx)
 	a.reconcile(s.ctx)
 	out := len(a.sweeps)

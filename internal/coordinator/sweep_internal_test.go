@@ -495,3 +495,39 @@ func TestSweepsAndPagesShareTheDomainRate(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeStartsTheRangesCountsAfresh: an operator's resume from paused
+// writes every range's count of fruitless resumptions back to zero in KV,
+// so a leader taking over after it (which knows nothing of this one's
+// memory) does not count the resumptions from before it and fail the
+// broadcast at a range's first refused page.
+func TestResumeStartsTheRangesCountsAfresh(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clk := clock.NewFake(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC))
+	a, _ := backlogActor(t, clk, 20, 8, func(int) time.Time { return clk.Now().Add(time.Hour) })
+	for i := range a.recs {
+		a.recs[i].Done = false
+		a.recs[i].Fruitless = 7
+		if err := a.write(ctx, i, a.recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	paused, running := a.b, a.b
+	paused.State, running.State = store.StatePaused, store.StateRunning
+	a.adopt(paused)
+	a.adopt(running)
+	a.zeroFruitless(ctx)
+	recs, _, err := a.c.rangeRecords(ctx, a.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Fruitless != 0 {
+			t.Fatalf("range %d's count after the resume is %d in KV; want 0", r.Index, r.Fruitless)
+		}
+	}
+	if a.forgetFruitless {
+		t.Error("still to be written after every range was")
+	}
+}
