@@ -394,7 +394,7 @@ func (a *actor) adopt(b store.Broadcast) {
 		// broadcast 17 s after the resume with the relay taking mail
 		// (simulation seed 51000927); a relay still down fails it again
 		// within MaxFruitless counts at the backoff's pace.
-		a.refusedPages, a.refusedNext, a.refusedSince, a.refusedErr = 0, time.Time{}, time.Time{}, ""
+		a.endRefusedRun()
 		// Reports of pages issued before the resume come in after it for
 		// as long as their sends took (and redeliveries later still):
 		// counted, the refusals of an outage the operator paused through
@@ -565,6 +565,12 @@ func (a *actor) tookMail() {
 	if a.refusedPages > 0 {
 		clear(a.notBefore)
 	}
+	a.endRefusedRun()
+}
+
+// endRefusedRun ends a run of refused pages (a page that sent, or the
+// operator's resume): its count, pace and what status says of it.
+func (a *actor) endRefusedRun() {
 	a.refusedPages, a.refusedNext, a.refusedSince, a.refusedErr = 0, time.Time{}, time.Time{}, ""
 }
 
