@@ -341,11 +341,7 @@ func (c *Coordinator) status(ctx context.Context, b store.Broadcast, recs []bus.
 		// A follower runs no actor; what the governor waits for is in KV.
 		p.WaitingFor = c.governorWaiting(ctx, b)
 	}
-	policy := c.cfg.InDoubtPolicy
-	if b.InDoubtPolicy != "" {
-		policy = InDoubtPolicy(b.InDoubtPolicy)
-	}
-	return BroadcastStatus{Broadcast: b, Progress: p, Policy: policy}
+	return BroadcastStatus{Broadcast: b, Progress: p, Policy: c.policyOf(b)}
 }
 
 // governorWaiting is what the sending domain's governor waits for, as the

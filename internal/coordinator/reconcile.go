@@ -28,12 +28,15 @@ const (
 	InDoubtResend InDoubtPolicy = "resend"
 )
 
-// policy is the broadcast's own in-doubt policy, else the coordinator's.
-func (a *actor) policy() InDoubtPolicy {
-	if a.b.InDoubtPolicy != "" {
-		return InDoubtPolicy(a.b.InDoubtPolicy)
+// policy is the broadcast's in-doubt policy in force (policyOf).
+func (a *actor) policy() InDoubtPolicy { return a.c.policyOf(a.b) }
+
+// policyOf is b's own in-doubt policy, else the coordinator's.
+func (c *Coordinator) policyOf(b store.Broadcast) InDoubtPolicy {
+	if b.InDoubtPolicy != "" {
+		return InDoubtPolicy(b.InDoubtPolicy)
 	}
-	return a.c.cfg.InDoubtPolicy
+	return c.cfg.InDoubtPolicy
 }
 
 // reconcileBatch bounds the in-doubt claims settled in one round.
