@@ -94,15 +94,7 @@ func TestStaleJobSendsTheEditedContent(t *testing.T) {
 			if err != nil || rep.Sent != 4 || rep.Class != bus.ClassNone {
 				t.Fatalf("page with KV's revision ahead of the store's: %+v, %v; want it sent", rep, err)
 			}
-			for i, c := range f.contacts[:12] {
-				want := "Subject: Hi"
-				if i >= 4 {
-					want = "Subject: Edited"
-				}
-				if got := string(tr.got[c.Email]); got != want {
-					t.Errorf("contact %d got %q; want %q", i, got, want)
-				}
-			}
+			wantEditedAfter(t, tr, f.contacts[:12], 4)
 			// A page whose content is older than the watched revision
 			// stops before its next window: the page reads revision 2,
 			// then the watch says 3.
@@ -194,15 +186,7 @@ func laggingWatch(t *testing.T, st *revisionBlip, blip int) {
 	if rep, err := f.w.RunPage(ctx, stale, "w/2"); err != nil || rep.Sent != 8 {
 		t.Fatalf("stale page: %+v, %v", rep, err)
 	}
-	for i, c := range f.contacts[:12] {
-		want := "Subject: Hi"
-		if i >= 4 {
-			want = "Subject: Edited"
-		}
-		if got := string(tr.got[c.Email]); got != want {
-			t.Errorf("contact %d got %q; want %q", i, got, want)
-		}
-	}
+	wantEditedAfter(t, tr, f.contacts[:12], 4)
 }
 
 // firstPageThenEdit sends f's first 4 contacts a page (the worker reads the
@@ -230,4 +214,19 @@ func firstPageThenEdit(t *testing.T, f *copiesFixture, st store.Store) (bus.Repo
 		t.Fatal(err)
 	}
 	return rep, c
+}
+
+// wantEditedAfter checks the subject each of contacts got: the first n the
+// content before the edit ("Hi"), the rest the edited one.
+func wantEditedAfter(t *testing.T, tr *subjects, contacts []store.Contact, n int) {
+	t.Helper()
+	for i, c := range contacts {
+		want := "Subject: Hi"
+		if i >= n {
+			want = "Subject: Edited"
+		}
+		if got := string(tr.got[c.Email]); got != want {
+			t.Errorf("contact %d got %q; want %q", i, got, want)
+		}
+	}
 }
