@@ -217,7 +217,9 @@ func (api *BroadcastAPI) ListBroadcasts(ctx context.Context, req *pb.ListBroadca
 		out.NextPageToken = bs[size-1].ID.String()
 	}
 	for _, b := range bs {
-		out.Broadcasts = append(out.Broadcasts, broadcastPB(b, nil))
+		lb := broadcastPB(b, nil)
+		lb.InDoubtPolicy = policyValue(string(api.cfg.Engine.PolicyOf(b))) // in force, as status shows it
+		out.Broadcasts = append(out.Broadcasts, lb)
 	}
 	return out, nil
 }

@@ -813,4 +813,14 @@ func TestStatusShowsThePolicyInForce(t *testing.T) {
 		b.GetBroadcast().GetInDoubtPolicy() != pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND {
 		t.Errorf("status of a broadcast created with resend: %v, %v", b.GetBroadcast().GetInDoubtPolicy(), err)
 	}
+	list, err := s.client.ListBroadcasts(ctx, &pb.ListBroadcastsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]pb.InDoubtPolicy{id: pb.InDoubtPolicy_IN_DOUBT_POLICY_SKIP, r.GetBroadcast().GetId(): pb.InDoubtPolicy_IN_DOUBT_POLICY_RESEND}
+	for _, lb := range list.GetBroadcasts() {
+		if got := lb.GetInDoubtPolicy(); got != want[lb.GetId()] {
+			t.Errorf("list shows %s with %v, want %v (the policy in force)", lb.GetId(), got, want[lb.GetId()])
+		}
+	}
 }

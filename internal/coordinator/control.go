@@ -341,7 +341,7 @@ func (c *Coordinator) status(ctx context.Context, b store.Broadcast, recs []bus.
 		// A follower runs no actor; what the governor waits for is in KV.
 		p.WaitingFor = c.governorWaiting(ctx, b)
 	}
-	return BroadcastStatus{Broadcast: b, Progress: p, Policy: c.policyOf(b)}
+	return BroadcastStatus{Broadcast: b, Progress: p, Policy: c.PolicyOf(b)}
 }
 
 // governorWaiting is what the sending domain's governor waits for, as the

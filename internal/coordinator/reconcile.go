@@ -28,11 +28,11 @@ const (
 	InDoubtResend InDoubtPolicy = "resend"
 )
 
-// policy is the broadcast's in-doubt policy in force (policyOf).
-func (a *actor) policy() InDoubtPolicy { return a.c.policyOf(a.b) }
+// policy is the broadcast's in-doubt policy in force (PolicyOf).
+func (a *actor) policy() InDoubtPolicy { return a.c.PolicyOf(a.b) }
 
-// policyOf is b's own in-doubt policy, else the coordinator's.
-func (c *Coordinator) policyOf(b store.Broadcast) InDoubtPolicy {
+// PolicyOf is b's own in-doubt policy, else the coordinator's.
+func (c *Coordinator) PolicyOf(b store.Broadcast) InDoubtPolicy {
 	if b.InDoubtPolicy != "" {
 		return InDoubtPolicy(b.InDoubtPolicy)
 	}
