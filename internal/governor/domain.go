@@ -705,14 +705,19 @@ type ProviderStatus struct {
 	// Deferred is the share of the window's attempts the provider refused
 	// for a transient reason (closed breakers with recent failures).
 	Deferred float64 `json:"deferred,omitempty"`
+	// Attempts is how many attempts Deferred is a share of: early in a
+	// window one refusal of five reads "20 %" (a tester took it for the
+	// relay's rate), so the summary gives the counts too.
+	Attempts int `json:"attempts,omitempty"`
 	// Reason is why it is held or open, or the latest refusal ("451 4.3.0").
 	Reason string `json:"reason,omitempty"`
 	// RefusingSince is when the provider last went from accepting mail to
 	// refusing it (BreakerState.RefusingSince): held, open or ramping, it
 	// has accepted nothing since. Zero when it is not refusing.
 	RefusingSince time.Time `json:"refusing_since,omitzero"`
-	// Summary says all of it in one line for people: "yahoo: 3 % deferred
-	// in the last 5m0s (451 4.3.0), retrying", "google: held until 14:10
+	// Summary says all of it in one line for people: "yahoo: sending, 3 %
+	// of 1,024 attempts deferred in the last 5 min (451 4.3.0), those
+	// retried later", "google: held until 14:10
 	// UTC (421 4.7.28)".
 	Summary string `json:"summary,omitempty"`
 }
@@ -853,6 +858,14 @@ func (d *Domain) Holding(now time.Time) []ProviderStatus {
 	return out
 }
 
+// attempts is "1 attempt", "1,024 attempts".
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return Thousands(n) + " attempts"
+}
+
 // Slowing reports whether the provider slows sending: held, open, ramping
 // back, or refusing some attempts in the breaker's window. Its Summary says
 // how.
@@ -894,6 +907,8 @@ func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
 			ps.Connections, ps.RampTo = b.conns(), d.limits.RampConnections
 		case PhaseClosed:
 			ps.Deferred, ps.Reason = b.share(), b.LastReply
+			sent, failed := b.counts()
+			ps.Attempts = sent + failed
 		}
 	}
 	if hold, ok := d.st.Holds[p]; ok && now.Before(hold) { // an ended one may wait for tidy
@@ -930,7 +945,7 @@ func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
 		}
 		// "sending" first: the provider is not held, and the share is of
 		// attempts made (", retrying" read as waiting, found by a tester).
-		ps.Summary = fmt.Sprintf("%s: sending, %s of attempts deferred in the last %s%s, those retried later", p, percent(ps.Deferred), shortDuration(BreakerWindow), replySuffix(ps.Reason))
+		ps.Summary = fmt.Sprintf("%s: sending, %s of %s deferred in the last %s%s, those retried later", p, percent(ps.Deferred), attempts(ps.Attempts), shortDuration(BreakerWindow), replySuffix(ps.Reason))
 	}
 	if !ps.RefusingSince.IsZero() && now.Sub(ps.RefusingSince) >= longRefusal {
 		// What the coordinator gives its held recipients up by.

@@ -3,6 +3,7 @@ package governor
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -224,7 +225,7 @@ func TestStatus(t *testing.T) {
 			at: now.Add(20 * time.Second),
 			want: "aol.co.uk: breaker open until 12:00:45 UTC after 5 of 5 attempts refused in the last 5 min; " +
 				"yahoo: ramping back up, 1 of 16 connections (opened: 5 of 5 attempts refused in the last 5 min); " +
-				"apple: sending, 100 % of attempts deferred in the last 5 min, those retried later",
+				"apple: sending, 100 % of 1 attempt deferred in the last 5 min, those retried later",
 		},
 		{
 			name: "rate", limits: Limits{RatePerSecond: 0.5, Burst: 1},
@@ -264,8 +265,8 @@ func TestStatusProviders(t *testing.T) {
 	d.ProviderOpen(now.Add(BreakerOpen), "gmail.com") // the probe goes
 	got := d.Status(now.Add(BreakerOpen + time.Second)).Providers
 	want := []ProviderStatus{
-		{Provider: "apple", Phase: PhaseClosed, Failures: 1, Deferred: 1,
-			Summary: "apple: sending, 100 % of attempts deferred in the last 5 min, those retried later"},
+		{Provider: "apple", Phase: PhaseClosed, Failures: 1, Deferred: 1, Attempts: 1,
+			Summary: "apple: sending, 100 % of 1 attempt deferred in the last 5 min, those retried later"},
 		{Provider: "google", Phase: PhaseHalfOpen, ProbeInFlight: true, Connections: 1, RampTo: RampConnections,
 			Reason: "5 of 5 attempts refused in the last 5 min", RefusingSince: now,
 			Summary: "google: ramping back up, 1 of 16 connections (opened: 5 of 5 attempts refused in the last 5 min); waiting for its current step"},
@@ -314,5 +315,19 @@ func TestThousands(t *testing.T) {
 		if got := Thousands(n); got != want {
 			t.Errorf("Thousands(%d) = %q; want %q", n, got, want)
 		}
+	}
+}
+
+// A share early in the window says how many attempts it is of: "20 %"
+// alone read as the relay's rate (a tester's 3 % sink).
+func TestDeferredShareNamesItsAttempts(t *testing.T) {
+	t.Parallel()
+	now := dayAt(0, "12:00:00")
+	d := NewDomain("example.com", unpaced, nil, now)
+	d.RecordSuccess(now, "yahoo.com", 4)
+	d.RecordTransient(now, "yahoo.com")
+	got := d.Status(now.Add(time.Second)).Providers
+	if len(got) != 1 || got[0].Attempts != 5 || !strings.Contains(got[0].Summary, "yahoo: sending, 20 % of 5 attempts deferred") {
+		t.Fatalf("providers %+v; want yahoo at 20 %% of 5 attempts", got)
 	}
 }
