@@ -193,16 +193,17 @@ swallow the rows after it. The file is streamed, so millions of rows work.`,
 				// not to be mistaken for an import that did something.
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s has a header row but no contact rows: nothing was imported\n", shown(importSource(args[0])))
 			}
-			if res.utf8LocalN > 0 {
+			if n, first := res.importedUTF8Local(resp.GetErrors()); n > 0 {
 				// Stored and sent like any other, but refused by a relay
 				// without SMTPUTF8 (failed "not handed to the relay: …"; broadcasts retry
 				// sends them once it offers it): better known now (tester).
+				// Rows the server rejected are not counted (reviewer).
 				more := ""
-				if res.utf8LocalN > len(res.utf8Local) {
-					more = fmt.Sprintf(" and %d more", res.utf8LocalN-len(res.utf8Local))
+				if n > len(first) {
+					more = fmt.Sprintf(" and %d more", n-len(first))
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d %s a non-ASCII local part (%s%s): only a relay offering SMTPUTF8 can deliver to them\n",
-					res.utf8LocalN, plural(int64(res.utf8LocalN), "address has", "addresses have"), shown(strings.Join(res.utf8Local, ", ")), more)
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d imported %s a non-ASCII local part (%s%s): only a relay offering SMTPUTF8 can deliver to them\n",
+					n, plural(int64(n), "address has", "addresses have"), shown(strings.Join(first, ", ")), more)
 			}
 			if res.records > 0 && res.noName {
 				// A file whose second column used to be read as the name
@@ -460,11 +461,49 @@ type csvResult struct {
 	rejected []string
 	records  int  // rows read after the header, sent or not
 	noName   bool // the header has no name column
-	// utf8Local are the addresses sent whose local part is not ASCII
-	// (the first few; utf8LocalN counts them all): only a relay offering
-	// SMTPUTF8 can carry them.
-	utf8Local  []string
-	utf8LocalN int
+	// utf8Local are the rows sent whose address's local part is not
+	// ASCII: only a relay offering SMTPUTF8 can carry them.
+	utf8Local []utf8LocalRow
+}
+
+// listedRejections is how many rejected rows the server lists in its
+// reply at most (internal/api's maxRowErrors); it counts the rest.
+const listedRejections = 1_000
+
+// utf8LocalRow is a row sent (its number in the stream) whose address has
+// a non-ASCII local part; email is kept for the first ones only, enough
+// to name a few once the server's listed rejections are taken out.
+type utf8LocalRow struct {
+	row   int64
+	email string
+}
+
+func (res *csvResult) noteUTF8Local(row int64, email string) {
+	r := utf8LocalRow{row: row}
+	if len(res.utf8Local) < listedRejections+3 {
+		r.email = email
+	}
+	res.utf8Local = append(res.utf8Local, r)
+}
+
+// importedUTF8Local counts the non-ASCII local parts the server took (the
+// rows it rejected and listed are left out) and names up to three.
+// unlisted > 0 means some rejections were not listed, so the count may
+// include a few of them.
+func (res *csvResult) importedUTF8Local(rejected []*pb.RowError) (n int, first []string) {
+	gone := make(map[int64]bool, len(rejected))
+	for _, e := range rejected {
+		gone[e.GetRow()] = true
+	}
+	for _, r := range res.utf8Local {
+		if gone[r.row] {
+			continue
+		}
+		if n++; len(first) < 3 && r.email != "" {
+			first = append(first, r.email)
+		}
+	}
+	return n, first
 }
 
 // line is the file line of the server's row number (counted from 1 over
@@ -722,9 +761,7 @@ func readCSV(in io.Reader, segments []string, multiline bool, send func([]*pb.Co
 		}
 		res.lines = append(res.lines, line)
 		if _, utf8Local, err := address.ASCIIDomain(row.GetEmail()); err == nil && utf8Local {
-			if res.utf8LocalN++; len(res.utf8Local) < 3 {
-				res.utf8Local = append(res.utf8Local, row.GetEmail())
-			}
+			res.noteUTF8Local(int64(len(res.lines)), row.GetEmail())
 		}
 		chunk = append(chunk, row)
 		chunkBytes += size

@@ -255,8 +255,14 @@ func TestContactsImportCommandLineEndings(t *testing.T) {
 	// and the import says so.
 	utf8 := writeFile(t, "utf8.csv", "email,name\njöran@example.org,Jöran\nm@bücher.example,M\n")
 	if out, err := rangecast(t, "", "--addr", addr, "contacts", "import", utf8); err != nil ||
-		!strings.Contains(out, "note: 1 address has a non-ASCII local part (jöran@example.org): only a relay offering SMTPUTF8 can deliver to them\n") {
+		!strings.Contains(out, "note: 1 imported address has a non-ASCII local part (jöran@example.org): only a relay offering SMTPUTF8 can deliver to them\n") {
 		t.Errorf("import of a non-ASCII local part: %v\n%s", err, out)
+	}
+	// A row the server rejects (here a repeat) is not counted in the note.
+	repeat := writeFile(t, "utf8-repeat.csv", "email,name\nåsa@example.org,Åsa\nÅSA@example.org,Åsa\nöla@example.org,Öla\n")
+	if out, err := rangecast(t, "", "--addr", addr, "contacts", "import", repeat); err == nil ||
+		!strings.Contains(out, "note: 2 imported addresses have a non-ASCII local part (åsa@example.org, öla@example.org):") || !strings.Contains(out, "line 3: ÅSA@example.org: duplicate of line 2") {
+		t.Errorf("import of a non-ASCII local part twice: %v\n%s", err, out)
 	}
 	// Imported again with one new row: the output tells new from updated.
 	again := writeFile(t, "again.csv", "email,name,city\nann@example.org,Ann,Oslo\nBOB@example.org,Bob,Rome\ncat@example.org,Cat,Lima\n")
