@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/store"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -97,6 +98,14 @@ func (api *CatalogAPI) EraseContacts(ctx context.Context, req *pb.EraseContactsR
 		}
 		if !strings.Contains(e, "@") {
 			return nil, invalid("%q (email %d of %d) is not an email address; erase by the address the contact was imported with", shown(e), i+1, len(emails))
+		}
+		// An invisible character (a BOM a file kept, a zero-width space
+		// pasted with the address) makes a key no contact has: the erase
+		// would report "no such contact" and leave the person in place
+		// (tester). No address with one was ever imported, so refuse it.
+		var ae *address.Error
+		if _, err := address.Canonical(e); errors.As(err, &ae) && (ae.Reason == address.ReasonControl || ae.Reason == address.ReasonEncoding) {
+			return nil, invalid("email %d of %d (%q): %s; no contact was erased (remove the character and try again)", i+1, len(emails), shown(e), ae.Detail)
 		}
 		clean[i] = e
 	}

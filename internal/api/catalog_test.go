@@ -70,6 +70,12 @@ func TestCatalogCodes(t *testing.T) {
 				_, err := c.EraseContacts(ctx, &pb.EraseContactsRequest{Emails: []string{"ann@example.org", "ann"}})
 				return err
 			}, codes.InvalidArgument, "email 2 of 2"},
+			{"erase an address with an invisible character", func() error {
+				// It could match no contact: "erased, no such contact"
+				// would leave the person in place (tester).
+				_, err := c.EraseContacts(ctx, &pb.EraseContactsRequest{Emails: []string{"ann@example.org", "\ufeffbob@example.org"}})
+				return err
+			}, codes.InvalidArgument, "email 2 of 2 (\"\\ufeffbob@example.org\"): email contains U+FEFF"},
 			{"delete segment in use", func() error {
 				_, err := c.DeleteSegment(ctx, &pb.DeleteSegmentRequest{Name: "newsletter"})
 				return err

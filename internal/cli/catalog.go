@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -240,7 +238,9 @@ skipped; - reads stdin.`,
 }
 
 // readAddresses reads one address per line, or the first column of a CSV
-// (a header "email" is skipped), without comments and blank lines.
+// (a header "email" is skipped), without comments and blank lines, as
+// segments add --file does (readRefs: a BOM a spreadsheet wrote is taken
+// off, where it had made the first address one no contact has).
 func readAddresses(stdin io.Reader, file string) ([]string, error) {
 	in := stdin
 	if file != "-" {
@@ -251,22 +251,8 @@ func readAddresses(stdin io.Reader, file string) ([]string, error) {
 		defer f.Close()
 		in = f
 	}
-	var out []string
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for line := 1; sc.Scan(); line++ {
-		s := strings.TrimSpace(sc.Text())
-		if s == "" || strings.HasPrefix(s, "#") {
-			continue
-		}
-		s, _, _ = strings.Cut(s, ",")
-		s = strings.Trim(strings.TrimSpace(s), `"`)
-		if line == 1 && strings.EqualFold(s, "email") {
-			continue
-		}
-		out = append(out, s)
-	}
-	if err := sc.Err(); err != nil {
+	out, err := readRefs(in)
+	if err != nil {
 		return nil, fmt.Errorf("--file %s: %w", file, err)
 	}
 	return out, nil

@@ -160,7 +160,9 @@ func catalogScenario(t *testing.T, st *server.Stack, run func(string, ...string)
 	}
 	wantErr("no contact has the email", "contacts", "show", "zed.erase@example.org")
 	wantErr("not an email address", "contacts", "delete", "zed")
-	file := writeFile(t, "erase.csv", "email\n# requests of the week\nbob@example.org\n\nnever@example.org\n")
+	wantErr("U+200B", "contacts", "delete", "\u200bzed@example.org")
+	// A BOM a spreadsheet wrote at the file's start is not part of an address.
+	file := writeFile(t, "erase.csv", "\ufeffemail\n# requests of the week\nbob@example.org\n\nnever@example.org\n")
 	objs := jsonLines(t, mustRun("", "contacts", "delete", "--file", file, "--json"))
 	if len(objs) != 2 || objs[0]["email"] != "bob@example.org" || objs[0]["contactId"] == "" || objs[1]["contactId"] != "" {
 		t.Errorf("contacts delete --file --json: %v", objs)
