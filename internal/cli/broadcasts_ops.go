@@ -694,12 +694,33 @@ func writeExport(stream grpc.ServerStreamingClient[pb.ExportBroadcastResponse], 
 // succeeded. An export that failed (a missing broadcast, a coordinator
 // gone mid-stream) had emptied the file it was to replace, or left a part
 // of the ledger in it that read as the whole.
+//
+// A symlink is followed (its target is replaced, the link stays), a file
+// replaced keeps its permissions, and what is not a regular file (a FIFO,
+// /dev/stdout, /dev/null) is written in place: renaming over it replaced
+// a tester's /dev/null, as root, with a file of the ledger. A new file is
+// 0600: an export holds people's addresses.
 func replaceFile(path string, write func(io.Writer) error) error {
+	mode := os.FileMode(0o600)
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+		fi, err := os.Stat(path)
+		if err != nil {
+			return fmt.Errorf("--output: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			return writeInPlace(path, write)
+		}
+		mode = fi.Mode().Perm()
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.partial")
 	if err != nil {
 		return fmt.Errorf("--output: %w", err)
 	}
-	err = write(f)
+	err = f.Chmod(mode)
+	if err == nil {
+		err = write(f)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -708,6 +729,20 @@ func replaceFile(path string, write func(io.Writer) error) error {
 	}
 	if err != nil {
 		os.Remove(f.Name()) //nolint:errcheck // the error returned says more
+	}
+	return err
+}
+
+// writeInPlace writes to what is not a regular file (a FIFO, a device),
+// which no rename can replace and nothing half-written can harm.
+func writeInPlace(path string, write func(io.Writer) error) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("--output: %w", err)
+	}
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }
