@@ -159,7 +159,7 @@ audience's first eligible contact's.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVar(&to, "to", nil, "address to send a copy to; repeat it or separate with commas (required)")
+	cmd.Flags().Var(commaList(&to), "to", "address to send a copy to; repeat it or separate with commas (required)")
 	cmd.Flags().StringVar(&contact, "contact", "", "render every copy with this contact's data")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was sent as JSON")
 	cmd.MarkFlagRequired("to") //nolint:errcheck
@@ -580,7 +580,7 @@ the final dot, a worker killed mid-window), which a report only counts.`,
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the CSV to this file instead of standard output")
-	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only rows in these statuses, comma-separated: "+strings.Join(sendStatusNames(), ", "))
+	cmd.Flags().Var(commaList(&statuses), "status", "only rows in these statuses, comma-separated: "+strings.Join(sendStatusNames(), ", "))
 	return cmd
 }
 

@@ -155,3 +155,39 @@ func parseLevel(s string) (slog.Level, error) {
 	}
 	return 0, fmt.Errorf("use debug, info, warn or error")
 }
+
+// commaListValue is a list flag: repeated, or comma-separated in one
+// value. pflag's StringSlice reads a value as a CSV record, so a line
+// break ended it and the lines after it were dropped without a word
+// (--to $'a@x.org\nb@x.org' sent to a alone; a tester). This one refuses a
+// line break, naming the flag.
+type commaListValue struct {
+	p   *[]string
+	set bool
+}
+
+func commaList(p *[]string) pflag.Value { return &commaListValue{p: p} }
+
+func (v *commaListValue) Set(s string) error {
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		return fmt.Errorf("%q has a line break at byte %d; separate values with commas or repeat the flag", s, i)
+	}
+	if !v.set {
+		*v.p, v.set = nil, true // the first value given replaces the default
+	}
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*v.p = append(*v.p, part)
+		}
+	}
+	return nil
+}
+
+func (v *commaListValue) Type() string { return "strings" }
+
+func (v *commaListValue) String() string {
+	if len(*v.p) == 0 {
+		return "" // no "(default [])" in --help
+	}
+	return "[" + strings.Join(*v.p, ",") + "]"
+}

@@ -112,3 +112,28 @@ func TestLogLevel(t *testing.T) {
 		}
 	}
 }
+
+// TestListFlagsRefuseLineBreaks: a list flag takes values repeated or
+// comma-separated, and refuses a line break, where pflag's StringSlice
+// (a CSV record) dropped every line after the first without a word
+// (--to $'a\nb' sent to a alone; a tester).
+func TestListFlagsRefuseLineBreaks(t *testing.T) {
+	t.Parallel()
+	var got []string
+	fs := cobra.Command{}
+	fs.Flags().Var(commaList(&got), "to", "")
+	if err := fs.ParseFlags([]string{"--to", "a@x.org, b@x.org", "--to", "c@x.org,"}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, "|") != "a@x.org|b@x.org|c@x.org" {
+		t.Errorf("--to parsed as %q", got)
+	}
+	for _, v := range []string{"a@x.org\nb@x.org", "a@x.org\r\nRCPT TO:<x@y.org>", "unknown\nsent"} {
+		got = nil
+		fs := cobra.Command{}
+		fs.Flags().Var(commaList(&got), "to", "")
+		if err := fs.ParseFlags([]string{"--to", v}); err == nil || !strings.Contains(err.Error(), "has a line break") {
+			t.Errorf("--to %q: %v (parsed %q); want it refused", v, err, got)
+		}
+	}
+}
