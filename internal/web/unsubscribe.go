@@ -8,11 +8,15 @@ import (
 	"github.com/rangecast/rangecast/internal/store"
 )
 
-// The two pages are constants: whatever the token (valid, tampered, for a
-// contact that no longer exists, replayed), the answer has the same status
-// and the same bytes, so the endpoint tells nobody whether a link is real or
-// whom it belongs to. The form has no action: it posts back to the URL it
-// was served from.
+// The pages are constants. Whatever a token that verifies names (a
+// contact, one since erased, one unsubscribed already), the answer has the
+// same status and the same bytes, so the endpoint tells nobody whom a link
+// belongs to or whether they are still on the list. A token that does not
+// verify (cut short by a mail client, altered, or signed with a key no
+// longer listed) gets brokenPage instead: it names nobody, and saying
+// "unsubscribed" to a person whose link changed nothing would have them
+// keep getting mail they asked to stop (a tester). The form has no
+// action: it posts back to the URL it was served from.
 const (
 	formPage = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -30,6 +34,15 @@ const (
 <body style="font-family: system-ui, sans-serif; max-width: 32rem; margin: 4rem auto; padding: 0 1rem">
 <h1>Unsubscribed</h1>
 <p>If this link was ours, the address it was sent to will get no more of these emails.</p>
+</body></html>
+`
+	brokenPage = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="robots" content="noindex"><title>Link not recognised</title></head>
+<body style="font-family: system-ui, sans-serif; max-width: 32rem; margin: 4rem auto; padding: 0 1rem">
+<h1>This unsubscribe link is not complete</h1>
+<p>Nothing was changed: the link may have been cut short or altered on its way here, or it is from an old email.
+Open the unsubscribe link of a recent email from the sender, or reply to it asking to be removed.</p>
 </body></html>
 `
 	// oneClickField and oneClickValue are the body RFC 8058 prescribes.
@@ -54,7 +67,12 @@ func page(w http.ResponseWriter, status int, body string) {
 
 // unsubscribeForm answers a GET: mail scanners follow links, so a GET only
 // shows a form; the person's click POSTs it.
-func (h *Handler) unsubscribeForm(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) unsubscribeForm(w http.ResponseWriter, r *http.Request) {
+	if _, _, ok := message.VerifyUnsubscribeToken(h.cfg.UnsubscribeKeys, r.PathValue("token")); !ok {
+		unsubscribeRequests.WithLabelValues("invalid").Inc()
+		page(w, http.StatusBadRequest, brokenPage)
+		return
+	}
 	unsubscribeRequests.WithLabelValues("form").Inc()
 	page(w, http.StatusOK, formPage)
 }
@@ -71,7 +89,7 @@ func (h *Handler) unsubscribe(w http.ResponseWriter, r *http.Request) {
 	broadcast, contact, ok := message.VerifyUnsubscribeToken(h.cfg.UnsubscribeKeys, r.PathValue("token"))
 	if !ok {
 		unsubscribeRequests.WithLabelValues("invalid").Inc()
-		page(w, http.StatusOK, donePage)
+		page(w, http.StatusBadRequest, brokenPage)
 		return
 	}
 	err := h.cfg.Store.UnsubscribeContact(r.Context(), contact, broadcast, h.cfg.Clock.Now())

@@ -155,9 +155,12 @@ func (f *fixture) link(i int) string {
 	return message.UnsubscribePath + message.UnsubscribeToken(unsubKey, f.b.ID, f.contacts[i].ID)
 }
 
-// Valid, invalid, tampered and replayed tokens get the same status and the
-// same bytes, for the form and for the one-click POST; only the valid one
-// unsubscribes, and a GET never does.
+// Tokens that verify (valid, for a contact since gone, replayed) get the
+// same status and the same bytes, for the form and for the one-click POST,
+// so nobody learns whom a link names; only the valid one unsubscribes, and
+// a GET never does. Tokens that do not verify (cut short, tampered, another
+// key) are told apart, with a page that says nothing changed: "unsubscribed"
+// to a person whose link was broken had them keep getting mail (tester).
 func TestUnsubscribeAnswersAlike(t *testing.T) {
 	t.Parallel()
 	f := setup(t, 3)
@@ -167,15 +170,28 @@ func TestUnsubscribeAnswersAlike(t *testing.T) {
 	flipped[len(flipped)-1] ^= 1
 	paths := map[string]string{
 		"valid":         valid,
+		"gone contact":  message.UnsubscribePath + message.UnsubscribeToken(unsubKey, f.b.ID, ulid.MustNew(ulid.Timestamp(t0.Add(time.Hour)), nil)),
 		"invalid":       message.UnsubscribePath + "not-a-token",
+		"cut short":     strings.TrimSuffix(valid, valid[len(valid)-5:]),
 		"tampered":      message.UnsubscribePath + string(flipped),
 		"other key":     message.UnsubscribePath + message.UnsubscribeToken([]byte("some-other-key-0123456789abcdef-xx"), f.b.ID, f.contacts[1].ID),
-		"gone contact":  message.UnsubscribePath + message.UnsubscribeToken(unsubKey, f.b.ID, ulid.MustNew(ulid.Timestamp(t0.Add(time.Hour)), nil)),
 		"empty-looking": message.UnsubscribePath + strings.Repeat("A", message.UnsubscribeTokenLen),
 	}
-	var first *response
+	verifies := map[string]bool{"valid": true, "gone contact": true}
+	var first, broken *response
 	for name, p := range paths {
 		r := f.get(p)
+		if !verifies[name] {
+			if r.status != http.StatusBadRequest || !strings.Contains(r.body, "Nothing was changed") || strings.Contains(r.body, "<form") {
+				t.Errorf("GET %s: status %d, page %q; want 400 and the page saying the link is not complete", name, r.status, r.body)
+			}
+			if broken == nil {
+				broken = &r
+			} else if r.body != broken.body {
+				t.Errorf("GET %s: the broken-link page differs from another's", name)
+			}
+			continue
+		}
 		if r.status != http.StatusOK {
 			t.Errorf("GET %s: status %d", name, r.status)
 		}
@@ -195,8 +211,13 @@ func TestUnsubscribeAnswersAlike(t *testing.T) {
 		t.Fatal("a GET unsubscribed the contact")
 	}
 
+	for _, name := range []string{"invalid", "cut short", "tampered", "other key", "empty-looking"} {
+		if r := f.oneClick(paths[name]); r.status != http.StatusBadRequest || r.body != broken.body {
+			t.Errorf("POST %s: status %d (%s); want 400 and the broken-link page", name, r.status, r.body)
+		}
+	}
 	var done *response
-	for _, name := range []string{"invalid", "tampered", "other key", "gone contact", "empty-looking", "valid", "valid"} { // valid twice: a replay
+	for _, name := range []string{"gone contact", "valid", "valid"} { // valid twice: a replay
 		r := f.oneClick(paths[name])
 		if r.status != http.StatusOK {
 			t.Errorf("POST %s: status %d (%s)", name, r.status, r.body)
