@@ -116,12 +116,14 @@ func importCommand(c *client) *cobra.Command {
 	var asJSON, multiline bool
 	imp := &cobra.Command{
 		Use:   "import FILE.csv",
-		Short: "Import contacts from CSV (header: email, name if any, attribute columns, in any order; - reads stdin)",
+		Short: "Import contacts from CSV (header: email, name if any, unsubscribed/do_not_contact if any, attribute columns, in any order; - reads stdin)",
 		Long: `Import contacts from a CSV file with a header row, which names the columns
 (case-insensitively, in any order): the column headed email, which is
 required, is the address, the one headed name (if any) the name, and every
 other column an attribute under its header, usable in templates as
-{{.Attributes.column}}. A header without an email column, with an empty
+{{.Attributes.column}}, except these, read as who may not be mailed (true or
+false, yes or no, 1 or 0; empty is false): unsubscribed, do_not_contact, and
+subscribed (false marks the person unsubscribed). A header without an email column, with an empty
 header or with two columns of the same header is refused before anything is
 imported. Lines may end in LF, CRLF or CR alone. Contacts are matched by
 email, case-insensitively: an existing contact keeps its id, its name is
@@ -204,6 +206,10 @@ swallow the rows after it. The file is streamed, so millions of rows work.`,
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d imported %s a non-ASCII local part (%s%s): only a relay offering SMTPUTF8 can deliver to them\n",
 					n, plural(int64(n), "address has", "addresses have"), shown(strings.Join(first, ", ")), more)
+			}
+			if len(res.unread) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s %s, not read as who may be mailed: mark people with a column headed unsubscribed or do_not_contact (true/false); import never re-subscribes anyone\n",
+					shown(strings.Join(res.unread, ", ")), plural(int64(len(res.unread)), "is an attribute", "are attributes"))
 			}
 			if res.records > 0 && res.noName {
 				// A file whose second column used to be read as the name
@@ -459,8 +465,9 @@ re-subscribes it.`,
 type csvResult struct {
 	lines    []int // file line of each row sent, so server row numbers map back
 	rejected []string
-	records  int  // rows read after the header, sent or not
-	noName   bool // the header has no name column
+	records  int      // rows read after the header, sent or not
+	noName   bool     // the header has no name column
+	unread   []string // csvColumns.unread
 	// utf8Local are the rows sent whose address's local part is not
 	// ASCII: only a relay offering SMTPUTF8 can carry them.
 	utf8Local []utf8LocalRow
@@ -539,7 +546,7 @@ func allValidUTF8(fields []string) bool {
 }
 
 // csvFormat says what the header must be, for errors about it.
-const csvFormat = "a header row naming each column: email (required), name, and any other column as an attribute, in any order"
+const csvFormat = "a header row naming each column: email (required), name, unsubscribed, do_not_contact, and any other column as an attribute, in any order"
 
 // csvColumns is what a CSV header says each column holds.
 type csvColumns struct {
@@ -547,6 +554,44 @@ type csvColumns struct {
 	email int      // the email column
 	name  int      // the name column, -1 if there is none
 	attrs []int    // the attribute columns, in file order
+	// flags are the columns that say a person may not be mailed
+	// (unsubscribed, do_not_contact, subscribed): read, not stored as
+	// attributes, so a list exported with its unsubscribes marked does not
+	// come in as people to mail (a tester's "unsubscribed,true" row was
+	// imported as subscribed).
+	flags []flagColumn
+	// unread are attribute columns whose name suggests they say who may
+	// be mailed (status, opt_in, …), which import does not read: a note
+	// names them.
+	unread []string
+}
+
+// flagColumn is a column read as a yes/no flag of the contact.
+type flagColumn struct {
+	col  int
+	kind string // "unsubscribed", "do_not_contact" or "subscribed"
+}
+
+// flagHeader maps a header (folded, with spaces and hyphens as
+// underscores) to the flag it names.
+var flagHeader = map[string]string{
+	"unsubscribed": "unsubscribed", "do_not_contact": "do_not_contact", "donotcontact": "do_not_contact", "subscribed": "subscribed",
+}
+
+// consentWords are parts of a header that suggest the column says who may
+// be mailed, though import does not read it.
+var consentWords = []string{"status", "subscri", "opt_in", "opt_out", "optin", "optout", "consent", "blocklist", "blacklist", "suppress", "bounce", "complain"}
+
+// yesNo reads a flag's value: "" is no, and anything but the usual
+// spellings of yes and no is refused rather than guessed at.
+func yesNo(v string) (bool, bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "true", "yes", "y", "1", "x", "t":
+		return true, true
+	case "false", "no", "n", "0", "", "f":
+		return false, true
+	}
+	return false, false
 }
 
 // parseHeader maps columns by their header. A header that would misplace
@@ -578,12 +623,21 @@ func parseHeader(header []string) (*csvColumns, error) {
 			return nil, fmt.Errorf("the CSV header names two columns %s (columns %d and %d): each column needs a header of its own", strconv.Quote(h), j+1, i+1)
 		}
 		seen[folded] = i
-		switch folded {
-		case "email":
+		flagName := strings.NewReplacer(" ", "_", "-", "_").Replace(folded)
+		switch {
+		case folded == "email":
 			cols.email = i
-		case "name":
+		case folded == "name":
 			cols.name = i
+		case flagHeader[flagName] != "":
+			cols.flags = append(cols.flags, flagColumn{col: i, kind: flagHeader[flagName]})
 		default:
+			for _, w := range consentWords {
+				if strings.Contains(flagName, w) {
+					cols.unread = append(cols.unread, h)
+					break
+				}
+			}
 			if n := utf8.RuneCountInString(h); n > maxImportAttrKey {
 				return nil, fmt.Errorf("column %d of the CSV header, %.40q…, is %d characters; an attribute name may have at most %d", i+1, h, n, maxImportAttrKey)
 			}
@@ -603,9 +657,22 @@ func parseHeader(header []string) (*csvColumns, error) {
 	return cols, nil
 }
 
-// row is the contact a record of the file describes.
-func (cols *csvColumns) row(rec, segments []string) *pb.ContactRow {
+// row is the contact a record of the file describes, or why the record
+// cannot be read as one (a flag that is neither yes nor no).
+func (cols *csvColumns) row(rec, segments []string) (*pb.ContactRow, string) {
 	row := &pb.ContactRow{Email: strings.TrimSpace(rec[cols.email]), Segments: segments}
+	for _, f := range cols.flags {
+		yes, ok := yesNo(rec[f.col])
+		if !ok {
+			return nil, fmt.Sprintf("%s is %s: give true or false (yes/no, 1/0)", cols.keys[f.col], strconv.Quote(clipped(rec[f.col], 40)))
+		}
+		switch {
+		case f.kind == "unsubscribed" && yes, f.kind == "subscribed" && !yes && strings.TrimSpace(rec[f.col]) != "":
+			row.Unsubscribed = true
+		case f.kind == "do_not_contact" && yes:
+			row.DoNotContact = true
+		}
+	}
 	if cols.name >= 0 {
 		row.Name = strings.TrimSpace(rec[cols.name])
 	}
@@ -615,7 +682,7 @@ func (cols *csvColumns) row(rec, segments []string) *pb.ContactRow {
 			row.Attributes[cols.keys[i]] = rec[i]
 		}
 	}
-	return row
+	return row, ""
 }
 
 // tooLarge says why a row of size bytes, more than a chunk may carry, is
@@ -705,7 +772,7 @@ func readCSV(in io.Reader, segments []string, multiline bool, send func([]*pb.Co
 	if err != nil {
 		return nil, err
 	}
-	res := &csvResult{noName: cols.name < 0}
+	res := &csvResult{noName: cols.name < 0, unread: cols.unread}
 	var chunk []*pb.ContactRow
 	chunkBytes := 0
 	flush := func() error {
@@ -747,7 +814,11 @@ func readCSV(in io.Reader, segments []string, multiline bool, send func([]*pb.Co
 			res.rejected = append(res.rejected, fmt.Sprintf("line %d: %d columns, the header has %d", line, len(rec), len(cols.keys)))
 			continue
 		}
-		row := cols.row(rec, segments)
+		row, why := cols.row(rec, segments)
+		if why != "" {
+			res.rejected = append(res.rejected, fmt.Sprintf("line %d: %s", line, why))
+			continue
+		}
 		size := proto.Size(row)
 		if size > importChunkBytes {
 			// Sent, it would fail the whole stream on gRPC's size limit.
@@ -889,6 +960,14 @@ ran (a new bounce) is left as it is.`,
 func orNone(s string) string {
 	if s == "" {
 		return "(no reason recorded)"
+	}
+	return s
+}
+
+// clipped is s cut to n runes, with "…" where it was cut.
+func clipped(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
 	}
 	return s
 }

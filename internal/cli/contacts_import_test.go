@@ -315,3 +315,44 @@ func TestContactsListNegativeLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestContactsImportReadsWhoMayNotBeMailed: columns headed unsubscribed,
+// do_not_contact or subscribed are read, not stored as attributes, so a
+// list exported with its unsubscribes marked does not come in as people
+// to mail (a tester's "unsubscribed,true" row was imported subscribed); a
+// value that is neither yes nor no rejects its row; import never
+// re-subscribes anyone; a column that looks like consent but is not read
+// (status) is named in a note.
+func TestContactsImportReadsWhoMayNotBeMailed(t *testing.T) {
+	t.Parallel()
+	addr, st := testServer(t)
+	file := writeFile(t, "flags.csv", "email,name,Unsubscribed,do not contact,subscribed,status\n"+
+		"a@example.org,A,true,,,unsubscribed\n"+
+		"b@example.org,B,no,yes,,active\n"+
+		"c@example.org,C,,,false,\n"+
+		"d@example.org,D,0,0,1,active\n"+
+		"e@example.org,E,maybe,,,\n"+
+		"f@example.org,F,,,,\n")
+	out, err := rangecast(t, "", "--addr", addr, "contacts", "import", file)
+	if err == nil || !strings.Contains(out, "imported 5 contacts; 1 row rejected") || !strings.Contains(out, `line 6: Unsubscribed is "maybe": give true or false`) {
+		t.Errorf("import with flag columns: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, `note: status is an attribute, not read as who may be mailed`) {
+		t.Errorf("no note about the status column:\n%s", out)
+	}
+	got := eligible(t, st, 0)
+	if len(got) != 2 || got["d@example.org"].Email == "" || got["f@example.org"].Email == "" {
+		t.Errorf("eligible after import: %v; want d and f only", got)
+	}
+	if a := got["d@example.org"].Attributes; a["Unsubscribed"] != nil || a["subscribed"] != nil || a["status"] != "active" {
+		t.Errorf("d's attributes %v: the flags are not attributes, status is", a)
+	}
+	// Marked unsubscribed=false again, a contact stays unsubscribed.
+	again := writeFile(t, "again.csv", "email,unsubscribed\na@example.org,false\n")
+	if _, err := rangecast(t, "", "--addr", addr, "contacts", "import", again); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := eligible(t, st, 0)["a@example.org"]; ok {
+		t.Error("an import with unsubscribed=false re-subscribed a")
+	}
+}
