@@ -246,7 +246,25 @@ func TestWriteCommandsJSON(t *testing.T) {
 			b := one("id", "broadcasts", "create", "--name", "n", "--from", "news@rangecast.test", "--subject", "Hi", "--html", html, "--json")
 			id, _ := b["id"].(string)
 			one("state", "broadcasts", "start", id, "--json")
-			one("domain", "governor", "set-limits", "rangecast.test", "--rate", "50", "--json")
+			testenv.Eventually(t, "the broadcast's domain has a governor state", time.Minute, func() bool {
+				out, err := rangecast(t, "", "--addr", st.GRPCAddr, "governor", "status")
+				return err == nil && strings.Contains(out, "rangecast.test")
+			})
+			one("domain", "governor", "set-limits", "rangecast.test", "--rate", "50", "--burst", "100", "--json")
+			// A rate lowered under a burst of minutes still lets the burst
+			// go at once, and a domain nothing sends from is likely a typo:
+			// both are said (testers).
+			if out, err := rangecast(t, "", "--addr", st.GRPCAddr, "governor", "set-limits", "rangecast.test", "--burst", "5000"); err != nil || strings.Contains(out, "note:") {
+				t.Errorf("set-limits --burst: %v\n%s", err, out)
+			}
+			if out, err := rangecast(t, "", "--addr", st.GRPCAddr, "governor", "set-limits", "rangecast.test", "--rate", "5"); err != nil ||
+				!strings.Contains(out, "note: the burst is still 5,000, over a minute at 5 a second") || strings.Contains(out, "no broadcast sends") {
+				t.Errorf("set-limits --rate under a large burst: %v\n%s", err, out)
+			}
+			if out, err := rangecast(t, "", "--addr", st.GRPCAddr, "governor", "set-limits", "rangecast.tset", "--rate", "5", "--burst", "10"); err != nil ||
+				!strings.Contains(out, "note: no broadcast sends from rangecast.tset yet (sending domains: rangecast.test)") {
+				t.Errorf("set-limits of a domain nothing sends from: %v\n%s", err, out)
+			}
 			one("resetAt", "governor", "reset-rate-limit", "default", "--json")
 		})
 	}

@@ -162,10 +162,16 @@ func governorSetCommand(c *client) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// Listed before the change, which makes the domain known.
+			known, listErr := gc.ListDomains(cmd.Context(), &pb.ListDomainsRequest{})
 			r, err := gc.SetDomainLimits(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
+			if listErr != nil {
+				known = nil // the change is made; the note is only a help
+			}
+			limitsNotes(cmd.ErrOrStderr(), known, r.GetDomain(), f.Changed("rate") && !f.Changed("burst"))
 			if asJSON {
 				return jsonLine(cmd.OutOrStdout(), r.GetDomain())
 			}
@@ -178,6 +184,32 @@ func governorSetCommand(c *client) *cobra.Command {
 	cmd.Flags().Int32Var(&burst, "burst", 0, "token bucket burst")
 	cmd.Flags().Int64Var(&ceiling, "daily-ceiling", 0, "set the learned daily ceiling by hand (100 to 5,000,000)")
 	return cmd
+}
+
+// limitsNotes says, on stderr, what a limits change may not do as the
+// operator expects (testers): a rate lowered under a burst of many
+// minutes' worth still lets the burst go at once, and a domain no
+// broadcast sends from (a typo, say) was changed without effect on any.
+func limitsNotes(w io.Writer, known *pb.ListDomainsResponse, d *pb.DomainStatus, rateOnly bool) {
+	if rate, burst := d.GetRatePerSecond(), d.GetBurst(); rateOnly && rate > 0 && float64(burst) > rate*60 {
+		fmt.Fprintf(w, "note: the burst is still %s, over a minute at %g a second: up to %s may go at once before the rate holds; lower it with --burst\n",
+			thousands(int64(burst)), rate, thousands(int64(burst)))
+	}
+	if known == nil {
+		return
+	}
+	var names []string
+	for _, o := range known.GetDomains() {
+		if strings.EqualFold(o.GetDomain(), d.GetDomain()) {
+			return
+		}
+		names = append(names, o.GetDomain())
+	}
+	listed := "none yet"
+	if len(names) > 0 {
+		listed = strings.Join(names, ", ")
+	}
+	fmt.Fprintf(w, "note: no broadcast sends from %s yet (sending domains: %s); its limits are kept for when one does; check the spelling\n", d.GetDomain(), listed)
 }
 
 func governorResetCommand(c *client) *cobra.Command {
