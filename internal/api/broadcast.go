@@ -1,10 +1,10 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -31,7 +31,12 @@ func validateBroadcastName(name string) error {
 	if n := utf8.RuneCountInString(name); n > maxBroadcastName {
 		return fmt.Errorf("name is %d characters; at most %d are allowed", n, maxBroadcastName)
 	}
-	return cmp.Or(message.ValidateHeaderValue("name", name), message.CheckControl("name", name))
+	// Not ValidateHeaderValue's words: the name is no header, and "header
+	// values must be a single line" misled (tester).
+	if i := strings.IndexAny(name, "\r\n"); i >= 0 {
+		return fmt.Errorf("name contains a line break at byte %d; a broadcast's name is one line", i)
+	}
+	return message.CheckControl("name", name)
 }
 
 // BroadcastAPI serves rangecast.v1.BroadcastService.

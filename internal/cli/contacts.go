@@ -811,7 +811,7 @@ func readCSV(in io.Reader, segments []string, multiline bool, send func([]*pb.Co
 			continue
 		}
 		if len(rec) != len(cols.keys) {
-			res.rejected = append(res.rejected, fmt.Sprintf("line %d: %d columns, the header has %d", line, len(rec), len(cols.keys)))
+			res.rejected = append(res.rejected, fmt.Sprintf("line %d: %d %s, the header has %d", line, len(rec), plural(int64(len(rec)), "column", "columns"), len(cols.keys)))
 			continue
 		}
 		row, why := cols.row(rec, segments)

@@ -464,6 +464,10 @@ func parseFromAddress(s string) (addr, domain string, err error) {
 	if strings.TrimSpace(s) == "" {
 		return "", "", &ValidationError{Field: fieldFromAddress, Reason: "is empty; give the sending address, e.g. news@example.com"}
 	}
+	if at := strings.LastIndexByte(s, '@'); at >= 0 && strings.TrimSpace(s[at+1:]) == "" {
+		// mail.ParseAddress says "missing '@'" of "news@" (tester).
+		return "", "", &ValidationError{Field: fieldFromAddress, Reason: fmt.Sprintf("%q has no domain after the @; give the whole sending address, e.g. news@example.com", s)}
+	}
 	a, perr := mail.ParseAddress(s)
 	if perr != nil {
 		return "", "", &ValidationError{Field: fieldFromAddress, Reason: fmt.Sprintf("%q is not a valid email address (%v)", s, perr)}

@@ -319,6 +319,7 @@ func TestCompileRejects(t *testing.T) {
 		{"subject of half a megabyte", func(tp *Template) { tp.Subject = strings.Repeat("Sale! ", 500_000/6) }, "subject", "at most 2000"},
 		{"empty html", func(tp *Template) { tp.HTML = "" }, "html", "empty"},
 		{"from missing at", func(tp *Template) { tp.FromAddress = "news.example.com" }, "from_address", "not a valid email"},
+		{"from without a domain", func(tp *Template) { tp.FromAddress = "news@" }, "from_address", "has no domain after the @"},
 		{"from with name", func(tp *Template) { tp.FromAddress = "News <news@example.com>" }, "from_address", "bare address"},
 		{"from two addresses", func(tp *Template) { tp.FromAddress = "a@example.com, b@example.com" }, "from_address", ""},
 		{"from empty", func(tp *Template) { tp.FromAddress = "" }, "from_address", "empty"},
