@@ -165,14 +165,14 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 	}
 
 	if c.subject, err = texttemplate.New(fieldSubject).Funcs(checkedText).Option("missingkey=error").Parse(t.Subject); err != nil {
-		return nil, templateError(fieldSubject, err)
+		return nil, templateError(fieldSubject, err, nil)
 	}
 	if c.html, err = htmltemplate.New(fieldHTML).Funcs(checkedHTML).Option("missingkey=error").Parse(t.HTML); err != nil {
-		return nil, templateError(fieldHTML, err)
+		return nil, templateError(fieldHTML, err, nil)
 	}
 	if t.Text != "" {
 		if c.text, err = texttemplate.New(fieldText).Funcs(checkedText).Option("missingkey=error").Parse(t.Text); err != nil {
-			return nil, templateError(fieldText, err)
+			return nil, templateError(fieldText, err, nil)
 		}
 	}
 
@@ -412,7 +412,7 @@ func putRenderBuf(rb *renderBuf) {
 // execSubject renders the subject, using buf as scratch space.
 func (c *Compiled) execSubject(d templateData, buf *bytes.Buffer) (string, error) {
 	if _, err := c.execPart(fieldSubject, c.flatSubject, buf, &d, func(w io.Writer) error { return c.subject.Execute(w, d) }, nil); err != nil {
-		return "", templateError(fieldSubject, err)
+		return "", templateError(fieldSubject, err, d.Attributes)
 	}
 	s := buf.String()
 	// Contact data can smuggle a newline into the subject; that would let a
@@ -438,7 +438,7 @@ func (c *Compiled) execBodies(d templateData, html, text *bytes.Buffer, written 
 	}
 	flat, err := c.execPart(fieldHTML, c.flatHTML, html, &d, func(w io.Writer) error { return c.html.Execute(w, d) }, values)
 	if err != nil {
-		return templateError(fieldHTML, err)
+		return templateError(fieldHTML, err, d.Attributes)
 	}
 	if c.text == nil {
 		if flat && values != nil {
@@ -451,7 +451,7 @@ func (c *Compiled) execBodies(d templateData, html, text *bytes.Buffer, written 
 		return nil
 	}
 	if _, err := c.execPart(fieldText, c.flatText, text, &d, func(w io.Writer) error { return c.text.Execute(w, d) }, nil); err != nil {
-		return templateError(fieldText, err)
+		return templateError(fieldText, err, d.Attributes)
 	}
 	return nil
 }

@@ -93,3 +93,19 @@ func TestTextBuildersBounded(t *testing.T) {
 		t.Errorf("the builders within bounds render %q; want %q in it", r.Bytes, want)
 	}
 }
+
+// TestMissingAttributeNamesItsOtherCase: a contact lacking the attribute a
+// template names, but holding it under another case (a CSV column "City"
+// against {{.Attributes.city}}), fails with the key it does have named.
+func TestMissingAttributeNamesItsOtherCase(t *testing.T) {
+	t.Parallel()
+	tm := baseTemplate()
+	tm.Text = `Greetings to {{.Attributes.city}}`
+	c := mustCompile(t, tm)
+	p := baseParams()
+	p.Contact.Attributes = map[string]any{"City": "Oslo", "plan": "pro"}
+	_, err := c.Render(p)
+	if err == nil || !strings.Contains(err.Error(), `no attribute "city"`) || !strings.Contains(err.Error(), `(it has "City": attribute names are case-sensitive)`) {
+		t.Errorf("render with City for city: %v", err)
+	}
+}

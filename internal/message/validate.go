@@ -81,8 +81,11 @@ var (
 )
 
 // templateError turns a text/template or html/template error into a
-// ValidationError whose reason names the template and the fix.
-func templateError(field string, err error) error {
+// ValidationError whose reason names the template and the fix. attrs are
+// the contact's attributes, when a contact's render failed: a key that
+// differs from the missing one only in case is named ({{.Attributes.city}}
+// against a file's "City" column read as no hint; tester).
+func templateError(field string, err error, attrs map[string]any) error {
 	var ve *ValidationError
 	if errors.As(err, &ve) {
 		return ve // the budget's own, already in a person's words
@@ -92,6 +95,12 @@ func templateError(field string, err error) error {
 		msg = fmt.Sprintf("%s: unknown field .%s; available fields are %s", location(msg), m[1], availableFields)
 	} else if m := reMissingKey.FindStringSubmatch(msg); m != nil {
 		msg = fmt.Sprintf("%s: the contact has no attribute %q; use {{index .Attributes %q}} if it is optional", location(msg), m[1], m[1])
+		for k := range attrs {
+			if strings.EqualFold(k, m[1]) {
+				msg += fmt.Sprintf(" (it has %q: attribute names are case-sensitive)", k)
+				break
+			}
+		}
 	}
 	return &ValidationError{Field: field, Reason: msg}
 }
