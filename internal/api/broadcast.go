@@ -122,6 +122,11 @@ func (api *BroadcastAPI) change(ctx context.Context, rawID string, do func(*coor
 		return nil, err
 	}
 	s, err := do(api.cfg.Engine, ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		// The store's words ("accept broadcast ID: not found") name its
+		// own step, not what the person asked for (tester).
+		return nil, status.Errorf(codes.NotFound, "no broadcast has id %s (rangecast broadcasts list shows them)", id)
+	}
 	if err != nil {
 		return nil, Error(err)
 	}
