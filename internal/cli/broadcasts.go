@@ -223,7 +223,9 @@ func watchCommand(c *client) *cobra.Command {
 		Long: `Follow a broadcast live: each range's cursor as a bar, ranges done, sent, failed,
 deferred and in doubt, messages per second, and what sending waits for. On a
 terminal this is a live view (q leaves it; the broadcast carries on); otherwise,
-one line per update. --json prints each status as a JSON object per line.`,
+one line per update. --json prints each status as a JSON object per line.
+It exits non-zero when the broadcast ends failed or cancelled, and 0 when it
+completes or the watch is left early.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bc, err := c.broadcasts()
@@ -245,20 +247,20 @@ one line per update. --json prints each status as a JSON object per line.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				return quietCancel(watchJSON(out, stream))
+				return endedBadly(watchJSON(out, stream))
 			}
 			if f, ok := out.(*os.File); ok && isTerminal(f) {
 				last, err := watchLive(stream, f)
 				if last != nil {
 					printStatus(out, last)
 				}
-				return err
+				return endedBadly(last, err)
 			}
 			last, err := watchPlain(out, stream)
 			if last != nil {
 				printStatus(out, last)
 			}
-			return quietCancel(err)
+			return endedBadly(last, err)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print each status as one JSON object per line")

@@ -56,21 +56,38 @@ func watchPlain(out io.Writer, stream statusStream) (*pb.Broadcast, error) {
 }
 
 // watchJSON prints each status as one JSON object per line.
-func watchJSON(out io.Writer, stream statusStream) error {
+func watchJSON(out io.Writer, stream statusStream) (*pb.Broadcast, error) {
+	var last *pb.Broadcast
 	for {
 		resp, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return last, nil
 		}
 		if err != nil {
-			return err
+			return last, err
 		}
-		line, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(resp.GetBroadcast())
+		last = resp.GetBroadcast()
+		line, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(last)
 		if err != nil {
-			return err
+			return last, err
 		}
 		fmt.Fprintln(out, string(line))
 	}
+}
+
+// endedBadly is the watch's exit status: an error when the broadcast it
+// followed to the end failed or was cancelled, so that a script's
+// "watch ID && next-step" does not go on as if it had completed (tester).
+// Leaving the watch early (q, Ctrl-C) is no error.
+func endedBadly(last *pb.Broadcast, err error) error {
+	if err = quietCancel(err); err != nil || last == nil {
+		return err
+	}
+	switch last.GetState() {
+	case pb.BroadcastState_BROADCAST_STATE_FAILED, pb.BroadcastState_BROADCAST_STATE_CANCELLED:
+		return fmt.Errorf("broadcast %s ended %s", last.GetId(), stateWord(last.GetState()))
+	}
+	return nil
 }
 
 func isTerminal(w io.Writer) bool {

@@ -63,11 +63,30 @@ func TestWatchPlainAndJSON(t *testing.T) {
 		t.Fatalf("plain watch output (no escape codes, one line per status):\n%s", out.String())
 	}
 	out.Reset()
-	if err := watchJSON(&out, &fakeStream{statuses: []*pb.Broadcast{sampleStatus(pb.BroadcastState_BROADCAST_STATE_RUNNING, 10)}}); err != nil {
+	if _, err := watchJSON(&out, &fakeStream{statuses: []*pb.Broadcast{sampleStatus(pb.BroadcastState_BROADCAST_STATE_RUNNING, 10)}}); err != nil {
 		t.Fatal(err)
 	}
 	var decoded map[string]any
 	if err := json.Unmarshal(out.Bytes(), &decoded); err != nil || decoded["name"] != "November news" {
 		t.Fatalf("--json line %q: %v", out.String(), err)
+	}
+}
+
+// TestWatchExitStatus: a watch that follows its broadcast to a failed or
+// cancelled end exits non-zero, so "watch ID && next" stops (tester); a
+// completion, or a watch left early, is no error.
+func TestWatchExitStatus(t *testing.T) {
+	t.Parallel()
+	for state, bad := range map[pb.BroadcastState]bool{
+		pb.BroadcastState_BROADCAST_STATE_COMPLETED: false,
+		pb.BroadcastState_BROADCAST_STATE_RUNNING:   false, // left early
+		pb.BroadcastState_BROADCAST_STATE_FAILED:    true,
+		pb.BroadcastState_BROADCAST_STATE_CANCELLED: true,
+	} {
+		var out bytes.Buffer
+		err := endedBadly(watchJSON(&out, &fakeStream{statuses: []*pb.Broadcast{sampleStatus(state, 10)}}))
+		if (err != nil) != bad || bad && !strings.Contains(err.Error(), "ended "+stateWord(state)) {
+			t.Errorf("watch ending %v: %v; want an error: %v", state, err, bad)
+		}
 	}
 }
