@@ -2,7 +2,6 @@ package message
 
 import (
 	"fmt"
-	"mime"
 	"strings"
 	"unicode/utf8"
 )
@@ -24,11 +23,25 @@ const (
 // name "=?utf-8?q?Admin?= <admin@bank.com>" would be decoded by mail
 // clients as an encoded word of the name's choosing (tester); encoded, it
 // shows as typed.
+//
+// The first encoded word is kept short enough to share its line with
+// "Subject: " within the soft limit: mime.QEncoding's words of 75 made
+// that line 84 characters (tester).
 func encodeSubject(s string) string {
-	if longestWord(s) > foldableWord || strings.Contains(s, "=?") {
-		return encodeWords(s)
+	if longestWord(s) > foldableWord || strings.Contains(s, "=?") || needsEncoding(s) {
+		return encodeWords(s, softLineLimit-len("Subject: "))
 	}
-	return mime.QEncoding.Encode("utf-8", s)
+	return s
+}
+
+// needsEncoding is mime's rule: a byte outside printable ASCII but tab.
+func needsEncoding(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; (b < ' ' || b > '~') && b != '\t' {
+			return true
+		}
+	}
+	return false
 }
 
 // foldableWord is the longest word headerWriter can always fold: a line
@@ -50,8 +63,10 @@ func longestWord(s string) int {
 // most the 75 characters the RFC allows, split between runes and separated
 // by spaces: mime.WordEncoder does the same, but only for text that is not
 // plain ASCII. A space in s is encoded ('_'), so decoding restores s.
-func encodeWords(s string) string {
-	const open, end, maxWord = "=?utf-8?q?", "?=", 75
+// first bounds the first word, which shares its line with the field name.
+func encodeWords(s string, first int) string {
+	const open, end = "=?utf-8?q?", "?="
+	maxWord := min(75, first)
 	var b strings.Builder
 	word := 0 // bytes of the current encoded word written, open included
 	var enc [utf8.UTFMax * 3]byte
@@ -72,7 +87,7 @@ func encodeWords(s string) string {
 		if word > 0 && word+len(e)+len(end) > maxWord {
 			b.WriteString(end)
 			b.WriteByte(' ')
-			word = 0
+			word, maxWord = 0, 75
 		}
 		if word == 0 {
 			b.WriteString(open)
