@@ -31,7 +31,7 @@ func withoutHidden(src string) string {
 			continue
 		}
 		after := skipNested(src, end+1, name)
-		if !hiddenTag(tag) && (name != "a" || !emptyLink(src[end+1:after])) {
+		if !neverShown[name] && !hiddenTag(tag) && (name != "a" || !emptyLink(src[end+1:after])) {
 			i = end + 1
 			continue
 		}
@@ -76,6 +76,10 @@ func emptyLink(inner string) bool {
 	lower := strings.ToLower(inner)
 	return strings.TrimSpace(htmlToText(inner)) == "" && !strings.Contains(lower, "<img") && !strings.Contains(lower, "<svg")
 }
+
+// neverShown are elements whose content no reader sees: a link inside a
+// <template> passed the visible-link check (tester).
+var neverShown = map[string]bool{"template": true, "head": true, "title": true, "script": true, "style": true}
 
 // voidElements have no content, so hiding one hides nothing that follows.
 var voidElements = map[string]bool{"area": true, "base": true, "br": true, "col": true, "embed": true, "hr": true,

@@ -197,6 +197,8 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"opacity 0", `<p>Hi</p><p style="opacity:0">` + link + `</p>`, "", "html hidden"},
 		{"preheader idiom", `<div style="max-height:0;overflow:hidden">` + link + `</div><p>Hi</p>`, "", "html hidden"},
 		{"never closed", `<p>Hi</p><div style="display:none"><p>x` + link, "", "html hidden"},
+		{"in a template element", `<p>Hi</p><template>` + link + `</template>`, "", "html hidden"},
+		{"after a head with a style", `<html><head><title>x</title><style>p{}</style></head><body><p>Hi</p>` + link + `</body></html>`, "", ""},
 		{"empty link", `<p>Hi</p><a href="{{.UnsubscribeURL}}"></a>`, "", "html hidden"},
 		{"link of white space", `<p>Hi</p><a href="{{.UnsubscribeURL}}"> &nbsp; <span> </span></a>`, "", "html hidden"},
 		// Visible: hidden siblings, small but real sizes, other styles.
