@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/rangecast/rangecast/internal/message"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -38,7 +39,11 @@ type payload struct {
 
 func payloadOf(r *pb.SendRequest) payload {
 	p := payload{
-		FromName: r.GetFromName(), FromAddress: r.GetFromAddress(), To: r.GetTo(), ToName: r.GetToName(),
+		// To is trimmed as everything else that takes an address is: the
+		// idempotency key is matched on it, and " ann@example.org" was a
+		// new message each time, sent to the trimmed address (a tester's
+		// key sent ann three copies), which erasure then did not find.
+		FromName: r.GetFromName(), FromAddress: r.GetFromAddress(), To: strings.TrimSpace(r.GetTo()), ToName: r.GetToName(),
 		Subject: r.GetSubject(), Text: r.GetText(), HTML: r.GetHtml(),
 	}
 	for _, h := range r.GetHeaders() {
