@@ -64,7 +64,7 @@ type sendKind int
 
 const (
 	sendUnsent sendKind = iota // held, step ended, or failed to render: nothing went out
-	sendEarly                  // refused before the recipient was named (beforeRecipient)
+	sendEarly                  // refused before the recipient was named (transport.BeforeRecipient)
 	sendAccepted
 	sendLone  // refused so that it may be about the recipient alone
 	sendOther // reached the recipient, refused otherwise

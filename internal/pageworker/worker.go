@@ -91,7 +91,7 @@ type Config struct {
 	// than many servers greylist a new sender for (found by a tester: an
 	// 8-minute greylist failed 9 of 400 recipients who were never
 	// refused). Only attempts that named the recipient count (see
-	// beforeRecipient).
+	// transport.BeforeRecipient).
 	MaxAttempts int
 	RetryFor    time.Duration
 	// GreylistRetry is the least wait before a recipient a server
@@ -1434,7 +1434,7 @@ func sendKinds(b *batch) []sendKind {
 		switch {
 		case !b.mine[c.ID] || !b.deferUntil[i].IsZero() || err == errStepEnded || errors.As(err, new(*renderError)):
 			kinds[i] = sendUnsent
-		case beforeRecipient(err):
+		case transport.BeforeRecipient(err):
 			kinds[i] = sendEarly
 		case err == nil:
 			kinds[i] = sendAccepted
@@ -1495,28 +1495,6 @@ func classOf(err error) transport.Class {
 		return transport.Recipient
 	}
 	return transport.Classify(err)
-}
-
-// beforeRecipient reports a send that failed before the recipient was
-// named: at connect (TCP, TLS, greeting, EHLO, STARTTLS), AUTH or MAIL
-// FROM. Deferred for it in a window where nobody was reached, the row is
-// not charged an attempt: the refusal is the relay's or the provider's,
-// not the recipient's, and counted, a relay's STARTTLS failing for a
-// while failed 47 recipients by their attempts, none of them ever refused
-// (found by a tester). A relay that never takes mail again still ends the
-// broadcast: its pages and sweeps reach nobody and count toward the
-// coordinator's no-progress rule (a refusal at connect or AUTH is the
-// server's, not a provider's: transport.AtTheServer).
-func beforeRecipient(err error) bool {
-	var se *transport.SendError
-	if !errors.As(err, &se) || se.MaybeDelivered || se.Refused {
-		return false
-	}
-	switch se.Stage {
-	case transport.StageConnect, transport.StageAuth, transport.StageMail:
-		return true
-	}
-	return false
 }
 
 // notTheProviders reports a transient refusal that says nothing of the

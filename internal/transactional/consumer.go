@@ -1,6 +1,7 @@
 package transactional
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -274,20 +275,64 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 		msg.NakWithDelay(c.cfg.InDoubtAfter) //nolint:errcheck
 	case class == transport.Recipient:
 		c.finish(ctx, log, msg, r, n, store.AttemptOutcome{Status: store.ReceiptFailed, Result: "recipient", Reply: sendErr.Error()})
+	case transport.BeforeRecipient(sendErr):
+		// The relay took nothing (down, TLS or AUTH failing, the sender
+		// refused): retried for Schedule.Unreached, not charged as one of
+		// the message's attempts (named).
+		if class == transport.Channel {
+			channelErrors.Inc()
+			log.Error("transactional send hit a channel-wide error", "attempt", n, "err", sendErr)
+		}
+		o := store.AttemptOutcome{Result: resultUnreached, Reply: sendErr.Error()}
+		if wait, ok := c.cfg.Schedule.RetryUnreached(n, class, done.Sub(r.CreatedAt), c.cfg.Rand()); ok {
+			o.Status, o.NextAttemptAt = store.ReceiptQueued, done.Add(wait)
+		} else {
+			o.Status = store.ReceiptFailed
+			o.Reason = fmt.Sprintf("gave up after %s with the relay taking nothing (%d attempts); last reply: %s",
+				cmp.Or(c.cfg.Schedule.Unreached, DefaultUnreached), n, sendErr.Error())
+		}
+		c.finish(ctx, log, msg, r, n, o)
 	default:
 		if class == transport.Channel {
 			channelErrors.Inc()
 			log.Error("transactional send hit a channel-wide error", "attempt", n, "err", sendErr)
 		}
 		o := store.AttemptOutcome{Result: class.String(), Reply: sendErr.Error()}
-		if wait, ok := c.cfg.Schedule.Retry(n, class, c.cfg.Rand()); ok {
+		named := c.named(ctx, log, r.ID, n)
+		if wait, ok := c.cfg.Schedule.Retry(named, class, c.cfg.Rand()); ok {
 			o.Status, o.NextAttemptAt = store.ReceiptQueued, done.Add(wait)
 		} else {
 			o.Status = store.ReceiptFailed
-			o.Reason = fmt.Sprintf("gave up after %d attempts; last reply: %s", n, sendErr.Error())
+			o.Reason = fmt.Sprintf("gave up after %d attempts; last reply: %s", named, sendErr.Error())
 		}
 		c.finish(ctx, log, msg, r, n, o)
 	}
+}
+
+// resultUnreached is the result of an attempt that failed before the
+// recipient was named (transport.BeforeRecipient).
+const resultUnreached = "unreached"
+
+// named is how many of a message's n attempts named its recipient: the
+// others (resultUnreached) are not charged to it. n when the history
+// cannot be read: the message is then retried as if each counted, which
+// gives up sooner, never later.
+func (c *Consumer) named(ctx context.Context, log *slog.Logger, id ulid.ULID, n int) int {
+	if n <= 1 {
+		return n
+	}
+	as, err := c.cfg.Store.ReceiptAttempts(ctx, id)
+	if err != nil {
+		log.Warn("cannot read the message's attempts; each counts", "err", err)
+		return n
+	}
+	named := n
+	for _, a := range as {
+		if a.Result == resultUnreached {
+			named--
+		}
+	}
+	return max(named, 1)
 }
 
 // finish records attempt n's outcome, announces it and settles the job.

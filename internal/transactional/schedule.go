@@ -6,6 +6,7 @@
 package transactional
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/rangecast/rangecast/internal/transport"
@@ -20,7 +21,20 @@ type Schedule struct {
 	// Jitter spreads each wait by up to ±Jitter of itself, so messages that
 	// failed together (a server outage) do not all retry in the same second.
 	Jitter float64
+	// Unreached is how long a message is retried while the relay takes
+	// nothing: attempts that failed before the recipient was named
+	// (transport.BeforeRecipient: connect, TLS, AUTH, MAIL FROM) say
+	// nothing of the recipient and do not count toward the attempts, so a
+	// relay outage longer than the backoff does not fail every message
+	// queued at its start. 0 is DefaultUnreached.
+	Unreached time.Duration
 }
+
+// DefaultUnreached: a day, as long as a person may still want the message
+// an outage held (a receipt, a notice; a reset link will have expired, and
+// its sender asks again), and long enough for an operator to notice and
+// fix the relay. Past it the message fails, saying so.
+const DefaultUnreached = 24 * time.Hour
 
 // DefaultSchedule: 6 attempts over about 43 minutes.
 var DefaultSchedule = Schedule{
@@ -44,6 +58,25 @@ func (s Schedule) Retry(done int, c transport.Class, rnd float64) (time.Duration
 	d := s.Backoff[done-1]
 	if c == transport.Channel {
 		d = s.longest()
+	}
+	if s.Jitter > 0 {
+		d = time.Duration(float64(d) * (1 + s.Jitter*(2*rnd-1)))
+	}
+	return max(d, 0), true
+}
+
+// RetryUnreached says whether a message whose attempt `done` failed with
+// class c before the recipient was named, first queued age ago, is tried
+// again, and after how long: the backoff's step for that attempt (its
+// longest step once the steps run out, and for a channel error, as Retry
+// waits), while age is under Unreached.
+func (s Schedule) RetryUnreached(done int, c transport.Class, age time.Duration, rnd float64) (time.Duration, bool) {
+	if age >= cmp.Or(s.Unreached, DefaultUnreached) || len(s.Backoff) == 0 {
+		return 0, false
+	}
+	d := s.longest()
+	if done >= 1 && done <= len(s.Backoff) && c != transport.Channel {
+		d = s.Backoff[done-1]
 	}
 	if s.Jitter > 0 {
 		d = time.Duration(float64(d) * (1 + s.Jitter*(2*rnd-1)))

@@ -81,3 +81,32 @@ func TestPayloadDiffers(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleRetryUnreached: a relay that takes nothing is retried at the
+// backoff's steps (the longest once they run out, and for a channel error)
+// for Unreached, a day by default, however many attempts that makes.
+func TestScheduleRetryUnreached(t *testing.T) {
+	t.Parallel()
+	s := DefaultSchedule
+	for _, c := range []struct {
+		name  string
+		done  int
+		class transport.Class
+		age   time.Duration
+		want  time.Duration
+		retry bool
+	}{
+		{"first", 1, transport.Transient, time.Second, 10 * time.Second, true},
+		{"past the attempts", 40, transport.Transient, 20 * time.Hour, 30 * time.Minute, true},
+		{"channel", 1, transport.Channel, time.Second, 30 * time.Minute, true},
+		{"a day on", 50, transport.Transient, 24 * time.Hour, 0, false},
+	} {
+		got, ok := s.RetryUnreached(c.done, c.class, c.age, 0.5)
+		if got != c.want || ok != c.retry {
+			t.Errorf("%s: %s, %v; want %s, %v", c.name, got, ok, c.want, c.retry)
+		}
+	}
+	if _, ok := (Schedule{Backoff: s.Backoff, Unreached: time.Hour}).RetryUnreached(3, transport.Transient, time.Hour, 0.5); ok {
+		t.Error("retried past its own Unreached")
+	}
+}

@@ -392,8 +392,8 @@ func TestChannelErrorRetriesWithLongestBackoff(t *testing.T) {
 		return m.GetAttemptCount() == 1 && m.GetStatus() == statusQueued
 	})
 	a := m.GetAttempts()[0]
-	if a.GetResult() != "channel" || !strings.Contains(a.GetReply(), "535") {
-		t.Fatalf("attempt = %v; want a channel error with the 535", a)
+	if a.GetResult() != "unreached" || !strings.Contains(a.GetReply(), "535") {
+		t.Fatalf("attempt = %v; want a channel error before the recipient was named (unreached), with the 535", a)
 	}
 	if wait := m.GetNextAttemptAt().AsTime().Sub(a.GetFinishedAt().AsTime()); wait < 600*time.Millisecond {
 		t.Fatalf("next attempt %s after a channel error; want the longest step (700ms)", wait)

@@ -593,6 +593,32 @@ func AtTheServer(err error) bool {
 	return errors.As(err, &se) && (se.Stage == StageConnect || se.Stage == StageAuth)
 }
 
+// BeforeRecipient reports a send that failed before the recipient was
+// named: at connect (TCP, TLS, greeting, EHLO, STARTTLS), AUTH or MAIL
+// FROM, so that nothing of it says anything about the recipient. Such a
+// failure is not charged to the recipient as an attempt:
+//   - a broadcast's row deferred for it in a window where nobody was
+//     reached keeps its attempts: a relay's STARTTLS failing for a while
+//     failed 47 recipients by their attempts, none of them ever refused (a
+//     tester). A relay that never takes mail again still ends the broadcast:
+//     its pages and sweeps reach nobody and count toward the coordinator's
+//     no-progress rule.
+//   - a transactional message is retried while the relay takes nothing for
+//     a day (transactional.Schedule.Unreached), not failed after its six
+//     attempts: a 43-minute outage failed every password reset queued at its
+//     start (a tester).
+func BeforeRecipient(err error) bool {
+	var se *SendError
+	if !errors.As(err, &se) || se.MaybeDelivered || se.Refused {
+		return false
+	}
+	switch se.Stage {
+	case StageConnect, StageAuth, StageMail:
+		return true
+	}
+	return false
+}
+
 // HardBounce reports whether err is a permanent refusal of the recipient's
 // address itself at RCPT or DATA: the address should not be mailed again
 // (a sender that keeps mailing dead addresses loses its reputation).
