@@ -399,7 +399,7 @@ func (c *Consumer) settleInDoubt(ctx context.Context, log *slog.Logger, r store.
 		default:
 			o = store.AttemptOutcome{Status: store.ReceiptQueued, Result: "lost", NextAttemptAt: c.cfg.Clock.Now(),
 				Reply: "the worker stopped before the server accepted the message (confirmed by the transport)"}
-			if n >= c.cfg.Schedule.MaxAttempts() {
+			if c.named(ctx, log, r.ID, n) >= c.cfg.Schedule.MaxAttempts() {
 				o.Status, o.NextAttemptAt = store.ReceiptFailed, time.Time{}
 				o.Reason = "gave up after " + strconv.Itoa(n) + " attempts; the last worker stopped before the server accepted the message"
 			}
