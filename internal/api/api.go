@@ -99,11 +99,7 @@ const ReasonDependencyUnavailable = "DEPENDENCY_UNAVAILABLE"
 const ErrorDomain = "rangecast"
 
 func dependencyUnavailable(err error) error {
-	st := status.New(codes.Unavailable, err.Error())
-	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonDependencyUnavailable, Domain: ErrorDomain}); derr == nil {
-		st = d
-	}
-	return st.Err()
+	return markAnswered(status.Error(codes.Unavailable, err.Error()))
 }
 
 // AnsweredByCoordinator reports whether st is an Unavailable the

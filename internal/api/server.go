@@ -1,10 +1,15 @@
 package api
 
 import (
+	"context"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -23,7 +28,8 @@ func NewGRPCServer(cfg Config, opts ...grpc.ServerOption) *grpc.Server {
 	// default 4 MiB. Valid requests are far smaller (three templates of
 	// 512 KiB; the CLI's import chunks of about 1 MiB). Given first, so
 	// opts may override it.
-	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxRecvMsgSize)}, opts...)
+	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxRecvMsgSize),
+		grpc.ChainUnaryInterceptor(answeredUnary), grpc.ChainStreamInterceptor(answeredStream)}, opts...)
 	s := grpc.NewServer(opts...)
 	pb.RegisterBroadcastServiceServer(s, NewBroadcastAPI(cfg))
 	pb.RegisterAudienceServiceServer(s, NewAudienceAPI(cfg))
@@ -42,4 +48,29 @@ func NewGRPCServer(cfg Config, opts ...grpc.ServerOption) *grpc.Server {
 	healthpb.RegisterHealthServer(s, hs)
 	reflection.Register(s)
 	return s
+}
+
+// answeredUnary and answeredStream mark every Unavailable a handler returns
+// as the coordinator's own answer (dependencyUnavailable), whichever
+// service built it: the transactional service's "stored but could not be
+// queued" (NATS down) read "cannot reach the coordinator (is it
+// running?…)" in the CLI, which was running and had answered (tester).
+func answeredUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	return resp, markAnswered(err)
+}
+
+func answeredStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return markAnswered(handler(srv, ss))
+}
+
+func markAnswered(err error) error {
+	st, ok := status.FromError(err)
+	if err == nil || !ok || st.Code() != codes.Unavailable || AnsweredByCoordinator(st) {
+		return err
+	}
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonDependencyUnavailable, Domain: ErrorDomain}); derr == nil {
+		return d.Err()
+	}
+	return err
 }
