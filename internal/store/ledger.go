@@ -169,6 +169,24 @@ type EventResult struct {
 	Status SendStatus
 	// Suppressed: the event suppressed the contact.
 	Suppressed bool
+	// Receipt: the event is about a transactional message (no ledger row,
+	// so not Matched) to a known contact, ContactID: a hard bounce or a
+	// complaint suppresses that contact for broadcasts, and a provider's
+	// unsubscribe unsubscribes them, as one about a broadcast does (a
+	// tester's complaint about a receipt changed nothing).
+	Receipt bool
+}
+
+// ParseTxMessageID reads the receipt id of a transactional message's
+// Message-ID ("tx.<id>@domain", message.TransactionalMessageID).
+func ParseTxMessageID(mid string) (ulid.ULID, bool) {
+	local, _, found := strings.Cut(BareMessageID(mid), "@")
+	rest, ok := strings.CutPrefix(local, "tx.")
+	if !found || !ok {
+		return ulid.ULID{}, false
+	}
+	id, err := ulid.ParseStrict(rest)
+	return id, err == nil
 }
 
 // Reputation is what the auto-pause alarms read of one broadcast's ledger.

@@ -9,7 +9,7 @@ import (
 var (
 	webhookEvents = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_webhook_events_total",
-		Help: "Delivery events received from authenticated webhooks, by provider, event type and result: applied (moved the ledger row or suppressed the contact), unchanged (the rank guard kept a higher status), duplicate (event id seen before), unmatched (Message-ID names no ledger row), ignored (an event type rangecast does not track).",
+		Help: "Delivery events received from authenticated webhooks, by provider, event type and result: applied (moved the ledger row or suppressed the contact), unchanged (the rank guard kept a higher status), duplicate (event id seen before), unmatched (Message-ID names no ledger row, nor a transactional message to a known contact), ignored (an event type rangecast does not track).",
 	}, []string{"provider", "type", "result"})
 	webhookRejected = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rangecast_webhook_rejected_total",

@@ -189,7 +189,7 @@ func (h *Handler) webhook(provider string, pre precheck, parse parser) http.Hand
 				result = "ignored"
 			case res.Duplicate:
 				result = "duplicate"
-			case !res.Matched:
+			case !res.Matched && !res.Receipt:
 				result = "unmatched"
 			case !res.Changed && !res.Suppressed:
 				result = "unchanged"

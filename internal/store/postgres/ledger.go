@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/store"
 )
 
@@ -102,6 +103,17 @@ func (s *Store) recordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 		case !errors.Is(err, pgx.ErrNoRows):
 			return res, mapErr("record event: match", err)
 		}
+	} else if rid, ok := store.ParseTxMessageID(ev.MessageID); ok {
+		var email string
+		err := tx.QueryRow(ctx, `SELECT email FROM outbound_receipts WHERE id = $1`, uid(rid)).Scan(&email)
+		if err == nil {
+			var c [16]byte
+			err = tx.QueryRow(ctx, `SELECT id FROM contacts WHERE email_key = $1`, address.Key(email)).Scan(&c)
+			res.Receipt, res.ContactID = err == nil, ulid.ULID(c)
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return res, mapErr("record event: match receipt", err)
+		}
 	}
 	tag, err := tx.Exec(ctx, insertEvent, ev.Provider, ev.EventID, string(ev.Type), ev.MessageID, bid, cid, ev.Detail, ev.OccurredAt, now)
 	if err != nil {
@@ -138,6 +150,20 @@ func (s *Store) recordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 			// from the next page on, like after our own link.
 			if err := unsubscribeTx(ctx, tx, res.ContactID, res.BroadcastID, now); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return res, err
+			}
+		}
+	}
+	if res.Receipt {
+		if ev.Type.Suppresses() {
+			tag, err := tx.Exec(ctx, suppressContact, uid(res.ContactID), now, store.SuppressionReason(ev))
+			if err != nil {
+				return res, mapErr("record event: suppress contact", err)
+			}
+			res.Suppressed = tag.RowsAffected() > 0
+		}
+		if ev.Type == store.EventUnsubscribed {
+			if _, err := tx.Exec(ctx, unsubscribeContact, uid(res.ContactID), now); err != nil {
+				return res, mapErr("record event: unsubscribe contact", err)
 			}
 		}
 	}

@@ -80,6 +80,19 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 			case !errors.Is(err, sql.ErrNoRows):
 				return fmt.Errorf("match: %w", err)
 			}
+		} else if rid, ok := store.ParseTxMessageID(ev.MessageID); ok {
+			var email string
+			var c []byte
+			err := tx.QueryRowContext(ctx, `SELECT email FROM outbound_receipts WHERE id = ?1`, id(rid)).Scan(&email)
+			if err == nil {
+				err = tx.QueryRowContext(ctx, `SELECT id FROM contacts WHERE email_key = ?1`, emailKey(email)).Scan(&c)
+			}
+			switch {
+			case err == nil && len(c) == 16:
+				res.Receipt, res.ContactID = true, ulid.ULID(c)
+			case err != nil && !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("match receipt: %w", err)
+			}
 		}
 		r, err := tx.ExecContext(ctx, insertEvent, ev.Provider, ev.EventID, string(ev.Type), ev.MessageID, bid, cid, ev.Detail, ts(ev.OccurredAt), ts(now))
 		if err != nil {
@@ -90,6 +103,9 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 		} else if n == 0 {
 			res = store.EventResult{Duplicate: true}
 			return nil
+		}
+		if res.Receipt {
+			return receiptEvent(ctx, tx, ev, &res, now)
 		}
 		if !res.Matched {
 			return nil
@@ -134,6 +150,28 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 		return store.EventResult{}, err
 	}
 	return res, nil
+}
+
+// receiptEvent applies an event about a transactional message to its
+// contact: a suppression, or a provider's unsubscribe (EventResult.Receipt).
+func receiptEvent(ctx context.Context, tx *sql.Tx, ev store.DeliveryEvent, res *store.EventResult, now time.Time) error {
+	if ev.Type.Suppresses() {
+		r, err := tx.ExecContext(ctx, suppressContact, id(res.ContactID), ts(now), store.SuppressionReason(ev))
+		if err != nil {
+			return fmt.Errorf("suppress contact: %w", err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return err
+		}
+		res.Suppressed = n > 0
+	}
+	if ev.Type == store.EventUnsubscribed {
+		if _, err := tx.ExecContext(ctx, unsubscribeContact, id(res.ContactID), ts(now)); err != nil {
+			return fmt.Errorf("unsubscribe contact: %w", err)
+		}
+	}
+	return nil
 }
 
 // eventError is what an event writes to the row's error column: the

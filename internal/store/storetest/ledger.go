@@ -17,6 +17,7 @@ var ledgerCases = []testCase{
 	{"UnmatchedEventStored", testEventUnmatched},
 	{"EventOnClaimedRow", testEventOnClaimedRow},
 	{"BounceAndComplaintSuppress", testEventSuppresses},
+	{"TransactionalEventsReachTheContact", testReceiptEvents},
 	{"HardBounceAtSendSuppresses", testHardBounceAtSendSuppresses},
 	{"ConcurrentEvents", testEventsConcurrent},
 	{"UnsubscribeContact", testUnsubscribeContact},
@@ -718,5 +719,52 @@ func testHardBounceAtSendSuppresses(f *fixture) {
 	}
 	if c := f.counts(b); c != (store.Counts{Sent: 1, Failed: 3}) {
 		f.t.Errorf("Counts = %+v; want 1 sent, 3 failed (a hard bounce at send is a failure)", c)
+	}
+}
+
+// A hard bounce or complaint about a transactional message (its Message-ID
+// is the receipt's) suppresses the contact with that address for
+// broadcasts, and a provider's unsubscribe unsubscribes them, as one about
+// a broadcast does: it was stored unmatched and changed nothing (tester).
+// A soft bounce, an engagement event, or a message to an address that is
+// no contact changes nothing.
+func testReceiptEvents(f *fixture) {
+	ids := f.subscribers("txev", 4)
+	r := func(i int, key string) string {
+		return f.receiptFor(key, fmt.Sprintf(" TXEV%04d@Example.org", i)[1:], "{}", at(1)).MessageID
+	}
+	ev := func(mid string, typ store.EventType) store.EventResult {
+		f.t.Helper()
+		res, err := f.s.RecordEvent(f.ctx, store.DeliveryEvent{Provider: "test", EventID: "tx-" + mid + "-" + string(typ), Type: typ,
+			MessageID: "<" + mid + ">", Detail: "550 5.1.1 no such user", OccurredAt: at(2)}, at(3))
+		f.must(err, "RecordEvent(%s, %s)", mid, typ)
+		return res
+	}
+	if res := ev(r(0, "a"), store.EventBounced); !res.Receipt || res.Matched || !res.Suppressed || res.ContactID != ids[0] {
+		f.t.Errorf("hard bounce of a receipt: %+v; want the contact suppressed", res)
+	}
+	if d, err := f.s.GetContact(f.ctx, ids[0]); err != nil || !strings.HasPrefix(d.SuppressedReason, "hard bounce reported by ") {
+		f.t.Errorf("contact after a receipt's hard bounce: %q, %v", d.SuppressedReason, err)
+	}
+	if res := ev(r(1, "b"), store.EventComplained); !res.Suppressed {
+		f.t.Errorf("complaint about a receipt: %+v; want the contact suppressed", res)
+	}
+	ev(r(2, "c"), store.EventUnsubscribed)
+	for _, typ := range []store.EventType{store.EventSoftBounced, store.EventDelivered, store.EventOpened} {
+		if res := ev(r(3, "d-"+string(typ)), typ); res.Suppressed || res.Changed {
+			f.t.Errorf("%s about a receipt: %+v; want nothing changed", typ, res)
+		}
+	}
+	if res := ev(f.receiptFor("e", "nobody@example.org", "{}", at(1)).MessageID, store.EventBounced); res.Receipt || res.Suppressed {
+		f.t.Errorf("bounce of a receipt to no contact: %+v; want it unmatched", res)
+	}
+	if res := ev("tx."+f.ids.next().String()+"@mail.example.org", store.EventBounced); res.Receipt || res.Matched {
+		f.t.Errorf("bounce of an unknown receipt: %+v; want it unmatched", res)
+	}
+	eligible := f.eligible()
+	for i, want := range []bool{false, false, false, true} {
+		if _, ok := eligible[ids[i]]; ok != want {
+			f.t.Errorf("contact %d eligible: %v; want %v", i, ok, want)
+		}
 	}
 }
