@@ -62,7 +62,7 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("repeat printed %q (%v); want the same id, sent, marked as already accepted", out, err)
 	}
 	if _, err := run("send", "--to", "ann@example.org", "--from", "no-reply@rangecast.test", "--subject", "Another",
-		"--text", text, "--idempotency-key", "cli:1"); err == nil || !strings.Contains(err.Error(), "different subject") {
+		"--text", text, "--idempotency-key", "cli:1"); err == nil || !strings.Contains(err.Error(), "its subject differs") {
 		t.Fatalf("reused key: %v; want the refusal naming the subject", err)
 	}
 	out, err = run("send", "status", id, "--json")

@@ -153,8 +153,8 @@ func (s *Service) Send(ctx context.Context, req *pb.SendRequest) (*pb.SendRespon
 				}
 			}
 			return nil, status.Errorf(codes.FailedPrecondition,
-				"idempotency_key %q was already used for message %s to %s with a different %s; send a new message under a new key, or repeat the original request to get its status",
-				r.Key, r.ID, r.Email, field)
+				"idempotency_key %q was already used for message %s to %s with other content (its %s); send a new message under a new key, or repeat the original request to get its status",
+				r.Key, r.ID, r.Email, differs(field))
 		}
 		requests.WithLabelValues("replayed").Inc()
 		if r.ID != id && wait > 0 {
@@ -394,4 +394,12 @@ func (s *Service) accepted(ctx context.Context, req *pb.SendRequest, p payload, 
 		return store.Receipt{}, false
 	}
 	return r, true
+}
+
+// differs is "subject differs", "headers differ".
+func differs(field string) string {
+	if field == "headers" {
+		return field + " differ"
+	}
+	return field + " differs"
 }

@@ -74,7 +74,7 @@ func TestStoredTemplate(t *testing.T) {
 	}
 	e.putTemplate(&pb.TransactionalTemplate{Name: "password-reset", FromAddress: "no-reply@rangecast.test", Subject: "New subject {{.name}}", Text: "v2 {{.code}}"})
 	_, err := e.client.Send(context.Background(), templated("reset:ann:1", "ann@example.org", "password-reset", map[string]any{"name": "Ann", "code": "999999"}))
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "different data") {
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "its data differs") {
 		t.Fatalf("same key, other data: %v; want FailedPrecondition naming data", err)
 	}
 	next := templated("reset:ann:2", "ann@example.org", "password-reset", map[string]any{"name": "Ann", "code": "654321"})

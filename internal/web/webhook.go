@@ -68,7 +68,11 @@ func checkTimestamp(raw string, now time.Time, window time.Duration) error {
 	}
 	ts := time.Unix(sec, 0)
 	if d := now.Sub(ts); d > window || d < -window {
-		return &Rejection{http.StatusUnauthorized, reasonStale, fmt.Sprintf("timestamp %d is %s from now; the window is ±%s", sec, d.Round(time.Second), window)}
+		when := fmt.Sprintf("%s ago", d.Round(time.Second))
+		if d < 0 {
+			when = fmt.Sprintf("%s ahead", (-d).Round(time.Second))
+		}
+		return &Rejection{http.StatusUnauthorized, reasonStale, fmt.Sprintf("timestamp %d is %s; the window is ±%s (check the sender's clock)", sec, when, window)}
 	}
 	return nil
 }
