@@ -213,6 +213,12 @@ func (a *Auth) check(ctx context.Context, fullMethod string) error {
 		return status.Error(codes.Unauthenticated, msgMissingToken)
 	case !a.valid(token):
 		a.refuse(ctx, fullMethod, "invalid bearer token")
+		if len(a.static) == 0 && len(a.current()) == 0 {
+			// Every token is refused: say why, which the server's log
+			// alone said (tester). It names no token, so it tells a
+			// caller nothing that would let them in.
+			return status.Error(codes.Unauthenticated, msgInvalidToken+": the coordinator holds no tokens yet (its tokens file is missing or empty; see its log)")
+		}
 		return status.Error(codes.Unauthenticated, msgInvalidToken)
 	}
 	return nil

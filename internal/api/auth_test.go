@@ -195,7 +195,7 @@ func TestAuthFileAppears(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := api.ListBroadcasts(withToken(ctx, token), &pb.ListBroadcastsRequest{})
-	wantCode(t, "before the file exists", err, codes.Unauthenticated, "invalid bearer token")
+	wantCode(t, "before the file exists", err, codes.Unauthenticated, "invalid bearer token: the coordinator holds no tokens yet (its tokens file is missing or empty; see its log)")
 	writeTokens(t, file, token+"\n", time.Now())
 	time.Sleep(1100 * time.Millisecond)
 	_, err = api.ListBroadcasts(withToken(ctx, token), &pb.ListBroadcastsRequest{})
