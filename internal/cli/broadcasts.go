@@ -308,6 +308,9 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 	if at := b.GetScheduledAt(); at != nil {
 		if b.GetState() == pb.BroadcastState_BROADCAST_STATE_DRAFT {
 			fmt.Fprintf(w, "scheduled  starts by itself at %s\n", utc(at))
+		} else if st := b.GetStartedAt(); st != nil && st.AsTime().Before(at.AsTime()) {
+			// Started before its time: the schedule did not start it (tester).
+			fmt.Fprintf(w, "scheduled  for %s, but started by hand before it, at %s\n", utc(at), utc(st))
 		} else {
 			fmt.Fprintf(w, "scheduled  for %s\n", utc(at))
 		}
