@@ -3,6 +3,9 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -19,6 +22,27 @@ func TestStatusSaysWhoMayHaveTwoCopies(t *testing.T) {
 		shown := strings.Contains(out.String(), "sent again 28 of the sent after an attempt that may have arrived")
 		if shown != (n > 0) {
 			t.Errorf("status with %d sent again in doubt:\n%s", n, out.String())
+		}
+	}
+}
+
+// TestStatusSaysAScheduleDidNotStartIt: a broadcast started by hand before
+// its scheduled time says so; one the schedule started shows the time.
+func TestStatusSaysAScheduleDidNotStartIt(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		started time.Time
+		want    string
+	}{
+		{at.Add(-time.Hour), "scheduled  for 2026-12-07 12:00:00 UTC, but started by hand before it, at 2026-12-07 11:00:00 UTC"},
+		{at.Add(time.Second), "scheduled  for 2026-12-07 12:00:00 UTC\n"},
+	} {
+		var out strings.Builder
+		printStatus(&out, &pb.Broadcast{Id: "b", State: pb.BroadcastState_BROADCAST_STATE_RUNNING,
+			ScheduledAt: timestamppb.New(at), StartedAt: timestamppb.New(c.started), Progress: &pb.Progress{}})
+		if !strings.Contains(out.String(), c.want) {
+			t.Errorf("started at %s:\n%s\nwant %q", c.started, out.String(), c.want)
 		}
 	}
 }
