@@ -27,6 +27,66 @@ type liveness struct {
 
 	mu   sync.Mutex
 	runs map[string]time.Time // owner → last progress, on this worker's clock
+	// beatAt is when the last write of the worker's record that succeeded
+	// began (zero while none has: no record is kept, as in tests and the
+	// simulation); epoch moves on each time the record may have lapsed
+	// between two writes (beat).
+	beatAt time.Time
+	epoch  uint64
+}
+
+// lapseAfter is how long after a write of the worker's record began the
+// record is still surely there: it lives bus.WorkerTTL from its write,
+// which began no earlier; two beats are kept in hand.
+const lapseAfter = bus.WorkerTTL - 2*bus.WorkerBeat
+
+// lease is what a claim was taken under: its run and the record's epoch.
+// Its claims may be sent only while the lease holds (sendable).
+type lease struct {
+	owner string
+	epoch uint64
+}
+
+// lease is taken just before a claim.
+func (l *liveness) lease(owner string) lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return lease{owner: owner, epoch: l.epoch}
+}
+
+// beat records a write of the worker's record that began at began and
+// succeeded at done. If more than lapseAfter passed from the beginning of
+// the write before it to the end of this one (the process was frozen, NATS
+// did not answer), the record may have lapsed meanwhile and the reconciler
+// may have settled this worker's claims as a dead one's: every lease taken
+// before ends.
+func (l *liveness) beat(began, done time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.beatAt.IsZero() && done.Sub(l.beatAt) > lapseAfter {
+		l.epoch++
+	}
+	l.beatAt = began
+}
+
+// sendable says whether a claim taken under le may be sent at now: the
+// record has surely been there since (same epoch, and its last write began
+// within lapseAfter), and the run has made progress within maxQuiet, so it
+// is listed in it. A worker frozen past them (SIGSTOP, a VM paused) and
+// woken sent the window it had claimed after the reconciler had settled
+// those claims: under the resend policy another worker had sent them
+// already, and each person got two copies (a tester).
+func (l *liveness) sendable(le lease, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.beatAt.IsZero() {
+		return true // no record kept (yet): nothing can lapse
+	}
+	at, ok := l.runs[le.owner]
+	if !ok || now.Sub(at) > l.maxQuiet || le.epoch != l.epoch {
+		return false
+	}
+	return now.Sub(l.beatAt) <= lapseAfter
 }
 
 func newLiveness(id string, maxQuiet time.Duration) *liveness {
@@ -87,10 +147,13 @@ func (w *Worker) publishLiveness(ctx context.Context) {
 	}
 	key := bus.WorkerKey(w.live.id)
 	put := func(ctx context.Context) {
-		rec := bus.WorkerRecord{Runs: w.live.active(w.cfg.Clock.Now())}
+		began := w.cfg.Clock.Now()
+		rec := bus.WorkerRecord{Runs: w.live.active(began)}
 		if _, err := kv.Put(ctx, key, bus.Encode(rec)); err != nil {
 			w.cfg.Log.Debug("liveness record not written", "err", err)
+			return
 		}
+		w.live.beat(began, w.cfg.Clock.Now())
 	}
 	put(ctx)
 	go func() {

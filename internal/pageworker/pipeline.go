@@ -220,6 +220,10 @@ func (p *pipeline) run() {
 			p.sends.Add(1)
 			p.w.senders.run(func() {
 				defer func() { <-p.w.slots; b.finished <- i; wg.Done(); p.sends.Done() }()
+				if !p.w.live.sendable(b.lease, p.w.cfg.Clock.Now()) {
+					b.errs[i] = errLapsed
+					return
+				}
 				began := time.Now()
 				b.errs[i] = p.w.send(p.ctx, p.l.Load(), c, b.now)
 				b.took[i] = time.Since(began)
@@ -263,6 +267,13 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 					continue
 				}
 				p.w.slots <- struct{}{}
+				if !p.w.live.sendable(b.lease, p.w.cfg.Clock.Now()) {
+					<-p.w.slots
+					<-ln.sem
+					b.errs[i] = errLapsed
+					b.finished <- i
+					continue
+				}
 				began := time.Now()
 				err := p.w.send(p.ctx, p.l.Load(), b.window[i], b.now)
 				b.took[i] = time.Since(began)

@@ -765,14 +765,16 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	}
 	claim := func(k int) error {
 		tries := 0
+		var le lease // taken before the claim, so a lapse after it ends it
 		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, windows[k], func() ([]ulid.ULID, error) {
 			tries++
+			le = w.live.lease(owner)
 			return w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[k]), w.cfg.Clock.Now())
 		})
 		if err == nil {
 			fresh(sum(claimedOf[:k]), tries, claimed)
 			claimedOf[k] = len(claimed)
-			w.release(pageCtx, p, l, h, windows[k], claimed)
+			w.release(pageCtx, p, l, h, windows[k], claimed, le)
 		}
 		return err
 	}
@@ -819,8 +821,10 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 			}
 		}
 		tries := 0
+		var le lease
 		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, following, func() ([]ulid.ULID, error) {
 			tries++
+			le = w.live.lease(owner)
 			return w.cfg.Store.RecordAndClaim(pageCtx, l.b.ID, owner, outcomes, w.claimsFor(l, following), w.cfg.Clock.Now())
 		})
 		if c, refused := notRunning(err); refused {
@@ -848,7 +852,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		if following != nil {
 			fresh(holding, tries, claimed)
 			claimedOf[released] = len(claimed)
-			w.release(pageCtx, p, l, h, following, claimed)
+			w.release(pageCtx, p, l, h, following, claimed, le)
 			released++
 		}
 		if following == nil && released-(k+1) <= 1 {
@@ -964,9 +968,9 @@ func (w *Worker) recordLate(ctx, pageCtx context.Context, l *loaded, owner strin
 
 // release hands a claimed window to the pipeline, with the holds the
 // governor has now.
-func (w *Worker) release(ctx context.Context, p *pipeline, l *loaded, h *holds, window []store.Contact, claimed []ulid.ULID) {
+func (w *Worker) release(ctx context.Context, p *pipeline, l *loaded, h *holds, window []store.Contact, claimed []ulid.ULID, le lease) {
 	w.refreshHolds(ctx, l, h)
-	p.start(w.prepare(window, ids(claimed), h, w.cfg.Clock.Now()))
+	p.start(w.prepare(window, ids(claimed), h, w.cfg.Clock.Now(), le))
 }
 
 func sum(xs []int) (n int) {
@@ -1175,6 +1179,9 @@ func (w *Worker) count(res windowResult) {
 // which of them this run holds and which the governor holds, and, once
 // done is closed, every send's error.
 type batch struct {
+	// lease is what its claims were taken under: a send starts only while
+	// it holds (liveness.sendable); one that does not is errLapsed.
+	lease      lease
 	window     []store.Contact
 	mine       map[ulid.ULID]bool
 	providers  []string
@@ -1214,8 +1221,8 @@ func (b *batch) givenUpStep(i int, provider string) bool {
 
 // prepare decides, before a window is sent, which of its contacts are sent:
 // those this run holds whose provider the governor does not hold.
-func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time) *batch {
-	b := &batch{window: window, mine: mine, providers: make([]string, len(window)), deferUntil: make([]time.Time, len(window)),
+func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time, le lease) *batch {
+	b := &batch{lease: le, window: window, mine: mine, providers: make([]string, len(window)), deferUntil: make([]time.Time, len(window)),
 		now: now, errs: make([]error, len(window)), took: make([]time.Duration, len(window)), done: make(chan struct{}), finished: make(chan int, len(window)), giveUp: h.giveUp}
 	for i, c := range window {
 		if mine[c.ID] {
@@ -1260,6 +1267,9 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 			// recipient waits like a held provider's, without an attempt.
 			_, deferUntil[i] = b.lane(i).over()
 			attempted--
+		} else if err == errLapsed {
+			deferUntil[i] = w.cfg.Clock.Now() // never sent: due at once
+			attempted--
 		} else if b.givenUpStep(i, providers[i]) {
 			stepAttempts++
 		}
@@ -1299,8 +1309,11 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 				continue
 			}
 			why := "deferred: " + providers[i] + " held by the governor"
-			if errs[i] == errStepEnded {
+			switch errs[i] {
+			case errStepEnded:
 				why = "deferred: " + providers[i] + " refused while ramping back up"
+			case errLapsed:
+				why = "deferred: " + errLapsed.Error()
 			}
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: deferUntil[i],
 				Error: why, NotAttempted: true})
@@ -1432,7 +1445,7 @@ func sendKinds(b *batch) []sendKind {
 	for i, c := range b.window {
 		err := b.errs[i]
 		switch {
-		case !b.mine[c.ID] || !b.deferUntil[i].IsZero() || err == errStepEnded || errors.As(err, new(*renderError)):
+		case !b.mine[c.ID] || !b.deferUntil[i].IsZero() || err == errStepEnded || err == errLapsed || errors.As(err, new(*renderError)):
 			kinds[i] = sendUnsent
 		case transport.BeforeRecipient(err):
 			kinds[i] = sendEarly
@@ -1485,6 +1498,12 @@ func explainFor(err error, email string) string {
 // errStepEnded marks a carried provider's recipient not sent because an
 // earlier one of the step was refused: deferred, not attempted.
 var errStepEnded = errors.New("ramp step ended by a refusal")
+
+// errLapsed marks a recipient not sent because the claim's lease ended
+// before its send began (liveness.sendable): the reconciler may have
+// settled the claim. Deferred, not attempted; if the claim is no longer
+// this run's, the store refuses that outcome and keeps the reconciler's.
+var errLapsed = errors.New("not sent: this worker's liveness may have lapsed since the claim (the process was stopped or cut off from NATS)")
 
 // classOf is what a send's error means: transport.Classify's class, except
 // that a message that could not be built for its contact is that
