@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,7 +100,9 @@ const ReasonDependencyUnavailable = "DEPENDENCY_UNAVAILABLE"
 const ErrorDomain = "rangecast"
 
 func dependencyUnavailable(err error) error {
-	return markAnswered(status.Error(codes.Unavailable, err.Error()))
+	// One line: the driver's connect errors break theirs with "\n\t",
+	// which the CLI showed escaped, as a literal \t (tester).
+	return markAnswered(status.Error(codes.Unavailable, strings.Join(strings.Fields(err.Error()), " ")))
 }
 
 // AnsweredByCoordinator reports whether st is an Unavailable the

@@ -127,6 +127,12 @@ func unreachable(err error) bool {
 	if errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "28") || pe.Code == "3D000") {
 		return false
 	}
+	if errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "57P") || pe.Code == "53300" || strings.HasPrefix(pe.Code, "08")) {
+		// A backend terminated (pg_terminate_backend, a restart) or a
+		// connection refused: it surfaced as an internal error and
+		// failed a pause and status calls at once (tester).
+		return true
+	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
 	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
