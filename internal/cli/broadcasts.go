@@ -329,7 +329,7 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 		fmt.Fprintf(w, "sent again %d of the sent after an attempt that may have arrived (in-doubt policy resend, or retry --include-unknown): they may have two copies\n", n)
 	}
 	if n := p.GetLeftOut(); n > 0 {
-		fmt.Fprintf(w, "left out   %d of the audience at start: unsubscribed, suppressed, erased or out of the segment before their page\n", n)
+		fmt.Fprintf(w, "left out   %d of the audience at start: %s\n", n, leftOutWhy(b.GetState()))
 	}
 	if p.GetWaitingFor() != "" {
 		fmt.Fprintf(w, "waiting    %s\n", shown(p.GetWaitingFor()))
@@ -423,4 +423,18 @@ func readBody(flag, path string) (string, error) {
 		return "", fmt.Errorf("--%s %s is not valid UTF-8 text (first at byte %d; a file in another encoding, such as Latin-1 or UTF-16?); convert it, e.g. with iconv -t UTF-8", flag, path, at)
 	}
 	return string(raw), nil
+}
+
+// leftOutWhy says who a finished broadcast's left-out count is: those the
+// suppression gate left out, and, of one that did not complete, those its
+// pages never reached.
+func leftOutWhy(state pb.BroadcastState) string {
+	const gate = "unsubscribed, suppressed, erased or out of the segment before their page"
+	switch state {
+	case pb.BroadcastState_BROADCAST_STATE_CANCELLED:
+		return "never sent, the broadcast cancelled before their page (or " + gate + ")"
+	case pb.BroadcastState_BROADCAST_STATE_FAILED:
+		return "never sent, the broadcast failed before their page (or " + gate + ")"
+	}
+	return gate
 }

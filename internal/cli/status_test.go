@@ -46,3 +46,16 @@ func TestStatusSaysAScheduleDidNotStartIt(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusSaysWhoACancelledBroadcastNeverReached: a cancelled
+// broadcast's audience its pages never reached is counted, and said to be
+// that (a tester's showed 1,476 sent of 6,988 and nothing of the rest).
+func TestStatusSaysWhoACancelledBroadcastNeverReached(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	printStatus(&out, &pb.Broadcast{Id: "b", State: pb.BroadcastState_BROADCAST_STATE_CANCELLED, SnapshotTotal: 6988,
+		Progress: &pb.Progress{Sent: 1476, LeftOut: 5512}})
+	if !strings.Contains(out.String(), "left out   5512 of the audience at start: never sent, the broadcast cancelled before their page") {
+		t.Errorf("status of a cancelled broadcast:\n%s", out.String())
+	}
+}

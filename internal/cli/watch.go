@@ -173,7 +173,7 @@ func renderWatch(b *pb.Broadcast, per float64, err error) string {
 	fmt.Fprintf(&s, "\nsent %d   failed %d   deferred %d   in flight or in doubt %d   unknown %d   pages %d\n",
 		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetUnknown(), p.GetPagesDispatched())
 	if n := p.GetLeftOut(); n > 0 {
-		fmt.Fprintf(&s, "left out %d of the audience at start (unsubscribed, suppressed, erased or out of the segment before their page)\n", n)
+		fmt.Fprintf(&s, "left out %d of the audience at start (%s)\n", n, leftOutWhy(b.GetState()))
 	}
 	if w := p.GetWaitingFor(); w != "" {
 		s.WriteString("waiting for: " + liveStyle.Render(w) + "\n")

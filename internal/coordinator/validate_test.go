@@ -7,6 +7,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/store"
 )
 
 // TestGovernorConfigValidate: a zero limit takes the governor's default
@@ -35,5 +36,23 @@ func TestGovernorConfigValidate(t *testing.T) {
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("Validate(%+v) = %v, want %q", c.l, err, c.want)
 		}
+	}
+}
+
+// TestLeftOutOfAFinishedBroadcast: the audience without an outcome is
+// counted once a broadcast has finished, however it finished (a cancelled
+// one's never reached included), floored at zero, and not while it runs.
+func TestLeftOutOfAFinishedBroadcast(t *testing.T) {
+	t.Parallel()
+	counts := store.Counts{Sent: 1476, Deferred: 12}
+	for state, want := range map[store.State]int64{
+		store.StateCompleted: 5500, store.StateCancelled: 5500, store.StateFailed: 5500, store.StateRunning: 0, store.StatePaused: 0,
+	} {
+		if got := coordinator.LeftOut(store.Broadcast{State: state, SnapshotTotal: 6988}, counts); got != want {
+			t.Errorf("%s: left out %d, want %d", state, got, want)
+		}
+	}
+	if got := coordinator.LeftOut(store.Broadcast{State: store.StateCompleted, SnapshotTotal: 10}, store.Counts{Sent: 12}); got != 0 {
+		t.Errorf("more sent than the audience at start (joined since): left out %d, want 0", got)
 	}
 }
