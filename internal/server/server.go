@@ -294,7 +294,7 @@ func (o CoordinatorOptions) newAuth() (*api.Auth, error) {
 
 // connect opens the store and the bus a server process needs and returns a
 // function that closes both.
-func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int) (context.Context, store.Store, *nats.Conn, *bus.Bus, func(), error) {
+func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int, log *slog.Logger) (context.Context, store.Store, *nats.Conn, *bus.Bus, func(), error) {
 	st, err := openStoreWaiting(ctx, databaseURL)
 	if err != nil {
 		return nil, nil, nil, nil, nil, redact.Error(err)
@@ -306,7 +306,17 @@ func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int)
 	// without leading or sending, healthy to its liveness probe). The
 	// process then stops, with errNATSClosed, and is restarted.
 	ctx, cancel := context.WithCancelCause(ctx)
-	nc, b, err := ConnectBus(ctx, natsURL, natsReplicas, nats.ClosedHandler(func(*nats.Conn) { cancel(errNATSClosed) }))
+	nc, b, err := ConnectBus(ctx, natsURL, natsReplicas, nats.ClosedHandler(func(*nats.Conn) { cancel(errNATSClosed) }),
+		// The client's asynchronous errors ("consumer not active", a slow
+		// consumer) went to stderr in its own words, outside the log
+		// (tester).
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Warn("NATS client error", "subject", subject, "err", err)
+		}))
 	if err != nil {
 		cancel(nil)
 		st.Close()
@@ -396,7 +406,7 @@ func RunCoordinator(ctx context.Context, o CoordinatorOptions) error {
 	if o.certs == nil {
 		o.Log.Warn("gRPC API is plaintext: bearer tokens cross the network readable; set --tls-cert and --tls-key (RANGECAST_TLS_CERT, RANGECAST_TLS_KEY) unless a proxy or mesh terminates TLS")
 	}
-	ctx, st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas)
+	ctx, st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas, o.Log)
 	if err != nil {
 		return err
 	}
@@ -553,7 +563,7 @@ func RunWorker(ctx context.Context, o WorkerOptions) error {
 	if _, err := message.LoadDKIM(o.DKIMKeys); err != nil {
 		return err // likewise
 	}
-	ctx, st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas)
+	ctx, st, nc, b, closeAll, err := connect(ctx, o.DatabaseURL, o.NATSURL, o.NATSReplicas, o.Log)
 	if err != nil {
 		return err
 	}
