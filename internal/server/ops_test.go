@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -92,7 +93,7 @@ func TestNATSClosedForGood(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	runCtx, st, nc, _, closeAll, err := connect(ctx, "sqlite:"+filepath.Join(t.TempDir(), "db"), srv.ClientURL(), 1)
+	runCtx, st, nc, _, closeAll, err := connect(ctx, "sqlite:"+filepath.Join(t.TempDir(), "db"), srv.ClientURL(), 1, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
