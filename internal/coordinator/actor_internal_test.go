@@ -3,9 +3,13 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
@@ -119,5 +123,22 @@ func TestFruitlessFromBeforeTheResumeDoesNotCount(t *testing.T) {
 	}()
 	if a.fruitlessBase[0] != 0 {
 		t.Errorf("base %d after the record's count went back to 0; want 0", a.fruitlessBase[0])
+	}
+}
+
+// TestNATSDataLost: a NATS that answers without rangecast's buckets or
+// streams (its data lost) is told from one that does not answer, so the
+// status can say to restart the processes, which recreate them.
+func TestNATSDataLost(t *testing.T) {
+	t.Parallel()
+	for err, want := range map[error]bool{
+		fmt.Errorf("read range: %w", nats.ErrNoResponders): true,
+		fmt.Errorf("kv: %w", jetstream.ErrBucketNotFound):  true,
+		context.DeadlineExceeded:                           false,
+		nats.ErrConnectionClosed:                           false,
+	} {
+		if got := natsDataLost(err); got != want {
+			t.Errorf("%v: data lost %v, want %v", err, got, want)
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/bus"
@@ -295,7 +297,13 @@ func (c *Coordinator) StatusWith(ctx context.Context, b store.Broadcast, counts 
 	}
 	s := c.status(ctx, b, recs, counts)
 	if noCursors != nil {
-		s.Progress.WaitingFor = joinWaiting(fmt.Sprintf("range cursors unknown: NATS did not answer the coordinator (%v)", noCursors), s.Progress.WaitingFor)
+		why := fmt.Sprintf("range cursors unknown: NATS did not answer the coordinator (%v)", noCursors)
+		if natsDataLost(noCursors) {
+			// Up, but without the bucket: its data was lost, and the
+			// processes recreate what they need only at start (tester).
+			why += "; if NATS lost its data, restart the coordinators and page workers: they recreate its streams and buckets, and the broadcast goes on"
+		}
+		s.Progress.WaitingFor = joinWaiting(why, s.Progress.WaitingFor)
 	}
 	return s
 }
@@ -402,4 +410,12 @@ func position(r bus.RangeRecord) float64 {
 		return 0
 	}
 	return ranges.Position(ranges.Range{Index: r.Index, Start: start, End: end}, next)
+}
+
+// natsDataLost says whether err is that of a NATS that answers but lacks
+// rangecast's streams or buckets (no responders for a KV's API, or the
+// bucket or stream not found).
+func natsDataLost(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrBucketNotFound) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
