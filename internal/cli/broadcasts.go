@@ -322,7 +322,12 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 		return
 	}
 	fmt.Fprintf(w, "audience   %d eligible at start (a snapshot, for display)\n", b.GetSnapshotTotal())
-	fmt.Fprintf(w, "ranges     %d of %d done\n", p.GetRangesDone(), p.GetRangesTotal())
+	if p.GetRangesTotal() == 0 && strings.Contains(p.GetWaitingFor(), "range cursors unknown") {
+		// Not "0 of 0 done" while NATS does not answer (tester).
+		fmt.Fprintln(w, "ranges     unknown: NATS did not answer (see waiting)")
+	} else {
+		fmt.Fprintf(w, "ranges     %d of %d done\n", p.GetRangesDone(), p.GetRangesTotal())
+	}
 	fmt.Fprintf(w, "sent %d  failed %d  deferred %d  in flight or in doubt %d  unknown %d  pages %d\n",
 		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetUnknown(), p.GetPagesDispatched())
 	if n := p.GetSentAgainInDoubt(); n > 0 {

@@ -59,3 +59,15 @@ func TestStatusSaysWhoACancelledBroadcastNeverReached(t *testing.T) {
 		t.Errorf("status of a cancelled broadcast:\n%s", out.String())
 	}
 }
+
+// TestStatusWithoutCursors: while NATS does not answer, the ranges are
+// unknown, not "0 of 0 done" (tester).
+func TestStatusWithoutCursors(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	printStatus(&out, &pb.Broadcast{Id: "b", State: pb.BroadcastState_BROADCAST_STATE_RUNNING,
+		Progress: &pb.Progress{Sent: 10, WaitingFor: "range cursors unknown: NATS did not answer the coordinator (timeout)"}})
+	if !strings.Contains(out.String(), "ranges     unknown: NATS did not answer") || strings.Contains(out.String(), "0 of 0 done") {
+		t.Errorf("status without cursors:\n%s", out.String())
+	}
+}
