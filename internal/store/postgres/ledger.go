@@ -138,12 +138,8 @@ func (s *Store) recordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 				return res, mapErr("record event: apply", err)
 			}
 		}
-		if ev.Type.Suppresses() {
-			tag, err := tx.Exec(ctx, suppressContact, uid(res.ContactID), now, store.SuppressionReason(ev))
-			if err != nil {
-				return res, mapErr("record event: suppress contact", err)
-			}
-			res.Suppressed = tag.RowsAffected() > 0
+		if err := suppressFor(ctx, tx, ev, &res, now); err != nil {
+			return res, err
 		}
 		if ev.Type == store.EventUnsubscribed {
 			// The provider's unsubscribe is the person's: they get nothing
@@ -154,12 +150,8 @@ func (s *Store) recordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 		}
 	}
 	if res.Receipt {
-		if ev.Type.Suppresses() {
-			tag, err := tx.Exec(ctx, suppressContact, uid(res.ContactID), now, store.SuppressionReason(ev))
-			if err != nil {
-				return res, mapErr("record event: suppress contact", err)
-			}
-			res.Suppressed = tag.RowsAffected() > 0
+		if err := suppressFor(ctx, tx, ev, &res, now); err != nil {
+			return res, err
 		}
 		if ev.Type == store.EventUnsubscribed {
 			if _, err := tx.Exec(ctx, unsubscribeContact, uid(res.ContactID), now); err != nil {
@@ -171,6 +163,20 @@ func (s *Store) recordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 		return store.EventResult{}, mapErr("record event", err)
 	}
 	return res, nil
+}
+
+// suppressFor suppresses res's contact for an event that does (a hard
+// bounce, a complaint), with the reason.
+func suppressFor(ctx context.Context, tx pgx.Tx, ev store.DeliveryEvent, res *store.EventResult, now time.Time) error {
+	if !ev.Type.Suppresses() {
+		return nil
+	}
+	tag, err := tx.Exec(ctx, suppressContact, uid(res.ContactID), now, store.SuppressionReason(ev))
+	if err != nil {
+		return mapErr("record event: suppress contact", err)
+	}
+	res.Suppressed = tag.RowsAffected() > 0
+	return nil
 }
 
 // eventError is what an event writes to the row's error column: the

@@ -126,16 +126,8 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 				return fmt.Errorf("apply: %w", err)
 			}
 		}
-		if ev.Type.Suppresses() {
-			r, err := tx.ExecContext(ctx, suppressContact, id(res.ContactID), ts(now), store.SuppressionReason(ev))
-			if err != nil {
-				return fmt.Errorf("suppress contact: %w", err)
-			}
-			n, err := r.RowsAffected()
-			if err != nil {
-				return err
-			}
-			res.Suppressed = n > 0
+		if err := suppressFor(ctx, tx, ev, &res, now); err != nil {
+			return err
 		}
 		if ev.Type == store.EventUnsubscribed {
 			// The provider's unsubscribe is the person's: they get nothing
@@ -152,19 +144,29 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 	return res, nil
 }
 
+// suppressFor suppresses res's contact for an event that does (a hard
+// bounce, a complaint), with the reason.
+func suppressFor(ctx context.Context, tx *sql.Tx, ev store.DeliveryEvent, res *store.EventResult, now time.Time) error {
+	if !ev.Type.Suppresses() {
+		return nil
+	}
+	r, err := tx.ExecContext(ctx, suppressContact, id(res.ContactID), ts(now), store.SuppressionReason(ev))
+	if err != nil {
+		return fmt.Errorf("suppress contact: %w", err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return err
+	}
+	res.Suppressed = n > 0
+	return nil
+}
+
 // receiptEvent applies an event about a transactional message to its
 // contact: a suppression, or a provider's unsubscribe (EventResult.Receipt).
 func receiptEvent(ctx context.Context, tx *sql.Tx, ev store.DeliveryEvent, res *store.EventResult, now time.Time) error {
-	if ev.Type.Suppresses() {
-		r, err := tx.ExecContext(ctx, suppressContact, id(res.ContactID), ts(now), store.SuppressionReason(ev))
-		if err != nil {
-			return fmt.Errorf("suppress contact: %w", err)
-		}
-		n, err := r.RowsAffected()
-		if err != nil {
-			return err
-		}
-		res.Suppressed = n > 0
+	if err := suppressFor(ctx, tx, ev, res, now); err != nil {
+		return err
 	}
 	if ev.Type == store.EventUnsubscribed {
 		if _, err := tx.ExecContext(ctx, unsubscribeContact, id(res.ContactID), ts(now)); err != nil {
