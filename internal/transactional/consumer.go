@@ -91,52 +91,7 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 
 // Consumer pulls transactional jobs and sends them.
 type Consumer struct {
-	cfg  ConsumerConfig
-	lone loneTally
-}
-
-// loneTally remembers, of the consumer's latest sends that named their
-// recipient, which were accepted and which refused by a reply a server
-// may give of one recipient alone (transport.MaybeOneRecipient: a
-// mailbox's policy filter, "550 5.7.1 … for <x>"). Such a refusal is that
-// recipient's, failed at once with the reply, when it is rare among sends
-// the relay accepted; otherwise (a fresh worker, or many together: the
-// relay may be refusing everyone) it is the channel's, retried. Every one
-// was the channel's: a tester's one filtered recipient was retried for
-// hours and raised the channel-errors alert, where a broadcast fails that
-// recipient alone.
-type loneTally struct {
-	mu   sync.Mutex
-	ring [32]int8 // +1 accepted, -1 refused as one recipient's, 0 empty
-	next int
-}
-
-// add records a send that named its recipient.
-func (t *loneTally) add(accepted bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.ring[t.next] = -1
-	if accepted {
-		t.ring[t.next] = 1
-	}
-	t.next = (t.next + 1) % len(t.ring)
-}
-
-// rare says whether refusals as one recipient's are rare among the latest:
-// at least four sends accepted, and the refusals at most a quarter of all.
-func (t *loneTally) rare() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	accepted, refused := 0, 0
-	for _, v := range t.ring {
-		switch v {
-		case 1:
-			accepted++
-		case -1:
-			refused++
-		}
-	}
-	return accepted >= 4 && 4*refused <= accepted+refused
+	cfg ConsumerConfig
 }
 
 // NewConsumer returns a consumer; Run starts it.
@@ -303,14 +258,6 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 		g.Observe(m.SendingDomain(), m.To, sendErr, done)
 	}
 	var se *transport.SendError
-	lone := false
-	switch {
-	case sendErr == nil:
-		c.lone.add(true)
-	case transport.MaybeOneRecipient(sendErr):
-		c.lone.add(false)
-		lone = c.lone.rare()
-	}
 	switch {
 	case sendErr == nil:
 		sendSeconds.Observe(done.Sub(r.CreatedAt).Seconds())
@@ -326,7 +273,7 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 		attempts.WithLabelValues("in_doubt").Inc()
 		log.Warn("transactional send in doubt; looked up after the lease", "err", sendErr)
 		msg.NakWithDelay(c.cfg.InDoubtAfter) //nolint:errcheck
-	case class == transport.Recipient, lone:
+	case class == transport.Recipient:
 		c.finish(ctx, log, msg, r, n, store.AttemptOutcome{Status: store.ReceiptFailed, Result: "recipient", Reply: sendErr.Error()})
 	case transport.BeforeRecipient(sendErr):
 		// The relay took nothing (down, TLS or AUTH failing, the sender

@@ -2,7 +2,6 @@ package transactional_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -488,40 +487,5 @@ func TestConnectionLostAfterData(t *testing.T) {
 				t.Fatalf("reason %q, reply %q; want the doubt explained and the error kept", m.GetReason(), m.GetAttempts()[0].GetReply())
 			}
 		})
-	}
-}
-
-// A refusal a server may give of one recipient alone (a mailbox's policy
-// filter at RCPT) fails that message at once, with the reply, once the
-// relay has been taking other mail; with nothing accepted yet it is the
-// channel's (the relay may be refusing everyone) and retried. Every one
-// was the channel's: retried for hours, raising the channel-errors alert,
-// where a broadcast fails that recipient alone (tester).
-func TestOneRecipientsPolicyRefusal(t *testing.T) {
-	t.Parallel()
-	e := setup(t, envOptions{sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
-		if strings.HasPrefix(to, "block") {
-			return reply(550, smtp.EnhancedCode{5, 7, 1}, "Message rejected by policy for <"+to+">")
-		}
-		return nil
-	})}})
-	slow := transactional.Schedule{Backoff: []time.Duration{time.Hour}}
-	e.consumer(func(c *transactional.ConsumerConfig) { c.Schedule = slow })
-	first := e.send(request("policy:first", "block1@example.org")).GetMessage().GetId()
-	var m *pb.TransactionalMessage
-	testenv.Eventually(t, "the first refusal's outcome", 10*time.Second, func() bool {
-		m = e.get(first)
-		return m.GetAttemptCount() == 1 && m.GetStatus() == statusQueued
-	})
-	if a := m.GetAttempts()[0]; a.GetResult() != "channel" {
-		t.Fatalf("first refusal, nothing accepted yet: %v; want the channel's, retried", a)
-	}
-	for i := range 6 { // the two refusals then make a quarter of the sends
-		e.waitStatus(e.send(request(fmt.Sprintf("policy:ok%d", i), fmt.Sprintf("ok%d@example.org", i))).GetMessage().GetId(), statusSent, 10*time.Second)
-	}
-	id := e.send(request("policy:lone", "block2@example.org")).GetMessage().GetId()
-	m = e.waitStatus(id, statusFailed, 10*time.Second)
-	if len(m.GetAttempts()) != 1 || m.GetAttempts()[0].GetResult() != "recipient" || !strings.Contains(m.GetReason(), "5.7.1") {
-		t.Fatalf("a lone refusal among accepted sends: %s, reason %q; want failed at once with the reply", attemptsSummary(m), m.GetReason())
 	}
 }
