@@ -99,21 +99,24 @@ func TestFrozenRunSendsNothingTheReconcilerReleased(t *testing.T) {
 	}
 }
 
-// TestLivenessLease: a claim's lease holds while the worker's record is
-// surely there, and ends at a gap between two writes of it longer than
-// lapseAfter (a frozen process, a slow or failed NATS), at a run quiet past
-// maxQuiet, or once the last write began more than lapseAfter ago; a lease
-// taken after the gap holds. With no record kept, every lease holds.
+// TestLivenessLease: a run's claims are sent while the worker's record
+// has surely been there, listing the run, since the run began: no gap
+// longer than lapseAfter between two writes of it (a frozen process, a slow
+// or failed NATS), the last write begun within lapseAfter, and the run never
+// left out of it for being quiet past maxQuiet. A run that started before a
+// gap sends nothing more, and stops claiming (stale); one started after it
+// sends. With no record kept, every claim is sent.
 func TestLivenessLease(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
 	l := newLiveness("w", time.Minute)
-	if !l.sendable(l.lease("w/1"), t0) {
-		t.Fatal("no record kept: a lease must hold")
+	if !l.sendable(l.lease(l.start(t0)), t0) {
+		t.Fatal("no record kept: a claim must be sent")
 	}
+	l.keep(t0)
 	l.beat(t0, t0.Add(time.Millisecond))
-	l.progress("w/1", t0)
-	le := l.lease("w/1")
+	o := l.start(t0)
+	le := l.lease(o)
 	for _, c := range []struct {
 		at   time.Duration
 		want bool
@@ -122,23 +125,29 @@ func TestLivenessLease(t *testing.T) {
 			t.Errorf("%s after the last write began: sendable %v, want %v", c.at, got, c.want)
 		}
 	}
-	if l.sendable(lease{owner: "w/9", epoch: le.epoch}, t0.Add(time.Second)) {
-		t.Error("a run not listed in the record: sendable")
+	if l.sendable(lease{owner: "w/99"}, t0.Add(time.Second)) {
+		t.Error("a run the worker does not know: sendable")
 	}
 	l.beat(t0.Add(3*time.Second), t0.Add(3*time.Second+time.Millisecond)) // on time
-	if !l.sendable(le, t0.Add(4*time.Second)) {
-		t.Error("a write on time ended the lease")
+	if !l.sendable(le, t0.Add(4*time.Second)) || l.stale(o) {
+		t.Error("a write on time ended the run's sends")
 	}
-	l.beat(t0.Add(6*time.Second), t0.Add(20*time.Second)) // a write that took 14 s
-	if l.sendable(le, t0.Add(21*time.Second)) {
-		t.Error("the lease held across a write that ended past lapseAfter")
+	l.beat(t0.Add(6*time.Second), t0.Add(16*time.Second)) // a write that ended 13 s after the last one began
+	if l.sendable(le, t0.Add(16*time.Second)) || !l.stale(o) {
+		t.Error("the run still sends after a gap over lapseAfter between two writes")
 	}
-	l.progress("w/1", t0.Add(21*time.Second))
-	l.beat(t0.Add(21*time.Second), t0.Add(21*time.Second))
-	if fresh := l.lease("w/1"); !l.sendable(fresh, t0.Add(21*time.Second)) {
-		t.Error("a lease taken after the gap does not hold")
+	l.progress(o, t0.Add(17*time.Second))
+	if l.sendable(l.lease(o), t0.Add(17*time.Second)) {
+		t.Error("a run started before the gap sends again once it makes progress")
 	}
-	if l.sendable(l.lease("w/1"), t0.Add(21*time.Second+2*time.Minute)) {
-		t.Error("a run quiet past maxQuiet: sendable")
+	after := l.start(t0.Add(17 * time.Second))
+	if !l.sendable(l.lease(after), t0.Add(17*time.Second)) {
+		t.Error("a run started after the gap does not send")
+	}
+	l.active(t0.Add(17*time.Second + 2*time.Minute)) // a write that leaves the quiet run out
+	l.beat(t0.Add(17*time.Second+2*time.Minute), t0.Add(17*time.Second+2*time.Minute))
+	l.progress(after, t0.Add(17*time.Second+2*time.Minute))
+	if l.sendable(l.lease(after), t0.Add(17*time.Second+2*time.Minute)) || !l.stale(after) {
+		t.Error("a run left out of the record for being quiet sends again")
 	}
 }

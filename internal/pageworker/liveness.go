@@ -26,77 +26,43 @@ type liveness struct {
 	next     atomic.Uint64
 
 	mu   sync.Mutex
-	runs map[string]time.Time // owner → last progress, on this worker's clock
-	// beatAt is when the last write of the worker's record that succeeded
-	// began (zero while none has: no record is kept, as in tests and the
-	// simulation); epoch moves on each time the record may have lapsed
-	// between two writes (beat).
+	runs map[string]*run // by owner
+	// kept: the worker keeps a record (publishLiveness); without one (tests,
+	// the simulation) nothing can lapse. beatAt is when the last write of it
+	// that succeeded began (its first try, before any succeeded); epoch moves
+	// on each time the record may have lapsed between two writes (beat).
+	kept   bool
 	beatAt time.Time
 	epoch  uint64
 }
 
-// lapseAfter is how long after a write of the worker's record began the
-// record is still surely there: it lives bus.WorkerTTL from its write,
-// which began no earlier; two beats are kept in hand.
-const lapseAfter = bus.WorkerTTL - 2*bus.WorkerBeat
-
-// lease is what a claim was taken under: its run and the record's epoch.
-// Its claims may be sent only while the lease holds (sendable).
-type lease struct {
-	owner string
-	epoch uint64
-}
-
-// lease is taken just before a claim.
-func (l *liveness) lease(owner string) lease {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return lease{owner: owner, epoch: l.epoch}
-}
-
-// beat records a write of the worker's record that began at began and
-// succeeded at done. If more than lapseAfter passed from the beginning of
-// the write before it to the end of this one (the process was frozen, NATS
-// did not answer), the record may have lapsed meanwhile and the reconciler
-// may have settled this worker's claims as a dead one's: every lease taken
-// before ends.
-func (l *liveness) beat(began, done time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.beatAt.IsZero() && done.Sub(l.beatAt) > lapseAfter {
-		l.epoch++
-	}
-	l.beatAt = began
-}
-
-// sendable says whether a claim taken under le may be sent at now: the
-// record has surely been there since (same epoch, and its last write began
-// within lapseAfter), and the run has made progress within maxQuiet, so it
-// is listed in it. A worker frozen past them (SIGSTOP, a VM paused) and
-// woken sent the window it had claimed after the reconciler had settled
-// those claims: under the resend policy another worker had sent them
-// already, and each person got two copies (a tester).
-func (l *liveness) sendable(le lease, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.beatAt.IsZero() {
-		return true // no record kept (yet): nothing can lapse
-	}
-	at, ok := l.runs[le.owner]
-	if !ok || now.Sub(at) > l.maxQuiet || le.epoch != l.epoch {
-		return false
-	}
-	return now.Sub(l.beatAt) <= lapseAfter
+// run is one page run's liveness: its last progress, the record's epoch
+// when it started, and whether a write of the record left it out (quiet
+// past maxQuiet), after which the reconciler may settle its claims.
+type run struct {
+	at      time.Time
+	epoch   uint64
+	dropped bool
 }
 
 func newLiveness(id string, maxQuiet time.Duration) *liveness {
-	return &liveness{id: id, maxQuiet: maxQuiet, runs: map[string]time.Time{}}
+	return &liveness{id: id, maxQuiet: maxQuiet, runs: map[string]*run{}}
 }
+
+// lapseAfter bounds, with the record's life (bus.WorkerTTL from its write,
+// which began no earlier), how far apart two writes of it may be, from the
+// beginning of one to the end of the next, for it to have surely been
+// there in between, and how long after the last write began a claim is
+// still sent: a beat is kept in hand. The reconciler then waits
+// --in-doubt-after more before it settles anything.
+const lapseAfter = bus.WorkerTTL - bus.WorkerBeat
 
 // start begins a page run and returns its owner.
 func (l *liveness) start(now time.Time) string {
 	owner := l.id + "/" + strconv.FormatUint(l.next.Add(1), 10)
-	l.progress(owner, now)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runs[owner] = &run{at: now, epoch: l.epoch}
 	return owner
 }
 
@@ -104,7 +70,11 @@ func (l *liveness) start(now time.Time) string {
 func (l *liveness) progress(owner string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.runs[owner] = now
+	if r, ok := l.runs[owner]; ok {
+		r.at = now
+		return
+	}
+	l.runs[owner] = &run{at: now, epoch: l.epoch}
 }
 
 // end forgets a finished run: whatever it still holds is the reconciler's.
@@ -118,18 +88,81 @@ func (l *liveness) end(owner string) {
 func (l *liveness) alive(owner string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at, ok := l.runs[owner]
-	return ok && now.Sub(at) <= l.maxQuiet
+	r, ok := l.runs[owner]
+	return ok && now.Sub(r.at) <= l.maxQuiet
 }
 
-// active lists the runs that made progress within maxQuiet of now.
+// keep says the worker keeps a record, from now: until its first write
+// succeeds, now stands for the last one's beginning.
+func (l *liveness) keep(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.kept, l.beatAt = true, now
+}
+
+// beat records a write of the worker's record that began at began and
+// succeeded at done. If more than lapseAfter passed from the beginning of
+// the write before it to the end of this one (the process was frozen, NATS
+// did not answer), the record may have lapsed meanwhile and the reconciler
+// may have settled this worker's claims as a dead one's: the epoch moves
+// on, and the runs that started before it send nothing more (sendable).
+func (l *liveness) beat(began, done time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.kept && done.Sub(l.beatAt) > lapseAfter {
+		l.epoch++
+	}
+	l.kept, l.beatAt = true, began
+}
+
+// lease is what a claim was taken under: its run.
+type lease struct{ owner string }
+
+// lease is taken for a claim.
+func (l *liveness) lease(owner string) lease { return lease{owner: owner} }
+
+// sendable says whether a claim taken under le may be sent at now: the
+// record has surely been there, listing the run, since the run began (no
+// epoch since, the run never left out of it, the last write begun within
+// lapseAfter). A worker frozen (SIGSTOP, a VM paused) past the record's
+// life and woken sent the window it had claimed after the reconciler had
+// settled those claims: under the resend policy another worker had sent
+// them already, and each person got two copies (a tester). A run is never
+// sendable again once the epoch moved past its start: its later claims
+// may be settled too, by a reconciler still seeing it gone (a reviewer).
+func (l *liveness) sendable(le lease, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.kept {
+		return true // no record kept: nothing can lapse
+	}
+	r, ok := l.runs[le.owner]
+	return ok && !r.dropped && r.epoch == l.epoch && now.Sub(r.at) <= l.maxQuiet && now.Sub(l.beatAt) <= lapseAfter
+}
+
+// stale says whether the run can send nothing more (sendable would refuse
+// every claim it took): a page run stops claiming then.
+func (l *liveness) stale(owner string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.kept {
+		return false
+	}
+	r, ok := l.runs[owner]
+	return ok && (r.dropped || r.epoch != l.epoch)
+}
+
+// active lists the runs that made progress within maxQuiet of now; a run
+// left out is dropped for good (sendable).
 func (l *liveness) active(now time.Time) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
-	for owner, at := range l.runs {
-		if now.Sub(at) <= l.maxQuiet {
+	for owner, r := range l.runs {
+		if now.Sub(r.at) <= l.maxQuiet && !r.dropped {
 			out = append(out, owner)
+		} else {
+			r.dropped = true
 		}
 	}
 	slices.Sort(out)
@@ -146,6 +179,7 @@ func (w *Worker) publishLiveness(ctx context.Context) {
 		return
 	}
 	key := bus.WorkerKey(w.live.id)
+	w.live.keep(w.cfg.Clock.Now())
 	put := func(ctx context.Context) {
 		began := w.cfg.Clock.Now()
 		rec := bus.WorkerRecord{Runs: w.live.active(began)}

@@ -53,8 +53,8 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		}
 	}()
 	for taken := 0; taken < job.Limit && ctx.Err() == nil; {
-		if state, err := w.states.Get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning || w.revision(job.Broadcast) > l.current() {
-			break // paused, or edited since the sweep read the content (the next sweep reads it)
+		if state, err := w.states.Get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning || w.revision(job.Broadcast) > l.current() || w.live.stale(owner) {
+			break // paused, or edited since the sweep read the content (the next sweep reads it), or the run lapsed
 		}
 		w.refreshHolds(pageCtx, l, h)
 		now := w.cfg.Clock.Now()

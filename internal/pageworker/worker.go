@@ -717,7 +717,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		rep.Done = true // nobody eligible is left in the range
 		return rep, nil, nil
 	}
-	if stop, class := w.stopBefore(ctx, pageCtx, job, l); stop {
+	if stop, class := w.stopBefore(ctx, pageCtx, job, l, owner); stop {
 		rep.Class = class
 		return rep, nil, nil
 	}
@@ -788,7 +788,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	released := 1
 	var claimErr error // window 1's claim failed: the page ends after window 0
 	if len(windows) > 1 {
-		if stop, _ := w.stopBefore(ctx, pageCtx, job, l); !stop {
+		if stop, _ := w.stopBefore(ctx, pageCtx, job, l, owner); !stop {
 			if claimErr = claim(1); claimErr == nil {
 				released = 2
 			}
@@ -816,7 +816,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		var following []store.Contact
 		stop, class := stopped || res.stopAt >= 0 || claimErr != nil, bus.ClassNone
 		if !stop && released < len(windows) {
-			if stop, class = w.stopBefore(ctx, pageCtx, job, l); !stop {
+			if stop, class = w.stopBefore(ctx, pageCtx, job, l, owner); !stop {
 				following = windows[released]
 			}
 		}
@@ -1042,12 +1042,13 @@ func wholeWindows(limit, window int) int {
 }
 
 // stopBefore says whether the page must stop before its next window: the
-// worker is draining, or the content was edited since the page read it
-// (ClassNone: report how far it got; the range's next page reads the new
-// content), or the broadcast is no longer running (paused, or cancelled and
-// finished).
-func (w *Worker) stopBefore(ctx, pageCtx context.Context, job bus.PageJob, l *loaded) (bool, bus.ErrorClass) {
-	if ctx.Err() != nil || w.revision(job.Broadcast) > l.current() {
+// worker is draining, or the content was edited since the page read it, or
+// the run can send nothing more (its liveness may have lapsed:
+// liveness.stale) (ClassNone: report how far it got; the range's next page
+// reads the new content, under a new run), or the broadcast is no longer
+// running (paused, or cancelled and finished).
+func (w *Worker) stopBefore(ctx, pageCtx context.Context, job bus.PageJob, l *loaded, owner string) (bool, bus.ErrorClass) {
+	if ctx.Err() != nil || w.revision(job.Broadcast) > l.current() || w.live.stale(owner) {
 		return true, bus.ClassNone
 	}
 	state, err := w.states.Get(pageCtx, job.Broadcast)
