@@ -399,9 +399,9 @@ func (c *Consumer) settleInDoubt(ctx context.Context, log *slog.Logger, r store.
 		default:
 			o = store.AttemptOutcome{Status: store.ReceiptQueued, Result: "lost", NextAttemptAt: c.cfg.Clock.Now(),
 				Reply: "the worker stopped before the server accepted the message (confirmed by the transport)"}
-			if c.named(ctx, log, r.ID, n) >= c.cfg.Schedule.MaxAttempts() {
+			if named := c.named(ctx, log, r.ID, n); named >= c.cfg.Schedule.MaxAttempts() {
 				o.Status, o.NextAttemptAt = store.ReceiptFailed, time.Time{}
-				o.Reason = "gave up after " + strconv.Itoa(n) + " attempts; the last worker stopped before the server accepted the message"
+				o.Reason = "gave up after " + strconv.Itoa(named) + " attempts; the last worker stopped before the server accepted the message"
 			}
 		}
 	}
