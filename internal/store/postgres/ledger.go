@@ -106,6 +106,9 @@ func (s *Store) recordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 	} else if rid, ok := store.ParseTxMessageID(ev.MessageID); ok {
 		var email string
 		err := tx.QueryRow(ctx, `SELECT email FROM outbound_receipts WHERE id = $1`, uid(rid)).Scan(&email)
+		if err == nil && strings.HasPrefix(email, store.ErasedToken) {
+			ev.Detail = "" // the recipient was erased: keep the event, not what it quotes
+		}
 		if err == nil {
 			var c [16]byte
 			err = tx.QueryRow(ctx, `SELECT id FROM contacts WHERE email_key = $1`, address.Key(email)).Scan(&c)

@@ -84,6 +84,9 @@ func (s *Store) RecordEvent(ctx context.Context, ev store.DeliveryEvent, now tim
 			var email string
 			var c []byte
 			err := tx.QueryRowContext(ctx, `SELECT email FROM outbound_receipts WHERE id = ?1`, id(rid)).Scan(&email)
+			if err == nil && strings.HasPrefix(email, store.ErasedToken) {
+				ev.Detail = "" // the recipient was erased: keep the event, not what it quotes
+			}
 			if err == nil {
 				err = tx.QueryRowContext(ctx, `SELECT id FROM contacts WHERE email_key = ?1`, emailKey(email)).Scan(&c)
 			}

@@ -172,6 +172,11 @@ func testEraseNoTrace(f *fixture) {
 	if row, err := f.s.GetSend(ctx, bs[0].ID, ids[0]); err != nil || row.Status != store.SendBounced {
 		f.t.Errorf("a bounce reported after erasure: %+v, %v; want bounced (its words are searched for below)", row, err)
 	}
+	// So is a late report on one of the person's transactional messages
+	// (review: the broadcast's path withheld it, the receipt's did not).
+	_, err = f.s.RecordEvent(ctx, store.DeliveryEvent{Provider: "test", EventID: "tx-late", Type: store.EventBounced,
+		MessageID: sent.MessageID, Detail: "550 no such user " + erasedEmail, OccurredAt: at(12)}, at(12))
+	f.must(err, "RecordEvent of a receipt after erasure")
 	r, err := f.s.FinishAttempt(ctx, inFlight.ID, 1, store.AttemptOutcome{Status: store.ReceiptQueued, Result: "deferred",
 		Reply: "451 try again, " + erasedEmail, NextAttemptAt: at(20)}, at(12))
 	f.must(err, "FinishAttempt after erasure")
