@@ -1261,7 +1261,7 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 	// stepAttempts are the real attempts of given-up providers' ramp
 	// steps: StepEnds judges them as the step's, so windowUnwell leaves
 	// them out.
-	stepAttempts := 0
+	stepAttempts, lapsed := 0, 0
 	for i, err := range errs {
 		if err == errStepEnded {
 			// Not sent: the carried step ended at an earlier refusal. The
@@ -1271,9 +1271,14 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 		} else if err == errLapsed {
 			deferUntil[i] = w.cfg.Clock.Now() // never sent: due at once
 			attempted--
+			lapsed++
 		} else if b.givenUpStep(i, providers[i]) {
 			stepAttempts++
 		}
+	}
+	if lapsed > 0 {
+		w.cfg.Log.Warn("claims not sent: this worker's liveness may have lapsed since they were taken (the process was stopped or cut off from NATS); the reconciler settles them, or they are retried",
+			"broadcast", l.b.ID, "owner", b.lease.owner, "not_sent", lapsed)
 	}
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
 	kinds := sendKinds(b)
