@@ -139,8 +139,12 @@ type sim struct {
 	// edits draws the operator's content edits (pEdit: the chance that a
 	// resume is preceded by one); its own stream, so every other draw
 	// stays as it was.
-	edits   *rand.Rand
-	pEdit   float64
+	edits *rand.Rand
+	pEdit float64
+	// freezes draws the page copies frozen past their liveness after a
+	// claim (pFreeze: the chance at each claim), from a stream of its own.
+	freezes *rand.Rand
+	pFreeze float64
 	t       testing.TB
 	seed    uint64
 	rng     *rand.Rand
@@ -421,6 +425,9 @@ func (ct copyTransport) Send(ctx context.Context, m message.Rendered) (string, e
 }
 
 func (tr *simTransport) send(_ context.Context, m message.Rendered, ct copyTransport) (string, error) {
+	if ct.c.thawed.Load() && ct.c.claimedBeforeFreeze(m.To) {
+		tr.s.violate("copy %d, woken after its liveness lapsed, sent %s, claimed before it froze (the reconciler may have settled it)", ct.c.id, m.To)
+	}
 	if got, want := subjectRevision(m.Bytes), ct.c.revOf(m.To); got < want {
 		tr.s.violate("%s was sent content revision %d by copy %d, claimed after revision %d was made", m.To, got, ct.c.id, want)
 	}
@@ -565,6 +572,9 @@ func (s *sim) relayDown() bool {
 	return o != nil && !o.until.IsZero() && s.clk.Now().Before(o.until)
 }
 
+// simInDoubtAfter is the coordinator's --in-doubt-after in the simulation.
+const simInDoubtAfter = 20 * time.Second
+
 // gateFault is the scheduler's answer to a page copy waiting at a store call.
 type gateFault int
 
@@ -573,6 +583,11 @@ const (
 	gateErr                 // the call fails without reaching the store
 	gateAmbiguous           // the call commits, and the answer is lost
 	gateKill                // the worker dies here (kill -9)
+	// gateFreeze: the call commits and the worker freezes right after
+	// (SIGSTOP) with what it claimed unsent, past its liveness record's
+	// life; the scheduler wakes it once the reconciler could have settled
+	// its claims (sim.thaw).
+	gateFreeze
 )
 
 // copyRun is one copy of a page running in a worker.
@@ -595,6 +610,30 @@ type copyRun struct {
 	busyMu   sync.Mutex
 	busyFor  map[string]bool // by address
 	revFor   map[string]int  // the content revision when each address was claimed
+	// w is the copy's worker; frozenUntil, once it froze (gateFreeze), is
+	// when it wakes; beforeFreeze are the addresses it had claimed then,
+	// none of which it may send once woken (sim.thaw).
+	w            *pageworker.Worker
+	frozenUntil  time.Time
+	beforeFreeze map[string]bool
+	thawed       atomic.Bool
+}
+
+// froze notes the addresses the copy holds claims of as it freezes.
+func (c *copyRun) froze() {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	c.beforeFreeze = make(map[string]bool, len(c.busyFor))
+	for e := range c.busyFor {
+		c.beforeFreeze[e] = true
+	}
+}
+
+// claimedBeforeFreeze says whether to was claimed before the copy froze.
+func (c *copyRun) claimedBeforeFreeze(to string) bool {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	return c.beforeFreeze[to]
 }
 
 // claimedAt records the broadcast's content revision for the addresses a
@@ -703,6 +742,15 @@ func (g *gatedStore) gate(op string) gateFault {
 
 var errSimStore = errors.New("sim: connection reset by peer")
 
+// freeze holds a copy told to freeze (gateFreeze) after its call committed,
+// at a gate of its own ("frozen"), until the scheduler wakes it.
+func (g *gatedStore) freeze(f gateFault) {
+	if f == gateFreeze {
+		g.c.froze()
+		g.gate("frozen")
+	}
+}
+
 func (g *gatedStore) EligiblePage(ctx context.Context, b store.Broadcast, from, until ulid.ULID, limit int) ([]store.Contact, error) {
 	if g.gate("eligible") != gateGo {
 		return nil, errSimStore
@@ -711,7 +759,8 @@ func (g *gatedStore) EligiblePage(ctx context.Context, b store.Broadcast, from, 
 }
 
 func (g *gatedStore) Claim(ctx context.Context, b ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error) {
-	switch g.gate("claim") {
+	f := g.gate("claim")
+	switch f {
 	case gateErr:
 		return nil, errSimStore
 	case gateAmbiguous:
@@ -721,11 +770,13 @@ func (g *gatedStore) Claim(ctx context.Context, b ulid.ULID, owner string, claim
 	ids, err := g.st.Claim(ctx, b, owner, claims, now)
 	g.c.claimed(emailsOf(claims, ids)...)
 	g.claimedAt(ctx, b, emailsOf(claims, ids))
+	g.freeze(f)
 	return ids, err
 }
 
 func (g *gatedStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error) {
-	switch g.gate("record+claim") {
+	f := g.gate("record+claim")
+	switch f {
 	case gateErr:
 		return nil, errSimStore
 	case gateAmbiguous:
@@ -735,6 +786,7 @@ func (g *gatedStore) RecordAndClaim(ctx context.Context, b ulid.ULID, owner stri
 	ids, err := g.st.RecordAndClaim(ctx, b, owner, outcomes, next, now)
 	g.c.claimed(emailsOf(next, ids)...)
 	g.claimedAt(ctx, b, emailsOf(next, ids))
+	g.freeze(f)
 	return ids, err
 }
 
@@ -750,7 +802,8 @@ func (g *gatedStore) RecordOutcomes(ctx context.Context, b ulid.ULID, owner stri
 }
 
 func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]store.Due, error) {
-	switch g.gate("claim-due") {
+	f := g.gate("claim-due")
+	switch f {
 	case gateErr:
 		return nil, errSimStore
 	case gateAmbiguous:
@@ -764,6 +817,7 @@ func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner stri
 	}
 	g.c.claimed(emails...)
 	g.claimedAt(ctx, b.ID, emails)
+	g.freeze(f)
 	return due, err
 }
 
@@ -840,8 +894,12 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) *sim {
 	// claimed without an outcome, as EditPaused requires).
 	s.edits = rand.New(rand.NewPCG(seed^0x6564697473212121, seed))
 	s.pEdit = []float64{0, 0, 0.5, 1}[s.edits.IntN(4)]
+	// A worker frozen (SIGSTOP) after a claim, past its liveness record's
+	// life, and woken after the reconciler settled its claims (a tester's).
+	s.freezes = rand.New(rand.NewPCG(seed^0x667265657a652121, seed))
+	s.pFreeze = []float64{0, 0, 0, 0.05}[s.freezes.IntN(4)]
 	if slices.Contains(slices.Collect(maps.Values(simRegressions)), seed) {
-		s.pPolicy, s.pGrey, s.pSlow, s.preAccept, s.paced, s.pEdit = 0, 0, 0, false, false, 0
+		s.pPolicy, s.pGrey, s.pSlow, s.preAccept, s.paced, s.pEdit, s.pFreeze = 0, 0, 0, false, false, 0, 0
 	}
 	if seed == simFailRefusedSeed {
 		s.pSlow = 0 // its relay answers as when it was found
@@ -906,7 +964,7 @@ func (s *sim) setup() {
 		}
 	}
 	s.c = New(Config{Store: s.st, Bus: &bus.Bus{Broadcasts: s.kv, Workers: s.workers}, Pages: simPublisher{s}, Clock: s.clk,
-		Log: slog.New(simLog{s}), PageLimit: s.pageLimit, Tick: time.Second, InDoubtAfter: 20 * time.Second,
+		Log: slog.New(simLog{s}), PageLimit: s.pageLimit, Tick: time.Second, InDoubtAfter: simInDoubtAfter,
 		InDoubtPolicy: s.policy, Lookup: lookup, Backoff: time.Second, MaxBackoff: 30 * time.Second,
 		Jitter: func(n int64) int64 { return s.rng.Int64N(n + 1) }})
 	if s.paced {
@@ -1242,6 +1300,7 @@ func (s *sim) startCopy(dup bool) {
 		// these delays) within it.
 		RetryAfter: 10 * time.Second, SweepRetry: time.Minute, MaxAttempts: 10, RetryFor: 3 * time.Minute, StoreRetryFor: 15 * time.Minute,
 		Jitter: func(n int64) int64 { return s.rng.Int64N(n + 1) }})
+	c.w = w
 	s.logf("copy %d starts %s%s", c.id, jobName(j.job), map[bool]string{true: " (duplicate)"}[dup])
 	go func() {
 		res := copyResult{killed: true}
@@ -1347,6 +1406,10 @@ func (s *sim) await(c *copyRun) {
 
 func (s *sim) advanceCopy(faults bool) {
 	c := s.copies[s.rng.IntN(len(s.copies))]
+	if c.op == "frozen" {
+		s.thaw(c)
+		return
+	}
 	f := gateGo
 	if faults {
 		switch x := s.rng.Float64(); {
@@ -1370,9 +1433,38 @@ func (s *sim) advanceCopy(faults bool) {
 		s.fault("ambiguous commit at " + c.op)
 		s.logf("copy %d: %s commits, answer lost", c.id, c.op)
 	}
+	if f == gateGo && faults && s.pFreeze > 0 && (c.op == "claim" || c.op == "record+claim" || c.op == "claim-due") && s.freezes.Float64() < s.pFreeze {
+		f = gateFreeze // from a stream of its own: the other draws stay as they were
+		s.kills++      // to the reconciler, a death: its claims are in doubt as a killed worker's
+		s.fault("worker frozen past its liveness")
+		s.logf("copy %d freezes after %s", c.id, c.op)
+	}
 	b := s.busy
 	c.gateBusy = s.paced && s.steps >= b.from && s.steps < b.to && s.steps < s.faultSteps
 	c.resume <- f
+	s.await(c)
+	if c.op == "frozen" && c.frozenUntil.IsZero() {
+		// Its liveness record lapses; the reconciler settles its claims
+		// once it has seen it gone for InDoubtAfter.
+		s.setLive(c.owner, false)
+		c.frozenUntil = s.clk.Now().Add(simInDoubtAfter + bus.WorkerTTL)
+	}
+}
+
+// thaw wakes a frozen copy once the reconciler could have settled its
+// claims (before then, the step does nothing to it). Its first write of
+// its liveness record finds the gap (pageworker.Worker.Lapse); from then on
+// it must send nothing it had claimed before the freeze (simTransport.send
+// checks it).
+func (s *sim) thaw(c *copyRun) {
+	if s.clk.Now().Before(c.frozenUntil) {
+		return
+	}
+	s.logf("copy %d wakes", c.id)
+	c.w.Lapse()
+	c.thawed.Store(true)
+	s.setLive(c.owner, true)
+	c.resume <- gateGo
 	s.await(c)
 }
 
@@ -1873,5 +1965,24 @@ func TestSimulationEditWhilePaused(t *testing.T) {
 	}
 	if s.faults["content edited while paused"] < 2 {
 		t.Errorf("%d content edits; want the schedule's edits", s.faults["content edited while paused"])
+	}
+}
+
+// simFrozenSeed is a schedule in which page copies freeze after a claim
+// (SIGSTOP) past their liveness record's life and wake after the
+// reconciler settled their claims: woken, they sent what they had claimed
+// before the freeze, a second copy for some (a tester's 40 s SIGSTOP).
+const simFrozenSeed = 99600016
+
+// TestSimulationFrozenWorker replays it: a woken copy sends nothing it had
+// claimed before it froze (pageworker's liveness lease).
+func TestSimulationFrozenWorker(t *testing.T) {
+	t.Parallel()
+	s := runSchedule(t, simFrozenSeed, false)
+	for _, v := range s.violations {
+		t.Errorf("%s\n%s", v, strings.Join(s.tail(30), "\n"))
+	}
+	if s.faults["worker frozen past its liveness"] < 2 {
+		t.Errorf("%d freezes; want the schedule's", s.faults["worker frozen past its liveness"])
 	}
 }

@@ -133,11 +133,14 @@ func (l *liveness) lease(owner string) lease { return lease{owner: owner} }
 func (l *liveness) sendable(le lease, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.kept {
-		return true // no record kept: nothing can lapse
-	}
 	r, ok := l.runs[le.owner]
-	return ok && !r.dropped && r.epoch == l.epoch && now.Sub(r.at) <= l.maxQuiet && now.Sub(l.beatAt) <= lapseAfter
+	if ok && (r.dropped || r.epoch != l.epoch) {
+		return false
+	}
+	if !l.kept {
+		return true // no record kept: only a lapse told (Lapse) ends a run
+	}
+	return ok && now.Sub(r.at) <= l.maxQuiet && now.Sub(l.beatAt) <= lapseAfter
 }
 
 // stale says whether the run can send nothing more (sendable would refuse
@@ -145,11 +148,16 @@ func (l *liveness) sendable(le lease, now time.Time) bool {
 func (l *liveness) stale(owner string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.kept {
-		return false
-	}
 	r, ok := l.runs[owner]
 	return ok && (r.dropped || r.epoch != l.epoch)
+}
+
+// lapse ends every run started so far, as a gap between two writes of the
+// record does (beat).
+func (l *liveness) lapse() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.epoch++
 }
 
 // active lists the runs that made progress within maxQuiet of now; a run

@@ -280,6 +280,12 @@ func New(cfg Config) *Worker {
 // ID starts every claim owner this worker writes ("ID/7"): logged at its
 // start, it tells an operator from the ledger, and from the coordinator's
 // "in-doubt claims settled" lines, which process held a claim.
+// Lapse tells the worker that its liveness record may have lapsed, as its
+// first write of the record after a freeze finds by itself (liveness.beat):
+// the page runs it has started send and claim nothing more. The
+// simulation freezes and wakes page copies with it.
+func (w *Worker) Lapse() { w.live.lapse() }
+
 func (w *Worker) ID() string { return w.live.id }
 
 func (w *Worker) Run(ctx context.Context) error {
@@ -1015,6 +1021,7 @@ func (w *Worker) sendable(ctx, pageCtx context.Context, l *loaded, owner string)
 // walk without JetStream: no heartbeat, no ack, no waiting out outages
 // (an outage is an error); the simulation drives it directly.
 func (w *Worker) RunPage(ctx context.Context, job bus.PageJob, owner string) (bus.Report, error) {
+	w.live.progress(owner, w.cfg.Clock.Now()) // the run, from its start (Lapse ends it)
 	var rep bus.Report
 	var finish func() bus.Report
 	var err error
