@@ -237,6 +237,11 @@ func (c *Coordinator) transition(ctx context.Context, id ulid.ULID, verb string,
 	if err != nil {
 		return BroadcastStatus{}, err
 	}
+	// Logged as the actor's own transitions are: an operator's cancel,
+	// pause or resume left no line in the coordinator's log (tester).
+	// (Not counted in broadcastTransitions: that is the coordinator's own,
+	// which alerts read.)
+	c.cfg.Log.Info("broadcast state changed", "broadcast", id, "state", b.State, "reason", reason)
 	// The change is committed; passing it on must not hold the caller for
 	// as long as its deadline (none from the CLI) while NATS is away. The
 	// write and the actor's start each get their own bound.
