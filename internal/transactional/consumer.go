@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -92,6 +93,10 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // Consumer pulls transactional jobs and sends them.
 type Consumer struct {
 	cfg ConsumerConfig
+	// accepted is when this consumer's relay last accepted a message (Unix
+	// nanoseconds): a refusal that may be one mailbox's is that mailbox's
+	// only if the relay took other mail since the one before (lone).
+	accepted atomic.Int64
 }
 
 // NewConsumer returns a consumer; Run starts it.
@@ -260,6 +265,7 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 	var se *transport.SendError
 	switch {
 	case sendErr == nil:
+		c.accepted.Store(done.UnixNano())
 		sendSeconds.Observe(done.Sub(r.CreatedAt).Seconds())
 		c.finish(ctx, log, msg, r, n, store.AttemptOutcome{Status: store.ReceiptSent, Result: "sent", Reply: reply})
 	case errors.As(sendErr, &se) && se.MaybeDelivered && c.cfg.Lookup == nil:
@@ -275,6 +281,8 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 		msg.NakWithDelay(c.cfg.InDoubtAfter) //nolint:errcheck
 	case class == transport.Recipient:
 		c.finish(ctx, log, msg, r, n, store.AttemptOutcome{Status: store.ReceiptFailed, Result: "recipient", Reply: sendErr.Error()})
+	case transport.MaybeOneRecipient(sendErr):
+		c.finish(ctx, log, msg, r, n, c.lone(ctx, log, r, n, sendErr, done))
 	case transport.BeforeRecipient(sendErr):
 		// The relay took nothing (down, TLS or AUTH failing, the sender
 		// refused): retried for Schedule.Unreached, not charged as one of
@@ -312,6 +320,61 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 // resultUnreached is the result of an attempt that failed before the
 // recipient was named (transport.BeforeRecipient).
 const resultUnreached = "unreached"
+
+// resultLone is the result of an attempt refused by a reply a server may
+// give of one mailbox alone (transport.MaybeOneRecipient: a mailbox's
+// policy filter, "550 5.7.1 … for <x>"), or of the whole relay.
+const resultLone = "lone"
+
+// lone decides attempt n refused by err, a reply that may be the
+// recipient's alone or the relay's for everyone. Refused so twice in a row
+// with the relay taking other mail in between, it is the recipient's:
+// failed, with the reply. The first time it is retried at the schedule's
+// step, without the channel alert; refused so again with nothing accepted
+// in between, it may be the relay's: the longest step and the alert, as a
+// channel error. Every one was the channel's: one filtered mailbox was
+// retried for hours and raised the alert (tester). Failing one at once
+// when such refusals were rare (reverted) would have failed, for good,
+// the first messages of a relay that starts refusing everyone (reviewer).
+func (c *Consumer) lone(ctx context.Context, log *slog.Logger, r store.Receipt, n int, err error, done time.Time) store.AttemptOutcome {
+	o := store.AttemptOutcome{Result: resultLone, Reply: err.Error()}
+	class := transport.Transient
+	if prev, ok := c.previous(ctx, r.ID, n); ok && prev.Result == resultLone {
+		if c.accepted.Load() > prev.FinishedAt.UnixNano() {
+			o.Status, o.Result = store.ReceiptFailed, "recipient"
+			o.Reason = "refused twice by a reply about this mailbox, while the relay took other mail in between: " + err.Error()
+			return o
+		}
+		class = transport.Channel
+		channelErrors.Inc()
+		log.Error("transactional send refused again with nothing accepted since: the relay may be refusing everyone", "attempt", n, "err", err)
+	}
+	named := c.named(ctx, log, r.ID, n)
+	if wait, ok := c.cfg.Schedule.Retry(named, class, c.cfg.Rand()); ok {
+		o.Status, o.NextAttemptAt = store.ReceiptQueued, done.Add(wait)
+	} else {
+		o.Status = store.ReceiptFailed
+		o.Reason = fmt.Sprintf("gave up after %d attempts; last reply: %s", named, err.Error())
+	}
+	return o
+}
+
+// previous is the message's attempt before attempt n, if it finished.
+func (c *Consumer) previous(ctx context.Context, id ulid.ULID, n int) (store.Attempt, bool) {
+	if n <= 1 {
+		return store.Attempt{}, false
+	}
+	as, err := c.cfg.Store.ReceiptAttempts(ctx, id)
+	if err != nil {
+		return store.Attempt{}, false // judged as a first time: retried, never failed
+	}
+	for _, a := range as {
+		if a.N == n-1 && !a.FinishedAt.IsZero() {
+			return a, true
+		}
+	}
+	return store.Attempt{}, false
+}
 
 // named is how many of a message's n attempts named its recipient: the
 // others (resultUnreached) are not charged to it. n when the history

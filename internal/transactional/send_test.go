@@ -489,3 +489,50 @@ func TestConnectionLostAfterData(t *testing.T) {
 		})
 	}
 }
+
+// A refusal a server may give of one mailbox alone (a policy filter's 550
+// 5.7.1 at RCPT) fails the message when it comes twice in a row with the
+// relay taking other mail in between: it is that mailbox's. The first
+// time it is retried at the schedule's step, without the channel alert.
+// Refused so by a relay that takes nothing else, a message is never
+// failed as its recipient's: retried, the second time as a channel error.
+// Every such refusal was the channel's, retried for hours with the alert
+// (tester); failing the first one at once failed, for good, the first
+// messages of a relay that starts refusing everyone (reviewer).
+func TestOneMailboxsPolicyRefusal(t *testing.T) {
+	t.Parallel()
+	var everyone atomic.Bool
+	e := setup(t, envOptions{sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
+		if everyone.Load() || strings.HasPrefix(to, "block") {
+			return reply(550, smtp.EnhancedCode{5, 7, 1}, "Message rejected by policy for <"+to+">")
+		}
+		return nil
+	})}})
+	step := transactional.Schedule{Backoff: []time.Duration{300 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond}}
+	e.consumer(func(c *transactional.ConsumerConfig) { c.Schedule = step })
+	before := counter(t, "rangecast_transactional_channel_errors_total")
+	id := e.send(request("policy:block", "block@example.org")).GetMessage().GetId()
+	testenv.Eventually(t, "the first refusal", 10*time.Second, func() bool { return e.get(id).GetAttemptCount() >= 1 })
+	e.waitStatus(e.send(request("policy:ok", "ok@example.org")).GetMessage().GetId(), statusSent, 10*time.Second)
+	m := e.waitStatus(id, statusFailed, 10*time.Second)
+	as := m.GetAttempts()
+	if len(as) != 2 || as[0].GetResult() != "lone" || as[1].GetResult() != "recipient" || !strings.Contains(m.GetReason(), "relay took other mail in between") {
+		t.Fatalf("a mailbox refused twice with mail accepted between: %s, reason %q; want lone, then failed as the recipient's", attemptsSummary(m), m.GetReason())
+	}
+
+	// The relay refuses everyone: never failed as the recipient's.
+	everyone.Store(true)
+	id = e.send(request("policy:all", "ann@example.org")).GetMessage().GetId()
+	m = e.waitStatus(id, statusFailed, 20*time.Second)
+	for _, a := range m.GetAttempts() {
+		if a.GetResult() != "lone" {
+			t.Fatalf("attempts of a message a relay refusing everyone refused: %s; want every one lone", attemptsSummary(m))
+		}
+	}
+	if len(m.GetAttempts()) != step.MaxAttempts() || !strings.Contains(m.GetReason(), "gave up after 4 attempts") {
+		t.Fatalf("%s, reason %q; want all %d attempts, then given up", attemptsSummary(m), m.GetReason(), step.MaxAttempts())
+	}
+	if after := counter(t, "rangecast_transactional_channel_errors_total"); after <= before {
+		t.Errorf("channel errors %v -> %v; refused again with nothing accepted is one", before, after)
+	}
+}
