@@ -93,10 +93,24 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // Consumer pulls transactional jobs and sends them.
 type Consumer struct {
 	cfg ConsumerConfig
-	// accepted is when this consumer's relay last accepted a message (Unix
-	// nanoseconds): a refusal that may be one mailbox's is that mailbox's
-	// only if the relay took other mail since the one before (lone).
-	accepted atomic.Int64
+	// started numbers this consumer's sends as they start; accepted is the
+	// highest number of a send its relay accepted. A refusal that may be
+	// one mailbox's is that mailbox's only if the relay accepted, since
+	// the same message's refusal before, a send started after it (lone):
+	// an order the relay's answers give, not two machines' clocks.
+	started, accepted atomic.Int64
+	// lones holds, by message, the attempt this consumer last saw refused
+	// so and the send number then (the page's own memory: a retry on
+	// another worker, or after a restart, counts as a first refusal).
+	lonesMu sync.Mutex
+	lones   map[ulid.ULID]loneMark
+}
+
+// loneMark is a message's latest lone refusal seen here: its attempt and
+// Consumer.started then.
+type loneMark struct {
+	n       int
+	started int64
 }
 
 // NewConsumer returns a consumer; Run starts it.
@@ -256,6 +270,7 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 		return
 	}
 	msg.InProgress() //nolint:errcheck // the ack wait starts again for the send
+	seq := c.started.Add(1)
 	reply, sendErr := c.cfg.Transport.Send(ctx, rendered)
 	done := c.cfg.Clock.Now()
 	class := transport.Classify(sendErr)
@@ -263,9 +278,15 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 		g.Observe(m.SendingDomain(), m.To, sendErr, done)
 	}
 	var se *transport.SendError
+	if sendErr == nil {
+		for a := c.accepted.Load(); a < seq && !c.accepted.CompareAndSwap(a, seq); a = c.accepted.Load() {
+		}
+	}
+	if !transport.MaybeOneRecipient(sendErr) {
+		c.forgetLone(r.ID)
+	}
 	switch {
 	case sendErr == nil:
-		c.accepted.Store(done.UnixNano())
 		sendSeconds.Observe(done.Sub(r.CreatedAt).Seconds())
 		c.finish(ctx, log, msg, r, n, store.AttemptOutcome{Status: store.ReceiptSent, Result: "sent", Reply: reply})
 	case errors.As(sendErr, &se) && se.MaybeDelivered && c.cfg.Lookup == nil:
@@ -328,7 +349,8 @@ const resultLone = "lone"
 
 // lone decides attempt n refused by err, a reply that may be the
 // recipient's alone or the relay's for everyone. Refused so twice in a row
-// with the relay taking other mail in between, it is the recipient's:
+// here, the relay accepting a send started in between, it is the
+// recipient's:
 // failed, with the reply. The first time it is retried at the schedule's
 // step, without the channel alert; refused so again with nothing accepted
 // in between, it may be the relay's: the longest step and the alert, as a
@@ -339,12 +361,22 @@ const resultLone = "lone"
 func (c *Consumer) lone(ctx context.Context, log *slog.Logger, r store.Receipt, n int, err error, done time.Time) store.AttemptOutcome {
 	o := store.AttemptOutcome{Result: resultLone, Reply: err.Error()}
 	class := transport.Transient
-	if prev, ok := c.previous(ctx, r.ID, n); ok && prev.Result == resultLone {
-		if c.accepted.Load() > prev.FinishedAt.UnixNano() {
-			o.Status, o.Result = store.ReceiptFailed, "recipient"
-			o.Reason = "refused twice by a reply about this mailbox, while the relay took other mail in between: " + err.Error()
-			return o
-		}
+	c.lonesMu.Lock()
+	prev, again := c.lones[r.ID]
+	again = again && prev.n == n-1
+	if again && c.accepted.Load() > prev.started {
+		delete(c.lones, r.ID)
+		c.lonesMu.Unlock()
+		o.Status, o.Result = store.ReceiptFailed, "recipient"
+		o.Reason = "refused twice by a reply about this mailbox, while the relay took other mail in between: " + err.Error()
+		return o
+	}
+	if c.lones == nil {
+		c.lones = map[ulid.ULID]loneMark{}
+	}
+	c.lones[r.ID] = loneMark{n: n, started: c.started.Load()}
+	c.lonesMu.Unlock()
+	if again {
 		class = transport.Channel
 		channelErrors.Inc()
 		log.Error("transactional send refused again with nothing accepted since: the relay may be refusing everyone", "attempt", n, "err", err)
@@ -353,27 +385,18 @@ func (c *Consumer) lone(ctx context.Context, log *slog.Logger, r store.Receipt, 
 	if wait, ok := c.cfg.Schedule.Retry(named, class, c.cfg.Rand()); ok {
 		o.Status, o.NextAttemptAt = store.ReceiptQueued, done.Add(wait)
 	} else {
+		c.forgetLone(r.ID)
 		o.Status = store.ReceiptFailed
 		o.Reason = fmt.Sprintf("gave up after %d attempts; last reply: %s", named, err.Error())
 	}
 	return o
 }
 
-// previous is the message's attempt before attempt n, if it finished.
-func (c *Consumer) previous(ctx context.Context, id ulid.ULID, n int) (store.Attempt, bool) {
-	if n <= 1 {
-		return store.Attempt{}, false
-	}
-	as, err := c.cfg.Store.ReceiptAttempts(ctx, id)
-	if err != nil {
-		return store.Attempt{}, false // judged as a first time: retried, never failed
-	}
-	for _, a := range as {
-		if a.N == n-1 && !a.FinishedAt.IsZero() {
-			return a, true
-		}
-	}
-	return store.Attempt{}, false
+// forgetLone drops a message's lone mark: its attempt had another end.
+func (c *Consumer) forgetLone(id ulid.ULID) {
+	c.lonesMu.Lock()
+	defer c.lonesMu.Unlock()
+	delete(c.lones, id)
 }
 
 // named is how many of a message's n attempts named its recipient: the
