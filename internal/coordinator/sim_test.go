@@ -1959,12 +1959,18 @@ const simEditSeed = 5028
 // content revision in force when its claim was taken.
 func TestSimulationEditWhilePaused(t *testing.T) {
 	t.Parallel()
-	s := runSchedule(t, simEditSeed, false)
+	replayWith(t, simEditSeed, "content edited while paused")
+}
+
+// replayWith replays seed, whose schedule injects fault at least twice,
+// and fails on any violation.
+func replayWith(t *testing.T, seed uint64, fault string) {
+	s := runSchedule(t, seed, false)
 	for _, v := range s.violations {
 		t.Errorf("%s\n%s", v, strings.Join(s.tail(30), "\n"))
 	}
-	if s.faults["content edited while paused"] < 2 {
-		t.Errorf("%d content edits; want the schedule's edits", s.faults["content edited while paused"])
+	if s.faults[fault] < 2 {
+		t.Errorf("%d of %q; want the schedule's", s.faults[fault], fault)
 	}
 }
 
@@ -1978,11 +1984,5 @@ const simFrozenSeed = 99600016
 // claimed before it froze (pageworker's liveness lease).
 func TestSimulationFrozenWorker(t *testing.T) {
 	t.Parallel()
-	s := runSchedule(t, simFrozenSeed, false)
-	for _, v := range s.violations {
-		t.Errorf("%s\n%s", v, strings.Join(s.tail(30), "\n"))
-	}
-	if s.faults["worker frozen past its liveness"] < 2 {
-		t.Errorf("%d freezes; want the schedule's", s.faults["worker frozen past its liveness"])
-	}
+	replayWith(t, simFrozenSeed, "worker frozen past its liveness")
 }
