@@ -16,7 +16,7 @@ import (
 // run's claims the reconciler settled meanwhile (under the resend policy:
 // released, and sent again by a sweep), sends none of the window it had
 // claimed behind the one in flight once it wakes: its record may have
-// lapsed (liveness.beat), so those claims' lease has ended. It sent them,
+// lapsed (liveness.beat), so that run sends no more. It sent them,
 // a second copy each (a tester's SIGSTOP of 40 s). The first window's
 // sends, which may have reached the server before the freeze, are the
 // policy's accepted risk and are not checked here.
@@ -110,44 +110,43 @@ func TestLivenessLease(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
 	l := newLiveness("w", time.Minute)
-	if !l.sendable(l.lease(l.start(t0)), t0) {
+	if !l.sendable(l.start(t0), t0) {
 		t.Fatal("no record kept: a claim must be sent")
 	}
 	l.keep(t0)
 	l.beat(t0, t0.Add(time.Millisecond))
 	o := l.start(t0)
-	le := l.lease(o)
 	for _, c := range []struct {
 		at   time.Duration
 		want bool
 	}{{time.Second, true}, {lapseAfter, true}, {lapseAfter + time.Second, false}} {
-		if got := l.sendable(le, t0.Add(c.at)); got != c.want {
+		if got := l.sendable(o, t0.Add(c.at)); got != c.want {
 			t.Errorf("%s after the last write began: sendable %v, want %v", c.at, got, c.want)
 		}
 	}
-	if l.sendable(lease{owner: "w/99"}, t0.Add(time.Second)) {
+	if l.sendable("w/99", t0.Add(time.Second)) {
 		t.Error("a run the worker does not know: sendable")
 	}
 	l.beat(t0.Add(3*time.Second), t0.Add(3*time.Second+time.Millisecond)) // on time
-	if !l.sendable(le, t0.Add(4*time.Second)) || l.stale(o) {
+	if !l.sendable(o, t0.Add(4*time.Second)) || l.stale(o) {
 		t.Error("a write on time ended the run's sends")
 	}
 	l.beat(t0.Add(6*time.Second), t0.Add(16*time.Second)) // a write that ended 13 s after the last one began
-	if l.sendable(le, t0.Add(16*time.Second)) || !l.stale(o) {
+	if l.sendable(o, t0.Add(16*time.Second)) || !l.stale(o) {
 		t.Error("the run still sends after a gap over lapseAfter between two writes")
 	}
 	l.progress(o, t0.Add(17*time.Second))
-	if l.sendable(l.lease(o), t0.Add(17*time.Second)) {
+	if l.sendable(o, t0.Add(17*time.Second)) {
 		t.Error("a run started before the gap sends again once it makes progress")
 	}
 	after := l.start(t0.Add(17 * time.Second))
-	if !l.sendable(l.lease(after), t0.Add(17*time.Second)) {
+	if !l.sendable(after, t0.Add(17*time.Second)) {
 		t.Error("a run started after the gap does not send")
 	}
 	l.active(t0.Add(17*time.Second + 2*time.Minute)) // a write that leaves the quiet run out
 	l.beat(t0.Add(17*time.Second+2*time.Minute), t0.Add(17*time.Second+2*time.Minute))
 	l.progress(after, t0.Add(17*time.Second+2*time.Minute))
-	if l.sendable(l.lease(after), t0.Add(17*time.Second+2*time.Minute)) || !l.stale(after) {
+	if l.sendable(after, t0.Add(17*time.Second+2*time.Minute)) || !l.stale(after) {
 		t.Error("a run left out of the record for being quiet sends again")
 	}
 }

@@ -115,13 +115,7 @@ func (l *liveness) beat(began, done time.Time) {
 	l.kept, l.beatAt = true, began
 }
 
-// lease is what a claim was taken under: its run.
-type lease struct{ owner string }
-
-// lease is taken for a claim.
-func (l *liveness) lease(owner string) lease { return lease{owner: owner} }
-
-// sendable says whether a claim taken under le may be sent at now: the
+// sendable says whether a claim of owner's run may be sent at now: the
 // record has surely been there, listing the run, since the run began (no
 // epoch since, the run never left out of it, the last write begun within
 // lapseAfter). A worker frozen (SIGSTOP, a VM paused) past the record's
@@ -130,10 +124,10 @@ func (l *liveness) lease(owner string) lease { return lease{owner: owner} }
 // them already, and each person got two copies (a tester). A run is never
 // sendable again once the epoch moved past its start: its later claims
 // may be settled too, by a reconciler still seeing it gone (a reviewer).
-func (l *liveness) sendable(le lease, now time.Time) bool {
+func (l *liveness) sendable(owner string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r, ok := l.runs[le.owner]
+	r, ok := l.runs[owner]
 	if ok && (r.dropped || r.epoch != l.epoch) {
 		return false
 	}

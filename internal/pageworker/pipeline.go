@@ -220,7 +220,7 @@ func (p *pipeline) run() {
 			p.sends.Add(1)
 			p.w.senders.run(func() {
 				defer func() { <-p.w.slots; b.finished <- i; wg.Done(); p.sends.Done() }()
-				if !p.w.live.sendable(b.lease, p.w.cfg.Clock.Now()) {
+				if !p.w.live.sendable(b.owner, p.w.cfg.Clock.Now()) {
 					b.errs[i] = errLapsed
 					return
 				}
@@ -267,7 +267,7 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 					continue
 				}
 				p.w.slots <- struct{}{}
-				if !p.w.live.sendable(b.lease, p.w.cfg.Clock.Now()) {
+				if !p.w.live.sendable(b.owner, p.w.cfg.Clock.Now()) {
 					<-p.w.slots
 					<-ln.sem
 					b.errs[i] = errLapsed

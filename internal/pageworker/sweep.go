@@ -67,10 +67,8 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		// Retried as it is when it may have committed: ClaimDue returns
 		// the rows this run holds already, but for the stragglers'.
 		var due []store.Due
-		var le lease // taken before the claim, so a lapse after it ends it
 		err := w.persist(ctx, owner, func() error {
 			var err error
-			le = w.live.lease(owner)
 			due, err = w.cfg.Store.ClaimDue(pageCtx, l.b, owner, now, min(w.cfg.Concurrency, job.Limit-taken), sending)
 			return err
 		})
@@ -97,7 +95,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		for k, d := range due {
 			window[k], mine[d.ID], rows[d.ID] = d.Contact, true, d
 		}
-		p.start(w.prepare(window, mine, h, now, le))
+		p.start(w.prepare(window, mine, h, now, owner))
 		b, pending := p.wait()
 		var over []straggler
 		over, late = regroup(late, b, pending)

@@ -771,16 +771,14 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 	}
 	claim := func(k int) error {
 		tries := 0
-		var le lease // taken before the claim, so a lapse after it ends it
 		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, windows[k], func() ([]ulid.ULID, error) {
 			tries++
-			le = w.live.lease(owner)
 			return w.cfg.Store.Claim(pageCtx, l.b.ID, owner, w.claimsFor(l, windows[k]), w.cfg.Clock.Now())
 		})
 		if err == nil {
 			fresh(sum(claimedOf[:k]), tries, claimed)
 			claimedOf[k] = len(claimed)
-			w.release(pageCtx, p, l, h, windows[k], claimed, le)
+			w.release(pageCtx, p, l, h, windows[k], claimed, owner)
 		}
 		return err
 	}
@@ -827,10 +825,8 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 			}
 		}
 		tries := 0
-		var le lease
 		claimed, err := w.persistClaim(ctx, pageCtx, l, owner, following, func() ([]ulid.ULID, error) {
 			tries++
-			le = w.live.lease(owner)
 			return w.cfg.Store.RecordAndClaim(pageCtx, l.b.ID, owner, outcomes, w.claimsFor(l, following), w.cfg.Clock.Now())
 		})
 		if c, refused := notRunning(err); refused {
@@ -858,7 +854,7 @@ func (w *Worker) runPage(ctx, pageCtx context.Context, job bus.PageJob, owner st
 		if following != nil {
 			fresh(holding, tries, claimed)
 			claimedOf[released] = len(claimed)
-			w.release(pageCtx, p, l, h, following, claimed, le)
+			w.release(pageCtx, p, l, h, following, claimed, owner)
 			released++
 		}
 		if following == nil && released-(k+1) <= 1 {
@@ -974,9 +970,9 @@ func (w *Worker) recordLate(ctx, pageCtx context.Context, l *loaded, owner strin
 
 // release hands a claimed window to the pipeline, with the holds the
 // governor has now.
-func (w *Worker) release(ctx context.Context, p *pipeline, l *loaded, h *holds, window []store.Contact, claimed []ulid.ULID, le lease) {
+func (w *Worker) release(ctx context.Context, p *pipeline, l *loaded, h *holds, window []store.Contact, claimed []ulid.ULID, owner string) {
 	w.refreshHolds(ctx, l, h)
-	p.start(w.prepare(window, ids(claimed), h, w.cfg.Clock.Now(), le))
+	p.start(w.prepare(window, ids(claimed), h, w.cfg.Clock.Now(), owner))
 }
 
 func sum(xs []int) (n int) {
@@ -1187,9 +1183,9 @@ func (w *Worker) count(res windowResult) {
 // which of them this run holds and which the governor holds, and, once
 // done is closed, every send's error.
 type batch struct {
-	// lease is what its claims were taken under: a send starts only while
+	// owner is the run its claims were taken by: a send starts only while
 	// it holds (liveness.sendable); one that does not is errLapsed.
-	lease      lease
+	owner      string
 	window     []store.Contact
 	mine       map[ulid.ULID]bool
 	providers  []string
@@ -1229,8 +1225,8 @@ func (b *batch) givenUpStep(i int, provider string) bool {
 
 // prepare decides, before a window is sent, which of its contacts are sent:
 // those this run holds whose provider the governor does not hold.
-func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time, le lease) *batch {
-	b := &batch{lease: le, window: window, mine: mine, providers: make([]string, len(window)), deferUntil: make([]time.Time, len(window)),
+func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *holds, now time.Time, owner string) *batch {
+	b := &batch{owner: owner, window: window, mine: mine, providers: make([]string, len(window)), deferUntil: make([]time.Time, len(window)),
 		now: now, errs: make([]error, len(window)), took: make([]time.Duration, len(window)), done: make(chan struct{}), finished: make(chan int, len(window)), giveUp: h.giveUp}
 	for i, c := range window {
 		if mine[c.ID] {
@@ -1285,7 +1281,7 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 	}
 	if lapsed > 0 {
 		w.cfg.Log.Warn("claims not sent: this worker's liveness may have lapsed since they were taken (the process was stopped or cut off from NATS); the reconciler settles them, or they are retried",
-			"broadcast", l.b.ID, "owner", b.lease.owner, "not_sent", lapsed)
+			"broadcast", l.b.ID, "owner", b.owner, "not_sent", lapsed)
 	}
 	haltRepeatedRenderErrors(errs, attempted, &l.renders)
 	kinds := sendKinds(b)
