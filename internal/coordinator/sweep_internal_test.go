@@ -340,6 +340,16 @@ func TestStatusNamesWhatRefusedTheRetries(t *testing.T) {
 	}
 }
 
+// walkingActor is a backlog actor (rows deferred for an hour) whose
+// ranges are all still being walked.
+func walkingActor(t *testing.T, clk *clock.Fake) *actor {
+	a, _ := backlogActor(t, clk, 20, 8, func(int) time.Time { return clk.Now().Add(time.Hour) })
+	for i := range a.recs {
+		a.recs[i].Done = false
+	}
+	return a
+}
+
 // TestRangesGoAgainWhenTheRelayTakesMail: a range backing off after pages
 // refused at connect (the relay down) goes again as soon as any page sends
 // after that run of refusals, not at its backoff, which after a minute's
@@ -348,10 +358,7 @@ func TestRangesGoAgainWhenTheRelayTakesMail(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	clk := clock.NewFake(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC))
-	a, _ := backlogActor(t, clk, 20, 8, func(int) time.Time { return clk.Now().Add(time.Hour) })
-	for i := range a.recs {
-		a.recs[i].Done = false
-	}
+	a := walkingActor(t, clk)
 	// Its window's rows deferred, the cursor past them, nobody sent.
 	past, _ := ranges.Next(ulid.MustParseStrict(a.recs[0].Next))
 	down := bus.Report{Broadcast: a.id.String(), Range: 0, From: a.recs[0].Next, Next: past.String(), Class: bus.ClassTransient,
@@ -505,9 +512,8 @@ func TestResumeStartsTheRangesCountsAfresh(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	clk := clock.NewFake(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC))
-	a, _ := backlogActor(t, clk, 20, 8, func(int) time.Time { return clk.Now().Add(time.Hour) })
+	a := walkingActor(t, clk)
 	for i := range a.recs {
-		a.recs[i].Done = false
 		a.recs[i].Fruitless = 7
 		if err := a.write(ctx, i, a.recs[i]); err != nil {
 			t.Fatal(err)
