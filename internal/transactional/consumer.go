@@ -327,13 +327,7 @@ func (c *Consumer) attempt(ctx context.Context, log *slog.Logger, msg jetstream.
 			log.Error("transactional send hit a channel-wide error", "attempt", n, "err", sendErr)
 		}
 		o := store.AttemptOutcome{Result: class.String(), Reply: sendErr.Error()}
-		named := c.named(ctx, log, r.ID, n)
-		if wait, ok := c.cfg.Schedule.Retry(named, class, c.cfg.Rand()); ok {
-			o.Status, o.NextAttemptAt = store.ReceiptQueued, done.Add(wait)
-		} else {
-			o.Status = store.ReceiptFailed
-			o.Reason = fmt.Sprintf("gave up after %d attempts; last reply: %s", named, sendErr.Error())
-		}
+		c.retryOrGiveUp(ctx, log, r.ID, n, class, sendErr, done, &o)
 		c.finish(ctx, log, msg, r, n, o)
 	}
 }
@@ -350,8 +344,7 @@ const resultLone = "lone"
 // lone decides attempt n refused by err, a reply that may be the
 // recipient's alone or the relay's for everyone. Refused so twice in a row
 // here, the relay accepting a send started in between, it is the
-// recipient's:
-// failed, with the reply. The first time it is retried at the schedule's
+// recipient's: failed, with the reply. The first time it is retried at the schedule's
 // step, without the channel alert; refused so again with nothing accepted
 // in between, it may be the relay's: the longest step and the alert, as a
 // channel error. Every one was the channel's: one filtered mailbox was
@@ -381,15 +374,24 @@ func (c *Consumer) lone(ctx context.Context, log *slog.Logger, r store.Receipt, 
 		channelErrors.Inc()
 		log.Error("transactional send refused again with nothing accepted since: the relay may be refusing everyone", "attempt", n, "err", err)
 	}
-	named := c.named(ctx, log, r.ID, n)
-	if wait, ok := c.cfg.Schedule.Retry(named, class, c.cfg.Rand()); ok {
-		o.Status, o.NextAttemptAt = store.ReceiptQueued, done.Add(wait)
-	} else {
+	if c.retryOrGiveUp(ctx, log, r.ID, n, class, err, done, &o) {
 		c.forgetLone(r.ID)
-		o.Status = store.ReceiptFailed
-		o.Reason = fmt.Sprintf("gave up after %d attempts; last reply: %s", named, err.Error())
 	}
 	return o
+}
+
+// retryOrGiveUp queues o for the schedule's retry of a failure of class
+// after attempt n, by the attempts that named the recipient, or fails it
+// once they are spent, with the last reply, and says whether it did.
+func (c *Consumer) retryOrGiveUp(ctx context.Context, log *slog.Logger, id ulid.ULID, n int, class transport.Class, err error, done time.Time, o *store.AttemptOutcome) (gaveUp bool) {
+	named := c.named(ctx, log, id, n)
+	if wait, ok := c.cfg.Schedule.Retry(named, class, c.cfg.Rand()); ok {
+		o.Status, o.NextAttemptAt = store.ReceiptQueued, done.Add(wait)
+		return false
+	}
+	o.Status = store.ReceiptFailed
+	o.Reason = fmt.Sprintf("gave up after %d attempts; last reply: %s", named, err.Error())
+	return true
 }
 
 // forgetLone drops a message's lone mark: its attempt had another end.
