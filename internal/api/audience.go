@@ -327,43 +327,42 @@ func (api *AudienceAPI) importFailed(err error, row, imported int64) error {
 	return status.Errorf(s.Code(), "import stopped after row %d with at least %d rows committed (importing the file again is safe): %s", row, imported, s.Message())
 }
 
-// writeBatches writes each batch: contacts, then the segment memberships
-// their rows asked for (segments are created when missing). It returns at
-// the first error; ImportContacts then cancels the stream.
+// writeBatches writes each batch: its contacts with the segment memberships
+// their rows asked for, in one transaction (store.ImportContacts), so an
+// import stopped anywhere leaves no contact written without its segments.
+// Segments are created when missing, before the batch that first names
+// them. It returns at the first error; ImportContacts then cancels the
+// stream.
 func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, imported, updated *int64, refused *[]refusedRow) error {
 	st := api.cfg.Store
 	segments := map[string]int64{}
 	for b := range batches {
 		now := api.cfg.Clock.Now()
-		ids, err := st.ImportContacts(ctx, b.contacts, now)
-		if err != nil {
-			return err
-		}
-		written := len(b.contacts)
-		members := map[int64][]ulid.ULID{}
 		for i, names := range b.segments {
-			if ids[i] == (ulid.ULID{}) {
-				*refused = append(*refused, refusedRow{row: b.rows[i], email: b.contacts[i].Email})
-				written--
-				continue // not written: no membership either
-			}
-			if ids[i] != b.contacts[i].ID {
-				*updated++ // the address's contact keeps its id
-			}
 			for _, name := range names {
 				seg, ok := segments[name]
 				if !ok {
+					var err error
 					if seg, err = st.EnsureSegment(ctx, name, now); err != nil {
 						return err
 					}
 					segments[name] = seg
 				}
-				members[seg] = append(members[seg], ids[i])
+				b.contacts[i].Segments = append(b.contacts[i].Segments, seg)
 			}
 		}
-		for seg, ids := range members {
-			if _, err := st.AddMembers(ctx, seg, ids); err != nil {
-				return err
+		ids, err := st.ImportContacts(ctx, b.contacts, now)
+		if err != nil {
+			return err
+		}
+		written := len(b.contacts)
+		for i, id := range ids {
+			switch {
+			case id == (ulid.ULID{}):
+				*refused = append(*refused, refusedRow{row: b.rows[i], email: b.contacts[i].Email})
+				written--
+			case id != b.contacts[i].ID:
+				*updated++ // the address's contact keeps its id
 			}
 		}
 		*imported += int64(written)

@@ -24,7 +24,10 @@ type Contacts interface {
 	// A row whose attributes, merged with the stored contact's, would be
 	// more than MaxAttributes changes nothing, and its id is the zero ULID:
 	// the caller reports the row as not imported (re-imports with new keys
-	// each time grew contacts without bound).
+	// each time grew contacts without bound). Each written contact joins
+	// its Segments in the same transaction; a segment that is not there
+	// (deleted while an import ran) fails the call with ErrConflict, and
+	// nothing of it is written.
 	ImportContacts(ctx context.Context, cs []Contact, now time.Time) ([]ulid.ULID, error)
 	// GetContact returns one contact, or ErrNotFound.
 	GetContact(ctx context.Context, id ulid.ULID) (ContactDetail, error)
@@ -126,4 +129,10 @@ func NotLifted(d ContactDetail, was string, erased bool) error {
 		return fmt.Errorf("contact %s is not suppressed: %w", d.ID, ErrConflict)
 	}
 	return fmt.Errorf("contact %s: its suppression changed while it was being lifted (now %q, was %q); look at it again: %w", d.ID, d.SuppressedReason, was, ErrConflict)
+}
+
+// SegmentGone is ImportContacts' error when a segment its rows join is not
+// there: deleted while the import ran.
+func SegmentGone() error {
+	return fmt.Errorf("%w: a segment the rows join was deleted while the import ran; nothing of this batch was written", ErrConflict)
 }

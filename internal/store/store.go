@@ -86,6 +86,12 @@ type Contact struct {
 	Subscribed   bool
 	DoNotContact bool
 	Suppressed   bool
+	// Segments is read by ImportContacts alone: the segments (ids) the
+	// contact joins, written in the same transaction as the contact, so an
+	// import stopped anywhere never leaves a contact written without the
+	// memberships its row asked for (a broadcast to the segment would skip
+	// it silently).
+	Segments []int64
 }
 
 // Content is what a broadcast sends; validated by message.Compile before it is stored.

@@ -97,18 +97,66 @@ func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time
 	if err := store.CheckContacts(cs); err != nil {
 		return nil, fmt.Errorf("import contacts: %w", err)
 	}
-	if len(cs) < copyThreshold {
-		return s.upsert(ctx, cs, now)
+	if len(cs) == 0 {
+		return nil, nil
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, mapErr("import contacts", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
+	var out []ulid.ULID
+	if len(cs) < copyThreshold {
+		out, err = s.upsert(ctx, tx, cs, now)
+	} else {
+		out, err = s.copyContacts(ctx, tx, cs, now)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := joinSegments(ctx, tx, cs, out); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, mapErr("import contacts", err)
+	}
+	return out, nil
+}
+
+// joinSegments adds each written contact (out[i] not zero) to the segments
+// its row names, in the import's transaction.
+func joinSegments(ctx context.Context, tx pgx.Tx, cs []store.Contact, out []ulid.ULID) error {
+	var segs []int64
+	var ids [][16]byte
+	for i, c := range cs {
+		if out[i] == (ulid.ULID{}) {
+			continue // not written: no membership either
+		}
+		for _, seg := range c.Segments {
+			segs, ids = append(segs, seg), append(ids, uid(out[i]))
+		}
+	}
+	if len(segs) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
+INSERT INTO segment_members (segment_id, contact_id)
+SELECT * FROM unnest($1::bigint[], $2::uuid[])
+ON CONFLICT DO NOTHING`, segs, ids)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+		return fmt.Errorf("import contacts: %w", store.SegmentGone())
+	}
+	return mapErr("import contacts: segment members", err)
+}
+
+// copyContacts is ImportContacts for a large batch: COPY into a staging
+// table, then one statement for the new rows and one for the others.
+func (s *Store) copyContacts(ctx context.Context, tx pgx.Tx, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
 	if _, err := tx.Exec(ctx, importTable); err != nil {
 		return nil, mapErr("import contacts: staging table", err)
 	}
-	_, err = tx.CopyFrom(ctx, pgx.Identifier{"contacts_import"}, importColumns,
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"contacts_import"}, importColumns,
 		pgx.CopyFromSlice(len(cs), func(i int) ([]any, error) {
 			c := cs[i]
 			attrs := c.Attributes
@@ -167,9 +215,6 @@ func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time
 	}
 	if inserted != int64(len(cs)) {
 		return nil, fmt.Errorf("import contacts: %d of %d rows written; are the emails unique within the batch?", inserted, len(cs))
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, mapErr("import contacts", err)
 	}
 	return out, nil
 }

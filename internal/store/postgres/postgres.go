@@ -192,14 +192,8 @@ WHERE (SELECT count(*) FROM jsonb_object_keys(c.attributes || EXCLUDED.attribute
 // maxAttributes is store.MaxAttributes in SQL (TestMaxAttributesInSQL).
 const maxAttributes = "64"
 
-// upsert is ImportContacts for a small batch: one statement.
-func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
-	if err := store.CheckContacts(cs); err != nil {
-		return nil, fmt.Errorf("upsert contacts: %w", err)
-	}
-	if len(cs) == 0 {
-		return nil, nil
-	}
+// upsert is ImportContacts for a small batch: one statement, in tx.
+func (s *Store) upsert(ctx context.Context, tx pgx.Tx, cs []store.Contact, now time.Time) ([]ulid.ULID, error) {
 	ids := make([][16]byte, len(cs))
 	emails := make([]string, len(cs))
 	names := make([]string, len(cs))
@@ -215,7 +209,7 @@ func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) (
 			attrs[i] = map[string]any{}
 		}
 	}
-	rows, err := s.pool.Query(ctx, upsertContacts, ids, emails, names, attrs, subscribed, dnc, now, suppressed, keys(emails),
+	rows, err := tx.Query(ctx, upsertContacts, ids, emails, names, attrs, subscribed, dnc, now, suppressed, keys(emails),
 		s.erasureHashes(emails), store.ErasedReason)
 	if err != nil {
 		return nil, mapErr("upsert contacts", err)

@@ -292,6 +292,24 @@ func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) (
 			return err
 		}
 		defer insert.Close()
+		join, err := tx.PrepareContext(ctx, `INSERT INTO segment_members (segment_id, contact_id) VALUES (?, ?) ON CONFLICT DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		defer join.Close()
+		// joinSegments writes contact i's memberships, in this transaction.
+		joinSegments := func(i int) error {
+			for _, seg := range cs[i].Segments {
+				if _, err := join.ExecContext(ctx, seg, id(out[i])); err != nil {
+					var se *sqlite.Error
+					if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
+						return store.SegmentGone()
+					}
+					return err
+				}
+			}
+			return nil
+		}
 		for i, c := range cs {
 			var existing []byte
 			var old string
@@ -306,6 +324,9 @@ func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) (
 					return err
 				}
 				out[i] = c.ID
+				if err := joinSegments(i); err != nil {
+					return err
+				}
 				continue
 			}
 			if err != nil {
@@ -326,6 +347,9 @@ func (s *Store) upsert(ctx context.Context, cs []store.Contact, now time.Time) (
 			}
 			if _, err := update.ExecContext(ctx, existing, c.Name, merged, c.Subscribed, c.DoNotContact, c.Suppressed, ts(now),
 				store.ErasureHash(s.erasureKey, c.Email)); err != nil {
+				return err
+			}
+			if err := joinSegments(i); err != nil {
 				return err
 			}
 		}
