@@ -139,7 +139,7 @@ func (api *BroadcastOpsAPI) PreviewBroadcast(ctx context.Context, req *pb.Previe
 	if err != nil {
 		return nil, err
 	}
-	m, err := pageworker.Render(compiled, b.ID, d.Contact, api.cfg.Clock.Now(), api.cfg.Mail.Unsubscribe, api.cfg.Mail.DKIM)
+	m, err := pageworker.Render(compiled, b, d.Contact, api.cfg.Clock.Now(), api.cfg.Mail.Unsubscribe, api.cfg.Mail.DKIM)
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "the message cannot be rendered for %s: %v (a page would fail this contact)", d.Email, err)
 	}
@@ -314,7 +314,7 @@ func (api *BroadcastOpsAPI) TestBroadcast(ctx context.Context, req *pb.TestBroad
 		c.ID, c.Email = api.ids.make(now), addr
 		res := &pb.TestSendResult{To: addr}
 		out.Results[i] = res
-		m, err := pageworker.Render(compiled, b.ID, c, now, mc.Unsubscribe, mc.DKIM)
+		m, err := pageworker.Render(compiled, b, c, now, mc.Unsubscribe, mc.DKIM)
 		if err != nil {
 			res.Reply = fmt.Sprintf("render: %v", err)
 			continue

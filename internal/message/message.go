@@ -65,6 +65,13 @@ type Params struct {
 	// writes no List-Unsubscribe fields at all rather than a link that
 	// could not work.
 	UnsubscribeURL string
+	// RequireUnsubscribeLink says the broadcast relies on the body's link
+	// (it was not created with --no-unsubscribe-link): a body rendered for
+	// this contact without UnsubscribeURL is this contact's ValidationError.
+	// Compile judges the link by a sample contact; a branch the sample does
+	// not take ({{if .Name}}…link…{{else}}…{{end}}) could leave it out for
+	// others, and the message must not go without it.
+	RequireUnsubscribeLink bool
 }
 
 // Rendered is one message ready for a transport.
@@ -98,6 +105,11 @@ type Compiled struct {
 	// unsubLink is why the sample render shows no unsubscribe link, or nil
 	// when it shows one (CheckUnsubscribeLink).
 	unsubLink error
+	// sampleLink: the first sample's render shows the link, so the content
+	// means to carry one; Render holds each contact's message to it
+	// (Params.RequireUnsubscribeLink). Content from before the link was
+	// required at create shows none and is left as it was.
+	sampleLink bool
 }
 
 // templateData is what templates see. Field names are part of the template
@@ -196,7 +208,7 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 	// Render once against a sample contact, so execution-time mistakes
 	// (wrong argument types, fields on strings) surface now. Required
 	// attributes get placeholder values; see the package comment.
-	sample := templateData{Email: "sample@example.com", Name: "Sample", Attributes: attrs, UnsubscribeURL: sampleUnsubscribeURL}
+	sample := templateData{Email: "sample@example.com", Name: "Sample", Attributes: attrs, UnsubscribeURL: SampleUnsubscribeURL}
 	var subject, html, text bytes.Buffer
 	if _, err := c.execSubject(sample, &subject); err != nil {
 		return nil, err
@@ -205,6 +217,19 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 		return nil, err
 	}
 	c.unsubLink = checkUnsubscribeLink(html.String(), text.String(), c.text != nil)
+	c.sampleLink = c.unsubLink == nil
+	if c.sampleLink {
+		// A second sample, with no name and another address: a link in a
+		// branch only the first takes ({{if .Name}}…{{end}}; a list
+		// imported without names) reached some contacts and not others.
+		// Render refuses such a message per contact; this says so at create.
+		other := templateData{Email: "other@example.net", Attributes: attrs, UnsubscribeURL: SampleUnsubscribeURL}
+		var html, text bytes.Buffer
+		if c.execBodies(other, &html, &text, nil) == nil && checkUnsubscribeLink(html.String(), text.String(), c.text != nil) != nil {
+			c.unsubLink = &ValidationError{Field: fieldHTML, Reason: "shows its unsubscribe link to some contacts only (a sample contact with a name sees it, one with no name and another address does not): " +
+				"a branch of the template ({{if}}, {{with}}, {{range}}) leaves out {{.UnsubscribeURL}}; put the link outside such branches" + OrNoUnsubscribeLink}
+		}
+	}
 	c.flatten()
 	return c, nil
 }
@@ -244,10 +269,11 @@ func (c *Compiled) execPart(field string, flat *flatTemplate, buf *bytes.Buffer,
 	return false, c.budget.meter(field, buf, exec)
 }
 
-// sampleUnsubscribeURL stands in for .UnsubscribeURL in the sample render.
+// SampleUnsubscribeURL stands in for .UnsubscribeURL in the sample render
+// (and in preflight's renders for real contacts, which have no link yet).
 // Its characters need no escaping in any HTML or URL context, so wherever
 // a template puts the link as a link or as text, it appears verbatim.
-const sampleUnsubscribeURL = "https://unsubscribe.invalid/u/rangecast-sample-link"
+const SampleUnsubscribeURL = "https://unsubscribe.invalid/u/rangecast-sample-link"
 
 // OrNoUnsubscribeLink ends the error of content without a visible
 // unsubscribe link: the way out at create, which an edit of a started
@@ -262,9 +288,9 @@ const OrNoUnsubscribeLink = "; or, if the body already links to a preference pag
 func checkUnsubscribeLink(html, text string, ownText bool) error {
 	const how = `add <a href="{{.UnsubscribeURL}}">Unsubscribe</a> to the HTML body`
 	const orFlag = OrNoUnsubscribeLink
-	if !strings.Contains(htmlToText(withoutHidden(html)), sampleUnsubscribeURL) {
+	if !strings.Contains(htmlToText(withoutHidden(html)), SampleUnsubscribeURL) {
 		reason := "has no visible unsubscribe link, which Gmail, Yahoo and Microsoft require of bulk mail; " + how
-		if strings.Contains(htmlToText(html), sampleUnsubscribeURL) {
+		if strings.Contains(htmlToText(html), SampleUnsubscribeURL) {
 			reason = "hides its unsubscribe link (inside an element with display:none, opacity:0, no height or the hidden attribute, or as a link with no text), and Gmail, Yahoo and Microsoft require a visible one of bulk mail; move the link out of that element"
 		}
 		if ownText {
@@ -272,8 +298,26 @@ func checkUnsubscribeLink(html, text string, ownText bool) error {
 		}
 		return &ValidationError{Field: fieldHTML, Reason: reason + orFlag}
 	}
-	if ownText && !strings.Contains(text, sampleUnsubscribeURL) {
+	if ownText && !strings.Contains(text, SampleUnsubscribeURL) {
 		return &ValidationError{Field: fieldText, Reason: "has no unsubscribe link, so a plain-text reader cannot unsubscribe; add {{.UnsubscribeURL}} to the text part" + orFlag}
+	}
+	return nil
+}
+
+// checkLinkRendered is the per-message check of RequireUnsubscribeLink: the
+// link's token (its last path segment: base64url, which no HTML, URL or
+// quoted-printable escaping changes, whatever the base URL holds) is in the
+// HTML, and in the plain text written for the broadcast if there is one.
+// Whether the link is visible is judged once, at Compile and at preflight
+// (a full HTML scan per message would cost more than the render).
+func (c *Compiled) checkLinkRendered(unsub string, html, text []byte) error {
+	token := []byte(unsub[strings.LastIndexByte(unsub, '/')+1:])
+	const why = "; a branch of the template ({{if}}, {{with}}, {{range}}) that this contact takes leaves out {{.UnsubscribeURL}}; put the link outside such branches"
+	if !bytes.Contains(html, token) {
+		return &ValidationError{Field: fieldHTML, Reason: "has no unsubscribe link for this contact" + why}
+	}
+	if c.text != nil && !bytes.Contains(text, token) {
+		return &ValidationError{Field: fieldText, Reason: "has no unsubscribe link for this contact" + why}
 	}
 	return nil
 }
@@ -339,6 +383,11 @@ func (c *Compiled) Render(p Params) (Rendered, error) {
 	}
 	if err := c.execBodies(data, &rb.html, &rb.text, &rb.written); err != nil {
 		return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
+	}
+	if p.RequireUnsubscribeLink && c.sampleLink && unsub != "" {
+		if err := c.checkLinkRendered(unsub, rb.html.Bytes(), rb.text.Bytes()); err != nil {
+			return Rendered{}, fmt.Errorf("message: render for contact %s: %w", p.Contact.ID, err)
+		}
 	}
 
 	id := MessageID(p.BroadcastID, p.Contact.ID, c.domain)

@@ -223,6 +223,12 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"SVG link", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><svg width="10" height="10"></svg></a>`, "", ""},
 		{"hidden td before the link's td", `<table><tr><td style="display:none">x<td>` + link + `</td></tr></table>`, "", ""},
 		{"overflow hidden with a height", `<div style="height:40px;overflow:hidden">` + link + `</div>`, "", ""},
+		// A link in a branch the sample contact takes and others do not
+		// (tester: accepted, and a contact imported with no name got none).
+		{"only for contacts with a name", `{{if .Name}}<p>Hi {{.Name}}</p><p>` + link + `</p>{{else}}<p>Hi there</p>{{end}}`, "", "html some"},
+		{"only for the sample address", `<p>Hi</p>{{if eq .Email "sample@example.com"}}` + link + `{{end}}`, "", "html some"},
+		{"only for the sample name", `<p>Hi</p>{{if eq .Name "Sample"}}` + link + `{{end}}`, "", "html some"},
+		{"with a name, in either branch", `{{if .Name}}<p>Hi {{.Name}}</p>{{else}}<p>Hi</p>{{end}}` + link, "", ""},
 	} {
 		tmpl := baseTemplate()
 		tmpl.HTML, tmpl.Text = tc.html, tc.text
@@ -232,8 +238,12 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: refused: %v", tc.name, err)
-		case tc.want != "" && (!errors.As(err, &ve) || ve.Field != strings.TrimSuffix(tc.want, " hidden")):
+		case tc.want != "" && (!errors.As(err, &ve) || ve.Field != strings.TrimSuffix(strings.TrimSuffix(tc.want, " hidden"), " some")):
 			t.Errorf("%s: err = %v, want a ValidationError on %s", tc.name, err, tc.want)
+		case strings.HasSuffix(tc.want, " some"):
+			if ve.Field != "html" || !strings.Contains(err.Error(), "to some contacts only") {
+				t.Errorf("%s: %v does not say only some contacts see the link", tc.name, err)
+			}
 		case strings.HasSuffix(tc.want, " hidden"):
 			if !strings.Contains(err.Error(), "hides its unsubscribe link") {
 				t.Errorf("%s: %v does not say the link is hidden", tc.name, err)
@@ -306,4 +316,56 @@ func TestUnsubscribeURLIsTheToken(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// A broadcast relying on its body's link is never rendered for a contact
+// whose branch of the template leaves the link out: that contact's
+// ValidationError (the worker records it failed, preflight refuses the
+// start). A branch on an attribute passes Compile, whose samples all take
+// the branch with the link.
+func TestRenderRefusesAMessageWithoutItsLink(t *testing.T) {
+	t.Parallel()
+	tmpl := baseTemplate()
+	tmpl.Text = ""
+	tmpl.HTML = `<p>Hi</p>{{if .Attributes.plan}}<a href="{{.UnsubscribeURL}}">Unsubscribe</a>{{end}}`
+	c := mustCompile(t, tmpl)
+	if err := c.CheckUnsubscribeLink(); err != nil {
+		t.Fatalf("CheckUnsubscribeLink: %v; want it accepted (the samples take the branch)", err)
+	}
+	key := bytes.Repeat([]byte{7}, MinUnsubscribeKeyLen)
+	u, err := NewUnsubscribe("https://example.com/?a=1&b=2", key) // a base HTML escapes
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		plan    string
+		require bool
+		refused bool
+	}{
+		{"pro", true, false},
+		{"", true, true},
+		{"", false, false}, // --no-unsubscribe-link: the body's link is the sender's business
+	} {
+		p := baseParams()
+		p.Contact.Attributes = map[string]any{"plan": tc.plan}
+		p.UnsubscribeURL = u.URL(p.BroadcastID, p.Contact.ID)
+		p.RequireUnsubscribeLink = tc.require
+		_, err := c.Render(p)
+		var ve *ValidationError
+		switch {
+		case tc.refused && (!errors.As(err, &ve) || ve.Field != "html" || !strings.Contains(err.Error(), "no unsubscribe link for this contact")):
+			t.Errorf("plan %q, required %v: err %v; want the html's ValidationError", tc.plan, tc.require, err)
+		case !tc.refused && err != nil:
+			t.Errorf("plan %q, required %v: %v", tc.plan, tc.require, err)
+		}
+	}
+	// Content from before the link was required (no link for the sample)
+	// is left as it was.
+	tmpl.HTML = `<p>Hi</p>`
+	c = mustCompile(t, tmpl)
+	p := baseParams()
+	p.UnsubscribeURL, p.RequireUnsubscribeLink = u.URL(p.BroadcastID, p.Contact.ID), true
+	if _, err := c.Render(p); err != nil {
+		t.Errorf("content without a link (made before the rule): %v", err)
+	}
 }

@@ -1706,7 +1706,7 @@ func (e *renderError) Error() string { return store.RenderFailedPrefix + e.err.E
 func (e *renderError) Unwrap() error { return e.err }
 
 func (w *Worker) send(ctx context.Context, l *loaded, c store.Contact, now time.Time) error {
-	m, err := Render(l.compiled, l.b.ID, c, now, w.cfg.Unsubscribe, w.cfg.DKIM)
+	m, err := Render(l.compiled, l.b, c, now, w.cfg.Unsubscribe, w.cfg.DKIM)
 	if err != nil {
 		return &renderError{err}
 	}

@@ -82,13 +82,18 @@ func Check(ctx context.Context, pages Pages, b store.Broadcast, c *message.Compi
 
 // CheckContacts renders c for each of contacts (an edit's new content for
 // the contacts the old content held back) and returns a *Failure for the
-// first that fails in a template.
+// first that fails in a template, or whose message would leave out the
+// unsubscribe link the broadcast relies on.
 func CheckContacts(b store.Broadcast, c *message.Compiled, contacts []store.Contact, now time.Time) error {
 	for _, ct := range contacts {
 		_, err := c.Render(message.Params{
 			BroadcastID: b.ID,
 			Contact:     message.Contact{ID: ct.ID, Email: ct.Email, Name: ct.Name, Attributes: ct.Attributes},
 			Date:        now,
+			// A contact whose branch of the template leaves the link out
+			// would fail at send: say so now.
+			UnsubscribeURL:         message.SampleUnsubscribeURL,
+			RequireUnsubscribeLink: !b.NoUnsubscribeLink,
 		})
 		if f := templateFailure(ct, err); f != nil {
 			return f

@@ -91,3 +91,25 @@ func TestCheck(t *testing.T) {
 		t.Errorf("a bad address failed the check: %v", err)
 	}
 }
+
+// A sampled contact whose branch of the template leaves out the
+// unsubscribe link the broadcast relies on fails the check (it would fail
+// at send); with --no-unsubscribe-link the body's link is the sender's own.
+func TestCheckFindsAContactWithoutTheLink(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	c, err := message.Compile(message.Template{FromAddress: "news@example.com", Subject: "Hi",
+		HTML: `<p>Hi</p>{{if .Attributes.city}}<a href="{{.UnsubscribeURL}}">Unsubscribe</a>{{end}}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := audience(100, now)
+	p.contacts[99].Attributes["city"] = ""
+	var f *Failure
+	if err := Check(context.Background(), p, store.Broadcast{}, c, now); !errors.As(err, &f) || f.Contact != p.contacts[99].ID || f.Field != "html" {
+		t.Errorf("Check = %v; want a Failure naming the last contact and html", err)
+	}
+	if err := Check(context.Background(), p, store.Broadcast{NoUnsubscribeLink: true}, c, now); err != nil {
+		t.Errorf("with --no-unsubscribe-link: %v", err)
+	}
+}
