@@ -343,6 +343,34 @@ func TestGenericWebhookOrderAndDuplicates(t *testing.T) {
 	}
 }
 
+// A detail with a NUL byte or invalid UTF-8 (a reply quoting a broken
+// server) is stored cleaned, and the hard bounce after it in the batch is
+// applied: Postgres refused the text, and the 500 had the provider retry
+// the batch for ever (tester). A NUL in an id or a Message-ID refuses the
+// request with 400.
+func TestWebhookEventsWithUnstorableText(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 3)
+	soft := f.ev("n1", "soft_bounced", 0)
+	soft["detail"] = "451 4.2.0 mailbox busy\x00 \xff"
+	if r := f.generic([]map[string]string{soft, f.ev("n2", "bounced", 1)}, nil); r.status != http.StatusOK {
+		t.Fatalf("batch with a NUL in a detail: %d %s; want 200", r.status, r.body)
+	}
+	if f.eligible(1) {
+		t.Error("the hard bounce after the NUL detail was not applied")
+	}
+	for _, field := range []string{"id", "message_id"} {
+		e := f.ev("n3", "bounced", 2)
+		e[field] += "\x00"
+		if r := f.generic([]map[string]string{e}, nil); r.status != http.StatusBadRequest || !strings.Contains(r.body, "NUL") {
+			t.Errorf("NUL in %s: %d %s; want 400 naming the NUL", field, r.status, r.body)
+		}
+	}
+	if !f.eligible(2) {
+		t.Error("a refused request changed a contact")
+	}
+}
+
 // Unsigned, badly signed, stale and malformed requests are refused with
 // 401/400 and change nothing, for every provider.
 func TestForgedWebhooksChangeNothing(t *testing.T) {

@@ -173,6 +173,10 @@ func (h *Handler) webhook(provider string, pre precheck, parse parser) http.Hand
 			h.reject(w, log, provider, rej)
 			return
 		}
+		if err := cleanEvents(events); err != nil {
+			h.reject(w, log, provider, err)
+			return
+		}
 		for _, ev := range events {
 			label := string(ev.Type)
 			if ev.Type == "" {
@@ -182,6 +186,13 @@ func (h *Handler) webhook(provider string, pre precheck, parse parser) http.Hand
 				ev.Type, label = store.EventIgnored, "other"
 			}
 			res, err := h.cfg.Store.RecordEvent(r.Context(), ev, now)
+			if errors.Is(err, store.ErrInvalid) {
+				// A value the database cannot hold: a retry would fail
+				// the same way for ever (and hold back the events after
+				// it), so the provider is told the request is bad.
+				h.reject(w, log, provider, &Rejection{http.StatusBadRequest, reasonMalformed, "event " + truncate(ev.EventID) + ": " + err.Error()})
+				return
+			}
 			if err != nil {
 				log.Error("webhook event not recorded; the provider will retry", "event", ev.EventID, "err", err)
 				http.Error(w, "event not recorded; retry later", http.StatusInternalServerError)
@@ -293,6 +304,25 @@ func ParseGeneric(secrets [][]byte, header http.Header, body []byte, now time.Ti
 		out[i] = store.DeliveryEvent{Provider: ProviderGeneric, EventID: e.ID, Type: typ, MessageID: e.MessageID, OccurredAt: at.UTC(), Detail: e.Detail}
 	}
 	return out, nil
+}
+
+// cleanEvents makes parsed events storable, whatever the provider: the
+// free text of a detail has NUL bytes and invalid UTF-8 replaced (a
+// bounce's reply quoting a broken server is still a bounce), and an id or
+// Message-ID holding either refuses the request. Stored as they came, they
+// failed the insert, and a 500 had the provider retry the batch for ever,
+// holding back the hard bounce after it (tester).
+func cleanEvents(events []store.DeliveryEvent) *Rejection {
+	for i := range events {
+		ev := &events[i]
+		ev.Detail = strings.ToValidUTF8(strings.ReplaceAll(ev.Detail, "\x00", "\uFFFD"), "\uFFFD")
+		for _, f := range []struct{ name, v string }{{"id", ev.EventID}, {"message_id", ev.MessageID}} {
+			if err := store.CheckText(f.name, f.v); err != nil {
+				return &Rejection{http.StatusBadRequest, reasonMalformed, fmt.Sprintf("events[%d]: %v", i, err)}
+			}
+		}
+	}
+	return nil
 }
 
 // checkID refuses an empty or absurd event id (it is a primary key).
