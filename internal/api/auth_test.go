@@ -128,6 +128,11 @@ func TestAuthBearerToken(t *testing.T) {
 	wantCode(t, "token prefix", list(withToken(ctx, oldToken[:5])), codes.Unauthenticated, "invalid bearer token")
 	wantCode(t, "file token", list(withToken(ctx, oldToken)), codes.OK, "")
 	wantCode(t, "env token", list(withToken(ctx, envToken)), codes.OK, "")
+	// The server refuses a NUL in any string (refuseNUL), after the token.
+	_, err := api.GetBroadcast(ctx, &pb.GetBroadcastRequest{Id: "x\x00"})
+	wantCode(t, "NUL without a token", err, codes.Unauthenticated, "missing bearer token (set --token or RANGECAST_TOKEN)")
+	_, err = api.GetBroadcast(withToken(ctx, envToken), &pb.GetBroadcastRequest{Id: "x\x00"})
+	wantCode(t, "NUL with a token", err, codes.InvalidArgument, "id contains a NUL byte (at byte 1); no field takes one: remove it")
 
 	// Streams are checked too: the refusal arrives on the first Recv.
 	stream, err := api.WatchBroadcast(ctx, &pb.WatchBroadcastRequest{Id: "none"})

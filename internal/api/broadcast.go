@@ -92,7 +92,7 @@ func (api *BroadcastAPI) CreateBroadcast(ctx context.Context, req *pb.CreateBroa
 	if !ok {
 		return nil, invalid("in_doubt_policy %v is not one of skip or resend", req.GetInDoubtPolicy())
 	}
-	if err := api.cfg.Engine.Preflight(ctx, store.Broadcast{Content: content, SegmentID: segment}); err != nil {
+	if err := api.cfg.Engine.Preflight(ctx, store.Broadcast{Content: content, SegmentID: segment, NoUnsubscribeLink: req.GetNoUnsubscribeLink()}); err != nil {
 		if coordinator.KindOf(err) == coordinator.PreflightFailed {
 			return nil, status.Error(codes.InvalidArgument, err.Error()) // at create, the request is what is wrong
 		}

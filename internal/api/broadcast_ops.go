@@ -481,13 +481,18 @@ func (api *BroadcastOpsAPI) UpdateBroadcast(ctx context.Context, req *pb.UpdateB
 	if err := message.CheckBroadcast(message.Template(d.Content), d.NoUnsubscribeLink); err != nil {
 		return nil, invalid("content: %v", err)
 	}
-	if err := api.cfg.Engine.Preflight(ctx, store.Broadcast{Content: d.Content, SegmentID: d.SegmentID}); err != nil {
+	if err := api.cfg.Engine.Preflight(ctx, store.Broadcast{Content: d.Content, SegmentID: d.SegmentID, NoUnsubscribeLink: d.NoUnsubscribeLink}); err != nil {
 		if coordinator.KindOf(err) == coordinator.PreflightFailed {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		return nil, Error(err)
 	}
 	out, err := api.cfg.Store.UpdateDraft(ctx, b.ID, d, api.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) && out.State == store.StatePaused {
+		// Started and paused while this edit was checked: a paused
+		// broadcast's content can be edited, by the same call again.
+		return nil, status.Errorf(codes.Aborted, "broadcast %s was started and paused while this edit was made; nothing was changed; a paused broadcast's content can be edited: send the edit again", b.ID)
+	}
 	if errors.Is(err, store.ErrConflict) {
 		return nil, notDraft(out, "edited")
 	}
@@ -550,7 +555,7 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 			"broadcast %s is paused: from_address must stay at %s (its messages' ids, DKIM signature and sending limits are that domain's), not %s; nothing was changed",
 			b.ID, was, now)
 	}
-	if err := api.cfg.Engine.Preflight(ctx, store.Broadcast{Content: c, SegmentID: b.SegmentID}); err != nil {
+	if err := api.cfg.Engine.Preflight(ctx, store.Broadcast{Content: c, SegmentID: b.SegmentID, NoUnsubscribeLink: b.NoUnsubscribeLink}); err != nil {
 		if coordinator.KindOf(err) == coordinator.PreflightFailed {
 			return nil, status.Error(codes.InvalidArgument, err.Error()+"; nothing was changed")
 		}

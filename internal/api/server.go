@@ -30,6 +30,8 @@ func NewGRPCServer(cfg Config, opts ...grpc.ServerOption) *grpc.Server {
 	// opts may override it.
 	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.ChainUnaryInterceptor(answeredUnary), grpc.ChainStreamInterceptor(answeredStream)}, opts...)
+	// After opts, so a caller without a token is told that first.
+	opts = append(opts, grpc.ChainUnaryInterceptor(refuseNUL))
 	s := grpc.NewServer(opts...)
 	pb.RegisterBroadcastServiceServer(s, NewBroadcastAPI(cfg))
 	pb.RegisterAudienceServiceServer(s, NewAudienceAPI(cfg))
