@@ -805,6 +805,13 @@ func readCSV(in io.Reader, segments []string, multiline bool, send func([]*pb.Co
 				line, n, line+n-1, line, line+n-1))
 			continue
 		}
+		if n := recordLines(rec); n > 1 {
+			if at, email, ok := rowInside(rec, cols); ok {
+				res.rejected = append(res.rejected, fmt.Sprintf("line %d: a quoted field runs over %d lines (to line %d), and line %d inside it reads as a contact row of its own (%s): a quote is most likely unbalanced, so lines %d–%d were not imported; fix the quote and import the file again",
+					line, n, line+n-1, line+at, shown(email), line, line+n-1))
+				continue
+			}
+		}
 		if !allValidUTF8(rec) {
 			// gRPC cannot carry it: one such row would fail the whole stream.
 			res.rejected = append(res.rejected, fmt.Sprintf("line %d: not valid UTF-8 (save the file as UTF-8)", line))
@@ -858,6 +865,33 @@ func parseRejection(pe *csv.ParseError) string {
 			pe.StartLine, pe.Err, pe.StartLine, pe.Line)
 	}
 	return fmt.Sprintf("line %d: %v", pe.StartLine, pe.Err)
+}
+
+// rowInside finds, in a record whose quoted fields run over several lines
+// (--multiline), a continuation line that reads as a contact row of its
+// own: as many columns as the header, an address in the email column. That
+// is an unbalanced quote swallowing the rows after it, which --multiline
+// took as one contact with a long attribute, and imported the rest of them
+// nowhere, saying nothing (tester). It returns the line's offset from the
+// record's first line and the address.
+func rowInside(rec []string, cols *csvColumns) (int, string, bool) {
+	at := 0
+	for _, f := range rec {
+		lines := strings.Split(f, "\n")
+		for j, l := range lines[1:] {
+			r := csv.NewReader(strings.NewReader(l))
+			r.LazyQuotes = true
+			fields, err := r.Read()
+			if err != nil || len(fields) != len(cols.keys) {
+				continue
+			}
+			if _, err := address.Canonical(strings.TrimSpace(fields[cols.email])); err == nil {
+				return at + j + 1, strings.TrimSpace(fields[cols.email]), true
+			}
+		}
+		at += len(lines) - 1
+	}
+	return 0, "", false
 }
 
 // recordLines is how many lines of the file a record read: one plus the

@@ -449,6 +449,35 @@ func TestImportUnbalancedQuote(t *testing.T) {
 	}
 }
 
+// With --multiline, a stray quote swallowing the rows after it is not one
+// contact with a long attribute: a continuation line that reads as a
+// contact row of its own refuses the record, naming the lines (tester: 2 of
+// 5 imported, exit 0, no word). A value whose lines are not rows is kept.
+func TestMultilineRefusesSwallowedRows(t *testing.T) {
+	t.Parallel()
+	src := "email,name,note\n" + // 1
+		"ml1@example.org,A,\"open quote here\n" + // 2
+		"ml2@example.org,B,x\n" + // 3
+		"ml3@example.org,C,y\n" + // 4
+		"ml4@example.org,D,closing here\"\n" + // 5
+		"ml5@example.org,E,z\n" + // 6
+		"ml6@example.org,F,\"a note, with a comma\nover two lines\"\n" // 7-8
+	res, rows, _, err := collect(t, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.GetEmail())
+	}
+	if !slices.Equal(got, []string{"ml5@example.org", "ml6@example.org"}) {
+		t.Errorf("rows sent %v; want ml5 and ml6 (ml1's record swallowed ml2-ml4)", got)
+	}
+	if len(res.rejected) != 1 || !strings.HasPrefix(res.rejected[0], "line 2: a quoted field runs over 4 lines (to line 5), and line 3 inside it reads as a contact row of its own (ml2@example.org)") {
+		t.Errorf("rejected %q; want line 2 naming line 3's row", res.rejected)
+	}
+}
+
 // TestImportSegmentTakenLiterally: --segment names one segment as written,
 // commas included (a slice flag made 'a,b' two segments), and a name the
 // coordinator would refuse on every row is refused once, before anything
