@@ -105,6 +105,12 @@ func validateRow(email string, r *pb.ContactRow) string {
 	if err := message.ValidateHeaderValue("name", r.GetName()); err != nil {
 		return err.Error()
 	}
+	// The name goes into every message's To: a control character or a
+	// bidirectional override reaches the recipient's mail client, as the
+	// from name's would (refused there too).
+	if err := message.CheckControl("name", r.GetName()); err != nil {
+		return err.Error()
+	}
 	if n := len(r.GetAttributes()); n > maxAttributes {
 		return fmt.Sprintf("%d attributes; at most %d are allowed", n, maxAttributes)
 	}

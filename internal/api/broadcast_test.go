@@ -561,6 +561,8 @@ func TestImportContacts(t *testing.T) {
 		// 200 characters (400 bytes): within the 256-character limit.
 		/* 15 */ {Email: "ida@example.org", Name: strings.Repeat("é", 200)},
 		/* 16 */ {Email: "jon@example.org", Name: strings.Repeat("é", 257)},
+		/* 17 */ {Email: "kim@example.org", Name: "Kim \u202egnp.exe"},
+		/* 18 */ {Email: "lou@example.org", Name: "Lou\a"},
 	}
 	resp := importRows(t, ac, rows, 4)
 	if resp.GetImported() != 7 {
@@ -576,6 +578,8 @@ func TestImportContacts(t *testing.T) {
 		11: {"email is empty"},
 		13: {"email", "line break"},
 		16: {"name is 257 characters", "256"},
+		17: {"name", "bidirectional override U+202E"},
+		18: {"name", "control character U+0007"},
 	}
 	got := map[int64]*pb.RowError{}
 	for _, e := range resp.GetErrors() {
