@@ -3,6 +3,7 @@ package message
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"mime"
 	"strings"
 	"testing"
@@ -167,5 +168,47 @@ func TestTransactionalConstantBombRefusedAtPut(t *testing.T) {
 	}
 	if _, err := CompileTransactional(TransactionalTemplate{Subject: "Order {{.order}}", Text: "{{range .items}}{{.}}{{end}}"}); err != nil {
 		t.Errorf("a template that needs its data: %v", err)
+	}
+}
+
+// Validate refuses what a caller of transactional mail must not give: the
+// fields only a signer or a server on the way writes, more than MaxHeaders
+// fields, and names with control characters or bidirectional overrides
+// (tester: DKIM-Signature, Received, Resent-Bcc and 10,000 fields were
+// accepted).
+func TestTransactionalValidateRefusesWhatOnlyOthersWrite(t *testing.T) {
+	t.Parallel()
+	base := Transactional{FromAddress: "app@example.com", To: "ann@example.org", Subject: "Hi", Text: "hello"}
+	if err := base.Validate(); err != nil {
+		t.Fatalf("base: %v", err)
+	}
+	many := make([]Header, MaxHeaders+1)
+	for i := range many {
+		many[i] = Header{Name: fmt.Sprintf("X-N%d", i), Value: "v"}
+	}
+	for _, tc := range []struct {
+		name  string
+		edit  func(*Transactional)
+		field string
+	}{
+		{"DKIM-Signature", func(m *Transactional) { m.Headers = []Header{{"DKIM-Signature", "v=1; d=bank.example"}} }, "headers[0]"},
+		{"Received", func(m *Transactional) { m.Headers = []Header{{"X-Ok", "1"}, {"received", "from x"}} }, "headers[1]"},
+		{"Resent-Bcc", func(m *Transactional) { m.Headers = []Header{{"Resent-Bcc", "eve@example.org"}} }, "headers[0]"},
+		{"ARC-Seal", func(m *Transactional) { m.Headers = []Header{{"ARC-Seal", "i=1"}} }, "headers[0]"},
+		{"too many fields", func(m *Transactional) { m.Headers = many }, "headers"},
+		{"to_name override", func(m *Transactional) { m.ToName = "Ann \u202egnp.exe" }, "to_name"},
+		{"from_name bell", func(m *Transactional) { m.FromName = "App\a" }, fieldFromName},
+	} {
+		m := base
+		tc.edit(&m)
+		var ve *ValidationError
+		if err := m.Validate(); !errors.As(err, &ve) || ve.Field != tc.field {
+			t.Errorf("%s: %v; want a ValidationError on %s", tc.name, err, tc.field)
+		}
+	}
+	ok := base
+	ok.Headers = []Header{{"Reply-To", "help@example.com"}, {"X-Entity-Ref-ID", "42"}, {"Feedback-ID", "a:b:c:d"}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("ordinary extra fields: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package message
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	htmltemplate "html/template"
@@ -34,15 +35,31 @@ type Header struct{ Name, Value string }
 // ReservedHeader reports whether name is a field rangecast writes itself and
 // a caller may not set: identity (Message-ID), addressing (From, To, Cc,
 // Bcc, Sender, Return-Path), Subject and Date, the MIME structure, and every
-// List-* field (unsubscribe links belong to broadcasts).
+// List-* field (unsubscribe links belong to broadcasts). Also the fields
+// only a signer or a server on the way writes: DKIM-Signature (rangecast
+// signs; a caller's would not verify, or would claim another domain's
+// signature), the trace fields (Received, Authentication-Results, ARC-*)
+// and the Resent-* fields, whose Resent-To and Resent-Bcc address mail
+// anew.
 func ReservedHeader(name string) bool {
 	n := strings.ToLower(strings.TrimSpace(name))
 	switch n {
-	case "message-id", "from", "to", "cc", "bcc", "sender", "return-path", "subject", "date", "mime-version":
+	case "message-id", "from", "to", "cc", "bcc", "sender", "return-path", "subject", "date", "mime-version",
+		"dkim-signature", "received", "authentication-results":
 		return true
 	}
-	return strings.HasPrefix(n, "list-") || strings.HasPrefix(n, "content-")
+	for _, p := range []string{"list-", "content-", "resent-", "arc-"} {
+		if strings.HasPrefix(n, p) {
+			return true
+		}
+	}
+	return false
 }
+
+// MaxHeaders is the most extra header fields a transactional message may
+// carry: real ones carry a handful, and every field is written into every
+// attempt.
+const MaxHeaders = 100
 
 // validHeaderName: RFC 5322 field names are printable US-ASCII except colon.
 func validHeaderName(name string) bool {
@@ -62,6 +79,14 @@ func validHeaderName(name string) bool {
 func (t Transactional) Validate() error {
 	if err := ValidateHeaderValue(fieldFromName, t.FromName); err != nil {
 		return err
+	}
+	// Names are read by the recipient's mail client: no control
+	// characters or bidirectional overrides, as for a broadcast's.
+	if err := cmp.Or(CheckControl(fieldFromName, t.FromName), CheckControl("to_name", t.ToName)); err != nil {
+		return err
+	}
+	if len(t.Headers) > MaxHeaders {
+		return &ValidationError{Field: "headers", Reason: fmt.Sprintf("are %d fields; at most %d", len(t.Headers), MaxHeaders)}
 	}
 	from, _, err := parseFromAddress(t.FromAddress)
 	if err != nil {
