@@ -138,6 +138,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, o Options) (*Bus, error)
 		Retention: jetstream.WorkQueuePolicy,
 		Storage:   storage,
 		Replicas:  o.Replicas,
+		// A report retried after a lost acknowledgement carries its
+		// first try's id, and is stored once.
+		Duplicates: DuplicateWindow,
 	}); err != nil {
 		return nil, fmt.Errorf("bus: report stream: %w", err)
 	}
@@ -216,6 +219,12 @@ func PageSubject(broadcast string, rangeIndex int) string {
 
 // ReportSubject is where reports for one broadcast are published.
 func ReportSubject(broadcast string) string { return "rangecast.reports." + broadcast }
+
+// ReportMsgID is the JetStream dedupe id of the report of a page run (run:
+// the worker's unique name for it). Every try to publish the report carries
+// it, so a try stored whose acknowledgement was lost is not stored again:
+// the governor counted such a report twice.
+func ReportMsgID(run string) string { return "report:" + run }
 
 // WorkerKey is the liveness key of one page worker.
 func WorkerKey(worker string) string { return "w." + worker }

@@ -40,3 +40,31 @@ func TestIsConflict(t *testing.T) {
 		t.Fatal("nil is a conflict")
 	}
 }
+
+// A report published again with its run's id (a retry after a lost
+// acknowledgement) is stored once; another run's report is stored.
+func TestReportRetryStoredOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, js := testenv.NATS(t)
+	if _, err := bus.Setup(ctx, js, bus.Options{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
+	rep := bus.Encode(bus.Report{Broadcast: "b", Sent: 10})
+	for _, run := range []string{"w1/1", "w1/1", "w1/1", "w1/2"} {
+		if _, err := js.Publish(ctx, bus.ReportSubject("b"), rep, jetstream.WithMsgID(bus.ReportMsgID(run))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := js.Stream(ctx, bus.ReportStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Errorf("%d reports stored; want 2 (three tries of one run's, one of another's)", info.State.Msgs)
+	}
+}
