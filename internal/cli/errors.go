@@ -54,6 +54,12 @@ func tlsHint(msg string) string {
 		return "the coordinator speaks plaintext gRPC, not TLS (drop --ca and --tls, or configure --tls-cert/--tls-key on the coordinator)"
 	case strings.Contains(msg, "looked like an HTTP/1.1 header"):
 		return "the address answers HTTP/1.1, not gRPC: --addr (RANGECAST_ADDR) must be the coordinator's gRPC address, not its HTTP one"
+	case strings.Contains(msg, "server preface") && (strings.Contains(msg, "use of closed network connection") ||
+		strings.Contains(msg, "timeout") || strings.Contains(msg, "deadline")):
+		// The connection was taken and nothing came back before the
+		// client gave up: a stopped (SIGSTOP) or wedged process, not TLS
+		// (tester: a frozen coordinator read as a TLS mistake).
+		return "the coordinator at --addr took the connection but sent nothing back before the client gave up: it is hung, stopped or overloaded (check the process), or --addr names something that is not a gRPC server"
 	case strings.Contains(msg, "server preface") || strings.Contains(msg, "frame too large"):
 		// Refused before the first gRPC frame: a TLS server answering a
 		// plaintext client (its alert reads as an oversized frame), or

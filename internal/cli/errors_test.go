@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 
@@ -56,11 +57,38 @@ func TestConnectionHints(t *testing.T) {
 		{`connection error: desc = "error reading server preface: http2: failed reading the frame payload: http2: frame too large, note that the frame header looked like an HTTP/1.1 header"`, "not its HTTP one", "TLS"},
 		{`connection error: desc = "error reading server preface: http2: frame too large"`, "--tls", ""},
 		{`connection error: desc = "error reading server preface: EOF"`, "gRPC address", ""},
+		// A coordinator SIGSTOPped: the kernel took the connection, the
+		// process sent nothing (tester: read as a TLS mistake).
+		{`connection error: desc = "error reading server preface: read tcp 127.0.0.1:52330->127.0.0.1:17001: use of closed network connection"`, "hung, stopped or overloaded", "TLS"},
 		{`connection error: desc = "transport: authentication handshake failed: tls: first record does not look like a TLS handshake"`, "plaintext gRPC, not TLS", ""},
 	} {
 		got := describe(status.Error(codes.Unavailable, tc.msg))
 		if !strings.Contains(got, tc.want) || (tc.not != "" && strings.Contains(strings.TrimSuffix(got, tc.msg), tc.not)) {
 			t.Errorf("%s:\n  said %q\n  want it to say %q and not %q", tc.msg, got, tc.want, tc.not)
 		}
+	}
+}
+
+// A coordinator that takes the connection and never answers (SIGSTOPped:
+// the kernel accepts for it) is called hung, not a TLS mistake.
+func TestSilentServerIsNotCalledTLS(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // held open, silent
+		}
+	}()
+	_, err = rangecast(t, "", "--addr", ln.Addr().String(), "broadcasts", "list")
+	if got := describe(err); err == nil || !strings.Contains(got, "hung, stopped or overloaded") || strings.Contains(got, "TLS (--tls-cert)") {
+		t.Errorf("against a silent server: %s\nwant it called hung, not TLS", got)
 	}
 }
