@@ -97,9 +97,13 @@ func TestBroadcastOpsRefusals(t *testing.T) {
 	s.seed(20)
 	draft := s.create("", 0)
 	running := s.create("", 0)
-	s.start(running)
 	ops := pb.NewBroadcastOpsServiceClient(s.conn)
 	ctx := context.Background()
+	scheduled := s.create("", 0)
+	if _, err := ops.ScheduleBroadcast(ctx, &pb.ScheduleBroadcastRequest{Id: scheduled, At: timestamppb.New(time.Now().Add(time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	s.start(running)
 	missing := "01J9Z3K8M2T4V6X8Y0A2B4C6D8"
 	past := timestamppb.New(time.Now().Add(-time.Minute))
 	future := timestamppb.New(time.Now().Add(time.Hour))
@@ -157,6 +161,10 @@ func TestBroadcastOpsRefusals(t *testing.T) {
 			_, err := ops.ScheduleBroadcast(ctx, &pb.ScheduleBroadcastRequest{Id: running, At: future})
 			return err
 		}, codes.FailedPrecondition, "only a draft can be scheduled"},
+		{"pause a scheduled draft", func() error {
+			_, err := s.client.PauseBroadcast(ctx, &pb.PauseBroadcastRequest{Id: scheduled})
+			return err
+		}, codes.FailedPrecondition, "is scheduled to start: 'rangecast broadcasts unschedule " + scheduled + "' keeps it a draft"},
 		{"unschedule a started broadcast", func() error {
 			_, err := ops.UnscheduleBroadcast(ctx, &pb.UnscheduleBroadcastRequest{Id: running})
 			return err

@@ -170,7 +170,9 @@ func listCommand(c *client) *cobra.Command {
 			fmt.Fprintf(w, "%-26s  %-10s  %10s  %-23s  %s\n", "ID", "STATE", "AUDIENCE", "SCHEDULED", "NAME")
 			for _, b := range resp.GetBroadcasts() {
 				sched := "-"
-				if b.GetScheduledAt() != nil {
+				// A schedule that never started it (cancelled first)
+				// is no schedule to show (tester).
+				if b.GetScheduledAt() != nil && (b.GetState() == pb.BroadcastState_BROADCAST_STATE_DRAFT || b.GetStartedAt() != nil) {
 					sched = utc(b.GetScheduledAt())
 				}
 				fmt.Fprintf(w, "%-26s  %-10s  %10d  %-23s  %s\n", b.GetId(), stateWord(b.GetState()), b.GetSnapshotTotal(), sched, shown(b.GetName()))
@@ -308,7 +310,9 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 	if at := b.GetScheduledAt(); at != nil {
 		if b.GetState() == pb.BroadcastState_BROADCAST_STATE_DRAFT {
 			fmt.Fprintf(w, "scheduled  starts by itself at %s\n", utc(at))
-		} else if st := b.GetStartedAt(); st != nil && st.AsTime().Before(at.AsTime()) {
+		} else if b.GetStartedAt() == nil {
+			fmt.Fprintf(w, "scheduled  for %s, and %s before it started\n", utc(at), stateWord(b.GetState()))
+		} else if st := b.GetStartedAt(); st.AsTime().Before(at.AsTime()) {
 			// Started before its time: the schedule did not start it (tester).
 			fmt.Fprintf(w, "scheduled  for %s, but started by hand before it, at %s\n", utc(at), utc(st))
 		} else {

@@ -45,6 +45,14 @@ func TestStatusSaysAScheduleDidNotStartIt(t *testing.T) {
 			t.Errorf("started at %s:\n%s\nwant %q", c.started, out.String(), c.want)
 		}
 	}
+	// Cancelled before its time: it never started (it read "scheduled for"
+	// as if it would).
+	var out strings.Builder
+	printStatus(&out, &pb.Broadcast{Id: "b", State: pb.BroadcastState_BROADCAST_STATE_CANCELLED,
+		ScheduledAt: timestamppb.New(at), Progress: &pb.Progress{}})
+	if want := "scheduled  for 2026-12-07 12:00:00 UTC, and cancelled before it started"; !strings.Contains(out.String(), want) {
+		t.Errorf("cancelled before its schedule:\n%s\nwant %q", out.String(), want)
+	}
 }
 
 // TestStatusSaysWhoACancelledBroadcastNeverReached: a cancelled

@@ -232,7 +232,7 @@ func (c *Coordinator) transition(ctx context.Context, id ulid.ULID, verb string,
 		}
 	}
 	if errors.Is(err, store.ErrConflict) {
-		return BroadcastStatus{}, &StateError{ID: id, State: b.State, From: from, Verb: verb}
+		return BroadcastStatus{}, &StateError{ID: id, State: b.State, From: from, Verb: verb, Scheduled: !b.ScheduledAt.IsZero()}
 	}
 	if err != nil {
 		return BroadcastStatus{}, err

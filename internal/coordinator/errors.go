@@ -95,6 +95,9 @@ type StateError struct {
 	// ("paused").
 	From []store.State
 	Verb string
+	// Scheduled: a draft with a start time. Pausing it was refused
+	// without saying what keeps it from starting (tester).
+	Scheduled bool
 }
 
 func (e *StateError) Error() string {
@@ -102,5 +105,9 @@ func (e *StateError) Error() string {
 	for i, f := range e.From {
 		names[i] = string(f)
 	}
-	return fmt.Sprintf("broadcast %s is %s; only a %s broadcast can be %s", e.ID, e.State, strings.Join(names, " or "), e.Verb)
+	msg := fmt.Sprintf("broadcast %s is %s; only a %s broadcast can be %s", e.ID, e.State, strings.Join(names, " or "), e.Verb)
+	if e.Scheduled && e.State == store.StateDraft {
+		msg += fmt.Sprintf("; it is scheduled to start: 'rangecast broadcasts unschedule %s' keeps it a draft, 'broadcasts cancel' ends it", e.ID)
+	}
+	return msg
 }
