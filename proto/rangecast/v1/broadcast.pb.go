@@ -1361,9 +1361,13 @@ type RangeProgress struct {
 	Next string `protobuf:"bytes,4,opt,name=next,proto3" json:"next,omitempty"`
 	Done bool   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
 	// position is how far next has moved through the range, 0..1.
-	Position      float64 `protobuf:"fixed64,6,opt,name=position,proto3" json:"position,omitempty"`
-	Sent          int64   `protobuf:"varint,7,opt,name=sent,proto3" json:"sent,omitempty"`
-	Failed        int64   `protobuf:"varint,8,opt,name=failed,proto3" json:"failed,omitempty"`
+	Position float64 `protobuf:"fixed64,6,opt,name=position,proto3" json:"position,omitempty"`
+	// sent and failed are added up from the range's page reports, for its
+	// pace: a page that died with its worker (or a report lost with a
+	// leader) adds nothing, so after crashes their sum can be below
+	// Progress.sent and Progress.failed, which are the ledger's and exact.
+	Sent          int64 `protobuf:"varint,7,opt,name=sent,proto3" json:"sent,omitempty"`
+	Failed        int64 `protobuf:"varint,8,opt,name=failed,proto3" json:"failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
