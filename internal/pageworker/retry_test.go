@@ -20,10 +20,15 @@ import (
 //     greylist failed recipients who were never refused);
 //   - one refused with a 451 every time fails, given up, only after at
 //     least RetryFor (1 h) and MaxAttempts (10);
-//   - one whose every send fails at STARTTLS is charged an attempt for
-//     each failure in a window whose other sends got through (the relay
-//     works; the refusal is about this message), so it cannot wait
-//     uncharged for ever beside them.
+//   - one whose every MAIL FROM is refused (452 4.3.1: its size) is
+//     charged an attempt for each refusal in a window whose other sends
+//     got through (the relay works; the refusal is about this message),
+//     so it cannot wait uncharged for ever beside them;
+//   - one whose connection is refused at the greeting for 50 minutes
+//     (421: the relay's connection limit) while the others' get through
+//     is never charged for it, and is sent once it gets a connection (a
+//     tester's relay at its limit charged such recipients up to 9
+//     attempts, none of them ever refused).
 func TestRefusedRecipientsAreTriedForAnHour(t *testing.T) {
 	t.Parallel()
 	for name, open := range bothStores {
@@ -31,8 +36,8 @@ func TestRefusedRecipientsAreTriedForAnHour(t *testing.T) {
 			t.Parallel()
 			st := open(t)
 			tr := &scripted{accepted: map[string]int{}}
-			f := newCopiesFixture(t, st, 3, tr)
-			grey, refusing, tls := f.contacts[0], f.contacts[1], f.contacts[2]
+			f := newCopiesFixture(t, st, 4, tr)
+			grey, refusing, tls, crowded := f.contacts[0], f.contacts[1], f.contacts[2], f.contacts[3]
 			start := f.clk.Now()
 			tr.answer = func(to string) error {
 				switch {
@@ -41,7 +46,9 @@ func TestRefusedRecipientsAreTriedForAnHour(t *testing.T) {
 				case to == refusing.Email:
 					return &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}
 				case to == tls.Email:
-					return &transport.SendError{Code: 454, Enhanced: "4.7.0", Text: "TLS not available due to local problem", Stage: transport.StageConnect}
+					return &transport.SendError{Code: 452, Enhanced: "4.3.1", Text: "message size exceeds what can be stored now", Stage: transport.StageMail}
+				case to == crowded.Email && f.clk.Now().Before(start.Add(50*time.Minute)):
+					return &transport.SendError{Code: 421, Enhanced: "4.7.0", Text: "Too many concurrent SMTP connections; try again later", Stage: transport.StageConnect}
 				}
 				return nil
 			}
@@ -77,7 +84,11 @@ func TestRefusedRecipientsAreTriedForAnHour(t *testing.T) {
 				t.Errorf("recipient refused every time failed after %s; the schedule should end within about twice RetryFor", took)
 			}
 			if r := row(tls); r.Attempt < 10 {
-				t.Errorf("recipient whose sends alone failed at STARTTLS: %s, attempt %d (%q); want charged its attempts while the others got through", r.Status, r.Attempt, r.Error)
+				t.Errorf("recipient whose MAIL FROM alone was refused: %s, attempt %d (%q); want charged its attempts while the others got through", r.Status, r.Attempt, r.Error)
+			}
+			if r := row(crowded); r.Status != store.SendSent || r.Attempt != 1 || tr.accepted[crowded.Email] != 1 {
+				t.Errorf("recipient whose connections were refused at the greeting: %s, attempt %d (%q), accepted %d times; want sent once, at its first charged attempt",
+					r.Status, r.Attempt, r.Error, tr.accepted[crowded.Email])
 			}
 			if unreached == 0 || reached == 0 {
 				t.Errorf("sweeps reported %d sends that reached their recipient and %d that did not; want both counted", reached, unreached)

@@ -1304,9 +1304,14 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 	haltLone := l.refusals.judge(kinds, answered, undecided)
 	haltBounce := l.bounces.judge(kinds, answered, undecided)
 	// A send refused before its recipient was named is charged to the
-	// recipient only when others of the window got through: then the
-	// relay works and the refusal is about this message (a MAIL FROM
-	// parameter it alone carries), and uncharged it would wait for ever.
+	// recipient only when its MAIL FROM was refused while others of the
+	// window got through: then the relay works and the refusal is about
+	// this message (a parameter it alone carries), and uncharged it would
+	// wait for ever. A connection, TLS or login refused is never about the
+	// message: a relay at its connection limit (421 at the greeting) let
+	// one pooled connection through and charged the rest of the window,
+	// attempt after attempt, towards failing recipients it never refused
+	// (tester: attempts 6 to 9 with no RCPT ever seen).
 	windowReached := slices.ContainsFunc(kinds, sendKind.reached)
 	refused, firstRefused, refusedErr := 0, -1, ""
 
@@ -1401,7 +1406,7 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 				why = store.HaltedPrefix + why
 			}
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: w.retryAt(answered, err), Error: why,
-				NotAttempted: kinds[i] == sendEarly && !windowReached})
+				NotAttempted: kinds[i] == sendEarly && !(windowReached && transport.RefusedAtMailFrom(err))})
 			res.deferred++
 			messages.WithLabelValues("retry").Inc()
 		}

@@ -597,8 +597,9 @@ func AtTheServer(err error) bool {
 // named: at connect (TCP, TLS, greeting, EHLO, STARTTLS), AUTH or MAIL
 // FROM, so that nothing of it says anything about the recipient. Such a
 // failure is not charged to the recipient as an attempt:
-//   - a broadcast's row deferred for it in a window where nobody was
-//     reached keeps its attempts: a relay's STARTTLS failing for a while
+//   - a broadcast's row deferred for it keeps its attempts (but for a
+//     MAIL FROM refused while others of its window got through:
+//     RefusedAtMailFrom); a relay's STARTTLS failing for a while
 //     failed 47 recipients by their attempts, none of them ever refused (a
 //     tester). A relay that never takes mail again still ends the broadcast:
 //     its pages and sweeps reach nobody and count toward the coordinator's
@@ -617,6 +618,15 @@ func BeforeRecipient(err error) bool {
 		return true
 	}
 	return false
+}
+
+// RefusedAtMailFrom reports whether err is a refusal of MAIL FROM: the one
+// refusal before the recipient is named that can be about the message
+// itself (its SIZE or SMTPUTF8 parameter), where a refused connection, TLS
+// or login is about the relay or its load.
+func RefusedAtMailFrom(err error) bool {
+	var se *SendError
+	return errors.As(err, &se) && se.Stage == StageMail && !se.MaybeDelivered
 }
 
 // HardBounce reports whether err is a permanent refusal of the recipient's
