@@ -239,3 +239,40 @@ func TestBounceTally(t *testing.T) {
 		}
 	}
 }
+
+// TestOneRecipientsSizeLimit: "552 5.3.4" at DATA for one address of 40
+// (its server's limit below the relay's) fails that recipient alone, with
+// the reply, and the page goes on; the same reply for every address (the
+// relay's own limit) halts at the first window, failing nobody. One
+// address halted a tester's broadcast, again after every resume, and
+// resume --fail-refused could not clear it.
+func TestOneRecipientsSizeLimit(t *testing.T) {
+	t.Parallel()
+	tooLarge := &transport.SendError{Code: 552, Enhanced: "5.3.4", Text: "Message size exceeds fixed limit", Stage: transport.StageData}
+	for _, all := range []bool{false, true} {
+		st := bothStores["sqlite"](t)
+		tr := &scripted{accepted: map[string]int{}}
+		f := newCopiesFixture(t, st, 40, tr)
+		small := f.contacts[7].Email
+		tr.answer = func(to string) error {
+			if all || to == small {
+				return tooLarge
+			}
+			return nil
+		}
+		rep, err := f.w.RunPage(t.Context(), f.job(), "w/1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if all {
+			if rep.Class != bus.ClassChannel || rep.Failed != 0 || !strings.Contains(rep.Error, "552 5.3.4") {
+				t.Errorf("every copy refused as too large: class %q (%s), %d failed; want a halt, nobody failed", rep.Class, rep.Error, rep.Failed)
+			}
+			continue
+		}
+		row, err := st.GetSend(t.Context(), f.b.ID, f.contacts[7].ID)
+		if rep.Class != bus.ClassNone || rep.Sent != 39 || err != nil || row.Status != store.SendFailed || !strings.Contains(row.Error, "552 5.3.4") {
+			t.Errorf("one recipient's size limit: class %q (%s), sent %d; its row %+v (%v); want the page done, 39 sent, it failed with the reply", rep.Class, rep.Error, rep.Sent, row, err)
+		}
+	}
+}

@@ -368,8 +368,9 @@ var rules = []rule{
 	{"temporary failure during AUTH", Transient, func(f *facts) bool { return f.stage == StageAuth && f.temporary() }},
 
 	// --- Replies: the message itself --------------------------------------
-	// Every copy of a broadcast has (nearly) the same size, so a size
-	// rejection would repeat for every address: halt and show it.
+	// Every copy of a broadcast has (nearly) the same size, so a relay's
+	// size rejection would repeat for every address: halt and show it
+	// (one recipient's alone, at RCPT or DATA, is MaybeOneRecipient).
 	{"message too large (5.3.4, 5.2.3)", Channel, func(f *facts) bool {
 		return f.permanent() && (f.is(5, 3, 4) || f.is(5, 2, 3) ||
 			(f.code == 552 && f.enhanced == "" && reTooLarge.MatchString(f.text)))
@@ -558,12 +559,17 @@ var reAboutSender = regexp.MustCompile(`sender|client host|\bip\b|your (account|
 // Rules whose Channel verdict may yet be about one recipient: the reply
 // came at RCPT or DATA and says policy, or something unrecognised, not
 // one of the causes that are the channel's by nature (authentication,
-// relaying, a suspended account, the message's size, our quota, a fix a
-// provider names).
+// relaying, a suspended account, our quota, a fix a provider names). The
+// message's size too: a relay's own limit refuses every copy, and halts at
+// the first window as before, but a recipient's server with a smaller
+// limit refuses that recipient alone, and halted the whole broadcast for
+// one address, again after every resume (resume --fail-refused could not
+// clear it: a tester's 10 such addresses were 10 halts).
 var maybeOneRecipientRules = map[string]bool{
 	"policy rejection (5.7.x)":                                true,
 	"other permanent reply (5xx)":                             true,
 	"addressing or mailbox status without recipient evidence": true,
+	"message too large (5.3.4, 5.2.3)":                        true,
 }
 
 // MaybeOneRecipient reports a Channel refusal that a server may have given

@@ -1240,6 +1240,7 @@ func TestHardBounce(t *testing.T) {
 // RCPT or DATA may be one mailbox's; one that names the sender, its host,
 // IP or authentication is every recipient's, and so is anything at
 // connect, AUTH or MAIL, a 4xx, or a cause that is the channel's by nature.
+// A size refusal at DATA may be one recipient's server's smaller limit.
 func TestMaybeOneRecipient(t *testing.T) {
 	for _, c := range []struct {
 		err  *SendError
@@ -1253,7 +1254,10 @@ func TestMaybeOneRecipient(t *testing.T) {
 		{&SendError{Code: 550, Enhanced: "5.1.0", Text: "Sender rejected", Stage: StageRcpt}, false},
 		{&SendError{Code: 550, Enhanced: "5.7.1", Text: "Message rejected as spam", Stage: StageMail}, false},
 		{&SendError{Code: 535, Enhanced: "5.7.8", Text: "Authentication credentials invalid", Stage: StageAuth}, false},
-		{&SendError{Code: 552, Enhanced: "5.3.4", Text: "Message size exceeds fixed limit", Stage: StageData}, false},
+		// One recipient's server may have a smaller limit than the relay's
+		// (a relay's own halts at the first window, every copy refused).
+		{&SendError{Code: 552, Enhanced: "5.3.4", Text: "Message size exceeds fixed limit", Stage: StageData}, true},
+		{&SendError{Code: 552, Enhanced: "5.3.4", Text: "Message size exceeds fixed limit", Stage: StageMail}, false},
 		{&SendError{Code: 451, Enhanced: "4.7.1", Text: "try again later", Stage: StageData}, false},
 		{&SendError{Code: 550, Enhanced: "5.1.1", Text: "no such user", Stage: StageRcpt}, false}, // Recipient already
 	} {
