@@ -57,6 +57,18 @@ const ErasedReason = "address erased before (GDPR Art. 17); imported again, neve
 // the error it gets, with status unknown, when its contact is erased
 // before a resend; InDoubtEndedPrefix starts the error it gets, with status
 // unknown, when a resend is refused for good or given up on.
+//
+// IneligibleBeforeRetry starts the error of a deferred row, attempted
+// before, whose contact no longer passes the gate when it comes due
+// (suppressed, flagged do-not-contact, out of the segment): failed, not
+// deleted, so the attempts stay on record (deleted, it read as "left out
+// before their page", tester); IneligibleInDoubt is the error, with status
+// unknown, of such a row in doubt. A row never attempted is left out.
+const (
+	IneligibleBeforeRetry = "not sent again: the contact was suppressed, flagged do-not-contact or left the segment before its retry; last: "
+	IneligibleInDoubt     = "in doubt, not sent again: the contact was suppressed, flagged do-not-contact or left the segment before the resend, and the earlier attempt may have been delivered"
+)
+
 const (
 	InDoubtResent      = "in doubt: sent again (in-doubt policy resend)"
 	ErasedInDoubt      = "in doubt, not sent again: the contact was erased before the resend, and the earlier attempt may have been delivered"

@@ -28,14 +28,27 @@ func notAttempted(o store.Outcome) int {
 	return 0
 }
 
+// attemptOfClaim is the attempt a due row's own claim counted: a row $4
+// holds claimed already (a repeated call) was counted at its claim, and
+// not sent yet.
+const attemptOfClaim = `CASE WHEN s.status = 'claimed' THEN 1 ELSE 0 END`
+
+// ineligibleBeforeRetry and ineligibleInDoubt are store.IneligibleBeforeRetry
+// and store.IneligibleInDoubt as SQL literals.
+const (
+	ineligibleBeforeRetry = `'` + store.IneligibleBeforeRetry + `'`
+	ineligibleInDoubt     = `'` + store.IneligibleInDoubt + `'`
+)
+
 // claimDueQuery locks the due deferred rows, and those $4 holds claimed
 // already (SKIP LOCKED: a concurrent sweep takes other rows, never the
-// same), deletes those whose contact no longer
-// passes the gate, fails those whose contact was erased (deferred after the
+// same), deletes those never attempted whose contact no longer passes the
+// gate (left out; one attempted before fails, or ends unknown in doubt:
+// store.IneligibleBeforeRetry), fails those whose contact was erased (deferred after the
 // erasure by a send claimed before it: failed, the row keeps its place in
 // the counts; unknown instead when the reconciler released it after an
 // attempt that may have been delivered, store.InDoubtResent), and moves
-// the rest back to claimed. The three statements
+// the rest back to claimed. The four statements
 // touch disjoint rows. Deferred rows come due only while the broadcast
 // runs, read after claimGate's lock as a window's claim is (SetState).
 // $1 broadcast, $2 now, $3 limit, $4 owner, $5 the
@@ -55,6 +68,16 @@ WITH running AS (SELECT 1 FROM broadcasts WHERE id = $1 AND state = 'running'), 
 ), gone AS (
     DELETE FROM broadcast_sends s USING due
     WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id
+      AND NOT s.in_doubt AND s.attempt <= ` + attemptOfClaim + `
+      AND EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id)
+      AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id AND ` + g + `)
+), ineligible AS (
+    UPDATE broadcast_sends s SET status = CASE WHEN s.in_doubt THEN 'unknown' ELSE 'failed' END,
+        error = CASE WHEN s.in_doubt THEN ` + ineligibleInDoubt + ` ELSE ` + ineligibleBeforeRetry + ` || s.error END,
+        attempt = s.attempt - ` + attemptOfClaim + `, retry_at = NULL, owner = '', updated_at = $2
+    FROM due
+    WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id
+      AND (s.in_doubt OR s.attempt > ` + attemptOfClaim + `)
       AND EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id)
       AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = due.contact_id AND ` + g + `)
 ), erased AS (

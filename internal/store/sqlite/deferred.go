@@ -54,6 +54,14 @@ WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status 
 	// the erasure by a send claimed before it) as failed, or unknown when
 	// the reconciler released it after an attempt that may have been
 	// delivered, so it keeps its place in the counts instead of vanishing.
+	// failIneligible settles a due row attempted before (or in doubt)
+	// whose contact no longer passes the gate: failed, or unknown in
+	// doubt, its attempts kept (store.IneligibleBeforeRetry); a row never
+	// attempted is dropped (left out).
+	failIneligible = `UPDATE broadcast_sends SET status = CASE WHEN in_doubt THEN 'unknown' ELSE 'failed' END,
+    error = CASE WHEN in_doubt THEN '` + store.IneligibleInDoubt + `' ELSE '` + store.IneligibleBeforeRetry + `' || error END,
+    attempt = attempt - (status = 'claimed'), retry_at = NULL, owner = '', updated_at = ?4
+WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?3))`
 	failErased = `UPDATE broadcast_sends SET status = CASE WHEN in_doubt THEN 'unknown' ELSE 'failed' END,
     error = CASE WHEN in_doubt THEN ` + erasedInDoubt + ` ELSE ?4 END, retry_at = NULL, owner = '', updated_at = ?5
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?3))`
@@ -79,7 +87,7 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 		if err != nil {
 			return err
 		}
-		var gone, erased []ulid.ULID
+		var gone, ineligible, erased []ulid.ULID
 		for rows.Next() {
 			var cid []byte
 			var email, name, attrs sql.NullString
@@ -100,7 +108,13 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 				continue
 			}
 			if !eligible.Valid || !eligible.Bool {
-				gone = append(gone, u)
+				// attempt counts this claim: above 1, it was attempted
+				// before.
+				if inDoubt || attempt > 1 {
+					ineligible = append(ineligible, u)
+				} else {
+					gone = append(gone, u)
+				}
 				continue
 			}
 			c := store.Due{Contact: store.Contact{ID: u, Email: email.String, Name: name.String, Subscribed: true}, Attempt: attempt, InDoubt: inDoubt}
@@ -123,6 +137,11 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 		}
 		for _, u := range gone {
 			if _, err := tx.ExecContext(ctx, dropDue, id(b.ID), id(u), owner); err != nil {
+				return err
+			}
+		}
+		for _, u := range ineligible {
+			if _, err := tx.ExecContext(ctx, failIneligible, id(b.ID), id(u), owner, ts(now)); err != nil {
 				return err
 			}
 		}

@@ -16,6 +16,7 @@ var deferredCases = []testCase{
 	{"DueInOrderOnce", testClaimDueInOrderOnce},
 	{"ConcurrentSweepsSendOnce", testClaimDueConcurrent},
 	{"IneligibleDropped", testClaimDueDropsIneligible},
+	{"IneligibleAttemptedKept", testClaimDueKeepsAttemptedIneligible},
 	{"RetrySameOwner", testClaimDueRetrySameOwner},
 	{"RetrySameOwnerNewDueFirst", testClaimDueRetryKeepsOwnersRows},
 	{"OwnersSendingLeftAlone", testClaimDueLeavesSending},
@@ -375,6 +376,39 @@ func testClaimDueDropsIneligible(f *fixture) {
 	f.must(err, "NextDue")
 	if n != 0 || !next.IsZero() {
 		f.t.Errorf("%d deferred rows left (the first due %v), want none", n, next)
+	}
+}
+
+// A contact suppressed while deferred after a real attempt is not sent
+// again, and its row stays, failed with its attempts and the last reply
+// (deleted, the attempts vanished and status read "left out before their
+// page": tester); one whose deferral was no attempt (a hold) is dropped,
+// left out as a page would leave it.
+func testClaimDueKeepsAttemptedIneligible(f *fixture) {
+	ids := f.subscribers("supp", 3)
+	b := f.running("deferred suppressed", 0)
+	f.claim(b, ids, at(1))
+	outs := []store.Outcome{
+		{ContactID: ids[0], Status: store.SendDeferred, Error: "552 5.3.4 too large", RetryAt: at(2)},
+		{ContactID: ids[1], Status: store.SendDeferred, Error: "held", RetryAt: at(2), NotAttempted: true},
+		{ContactID: ids[2], Status: store.SendDeferred, Error: "451 4.3.0 try later", RetryAt: at(2)},
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outs, at(1)), "RecordOutcomes")
+	for _, id := range ids[:2] {
+		_, err := f.s.Suppress(f.ctx, id, "operator", at(2))
+		f.must(err, "Suppress")
+	}
+	got, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(3), 100, nil)
+	f.must(err, "ClaimDue")
+	if len(got) != 1 || got[0].ID != ids[2] {
+		f.t.Fatalf("ClaimDue = %v; want the one still eligible", dueIDs(got))
+	}
+	row, err := f.s.GetSend(f.ctx, b.ID, ids[0])
+	if err != nil || row.Status != store.SendFailed || row.Attempt != 1 || !strings.HasPrefix(row.Error, store.IneligibleBeforeRetry) || !strings.Contains(row.Error, "552 5.3.4") {
+		f.t.Errorf("attempted, then suppressed: %+v (%v); want failed at attempt 1, saying why, with the last reply", row, err)
+	}
+	if _, err := f.s.GetSend(f.ctx, b.ID, ids[1]); !errors.Is(err, store.ErrNotFound) {
+		f.t.Errorf("held (never attempted), then suppressed: row %v; want it dropped (left out)", err)
 	}
 }
 
