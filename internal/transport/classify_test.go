@@ -1266,3 +1266,14 @@ func TestMaybeOneRecipient(t *testing.T) {
 		}
 	}
 }
+
+// A network error's local end (a new port on every connection) is left out
+// of the reason, so one cause reads as one reason, grouped in reports.
+func TestSendErrorWithoutLocalPort(t *testing.T) {
+	for _, port := range []string{"51180", "40022"} {
+		err := &SendError{Stage: StageData, MaybeDelivered: true, Err: fmt.Errorf("context deadline exceeded: read tcp 127.0.0.1:%s->127.0.0.1:15025: i/o timeout", port)}
+		if want := "smtp data: context deadline exceeded: read tcp to 127.0.0.1:15025: i/o timeout (the server may have accepted the message)"; err.Error() != want {
+			t.Errorf("%q; want %q", err.Error(), want)
+		}
+	}
+}

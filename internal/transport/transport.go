@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 
 	"github.com/rangecast/rangecast/internal/message"
 )
@@ -58,6 +59,15 @@ type SendError struct {
 	Refused bool
 }
 
+// reLocalEndpoint is a network error's local end ("read tcp
+// 127.0.0.1:51180->127.0.0.1:25"): its port is new on every connection, so
+// one cause read as a different reason on every row (a tester's 44
+// distinct reasons for one timeout), and the reasons could not be grouped.
+var reLocalEndpoint = regexp.MustCompile(`\b(tcp[46]?|udp[46]?) \S+->`)
+
+// withoutLocalPort drops a network error's local end, keeping the server's.
+func withoutLocalPort(s string) string { return reLocalEndpoint.ReplaceAllString(s, "$1 to ") }
+
 func (e *SendError) Error() string {
 	var s string
 	switch {
@@ -66,7 +76,7 @@ func (e *SendError) Error() string {
 	case e.Code != 0:
 		s = fmt.Sprintf("smtp %s: %d %s", e.Stage, e.Code, e.Text)
 	case e.Err != nil:
-		s = fmt.Sprintf("smtp %s: %v", e.Stage, e.Err)
+		s = fmt.Sprintf("smtp %s: %s", e.Stage, withoutLocalPort(e.Err.Error()))
 	default:
 		s = fmt.Sprintf("smtp %s: failed", e.Stage)
 	}
