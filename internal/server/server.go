@@ -316,6 +316,14 @@ func connect(ctx context.Context, databaseURL, natsURL string, natsReplicas int,
 				subject = sub.Subject
 			}
 			log.Warn("NATS client error", "subject", subject, "err", err)
+		}),
+		// A lost connection left no line in any log (a tester's 3 s kill
+		// of nats-server): say when it goes and when it is back.
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			log.Warn("NATS connection lost; reconnecting", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("NATS connection back", "server", nc.ConnectedUrlRedacted())
 		}))
 	if err != nil {
 		cancel(nil)
