@@ -707,8 +707,12 @@ func (api *BroadcastOpsAPI) ExportBroadcast(req *pb.ExportBroadcastRequest, stre
 			if len(keep) > 0 && !keep[st] {
 				continue // filtered here: the ledger is read in id order whatever the filter
 			}
+			if req.GetSentAgainInDoubt() && !(s.InDoubt && s.Status.Accepted()) {
+				continue
+			}
 			msg.Rows = append(msg.Rows, &pb.LedgerRow{ContactId: s.ContactID.String(), Email: s.Email, Status: st,
-				Attempts: int32(s.Attempt), Reply: s.Error, MessageId: s.MessageID, ClaimedAt: timestamp(s.ClaimedAt), UpdatedAt: timestamp(s.UpdatedAt)})
+				Attempts: int32(s.Attempt), Reply: s.Error, MessageId: s.MessageID, ClaimedAt: timestamp(s.ClaimedAt), UpdatedAt: timestamp(s.UpdatedAt),
+				EarlierMaybeDelivered: s.InDoubt})
 		}
 		if len(msg.Rows) > 0 {
 			if err := stream.Send(msg); err != nil {

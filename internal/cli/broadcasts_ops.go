@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -510,7 +511,7 @@ func reportCommand(c *client) *cobra.Command {
 }
 
 // csvHeader is the export's first line.
-var csvHeader = []string{"email", "status", "attempts", "reply", "claimed_at", "updated_at", "contact_id", "message_id"}
+var csvHeader = []string{"email", "status", "attempts", "reply", "claimed_at", "updated_at", "contact_id", "message_id", "earlier_maybe_delivered"}
 
 // csvCell keeps a cell from being read as a formula by a spreadsheet
 // (=, +, -, @ first; OWASP's CSV injection advice): data from contacts and
@@ -532,17 +533,20 @@ func rfc3339(ts *timestamppb.Timestamp) string {
 func exportCommand(c *client) *cobra.Command {
 	var output string
 	var statuses []string
+	var sentAgain bool
 	cmd := &cobra.Command{
 		Use:   "export ID",
 		Short: "Write the ledger's rows (all, or --status …) as CSV: email, status, attempts, reply, times",
 		Long: `Stream the broadcast's ledger as CSV, one row per contact in contact id order
 (email, status, attempts, reply or error, claimed_at, updated_at in UTC, contact
-id, Message-ID). The server reads the ledger in keyset pages and the CLI writes
+id, Message-ID, and whether an earlier attempt may have been delivered). The server reads the ledger in keyset pages and the CLI writes
 each page as it arrives, so a broadcast of any size is exported in constant
 memory. A cell that a spreadsheet would take for a formula (=, +, -, @ first)
 is prefixed with '. --status keeps the rows in the statuses given: --status
 unknown lists the messages whose fate nobody can know (the connection lost after
-the final dot, a worker killed mid-window), which a report only counts.`,
+the final dot, a worker killed mid-window), which a report only counts;
+--sent-again lists the people status counts as "sent again": sent after an
+earlier attempt that may have been delivered, so they may have two copies.`,
 		Example: `  rangecast broadcasts export 01J9Z3K8M2T4V6X8Y0A2B4C6D8 -o ledger.csv
   rangecast broadcasts export 01J9Z3K8M2T4V6X8Y0A2B4C6D8 --status unknown,failed`,
 		Args: cobra.ExactArgs(1),
@@ -551,7 +555,7 @@ the final dot, a worker killed mid-window), which a report only counts.`,
 			if err != nil {
 				return err
 			}
-			req := &pb.ExportBroadcastRequest{Id: args[0]}
+			req := &pb.ExportBroadcastRequest{Id: args[0], SentAgainInDoubt: sentAgain}
 			for _, name := range statuses {
 				v, ok := pb.SendStatus_value["SEND_STATUS_"+strings.ToUpper(strings.TrimSpace(name))]
 				if !ok || v == int32(pb.SendStatus_SEND_STATUS_UNSPECIFIED) {
@@ -581,6 +585,7 @@ the final dot, a worker killed mid-window), which a report only counts.`,
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the CSV to this file instead of standard output")
 	cmd.Flags().Var(commaList(&statuses), "status", "only rows in these statuses, comma-separated: "+strings.Join(sendStatusNames(), ", "))
+	cmd.Flags().BoolVar(&sentAgain, "sent-again", false, "only the people who may have two copies: sent after an earlier attempt that may have been delivered (status's \"sent again\")")
 	return cmd
 }
 
@@ -668,7 +673,7 @@ func writeExport(stream grpc.ServerStreamingClient[pb.ExportBroadcastResponse], 
 		}
 		for _, r := range msg.GetRows() {
 			rec := []string{csvCell(r.GetEmail()), sendWord(r.GetStatus()), fmt.Sprint(r.GetAttempts()), csvCell(r.GetReply()),
-				rfc3339(r.GetClaimedAt()), rfc3339(r.GetUpdatedAt()), r.GetContactId(), r.GetMessageId()}
+				rfc3339(r.GetClaimedAt()), rfc3339(r.GetUpdatedAt()), r.GetContactId(), r.GetMessageId(), strconv.FormatBool(r.GetEarlierMaybeDelivered())}
 			if err := cw.Write(rec); err != nil {
 				return rows, err
 			}

@@ -403,9 +403,12 @@ func TestBroadcastOpsCommands(t *testing.T) {
 		seen := map[string]string{}
 		for _, r := range recs[1:] {
 			seen[r[0]] = r[1]
-			if r[2] != "1" || r[4] == "" {
-				t.Errorf("export row %v: want one attempt and a claim time", r)
+			if r[2] != "1" || r[4] == "" || r[8] != "false" {
+				t.Errorf("export row %v: want one attempt, a claim time, no earlier attempt that may have been delivered", r)
 			}
+		}
+		if again, err := csv.NewReader(strings.NewReader(s.must("broadcasts", "export", id, "--sent-again"))).ReadAll(); err != nil || len(again) != 1 {
+			t.Errorf("export --sent-again of a broadcast sent once each: %v (%v); want the header alone", again, err)
 		}
 		if len(seen) != 12 || seen["user3@example.org"] != "bounced" || seen["user5@example.org"] != "sent" {
 			t.Errorf("export statuses: %v", seen)

@@ -198,6 +198,10 @@ type Send struct {
 	// Owner holds the claim ("worker/run"); "" for rows claimed before
 	// owners were recorded.
 	Owner string
+	// InDoubt: an earlier attempt may have been delivered (the in-doubt
+	// policy resend, retry --include-unknown, a doubt settled later).
+	// Sent with it, the person may have two copies (Counts.SentAgainInDoubt).
+	InDoubt bool
 }
 
 // Counts sums a broadcast's ledger by status. Sent counts every row the SMTP

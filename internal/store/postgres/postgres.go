@@ -941,9 +941,9 @@ func (s *Store) GetSend(ctx context.Context, broadcast, contact ulid.ULID) (stor
 	out := store.Send{BroadcastID: broadcast, ContactID: contact}
 	var status string
 	err := s.pool.QueryRow(ctx, `
-SELECT email, status, attempt, message_id, error, claimed_at, updated_at, owner
+SELECT email, status, attempt, message_id, error, claimed_at, updated_at, owner, in_doubt
 FROM broadcast_sends WHERE broadcast_id = $1 AND contact_id = $2`, uid(broadcast), uid(contact)).
-		Scan(&out.Email, &status, &out.Attempt, &out.MessageID, &out.Error, &out.ClaimedAt, &out.UpdatedAt, &out.Owner)
+		Scan(&out.Email, &status, &out.Attempt, &out.MessageID, &out.Error, &out.ClaimedAt, &out.UpdatedAt, &out.Owner, &out.InDoubt)
 	out.Status = store.SendStatus(status)
 	return out, mapErr("ledger row", err)
 }
@@ -997,7 +997,7 @@ ORDER BY updated_at DESC, contact_id LIMIT $2`, uid(broadcast), limit)
 // sends reads ledger rows of one broadcast selected by where.
 func (s *Store) sends(ctx context.Context, op string, broadcast ulid.ULID, where string, args ...any) ([]store.Send, error) {
 	rows, err := s.pool.Query(ctx, `
-SELECT contact_id, email, status, attempt, message_id, error, claimed_at, updated_at, owner
+SELECT contact_id, email, status, attempt, message_id, error, claimed_at, updated_at, owner, in_doubt
 FROM broadcast_sends`+where, args...)
 	if err != nil {
 		return nil, mapErr(op, err)
@@ -1006,7 +1006,7 @@ FROM broadcast_sends`+where, args...)
 	var id [16]byte
 	var status string
 	r := store.Send{BroadcastID: broadcast}
-	_, err = pgx.ForEachRow(rows, []any{&id, &r.Email, &status, &r.Attempt, &r.MessageID, &r.Error, &r.ClaimedAt, &r.UpdatedAt, &r.Owner}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &r.Email, &status, &r.Attempt, &r.MessageID, &r.Error, &r.ClaimedAt, &r.UpdatedAt, &r.Owner, &r.InDoubt}, func() error {
 		r.ContactID, r.Status = ulid.ULID(id), store.SendStatus(status)
 		out = append(out, r)
 		return nil

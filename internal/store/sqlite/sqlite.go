@@ -985,14 +985,14 @@ func (s *Store) Counts(ctx context.Context, broadcast ulid.ULID) (store.Counts, 
 	return c, mapErr("count sends", rows.Err())
 }
 
-const sendColumns = `contact_id, email, status, attempt, message_id, error, claimed_at, updated_at, owner`
+const sendColumns = `contact_id, email, status, attempt, message_id, error, claimed_at, updated_at, owner, in_doubt`
 
 func scanSend(row interface{ Scan(...any) error }, broadcast ulid.ULID) (store.Send, error) {
 	out := store.Send{BroadcastID: broadcast}
 	var cid []byte
 	var status string
 	var claimed, updated int64
-	if err := row.Scan(&cid, &out.Email, &status, &out.Attempt, &out.MessageID, &out.Error, &claimed, &updated, &out.Owner); err != nil {
+	if err := row.Scan(&cid, &out.Email, &status, &out.Attempt, &out.MessageID, &out.Error, &claimed, &updated, &out.Owner, &out.InDoubt); err != nil {
 		return store.Send{}, err
 	}
 	var err error

@@ -52,6 +52,18 @@ func testSentAgainInDoubtCounted(f *fixture) {
 	if c := f.counts(b); c != (store.Counts{Sent: 4, SentAgainInDoubt: 2}) {
 		f.t.Errorf("Counts = %+v; want 4 sent, 2 of them sent again in doubt", c)
 	}
+	// The export says which they are (they could be counted, not listed:
+	// tester).
+	rows, err := f.s.ExportPage(f.ctx, b.ID, ulid.ULID{}, 10)
+	f.must(err, "ExportPage")
+	for _, r := range rows {
+		if want := r.ContactID == ids[0] || r.ContactID == ids[1]; r.InDoubt != want {
+			f.t.Errorf("exported row of %s: in doubt %v; want %v", r.Email, r.InDoubt, want)
+		}
+	}
+	if r, err := f.s.GetSend(f.ctx, b.ID, ids[1]); err != nil || !r.InDoubt {
+		f.t.Errorf("GetSend of a row sent again in doubt: %+v (%v); want InDoubt", r, err)
+	}
 }
 
 // A row released in doubt to be sent again (store.InDoubtResent) whose

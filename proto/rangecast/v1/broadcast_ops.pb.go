@@ -1331,9 +1331,13 @@ type ExportBroadcastRequest struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// statuses, when given, keeps only the rows in one of them (unknown: the
 	// messages whose fate nobody can know; failed: those refused for good).
-	Statuses      []SendStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=rangecast.v1.SendStatus" json:"statuses,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Statuses []SendStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=rangecast.v1.SendStatus" json:"statuses,omitempty"`
+	// sent_again_in_doubt keeps only the rows sent after an earlier attempt
+	// that may have been delivered: the people who may have two copies
+	// (Progress.sent_again_in_doubt counts them).
+	SentAgainInDoubt bool `protobuf:"varint,3,opt,name=sent_again_in_doubt,json=sentAgainInDoubt,proto3" json:"sent_again_in_doubt,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ExportBroadcastRequest) Reset() {
@@ -1380,6 +1384,13 @@ func (x *ExportBroadcastRequest) GetStatuses() []SendStatus {
 	return nil
 }
 
+func (x *ExportBroadcastRequest) GetSentAgainInDoubt() bool {
+	if x != nil {
+		return x.SentAgainInDoubt
+	}
+	return false
+}
+
 type LedgerRow struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ContactId string                 `protobuf:"bytes,1,opt,name=contact_id,json=contactId,proto3" json:"contact_id,omitempty"`
@@ -1387,12 +1398,17 @@ type LedgerRow struct {
 	Status    SendStatus             `protobuf:"varint,3,opt,name=status,proto3,enum=rangecast.v1.SendStatus" json:"status,omitempty"`
 	Attempts  int32                  `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	// reply is the server's reply or the error, when there is one.
-	Reply         string                 `protobuf:"bytes,5,opt,name=reply,proto3" json:"reply,omitempty"`
-	MessageId     string                 `protobuf:"bytes,6,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
-	ClaimedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=claimed_at,json=claimedAt,proto3" json:"claimed_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reply     string                 `protobuf:"bytes,5,opt,name=reply,proto3" json:"reply,omitempty"`
+	MessageId string                 `protobuf:"bytes,6,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	ClaimedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=claimed_at,json=claimedAt,proto3" json:"claimed_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// earlier_maybe_delivered: an earlier attempt may have been delivered
+	// (sent again under the in-doubt policy resend, or by retry
+	// --include-unknown). With status sent, this person may have two copies:
+	// these rows are Progress.sent_again_in_doubt.
+	EarlierMaybeDelivered bool `protobuf:"varint,9,opt,name=earlier_maybe_delivered,json=earlierMaybeDelivered,proto3" json:"earlier_maybe_delivered,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *LedgerRow) Reset() {
@@ -1479,6 +1495,13 @@ func (x *LedgerRow) GetUpdatedAt() *timestamppb.Timestamp {
 		return x.UpdatedAt
 	}
 	return nil
+}
+
+func (x *LedgerRow) GetEarlierMaybeDelivered() bool {
+	if x != nil {
+		return x.EarlierMaybeDelivered
+	}
+	return false
 }
 
 type ExportBroadcastResponse struct {
@@ -1761,10 +1784,11 @@ const file_rangecast_v1_broadcast_ops_proto_rawDesc = "" +
 	"\bfailures\x18\x10 \x03(\v2\x1a.rangecast.v1.FailureGroupR\bfailures\x12\x1c\n" +
 	"\tretryable\x18\x11 \x01(\x03R\tretryable\x12&\n" +
 	"\x0frefused_at_send\x18\x12 \x01(\x03R\rrefusedAtSend\x12\x19\n" +
-	"\bleft_out\x18\x13 \x01(\x03R\aleftOut\"^\n" +
+	"\bleft_out\x18\x13 \x01(\x03R\aleftOut\"\x8d\x01\n" +
 	"\x16ExportBroadcastRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x124\n" +
-	"\bstatuses\x18\x02 \x03(\x0e2\x18.rangecast.v1.SendStatusR\bstatuses\"\xb9\x02\n" +
+	"\bstatuses\x18\x02 \x03(\x0e2\x18.rangecast.v1.SendStatusR\bstatuses\x12-\n" +
+	"\x13sent_again_in_doubt\x18\x03 \x01(\bR\x10sentAgainInDoubt\"\xf1\x02\n" +
 	"\tLedgerRow\x12\x1d\n" +
 	"\n" +
 	"contact_id\x18\x01 \x01(\tR\tcontactId\x12\x14\n" +
@@ -1777,7 +1801,8 @@ const file_rangecast_v1_broadcast_ops_proto_rawDesc = "" +
 	"\n" +
 	"claimed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"F\n" +
+	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x126\n" +
+	"\x17earlier_maybe_delivered\x18\t \x01(\bR\x15earlierMaybeDelivered\"F\n" +
 	"\x17ExportBroadcastResponse\x12+\n" +
 	"\x04rows\x18\x01 \x03(\v2\x17.rangecast.v1.LedgerRowR\x04rows\"P\n" +
 	"\x15RetryBroadcastRequest\x12\x0e\n" +
