@@ -42,8 +42,12 @@ type rawServer struct {
 	chunkAnyway bool
 
 	record bool
+	// maxConns, when set, greets a connection past that many open at once
+	// with 421 and closes it, as a relay limiting concurrent connections.
+	maxConns int
 
 	mu     sync.Mutex
+	over   int // connections refused for maxConns
 	conns  int
 	reads  [][]byte // every Read, in order, when record is set
 	bodies [][]byte // each message received, dot-unstuffed
@@ -82,6 +86,13 @@ func startRaw(t testing.TB, s *rawServer) *rawServer {
 				s.mu.Unlock()
 				c.Close()
 				return
+			}
+			if s.maxConns > 0 && len(open) >= s.maxConns {
+				s.over++
+				s.mu.Unlock()
+				c.Write([]byte("421 4.7.0 raw.example Too many concurrent SMTP connections; try again later\r\n"))
+				c.Close()
+				continue
 			}
 			s.conns++
 			open[c] = true

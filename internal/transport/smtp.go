@@ -89,6 +89,79 @@ type SMTP struct {
 	mu     sync.Mutex // guards closed and sends on idle
 	closed bool
 	idle   chan *conn
+
+	// limit learns a relay's limit on concurrent connections.
+	limit connLimit
+}
+
+// connLimit learns a relay's limit on concurrent connections from a 421 at
+// the greeting while others of ours are open, and holds new dials to the
+// connections it then had for connLimitHold: a send waits for one of them
+// instead of dialling into the same 421. Without it, a relay allowing 3
+// connections answered 421 to hundreds of dials a minute, each failing its
+// send, and took 30 messages a minute (a tester).
+type connLimit struct {
+	mu    sync.Mutex
+	open  int           // connections of ours open, in use or pooled
+	max   int           // 0: no limit known
+	until time.Time     // when max lapses (and a dial probes again)
+	freed chan struct{} // closed when a connection is put back or closed
+}
+
+// connLimitHold is how long a learnt limit holds before a dial probes past it.
+const connLimitHold = time.Minute
+
+func (l *connLimit) opened() {
+	l.mu.Lock()
+	l.open++
+	l.mu.Unlock()
+}
+
+// released says a connection was closed (closed) or put back in the pool.
+func (l *connLimit) released(closed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if closed {
+		l.open--
+	}
+	if l.freed != nil {
+		close(l.freed)
+		l.freed = nil
+	}
+}
+
+// refused takes a 421 at a new connection's greeting (already closed) as
+// the relay's limit when others of ours are open: it reports whether the
+// send should wait for one of them.
+func (l *connLimit) refused(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open < 1 {
+		return false
+	}
+	if l.max == 0 || !now.Before(l.until) || l.open < l.max {
+		l.max = l.open
+	}
+	l.until = now.Add(connLimitHold)
+	return true
+}
+
+// full reports whether a dial would pass the learnt limit, with a channel
+// closed when a connection is put back or closed.
+func (l *connLimit) full(now time.Time) (<-chan struct{}, int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.max == 0 || !now.Before(l.until) {
+		l.max = 0
+		return nil, 0, false
+	}
+	if l.open < l.max {
+		return nil, 0, false
+	}
+	if l.freed == nil {
+		l.freed = make(chan struct{})
+	}
+	return l.freed, l.max, true
 }
 
 // conn is one pooled connection. nc is the raw network connection under the
@@ -293,11 +366,30 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 			return "", ErrClosed
 		}
 		pc, reused := s.takeIdle()
+		for pc == nil {
+			freed, limit, full := s.limit.full(time.Now())
+			if !full {
+				break
+			}
+			select {
+			case <-freed:
+				if s.isClosed() {
+					return "", ErrClosed
+				}
+				pc, reused = s.takeIdle()
+			case <-ctx.Done():
+				// Deferred as the relay's 421 would have been: at connect,
+				// never charged to the recipient.
+				return "", &SendError{Stage: StageConnect, Code: 421, Err: ctx.Err(),
+					Text: fmt.Sprintf("no connection free: the relay allows %d at once (it answered 421 to more), and none came free in time", limit)}
+			}
+		}
 		if pc == nil {
 			nc, err := s.dial(ctx)
 			if err != nil {
 				return "", stageError(ctx, StageConnect, err)
 			}
+			s.limit.opened()
 			pc = &conn{nc: nc}
 		}
 
@@ -329,13 +421,15 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 		if reuse {
 			s.put(pc)
 		} else {
-			pc.nc.Close()
+			s.drop(pc)
 		}
 		switch {
 		case err == nil:
 			return reply, nil
 		case errors.Is(err, errRedial):
 			continue
+		case !reused && isSendErr && se.Stage == StageConnect && se.Code == 421 && ctx.Err() == nil && s.limit.refused(time.Now()):
+			continue // wait for one of the connections the relay allows
 		}
 		// A pooled connection the server dropped after takeIdle looked at
 		// it fails on the first command. Unless the body went with that
@@ -674,7 +768,7 @@ func (s *SMTP) takeIdle() (*conn, bool) {
 			// timeout, a limit of messages per connection), sent
 			// something unasked, or unused for too long: nothing of ours
 			// went into it.
-			pc.nc.Close()
+			s.drop(pc)
 		default:
 			return nil, false
 		}
@@ -695,11 +789,19 @@ func (s *SMTP) put(pc *conn) {
 	if !s.closed {
 		select {
 		case s.idle <- pc:
+			s.limit.released(false)
 			return
 		default:
 		}
 	}
 	pc.nc.Close()
+	s.limit.released(true)
+}
+
+// drop closes a connection of the pool's for good.
+func (s *SMTP) drop(pc *conn) {
+	pc.nc.Close()
+	s.limit.released(true)
 }
 
 // Close says QUIT on idle connections and closes them. Connections in use by
@@ -717,7 +819,7 @@ func (s *SMTP) Close() error {
 		case pc := <-s.idle:
 			_ = pc.nc.SetDeadline(time.Now().Add(min(s.timeout, 5*time.Second)))
 			_ = pc.c.quit() // a polite goodbye; the socket is closed either way
-			pc.nc.Close()
+			s.drop(pc)
 		default:
 			return nil
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -694,4 +695,77 @@ func TestQuietOpen(t *testing.T) {
 	if !settled(c, false) {
 		t.Error("a connection the server reset is quiet")
 	}
+}
+
+// A relay allowing 3 connections at once answers 421 at the greeting past
+// them: once one of ours met it with others open, sends wait for one of
+// those instead of dialling into the 421 again, so 200 sends by 16 at once
+// all go through, with few refused dials (a tester's relay refused
+// hundreds a minute and took 30 messages a minute). A 421 with nothing of
+// ours open is still the send's error.
+func TestRelayConnectionLimitLearnt(t *testing.T) {
+	t.Parallel()
+	var received atomic.Int32
+	srv := startRaw(t, &rawServer{maxConns: 3, end: func([]byte) string { received.Add(1); return "" }})
+	tr := newSMTP(t, srv.url()+"&pool=16&timeout=20s")
+	const total, workers = 200, 16
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range workers {
+		wg.Go(func() {
+			for i := range jobs {
+				if _, err := tr.Send(t.Context(), msg(i, fmt.Sprintf("user%03d@example.org", i))); err != nil {
+					failed.Add(1)
+					t.Logf("send %d: %v", i, err)
+				}
+			}
+		})
+	}
+	for i := range total {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	srv.mu.Lock()
+	got, over := int(received.Load()), srv.over
+	srv.mu.Unlock()
+	if failed.Load() != 0 || got != total {
+		t.Errorf("%d sends failed, %d messages received; want all %d through", failed.Load(), got, total)
+	}
+	if over > 2*workers {
+		t.Errorf("%d dials refused past the limit; want the limit learnt after the first few", over)
+	}
+	t.Logf("%d dials refused past the limit of 3", over)
+
+	// Another relay that refuses everyone at the greeting: nothing of ours
+	// is open, so the 421 is the send's, at once.
+	tr2 := newSMTP(t, "smtp://"+closedGreeter(t)+"?tls=none&timeout=5s")
+	_, err := tr2.Send(t.Context(), msg(0, "a@example.org"))
+	var se *SendError
+	if !errors.As(err, &se) || se.Code != 421 || se.Stage != StageConnect {
+		t.Errorf("421 at the greeting with nothing open: %v; want the relay's 421 at connect", err)
+	}
+}
+
+// closedGreeter is a server that greets every connection with 421 and
+// closes it.
+func closedGreeter(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("421 4.7.0 busy, try again later\r\n"))
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
 }
