@@ -11,6 +11,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/api"
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
 )
 
 // TestUnavailableSaysWhoIsDown: gRPC's Unavailable (no connection) says the
@@ -73,21 +74,10 @@ func TestConnectionHints(t *testing.T) {
 // the kernel accepts for it) is called hung, not a TLS mistake.
 func TestSilentServerIsNotCalledTLS(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() }) // held open, silent
-		}
-	}()
-	_, err = rangecast(t, "", "--addr", ln.Addr().String(), "broadcasts", "list")
+	addr := testenv.ServeTCP(t, func(c net.Conn) {
+		t.Cleanup(func() { c.Close() }) // held open, silent
+	})
+	_, err := rangecast(t, "", "--addr", addr, "broadcasts", "list")
 	if got := describe(err); err == nil || !strings.Contains(got, "hung, stopped or overloaded") || strings.Contains(got, "TLS (--tls-cert)") {
 		t.Errorf("against a silent server: %s\nwant it called hung, not TLS", got)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/message"
+	"github.com/rangecast/rangecast/internal/testenv"
 )
 
 func startCapture(t *testing.T, opts ...capture.Option) *capture.Server {
@@ -740,32 +741,14 @@ func TestRelayConnectionLimitLearnt(t *testing.T) {
 
 	// Another relay that refuses everyone at the greeting: nothing of ours
 	// is open, so the 421 is the send's, at once.
-	tr2 := newSMTP(t, "smtp://"+closedGreeter(t)+"?tls=none&timeout=5s")
+	greeter := testenv.ServeTCP(t, func(c net.Conn) {
+		c.Write([]byte("421 4.7.0 busy, try again later\r\n"))
+		c.Close()
+	})
+	tr2 := newSMTP(t, "smtp://"+greeter+"?tls=none&timeout=5s")
 	_, err := tr2.Send(t.Context(), msg(0, "a@example.org"))
 	var se *SendError
 	if !errors.As(err, &se) || se.Code != 421 || se.Stage != StageConnect {
 		t.Errorf("421 at the greeting with nothing open: %v; want the relay's 421 at connect", err)
 	}
-}
-
-// closedGreeter is a server that greets every connection with 421 and
-// closes it.
-func closedGreeter(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("421 4.7.0 busy, try again later\r\n"))
-			c.Close()
-		}
-	}()
-	return ln.Addr().String()
 }
