@@ -13,6 +13,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/testenv"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
@@ -20,8 +21,8 @@ import (
 // is set, closes the connection after the final dot without a reply: the
 // message may have arrived (here it did), and the client cannot know.
 type eatingRelay struct {
-	ln  net.Listener
-	eat atomic.Bool
+	addr string
+	eat  atomic.Bool
 	// every, when set, eats only every nth message (eat unset).
 	every atomic.Int64
 	n     atomic.Int64
@@ -31,26 +32,13 @@ type eatingRelay struct {
 
 func startEatingRelay(t *testing.T) *eatingRelay {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &eatingRelay{ln: ln, got: map[string]int{}}
+	r := &eatingRelay{got: map[string]int{}}
 	r.eat.Store(true)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go r.serve(c)
-		}
-	}()
+	r.addr = testenv.ServeTCP(t, r.serve)
 	return r
 }
 
-func (r *eatingRelay) url() string { return "smtp://" + r.ln.Addr().String() + "?tls=none" }
+func (r *eatingRelay) url() string { return "smtp://" + r.addr + "?tls=none" }
 
 func (r *eatingRelay) taken() (total, most int) {
 	r.mu.Lock()
