@@ -243,15 +243,20 @@ completes or the watch is left early.`,
 			if b := got.GetBroadcast(); b.GetState() == pb.BroadcastState_BROADCAST_STATE_DRAFT && b.GetScheduledAt() == nil {
 				return fmt.Errorf("broadcast %s is a draft and not scheduled: start it (broadcasts start %s) or schedule it, then watch it", args[0], args[0])
 			}
-			stream, err := bc.WatchBroadcast(cmd.Context(), &pb.WatchBroadcastRequest{Id: args[0]})
+			open := func() (statusStream, error) {
+				return bc.WatchBroadcast(cmd.Context(), &pb.WatchBroadcastRequest{Id: args[0]})
+			}
+			first, err := open()
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
+			stream := &resumingStream{cur: first, open: open, notice: cmd.ErrOrStderr(), ctx: cmd.Context()}
 			if asJSON {
 				return endedBadly(watchJSON(out, stream))
 			}
 			if f, ok := out.(*os.File); ok && isTerminal(f) {
+				stream.notice = io.Discard // the live view redraws the screen
 				last, err := watchLive(stream, f)
 				if last != nil {
 					printStatus(out, last)

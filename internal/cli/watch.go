@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,8 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/mattn/go-isatty"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -36,6 +40,57 @@ func (r *rate) update(b *pb.Broadcast, now time.Time) float64 {
 // statusStream yields statuses until the watch ends.
 type statusStream interface {
 	Recv() (*pb.WatchBroadcastResponse, error)
+}
+
+// resumingStream is a watch that outlives its coordinator: when the
+// connection is lost (a coordinator restarted in a rollout, a leader
+// killed), it opens the watch again, through the same address, for up to
+// watchReconnectFor, saying so once on notice. A watch ended at every
+// coordinator rollout (tester).
+type resumingStream struct {
+	ctx    context.Context
+	cur    statusStream
+	open   func() (statusStream, error)
+	notice io.Writer
+	// retryEvery is the pause between tries (a second when zero).
+	retryEvery time.Duration
+}
+
+// watchReconnectFor is how long a watch tries to reach a coordinator again.
+const watchReconnectFor = 2 * time.Minute
+
+func (r *resumingStream) Recv() (*pb.WatchBroadcastResponse, error) {
+	var lost time.Time
+	for {
+		var err error
+		if r.cur == nil {
+			r.cur, err = r.open()
+		}
+		if err == nil {
+			var resp *pb.WatchBroadcastResponse
+			if resp, err = r.cur.Recv(); err == nil || errors.Is(err, io.EOF) {
+				if !lost.IsZero() {
+					fmt.Fprintln(r.notice, "watching again")
+				}
+				return resp, err
+			}
+		}
+		if status.Code(err) != codes.Unavailable || r.ctx.Err() != nil {
+			return nil, err
+		}
+		r.cur = nil
+		if lost.IsZero() {
+			lost = time.Now()
+			fmt.Fprintf(r.notice, "lost the coordinator (%s); reconnecting for up to %s\n", describe(err), watchReconnectFor)
+		} else if time.Since(lost) > watchReconnectFor {
+			return nil, err
+		}
+		select {
+		case <-time.After(cmp.Or(r.retryEvery, time.Second)):
+		case <-r.ctx.Done():
+			return nil, r.ctx.Err()
+		}
+	}
 }
 
 // watchPlain prints one line per status: for logs, pipes and CI.

@@ -6,6 +6,10 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
@@ -88,5 +92,58 @@ func TestWatchExitStatus(t *testing.T) {
 		if (err != nil) != bad || bad && !strings.Contains(err.Error(), "ended "+stateWord(state)) {
 			t.Errorf("watch ending %v: %v; want an error: %v", state, err, bad)
 		}
+	}
+}
+
+// failingStream yields its statuses, then err.
+type failingStream struct {
+	fakeStream
+	err error
+}
+
+func (f *failingStream) Recv() (*pb.WatchBroadcastResponse, error) {
+	if len(f.statuses) == 0 {
+		return nil, f.err
+	}
+	return f.fakeStream.Recv()
+}
+
+// TestWatchOutlivesItsCoordinator: a watch whose coordinator goes away
+// (Unavailable: a rollout restarted it) opens the watch again and follows
+// the broadcast to its end, saying so; it ended at every rollout
+// (tester). Any other error ends it, as before.
+func TestWatchOutlivesItsCoordinator(t *testing.T) {
+	t.Parallel()
+	lost := status.Error(codes.Unavailable, "error reading from server: EOF")
+	opens := 0
+	streams := []statusStream{
+		nil, // the first open fails: the coordinator is not back yet
+		&fakeStream{statuses: []*pb.Broadcast{sampleStatus(pb.BroadcastState_BROADCAST_STATE_RUNNING, 20),
+			sampleStatus(pb.BroadcastState_BROADCAST_STATE_COMPLETED, 9300)}},
+	}
+	var notice, out bytes.Buffer
+	s := &resumingStream{ctx: t.Context(), notice: &notice, retryEvery: time.Millisecond,
+		cur: &failingStream{fakeStream{statuses: []*pb.Broadcast{sampleStatus(pb.BroadcastState_BROADCAST_STATE_RUNNING, 10)}}, lost},
+		open: func() (statusStream, error) {
+			st := streams[opens]
+			opens++
+			if st == nil {
+				return nil, lost
+			}
+			return st, nil
+		}}
+	last, err := watchPlain(&out, s)
+	if err != nil || last.GetState() != pb.BroadcastState_BROADCAST_STATE_COMPLETED || strings.Count(out.String(), "\n") != 3 {
+		t.Fatalf("watch across a lost coordinator: %v, last %v:\n%s", err, last.GetState(), out.String())
+	}
+	if !strings.Contains(notice.String(), "lost the coordinator") || !strings.Contains(notice.String(), "watching again") {
+		t.Errorf("notice %q; want it to say the coordinator was lost and the watch is back", notice.String())
+	}
+	// NotFound is no lost connection.
+	gone := status.Error(codes.NotFound, "no broadcast has id X")
+	s = &resumingStream{ctx: t.Context(), notice: io.Discard, cur: &failingStream{err: gone},
+		open: func() (statusStream, error) { t.Fatal("opened again after NotFound"); return nil, nil }}
+	if _, err := watchPlain(io.Discard, s); status.Code(err) != codes.NotFound {
+		t.Errorf("NotFound: %v", err)
 	}
 }
