@@ -92,6 +92,12 @@ type actor struct {
 	// (in memory: a new leader counts the record's whole count, as before).
 	resumedAt     time.Time
 	fruitlessBase map[int]int
+	// lastSent is when a page or sweep of the broadcast last sent, and
+	// fruitlessAt when each range's last fruitless report came: a range
+	// whose page sent nothing while others sent since its last such
+	// report is not "no progress at all", and is not counted (fruitless).
+	lastSent    time.Time
+	fruitlessAt map[int]time.Time
 	// forgetFruitless: the records' counts go back to zero (in KV, so a
 	// new leader reads them so) at the next pass of the loop, after a
 	// resume; fruitlessBase stands in until they are written.
@@ -166,6 +172,7 @@ func newActor(ctx context.Context, c *Coordinator, b store.Broadcast) (*actor, e
 		// this one): they count toward nothing (issuedBeforeResume).
 		resumedAt:     c.cfg.Clock.Now(),
 		fruitlessBase: map[int]int{},
+		fruitlessAt:   map[int]time.Time{},
 	}
 	if b.ThrottlePerHour > 0 {
 		a.throttle = a.newThrottle(c.cfg.Clock.Now())
@@ -475,6 +482,7 @@ func (a *actor) applyReport(ctx context.Context, rep bus.Report, now time.Time) 
 	}
 	if rep.Sent > 0 {
 		a.tookMail()
+		a.lastSent = now
 	}
 	for attempt := 0; ; attempt++ {
 		rec := a.recs[i]
@@ -796,7 +804,19 @@ func (a *actor) fruitless(ctx context.Context, i int, rep bus.Report, now time.T
 	// another leader's lower one: the base goes no higher.
 	a.fruitlessBase[i] = min(a.fruitlessBase[i], rec.Fruitless)
 	since := rec.Fruitless - a.fruitlessBase[i] // resumptions since the last resume
-	if a.issuedBeforeResume(rep) {
+	prev := a.fruitlessAt[i]
+	if a.fruitlessAt == nil {
+		a.fruitlessAt = map[int]time.Time{}
+	}
+	a.fruitlessAt[i] = now
+	// Not counted either: a page that sent nothing while the broadcast
+	// sent since this range's last such page. Mail is going out, so the
+	// cause is where this page ran (a worker holding none of the
+	// connections a relay allows: every page it took met 421 while the
+	// other worker sent), not the broadcast; counted, a range that kept
+	// landing on that worker failed a broadcast the relay was taking 50
+	// messages a second of (a tester). The range backs off all the same.
+	if a.issuedBeforeResume(rep) || (!prev.IsZero() && a.lastSent.After(prev)) {
 		a.notBefore[i] = now.Add(a.c.backoff(max(since, 1)))
 		a.lastErr[i] = rep.Error
 		return nil

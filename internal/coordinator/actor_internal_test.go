@@ -142,3 +142,40 @@ func TestNATSDataLost(t *testing.T) {
 		}
 	}
 }
+
+// TestFruitlessWhileOthersSendDoesNotCount: a range's page that sent
+// nothing is not counted toward failing the broadcast when the broadcast
+// sent since that range's previous such page (a worker holding none of the
+// connections a relay allows met 421 on every page while the other worker
+// sent: counted, a range that kept landing on it failed a broadcast the
+// relay was taking 50 messages a second of; a tester). It backs off all
+// the same; with nothing sent since, it counts (a KV write, which this
+// actor without KV cannot make: the panic is the count).
+func TestFruitlessWhileOthersSendDoesNotCount(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	a := &actor{c: &Coordinator{cfg: Config{Clock: clk, MaxFruitless: 8, Backoff: time.Second, MaxBackoff: time.Minute,
+		Jitter: func(int64) int64 { return 0 }}},
+		recs: []bus.RangeRecord{{Fruitless: 7}}, notBefore: map[int]time.Time{}, lastErr: map[int]string{}, fruitlessBase: map[int]int{},
+		fruitlessAt: map[int]time.Time{0: clk.Now()}}
+	rep := bus.Report{Issued: clk.Now().Add(time.Second), Error: "smtp connect: 421 4.7.0 Too many concurrent SMTP connections"}
+	clk.Advance(time.Second)
+	a.lastSent = clk.Now() // another range's page sent
+	clk.Advance(time.Second)
+	if err := a.fruitless(context.Background(), 0, rep, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if a.recs[0].Fruitless != 7 || !a.notBefore[0].After(clk.Now()) || a.lastErr[0] == "" {
+		t.Errorf("with mail sent since: fruitless %d, not before %v, last error %q; want 7 (the 8th not counted), a backoff, the error",
+			a.recs[0].Fruitless, a.notBefore[0], a.lastErr[0])
+	}
+	clk.Advance(time.Second) // nothing sent since the last one
+	counted := func() (counted bool) {
+		defer func() { counted = recover() != nil }()
+		_ = a.fruitless(context.Background(), 0, rep, clk.Now())
+		return false
+	}()
+	if !counted {
+		t.Error("a fruitless page with nothing sent since the last was not counted")
+	}
+}

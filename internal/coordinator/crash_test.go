@@ -379,8 +379,12 @@ func TestReconcilerResendPolicy(t *testing.T) {
 			t.Fatalf("%s received %d messages", email, got[email])
 		}
 	}
-	if twice > deadConc || b.GetProgress().GetUnknown() != 0 {
-		t.Fatalf("%d received twice (at most the dead worker's window of %d may), unknown %d", twice, deadConc, b.GetProgress().GetUnknown())
+	// The dead worker's claims without an outcome are at most
+	// pageworker.InDoubtBound: delivered sends of a window wait for its
+	// frozen ones, and the next window starts as slots free (overlap). A
+	// bound of one window (8) failed CI on a loaded box with 14.
+	if most := pageworker.InDoubtBound(1, deadConc); twice > most || b.GetProgress().GetUnknown() != 0 {
+		t.Fatalf("%d received twice (at most the dead worker's claims without an outcome, %d, may: pageworker.InDoubtBound), unknown %d", twice, most, b.GetProgress().GetUnknown())
 	}
 	t.Logf("resend: nobody missed; %d received a second copy (the dead worker's window had reached the server)", twice)
 }
