@@ -102,10 +102,43 @@ type SMTP struct {
 // send, and took 30 messages a minute (a tester).
 type connLimit struct {
 	mu    sync.Mutex
-	open  int           // connections of ours open, in use or pooled
+	open  int           // connections of ours the relay took (handshake done), in use or pooled
 	max   int           // 0: no limit known
 	until time.Time     // when max lapses (and a dial probes again)
 	freed chan struct{} // closed when a connection is put back or closed
+	// busyUntil: a 421 at the greeting with nothing of ours open (another
+	// worker holds the relay's connections) holds every dial until then,
+	// so the sends of a worker that has none do not dial into the 421
+	// thousands of times a second (a verifier counted 11,118 refused).
+	busyUntil time.Time
+}
+
+// freedCh is closed when a connection is next put back or closed.
+func (l *connLimit) freedCh() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.freed == nil {
+		l.freed = make(chan struct{})
+	}
+	return l.freed
+}
+
+// connBusyHold is how long a 421 at the greeting with nothing of ours open
+// holds new dials.
+const connBusyHold = 2 * time.Second
+
+// busy holds dials for connBusyHold from now.
+func (l *connLimit) busy(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.busyUntil = now.Add(connBusyHold)
+}
+
+// busyFor is how long dials are held still.
+func (l *connLimit) busyFor(now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.busyUntil.Sub(now)
 }
 
 // connLimitHold is how long a learnt limit holds before a dial probes past it.
@@ -361,11 +394,16 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 
+	var carried *conn // a pooled connection idleWithin found for this send
 	for attempt := 0; ; attempt++ {
 		if s.isClosed() {
 			return "", ErrClosed
 		}
-		pc, reused := s.takeIdle()
+		pc, reused := carried, carried != nil
+		carried = nil
+		if pc == nil {
+			pc, reused = s.takeIdle()
+		}
 		for pc == nil {
 			freed, limit, full := s.limit.full(time.Now())
 			if !full {
@@ -384,12 +422,22 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 					Text: fmt.Sprintf("no connection free: the relay allows %d at once (it answered 421 to more), and none came free in time", limit)}
 			}
 		}
+		if wait := s.limit.busyFor(time.Now()); pc == nil && wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return "", &SendError{Stage: StageConnect, Code: 421, Err: ctx.Err(),
+					Text: "the relay answered 421 to a new connection moments ago (its connections taken, by another worker's), and it was not tried again in time"}
+			}
+			pc, reused = s.takeIdle()
+		}
 		if pc == nil {
 			nc, err := s.dial(ctx)
 			if err != nil {
 				return "", stageError(ctx, StageConnect, err)
 			}
-			s.limit.opened()
 			pc = &conn{nc: nc}
 		}
 
@@ -430,6 +478,16 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 			continue
 		case !reused && isSendErr && se.Stage == StageConnect && se.Code == 421 && ctx.Err() == nil && s.limit.refused(time.Now()):
 			continue // wait for one of the connections the relay allows
+		case !reused && isSendErr && se.Stage == StageConnect && se.Code == 421 && pc.c == nil:
+			// Nothing of ours was open to learn a limit from. The next
+			// dials wait; this send takes a connection put back within the
+			// hold (at a start the refusals come before the handshakes
+			// the relay took are done), or its 421 stands. It never dials
+			// again itself.
+			s.limit.busy(time.Now())
+			if carried = s.idleWithin(ctx, connBusyHold); carried != nil {
+				continue
+			}
 		}
 		// A pooled connection the server dropped after takeIdle looked at
 		// it fails on the first command. Unless the body went with that
@@ -466,6 +524,7 @@ func (s *SMTP) use(ctx context.Context, pc *conn, m message.Rendered) (string, e
 			return "", stageError(ctx, StageConnect, err)
 		}
 		pc.c = c
+		s.limit.opened() // counted once the relay took it: greeted, and past EHLO
 	}
 	return s.transact(ctx, pc.c, m)
 }
@@ -798,10 +857,30 @@ func (s *SMTP) put(pc *conn) {
 	s.limit.released(true)
 }
 
+// idleWithin waits up to d for a pooled connection (one put back by
+// another send), returning nil without one.
+func (s *SMTP) idleWithin(ctx context.Context, d time.Duration) *conn {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		if pc, _ := s.takeIdle(); pc != nil {
+			return pc
+		}
+		select {
+		case <-s.limit.freedCh():
+		case <-t.C:
+			pc, _ := s.takeIdle()
+			return pc
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
 // drop closes a connection of the pool's for good.
 func (s *SMTP) drop(pc *conn) {
 	pc.nc.Close()
-	s.limit.released(true)
+	s.limit.released(pc.c != nil)
 }
 
 // Close says QUIT on idle connections and closes them. Connections in use by

@@ -731,8 +731,11 @@ func TestRelayConnectionLimitLearnt(t *testing.T) {
 	srv.mu.Lock()
 	got, over := int(received.Load()), srv.over
 	srv.mu.Unlock()
-	if failed.Load() != 0 || got != total {
-		t.Errorf("%d sends failed, %d messages received; want all %d through", failed.Load(), got, total)
+	// At the start, a refusal can come before any handshake the relay
+	// took is done: that send fails (a worker defers it, uncharged), and
+	// so may a few more. The rest wait for a connection.
+	if failed.Load() > workers/2 || got != total-int(failed.Load()) {
+		t.Errorf("%d sends failed, %d messages received; want all of %d but a few at the start through", failed.Load(), got, total)
 	}
 	if over > 2*workers {
 		t.Errorf("%d dials refused past the limit; want the limit learnt after the first few", over)
@@ -751,4 +754,41 @@ func TestRelayConnectionLimitLearnt(t *testing.T) {
 	if !errors.As(err, &se) || se.Code != 421 || se.Stage != StageConnect {
 		t.Errorf("421 at the greeting with nothing open: %v; want the relay's 421 at connect", err)
 	}
+}
+
+// A worker none of whose connections the relay took (another worker holds
+// its limit) meets 421 at every greeting: its sends then hold their dials
+// for connBusyHold instead of dialling into the 421 as fast as they fail
+// (a verifier's relay refused 11,118 connections in seconds), and each
+// still fails with the relay's 421, at connect.
+func TestRelayBusyHoldsDials(t *testing.T) {
+	t.Parallel()
+	var dials atomic.Int32
+	greeter := testenv.ServeTCP(t, func(c net.Conn) {
+		dials.Add(1)
+		c.Write([]byte("421 4.7.0 Too many concurrent SMTP connections; try again later\r\n"))
+		c.Close()
+	})
+	tr := newSMTP(t, "smtp://"+greeter+"?tls=none&timeout=10s")
+	end := time.Now().Add(3 * time.Second)
+	var sends atomic.Int32
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(end); i++ {
+				_, err := tr.Send(t.Context(), msg(w*1000+i, "a@example.org"))
+				var se *SendError
+				if !errors.As(err, &se) || se.Code != 421 || se.Stage != StageConnect {
+					t.Errorf("send: %v; want the relay's 421 at connect", err)
+					return
+				}
+				sends.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := dials.Load(); n > 100 {
+		t.Errorf("%d dials in 3 s by 16 senders; want them held after a 421 (about 16 per %s)", n, connBusyHold)
+	}
+	t.Logf("%d dials, %d sends failed with 421, in 3 s", dials.Load(), sends.Load())
 }
