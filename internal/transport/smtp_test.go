@@ -792,3 +792,24 @@ func TestRelayBusyHoldsDials(t *testing.T) {
 	}
 	t.Logf("%d dials, %d sends failed with 421, in 3 s", dials.Load(), sends.Load())
 }
+
+// A pooled connection is closed once it has waited idle=, not only when
+// next taken: a relay allowing one connection serves another transport
+// (another worker) after the first has sat idle (a verifier's worker done
+// with its pages held a relay's connections while another met 421).
+func TestIdleConnectionsReaped(t *testing.T) {
+	t.Parallel()
+	srv := startRaw(t, &rawServer{maxConns: 1})
+	first := newSMTP(t, srv.url()+"&idle=300ms")
+	if _, err := first.Send(t.Context(), msg(1, "a@example.org")); err != nil {
+		t.Fatal(err)
+	}
+	other := newSMTP(t, srv.url()+"&timeout=5s")
+	if _, err := other.Send(t.Context(), msg(2, "b@example.org")); err == nil {
+		t.Fatal("a second connection was served while the first was pooled; the relay's limit of 1 is not in effect")
+	}
+	time.Sleep(time.Second)
+	if _, err := other.Send(t.Context(), msg(3, "c@example.org")); err != nil {
+		t.Errorf("after the first transport's connection sat idle past idle=: %v; want it closed, and the relay's one connection free", err)
+	}
+}
