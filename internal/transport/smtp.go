@@ -92,8 +92,10 @@ type SMTP struct {
 
 	// limit learns a relay's limit on concurrent connections.
 	limit connLimit
-	// reaping starts reapIdle with the first connection pooled.
+	// reaping starts reapIdle with the first connection pooled; done,
+	// closed by Close, ends it.
 	reaping sync.Once
+	done    chan struct{}
 }
 
 // connLimit learns a relay's limit on concurrent connections from a 421 at
@@ -381,6 +383,7 @@ func NewSMTP(rawURL string) (*SMTP, error) {
 	}
 	s.tlsConf = &tls.Config{ServerName: s.host, InsecureSkipVerify: insecure, MinVersion: tls.VersionTLS12}
 	s.idle = make(chan *conn, pool)
+	s.done = make(chan struct{})
 	return s, nil
 }
 
@@ -866,10 +869,12 @@ func (s *SMTP) put(pc *conn) {
 // pages held a relay's few allowed connections while another worker's
 // sends met 421 (a verifier: the last 94 messages took 52 s).
 func (s *SMTP) reapIdle() {
-	every := max(s.maxIdle/2, 100*time.Millisecond)
+	tick := time.NewTicker(max(s.maxIdle/2, 100*time.Millisecond))
+	defer tick.Stop()
 	for {
-		time.Sleep(every)
-		if s.isClosed() {
+		select {
+		case <-tick.C:
+		case <-s.done:
 			return
 		}
 		for range len(s.idle) {
@@ -939,6 +944,7 @@ func (s *SMTP) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.done)
 	s.mu.Unlock()
 	for {
 		select {
