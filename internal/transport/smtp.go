@@ -848,19 +848,28 @@ func (s *SMTP) put(pc *conn) {
 	// Real time, not an injected clock: the server's idle timer runs on
 	// it, as the I/O deadlines do.
 	pc.idleSince = time.Now()
+	if s.pool(pc) {
+		s.limit.released(false)
+		s.reaping.Do(func() { go s.reapIdle() })
+		return
+	}
+	s.drop(pc)
+}
+
+// pool puts pc in the idle pool as it is, unless the pool is full or the
+// transport closed: it reports whether it did.
+func (s *SMTP) pool(pc *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.closed {
-		select {
-		case s.idle <- pc:
-			s.limit.released(false)
-			s.reaping.Do(func() { go s.reapIdle() })
-			return
-		default:
-		}
+	if s.closed {
+		return false
 	}
-	pc.nc.Close()
-	s.limit.released(true)
+	select {
+	case s.idle <- pc:
+		return true
+	default:
+		return false
+	}
 }
 
 // reapIdle closes pooled connections once they have waited maxIdle, until
@@ -886,23 +895,10 @@ func (s *SMTP) reapIdle() {
 			if pc == nil {
 				break
 			}
-			if time.Since(pc.idleSince) >= s.maxIdle || !pc.probe.quietOpen() {
-				_ = pc.nc.SetDeadline(time.Now().Add(min(s.timeout, 5*time.Second)))
-				_ = pc.c.quit() // a polite goodbye; the socket is closed either way
-				s.drop(pc)
-				continue
-			}
-			s.mu.Lock()
-			kept := false
-			if !s.closed {
-				select {
-				case s.idle <- pc: // its idleSince kept
-					kept = true
-				default:
-				}
-			}
-			s.mu.Unlock()
-			if !kept {
+			switch {
+			case time.Since(pc.idleSince) >= s.maxIdle || !pc.probe.quietOpen():
+				s.quit(pc)
+			case !s.pool(pc): // its idleSince kept
 				s.drop(pc)
 			}
 		}
@@ -929,6 +925,13 @@ func (s *SMTP) idleWithin(ctx context.Context, d time.Duration) *conn {
 	}
 }
 
+// quit says QUIT on a pooled connection and drops it.
+func (s *SMTP) quit(pc *conn) {
+	_ = pc.nc.SetDeadline(time.Now().Add(min(s.timeout, 5*time.Second)))
+	_ = pc.c.quit() // a polite goodbye; the socket is closed either way
+	s.drop(pc)
+}
+
 // drop closes a connection of the pool's for good.
 func (s *SMTP) drop(pc *conn) {
 	pc.nc.Close()
@@ -949,9 +952,7 @@ func (s *SMTP) Close() error {
 	for {
 		select {
 		case pc := <-s.idle:
-			_ = pc.nc.SetDeadline(time.Now().Add(min(s.timeout, 5*time.Second)))
-			_ = pc.c.quit() // a polite goodbye; the socket is closed either way
-			s.drop(pc)
+			s.quit(pc)
 		default:
 			return nil
 		}
