@@ -105,6 +105,16 @@ func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time
 		return nil, mapErr("import contacts", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
+	// An erasure in progress has recorded its addresses' hashes and
+	// deleted their contacts, but not committed: an import reading the
+	// erased addresses now would not see them, and its contact, committed
+	// after the erasure's delete looked, would stay in clear text and
+	// unsuppressed (tester). SHARE waits for that erasure's commit (its
+	// insert holds ROW EXCLUSIVE), and an erasure waits for this import's:
+	// its delete then finds the contact. Imports do not wait for each other.
+	if _, err := tx.Exec(ctx, `LOCK TABLE erased_addresses IN SHARE MODE`); err != nil {
+		return nil, mapErr("import contacts", err)
+	}
 	var out []ulid.ULID
 	if len(cs) < copyThreshold {
 		out, err = s.upsert(ctx, tx, cs, now)

@@ -68,6 +68,9 @@ func RecordAndClaimProbed(ctx context.Context, conn *pgxpool.Conn, broadcast uli
 	return claimed, got, mapErr("record outcomes and claim (probed)", err)
 }
 
+// ErasureHash is store.ErasureHash under the store's own key.
+func (s *Store) ErasureHash(email string) string { return store.ErasureHash(s.erasureKey, email) }
+
 // Pool returns the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 

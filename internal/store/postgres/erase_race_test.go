@@ -1,0 +1,96 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/rangecast/rangecast/internal/store"
+)
+
+// TestImportRacingAnErasureIsErasedOrSuppressed: an erasure has recorded an
+// address's hash and looked for its contact (none yet), and has not
+// committed, when an import of that address runs. The import must wait for
+// the erasure and then see the hash: its contact is suppressed as erased,
+// never left in clear text and mailable. Before, the import's statement read
+// the erased addresses without the uncommitted hash, and its contact,
+// committed after the erasure's delete had looked, stayed unsuppressed
+// (tester: erase and import of one address at once).
+func TestImportRacingAnErasureIsErasedOrSuppressed(t *testing.T) {
+	t.Parallel()
+	s, _, _ := windowSetup(t, 0)
+	ctx := t.Context()
+	const email = "racing@example.org"
+
+	// The erasure's transaction, held open after its delete found nothing.
+	erase, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer erase.Rollback(ctx) //nolint:errcheck
+	var pid int32
+	if err := erase.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := erase.Exec(ctx, `INSERT INTO erased_addresses (hash, erased_at) VALUES ($1, $2)`, s.ErasureHash(email), t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := erase.Exec(ctx, `DELETE FROM contacts WHERE email_key = $1`, email); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		ids []ulid.ULID
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ids, err := s.ImportContacts(ctx, []store.Contact{{ID: ulid.MustNew(ulid.Timestamp(t0), nil), Email: email, Subscribed: true}}, t0)
+		done <- result{ids, err}
+	}()
+	// The import either waits for the erasure (as it must) or, without the
+	// lock, commits at once.
+	var early *result
+	for deadline := time.Now().Add(10 * time.Second); early == nil; {
+		var waiting int
+		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		select {
+		case r := <-done:
+			early = &r
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the import neither waited for the erasure nor returned in 10 s")
+		}
+	}
+	if early != nil {
+		t.Errorf("the import committed while the erasure was open (%v); want it to wait for the erasure", early.err)
+	}
+	if err := erase.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := early
+	if r == nil {
+		got := <-done
+		r = &got
+	}
+	if r.err != nil {
+		t.Fatalf("ImportContacts = %v", r.err)
+	}
+	if len(r.ids) != 1 || r.ids[0] == (ulid.ULID{}) {
+		t.Fatalf("ImportContacts ids = %v; want the contact written", r.ids)
+	}
+	d, err := s.GetContact(ctx, r.ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Suppressed || d.SuppressedReason != store.ErasedReason {
+		t.Errorf("contact imported during the erasure: suppressed %v (%q); want suppressed as erased (%q)", d.Suppressed, d.SuppressedReason, store.ErasedReason)
+	}
+}
