@@ -589,14 +589,33 @@ func (api *AudienceAPI) members(ctx context.Context, ids, emails []string) ([]ul
 		return nil, nil, Error(err)
 	}
 	var notFound []string
+	missing := make(map[string]bool)
 	for i, id := range found {
 		if id == (ulid.ULID{}) {
-			notFound = append(notFound, trimmed[i])
+			if k := address.Key(trimmed[i]); !missing[k] {
+				missing[k] = true
+				notFound = append(notFound, trimmed[i])
+			}
 			continue
 		}
 		out = append(out, id)
 	}
-	return out, notFound, nil
+	return distinctIDs(out), notFound, nil
+}
+
+// distinctIDs drops repeats, keeping the first of each: a contact named
+// twice (a repeated line, its id and its email, two spellings of one
+// address) is one change, not counted once changed and once unchanged.
+func distinctIDs(ids []ulid.ULID) []ulid.ULID {
+	seen := make(map[ulid.ULID]bool, len(ids))
+	out := ids[:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // changeMembers is AddSegmentMembers and RemoveSegmentMembers.

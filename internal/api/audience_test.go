@@ -346,11 +346,14 @@ func TestSegmentPreviewAgreesWithSend(t *testing.T) {
 			wantStatus(t, fmt.Sprintf("segment name %q", name), err, codes.InvalidArgument)
 		}
 
+		// Named twice (another spelling, an id and its email, a repeated
+		// id): one contact, counted once.
 		ghost := ulid.Make().String()
 		add, err := ac.AddSegmentMembers(ctx, &pb.AddSegmentMembersRequest{
-			Segment:    "club",
-			Emails:     []string{"M1@example.org", "m2@example.org", "m3@example.org", "m4@example.org", "m5@example.org", "ghost@example.org"},
-			ContactIds: []string{m6, ghost, dnc},
+			Segment: "club",
+			Emails: []string{"M1@example.org", "m2@example.org", "m3@example.org", "m4@example.org", "m5@example.org", "ghost@example.org",
+				"M2@EXAMPLE.ORG", "m6@example.org", "Ghost@example.org"},
+			ContactIds: []string{m6, ghost, dnc, ghost},
 		})
 		if err != nil {
 			t.Fatal(err)

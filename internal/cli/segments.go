@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/rangecast/rangecast/internal/address"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
@@ -105,6 +106,7 @@ status 1; all others are ` + past + `.`,
 			if len(refs) == 0 {
 				return fmt.Errorf("name the contacts to %s: emails or ids as arguments, or --file", verb)
 			}
+			refs = distinctRefs(refs)
 			ac, err := c.audience()
 			if err != nil {
 				return err
@@ -168,6 +170,27 @@ func changeMembers(ctx context.Context, ac pb.AudienceServiceClient, add bool, s
 	}
 	resp, err := ac.RemoveSegmentMembers(ctx, &pb.RemoveSegmentMembersRequest{Segment: segment, ContactIds: ids, Emails: emails})
 	return resp.GetChanged(), resp.GetUnchanged(), resp.GetNotFound(), err
+}
+
+// distinctRefs drops repeated names, keeping the first: a line repeated in
+// a file (or across the calls a long file is sent in) is one contact, not
+// counted once changed and once unchanged. Emails compare as the
+// coordinator compares them (address.Key).
+func distinctRefs(refs []string) []string {
+	seen := make(map[string]bool, len(refs))
+	out := make([]string, 0, len(refs))
+	for _, r := range refs {
+		id, email := contactRef(r)
+		k := "id:" + strings.ToUpper(id)
+		if id == "" {
+			k = "email:" + address.Key(email)
+		}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // readRefs reads one email or id per line: blank lines and # comments are

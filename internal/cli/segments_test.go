@@ -50,7 +50,9 @@ func TestContactsAndSegmentsCommands(t *testing.T) {
 	if out := mustRun("", "segments", "add", "club", ann.ID.String()); out != "added 1 contact to club (0 already members)\n" {
 		t.Errorf("segments add by id: %q", out)
 	}
-	file := writeFile(t, "members.csv", "email,name\n# the pro plan\nANN@example.org,Ann\n\nbob@example.org,Bob\nghost@example.org,Nobody\ncat@example.org\n")
+	// Repeated lines (bob in two spellings, ghost twice) are one contact
+	// each, not counted again as already members or not found.
+	file := writeFile(t, "members.csv", "email,name\n# the pro plan\nANN@example.org,Ann\n\nbob@example.org,Bob\nghost@example.org,Nobody\ncat@example.org\nBob@Example.org\nghost@example.org\n")
 	out, err := run("", "segments", "add", "club", "--file", file)
 	var nf errNotFound
 	if !errors.As(err, &nf) || nf != 1 {
