@@ -213,7 +213,7 @@ func (api *BroadcastAPI) WatchBroadcast(req *pb.WatchBroadcastRequest, stream pb
 }
 
 func (api *BroadcastAPI) ListBroadcasts(ctx context.Context, req *pb.ListBroadcastsRequest) (*pb.ListBroadcastsResponse, error) {
-	size, before, err := listPage(req.GetPageSize(), req.GetPageToken())
+	size, before, err := listPage(req.GetPageSize(), req.GetPageToken(), broadcastToken)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func (api *BroadcastAPI) ListBroadcasts(ctx context.Context, req *pb.ListBroadca
 	out := &pb.ListBroadcastsResponse{}
 	if len(bs) > size {
 		bs = bs[:size]
-		out.NextPageToken = bs[size-1].ID.String()
+		out.NextPageToken = pageToken(broadcastToken, bs[size-1].ID)
 	}
 	for _, b := range bs {
 		lb := broadcastPB(b, nil)

@@ -32,11 +32,14 @@ func NewCatalogAPI(cfg Config) *CatalogAPI {
 	return &CatalogAPI{cfg: cfg.withDefaults(), audience: NewAudienceAPI(cfg)}
 }
 
-// Page tokens of the lists that are not keyed by ULID carry a prefix of
-// their own, so a token given to the wrong list is refused, not misread.
+// Page tokens of every list carry a prefix of their own, so a token given
+// to the wrong list is refused, not misread (a contact's id read as a place
+// among broadcasts, tester).
 const (
-	segmentToken  = "seg."
-	templateToken = "tpl."
+	segmentToken   = "seg."
+	templateToken  = "tpl."
+	contactToken   = "ct."
+	broadcastToken = "bc."
 )
 
 func pageSize(size int32) (int, error) {
@@ -54,7 +57,7 @@ func badToken(token string) error {
 }
 
 func (api *CatalogAPI) ListContacts(ctx context.Context, req *pb.ListContactsRequest) (*pb.ListContactsResponse, error) {
-	limit, after, err := listPage(req.GetPageSize(), req.GetPageToken())
+	limit, after, err := listPage(req.GetPageSize(), req.GetPageToken(), contactToken)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +77,7 @@ func (api *CatalogAPI) ListContacts(ctx context.Context, req *pb.ListContactsReq
 		resp.Contacts = append(resp.Contacts, contactPB(c))
 	}
 	if len(cs) > limit {
-		resp.NextPageToken = cs[limit-1].ID.String()
+		resp.NextPageToken = pageToken(contactToken, cs[limit-1].ID)
 	}
 	return resp, nil
 }

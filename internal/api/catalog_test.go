@@ -46,6 +46,10 @@ func TestCatalogCodes(t *testing.T) {
 				_, err := c.ListContacts(ctx, &pb.ListContactsRequest{PageToken: "seg.4"})
 				return err
 			}, codes.InvalidArgument, "page_token"},
+			{"broadcast token", func() error {
+				_, err := c.ListContacts(ctx, &pb.ListContactsRequest{PageToken: "bc.01J9Z3K8M2T4V6X8Y0A2B4C6D8"})
+				return err
+			}, codes.InvalidArgument, "start again without it"},
 			{"segment token", func() error {
 				_, err := c.ListSegments(ctx, &pb.ListSegmentsRequest{PageToken: "01J9Z3K8M2T4V6X8Y0A2B4C6D8"})
 				return err

@@ -286,6 +286,12 @@ func TestListBroadcastsPaginatedWithoutBodies(t *testing.T) {
 	wantStatus(t, "page_size", err, codes.InvalidArgument, "page_size")
 	_, err = s.client.ListBroadcasts(ctx, &pb.ListBroadcastsRequest{PageToken: "nope"})
 	wantStatus(t, "page_token", err, codes.InvalidArgument, "page_token")
+	// Another list's token (a contact list's, or a bare id) is refused,
+	// not read as a place among broadcasts.
+	for _, token := range []string{"ct." + want[0], want[0], "seg.4"} {
+		_, err = s.client.ListBroadcasts(ctx, &pb.ListBroadcastsRequest{PageToken: token})
+		wantStatus(t, "page_token "+token, err, codes.InvalidArgument, "start again without it")
+	}
 }
 
 // Start repeats the pre-flight: a contact added after create that the
