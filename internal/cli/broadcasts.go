@@ -53,6 +53,9 @@ func broadcastsCommand(c *client) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if a.use == "start" {
+					warnEmptyAudience(cmd.ErrOrStderr(), b)
+				}
 				if asJSON {
 					return jsonLine(cmd.OutOrStdout(), b)
 				}
@@ -64,6 +67,21 @@ func broadcastsCommand(c *client) *cobra.Command {
 		cmd.AddCommand(sub)
 	}
 	return cmd
+}
+
+// warnEmptyAudience says so when a broadcast started with nobody eligible:
+// it completes at once with nobody sent, which an operator who imported
+// into another segment, or whose list is all unsubscribed, should hear
+// before reading a "completed" (tester).
+func warnEmptyAudience(w io.Writer, b *pb.Broadcast) {
+	if b.GetStartedAt() == nil || b.GetSnapshotTotal() != 0 {
+		return
+	}
+	audience, preview := "no contact", "rangecast segments preview"
+	if seg := b.GetSegment(); seg != "" {
+		audience, preview = fmt.Sprintf("no member of segment %s", shown(seg)), "rangecast segments preview "+shown(seg)
+	}
+	fmt.Fprintf(w, "warning: %s is eligible to receive this broadcast (unsubscribed, suppressed, do-not-contact or erased ones are left out): it completes with nobody sent; `%s` shows who is left out\n", audience, preview)
 }
 
 func createCommand(c *client) *cobra.Command {

@@ -181,7 +181,9 @@ func catalogScenario(t *testing.T, st *server.Stack, run func(string, ...string)
 	if out, err := run("", "broadcasts", "watch", id); err == nil || !strings.Contains(out+err.Error(), "draft and not scheduled") {
 		t.Errorf("watch of a draft: %v\n%s", err, out)
 	}
-	mustRun("", "broadcasts", "start", id)
+	if out := mustRun("", "broadcasts", "start", id); strings.Contains(out, "warning") {
+		t.Errorf("start of a broadcast with an audience warned:\n%s", out)
+	}
 	testenv.Eventually(t, "the broadcast completes", time.Minute, func() bool {
 		out, err := run("", "broadcasts", "status", id, "--json")
 		return err == nil && strings.Contains(out, "BROADCAST_STATE_COMPLETED")
@@ -189,6 +191,14 @@ func catalogScenario(t *testing.T, st *server.Stack, run func(string, ...string)
 	got := st.Capture.CountByRecipient()
 	if got["ann@example.org"] != 1 || got["cat@example.org"] != 1 || len(got) != 2 {
 		t.Errorf("the broadcast mailed %v; want ann and cat only (zed, bob and never were erased)", got)
+	}
+
+	// A broadcast to a segment nobody eligible is in says so at start.
+	mustRun("", "segments", "create", "nobody")
+	empty := strings.TrimSpace(mustRun("", "broadcasts", "create", "--name", "empty", "--from", "news@rangecast.test", "--subject", "Hi", "--html", html, "--segment", "nobody"))
+	if out := mustRun("", "broadcasts", "start", empty); !strings.Contains(out, "warning: no member of segment nobody is eligible") ||
+		!strings.Contains(out, "rangecast segments preview nobody") || !strings.Contains(out, empty) {
+		t.Errorf("start of a broadcast with nobody eligible:\n%s", out)
 	}
 }
 
