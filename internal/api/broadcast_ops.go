@@ -18,6 +18,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/coordinator"
@@ -101,7 +102,7 @@ func notDraft(b store.Broadcast, verb string) error {
 	case verb == "deleted":
 		instead = " (a started broadcast's ledger is the record of who was sent what); cancel it instead"
 	case verb == "edited" && b.State == store.StateRunning:
-		instead = " or a paused one (its content only); pause it first"
+		instead = " or a paused one (its content only); pause it first (a running broadcast's throttle can change: give it alone)"
 	case verb == "edited" && b.State == store.StateFailed:
 		instead = " or a paused one (its content only); resume it, pause it, then edit it"
 	case verb == "edited":
@@ -421,6 +422,9 @@ func (api *BroadcastOpsAPI) UpdateBroadcast(ctx context.Context, req *pb.UpdateB
 	if err != nil {
 		return nil, err
 	}
+	if (b.State == store.StateRunning || b.State == store.StatePaused) && throttleOnly(req) {
+		return api.setThrottle(ctx, b, req.GetThrottlePerHour())
+	}
 	if b.State == store.StatePaused {
 		return api.editPaused(ctx, b, req)
 	}
@@ -502,6 +506,30 @@ func (api *BroadcastOpsAPI) UpdateBroadcast(ctx context.Context, req *pb.UpdateB
 	return &pb.UpdateBroadcastResponse{Broadcast: broadcastPB(out, nil)}, nil
 }
 
+// throttleOnly reports whether an update changes the throttle and nothing
+// else: what a started broadcast allows besides a paused one's content.
+func throttleOnly(req *pb.UpdateBroadcastRequest) bool {
+	return req.ThrottlePerHour != nil && proto.Equal(req, &pb.UpdateBroadcastRequest{Id: req.GetId(), ThrottlePerHour: req.ThrottlePerHour})
+}
+
+// setThrottle changes a running or paused broadcast's throttle: slowing a
+// broadcast a provider complains about, or speeding up one that goes too
+// slowly, without cancelling it (tester). The coordinator follows within a
+// tick; pages already handed to workers finish at the old pace.
+func (api *BroadcastOpsAPI) setThrottle(ctx context.Context, b store.Broadcast, perHour int64) (*pb.UpdateBroadcastResponse, error) {
+	if perHour < 0 {
+		return nil, invalid("throttle_per_hour must be 0 (no throttle) or positive, not %d", perHour)
+	}
+	out, err := api.cfg.Store.SetThrottle(ctx, b.ID, perHour, api.cfg.Clock.Now())
+	if errors.Is(err, store.ErrConflict) {
+		return nil, status.Errorf(codes.FailedPrecondition, "broadcast %s is %s; only a running or paused broadcast's throttle can change (a draft's with the rest of it); nothing was changed", out.ID, out.State)
+	}
+	if err != nil {
+		return nil, Error(err)
+	}
+	return &pb.UpdateBroadcastResponse{Broadcast: broadcastPB(out, nil)}, nil
+}
+
 // editPaused changes a paused broadcast's content: the way out of a
 // template that fails for part of the list (the broadcast halts on it) or a
 // typo found after the start. Only the content changes; its audience,
@@ -522,7 +550,7 @@ func (api *BroadcastOpsAPI) editPaused(ctx context.Context, b store.Broadcast, r
 	}
 	if len(fixed) > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition,
-			"broadcast %s is paused: only its content (from_name, from_address, subject, html, text) can change after it started, not %s; nothing was changed",
+			"broadcast %s is paused: only its content (from_name, from_address, subject, html, text) can change after it started, and its throttle_per_hour in a call of its own, not %s; nothing was changed",
 			b.ID, strings.Join(fixed, ", "))
 	}
 	if req.FromName == nil && req.FromAddress == nil && req.Subject == nil && req.Html == nil && req.Text == nil {

@@ -308,7 +308,7 @@ func updateCommand(c *client) *cobra.Command {
 	var noUnsubLink, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "update ID [flags]",
-		Short: "Change a draft, or a paused broadcast's content: only the flags given change",
+		Short: "Change a draft, a paused broadcast's content, or a started broadcast's throttle: only the flags given change",
 		Long: `Change a draft's name, content, audience or settings; what is not given keeps
 its value. The content is checked as at create (it must compile, show an
 unsubscribe link, and render for a sample of the audience).
@@ -321,9 +321,15 @@ the new content; nobody already sent is sent again, and the recipients the
 old content could not be rendered for (failed before anything was sent) are
 rendered again. Its name, audience and settings stay as they were when it
 started. While a message is still claimed without an outcome (a window
-finishing after the pause) the edit is refused: run it again a little later.`,
-		Example: `  rangecast broadcasts update 01J9Z3K8M2T4V6X8Y0A2B4C6D8 --subject "Hello again {{.Name}}" --html news-v2.html`,
-		Args:    cobra.ExactArgs(1),
+finishing after the pause) the edit is refused: run it again a little later.
+
+A running or paused broadcast's --throttle can change, given alone: to slow a
+broadcast a provider complains about, or speed up one that goes too slowly.
+The coordinator follows it within a few seconds; pages already handed to
+workers finish at the old pace.`,
+		Example: `  rangecast broadcasts update 01J9Z3K8M2T4V6X8Y0A2B4C6D8 --subject "Hello again {{.Name}}" --html news-v2.html
+  rangecast broadcasts update 01J9Z3K8M2T4V6X8Y0A2B4C6D8 --throttle 20000`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
 			req := &pb.UpdateBroadcastRequest{Id: args[0]}
@@ -384,7 +390,9 @@ finishing after the pause) the edit is refused: run it again a little later.`,
 				}
 			})
 			what, then := "draft", ""
-			if resp.GetBroadcast().GetState() == pb.BroadcastState_BROADCAST_STATE_PAUSED {
+			if st := resp.GetBroadcast().GetState(); st != pb.BroadcastState_BROADCAST_STATE_DRAFT && req.ThrottlePerHour != nil {
+				what, then = stateWord(st)+" broadcast", "; the coordinator follows it within a few seconds"
+			} else if st == pb.BroadcastState_BROADCAST_STATE_PAUSED {
 				what, then = "paused broadcast", "; resume it to send the new content"
 				if n := resp.GetRerendered(); n > 0 {
 					then = fmt.Sprintf("; resume it to send the new content (and to try again the %d %s the old content could not be rendered for)", n, plural(n, "recipient", "recipients"))

@@ -422,6 +422,19 @@ func (a *actor) adopt(b store.Broadcast) {
 		a.stale = true
 	}
 	a.b.State, a.b.Reason = b.State, b.Reason
+	// The throttle changed while running or paused (SetThrottle): the
+	// pages dispatched from now on follow it. Its bucket starts again as
+	// a new actor's does (newThrottle: one worthwhile page, not full), so
+	// a throttle lowered for a complaining provider holds at once. A
+	// kick's copy read before the change and taken after the tick's
+	// mirror can put the old throttle back until the next tick's.
+	if b.ThrottlePerHour != a.b.ThrottlePerHour && !a.b.StartedAt.IsZero() {
+		a.b.ThrottlePerHour = b.ThrottlePerHour
+		a.throttle, a.throttleWait = nil, 0
+		if b.ThrottlePerHour > 0 {
+			a.throttle = a.newThrottle(a.c.cfg.Clock.Now())
+		}
+	}
 	// Edited while paused (EditPaused): the pages issued from now on carry
 	// the new revision, so the workers read the new content. Revisions
 	// only grow; an older copy never takes an edit back.

@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -8,12 +9,15 @@ import (
 	"time"
 
 	"github.com/emersion/go-smtp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/governor"
 	"github.com/rangecast/rangecast/internal/testenv"
+	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
 )
 
 // TestThrottleLimitsPages: a broadcast throttled to 36 messages an hour (one
@@ -46,6 +50,62 @@ func TestThrottleLimitsPages(t *testing.T) {
 	}
 	if got := s.waitQuiet(1500 * time.Millisecond); got > 4 {
 		t.Fatalf("%d messages sent after three coordinator restarts; each may add one (a new actor's first page), no more", got)
+	}
+}
+
+// TestThrottleChangesWhileRunning: a running broadcast's throttle can be
+// raised and lowered, and the coordinator follows within a tick: 36/hour
+// sends one and waits; raised to none, the rest goes; a second broadcast
+// lowered to 36/hour while sending stops within the pages already out.
+// Before, the throttle was fixed at create (tester).
+func TestThrottleChangesWhileRunning(t *testing.T) {
+	t.Parallel()
+	const pageLimit = 10
+	s := newStack(t, stackOptions{workers: 1, concurrency: 2, pageLimit: pageLimit, tick: 200 * time.Millisecond,
+		sinkOpts: []capture.Option{capture.WithRcptHook(func(string) *smtp.SMTPError {
+			time.Sleep(2 * time.Millisecond) // a relay's pace, so the second broadcast is caught sending
+			return nil
+		})}})
+	// Enough for several pages a range: the pages already out when the
+	// throttle is lowered (one a range) finish at the old pace.
+	a := s.seed(3000)
+	ops := pb.NewBroadcastOpsServiceClient(s.conn)
+	setThrottle := func(id string, perHour int64) {
+		t.Helper()
+		resp, err := ops.UpdateBroadcast(context.Background(), &pb.UpdateBroadcastRequest{Id: id, ThrottlePerHour: &perHour})
+		if err != nil || resp.GetBroadcast().GetThrottlePerHour() != perHour {
+			t.Fatalf("UpdateBroadcast(throttle %d) = %v, %v", perHour, resp, err)
+		}
+	}
+
+	slow := s.create("", 36)
+	s.start(slow)
+	testenv.Eventually(t, "the first message", 20*time.Second, func() bool { return s.sink.Count() >= 1 })
+	if got := s.waitQuiet(time.Second); got != 1 {
+		t.Fatalf("%d messages sent; a 36/hour throttle allows one now", got)
+	}
+	setThrottle(slow, 0)
+	s.waitState(slow, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
+	s.exactlyOnce(a.eligible(false))
+
+	// Content and throttle in one call of a started broadcast is refused whole.
+	subject, perHour := "Changed", int64(10)
+	_, err := ops.UpdateBroadcast(context.Background(), &pb.UpdateBroadcastRequest{Id: slow, Subject: &subject, ThrottlePerHour: &perHour})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("UpdateBroadcast of a completed broadcast = %v; want FailedPrecondition", err)
+	}
+
+	fast := s.create("", 0)
+	before := s.sink.Count()
+	s.start(fast)
+	testenv.Eventually(t, "the second broadcast sending", 20*time.Second, func() bool { return s.sink.Count() >= before+20 })
+	setThrottle(fast, 36)
+	sent := s.waitQuiet(2*time.Second) - before
+	if all := len(a.eligible(false)); sent > all/2 {
+		t.Fatalf("the second broadcast sent %d of %d after its throttle was lowered to 36/hour; want at most the pages already out", sent, all)
+	}
+	if w := s.status(fast).GetProgress().GetWaitingFor(); !strings.Contains(w, "throttle of 36/hour") {
+		t.Fatalf("waiting_for = %q after lowering the throttle; want it to name the throttle", w)
 	}
 }
 

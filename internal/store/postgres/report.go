@@ -47,6 +47,22 @@ WHERE id = $1 AND state = 'draft'`,
 	return s.GetBroadcast(ctx, id)
 }
 
+func (s *Store) SetThrottle(ctx context.Context, id ulid.ULID, perHour int64, now time.Time) (store.Broadcast, error) {
+	if perHour < 0 {
+		return store.Broadcast{}, fmt.Errorf("set throttle: %d an hour: %w", perHour, store.ErrInvalid)
+	}
+	tag, err := s.pool.Exec(ctx, `
+UPDATE broadcasts SET throttle_per_hour = $2, updated_at = $3 WHERE id = $1 AND state IN ('running', 'paused')`,
+		uid(id), perHour, now)
+	if err != nil {
+		return store.Broadcast{}, mapErr("set throttle", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return s.stateRefusal(ctx, id, "set throttle")
+	}
+	return s.GetBroadcast(ctx, id)
+}
+
 func (s *Store) EditPaused(ctx context.Context, id ulid.ULID, c store.Content, now time.Time) (store.Broadcast, int64, error) {
 	b, err := s.GetBroadcast(ctx, id)
 	if err != nil {

@@ -23,7 +23,7 @@ func (s *Store) stateRefusal(ctx context.Context, bid ulid.ULID, op string) (sto
 }
 
 // draftWrite runs one statement on a broadcast in a given state (a draft,
-// or a paused one for EditPaused) and returns the broadcast after it, or
+// or a running or paused one for SetThrottle) and returns the broadcast after it, or
 // the state refusal when it changed nothing.
 func (s *Store) draftWrite(ctx context.Context, bid ulid.ULID, op, query string, args ...any) (store.Broadcast, error) {
 	n, err := s.execCount(ctx, op, query, args...)
@@ -51,6 +51,15 @@ UPDATE broadcasts SET name = ?2, from_name = ?3, from_address = ?4, subject = ?5
 WHERE id = ?1 AND state = 'draft'`,
 		id(bid), d.Name, c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, segment, d.ThrottlePerHour, d.InDoubtPolicy,
 		d.NoUnsubscribeLink, ts(now))
+}
+
+func (s *Store) SetThrottle(ctx context.Context, bid ulid.ULID, perHour int64, now time.Time) (store.Broadcast, error) {
+	if perHour < 0 {
+		return store.Broadcast{}, fmt.Errorf("set throttle: %d an hour: %w", perHour, store.ErrInvalid)
+	}
+	return s.draftWrite(ctx, bid, "set throttle", `
+UPDATE broadcasts SET throttle_per_hour = ?2, updated_at = ?3 WHERE id = ?1 AND state IN ('running', 'paused')`,
+		id(bid), perHour, ts(now))
 }
 
 func (s *Store) EditPaused(ctx context.Context, bid ulid.ULID, c store.Content, now time.Time) (store.Broadcast, int64, error) {

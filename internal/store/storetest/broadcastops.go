@@ -12,6 +12,7 @@ import (
 var broadcastOpsCases = []testCase{
 	{"UpdateAndDeleteDraftsOnly", testUpdateDeleteDrafts},
 	{"EditPausedContentOnly", testEditPaused},
+	{"SetThrottleStartedOnly", testSetThrottle},
 	{"Schedule", testScheduleDraft},
 	{"Report", testReport},
 	{"ExportKeyset", testExportPage},
@@ -51,6 +52,37 @@ func testUpdateDeleteDrafts(f *fixture) {
 	f.wantErr(err, store.ErrNotFound, "DeleteDraft twice")
 	_, err = f.s.UpdateDraft(f.ctx, d.ID, changed, at(3))
 	f.wantErr(err, store.ErrNotFound, "UpdateDraft of a deleted draft")
+}
+
+// A running or paused broadcast's throttle can change, and nothing else of
+// it; a draft (UpdateDraft's), a finished broadcast or a negative throttle
+// are refused, the refusal carrying the broadcast as it is.
+func testSetThrottle(f *fixture) {
+	r := f.running("slow down", 0)
+	b, err := f.s.SetThrottle(f.ctx, r.ID, 3600, at(2))
+	f.must(err, "SetThrottle of a running broadcast")
+	if b.ThrottlePerHour != 3600 || b.State != store.StateRunning || b.Content != r.Content || b.ContentRevision != r.ContentRevision {
+		f.t.Fatalf("SetThrottle = %+v; want throttle 3600, the rest as it was", b)
+	}
+	_, err = f.s.SetState(f.ctx, r.ID, []store.State{store.StateRunning}, store.StatePaused, "", at(3))
+	f.must(err, "SetState paused")
+	if b, err = f.s.SetThrottle(f.ctx, r.ID, 0, at(4)); err != nil || b.ThrottlePerHour != 0 || b.State != store.StatePaused {
+		f.t.Fatalf("SetThrottle(0) of a paused broadcast = %+v, %v; want no throttle, still paused", b, err)
+	}
+	_, err = f.s.SetThrottle(f.ctx, r.ID, -1, at(4))
+	f.wantErr(err, store.ErrInvalid, "SetThrottle(-1)")
+	d := f.draft("draft", 0)
+	got, err := f.s.SetThrottle(f.ctx, d.ID, 60, at(5))
+	f.wantErr(err, store.ErrConflict, "SetThrottle of a draft")
+	if got.State != store.StateDraft || got.ThrottlePerHour != d.ThrottlePerHour {
+		f.t.Fatalf("refused SetThrottle returned %s %d; want the draft as it was", got.State, got.ThrottlePerHour)
+	}
+	_, err = f.s.SetState(f.ctx, r.ID, []store.State{store.StatePaused}, store.StateCancelled, "", at(6))
+	f.must(err, "SetState cancelled")
+	_, err = f.s.SetThrottle(f.ctx, r.ID, 60, at(7))
+	f.wantErr(err, store.ErrConflict, "SetThrottle of a cancelled broadcast")
+	_, err = f.s.SetThrottle(f.ctx, ulid.Make(), 60, at(7))
+	f.wantErr(err, store.ErrNotFound, "SetThrottle of no broadcast")
 }
 
 // A paused broadcast's content can be replaced, each edit counting a
