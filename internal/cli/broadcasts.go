@@ -363,6 +363,11 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 	if n := p.GetLeftOut(); n > 0 {
 		fmt.Fprintf(w, "left out   %d of the audience at start: %s\n", n, leftOutWhy(b.GetState()))
 	}
+	if n := p.GetDeferred(); n > 0 && b.GetState() == pb.BroadcastState_BROADCAST_STATE_CANCELLED {
+		// Deferred reads as "will be retried"; after a cancel nothing
+		// is (tester).
+		fmt.Fprintf(w, "not sent   the %d deferred will not be retried: the broadcast was cancelled before their retry (a transient refusal or a held provider; `broadcasts export` lists them with their last reply)\n", n)
+	}
 	if p.GetWaitingFor() != "" {
 		fmt.Fprintf(w, "waiting    %s\n", shown(p.GetWaitingFor()))
 	}

@@ -62,9 +62,19 @@ func TestStatusSaysWhoACancelledBroadcastNeverReached(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder
 	printStatus(&out, &pb.Broadcast{Id: "b", State: pb.BroadcastState_BROADCAST_STATE_CANCELLED, SnapshotTotal: 6988,
-		Progress: &pb.Progress{Sent: 1476, LeftOut: 5512}})
+		Progress: &pb.Progress{Sent: 1476, LeftOut: 5512, Deferred: 12}})
 	if !strings.Contains(out.String(), "left out   5512 of the audience at start: never sent, the broadcast cancelled before their page") {
 		t.Errorf("status of a cancelled broadcast:\n%s", out.String())
+	}
+	// Its deferred rows are not "deferred" to anything any more.
+	if !strings.Contains(out.String(), "not sent   the 12 deferred will not be retried: the broadcast was cancelled") {
+		t.Errorf("status of a cancelled broadcast with deferred rows:\n%s", out.String())
+	}
+	out.Reset()
+	printStatus(&out, &pb.Broadcast{Id: "b", State: pb.BroadcastState_BROADCAST_STATE_RUNNING, SnapshotTotal: 6988,
+		Progress: &pb.Progress{Sent: 1476, Deferred: 12}})
+	if strings.Contains(out.String(), "will not be retried") {
+		t.Errorf("status of a running broadcast says its deferred rows will not be retried:\n%s", out.String())
 	}
 }
 
