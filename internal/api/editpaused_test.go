@@ -64,8 +64,17 @@ func TestTemplateMistakeFixedWhilePaused(t *testing.T) {
 		// Only the content changes, and the sending domain stays.
 		_, err = update(&pb.UpdateBroadcastRequest{Name: proto.String("renamed"), Subject: proto.String("x")})
 		wantStatus(t, "name", err, codes.FailedPrecondition, "paused", "only its content", "name", "nothing was changed")
-		_, err = update(&pb.UpdateBroadcastRequest{ThrottlePerHour: proto.Int64(10)})
-		wantStatus(t, "throttle", err, codes.FailedPrecondition, "throttle_per_hour")
+		// The throttle changes in a call of its own, not with the content.
+		_, err = update(&pb.UpdateBroadcastRequest{ThrottlePerHour: proto.Int64(10), Subject: proto.String("x")})
+		wantStatus(t, "throttle with content", err, codes.FailedPrecondition, "throttle_per_hour in a call of its own", "nothing was changed")
+		if b, err := update(&pb.UpdateBroadcastRequest{ThrottlePerHour: proto.Int64(10)}); err != nil || b.GetThrottlePerHour() != 10 || b.GetState() != pb.BroadcastState_BROADCAST_STATE_PAUSED {
+			t.Fatalf("throttle alone: %v, %v; want throttle 10, still paused", b, err)
+		}
+		if b, err := update(&pb.UpdateBroadcastRequest{ThrottlePerHour: proto.Int64(0)}); err != nil || b.GetThrottlePerHour() != 0 {
+			t.Fatalf("throttle lifted: %v, %v", b, err)
+		}
+		_, err = update(&pb.UpdateBroadcastRequest{ThrottlePerHour: proto.Int64(-1)})
+		wantStatus(t, "negative throttle", err, codes.InvalidArgument, "throttle_per_hour")
 		_, err = update(&pb.UpdateBroadcastRequest{FromAddress: proto.String("news@elsewhere.test")})
 		wantStatus(t, "domain", err, codes.FailedPrecondition, "rangecast.test", "elsewhere.test")
 		// New content is checked as at create: still failing for the list.
