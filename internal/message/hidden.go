@@ -3,7 +3,9 @@ package message
 import (
 	"html"
 	"regexp"
+	"strconv"
 	"strings"
+	"unicode"
 )
 
 // withoutHidden returns src without the elements a reader cannot see: those
@@ -31,7 +33,8 @@ func withoutHidden(src string) string {
 			continue
 		}
 		after := skipNested(src, end+1, name)
-		if !neverShown[name] && !hiddenTag(tag) && (name != "a" || !emptyLink(src[end+1:after])) {
+		inner := src[end+1 : after]
+		if !neverShown[name] && !hiddenTag(name, tag, inner) && (name != "a" || !emptyLink(inner)) {
 			i = end + 1
 			continue
 		}
@@ -70,16 +73,20 @@ func nextTag(src string, i int) (start, end int, ok bool) {
 }
 
 // emptyLink reports whether a link's element (its content and end tag)
-// shows nothing to click: no text but white space, and no image. Its
-// target alone is in the derived text, not on the reader's screen.
+// shows nothing to click: no letter or digit (white space, a lone "."),
+// and no image. Its target alone is in the derived text, not on the
+// reader's screen.
 func emptyLink(inner string) bool {
 	lower := strings.ToLower(inner)
-	return strings.TrimSpace(htmlToText(inner)) == "" && !strings.Contains(lower, "<img") && !strings.Contains(lower, "<svg")
+	return !strings.ContainsFunc(htmlToText(inner), func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) &&
+		!strings.Contains(lower, "<img") && !strings.Contains(lower, "<svg")
 }
 
-// neverShown are elements whose content no reader sees: a link inside a
-// <template> passed the visible-link check (tester).
-var neverShown = map[string]bool{"template": true, "head": true, "title": true, "script": true, "style": true}
+// neverShown are elements whose content no reader sees, or sees only as
+// inert text: a link inside a <template> passed the visible-link check,
+// and inside a <textarea> or <xmp> it is text nobody can click (tester).
+var neverShown = map[string]bool{"template": true, "head": true, "title": true, "script": true, "style": true,
+	"textarea": true, "xmp": true, "iframe": true, "object": true, "noembed": true, "noframes": true}
 
 // voidElements have no content, so hiding one hides nothing that follows.
 var voidElements = map[string]bool{"area": true, "base": true, "br": true, "col": true, "embed": true, "hr": true,
@@ -123,20 +130,26 @@ func skipNested(src string, i int, name string) int {
 	}
 }
 
-// hiddenTag reports whether the start tag (without its angle brackets)
-// hides its element: the hidden attribute, or an inline style that does.
-func hiddenTag(tag string) bool {
-	for name, value := range attributes(tag[len(tagName(tag)):]) {
-		switch strings.ToLower(name) {
+// hiddenTag reports whether the start tag (without its angle brackets) of
+// element name, whose content is inner, hides it: the hidden attribute, a
+// <details> not open, or an inline style that does (hiddenStyle).
+func hiddenTag(name, tag, inner string) bool {
+	open := false
+	for attr, value := range attributes(tag[len(tagName(tag)):]) {
+		switch strings.ToLower(attr) {
 		case "hidden":
 			return true
+		case "open":
+			open = true
 		case "style":
-			if hiddenStyle(html.UnescapeString(value)) {
+			if hiddenStyle(html.UnescapeString(value), inner) {
 				return true
 			}
 		}
 	}
-	return false
+	// A closed <details> shows its summary only; a link inside it is
+	// behind a click on something else (tester).
+	return name == "details" && !open
 }
 
 // attributes yields a start tag's attributes (the text after its name):
@@ -182,21 +195,148 @@ func attributes(s string) func(yield func(name, value string) bool) {
 	}
 }
 
-var (
-	// A zero length or opacity: 0, 0px, 0.0em, 0%; not 0.5em.
-	zero = `0*(?:\.0*)?(?:px|pt|em|rem|%)?\s*(?:!important)?\s*(?:;|$)`
-	// hidingDeclaration are the declarations that hide an element and
-	// everything in it whatever its children say: not displayed, or fully
-	// transparent. Not font-size:0 (MJML sets it on every column and sets
-	// the size again inside) nor visibility:hidden (a child may be
-	// visible again).
-	hidingDeclaration = regexp.MustCompile(`(?i)(?:^|;)\s*(?:display\s*:\s*none|opacity\s*:\s*` + zero + `)`)
-	// The preheader idiom: no height and nothing overflowing it.
-	zeroHeight     = regexp.MustCompile(`(?i)(?:^|;)\s*(?:max-)?height\s*:\s*` + zero)
-	overflowHidden = regexp.MustCompile(`(?i)(?:^|;)\s*overflow\s*:\s*hidden`)
-)
+// hiddenStyle reports whether an inline style hides its element, whose
+// content is inner. Some declarations hide it whatever its content says
+// (display:none, opacity:0, no height or width with nothing overflowing,
+// scaled to nothing, moved far off the page, its text pushed off its box);
+// others only unless something inside sets the property again
+// (visibility:hidden, a font too small to read, transparent text or text
+// the color of its own background): MJML sets font-size:0 on every column
+// and the size again inside, and a child may be visibility:visible.
+func hiddenStyle(style, inner string) bool {
+	d := declarations(style)
+	overflowHidden := d["overflow"] == "hidden"
+	switch {
+	case d["display"] == "none",
+		isZero(d["opacity"]),
+		overflowHidden && (isZero(d["height"]) || isZero(d["max-height"]) || isZero(d["width"]) || isZero(d["max-width"])),
+		scaledToNothing.MatchString(d["transform"]),
+		(d["position"] == "absolute" || d["position"] == "fixed") && (farOff(d["left"]) || farOff(d["top"])),
+		farOff(d["text-indent"]):
+		return true
+	}
+	switch {
+	case (d["visibility"] == "hidden" || d["visibility"] == "collapse") && !setsAgain["visibility"].MatchString(inner),
+		tooSmall(d["font-size"]) && !setsAgain["font-size"].MatchString(inner),
+		invisibleColor(d) && !setsAgain["color"].MatchString(inner):
+		return true
+	}
+	return false
+}
 
-// hiddenStyle reports whether an inline style hides its element.
-func hiddenStyle(style string) bool {
-	return hidingDeclaration.MatchString(style) || zeroHeight.MatchString(style) && overflowHidden.MatchString(style)
+// setsAgain finds a declaration of the property inside an element (not
+// background-color for color).
+var setsAgain = map[string]*regexp.Regexp{
+	"visibility": regexp.MustCompile(`(?i)(?:^|[\s;"'])visibility\s*:`),
+	"font-size":  regexp.MustCompile(`(?i)(?:^|[\s;"'])font-size\s*:`),
+	"color":      regexp.MustCompile(`(?i)(?:^|[\s;"'])color\s*:`),
+}
+
+// declarations reads an inline style: each property, lowercased, to its
+// value, lowercased and without !important; the last of a property wins.
+func declarations(style string) map[string]string {
+	out := map[string]string{}
+	for decl := range strings.SplitSeq(style, ";") {
+		prop, value, ok := strings.Cut(decl, ":")
+		if !ok {
+			continue
+		}
+		value = strings.ToLower(strings.TrimSpace(value))
+		value = strings.TrimSpace(strings.TrimSuffix(value, "!important"))
+		out[strings.ToLower(strings.TrimSpace(prop))] = value
+	}
+	return out
+}
+
+// length reads a CSS length or number: its value and unit ("" for none).
+func length(v string) (float64, string, bool) {
+	i := strings.IndexFunc(v, func(r rune) bool { return !(r >= '0' && r <= '9' || r == '.' || r == '-' || r == '+') })
+	if i < 0 {
+		i = len(v)
+	}
+	n, err := strconv.ParseFloat(v[:i], 64)
+	return n, strings.TrimSpace(v[i:]), err == nil
+}
+
+// isZero: 0, 0px, 0.0em, 0%; not 0.5em.
+func isZero(v string) bool {
+	n, _, ok := length(v)
+	return ok && n == 0
+}
+
+// tooSmall: a font size nobody reads (under 4px, 3pt, a quarter em or
+// 25 %): the 1px link text of a hidden footer.
+func tooSmall(v string) bool {
+	n, unit, ok := length(v)
+	if !ok {
+		return false
+	}
+	switch unit {
+	case "px", "":
+		return n < 4
+	case "pt":
+		return n < 3
+	case "em", "rem":
+		return n < 0.25
+	case "%":
+		return n < 25
+	}
+	return false
+}
+
+// farOff: a negative offset or indent of 100px (or 10em) or more, which
+// puts its text off the reader's screen (-9999px).
+func farOff(v string) bool {
+	n, unit, ok := length(v)
+	if !ok {
+		return false
+	}
+	switch unit {
+	case "px":
+		return n <= -100
+	case "em", "rem":
+		return n <= -10
+	case "%":
+		return n <= -100
+	}
+	return false
+}
+
+// scaledToNothing is a transform that scales to zero: scale(0), scaleX(0).
+var scaledToNothing = regexp.MustCompile(`scale[xy]?\(\s*0*\.?0*\s*[,)]`)
+
+// invisibleColor: transparent text, or text the color of the element's own
+// background (white on white). A background set on an element outside
+// this one is not seen.
+func invisibleColor(d map[string]string) bool {
+	c := d["color"]
+	if c == "" {
+		return false
+	}
+	if c == "transparent" || transparentRGBA.MatchString(c) {
+		return true
+	}
+	bg := d["background-color"]
+	if bg == "" {
+		bg = d["background"]
+	}
+	return canonicalColor(c) == canonicalColor(bg)
+}
+
+var transparentRGBA = regexp.MustCompile(`^(?:rgba|hsla)\(.*,\s*0*\.?0*\s*\)$`)
+
+// canonicalColor writes #abc as #aabbcc and drops spaces, so that two
+// spellings of one color compare equal; anything else is as given.
+func canonicalColor(c string) string {
+	c = strings.ReplaceAll(c, " ", "")
+	if len(c) == 4 && c[0] == '#' {
+		return string([]byte{'#', c[1], c[1], c[2], c[2], c[3], c[3]})
+	}
+	switch c {
+	case "white":
+		return "#ffffff"
+	case "black":
+		return "#000000"
+	}
+	return c
 }

@@ -288,20 +288,81 @@ const OrNoUnsubscribeLink = "; or, if the body already links to a preference pag
 func checkUnsubscribeLink(html, text string, ownText bool) error {
 	const how = `add <a href="{{.UnsubscribeURL}}">Unsubscribe</a> to the HTML body`
 	const orFlag = OrNoUnsubscribeLink
-	if !strings.Contains(htmlToText(withoutHidden(html)), SampleUnsubscribeURL) {
+	visible := withoutHidden(html)
+	if href, ok := changedLink(visible); ok {
+		return &ValidationError{Field: fieldHTML, Reason: fmt.Sprintf("links to %q, the unsubscribe link with something added after it, which does not unsubscribe anyone; use {{.UnsubscribeURL}} as the whole link target (a query string or #fragment after it is fine)", href)}
+	}
+	if !intactLinkText(htmlToText(visible)) {
 		reason := "has no visible unsubscribe link, which Gmail, Yahoo and Microsoft require of bulk mail; " + how
-		if strings.Contains(htmlToText(html), SampleUnsubscribeURL) {
-			reason = "hides its unsubscribe link (inside an element with display:none, opacity:0, no height or the hidden attribute, or as a link with no text), and Gmail, Yahoo and Microsoft require a visible one of bulk mail; move the link out of that element"
+		switch all := htmlToText(html); {
+		case !intactLinkText(all) && strings.Contains(all, SampleUnsubscribeURL):
+			reason = "shows its unsubscribe link run on into more text ({{.UnsubscribeURL}}XX), which a reader's client opens as a link that does not work; put white space or punctuation after {{.UnsubscribeURL}}"
+		case intactLinkText(all):
+			reason = "hides its unsubscribe link (inside an element with display:none, opacity:0, visibility:hidden, a font too small to read, text the color of its background, a closed <details>, no height or the hidden attribute, or as a link with no text to click), and Gmail, Yahoo and Microsoft require a visible one of bulk mail; move the link out of that element"
 		}
 		if ownText {
 			reason += " and {{.UnsubscribeURL}} to the text part"
 		}
 		return &ValidationError{Field: fieldHTML, Reason: reason + orFlag}
 	}
-	if ownText && !strings.Contains(text, SampleUnsubscribeURL) {
+	if ownText && !intactLinkText(text) {
 		return &ValidationError{Field: fieldText, Reason: "has no unsubscribe link, so a plain-text reader cannot unsubscribe; add {{.UnsubscribeURL}} to the text part" + orFlag}
 	}
 	return nil
+}
+
+// changedLink returns the first link target in the HTML that starts with
+// the sample unsubscribe URL and adds to it (href="{{.UnsubscribeURL}}XX",
+// a path after it): a link shown to the reader that does not work (tester).
+// A query string or a #fragment after it is kept by the link's handler.
+func changedLink(src string) (string, bool) {
+	for i := 0; ; {
+		start, end, ok := nextTag(src, i)
+		if !ok {
+			return "", false
+		}
+		i = end + 1
+		tag := src[start+1 : end]
+		if name := strings.ToLower(tagName(tag)); name != "a" && name != "area" {
+			continue
+		}
+		href := strings.TrimSpace(attrHref(tag))
+		if rest, ok := strings.CutPrefix(href, SampleUnsubscribeURL); ok && rest != "" && rest[0] != '?' && rest[0] != '#' {
+			return href, true
+		}
+	}
+}
+
+// intactLinkText reports whether the sample unsubscribe URL appears in
+// text as a whole link: not run on into more of a URL ("…linkXX", "…link/x"),
+// which a reader's client would open as a link that does not work. A
+// sentence's full stop or comma after it is not part of it.
+func intactLinkText(text string) bool {
+	for rest := text; ; {
+		i := strings.Index(rest, SampleUnsubscribeURL)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(SampleUnsubscribeURL):]
+		if rest == "" {
+			return true
+		}
+		c := rest[0]
+		switch {
+		case c == '.' || c == ',' || c == ';' || c == ':' || c == '!':
+			if len(rest) == 1 || !urlByte(rest[1]) {
+				return true
+			}
+		case !urlByte(c) || c == '?' || c == '#':
+			return true
+		}
+	}
+}
+
+// urlByte reports whether c would carry a URL on in running text.
+func urlByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80 ||
+		strings.IndexByte("-._~/%&=+$@*!,;:?#", c) >= 0
 }
 
 // checkLinkRendered is the per-message check of RequireUnsubscribeLink: the
