@@ -7,8 +7,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/emersion/go-sasl"
 )
@@ -104,28 +102,17 @@ func (c *xoauth2Client) Next(challenge []byte) ([]byte, error) {
 }
 
 // tokenFile is a bearer token kept in a file that something else (a
-// sidecar, a cron job) refreshes before it expires. It is read again when
-// the file's size or modification time changes, so a new connection
-// always authenticates with the current token.
+// sidecar, a cron job) refreshes before it expires. It is read at every
+// authentication (a new connection, not a message), so a new connection
+// always uses the current token: a change kept to the file's size and
+// modification time (a Kubernetes ..data swap of two tokens of one length,
+// cp -p, a coarse clock) was missed when it was read again only on those,
+// and a worker sent a stale token until restarted (tester).
 type tokenFile struct {
 	path string
-
-	mu    sync.Mutex
-	mod   time.Time
-	size  int64
-	token string
 }
 
 func (f *tokenFile) read() (string, error) {
-	fi, err := os.Stat(f.path)
-	if err != nil {
-		return "", fmt.Errorf("XOAUTH2 token file: %w", err)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.token != "" && fi.ModTime().Equal(f.mod) && fi.Size() == f.size {
-		return f.token, nil
-	}
 	raw, err := os.ReadFile(f.path)
 	if err != nil {
 		return "", fmt.Errorf("XOAUTH2 token file: %w", err)
@@ -137,6 +124,5 @@ func (f *tokenFile) read() (string, error) {
 	case strings.ContainsAny(tok, "\x00\x01\r\n \t"):
 		return "", errors.New("XOAUTH2 token file " + f.path + " holds more than one token (whitespace or control characters inside)")
 	}
-	f.token, f.mod, f.size = tok, fi.ModTime(), fi.Size()
 	return tok, nil
 }

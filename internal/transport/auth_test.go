@@ -111,6 +111,23 @@ func TestAuthXOAuth2TokenFile(t *testing.T) {
 	if srv1.Count()+srv2.Count() != 2 {
 		t.Fatalf("%d + %d messages received, want 2", srv1.Count(), srv2.Count())
 	}
+
+	// A new token of the same length written with the same modification
+	// time (a ..data swap, cp -p, a coarse clock) is read too (tester: a
+	// worker kept the stale one until restarted).
+	writeToken("tok-K1", time.Unix(1_577_836_800, 0))
+	srv3 := startCapture(t, capture.WithAuth("sender@example.com", "tok-K1"), capture.WithAuthMechanisms("XOAUTH2"))
+	tr4 := newSMTP(t, url(srv3)+"&idle=1ms")
+	if _, err := tr4.Send(context.Background(), msg(4, "a@example.org")); err != nil {
+		t.Fatalf("first token of the swap: %v", err)
+	}
+	writeToken("tok-K2", time.Unix(1_577_836_800, 0))
+	srv4 := startCapture(t, capture.WithAuth("sender@example.com", "tok-K2"), capture.WithAuthMechanisms("XOAUTH2"))
+	tr5 := newSMTP(t, url(srv4))
+	tr5.creds.token = tr4.creds.token // the same file, as one process would hold it
+	if _, err := tr5.Send(context.Background(), msg(5, "a@example.org")); err != nil {
+		t.Fatalf("a token swapped at the same size and time: %v", err)
+	}
 }
 
 func TestParseEHLOAuth(t *testing.T) {
