@@ -36,6 +36,42 @@ func TestAuthLoginOnlyServer(t *testing.T) {
 	}
 }
 
+// A relay that refused our credentials is not asked again by every send:
+// the sends that follow within authRetryAfter get the same refusal without
+// a connection, and the next one after it tries again (tester: a wrong
+// password cost 128 failed logins in a second, what locks an account).
+func TestAuthRefusalNotRepeatedPerSend(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t, capture.WithAuth("user", "s3cret"), capture.WithAuthMechanisms("PLAIN", "LOGIN"))
+	bad := newSMTP(t, strings.Replace(srv.URL(), "smtp://", "smtp://user:wrong@", 1))
+	var first string
+	for i := range 20 {
+		_, err := bad.Send(context.Background(), msg(i, "a@example.org"))
+		var se *SendError
+		if !errors.As(err, &se) || se.Stage != StageAuth || se.Code != 535 || Classify(err) != Channel {
+			t.Fatalf("send %d with a wrong password: %v, want the relay's 535 at auth", i, err)
+		}
+		if i == 0 {
+			first = err.Error()
+		} else if err.Error() != first {
+			t.Fatalf("send %d: %q; want the relay's refusal as it was (%q)", i, err, first)
+		}
+	}
+	if n := srv.Connections(); n != 1 {
+		t.Fatalf("%d connections for 20 sends with a refused password; want 1", n)
+	}
+	// The refusal lapses: the next send tries the credentials again.
+	bad.authRefused.mu.Lock()
+	bad.authRefused.until = time.Now()
+	bad.authRefused.mu.Unlock()
+	if _, err := bad.Send(context.Background(), msg(21, "a@example.org")); err == nil {
+		t.Fatal("a wrong password was accepted")
+	}
+	if n := srv.Connections(); n != 2 {
+		t.Fatalf("%d connections after the refusal lapsed; want 2", n)
+	}
+}
+
 // A server whose mechanisms rangecast cannot speak is refused before any
 // credentials are sent, naming what was offered and what is supported.
 func TestAuthNoCommonMechanism(t *testing.T) {

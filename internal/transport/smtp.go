@@ -92,6 +92,9 @@ type SMTP struct {
 
 	// limit learns a relay's limit on concurrent connections.
 	limit connLimit
+	// authRefused holds new connections after the relay refused our
+	// credentials (authHold).
+	authRefused authHold
 	// reaping starts reapIdle with the first connection pooled; done,
 	// closed by Close, ends it.
 	reaping sync.Once
@@ -439,6 +442,9 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 			pc, reused = s.takeIdle()
 		}
 		if pc == nil {
+			if se := s.authRefused.held(time.Now()); se != nil {
+				return "", withContext(ctx, se)
+			}
 			nc, err := s.dial(ctx)
 			if err != nil {
 				return "", stageError(ctx, StageConnect, err)
@@ -507,6 +513,40 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 	}
 }
 
+// authHold keeps a relay's refusal of our credentials (or a credentials
+// setting it cannot take: no AUTH offered, no TLS) for authRetryAfter: the
+// sends meanwhile that need a new connection get that refusal without
+// dialing. Each new connection authenticated again, so a wrong password
+// cost one failed login per send (tester: 128 in a second), which is what
+// makes a provider lock the account or a fail2ban ban the sender's address.
+type authHold struct {
+	mu    sync.Mutex
+	err   *SendError
+	until time.Time
+}
+
+// authRetryAfter is how long a refusal of our credentials stands before a
+// connection tries them again: a password fixed in the relay, or a token
+// file refreshed, is used within it.
+const authRetryAfter = 10 * time.Second
+
+func (h *authHold) refused(now time.Time, se *SendError) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.err, h.until = se, now.Add(authRetryAfter)
+}
+
+// held returns a copy of the refusal while it stands, else nil.
+func (h *authHold) held(now time.Time) *SendError {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err == nil || !now.Before(h.until) {
+		return nil
+	}
+	se := *h.err // the same refusal, so that it reads and groups as the one the relay gave
+	return &se
+}
+
 // errRedial asks Send to dial again: the probe connection found that the
 // server offers STARTTLS. The client could upgrade the probe connection in
 // place and save one connection per transport; redialing is what the
@@ -524,6 +564,10 @@ func (s *SMTP) use(ctx context.Context, pc *conn, m message.Rendered) (string, e
 			}
 			var se *SendError
 			if errors.As(err, &se) {
+				if se.Stage == StageAuth {
+					kept := *se
+					s.authRefused.refused(time.Now(), &kept)
+				}
 				return "", withContext(ctx, se)
 			}
 			return "", stageError(ctx, StageConnect, err)
