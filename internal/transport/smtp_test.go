@@ -173,7 +173,7 @@ func TestServerRepliesClassified(t *testing.T) {
 		code   int
 		enh    string
 		class  Class
-		reused bool // the connection stays usable afterwards
+		reused bool // the second send dials no new connection (the first stays usable, or the refusal is kept)
 	}{
 		{
 			name:  "451 at rcpt is transient",
@@ -192,6 +192,9 @@ func TestServerRepliesClassified(t *testing.T) {
 			opts:  []capture.Option{capture.WithAuth("user", "right")},
 			url:   func(u string) string { return strings.Replace(u, "smtp://", "smtp://user:wrong@", 1) },
 			stage: StageAuth, code: 535, enh: "5.7.8", class: Channel,
+			// Not reused, and not dialed again either: the next send gets
+			// the refusal without asking again (authHold).
+			reused: true,
 		},
 		{
 			name:  "530 no credentials is channel",
