@@ -45,6 +45,16 @@ const (
 	WorkerTTL    = 15 * time.Second
 	WorkerBeat   = 3 * time.Second
 
+	// VerifierBucket holds, per coordinator serving the public HTTP, the ids
+	// of the unsubscribe keys it verifies links with (message.KeyID),
+	// rewritten every VerifierBeat and lapsing after VerifierTTL. Page
+	// workers sign with a key every live coordinator has, so a key put
+	// first on the workers before the coordinators have it signs no link
+	// nobody can verify.
+	VerifierBucket = "rangecast_unsubscribe_keys"
+	VerifierTTL    = 30 * time.Second
+	VerifierBeat   = 10 * time.Second
+
 	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id. A page
 	// dispatched twice within it is stored once.
 	DuplicateWindow = 2 * time.Minute
@@ -102,6 +112,7 @@ type Bus struct {
 	Lease      jetstream.KeyValue
 	Governors  jetstream.KeyValue
 	Workers    jetstream.KeyValue
+	Verifiers  jetstream.KeyValue
 }
 
 // Setup creates (or updates) every stream, consumer and bucket.
@@ -194,7 +205,18 @@ func Setup(ctx context.Context, js jetstream.JetStream, o Options) (*Bus, error)
 	if err != nil {
 		return nil, fmt.Errorf("bus: worker bucket: %w", err)
 	}
-	return &Bus{JS: js, PageStream: pageStream, Pages: pages, Reports: reports, Broadcasts: kv, Lease: lease, Governors: governors, Workers: workers}, nil
+	verifiers, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:   VerifierBucket,
+		History:  1,
+		TTL:      VerifierTTL,
+		Storage:  jetstream.StorageType(storage),
+		Replicas: o.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: unsubscribe key bucket: %w", err)
+	}
+	return &Bus{JS: js, PageStream: pageStream, Pages: pages, Reports: reports, Broadcasts: kv, Lease: lease, Governors: governors, Workers: workers,
+		Verifiers: verifiers}, nil
 }
 
 // MaxDeliveriesAdvisory is where JetStream announces a page job that reached

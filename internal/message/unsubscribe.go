@@ -4,11 +4,13 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -96,44 +98,112 @@ func VerifyUnsubscribeToken(keys [][]byte, token string) (broadcast, contact uli
 const UnsubscribePath = "/u/"
 
 // Unsubscribe makes the links of one sender: base is the public HTTP origin
-// (https://mail.example.com, or with a path prefix), key the signing key.
+// (https://mail.example.com, or with a path prefix), keys its signing keys.
+// The first key signs unless the coordinators that verify the links do not
+// all accept it (Accept): a key put first on the page workers before the
+// coordinators have it would sign links nobody can verify.
 type Unsubscribe struct {
 	base string
-	key  []byte
+	keys []*unsubscribeKey
+	// signing is the index of the key that signs; noKey when no key is
+	// accepted by every coordinator (Usable says so).
+	signing atomic.Int32
+}
+
+const noKey = -1
+
+type unsubscribeKey struct {
+	key []byte
+	id  string
 	// macs holds keyed HMACs to Reset: keying one anew for every message
 	// hashed the key's two pads each time, most of a link's cost.
 	macs sync.Pool
 }
 
-// NewUnsubscribe checks base and key.
-func NewUnsubscribe(base string, key []byte) (*Unsubscribe, error) {
+// NewUnsubscribe checks base and keys (the first signs).
+func NewUnsubscribe(base string, keys ...[]byte) (*Unsubscribe, error) {
 	base = strings.TrimRight(base, "/")
 	if err := validateUnsubscribeURL(base + UnsubscribePath + "x"); err != nil {
 		return nil, fmt.Errorf("unsubscribe base URL: %w", err)
 	}
-	if len(key) < MinUnsubscribeKeyLen {
-		return nil, fmt.Errorf("unsubscribe signing key is %d bytes; use at least %d random bytes", len(key), MinUnsubscribeKeyLen)
+	if len(keys) == 0 {
+		return nil, errors.New("no unsubscribe signing key")
 	}
-	return &Unsubscribe{base: base, key: key}, nil
+	u := &Unsubscribe{base: base}
+	for _, key := range keys {
+		if len(key) < MinUnsubscribeKeyLen {
+			return nil, fmt.Errorf("unsubscribe signing key is %d bytes; use at least %d random bytes", len(key), MinUnsubscribeKeyLen)
+		}
+		u.keys = append(u.keys, &unsubscribeKey{key: key, id: UnsubscribeKeyID(key)})
+	}
+	return u, nil
+}
+
+// UnsubscribeKeyID names a key without revealing it: the first 8 bytes of
+// its HMAC over a fixed text, in hex. Coordinators publish the ids of the
+// keys they verify with, and page workers sign with one of theirs that
+// every coordinator has.
+func UnsubscribeKeyID(key []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("rangecast unsubscribe key id"))
+	return hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+// KeyIDs are the ids of u's keys, in order.
+func (u *Unsubscribe) KeyIDs() []string {
+	out := make([]string, len(u.keys))
+	for i, k := range u.keys {
+		out[i] = k.id
+	}
+	return out
+}
+
+// Accept makes the first key whose id accepted says every verifier has
+// sign from now on, and reports which; with none, no key signs and
+// Usable says so.
+func (u *Unsubscribe) Accept(accepted func(id string) bool) (id string, ok bool) {
+	for i, k := range u.keys {
+		if accepted(k.id) {
+			u.signing.Store(int32(i))
+			return k.id, true
+		}
+	}
+	u.signing.Store(noKey)
+	return "", false
+}
+
+// ErrNoAcceptedKey: no key of the sender is one every coordinator verifies
+// with, so any link it signed would unsubscribe nobody.
+var ErrNoAcceptedKey = errors.New("no unsubscribe key of this page worker is one every coordinator verifies with, so its one-click and body links would unsubscribe nobody; give the coordinators the workers' key (RANGECAST_UNSUBSCRIBE_KEYS: the same list, in any order, on both), then resume")
+
+// Usable is nil while a key signs, ErrNoAcceptedKey otherwise. A nil u
+// (no links) is usable.
+func (u *Unsubscribe) Usable() error {
+	if u != nil && u.signing.Load() == noKey {
+		return ErrNoAcceptedKey
+	}
+	return nil
 }
 
 // URL is the link for contact's copy of broadcast. A nil *Unsubscribe makes
-// none ("", so Render writes no List-Unsubscribe).
+// none ("", so Render writes no List-Unsubscribe). With no key accepted
+// (Usable) it signs with the first, which callers check before.
 func (u *Unsubscribe) URL(broadcast, contact ulid.ULID) string {
 	if u == nil {
 		return ""
 	}
-	m, ok := u.macs.Get().(hash.Hash)
+	k := u.keys[max(u.signing.Load(), 0)]
+	m, ok := k.macs.Get().(hash.Hash)
 	if ok {
 		m.Reset()
 	} else {
-		m = hmac.New(sha256.New, u.key)
+		m = hmac.New(sha256.New, k.key)
 	}
 	out := make([]byte, 0, len(u.base)+len(UnsubscribePath)+UnsubscribeTokenLen)
 	out = append(out, u.base...)
 	out = append(out, UnsubscribePath...)
 	out = appendToken(out, m, broadcast, contact)
-	u.macs.Put(m)
+	k.macs.Put(m)
 	return string(out)
 }
 

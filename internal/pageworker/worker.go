@@ -1722,6 +1722,12 @@ func (e *renderError) Error() string { return store.RenderFailedPrefix + e.err.E
 func (e *renderError) Unwrap() error { return e.err }
 
 func (w *Worker) send(ctx context.Context, l *loaded, c store.Contact, now time.Time) error {
+	if err := w.cfg.Unsubscribe.Usable(); err != nil {
+		// No key every coordinator verifies with: a channel-wide
+		// mistake, which halts the broadcast with this reason, never a
+		// message whose unsubscribe links work for nobody.
+		return err
+	}
 	m, err := Render(l.compiled, l.b, c, now, w.cfg.Unsubscribe, w.cfg.DKIM)
 	if err != nil {
 		return &renderError{err}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/clock"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/store"
@@ -136,12 +137,12 @@ func unsubscribeLinks(publicURL string, s Secrets) (*message.Unsubscribe, error)
 			return nil, fmt.Errorf("RANGECAST_PUBLIC_URL (--public-url) %q is a placeholder: set it to the https URL where mail readers reach the coordinators' public HTTP (your Ingress), which every List-Unsubscribe link points at", publicURL)
 		}
 	}
-	return message.NewUnsubscribe(publicURL, keys[0])
+	return message.NewUnsubscribe(publicURL, keys...)
 }
 
 // servePublic serves the public HTTP (unsubscribe links, webhooks) on
 // o.HTTPAddr, or on the listener StartStack bound, until ctx ends.
-func servePublic(ctx context.Context, st store.Store, o CoordinatorOptions) error {
+func servePublic(ctx context.Context, st store.Store, b *bus.Bus, o CoordinatorOptions) error {
 	lis := o.publicLis
 	if lis == nil && o.HTTPAddr == "" {
 		return nil
@@ -157,6 +158,9 @@ func servePublic(ctx context.Context, st store.Store, o CoordinatorOptions) erro
 	}
 	if len(cfg.UnsubscribeKeys) == 0 {
 		o.Log.Warn("no unsubscribe keys: one-click links will not unsubscribe anyone; set " + EnvUnsubscribeKeys + " to the keys the page workers sign with")
+	}
+	if b != nil {
+		publishVerifier(ctx, b.Verifiers, cfg.UnsubscribeKeys, o.Log)
 	}
 	if lis == nil {
 		if lis, err = net.Listen("tcp", o.HTTPAddr); err != nil {

@@ -435,7 +435,7 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 		}
 		o.Log.Info("metrics listening", "addr", addr)
 	}
-	if err := servePublic(ctx, st, o); err != nil {
+	if err := servePublic(ctx, st, b, o); err != nil {
 		return err
 	}
 	c := coordinator.New(coordinator.Config{
@@ -587,6 +587,7 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 	if err != nil {
 		return err
 	}
+	followVerifiers(ctx, b.Verifiers, links, o.Log)
 	signer, err := loadDKIM(o.DKIMKeys, o.Log)
 	if err != nil {
 		return err
