@@ -358,7 +358,7 @@ func printStatus(w io.Writer, b *pb.Broadcast) {
 	fmt.Fprintf(w, "sent %d  failed %d  deferred %d  in flight or in doubt %d  unknown %d  pages %d\n",
 		p.GetSent(), p.GetFailed(), p.GetDeferred(), p.GetInDoubt(), p.GetUnknown(), p.GetPagesDispatched())
 	if n := p.GetSentAgainInDoubt(); n > 0 {
-		fmt.Fprintf(w, "sent again %d of the sent after an attempt that may have arrived (in-doubt policy resend, or retry --include-unknown): they may have two copies\n", n)
+		fmt.Fprintf(w, "sent again %d of the sent after an attempt that may have arrived (in-doubt policy resend, or retry --include-unknown): they may have two copies, or more where an attempt was lost after the final dot again\n", n)
 	}
 	if n := p.GetLeftOut(); n > 0 {
 		fmt.Fprintf(w, "left out   %d of the audience at start: %s\n", n, leftOutWhy(b.GetState()))

@@ -386,7 +386,11 @@ func printContact(w io.Writer, resp *pb.GetContactResponse) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BROADCAST\tNAME\tSTATUS\tUPDATED\tREPLY")
 	for _, h := range resp.GetHistory() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.GetBroadcastId(), shown(h.GetBroadcastName()), statusLabel(h.GetStatus()), when(h.GetUpdatedAt()), shown(h.GetReply()))
+		label := statusLabel(h.GetStatus())
+		if h.GetStatus() == pb.SendStatus_SEND_STATUS_DEFERRED && h.GetBroadcastState() == pb.BroadcastState_BROADCAST_STATE_CANCELLED {
+			label += " (never sent: broadcast cancelled)" // deferred reads as "will be retried" (tester)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.GetBroadcastId(), shown(h.GetBroadcastName()), label, when(h.GetUpdatedAt()), shown(h.GetReply()))
 	}
 	tw.Flush() //nolint:errcheck
 	if resp.GetHistoryTruncated() {

@@ -89,3 +89,28 @@ func TestStatusWithoutCursors(t *testing.T) {
 		t.Errorf("status without cursors:\n%s", out.String())
 	}
 }
+
+// TestContactShowSaysACancelledBroadcastsDeferredRowIsFinal: a contact's
+// row left deferred by a cancelled broadcast is never sent, and says so
+// (tester: it read "Deferred", as if a retry would come).
+func TestContactShowSaysACancelledBroadcastsDeferredRowIsFinal(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	printContact(&out, &pb.GetContactResponse{Contact: &pb.Contact{Id: "c", Email: "a@example.org"}, History: []*pb.ContactSend{
+		{BroadcastId: "b1", BroadcastName: "cancelled one", BroadcastState: pb.BroadcastState_BROADCAST_STATE_CANCELLED, Status: pb.SendStatus_SEND_STATUS_DEFERRED},
+		{BroadcastId: "b2", BroadcastName: "running one", BroadcastState: pb.BroadcastState_BROADCAST_STATE_RUNNING, Status: pb.SendStatus_SEND_STATUS_DEFERRED},
+	}})
+	lines := strings.Split(out.String(), "\n")
+	var cancelled, running string
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "b1"):
+			cancelled = l
+		case strings.HasPrefix(l, "b2"):
+			running = l
+		}
+	}
+	if !strings.Contains(cancelled, "never sent: broadcast cancelled") || strings.Contains(running, "never sent") {
+		t.Errorf("contacts show:\n%s", out.String())
+	}
+}
