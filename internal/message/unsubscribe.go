@@ -126,6 +126,12 @@ func NewUnsubscribe(base string, keys ...[]byte) (*Unsubscribe, error) {
 	if err := validateUnsubscribeURL(base + UnsubscribePath + "x"); err != nil {
 		return nil, fmt.Errorf("unsubscribe base URL: %w", err)
 	}
+	// The List-Unsubscribe line cannot be folded inside its URL: a base
+	// that leaves no room for the token under the 998-character line limit
+	// made every message fail to render, found only at send (tester).
+	if n := len("List-Unsubscribe: <>") + len(base) + len(UnsubscribePath) + UnsubscribeTokenLen; n > hardLineLimit {
+		return nil, fmt.Errorf("unsubscribe base URL is %d characters: with a link's token its List-Unsubscribe line would be %d, past the %d a mail header line may hold; use a shorter public URL", len(base), n, hardLineLimit)
+	}
 	if len(keys) == 0 {
 		return nil, errors.New("no unsubscribe signing key")
 	}

@@ -110,10 +110,23 @@ func TestUnsubscribeURLInMessage(t *testing.T) {
 		key  []byte
 	}{
 		{"mail.example.com", keyA}, {"ftp://x", keyA}, {"https://x/<", keyA}, {"https://mail.example.com", []byte("short")},
+		// No room for a token in a List-Unsubscribe line (tester: every
+		// message failed to render, found only at send).
+		{"https://mail.example.com/" + strings.Repeat("p", 1200), keyA},
 	} {
 		if _, err := NewUnsubscribe(bad.base, bad.key); err == nil {
 			t.Errorf("NewUnsubscribe(%q, %d-byte key) accepted", bad.base, len(bad.key))
 		}
+	}
+	// A long base that leaves room for the token renders.
+	long := "https://mail.example.com/" + strings.Repeat("p", 880)
+	lu, err := NewUnsubscribe(long, keyA)
+	if err != nil {
+		t.Fatalf("NewUnsubscribe(%d characters) = %v", len(long), err)
+	}
+	p.UnsubscribeURL = lu.URL(ulid.Make(), ulid.Make())
+	if _, err := c.Render(p); err != nil {
+		t.Fatalf("rendering with the longest base accepted: %v", err)
 	}
 }
 

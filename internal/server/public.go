@@ -140,6 +140,20 @@ func unsubscribeLinks(publicURL string, s Secrets) (*message.Unsubscribe, error)
 	return message.NewUnsubscribe(publicURL, keys...)
 }
 
+// warnPlainHTTP warns when the links point at plain http on a host that is
+// not this machine: RFC 8058 asks for an https one-click URI, and mailbox
+// providers may not offer one-click unsubscribe without it (tester).
+func warnPlainHTTP(publicURL string, log *slog.Logger) {
+	u, err := url.Parse(publicURL)
+	if err != nil || u.Scheme != "http" {
+		return
+	}
+	if h := u.Hostname(); h == "localhost" || net.ParseIP(h) != nil && net.ParseIP(h).IsLoopback() {
+		return
+	}
+	log.Warn("the public URL is plain http: one-click unsubscribe (RFC 8058) wants https, and mailbox providers may not offer it; point RANGECAST_PUBLIC_URL at your Ingress's https address", "public_url", publicURL)
+}
+
 // servePublic serves the public HTTP (unsubscribe links, webhooks) on
 // o.HTTPAddr, or on the listener StartStack bound, until ctx ends.
 func servePublic(ctx context.Context, st store.Store, b *bus.Bus, o CoordinatorOptions) error {

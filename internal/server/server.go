@@ -588,6 +588,7 @@ func runWorker(ctx context.Context, st store.Store, nc *nats.Conn, b *bus.Bus, o
 		return err
 	}
 	followVerifiers(ctx, b.Verifiers, links, o.Log)
+	warnPlainHTTP(o.PublicURL, o.Log)
 	signer, err := loadDKIM(o.DKIMKeys, o.Log)
 	if err != nil {
 		return err
