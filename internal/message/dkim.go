@@ -143,7 +143,15 @@ func LoadDKIMKey(domain, selector, file string) (DKIMKey, error) {
 func parsePrivateKey(raw []byte) (crypto.Signer, error) {
 	block, _ := pem.Decode(raw)
 	if block == nil {
+		if bytes.Contains(raw, []byte("-----BEGIN ")) {
+			// The armour is there; what is between it is not base64
+			// (a truncated or hand-edited file).
+			return nil, errors.New("a PEM key whose body cannot be decoded (truncated, or edited by hand); export the key again")
+		}
 		return nil, errors.New("no PEM block; expected -----BEGIN PRIVATE KEY----- (PKCS#8) or -----BEGIN RSA PRIVATE KEY-----")
+	}
+	if block.Type == "ENCRYPTED PRIVATE KEY" || block.Headers["Proc-Type"] != "" {
+		return nil, errors.New("the key is encrypted with a passphrase, which a worker cannot enter; write it out unencrypted (openssl pkey -in KEY -out KEY.pem) and keep the file readable by the worker only")
 	}
 	switch block.Type {
 	case "RSA PRIVATE KEY":

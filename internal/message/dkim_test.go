@@ -251,6 +251,14 @@ func TestDKIMRefusesBadKeys(t *testing.T) {
 	if err := os.WriteFile(unreadable, []byte("x"), 0o000); err != nil {
 		t.Fatal(err)
 	}
+	encrypted := filepath.Join(dir, "encrypted.pem")
+	if err := os.WriteFile(encrypted, []byte("-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIBvTBXBgkqhkiG9w0BBQ0wSjApBgkqhkiG9w0BBQwwHAQI\n-----END ENCRYPTED PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mangled := filepath.Join(dir, "mangled.pem")
+	if err := os.WriteFile(mangled, []byte("-----BEGIN PRIVATE KEY-----\n!!not base64!!\n-----END PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	small := writeKey(t, rsaKey(t, 768), true)
 	ok := writeKey(t, ed25519Key(t), false)
 	for _, tc := range []struct {
@@ -260,6 +268,8 @@ func TestDKIMRefusesBadKeys(t *testing.T) {
 	}{
 		{"missing file", []string{"example.com=s1:" + filepath.Join(dir, "nope.pem")}, "no such file"},
 		{"not PEM", []string{"example.com=s1:" + garbage}, "no PEM block"},
+		{"encrypted", []string{"example.com=s1:" + encrypted}, "encrypted with a passphrase"},
+		{"PEM body not base64", []string{"example.com=s1:" + mangled}, "cannot be decoded"},
 		{"RSA 768", []string{"example.com=s1:" + small}, "RSA key of 768 bits"},
 		{"no selector", []string{"example.com=" + ok}, "DOMAIN=SELECTOR:KEYFILE"},
 		{"no domain", []string{"s1:" + ok}, "DOMAIN=SELECTOR:KEYFILE"},
