@@ -47,21 +47,26 @@ func publishVerifier(ctx context.Context, kv jetstream.KeyValue, keys [][]byte, 
 		}
 	}
 	put()
-	go func() {
-		t := time.NewTicker(bus.VerifierBeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-				_ = kv.Delete(dctx, name)
-				cancel()
-				return
-			case <-t.C:
-				put()
-			}
+	go every(ctx, bus.VerifierBeat, put, func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = kv.Delete(dctx, name)
+	})
+}
+
+// every runs f every d until ctx ends, then done.
+func every(ctx context.Context, d time.Duration, f, done func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			done()
+			return
+		case <-t.C:
+			f()
 		}
-	}()
+	}
 }
 
 // verifierName is this process's key in the verifier bucket.
@@ -109,18 +114,7 @@ func followVerifiers(ctx context.Context, kv jetstream.KeyValue, links *message.
 		last = id
 	}
 	follow()
-	go func() {
-		t := time.NewTicker(bus.VerifierBeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				follow()
-			}
-		}
-	}()
+	go every(ctx, bus.VerifierBeat, follow, func() {})
 }
 
 // readVerifiers returns each live coordinator's key ids; none when no
