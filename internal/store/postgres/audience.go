@@ -111,7 +111,8 @@ func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time
 	// after the erasure's delete looked, would stay in clear text and
 	// unsuppressed (tester). SHARE waits for that erasure's commit (its
 	// insert holds ROW EXCLUSIVE), and an erasure waits for this import's:
-	// its delete then finds the contact. Imports do not wait for each other.
+	// its delete then finds the contact. Imports wait for each other only
+	// behind an erasure queued between them.
 	if _, err := tx.Exec(ctx, `LOCK TABLE erased_addresses IN SHARE MODE`); err != nil {
 		return nil, mapErr("import contacts", err)
 	}

@@ -66,6 +66,14 @@ func (s *Store) eraseTx(ctx context.Context, emails []string, now time.Time) ([]
 	// to an erased address it read a moment before, and no ledger row is
 	// written with it afterwards. SHARE ROW EXCLUSIVE also excludes another
 	// erasure.
+	//
+	// The erased addresses first: an import holds them SHARE (so that it
+	// sees an erasure's hashes), and an erasure waiting for an import
+	// while holding the ledger would stall every claim and outcome write
+	// of every broadcast for that import batch.
+	if _, err := tx.Exec(ctx, `LOCK TABLE erased_addresses IN ROW EXCLUSIVE MODE`); err != nil {
+		return nil, err
+	}
 	if _, err := tx.Exec(ctx, `LOCK TABLE broadcast_sends IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 		return nil, err
 	}
