@@ -72,6 +72,44 @@ func TestAuthRefusalNotRepeatedPerSend(t *testing.T) {
 	}
 }
 
+// The hold keeps only refusals: a connection lost during AUTH (a cancel, a
+// timeout) is not kept; when a refusal lapses, one caller tries again and
+// the others keep it until that one's answer; refusals in a row hold longer;
+// an accepted login ends it.
+func TestAuthHold(t *testing.T) {
+	t.Parallel()
+	var h authHold
+	now := time.Unix(1_800_000_000, 0)
+	h.refused(now, &SendError{Stage: StageAuth, Err: errors.New("use of closed network connection")})
+	if h.held(now) != nil {
+		t.Fatal("a connection lost during AUTH was kept as a refusal")
+	}
+	refusal := &SendError{Stage: StageAuth, Code: 535, Enhanced: "5.7.8", Text: "bad credentials"}
+	h.refused(now, refusal)
+	if se := h.held(now.Add(time.Second)); se == nil || se.Code != 535 {
+		t.Fatalf("held = %v; want the 535", se)
+	}
+	lapsed := now.Add(authRetryAfter)
+	if h.held(lapsed) != nil {
+		t.Fatal("the first send after the hold lapsed did not get to try again")
+	}
+	if h.held(lapsed.Add(time.Millisecond)) == nil {
+		t.Fatal("a second send went to try the credentials while the first was trying")
+	}
+	h.refused(lapsed, refusal) // the probe refused too: twice as long
+	if h.held(lapsed.Add(authRetryAfter+time.Second)) == nil {
+		t.Fatal("a second refusal in a row held no longer than the first")
+	}
+	h.accepted()
+	if h.held(lapsed.Add(time.Second)) != nil {
+		t.Fatal("an accepted login did not end the hold")
+	}
+	h.refused(now, &SendError{Stage: StageAuth, local: true, Err: errors.New("the URL has credentials but relay does not offer AUTH")})
+	if h.held(now) == nil {
+		t.Fatal("a local refusal of the credentials setting was not kept")
+	}
+}
+
 // A server whose mechanisms rangecast cannot speak is refused before any
 // credentials are sent, naming what was offered and what is supported.
 func TestAuthNoCommonMechanism(t *testing.T) {

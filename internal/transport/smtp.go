@@ -517,34 +517,63 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 	}
 }
 
-// authHold keeps a relay's refusal of our credentials (or a credentials
-// setting it cannot take: no AUTH offered, no TLS) for authRetryAfter: the
-// sends meanwhile that need a new connection get that refusal without
-// dialing. Each new connection authenticated again, so a wrong password
-// cost one failed login per send (tester: 128 in a second), which is what
-// makes a provider lock the account or a fail2ban ban the sender's address.
+// authHold keeps a relay's refusal of our credentials (a reply to AUTH, or
+// a credentials setting it cannot take: no AUTH offered, no TLS) while it
+// stands: the sends meanwhile that need a new connection get that refusal
+// without dialing. Each new connection authenticated again, so a wrong
+// password cost one failed login per send (tester: 128 in a second), which
+// is what makes a provider lock the account or a fail2ban ban the sender's
+// address. When it lapses one send tries again, and the others keep the
+// refusal until that one's answer; each refusal in a row holds twice as
+// long, up to authRetryMax. A connection lost or cancelled during AUTH is
+// no refusal and is not kept.
 type authHold struct {
-	mu    sync.Mutex
-	err   *SendError
-	until time.Time
+	mu      sync.Mutex
+	err     *SendError
+	until   time.Time
+	refusal int // refusals in a row
 }
 
-// authRetryAfter is how long a refusal of our credentials stands before a
-// connection tries them again: a password fixed in the relay, or a token
-// file refreshed, is used within it.
-const authRetryAfter = 10 * time.Second
+// authRetryAfter is how long a first refusal of our credentials stands
+// before one connection tries them again: a password fixed in the relay,
+// or a token file refreshed, is used within it. authRetryMax bounds the
+// doubling.
+const (
+	authRetryAfter = 10 * time.Second
+	authRetryMax   = 5 * time.Minute
+)
 
+// refused keeps se when it is the relay's refusal of our credentials.
 func (h *authHold) refused(now time.Time, se *SendError) {
+	if se.Code == 0 && !se.local {
+		return // no reply: a lost or cancelled connection, not a refusal
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.err, h.until = se, now.Add(authRetryAfter)
+	kept := *se
+	h.err = &kept
+	h.until = now.Add(min(authRetryAfter<<min(h.refusal, 8), authRetryMax))
+	h.refusal++
 }
 
-// held returns a copy of the refusal while it stands, else nil.
+// accepted ends a hold: the credentials went through.
+func (h *authHold) accepted() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.err, h.refusal = nil, 0
+}
+
+// held returns a copy of the refusal while it stands, else nil. The first
+// caller after it lapses gets nil and tries the credentials; until its
+// answer (refused or accepted), the others still get the refusal.
 func (h *authHold) held(now time.Time) *SendError {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.err == nil || !now.Before(h.until) {
+	if h.err == nil {
+		return nil
+	}
+	if !now.Before(h.until) {
+		h.until = now.Add(authRetryAfter) // this caller probes; the rest wait for its answer
 		return nil
 	}
 	se := *h.err // the same refusal, so that it reads and groups as the one the relay gave
@@ -569,14 +598,16 @@ func (s *SMTP) use(ctx context.Context, pc *conn, m message.Rendered) (string, e
 			var se *SendError
 			if errors.As(err, &se) {
 				if se.Stage == StageAuth {
-					kept := *se
-					s.authRefused.refused(time.Now(), &kept)
+					s.authRefused.refused(time.Now(), se)
 				}
 				return "", withContext(ctx, se)
 			}
 			return "", stageError(ctx, StageConnect, err)
 		}
 		pc.c = c
+		if s.creds != nil {
+			s.authRefused.accepted()
+		}
 		s.limit.opened() // counted once the relay took it: greeted, and past EHLO
 	}
 	return s.transact(ctx, pc.c, m)
@@ -631,14 +662,14 @@ func (s *SMTP) handshake(nc net.Conn) (*client, error) {
 
 	if s.creds != nil {
 		if !c.isTLS() && s.mode != tlsNone && !isLoopback(s.host) {
-			return nil, &SendError{Stage: StageAuth, Err: fmt.Errorf("refusing to send credentials to %s without TLS: the server did not offer STARTTLS (use smtps://, or tls=none to accept plaintext)", s.addr)}
+			return nil, &SendError{Stage: StageAuth, local: true, Err: fmt.Errorf("refusing to send credentials to %s without TLS: the server did not offer STARTTLS (use smtps://, or tls=none to accept plaintext)", s.addr)}
 		}
 		if !c.ext.auth {
-			return nil, &SendError{Stage: StageAuth, Err: fmt.Errorf("the URL has credentials but %s does not offer AUTH", s.addr)}
+			return nil, &SendError{Stage: StageAuth, local: true, Err: fmt.Errorf("the URL has credentials but %s does not offer AUTH", s.addr)}
 		}
 		sc, err := s.creds.client(c.ext.authMechs)
 		if err != nil {
-			return nil, &SendError{Stage: StageAuth, Err: err}
+			return nil, &SendError{Stage: StageAuth, local: true, Err: err}
 		}
 		if err := c.auth(sc); err != nil {
 			return nil, stageError(bg, StageAuth, err)

@@ -57,6 +57,11 @@ type SendError struct {
 	// reached the server, and the reason is the one address: Classify
 	// calls it Recipient.
 	Refused bool
+
+	// local: the transport refused our own credentials setting before
+	// sending them (no TLS, no AUTH offered, no mechanism in common), as
+	// every connection to that relay would.
+	local bool
 }
 
 // reLocalEndpoint is a network error's local end ("read tcp
