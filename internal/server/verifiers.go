@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -83,38 +84,58 @@ func followVerifiers(ctx context.Context, kv jetstream.KeyValue, links *message.
 	if kv == nil || links == nil {
 		return
 	}
-	last := ""
-	follow := func() {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		verifiers, err := readVerifiers(rctx, kv)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("cannot read which unsubscribe keys the coordinators verify with; signing as before", "err", err)
-			}
-			return
+	f := &verifierFollower{kv: kv, links: links, log: log}
+	f.follow(ctx)
+	go every(ctx, bus.VerifierBeat, func() { f.follow(ctx) }, func() {})
+}
+
+// verifierFollower is followVerifiers' state between reads.
+type verifierFollower struct {
+	kv    jetstream.KeyValue
+	links *message.Unsubscribe
+	log   *slog.Logger
+	last  string // the key id signing after the last read; "none" for none
+	seen  bool   // some coordinator has published since the start
+}
+
+func (f *verifierFollower) follow(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	verifiers, err := readVerifiers(rctx, f.kv)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.log.Warn("cannot read which unsubscribe keys the coordinators verify with; signing as before", "err", err)
 		}
-		accepted := func(id string) bool {
-			for _, ids := range verifiers {
-				if !slices.Contains(ids, id) {
-					return false
-				}
-			}
-			return true
-		}
-		id, ok := links.Accept(accepted)
-		switch {
-		case ok && id != last:
-			log.Info("unsubscribe links signed with a key every coordinator verifies with", "key_id", id, "coordinators", len(verifiers))
-		case !ok && last != "none":
-			log.Error("no unsubscribe key of this worker is one every coordinator verifies with: its links would unsubscribe nobody, so its pages send nothing and halt the broadcast; give the coordinators and the workers the same RANGECAST_UNSUBSCRIBE_KEYS",
-				"worker_keys", strings.Join(links.KeyIDs(), ","), "coordinators", fmt.Sprint(verifiers))
-			id = "none"
-		}
-		last = id
+		return
 	}
-	follow()
-	go every(ctx, bus.VerifierBeat, follow, func() {})
+	if len(verifiers) == 0 && f.seen {
+		// Every coordinator is away (restarting, NATS lost their
+		// entries): the key they last had in common is still the best
+		// guess; the first key could be one they lack.
+		return
+	}
+	f.seen = f.seen || len(verifiers) > 0
+	accepted := func(id string) bool {
+		for _, ids := range verifiers {
+			if !slices.Contains(ids, id) {
+				return false
+			}
+		}
+		return true
+	}
+	id, ok := f.links.Accept(accepted)
+	if !ok {
+		id = "none"
+	}
+	switch {
+	case id == f.last:
+	case ok:
+		f.log.Info("unsubscribe links signed with a key every coordinator verifies with", "key_id", id, "coordinators", len(verifiers))
+	default:
+		f.log.Error("no unsubscribe key of this worker is one every coordinator verifies with: its links would unsubscribe nobody, so its pages send nothing and halt the broadcast; give the coordinators and the workers the same RANGECAST_UNSUBSCRIBE_KEYS",
+			"worker_keys", strings.Join(f.links.KeyIDs(), ","), "coordinators", fmt.Sprint(verifiers))
+	}
+	f.last = id
 }
 
 // readVerifiers returns each live coordinator's key ids; none when no
@@ -129,7 +150,7 @@ func readVerifiers(ctx context.Context, kv jetstream.KeyValue) (map[string][]str
 	for key := range keys.Keys() {
 		e, err := kv.Get(ctx, key)
 		if err != nil {
-			if err == jetstream.ErrKeyNotFound || err == jetstream.ErrKeyDeleted {
+			if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 				continue // lapsed or removed between the listing and now
 			}
 			keys.Stop() //nolint:errcheck

@@ -38,6 +38,7 @@ func TestWorkersSignWithAKeyEveryCoordinatorHas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := &verifierFollower{kv: kv, links: links, log: log} // what followVerifiers runs every bus.VerifierBeat
 	b, c := ulid.Make(), ulid.Make()
 	signedBy := func() string {
 		t.Helper()
@@ -53,7 +54,7 @@ func TestWorkersSignWithAKeyEveryCoordinatorHas(t *testing.T) {
 
 	// No coordinator publishes (an older one, or none serves the public
 	// HTTP): the first key signs, as before.
-	followVerifiers(ctx, kv, links, log)
+	f.follow(ctx)
 	if got := signedBy(); got != "new" || links.Usable() != nil {
 		t.Fatalf("with no coordinator published, links signed by %s (%v); want the first key", got, links.Usable())
 	}
@@ -61,7 +62,7 @@ func TestWorkersSignWithAKeyEveryCoordinatorHas(t *testing.T) {
 	// A coordinator that has only the old key: the workers sign with it.
 	first, stopFirst := context.WithCancel(ctx)
 	publishVerifier(first, kv, [][]byte{oldKey}, log)
-	followVerifiers(ctx, kv, links, log)
+	f.follow(ctx)
 	if got := signedBy(); got != "old" {
 		t.Fatalf("with a coordinator that has only the old key, links signed by %s; want old", got)
 	}
@@ -70,7 +71,7 @@ func TestWorkersSignWithAKeyEveryCoordinatorHas(t *testing.T) {
 	second, stopSecond := context.WithCancel(ctx)
 	defer stopSecond()
 	publishVerifier(second, kv, [][]byte{newKey, oldKey}, log)
-	followVerifiers(ctx, kv, links, log)
+	f.follow(ctx)
 	if got := signedBy(); got != "old" {
 		t.Fatalf("with coordinators old and new+old, links signed by %s; want old", got)
 	}
@@ -80,7 +81,7 @@ func TestWorkersSignWithAKeyEveryCoordinatorHas(t *testing.T) {
 		v, err := readVerifiers(ctx, kv)
 		return err == nil && len(v) == 1
 	})
-	followVerifiers(ctx, kv, links, log)
+	f.follow(ctx)
 	if got := signedBy(); got != "new" {
 		t.Fatalf("with every coordinator on new+old, links signed by %s; want new", got)
 	}
@@ -89,7 +90,7 @@ func TestWorkersSignWithAKeyEveryCoordinatorHas(t *testing.T) {
 	third, stopThird := context.WithCancel(ctx)
 	defer stopThird()
 	publishVerifier(third, kv, [][]byte{otherKey}, log)
-	followVerifiers(ctx, kv, links, log)
+	f.follow(ctx)
 	err = links.Usable()
 	if !errors.Is(err, message.ErrNoAcceptedKey) || transport.Classify(err) != transport.Channel {
 		t.Fatalf("with no key in common: Usable = %v (class %v); want ErrNoAcceptedKey, channel-wide", err, transport.Classify(err))
@@ -99,8 +100,27 @@ func TestWorkersSignWithAKeyEveryCoordinatorHas(t *testing.T) {
 		v, err := readVerifiers(ctx, kv)
 		return err == nil && len(v) == 1
 	})
-	followVerifiers(ctx, kv, links, log)
+	f.follow(ctx)
 	if err := links.Usable(); err != nil || signedBy() != "new" {
 		t.Fatalf("after the odd coordinator left: %v, signed by %s; want new", err, signedBy())
+	}
+
+	// Every coordinator away (a restart, entries lost with NATS): the key
+	// they last had in common still signs, not the first by default.
+	fourth, stopFourth := context.WithCancel(ctx)
+	publishVerifier(fourth, kv, [][]byte{oldKey}, log)
+	f.follow(ctx)
+	if got := signedBy(); got != "old" {
+		t.Fatalf("with a coordinator on old only, links signed by %s; want old", got)
+	}
+	stopSecond()
+	stopFourth()
+	testenv.Eventually(t, "every coordinator's entry removed", 5*time.Second, func() bool {
+		v, err := readVerifiers(ctx, kv)
+		return err == nil && len(v) == 0
+	})
+	f.follow(ctx)
+	if got := signedBy(); got != "old" || links.Usable() != nil {
+		t.Fatalf("with every coordinator away, links signed by %s (%v); want old, as they last agreed", got, links.Usable())
 	}
 }
