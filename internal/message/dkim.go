@@ -40,15 +40,17 @@ const (
 // signature rather than riding on it. A second List-Unsubscribe put above
 // the real one would otherwise pass as signed.
 //
-// Reply-To, Cc, Sender, In-Reply-To and References (RFC 6376 5.4.1) are
-// covered too, whether the message has them (transactional mail's extra
-// fields) or not: unsigned, a replayed message could have a Reply-To added
-// or swapped for a phisher's and still pass DKIM and DMARC (tester).
+// Reply-To, Cc, In-Reply-To and References (RFC 6376 5.4.1) are covered
+// too, whether the message has them (transactional mail's extra fields) or
+// not: unsigned, a replayed message could have a Reply-To added or swapped
+// for a phisher's and still pass DKIM and DMARC (tester). Not Sender: a
+// relay may add one (Exim's submission mode), which would break every
+// signature (review).
 var DKIMHeaders = []string{
 	"From", "To", "Subject", "Date", "Message-ID",
 	"MIME-Version", "Content-Type", "Content-Transfer-Encoding",
 	"List-Unsubscribe", "List-Unsubscribe-Post", "Feedback-ID",
-	"Reply-To", "Cc", "Sender", "In-Reply-To", "References",
+	"Reply-To", "Cc", "In-Reply-To", "References",
 }
 
 // dkimHeaderKeys is h=: DKIMHeaders, then each of them again.

@@ -212,12 +212,13 @@ func hiddenStyle(style, inner string) bool {
 		overflowHidden && (isZero(d["height"]) || isZero(d["max-height"]) || isZero(d["width"]) || isZero(d["max-width"])),
 		scaledToNothing.MatchString(d["transform"]),
 		(d["position"] == "absolute" || d["position"] == "fixed") && (farOff(d["left"]) || farOff(d["top"])),
-		farOff(d["text-indent"]):
+		farOff(d["text-indent"]), farOff(d["margin-left"]), farOff(d["margin-top"]),
+		clippedToNothing.MatchString(d["clip"]):
 		return true
 	}
 	switch {
 	case (d["visibility"] == "hidden" || d["visibility"] == "collapse") && !setsAgain["visibility"].MatchString(inner),
-		tooSmall(d["font-size"]) && !setsAgain["font-size"].MatchString(inner),
+		tooSmall(d["font-size"]) && !setsAgain["font-size"].MatchString(inner) && !sizedByClass.MatchString(inner),
 		invisibleColor(d) && !setsAgain["color"].MatchString(inner):
 		return true
 	}
@@ -302,8 +303,17 @@ func farOff(v string) bool {
 	return false
 }
 
-// scaledToNothing is a transform that scales to zero: scale(0), scaleX(0).
-var scaledToNothing = regexp.MustCompile(`scale[xy]?\(\s*0*\.?0*\s*[,)]`)
+// scaledToNothing is a transform that scales to zero in either direction:
+// scale(0), scaleX(0), scale(1, 0).
+var scaledToNothing = regexp.MustCompile(`scale[xy]?\((?:[^)]*,)?\s*0*\.?0*\s*[,)]`)
+
+// clippedToNothing is the screen-reader-only idiom: clip: rect(0 0 0 0).
+var clippedToNothing = regexp.MustCompile(`^rect\(\s*0[a-z]*[\s,]+0[a-z]*[\s,]+0[a-z]*[\s,]+0[a-z]*\s*\)$`)
+
+// sizedByClass: something inside may get its size back from a style sheet
+// or an old <font size>, as the hybrid ("spongy") layouts do under a
+// font-size:0 cell; it is taken to be visible.
+var sizedByClass = regexp.MustCompile(`(?i)<[a-z][^>]*\sclass\s*=|<font\s[^>]*size\s*=`)
 
 // invisibleColor: transparent text, or text the color of the element's own
 // background (white on white). A background set on an element outside

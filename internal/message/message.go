@@ -105,8 +105,8 @@ type Compiled struct {
 	// unsubLink is why the sample render shows no unsubscribe link, or nil
 	// when it shows one (CheckUnsubscribeLink).
 	unsubLink error
-	// sampleLink: the first sample's render shows the link, so the content
-	// means to carry one; Render holds each contact's message to it
+	// sampleLink: the first sample's render carries the link, so the
+	// content means to carry one; Render holds each contact's message to it
 	// (Params.RequireUnsubscribeLink). Content from before the link was
 	// required at create shows none and is left as it was.
 	sampleLink bool
@@ -217,8 +217,11 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 		return nil, err
 	}
 	c.unsubLink = checkUnsubscribeLink(html.String(), text.String(), c.text != nil)
-	c.sampleLink = c.unsubLink == nil
-	if c.sampleLink {
+	// Whether the content carries the link at all, visible or not: a
+	// broadcast accepted before a stricter visibility rule still has each
+	// contact's message held to it (review).
+	c.sampleLink = strings.Contains(html.String(), SampleUnsubscribeURL) && (c.text == nil || strings.Contains(text.String(), SampleUnsubscribeURL))
+	if c.unsubLink == nil {
 		// A second sample, with no name and another address: a link in a
 		// branch only the first takes ({{if .Name}}…{{end}}; a list
 		// imported without names) reached some contacts and not others.
@@ -306,6 +309,9 @@ func checkUnsubscribeLink(html, text string, ownText bool) error {
 		return &ValidationError{Field: fieldHTML, Reason: reason + orFlag}
 	}
 	if ownText && !intactLinkText(text) {
+		if strings.Contains(text, SampleUnsubscribeURL) {
+			return &ValidationError{Field: fieldText, Reason: "shows its unsubscribe link run on into more text ({{.UnsubscribeURL}}XX), which a reader's client opens as a link that does not work; put white space or punctuation after {{.UnsubscribeURL}}" + orFlag}
+		}
 		return &ValidationError{Field: fieldText, Reason: "has no unsubscribe link, so a plain-text reader cannot unsubscribe; add {{.UnsubscribeURL}} to the text part" + orFlag}
 	}
 	return nil
@@ -361,7 +367,10 @@ func intactLinkText(text string) bool {
 
 // urlByte reports whether c would carry a URL on in running text.
 func urlByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80 ||
+	// Not a byte of a non-ASCII character: the link's base and token are
+	// ASCII, and Japanese or Chinese text runs on right after a URL
+	// (配信停止は…よりお手続きください, review).
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
 		strings.IndexByte("-._~/%&=+$@*!,;:?#", c) >= 0
 }
 

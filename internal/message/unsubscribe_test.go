@@ -270,6 +270,15 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"font-size 0 with a link sized again", `<div style="font-size:0"><a style="font-size:12px" href="{{.UnsubscribeURL}}">Unsubscribe</a></div>`, "", ""},
 		{"colored block with its own link color", `<td style="color:#fff;background-color:#fff"><a style="color:#333" href="{{.UnsubscribeURL}}">Unsubscribe</a></td>`, "", ""},
 		{"link text in another script", `<p>Hi</p><a href="{{.UnsubscribeURL}}">退订</a>`, "", ""},
+		{"Japanese text after the link", `<p>配信停止は{{.UnsubscribeURL}}よりお手続きください。</p>`, "", ""},
+		{"Japanese own text after the link", `<p>Hi</p>` + link, "配信停止は{{.UnsubscribeURL}}よりお手続きください。\n", ""},
+		{"hybrid layout: font-size 0 cell, columns sized by class", `<style>.col{font-size:14px}</style><table><tr><td style="font-size:0"><div class="col">` + link + `</div></td></tr></table>`, "", ""},
+		{"font-size 0 cell, a font tag sized inside", `<td style="font-size:0"><font size="2">` + link + `</font></td>`, "", ""},
+		{"screen-reader-only clip", `<p>Hi</p><span style="position:absolute;clip:rect(0 0 0 0)">` + link + `</span>`, "", "html hidden"},
+		{"margin far off", `<p>Hi</p><p style="margin-left:-9999px">` + link + `</p>`, "", "html hidden"},
+		{"scaled flat", `<p>Hi</p><p style="transform:scale(1, 0)">` + link + `</p>`, "", "html hidden"},
+		{"scaled to half", `<p style="transform:scale(0.5)">` + link + `</p>`, "", ""},
+		{"run on in the own text, said so", `<p>Hi</p>` + link, "Unsubscribe: {{.UnsubscribeURL}}XX\n", "text"},
 		// A link in a branch the sample contact takes and others do not
 		// (tester: accepted, and a contact imported with no name got none).
 		{"only for contacts with a name", `{{if .Name}}<p>Hi {{.Name}}</p><p>` + link + `</p>{{else}}<p>Hi there</p>{{end}}`, "", "html some"},
@@ -418,5 +427,16 @@ func TestRenderRefusesAMessageWithoutItsLink(t *testing.T) {
 	p.UnsubscribeURL, p.RequireUnsubscribeLink = u.URL(p.BroadcastID, p.Contact.ID), true
 	if _, err := c.Render(p); err != nil {
 		t.Errorf("content without a link (made before the rule): %v", err)
+	}
+	// Content accepted before a stricter visibility rule (its link now
+	// counts as hidden) still has each message held to carrying it.
+	tmpl.HTML = `<p>Hi</p>{{if .Attributes.plan}}<a style="font-size:0" href="{{.UnsubscribeURL}}">Unsubscribe</a>{{end}}`
+	c = mustCompile(t, tmpl)
+	if c.CheckUnsubscribeLink() == nil {
+		t.Fatal("a font-size:0 link passed the visibility check")
+	}
+	p.Contact.Attributes = map[string]any{"plan": ""}
+	if _, err := c.Render(p); err == nil || !strings.Contains(err.Error(), "no unsubscribe link for this contact") {
+		t.Errorf("content whose link a newer rule calls hidden, for a contact the link's branch leaves out: %v; want refused", err)
 	}
 }
