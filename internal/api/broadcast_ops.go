@@ -422,7 +422,7 @@ func (api *BroadcastOpsAPI) UpdateBroadcast(ctx context.Context, req *pb.UpdateB
 	if err != nil {
 		return nil, err
 	}
-	if (b.State == store.StateRunning || b.State == store.StatePaused) && throttleOnly(req) {
+	if (b.State == store.StateRunning || b.State == store.StatePaused || b.State == store.StateFailed) && throttleOnly(req) {
 		return api.setThrottle(ctx, b, req.GetThrottlePerHour())
 	}
 	if b.State == store.StatePaused {
@@ -512,7 +512,7 @@ func throttleOnly(req *pb.UpdateBroadcastRequest) bool {
 	return req.ThrottlePerHour != nil && proto.Equal(req, &pb.UpdateBroadcastRequest{Id: req.GetId(), ThrottlePerHour: req.ThrottlePerHour})
 }
 
-// setThrottle changes a running or paused broadcast's throttle: slowing a
+// setThrottle changes a running, paused or failed broadcast's throttle: slowing a
 // broadcast a provider complains about, or speeding up one that goes too
 // slowly, without cancelling it (tester). The coordinator follows within a
 // tick; pages already handed to workers finish at the old pace.
@@ -522,7 +522,7 @@ func (api *BroadcastOpsAPI) setThrottle(ctx context.Context, b store.Broadcast, 
 	}
 	out, err := api.cfg.Store.SetThrottle(ctx, b.ID, perHour, api.cfg.Clock.Now())
 	if errors.Is(err, store.ErrConflict) {
-		return nil, status.Errorf(codes.FailedPrecondition, "broadcast %s is %s; only a running or paused broadcast's throttle can change (a draft's with the rest of it); nothing was changed", out.ID, out.State)
+		return nil, status.Errorf(codes.FailedPrecondition, "broadcast %s is %s; only a running, paused or failed broadcast's throttle can change (a draft's with the rest of it); nothing was changed", out.ID, out.State)
 	}
 	if err != nil {
 		return nil, Error(err)

@@ -323,7 +323,7 @@ rendered again. Its name, audience and settings stay as they were when it
 started. While a message is still claimed without an outcome (a window
 finishing after the pause) the edit is refused: run it again a little later.
 
-A running or paused broadcast's --throttle can change, given alone: to slow a
+A running, paused or failed broadcast's --throttle can change, given alone: to slow a
 broadcast a provider complains about, or speed up one that goes too slowly.
 The coordinator follows it within a few seconds; pages already handed to
 workers finish at the old pace.`,

@@ -117,8 +117,8 @@ type BroadcastOps interface {
 	// content once the broadcast is resumed.
 	EditPaused(ctx context.Context, id ulid.ULID, c Content, now time.Time) (b Broadcast, rerendered int64, err error)
 	// SetThrottle changes the throttle (messages an hour, 0 for none) of a
-	// running or paused broadcast, nothing else; ErrConflict (with the
-	// broadcast as it is) in any other state (a draft's throttle is
+	// running, paused or failed (resumable) broadcast, nothing else;
+	// ErrConflict (with the broadcast as it is) in any other state (a draft's throttle is
 	// UpdateDraft's). The coordinator follows it within a tick.
 	SetThrottle(ctx context.Context, id ulid.ULID, perHour int64, now time.Time) (Broadcast, error)
 	// HeldByContent returns up to limit contacts whose rows the content

@@ -52,7 +52,7 @@ func (s *Store) SetThrottle(ctx context.Context, id ulid.ULID, perHour int64, no
 		return store.Broadcast{}, fmt.Errorf("set throttle: %d an hour: %w", perHour, store.ErrInvalid)
 	}
 	tag, err := s.pool.Exec(ctx, `
-UPDATE broadcasts SET throttle_per_hour = $2, updated_at = $3 WHERE id = $1 AND state IN ('running', 'paused')`,
+UPDATE broadcasts SET throttle_per_hour = $2, updated_at = $3 WHERE id = $1 AND state IN ('running', 'paused', 'failed')`,
 		uid(id), perHour, now)
 	if err != nil {
 		return store.Broadcast{}, mapErr("set throttle", err)

@@ -58,7 +58,7 @@ func (s *Store) SetThrottle(ctx context.Context, bid ulid.ULID, perHour int64, n
 		return store.Broadcast{}, fmt.Errorf("set throttle: %d an hour: %w", perHour, store.ErrInvalid)
 	}
 	return s.draftWrite(ctx, bid, "set throttle", `
-UPDATE broadcasts SET throttle_per_hour = ?2, updated_at = ?3 WHERE id = ?1 AND state IN ('running', 'paused')`,
+UPDATE broadcasts SET throttle_per_hour = ?2, updated_at = ?3 WHERE id = ?1 AND state IN ('running', 'paused', 'failed')`,
 		id(bid), perHour, ts(now))
 }
 

@@ -54,8 +54,8 @@ func testUpdateDeleteDrafts(f *fixture) {
 	f.wantErr(err, store.ErrNotFound, "UpdateDraft of a deleted draft")
 }
 
-// A running or paused broadcast's throttle can change, and nothing else of
-// it; a draft (UpdateDraft's), a finished broadcast or a negative throttle
+// A running, paused or failed broadcast's throttle can change, and nothing
+// else of it; a draft (UpdateDraft's), a finished broadcast or a negative throttle
 // are refused, the refusal carrying the broadcast as it is.
 func testSetThrottle(f *fixture) {
 	r := f.running("slow down", 0)
@@ -77,7 +77,12 @@ func testSetThrottle(f *fixture) {
 	if got.State != store.StateDraft || got.ThrottlePerHour != d.ThrottlePerHour {
 		f.t.Fatalf("refused SetThrottle returned %s %d; want the draft as it was", got.State, got.ThrottlePerHour)
 	}
-	_, err = f.s.SetState(f.ctx, r.ID, []store.State{store.StatePaused}, store.StateCancelled, "", at(6))
+	_, err = f.s.SetState(f.ctx, r.ID, []store.State{store.StatePaused}, store.StateFailed, "no progress", at(5))
+	f.must(err, "SetState failed")
+	if b, err = f.s.SetThrottle(f.ctx, r.ID, 120, at(5)); err != nil || b.ThrottlePerHour != 120 || b.State != store.StateFailed {
+		f.t.Fatalf("SetThrottle of a failed broadcast (resumable) = %+v, %v; want throttle 120, still failed", b, err)
+	}
+	_, err = f.s.SetState(f.ctx, r.ID, []store.State{store.StateFailed}, store.StateCancelled, "", at(6))
 	f.must(err, "SetState cancelled")
 	_, err = f.s.SetThrottle(f.ctx, r.ID, 60, at(7))
 	f.wantErr(err, store.ErrConflict, "SetThrottle of a cancelled broadcast")
