@@ -81,7 +81,7 @@ func warnEmptyAudience(w io.Writer, b *pb.Broadcast) {
 	if seg := b.GetSegment(); seg != "" {
 		audience, preview = fmt.Sprintf("no member of segment %s", shown(seg)), "rangecast segments preview "+shown(seg)
 	}
-	fmt.Fprintf(w, "warning: %s is eligible to receive this broadcast (unsubscribed, suppressed, do-not-contact or erased ones are left out): it completes with nobody sent; `%s` shows who is left out\n", audience, preview)
+	fmt.Fprintf(w, "warning: %s is eligible to receive this broadcast (unsubscribed, suppressed, do-not-contact or erased ones are left out): it completes with nobody sent; `%s` counts who is left out and why\n", audience, preview)
 }
 
 func createCommand(c *client) *cobra.Command {
