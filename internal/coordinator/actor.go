@@ -422,7 +422,7 @@ func (a *actor) adopt(b store.Broadcast) {
 		a.stale = true
 	}
 	a.b.State, a.b.Reason = b.State, b.Reason
-	// The throttle changed while running or paused (SetThrottle): the
+	// The throttle changed after the start (SetThrottle): the
 	// pages dispatched from now on follow it. Its bucket starts again as
 	// a new actor's does (newThrottle: one worthwhile page, not full), so
 	// a throttle lowered for a complaining provider holds at once. A

@@ -109,8 +109,9 @@ func (s *Store) ImportContacts(ctx context.Context, cs []store.Contact, now time
 	// deleted their contacts, but not committed: an import reading the
 	// erased addresses now would not see them, and its contact, committed
 	// after the erasure's delete looked, would stay in clear text and
-	// unsuppressed (tester). SHARE waits for that erasure's commit (its
-	// insert holds ROW EXCLUSIVE), and an erasure waits for this import's:
+	// unsuppressed (tester). SHARE waits for that erasure's commit (it
+	// holds them ROW EXCLUSIVE from its start), and an erasure waits for
+	// this import's:
 	// its delete then finds the contact. Imports wait for each other only
 	// behind an erasure queued between them.
 	if _, err := tx.Exec(ctx, `LOCK TABLE erased_addresses IN SHARE MODE`); err != nil {
