@@ -34,7 +34,10 @@ func withoutHidden(src string) string {
 		}
 		after := skipNested(src, end+1, name)
 		inner := src[end+1 : after]
-		if !neverShown[name] && !hiddenTag(name, tag, inner) && (name != "a" || !emptyLink(inner)) {
+		// A link's own content is judged with what hides inside it taken
+		// out: <a><span style="font-size:0">Unsubscribe</span></a> has
+		// nothing to click (verifier).
+		if !neverShown[name] && !hiddenTag(name, tag, inner) && (name != "a" || !emptyLink(withoutHidden(inner))) {
 			i = end + 1
 			continue
 		}
@@ -77,16 +80,48 @@ func nextTag(src string, i int) (start, end int, ok bool) {
 // and no image. Its target alone is in the derived text, not on the
 // reader's screen.
 func emptyLink(inner string) bool {
-	lower := strings.ToLower(inner)
 	return !strings.ContainsFunc(htmlToText(inner), func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) &&
-		!strings.Contains(lower, "<img") && !strings.Contains(lower, "<svg")
+		!showsImage(inner)
 }
+
+// showsImage reports whether src holds an image bigger than a tracking
+// pixel (no width or height given counts as big), or an SVG.
+func showsImage(src string) bool {
+	if strings.Contains(strings.ToLower(src), "<svg") {
+		return true
+	}
+	for i := 0; ; {
+		start, end, ok := nextTag(src, i)
+		if !ok {
+			return false
+		}
+		i = end + 1
+		tag := src[start+1 : end]
+		if !strings.EqualFold(tagName(tag), "img") {
+			continue
+		}
+		tiny := false
+		for attr, value := range attributes(tag[len(tagName(tag)):]) {
+			if a := strings.ToLower(attr); a == "width" || a == "height" {
+				if n, _, ok := length(strings.TrimSpace(value)); ok && n <= 2 {
+					tiny = true
+				}
+			}
+		}
+		if !tiny {
+			return true
+		}
+	}
+}
+
+// neverShown are elements whose content no reader sees, or sees only as
+// inert text
 
 // neverShown are elements whose content no reader sees, or sees only as
 // inert text: a link inside a <template> passed the visible-link check,
 // and inside a <textarea> or <xmp> it is text nobody can click (tester).
 var neverShown = map[string]bool{"template": true, "head": true, "title": true, "script": true, "style": true,
-	"textarea": true, "xmp": true, "iframe": true, "object": true, "noembed": true, "noframes": true}
+	"textarea": true, "xmp": true, "iframe": true, "object": true, "noembed": true, "noframes": true, "select": true}
 
 // voidElements have no content, so hiding one hides nothing that follows.
 var voidElements = map[string]bool{"area": true, "base": true, "br": true, "col": true, "embed": true, "hr": true,
@@ -208,7 +243,9 @@ func hiddenStyle(style, inner string) bool {
 	overflowHidden := d["overflow"] == "hidden"
 	switch {
 	case d["display"] == "none",
-		isZero(d["opacity"]),
+		nearlyZero(d["opacity"]), isZero(d["zoom"]),
+		strings.HasPrefix(d["filter"], "opacity(") && nearlyZero(strings.TrimSuffix(strings.TrimPrefix(d["filter"], "opacity("), ")")),
+		strings.HasPrefix(d["clip-path"], "inset(") && farIn(strings.TrimSuffix(strings.TrimPrefix(d["clip-path"], "inset("), ")")),
 		overflowHidden && (isZero(d["height"]) || isZero(d["max-height"]) || isZero(d["width"]) || isZero(d["max-width"])),
 		scaledToNothing.MatchString(d["transform"]),
 		(d["position"] == "absolute" || d["position"] == "fixed") && (farOff(d["left"]) || farOff(d["top"])),
@@ -218,7 +255,7 @@ func hiddenStyle(style, inner string) bool {
 	}
 	switch {
 	case (d["visibility"] == "hidden" || d["visibility"] == "collapse") && !setsAgain["visibility"].MatchString(inner),
-		tooSmall(d["font-size"]) && !setsAgain["font-size"].MatchString(inner) && !sizedByClass.MatchString(inner),
+		tooSmall(d["font-size"]) && !setsAgain["font-size"].MatchString(inner) && !sizedByClass.MatchString(inner) && !showsImage(inner),
 		invisibleColor(d) && !setsAgain["color"].MatchString(inner):
 		return true
 	}
@@ -229,7 +266,7 @@ func hiddenStyle(style, inner string) bool {
 // background-color for color).
 var setsAgain = map[string]*regexp.Regexp{
 	"visibility": regexp.MustCompile(`(?i)(?:^|[\s;"'])visibility\s*:`),
-	"font-size":  regexp.MustCompile(`(?i)(?:^|[\s;"'])font-size\s*:`),
+	"font-size":  regexp.MustCompile(`(?i)(?:^|[\s;"'])font(?:-size)?\s*:`), // or the font shorthand
 	"color":      regexp.MustCompile(`(?i)(?:^|[\s;"'])color\s*:`),
 }
 
@@ -257,6 +294,19 @@ func length(v string) (float64, string, bool) {
 	}
 	n, err := strconv.ParseFloat(v[:i], 64)
 	return n, strings.TrimSpace(v[i:]), err == nil
+}
+
+// nearlyZero: an opacity under 0.1 (0.01 is as good as hidden), or under
+// 10 %.
+func nearlyZero(v string) bool {
+	n, unit, ok := length(v)
+	return ok && (unit == "%" && n < 10 || unit != "%" && n < 0.1)
+}
+
+// farIn: a clip-path inset of 50 % or more, which leaves nothing.
+func farIn(v string) bool {
+	n, unit, ok := length(strings.Fields(v + " x")[0])
+	return ok && unit == "%" && n >= 50
 }
 
 // isZero: 0, 0px, 0.0em, 0%; not 0.5em.
@@ -303,9 +353,9 @@ func farOff(v string) bool {
 	return false
 }
 
-// scaledToNothing is a transform that scales to zero in either direction:
-// scale(0), scaleX(0), scale(1, 0).
-var scaledToNothing = regexp.MustCompile(`scale[xy]?\((?:[^)]*,)?\s*0*\.?0*\s*[,)]`)
+// scaledToNothing is a transform that scales to (nearly) nothing in either
+// direction: scale(0), scaleX(0.01), scale(1, 0).
+var scaledToNothing = regexp.MustCompile(`scale[xy]?\((?:[^)]*,)?\s*0*\.?0[0-9]?\s*[,)]`)
 
 // clippedToNothing is the screen-reader-only idiom: clip: rect(0 0 0 0).
 var clippedToNothing = regexp.MustCompile(`^rect\(\s*0[a-z]*[\s,]+0[a-z]*[\s,]+0[a-z]*[\s,]+0[a-z]*\s*\)$`)

@@ -293,7 +293,7 @@ func checkUnsubscribeLink(html, text string, ownText bool) error {
 	const orFlag = OrNoUnsubscribeLink
 	visible := withoutHidden(html)
 	if href, ok := changedLink(visible); ok {
-		return &ValidationError{Field: fieldHTML, Reason: fmt.Sprintf("links to %q, the unsubscribe link with something added after it, which does not unsubscribe anyone; use {{.UnsubscribeURL}} as the whole link target (a query string or #fragment after it is fine)", href)}
+		return &ValidationError{Field: fieldHTML, Reason: fmt.Sprintf("links to %q, the unsubscribe link with something added before or after it, which does not unsubscribe anyone; use {{.UnsubscribeURL}} as the whole link target (a query string or #fragment after it is fine)", href)}
 	}
 	if !intactLinkText(htmlToText(visible)) {
 		reason := "has no visible unsubscribe link, which Gmail, Yahoo and Microsoft require of bulk mail; " + how
@@ -333,7 +333,13 @@ func changedLink(src string) (string, bool) {
 			continue
 		}
 		href := strings.TrimSpace(attrHref(tag))
-		if rest, ok := strings.CutPrefix(href, SampleUnsubscribeURL); ok && rest != "" && rest[0] != '?' && rest[0] != '#' {
+		i := strings.Index(href, SampleUnsubscribeURL)
+		if i < 0 {
+			continue
+		}
+		// Anything before it (x…, /…, https://elsewhere/…) makes another
+		// link, as anything after it but a query or fragment does (tester).
+		if rest := href[i+len(SampleUnsubscribeURL):]; i > 0 || rest != "" && rest[0] != '?' && rest[0] != '#' {
 			return href, true
 		}
 	}
@@ -349,7 +355,17 @@ func intactLinkText(text string) bool {
 		if i < 0 {
 			return false
 		}
+		// Nor run into from before ("x…", "/…"): a client would open
+		// another link (tester).
+		before := byte(' ')
+		if i > 0 {
+			before = rest[i-1]
+		}
 		rest = rest[i+len(SampleUnsubscribeURL):]
+		if before < 0x80 && (before >= 'a' && before <= 'z' || before >= 'A' && before <= 'Z' || before >= '0' && before <= '9' ||
+			strings.IndexByte("-._~/%&=+$@#?", before) >= 0) {
+			continue
+		}
 		if rest == "" {
 			return true
 		}

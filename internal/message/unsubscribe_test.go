@@ -244,6 +244,12 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"path after the link", `<p>Hi</p><a href="{{.UnsubscribeURL}}/../../x">Unsubscribe</a>`, "", "html changed"},
 		{"slash after the link", `<p>Hi</p><a href="{{.UnsubscribeURL}}/">Unsubscribe</a>`, "", "html changed"},
 		{"run on as text", `<p>Unsubscribe: {{.UnsubscribeURL}}XX</p>`, "", "html"},
+		{"prefix before the link", `<p>Hi</p><a href="x{{.UnsubscribeURL}}">Unsubscribe</a>`, "", "html changed"},
+		{"another site before the link", `<p>Hi</p><a href="https://evil.example/{{.UnsubscribeURL}}">Unsubscribe</a>`, "", "html changed"},
+		{"prefix as an entity", `<p>Hi</p><a href="&#120;{{.UnsubscribeURL}}">Unsubscribe</a>`, "", "html changed"},
+		{"hidden right link, visible prefixed one", `<p>Hi</p><div style="display:none">` + link + `</div><a href="/{{.UnsubscribeURL}}">Unsubscribe</a>`, "", "html changed"},
+		{"prefix in the own text", `<p>Hi</p>` + link, "Unsubscribe: x{{.UnsubscribeURL}}\n", "text"},
+		{"a colon right before the text link", `<p>Unsubscribe:{{.UnsubscribeURL}}</p>`, "", ""},
 		{"run on in the own text", `<p>Hi</p>` + link, "Unsubscribe: {{.UnsubscribeURL}}/x\n", "text"},
 		{"query string after the link", `<p>Hi</p><a href="{{.UnsubscribeURL}}?utm_source=news">Unsubscribe</a>`, "", ""},
 		{"fragment after the link", `<p>Hi</p><a href=" {{.UnsubscribeURL}}#top ">Unsubscribe</a>`, "", ""},
@@ -262,6 +268,16 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"positioned off the page", `<p>Hi</p><p style="position:absolute;left:-9999px">` + link + `</p>`, "", "html hidden"},
 		{"closed details", `<p>Hi</p><details><summary>More</summary>` + link + `</details>`, "", "html hidden"},
 		{"inert in a textarea", `<p>Hi</p><textarea>{{.UnsubscribeURL}}</textarea>`, "", "html hidden"},
+		// Hidden inside the link, or nearly invisible (verifier).
+		{"link text hidden by a child", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><span style="font-size:0">Unsubscribe</span></a>`, "", "html hidden"},
+		{"link text invisible in a child", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><span style="visibility:hidden">Unsubscribe</span></a>`, "", "html hidden"},
+		{"nearly transparent", `<p>Hi</p><p style="opacity:0.01">` + link + `</p>`, "", "html hidden"},
+		{"scaled nearly to nothing", `<p>Hi</p><p style="transform:scale(0.01)">` + link + `</p>`, "", "html hidden"},
+		{"zoom 0", `<p>Hi</p><p style="zoom:0">` + link + `</p>`, "", "html hidden"},
+		{"filter opacity 0", `<p>Hi</p><p style="filter:opacity(0)">` + link + `</p>`, "", "html hidden"},
+		{"clip-path inset 50%", `<p>Hi</p><p style="clip-path:inset(50%)">` + link + `</p>`, "", "html hidden"},
+		{"a 1x1 image to click", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><img src="x.gif" width="1" height="1" alt=""></a>`, "", "html hidden"},
+		{"in a select", `<p>Hi</p><select><option>{{.UnsubscribeURL}}</option></select>`, "", "html hidden"},
 		// Still visible: styles that only look like those.
 		{"open details", `<p>Hi</p><details open><summary>More</summary>` + link + `</details>`, "", ""},
 		{"grey on white", `<p style="color:#999;background:#fff">` + link + `</p>`, "", ""},
@@ -278,6 +294,9 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"margin far off", `<p>Hi</p><p style="margin-left:-9999px">` + link + `</p>`, "", "html hidden"},
 		{"scaled flat", `<p>Hi</p><p style="transform:scale(1, 0)">` + link + `</p>`, "", "html hidden"},
 		{"scaled to half", `<p style="transform:scale(0.5)">` + link + `</p>`, "", ""},
+		{"font-size 0 cell, the link sized by the font shorthand", `<td style="font-size:0"><a style="font:normal 12px/18px Arial" href="{{.UnsubscribeURL}}">Unsubscribe</a></td>`, "", ""},
+		{"image button with font-size 0", `<p>Hi</p><a style="font-size:0;line-height:0" href="{{.UnsubscribeURL}}"><img alt="Unsubscribe" src="b.png" width="120" height="30"></a>`, "", ""},
+		{"faded but readable", `<p style="opacity:0.5">` + link + `</p>`, "", ""},
 		{"run on in the own text, said so", `<p>Hi</p>` + link, "Unsubscribe: {{.UnsubscribeURL}}XX\n", "text"},
 		// A link in a branch the sample contact takes and others do not
 		// (tester: accepted, and a contact imported with no name got none).
@@ -297,7 +316,7 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		case tc.want != "" && (!errors.As(err, &ve) || ve.Field != strings.Fields(tc.want)[0]):
 			t.Errorf("%s: err = %v, want a ValidationError on %s", tc.name, err, tc.want)
 		case strings.HasSuffix(tc.want, " changed"):
-			if !strings.Contains(err.Error(), "with something added after it") {
+			if !strings.Contains(err.Error(), "with something added before or after it") {
 				t.Errorf("%s: %v does not say the link was changed", tc.name, err)
 			}
 		case strings.HasSuffix(tc.want, " some"):
