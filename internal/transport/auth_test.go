@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,6 +70,43 @@ func TestAuthRefusalNotRepeatedPerSend(t *testing.T) {
 	}
 	if n := srv.Connections(); n != 2 {
 		t.Fatalf("%d connections after the refusal lapsed; want 2", n)
+	}
+}
+
+// Sends starting together with credentials not yet proven dial one at a
+// time: a wrong password costs one login, not one per send in flight
+// (verifier: 16 at once per worker); once proven, they connect in
+// parallel.
+func TestAuthUnprovenConnectsOneAtATime(t *testing.T) {
+	t.Parallel()
+	srv := startCapture(t, capture.WithAuth("user", "s3cret"), capture.WithAuthMechanisms("PLAIN", "LOGIN"))
+	sendAll := func(tr *SMTP, n int) []error {
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { _, errs[i] = tr.Send(context.Background(), msg(100+i, "a@example.org")) })
+		}
+		wg.Wait()
+		return errs
+	}
+	bad := newSMTP(t, strings.Replace(srv.URL(), "smtp://", "smtp://user:wrong@", 1)+"&pool=16")
+	for i, err := range sendAll(bad, 16) {
+		var se *SendError
+		if !errors.As(err, &se) || se.Code != 535 {
+			t.Fatalf("send %d of 16 with a wrong password: %v; want the 535", i, err)
+		}
+	}
+	if n := srv.Connections(); n != 1 {
+		t.Fatalf("%d connections for 16 sends at once with a wrong password; want 1", n)
+	}
+	good := newSMTP(t, strings.Replace(srv.URL(), "smtp://", "smtp://user:s3cret@", 1)+"&pool=16")
+	for i, err := range sendAll(good, 16) {
+		if err != nil {
+			t.Fatalf("send %d of 16 with the right password: %v", i, err)
+		}
+	}
+	if srv.Count() != 16 {
+		t.Fatalf("%d messages received; want 16", srv.Count())
 	}
 }
 

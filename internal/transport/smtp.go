@@ -445,12 +445,15 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 			}
 			pc, reused = s.takeIdle()
 		}
+		release := func() {}
 		if pc == nil {
-			if se := s.authRefused.held(time.Now()); se != nil {
+			var se *SendError
+			if release, se = s.authRefused.admit(ctx, s.creds != nil); se != nil {
 				return "", withContext(ctx, se)
 			}
 			nc, err := s.dial(ctx)
 			if err != nil {
+				release()
 				return "", stageError(ctx, StageConnect, err)
 			}
 			pc = &conn{nc: nc}
@@ -467,6 +470,7 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 		// makes a blocked read or write return as soon as ctx ends.
 		stop := context.AfterFunc(ctx, func() { pc.nc.Close() })
 		reply, err := s.use(ctx, pc, m)
+		release()
 		var se *SendError
 		isSendErr := errors.As(err, &se)
 		// After a reply that leaves the connection usable, RSET while still
@@ -531,7 +535,46 @@ type authHold struct {
 	mu      sync.Mutex
 	err     *SendError
 	until   time.Time
-	refusal int // refusals in a row
+	refusal int  // refusals in a row
+	proven  bool // the credentials went through on this transport
+	// gate admits one new connection at a time until the credentials are
+	// proven (at start, and after a refusal): sends starting together
+	// each dialed and each failed a login, 16 at once per worker
+	// (verifier).
+	gate chan struct{}
+}
+
+// admit lets a new connection be made: at once when the credentials are
+// proven (or there are none); else one at a time, each after the one
+// before has its answer, and not at all while a refusal is held. release
+// is called once the connection's handshake is over.
+func (h *authHold) admit(ctx context.Context, creds bool) (release func(), se *SendError) {
+	none := func() {}
+	if !creds {
+		return none, nil
+	}
+	h.mu.Lock()
+	if h.proven {
+		h.mu.Unlock()
+		return none, nil
+	}
+	if h.gate == nil {
+		h.gate = make(chan struct{}, 1)
+	}
+	gate := h.gate
+	h.mu.Unlock()
+	select {
+	case gate <- struct{}{}:
+	case <-ctx.Done():
+		return none, &SendError{Stage: StageConnect, Err: ctx.Err(),
+			Text: "not connected in time: another connection was proving the SMTP credentials"}
+	}
+	release = func() { <-gate }
+	if se := h.held(time.Now()); se != nil {
+		release()
+		return none, se
+	}
+	return release, nil
 }
 
 // authRetryAfter is how long a first refusal of our credentials stands
@@ -554,13 +597,14 @@ func (h *authHold) refused(now time.Time, se *SendError) {
 	h.err = &kept
 	h.until = now.Add(min(authRetryAfter<<min(h.refusal, 8), authRetryMax))
 	h.refusal++
+	h.proven = false
 }
 
 // accepted ends a hold: the credentials went through.
 func (h *authHold) accepted() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.err, h.refusal = nil, 0
+	h.err, h.refusal, h.proven = nil, 0, true
 }
 
 // held returns a copy of the refusal while it stands, else nil. The first
