@@ -156,35 +156,40 @@ func warnPlainHTTP(publicURL string, log *slog.Logger) {
 
 // servePublic serves the public HTTP (unsubscribe links, webhooks) on
 // o.HTTPAddr, or on the listener StartStack bound, until ctx ends.
-func servePublic(ctx context.Context, st store.Store, b *bus.Bus, o CoordinatorOptions) error {
+//
+// stop takes this coordinator's keys out of the verifier bucket
+// (publishVerifier); it is called before the process ends.
+func servePublic(ctx context.Context, st store.Store, b *bus.Bus, o CoordinatorOptions) (stop func(), err error) {
+	stop = func() {}
 	lis := o.publicLis
 	if lis == nil && o.HTTPAddr == "" {
-		return nil
+		return stop, nil
 	}
 	cfg, err := o.Secrets.webConfig()
 	if err != nil {
-		return err
+		return stop, err
 	}
 	cfg.Store, cfg.Clock, cfg.Log = st, clock.Real{}, o.Log
 	h, err := web.New(cfg)
 	if err != nil {
-		return err
+		return stop, err
 	}
 	if len(cfg.UnsubscribeKeys) == 0 {
 		o.Log.Warn("no unsubscribe keys: one-click links will not unsubscribe anyone; set " + EnvUnsubscribeKeys + " to the keys the page workers sign with")
 	}
 	if b != nil {
-		publishVerifier(ctx, b.Verifiers, cfg.UnsubscribeKeys, o.Log)
+		stop = publishVerifier(ctx, b.Verifiers, cfg.UnsubscribeKeys, o.Log)
 	}
 	if lis == nil {
 		if lis, err = net.Listen("tcp", o.HTTPAddr); err != nil {
-			return fmt.Errorf("listen on %s: %w", o.HTTPAddr, err)
+			stop()
+			return func() {}, fmt.Errorf("listen on %s: %w", o.HTTPAddr, err)
 		}
 	}
 	serveOn(ctx, lis, h, o.Log)
 	o.Log.Info("public http listening", "addr", lis.Addr().String(),
 		"webhooks", strings.Join(webhooks(cfg), ","), "unsubscribe_keys", len(cfg.UnsubscribeKeys))
-	return nil
+	return stop, nil
 }
 
 func webhooks(cfg web.Config) []string {

@@ -435,9 +435,11 @@ func serveCoordinator(ctx context.Context, st store.Store, nc *nats.Conn, b *bus
 		}
 		o.Log.Info("metrics listening", "addr", addr)
 	}
-	if err := servePublic(ctx, st, b, o); err != nil {
+	unpublish, err := servePublic(ctx, st, b, o)
+	if err != nil {
 		return err
 	}
+	defer unpublish()
 	c := coordinator.New(coordinator.Config{
 		Store: st, Bus: b, Clock: clock.Real{}, Log: o.Log,
 		InDoubtAfter: o.InDoubtAfter, InDoubtPolicy: coordinator.InDoubtPolicy(o.InDoubtPolicy), Lookup: o.Lookup,

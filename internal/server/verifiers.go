@@ -29,12 +29,16 @@ import (
 // nothing, and its pages halt the broadcast saying why.
 
 // publishVerifier keeps the ids of the keys this coordinator verifies
-// links with in the verifier bucket while ctx lasts, and removes them
-// when it ends.
-func publishVerifier(ctx context.Context, kv jetstream.KeyValue, keys [][]byte, log *slog.Logger) {
+// links with in the verifier bucket until ctx ends or stop is called;
+// stop removes them and returns once they are gone (a stopped
+// coordinator's keys lingered for the bucket's TTL, and a resume right
+// after a fix halted again, verifier).
+func publishVerifier(ctx context.Context, kv jetstream.KeyValue, keys [][]byte, log *slog.Logger) (stop func()) {
 	if kv == nil || len(keys) == 0 {
-		return
+		return func() {}
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	gone := make(chan struct{})
 	ids := make([]string, len(keys))
 	for i, k := range keys {
 		ids[i] = message.UnsubscribeKeyID(k)
@@ -49,10 +53,12 @@ func publishVerifier(ctx context.Context, kv jetstream.KeyValue, keys [][]byte, 
 	}
 	put()
 	go every(ctx, bus.VerifierBeat, put, func() {
+		defer close(gone)
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		_ = kv.Delete(dctx, name)
 	})
+	return func() { cancel(); <-gone }
 }
 
 // every runs f every d until ctx ends, then done.

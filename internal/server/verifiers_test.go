@@ -60,8 +60,7 @@ func TestWorkersSignWithAKeyEveryCoordinatorHas(t *testing.T) {
 	}
 
 	// A coordinator that has only the old key: the workers sign with it.
-	first, stopFirst := context.WithCancel(ctx)
-	publishVerifier(first, kv, [][]byte{oldKey}, log)
+	stopFirst := publishVerifier(ctx, kv, [][]byte{oldKey}, log)
 	f.follow(ctx)
 	if got := signedBy(); got != "old" {
 		t.Fatalf("with a coordinator that has only the old key, links signed by %s; want old", got)
@@ -75,12 +74,12 @@ func TestWorkersSignWithAKeyEveryCoordinatorHas(t *testing.T) {
 	if got := signedBy(); got != "old" {
 		t.Fatalf("with coordinators old and new+old, links signed by %s; want old", got)
 	}
-	// The first coordinator rolled too (it stops and its entry goes): new.
+	// The first coordinator rolled too (it stops and its entry is gone
+	// when stop returns, not after the bucket's TTL): new.
 	stopFirst()
-	testenv.Eventually(t, "the stopped coordinator's entry removed", 5*time.Second, func() bool {
-		v, err := readVerifiers(ctx, kv)
-		return err == nil && len(v) == 1
-	})
+	if v, err := readVerifiers(ctx, kv); err != nil || len(v) != 1 {
+		t.Fatalf("after a coordinator's stop returned, verifiers = %v, %v; want the other one only", v, err)
+	}
 	f.follow(ctx)
 	if got := signedBy(); got != "new" {
 		t.Fatalf("with every coordinator on new+old, links signed by %s; want new", got)
