@@ -28,7 +28,10 @@ func withoutHidden(src string) string {
 		}
 		tag := src[start+1 : end]
 		name := strings.ToLower(tagName(tag))
-		if name == "" || strings.HasSuffix(tag, "/") || voidElements[name] {
+		if name == "" || voidElements[name] || strings.HasSuffix(tag, "/") && svgShapes[name] {
+			// A "/>" ends only void elements and SVG's: a browser keeps
+			// <div style="display:none"/> open, hiding what follows
+			// (verifier).
 			i = end + 1
 			continue
 		}
@@ -84,12 +87,10 @@ func emptyLink(inner string) bool {
 		!showsImage(inner)
 }
 
-// showsImage reports whether src holds an image bigger than a tracking
-// pixel (no width or height given counts as big), or an SVG.
+// showsImage reports whether src holds an image a reader sees: an <img>
+// with a source, not hidden, and bigger than a tracking pixel (no width or
+// height given counts as big), or an <svg> not sized to nothing.
 func showsImage(src string) bool {
-	if strings.Contains(strings.ToLower(src), "<svg") {
-		return true
-	}
 	for i := 0; ; {
 		start, end, ok := nextTag(src, i)
 		if !ok {
@@ -97,18 +98,30 @@ func showsImage(src string) bool {
 		}
 		i = end + 1
 		tag := src[start+1 : end]
-		if !strings.EqualFold(tagName(tag), "img") {
+		name := strings.ToLower(tagName(tag))
+		if name != "img" && name != "svg" {
 			continue
 		}
-		tiny := false
+		if hiddenTag(name, tag, "") {
+			continue
+		}
+		shown, hasSrc := true, name == "svg"
 		for attr, value := range attributes(tag[len(tagName(tag)):]) {
-			if a := strings.ToLower(attr); a == "width" || a == "height" {
-				if n, _, ok := length(strings.TrimSpace(value)); ok && n <= 2 {
-					tiny = true
+			switch a := strings.ToLower(attr); a {
+			case "src", "srcset":
+				hasSrc = hasSrc || strings.TrimSpace(value) != ""
+			case "width", "height":
+				if tiny(strings.TrimSpace(value)) {
+					shown = false
+				}
+			case "style":
+				d := declarations(html.UnescapeString(value))
+				if tiny(d["width"]) || tiny(d["height"]) {
+					shown = false
 				}
 			}
 		}
-		if !tiny {
+		if shown && hasSrc {
 			return true
 		}
 	}
@@ -121,7 +134,8 @@ func showsImage(src string) bool {
 // inert text: a link inside a <template> passed the visible-link check,
 // and inside a <textarea> or <xmp> it is text nobody can click (tester).
 var neverShown = map[string]bool{"template": true, "head": true, "title": true, "script": true, "style": true,
-	"textarea": true, "xmp": true, "iframe": true, "object": true, "noembed": true, "noframes": true, "select": true}
+	"textarea": true, "xmp": true, "iframe": true, "object": true, "noembed": true, "noframes": true, "select": true,
+	"datalist": true, "audio": true, "video": true, "canvas": true}
 
 // voidElements have no content, so hiding one hides nothing that follows.
 var voidElements = map[string]bool{"area": true, "base": true, "br": true, "col": true, "embed": true, "hr": true,
@@ -141,6 +155,11 @@ var selfClosing = map[string]bool{"p": true, "li": true, "dt": true, "dd": true,
 // the rest too).
 func skipNested(src string, i int, name string) int {
 	depth := 1
+	// nest counts the containers (a table, a list) opened inside the
+	// element: a <td> or <li> there is a nested one's, not a sibling that
+	// closes this one (verifier: a hidden cell holding a table ended at
+	// the inner table's first cell).
+	nest := 0
 	for {
 		start, end, ok := nextTag(src, i)
 		if !ok {
@@ -148,14 +167,24 @@ func skipNested(src string, i int, name string) int {
 		}
 		tag := src[start+1 : end]
 		closing := strings.HasPrefix(tag, "/")
-		if asciiEqualFold(tagName(strings.TrimPrefix(tag, "/")), name) {
+		other := strings.ToLower(tagName(strings.TrimPrefix(tag, "/")))
+		switch {
+		case other == name:
 			switch {
 			case closing:
 				depth--
-			case selfClosing[name] && depth == 1:
+			case selfClosing[name] && depth == 1 && nest == 0:
 				return start
-			case !strings.HasSuffix(tag, "/"):
+			case !strings.HasSuffix(tag, "/") || !svgShapes[name]:
 				depth++
+			}
+		case name == "p" && !closing && closesP[other] && depth == 1:
+			return start // a block start tag ends an open <p>
+		case containers[other] && selfClosing[name]:
+			if closing {
+				nest = max(nest-1, 0)
+			} else {
+				nest++
 			}
 		}
 		i = end + 1
@@ -164,6 +193,19 @@ func skipNested(src string, i int, name string) int {
 		}
 	}
 }
+
+// containers hold their own cells, rows and items.
+var containers = map[string]bool{"table": true, "ul": true, "ol": true, "dl": true, "select": true, "ruby": true}
+
+// closesP are the start tags that end an open <p> (HTML's "p end tag may
+// be omitted" rule), for a hidden preheader <p> left open.
+var closesP = map[string]bool{"address": true, "article": true, "aside": true, "blockquote": true, "div": true, "dl": true,
+	"fieldset": true, "footer": true, "form": true, "h1": true, "h2": true, "h3": true, "h4": true, "h5": true, "h6": true,
+	"header": true, "hr": true, "main": true, "nav": true, "ol": true, "pre": true, "section": true, "table": true, "ul": true}
+
+// svgShapes are the SVG elements a "/>" ends.
+var svgShapes = map[string]bool{"path": true, "circle": true, "rect": true, "line": true, "polyline": true, "polygon": true,
+	"ellipse": true, "use": true, "stop": true, "image": true, "text": true, "g": true}
 
 // hiddenTag reports whether the start tag (without its angle brackets) of
 // element name, whose content is inner, hides it: the hidden attribute, a
@@ -177,14 +219,15 @@ func hiddenTag(name, tag, inner string) bool {
 		case "open":
 			open = true
 		case "style":
-			if hiddenStyle(html.UnescapeString(value), inner) {
+			if hiddenStyle(name, html.UnescapeString(value), inner) {
 				return true
 			}
 		}
 	}
 	// A closed <details> shows its summary only; a link inside it is
-	// behind a click on something else (tester).
-	return name == "details" && !open
+	// behind a click on something else (tester). A <dialog> shows only
+	// when open.
+	return (name == "details" || name == "dialog") && !open
 }
 
 // attributes yields a start tag's attributes (the text after its name):
@@ -230,36 +273,60 @@ func attributes(s string) func(yield func(name, value string) bool) {
 	}
 }
 
-// hiddenStyle reports whether an inline style hides its element, whose
-// content is inner. Some declarations hide it whatever its content says
-// (display:none, opacity:0, no height or width with nothing overflowing,
-// scaled to nothing, moved far off the page, its text pushed off its box);
-// others only unless something inside sets the property again
-// (visibility:hidden, a font too small to read, transparent text or text
-// the color of its own background): MJML sets font-size:0 on every column
-// and the size again inside, and a child may be visibility:visible.
-func hiddenStyle(style, inner string) bool {
+// hiddenStyle reports whether an inline style hides its element (name),
+// whose content is inner. Some declarations hide it whatever its content
+// says (display:none, opacity near 0, no height or width with nothing
+// overflowing, scaled to nearly nothing, moved or clipped off the page,
+// its text pushed off its box, no pointer to click it); others only unless
+// something inside sets the property again (visibility:hidden, a font too
+// small to read, transparent text or text the color of its own
+// background): MJML sets font-size:0 on every column and the size again
+// inside, and a child may be visibility:visible.
+func hiddenStyle(name, style, inner string) bool {
 	d := declarations(style)
-	overflowHidden := d["overflow"] == "hidden"
+	overflowHidden := d["overflow"] == "hidden" || d["overflow"] == "clip" || d["overflow-y"] == "hidden" || d["overflow-x"] == "hidden"
+	sized := !inlineElements[name] || strings.Contains(d["display"], "block") || strings.Contains(d["display"], "flex") || strings.Contains(d["display"], "table")
 	switch {
-	case d["display"] == "none",
-		nearlyZero(d["opacity"]), isZero(d["zoom"]),
+	case d["display"] == "none", d["content-visibility"] == "hidden", d["mso-hide"] == "all",
+		nearlyZero(d["opacity"]), nearlyZero(d["zoom"]), nearlyZero(d["scale"]),
 		strings.HasPrefix(d["filter"], "opacity(") && nearlyZero(strings.TrimSuffix(strings.TrimPrefix(d["filter"], "opacity("), ")")),
-		strings.HasPrefix(d["clip-path"], "inset(") && farIn(strings.TrimSuffix(strings.TrimPrefix(d["clip-path"], "inset("), ")")),
-		overflowHidden && (isZero(d["height"]) || isZero(d["max-height"]) || isZero(d["width"]) || isZero(d["max-width"])),
-		scaledToNothing.MatchString(d["transform"]),
-		(d["position"] == "absolute" || d["position"] == "fixed") && (farOff(d["left"]) || farOff(d["top"])),
-		farOff(d["text-indent"]), farOff(d["margin-left"]), farOff(d["margin-top"]),
-		clippedToNothing.MatchString(d["clip"]):
+		clipsAll(d["clip-path"]), clippedToNothing(d["clip"]),
+		sized && overflowHidden && (tiny(d["height"]) || tiny(d["max-height"]) || tiny(d["width"]) || tiny(d["max-width"])),
+		transformedAway(d["transform"]),
+		farOff(d["left"]) || farOff(d["top"]) || d["position"] != "" && d["position"] != "static" && (farOut(d["right"]) || farOut(d["bottom"])),
+		farOff(d["text-indent"]), farOff(d["margin-left"]), farOff(d["margin-top"]), anyFarOff(d["margin"]),
+		tooTight(d["letter-spacing"]),
+		name == "a" && d["pointer-events"] == "none":
 		return true
 	}
 	switch {
 	case (d["visibility"] == "hidden" || d["visibility"] == "collapse") && !setsAgain["visibility"].MatchString(inner),
-		tooSmall(d["font-size"]) && !setsAgain["font-size"].MatchString(inner) && !sizedByClass.MatchString(inner) && !showsImage(inner),
-		invisibleColor(d) && !setsAgain["color"].MatchString(inner):
+		tooSmall(fontSize(d)) && !setsAgain["font-size"].MatchString(inner) && !sizedByClass.MatchString(inner) && !showsImage(inner),
+		invisibleColor(d) && !setsAgain["color"].MatchString(inner) && (name == "a" || !strings.Contains(strings.ToLower(inner), "<a")):
+		// A link inside an element with invisible text keeps its own
+		// link color unless it inherits.
 		return true
 	}
 	return false
+}
+
+// inlineElements take no height or width unless displayed as a block.
+var inlineElements = map[string]bool{"a": true, "span": true, "b": true, "i": true, "u": true, "em": true, "strong": true,
+	"small": true, "font": true, "sup": true, "sub": true, "big": true, "code": true, "abbr": true}
+
+// fontSize is the font size a style sets, from font-size or the font
+// shorthand (font:0/0 a, font:bold 12px Arial).
+func fontSize(d map[string]string) string {
+	if v, ok := d["font-size"]; ok {
+		return v
+	}
+	for _, f := range strings.Fields(d["font"]) {
+		size, _, _ := strings.Cut(f, "/")
+		if n, unit, ok := length(size); ok && (unit != "" || n == 0) {
+			return size
+		}
+	}
+	return ""
 }
 
 // setsAgain finds a declaration of the property inside an element (not
@@ -273,28 +340,46 @@ var setsAgain = map[string]*regexp.Regexp{
 // declarations reads an inline style: each property, lowercased, to its
 // value, lowercased and without !important; the last of a property wins.
 func declarations(style string) map[string]string {
+	// Comments and escapes are nothing to a browser's reading of a
+	// property (display:/**/none, d\isplay:none; verifier).
+	style = cssComment.ReplaceAllString(style, "")
+	style = strings.ReplaceAll(style, "\\", "")
 	out := map[string]string{}
+	important := map[string]bool{}
 	for decl := range strings.SplitSeq(style, ";") {
 		prop, value, ok := strings.Cut(decl, ":")
 		if !ok {
 			continue
 		}
+		prop = strings.ToLower(strings.TrimSpace(prop))
 		value = strings.ToLower(strings.TrimSpace(value))
-		value = strings.TrimSpace(strings.TrimSuffix(value, "!important"))
-		out[strings.ToLower(strings.TrimSpace(prop))] = value
+		imp := cssImportant.MatchString(value)
+		value = strings.TrimSpace(cssImportant.ReplaceAllString(value, ""))
+		if important[prop] && !imp {
+			continue // an !important one wins over a later plain one
+		}
+		out[prop], important[prop] = value, imp
 	}
 	return out
 }
 
+var (
+	cssComment   = regexp.MustCompile(`/\*.*?\*/`)
+	cssImportant = regexp.MustCompile(`!\s*important\s*$`)
+)
+
 // length reads a CSS length or number: its value and unit ("" for none).
 func length(v string) (float64, string, bool) {
-	i := strings.IndexFunc(v, func(r rune) bool { return !(r >= '0' && r <= '9' || r == '.' || r == '-' || r == '+') })
-	if i < 0 {
-		i = len(v)
+	num := cssNumber.FindString(v)
+	if num == "" {
+		return 0, "", false
 	}
-	n, err := strconv.ParseFloat(v[:i], 64)
-	return n, strings.TrimSpace(v[i:]), err == nil
+	n, err := strconv.ParseFloat(num, 64)
+	return n, strings.TrimSpace(v[len(num):]), err == nil
 }
+
+// cssNumber is a CSS number at the start of a value: 12, -1.5, .5, 1e-9.
+var cssNumber = regexp.MustCompile(`^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[+-]?[0-9]+)?`)
 
 // nearlyZero: an opacity under 0.1 (0.01 is as good as hidden), or under
 // 10 %.
@@ -331,8 +416,24 @@ func tooSmall(v string) bool {
 		return n < 0.25
 	case "%":
 		return n < 25
+	case "mm":
+		return n < 1
+	case "vw", "vh", "vmin", "vmax":
+		return n < 0.5
 	}
 	return false
+}
+
+// tiny: a size of 2px or less (0, 1px), where nothing can be read.
+func tiny(v string) bool {
+	n, unit, ok := length(v)
+	return ok && (n == 0 || (unit == "px" || unit == "") && n <= 2)
+}
+
+// tooTight: letters drawn on top of each other (letter-spacing:-1em).
+func tooTight(v string) bool {
+	n, unit, ok := length(v)
+	return ok && (unit == "em" || unit == "rem") && n <= -0.5 || ok && unit == "px" && n <= -8
 }
 
 // farOff: a negative offset or indent of 100px (or 10em) or more, which
@@ -347,56 +448,215 @@ func farOff(v string) bool {
 		return n <= -100
 	case "em", "rem":
 		return n <= -10
-	case "%":
-		return n <= -100
+	case "%", "vw", "vh":
+		return n <= -50
 	}
 	return false
 }
 
-// scaledToNothing is a transform that scales to (nearly) nothing in either
-// direction: scale(0), scaleX(0.01), scale(1, 0).
-var scaledToNothing = regexp.MustCompile(`scale[xy]?\((?:[^)]*,)?\s*0*\.?0[0-9]?\s*[,)]`)
+// farOut: an offset from the right or bottom that pushes an element off
+// the other side (right:9999px).
+func farOut(v string) bool {
+	n, unit, ok := length(v)
+	return ok && (unit == "px" && n >= 2000 || (unit == "em" || unit == "rem") && n >= 100 || (unit == "%" || unit == "vw" || unit == "vh") && n >= 100)
+}
 
-// clippedToNothing is the screen-reader-only idiom: clip: rect(0 0 0 0).
-var clippedToNothing = regexp.MustCompile(`^rect\(\s*0[a-z]*[\s,]+0[a-z]*[\s,]+0[a-z]*[\s,]+0[a-z]*\s*\)$`)
+// anyFarOff: a margin shorthand with a side far off (margin:0 0 0 -9999px).
+func anyFarOff(v string) bool {
+	for _, f := range strings.Fields(v) {
+		if farOff(f) {
+			return true
+		}
+	}
+	return false
+}
+
+// transformedAway: a transform that scales to (nearly) nothing in either
+// direction (scale(0.001), scale3d(0,0,0), a zero matrix) or translates
+// far off (translateX(-9999px)).
+func transformedAway(v string) bool {
+	for _, m := range cssFunction.FindAllStringSubmatch(v, -1) {
+		fn, args := m[1], strings.FieldsFunc(m[2], func(r rune) bool { return r == ',' || r == ' ' })
+		switch {
+		case strings.HasPrefix(fn, "scale") || fn == "matrix" && len(args) == 6 || fn == "matrix3d":
+			if fn == "matrix" {
+				args = []string{args[0], args[3]}
+			}
+			for _, a := range args {
+				if nearlyZero(a) {
+					return true
+				}
+			}
+		case strings.HasPrefix(fn, "translate"):
+			for _, a := range args {
+				if farOff(a) || farOut(a) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+var cssFunction = regexp.MustCompile(`([a-z0-9]+)\(([^)]*)\)`)
+
+// clippedToNothing: clip: rect() with no area (rect(0 0 0 0),
+// rect(1px,1px,1px,1px): top at or below bottom, or left at or past right).
+func clippedToNothing(v string) bool {
+	m := cssFunction.FindStringSubmatch(v)
+	if m == nil || m[1] != "rect" {
+		return false
+	}
+	f := strings.FieldsFunc(m[2], func(r rune) bool { return r == ',' || r == ' ' })
+	if len(f) != 4 {
+		return false
+	}
+	var n [4]float64
+	for i, x := range f {
+		v, _, ok := length(x)
+		if !ok {
+			return false // auto
+		}
+		n[i] = v
+	}
+	return n[0] >= n[2] || n[3] >= n[1]
+}
+
+// clipsAll: a clip-path that leaves nothing: an inset whose opposite sides
+// meet (inset(50%), inset(0 0 0 100%)) or a shape of no size (circle(0)).
+func clipsAll(v string) bool {
+	m := cssFunction.FindStringSubmatch(v)
+	if m == nil {
+		return false
+	}
+	f := strings.Fields(m[2])
+	switch m[1] {
+	case "circle", "ellipse":
+		return len(f) > 0 && isZero(f[0])
+	case "inset":
+		var p []float64
+		for _, x := range f {
+			if x == "round" {
+				break
+			}
+			n, unit, ok := length(x)
+			if !ok || unit != "%" && n != 0 {
+				return false // a length in px: not judged
+			}
+			p = append(p, n)
+		}
+		switch len(p) {
+		case 1:
+			return p[0] >= 50
+		case 2:
+			return p[0] >= 50 || p[1] >= 50
+		case 3:
+			return p[0]+p[2] >= 100 || p[1] >= 50
+		case 4:
+			return p[0]+p[2] >= 100 || p[1]+p[3] >= 100
+		}
+	}
+	return false
+}
 
 // sizedByClass: something inside may get its size back from a style sheet
 // or an old <font size>, as the hybrid ("spongy") layouts do under a
 // font-size:0 cell; it is taken to be visible.
 var sizedByClass = regexp.MustCompile(`(?i)<[a-z][^>]*\sclass\s*=|<font\s[^>]*size\s*=`)
 
-// invisibleColor: transparent text, or text the color of the element's own
-// background (white on white). A background set on an element outside
-// this one is not seen.
+// invisibleColor: transparent text (or nearly: an alpha under 0.1, a fill
+// color that is), or text the color of the element's own background, near
+// enough (white on white, #fefefe on #fff). A background set on an
+// element outside this one is not seen.
 func invisibleColor(d map[string]string) bool {
-	c := d["color"]
-	if c == "" {
+	if fill := d["-webkit-text-fill-color"]; fill != "" {
+		if c, ok := parseColor(fill); ok && c.a < 0.1 {
+			return true
+		}
+	}
+	fg, ok := parseColor(d["color"])
+	if !ok {
 		return false
 	}
-	if c == "transparent" || transparentRGBA.MatchString(c) {
+	if fg.a < 0.1 {
 		return true
 	}
-	bg := d["background-color"]
-	if bg == "" {
-		bg = d["background"]
+	bgText := d["background-color"]
+	if bgText == "" {
+		bgText = d["background"]
 	}
-	return canonicalColor(c) == canonicalColor(bg)
+	bg, ok := parseColor(strings.Fields(bgText + " x")[0])
+	return ok && bg.a >= 0.9 && near(fg.r, bg.r) && near(fg.g, bg.g) && near(fg.b, bg.b)
 }
 
-var transparentRGBA = regexp.MustCompile(`^(?:rgba|hsla)\(.*,\s*0*\.?0*\s*\)$`)
+type rgba struct{ r, g, b, a float64 }
 
-// canonicalColor writes #abc as #aabbcc and drops spaces, so that two
-// spellings of one color compare equal; anything else is as given.
-func canonicalColor(c string) string {
-	c = strings.ReplaceAll(c, " ", "")
-	if len(c) == 4 && c[0] == '#' {
-		return string([]byte{'#', c[1], c[1], c[2], c[2], c[3], c[3]})
-	}
+func near(x, y float64) bool { return x-y < 10 && y-x < 10 }
+
+// parseColor reads #rgb, #rgba, #rrggbb, #rrggbbaa, rgb()/rgba() (commas
+// or spaces, an alpha after / or a fourth value), transparent, white and
+// black; anything else (inherit, a name) is unknown.
+func parseColor(c string) (rgba, bool) {
+	c = strings.TrimSpace(c)
 	switch c {
+	case "transparent":
+		return rgba{a: 0}, true
 	case "white":
-		return "#ffffff"
+		return rgba{255, 255, 255, 1}, true
 	case "black":
-		return "#000000"
+		return rgba{0, 0, 0, 1}, true
 	}
-	return c
+	if strings.HasPrefix(c, "#") {
+		h := c[1:]
+		if len(h) == 3 || len(h) == 4 {
+			var b strings.Builder
+			for _, x := range h {
+				b.WriteRune(x)
+				b.WriteRune(x)
+			}
+			h = b.String()
+		}
+		if len(h) != 6 && len(h) != 8 {
+			return rgba{}, false
+		}
+		v, err := strconv.ParseUint(h, 16, 64)
+		if err != nil {
+			return rgba{}, false
+		}
+		if len(h) == 6 {
+			return rgba{float64(v >> 16 & 255), float64(v >> 8 & 255), float64(v & 255), 1}, true
+		}
+		return rgba{float64(v >> 24 & 255), float64(v >> 16 & 255), float64(v >> 8 & 255), float64(v&255) / 255}, true
+	}
+	m := cssFunction.FindStringSubmatch(c)
+	if m == nil || m[1] != "rgb" && m[1] != "rgba" {
+		return rgba{}, false
+	}
+	f := strings.FieldsFunc(m[2], func(r rune) bool { return r == ',' || r == ' ' || r == '/' })
+	if len(f) < 3 {
+		return rgba{}, false
+	}
+	var out rgba
+	for i, dst := range []*float64{&out.r, &out.g, &out.b} {
+		n, unit, ok := length(f[i])
+		if !ok {
+			return rgba{}, false
+		}
+		if unit == "%" {
+			n = n * 255 / 100
+		}
+		*dst = n
+	}
+	out.a = 1
+	if len(f) > 3 {
+		n, unit, ok := length(f[3])
+		if !ok {
+			return rgba{}, false
+		}
+		if unit == "%" {
+			n /= 100
+		}
+		out.a = n
+	}
+	return out, true
 }

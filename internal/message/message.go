@@ -329,12 +329,18 @@ func changedLink(src string) (string, bool) {
 		}
 		i = end + 1
 		tag := src[start+1 : end]
-		if name := strings.ToLower(tagName(tag)); name != "a" && name != "area" {
+		if name := strings.ToLower(tagName(tag)); name != "a" && name != "area" || strings.HasPrefix(tag, "/") {
 			continue
 		}
 		href := strings.TrimSpace(attrHref(tag))
 		i := strings.Index(href, SampleUnsubscribeURL)
 		if i < 0 {
+			// The unsubscribe URL shown as a link's text while the link
+			// goes elsewhere (verifier).
+			inner := src[end+1 : skipNested(src, end+1, "a")]
+			if strings.Contains(htmlToText(inner), SampleUnsubscribeURL) {
+				return href, true
+			}
 			continue
 		}
 		// Anything before it (x…, /…, https://elsewhere/…) makes another

@@ -179,7 +179,8 @@ func tagEnd(src string, i int) int {
 
 func tagName(tag string) string {
 	for j, r := range tag {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+		// A hyphen is part of a custom element's name (<x-y>).
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' && j > 0) {
 			return tag[:j]
 		}
 	}
@@ -246,7 +247,10 @@ func asciiEqualFold(a, b string) bool {
 // unterminated quote is part of an unquoted value, as in that pattern.
 func attrHref(tag string) string {
 	for i := 0; i+4 <= len(tag); i++ {
-		if i > 0 && isWordByte(tag[i-1]) || !strings.EqualFold(tag[i:i+4], "href") {
+		// An attribute of its own: after white space, a quote or a slash,
+		// not the end of data-href or xlink:href (verifier: a link to
+		// elsewhere read as the unsubscribe link).
+		if i > 0 && !reSpace(tag[i-1]) && tag[i-1] != '"' && tag[i-1] != '\'' && tag[i-1] != '/' || !strings.EqualFold(tag[i:i+4], "href") {
 			continue
 		}
 		j := skipRESpace(tag, i+4)

@@ -37,8 +37,9 @@ func TestHTMLToTextSkippedElements(t *testing.T) {
 	}
 }
 
-// reHref is the pattern attrHref implements by hand.
-var reHref = regexp.MustCompile(`(?i)\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))`)
+// reHref is the pattern attrHref implements by hand: an href attribute of
+// its own, after white space, a quote or a slash (not data-href's end).
+var reHref = regexp.MustCompile(`(?i)(?:^|[\s"'/])href\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))`)
 
 func FuzzAttrHref(f *testing.F) {
 	for _, s := range []string{
