@@ -83,8 +83,18 @@ func nextTag(src string, i int) (start, end int, ok bool) {
 // and no image. Its target alone is in the derived text, not on the
 // reader's screen.
 func emptyLink(inner string) bool {
-	return !strings.ContainsFunc(htmlToText(inner), func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) &&
-		!showsImage(inner)
+	return !strings.ContainsFunc(htmlToText(inner), visibleLetter) && !showsImage(inner)
+}
+
+// visibleLetter is a letter or digit that draws something: not the Hangul
+// fillers, which Unicode counts as letters and which show nothing (a link
+// of U+3164 passed as text to click, verifier).
+func visibleLetter(r rune) bool {
+	switch r {
+	case '\u115F', '\u1160', '\u3164', '\uFFA0':
+		return false
+	}
+	return unicode.IsLetter(r) || unicode.IsDigit(r)
 }
 
 // showsImage reports whether src holds an image a reader sees: an <img>

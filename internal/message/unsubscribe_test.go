@@ -297,6 +297,7 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"image with no source", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><img alt=""></a>`, "", "html hidden"},
 		{"zero-size svg", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><svg width="0" height="0"></svg></a>`, "", "html hidden"},
 		{"closed dialog", `<p>Hi</p><dialog>` + link + `</dialog>`, "", "html hidden"},
+		{"a filler letter to click", `<p>Hi</p><a href="{{.UnsubscribeURL}}">&#x3164;</a>`, "", "html hidden"},
 		{"video fallback", `<p>Hi</p><video src="a.mp4">` + link + `</video>`, "", "html hidden"},
 		{"scale 0.001", `<p>Hi</p><div style="transform:scale(0.001)">` + link + `</div>`, "", "html hidden"},
 		{"scale3d to nothing", `<p>Hi</p><div style="transform:scale3d(0,0,0)">` + link + `</div>`, "", "html hidden"},
