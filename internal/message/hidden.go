@@ -138,9 +138,6 @@ func showsImage(src string) bool {
 }
 
 // neverShown are elements whose content no reader sees, or sees only as
-// inert text
-
-// neverShown are elements whose content no reader sees, or sees only as
 // inert text: a link inside a <template> passed the visible-link check,
 // and inside a <textarea> or <xmp> it is text nobody can click (tester).
 var neverShown = map[string]bool{"template": true, "head": true, "title": true, "script": true, "style": true,
@@ -348,7 +345,8 @@ var setsAgain = map[string]*regexp.Regexp{
 }
 
 // declarations reads an inline style: each property, lowercased, to its
-// value, lowercased and without !important; the last of a property wins.
+// value, lowercased and without !important; the last of a property wins,
+// unless an earlier one was !important and it is not.
 func declarations(style string) map[string]string {
 	// Comments and escapes are nothing to a browser's reading of a
 	// property (display:/**/none, d\isplay:none; verifier).
@@ -396,12 +394,6 @@ var cssNumber = regexp.MustCompile(`^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[+-]?[
 func nearlyZero(v string) bool {
 	n, unit, ok := length(v)
 	return ok && (unit == "%" && n < 10 || unit != "%" && n < 0.1)
-}
-
-// farIn: a clip-path inset of 50 % or more, which leaves nothing.
-func farIn(v string) bool {
-	n, unit, ok := length(strings.Fields(v + " x")[0])
-	return ok && unit == "%" && n >= 50
 }
 
 // isZero: 0, 0px, 0.0em, 0%; not 0.5em.

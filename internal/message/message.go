@@ -329,7 +329,7 @@ func changedLink(src string) (string, bool) {
 		}
 		i = end + 1
 		tag := src[start+1 : end]
-		if name := strings.ToLower(tagName(tag)); name != "a" && name != "area" || strings.HasPrefix(tag, "/") {
+		if name := strings.ToLower(tagName(tag)); name != "a" && name != "area" { // an end tag's name is ""
 			continue
 		}
 		href := strings.TrimSpace(attrHref(tag))
@@ -368,8 +368,7 @@ func intactLinkText(text string) bool {
 			before = rest[i-1]
 		}
 		rest = rest[i+len(SampleUnsubscribeURL):]
-		if before < 0x80 && (before >= 'a' && before <= 'z' || before >= 'A' && before <= 'Z' || before >= '0' && before <= '9' ||
-			strings.IndexByte("-._~/%&=+$@#?", before) >= 0) {
+		if urlByte(before) && strings.IndexByte("*!,;:", before) < 0 { // "Unsubscribe:" is not a URL's
 			continue
 		}
 		if rest == "" {
