@@ -167,53 +167,40 @@ func Setup(ctx context.Context, js jetstream.JetStream, o Options) (*Bus, error)
 	if err := setupTransactional(ctx, js, o); err != nil {
 		return nil, err
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:   BroadcastBucket,
-		History:  1,
-		Storage:  jetstream.StorageType(storage),
-		Replicas: o.Replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bus: broadcast bucket: %w", err)
+	// Every bucket keeps one value per key; a TTL lets a writer's keys
+	// lapse when it stops writing.
+	bucket := func(name, what string, ttl time.Duration) (jetstream.KeyValue, error) {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:   name,
+			History:  1,
+			TTL:      ttl,
+			Storage:  jetstream.StorageType(storage),
+			Replicas: o.Replicas,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bus: %s bucket: %w", what, err)
+		}
+		return kv, nil
 	}
-	governors, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:   GovernorBucket,
-		History:  1,
-		Storage:  jetstream.StorageType(storage),
-		Replicas: o.Replicas,
-	})
+	kv, err := bucket(BroadcastBucket, "broadcast", 0)
 	if err != nil {
-		return nil, fmt.Errorf("bus: governor bucket: %w", err)
+		return nil, err
 	}
-	lease, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:   LeaseBucket,
-		History:  1,
-		TTL:      LeaseTTL,
-		Storage:  jetstream.StorageType(storage),
-		Replicas: o.Replicas,
-	})
+	governors, err := bucket(GovernorBucket, "governor", 0)
 	if err != nil {
-		return nil, fmt.Errorf("bus: lease bucket: %w", err)
+		return nil, err
 	}
-	workers, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:   WorkerBucket,
-		History:  1,
-		TTL:      WorkerTTL,
-		Storage:  jetstream.StorageType(storage),
-		Replicas: o.Replicas,
-	})
+	lease, err := bucket(LeaseBucket, "lease", LeaseTTL)
 	if err != nil {
-		return nil, fmt.Errorf("bus: worker bucket: %w", err)
+		return nil, err
 	}
-	verifiers, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:   VerifierBucket,
-		History:  1,
-		TTL:      VerifierTTL,
-		Storage:  jetstream.StorageType(storage),
-		Replicas: o.Replicas,
-	})
+	workers, err := bucket(WorkerBucket, "worker", WorkerTTL)
 	if err != nil {
-		return nil, fmt.Errorf("bus: unsubscribe key bucket: %w", err)
+		return nil, err
+	}
+	verifiers, err := bucket(VerifierBucket, "unsubscribe key", VerifierTTL)
+	if err != nil {
+		return nil, err
 	}
 	return &Bus{JS: js, PageStream: pageStream, Pages: pages, Reports: reports, Broadcasts: kv, Lease: lease, Governors: governors, Workers: workers,
 		Verifiers: verifiers}, nil
