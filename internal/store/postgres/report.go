@@ -23,6 +23,20 @@ func (s *Store) stateRefusal(ctx context.Context, id ulid.ULID, op string) (stor
 	return b, fmt.Errorf("%s: broadcast %s is %s: %w", op, id, b.State, store.ErrConflict)
 }
 
+// stateWrite runs one statement on a broadcast in the states it names
+// (a draft; a running, paused or failed one for SetThrottle) and returns
+// the broadcast after it, or the state refusal when it changed nothing.
+func (s *Store) stateWrite(ctx context.Context, id ulid.ULID, op, query string, args ...any) (store.Broadcast, error) {
+	tag, err := s.pool.Exec(ctx, query, args...)
+	if err != nil {
+		return store.Broadcast{}, mapErr(op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return s.stateRefusal(ctx, id, op)
+	}
+	return s.GetBroadcast(ctx, id)
+}
+
 func (s *Store) UpdateDraft(ctx context.Context, id ulid.ULID, d store.Draft, now time.Time) (store.Broadcast, error) {
 	if err := store.CheckBroadcast(store.Broadcast{Name: d.Name, Content: d.Content}); err != nil {
 		return store.Broadcast{}, fmt.Errorf("update draft: %w", err)
@@ -32,35 +46,21 @@ func (s *Store) UpdateDraft(ctx context.Context, id ulid.ULID, d store.Draft, no
 		segment = &d.SegmentID
 	}
 	c := d.Content
-	tag, err := s.pool.Exec(ctx, `
+	return s.stateWrite(ctx, id, "update draft", `
 UPDATE broadcasts SET name = $2, from_name = $3, from_address = $4, subject = $5, html = $6, text_body = $7,
        segment_id = $8, throttle_per_hour = $9, in_doubt_policy = $10, no_unsubscribe_link = $11, updated_at = $12
 WHERE id = $1 AND state = 'draft'`,
 		uid(id), d.Name, c.FromName, c.FromAddress, c.Subject, c.HTML, c.Text, segment, d.ThrottlePerHour, d.InDoubtPolicy,
 		d.NoUnsubscribeLink, now)
-	if err != nil {
-		return store.Broadcast{}, mapErr("update draft", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return s.stateRefusal(ctx, id, "update draft")
-	}
-	return s.GetBroadcast(ctx, id)
 }
 
 func (s *Store) SetThrottle(ctx context.Context, id ulid.ULID, perHour int64, now time.Time) (store.Broadcast, error) {
 	if perHour < 0 {
 		return store.Broadcast{}, fmt.Errorf("set throttle: %d an hour: %w", perHour, store.ErrInvalid)
 	}
-	tag, err := s.pool.Exec(ctx, `
+	return s.stateWrite(ctx, id, "set throttle", `
 UPDATE broadcasts SET throttle_per_hour = $2, updated_at = $3 WHERE id = $1 AND state IN ('running', 'paused', 'failed')`,
 		uid(id), perHour, now)
-	if err != nil {
-		return store.Broadcast{}, mapErr("set throttle", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return s.stateRefusal(ctx, id, "set throttle")
-	}
-	return s.GetBroadcast(ctx, id)
 }
 
 func (s *Store) EditPaused(ctx context.Context, id ulid.ULID, c store.Content, now time.Time) (store.Broadcast, int64, error) {
@@ -156,14 +156,7 @@ func (s *Store) ScheduleDraft(ctx context.Context, id ulid.ULID, at, now time.Ti
 	if !at.IsZero() {
 		when = &at
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE broadcasts SET scheduled_at = $2, updated_at = $3 WHERE id = $1 AND state = 'draft'`, uid(id), when, now)
-	if err != nil {
-		return store.Broadcast{}, mapErr("schedule draft", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return s.stateRefusal(ctx, id, "schedule draft")
-	}
-	return s.GetBroadcast(ctx, id)
+	return s.stateWrite(ctx, id, "schedule draft", `UPDATE broadcasts SET scheduled_at = $2, updated_at = $3 WHERE id = $1 AND state = 'draft'`, uid(id), when, now)
 }
 
 func (s *Store) DueScheduled(ctx context.Context, now time.Time, limit int) ([]ulid.ULID, error) {

@@ -22,10 +22,10 @@ func (s *Store) stateRefusal(ctx context.Context, bid ulid.ULID, op string) (sto
 	return b, fmt.Errorf("%s: broadcast %s is %s: %w", op, bid, b.State, store.ErrConflict)
 }
 
-// draftWrite runs one statement on a broadcast in a given state (a draft,
-// or a running or paused one for SetThrottle) and returns the broadcast after it, or
-// the state refusal when it changed nothing.
-func (s *Store) draftWrite(ctx context.Context, bid ulid.ULID, op, query string, args ...any) (store.Broadcast, error) {
+// stateWrite runs one statement on a broadcast in the states it names (a
+// draft; a running, paused or failed one for SetThrottle) and returns the
+// broadcast after it, or the state refusal when it changed nothing.
+func (s *Store) stateWrite(ctx context.Context, bid ulid.ULID, op, query string, args ...any) (store.Broadcast, error) {
 	n, err := s.execCount(ctx, op, query, args...)
 	if err != nil {
 		return store.Broadcast{}, err
@@ -45,7 +45,7 @@ func (s *Store) UpdateDraft(ctx context.Context, bid ulid.ULID, d store.Draft, n
 		segment = d.SegmentID
 	}
 	c := d.Content
-	return s.draftWrite(ctx, bid, "update draft", `
+	return s.stateWrite(ctx, bid, "update draft", `
 UPDATE broadcasts SET name = ?2, from_name = ?3, from_address = ?4, subject = ?5, html = ?6, text_body = ?7,
        segment_id = ?8, throttle_per_hour = ?9, in_doubt_policy = ?10, no_unsubscribe_link = ?11, updated_at = ?12
 WHERE id = ?1 AND state = 'draft'`,
@@ -57,7 +57,7 @@ func (s *Store) SetThrottle(ctx context.Context, bid ulid.ULID, perHour int64, n
 	if perHour < 0 {
 		return store.Broadcast{}, fmt.Errorf("set throttle: %d an hour: %w", perHour, store.ErrInvalid)
 	}
-	return s.draftWrite(ctx, bid, "set throttle", `
+	return s.stateWrite(ctx, bid, "set throttle", `
 UPDATE broadcasts SET throttle_per_hour = ?2, updated_at = ?3 WHERE id = ?1 AND state IN ('running', 'paused', 'failed')`,
 		id(bid), perHour, ts(now))
 }
@@ -160,7 +160,7 @@ func (s *Store) ScheduleDraft(ctx context.Context, bid ulid.ULID, at, now time.T
 	if !at.IsZero() {
 		when = ts(at)
 	}
-	return s.draftWrite(ctx, bid, "schedule draft",
+	return s.stateWrite(ctx, bid, "schedule draft",
 		`UPDATE broadcasts SET scheduled_at = ?2, updated_at = ?3 WHERE id = ?1 AND state = 'draft'`, id(bid), when, ts(now))
 }
 
