@@ -105,10 +105,7 @@ func closeCycle(t *testing.T, s *postgres.Store, done chan error, first, second 
 	}
 	go run()
 	deadline := time.Now().Add(10 * time.Second)
-	for waiting := 0; waiting == 0; {
-		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
+	for !blocking(t, s, pid) {
 		select {
 		case err := <-done:
 			t.Fatalf("returned %v without waiting for the other side", err)
@@ -125,4 +122,15 @@ func closeCycle(t *testing.T, s *postgres.Store, done chan error, first, second 
 	if err := other.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// blocking reports whether any session waits for a lock the backend pid
+// holds.
+func blocking(t *testing.T, s *postgres.Store, pid int32) bool {
+	t.Helper()
+	var waiting int
+	if err := s.Pool().QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	return waiting > 0
 }

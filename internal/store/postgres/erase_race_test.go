@@ -53,11 +53,7 @@ func TestImportRacingAnErasureIsErasedOrSuppressed(t *testing.T) {
 	// lock, commits at once.
 	var early *result
 	for deadline := time.Now().Add(10 * time.Second); early == nil; {
-		var waiting int
-		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
+		if blocking(t, s, pid) {
 			break
 		}
 		select {
