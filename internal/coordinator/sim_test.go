@@ -51,6 +51,12 @@ var (
 	simSchedules = flag.Int("sim.schedules", 0, "schedules the simulation runs (default 300, 40 with -short)")
 	simSeed      = flag.Uint64("sim.seed", 0, "replay the one schedule with this seed, printing its steps")
 	simFirstSeed = flag.Uint64("sim.first", 1, "seed of the first schedule")
+	// simSlowSend is how long a slow send takes, in real time: past the
+	// workers' simStragglerAfter, so its window is recorded without it.
+	// What the scheduler does meanwhile depends on the machine's load;
+	// a longer one lets more steps pass a straggler (a worker frozen,
+	// its claim settled and sent again), as a loaded machine does.
+	simSlowSend = flag.Duration("sim.slow", 30*time.Millisecond, "how long a slow send takes, in real time")
 )
 
 // simTotals sums what all schedules did, for the closing report.
@@ -440,7 +446,7 @@ func (tr *simTransport) send(_ context.Context, m message.Rendered, ct copyTrans
 			lag = 0.5
 		}
 		if tr.s.pSlow > 0 && tr.draw(m.To, 3_000_000+ct.step) < lag {
-			time.Sleep(simSlowSend)
+			time.Sleep(*simSlowSend)
 		}
 		if ct.step%2 == 0 {
 			return "", &transport.SendError{Stage: transport.StageConnect, Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
@@ -452,17 +458,28 @@ func (tr *simTransport) send(_ context.Context, m message.Rendered, ct copyTrans
 	attempt := tr.attempts[m.To]
 	tr.mu.Unlock()
 	s := tr.s
-	if tr.draw(m.To, 2_000_000+attempt) < s.pSlow {
-		time.Sleep(simSlowSend) // real time: the straggler rule is on the real clock
+	refused := tr.draw(m.To, 0)
+	var grey error
+	if refused >= s.pRecipient+s.pPolicy {
+		// The greylisting server decides at RCPT, when the send starts,
+		// with the time and the ledger as they are then. Decided after a
+		// slow send's real delay, a send in flight across its worker's
+		// freeze was judged when it woke, after the reconciler's resend
+		// it came before: the resend looked like the first attempt and
+		// the first like an early retry (seed 611, under load).
+		grey = tr.greylisted(m.To)
 	}
-	if x := tr.draw(m.To, 0); x < s.pRecipient {
+	if tr.draw(m.To, 2_000_000+attempt) < s.pSlow {
+		time.Sleep(*simSlowSend) // real time: the straggler rule is on the real clock
+	}
+	if refused < s.pRecipient {
 		// A recipient refusal is the same answer every time.
 		return "", &transport.SendError{Code: 550, Enhanced: "5.1.1", Text: "no such user", Stage: transport.StageRcpt}
-	} else if x < s.pRecipient+s.pPolicy {
+	} else if refused < s.pRecipient+s.pPolicy {
 		return "", &transport.SendError{Code: 550, Enhanced: "5.7.1", Text: "message rejected by the recipient's filter", Stage: transport.StageData}
 	}
-	if err := tr.greylisted(m.To); err != nil {
-		return "", err
+	if grey != nil {
+		return "", grey
 	}
 	if ct.c.busyOf(m.To) && tr.draw(m.To, 4_000_000+attempt) < s.busy.share {
 		return "", &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "provider busy, try again later", Stage: transport.StageRcpt}
@@ -1917,12 +1934,9 @@ func stragglersConcluded() map[string]int {
 	return out
 }
 
-// simSlowSend is how long a slow send takes, in real time, and
-// simStragglerAfter the workers' StragglerAfter when some sends are slow.
-const (
-	simSlowSend       = 30 * time.Millisecond
-	simStragglerAfter = 5 * time.Millisecond
-)
+// simStragglerAfter is the workers' StragglerAfter when some sends are
+// slow (-sim.slow).
+const simStragglerAfter = 5 * time.Millisecond
 
 // simFailRefusedSeed is TestSimulationFailRefused's schedule.
 // Found again (the first such seed from 16001184 on) when a page copy's
