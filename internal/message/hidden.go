@@ -2,6 +2,7 @@ package message
 
 import (
 	"html"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -474,18 +475,27 @@ func anyFarOff(v string) bool {
 }
 
 // transformedAway: a transform that scales to (nearly) nothing in either
-// direction (scale(0.001), scale3d(0,0,0), a zero matrix) or translates
-// far off (translateX(-9999px)).
+// direction (scale(0.001), scale3d(0,0,0), a matrix that flattens) or
+// translates far off (translateX(-9999px)). A negative scale mirrors
+// (scaleX(-1), an arrow flipped for right-to-left text) and a matrix that
+// rotates has zeros on its diagonal: both show the text, so a scale is
+// judged by its size and a matrix by its area (its determinant).
 func transformedAway(v string) bool {
 	for _, m := range cssFunction.FindAllStringSubmatch(v, -1) {
 		fn, args := m[1], strings.FieldsFunc(m[2], func(r rune) bool { return r == ',' || r == ' ' })
 		switch {
-		case strings.HasPrefix(fn, "scale") || fn == "matrix" && len(args) == 6 || fn == "matrix3d":
-			if fn == "matrix" {
-				args = []string{args[0], args[3]}
+		case fn == "matrix" && len(args) == 6:
+			if flattens(args[0], args[1], args[2], args[3]) {
+				return true
 			}
+		case fn == "matrix3d" && len(args) == 16:
+			// Column-major: the plane's part is a1 b1 (0, 1) and a2 b2 (4, 5).
+			if flattens(args[0], args[1], args[4], args[5]) {
+				return true
+			}
+		case strings.HasPrefix(fn, "scale"):
 			for _, a := range args {
-				if nearlyZero(a) {
+				if nearlyZero(strings.TrimPrefix(strings.TrimSpace(a), "-")) {
 					return true
 				}
 			}
@@ -498,6 +508,20 @@ func transformedAway(v string) bool {
 		}
 	}
 	return false
+}
+
+// flattens: a 2-D matrix (a b c d) that leaves (nearly) no area: its
+// determinant is under a hundredth, as a scale under a tenth each way is.
+func flattens(a, b, c, d string) bool {
+	var n [4]float64
+	for i, x := range []string{a, b, c, d} {
+		v, unit, ok := length(x)
+		if !ok || unit != "" {
+			return false
+		}
+		n[i] = v
+	}
+	return math.Abs(n[0]*n[3]-n[1]*n[2]) < 0.01
 }
 
 var cssFunction = regexp.MustCompile(`([a-z0-9]+)\(([^)]*)\)`)
