@@ -43,10 +43,15 @@ import (
 // runs at a time: a copy runs until its next store call and waits there for
 // the scheduler, so a seed replays the same interleaving. After the faults
 // stop the schedule runs to the end and the invariants are checked.
+// Slow sends are the exception: they take real time (-sim.slow) while the
+// scheduler goes on, so how many steps a straggler outlives depends on the
+// machine's load, and a schedule with slow sends may not replay exactly; a
+// longer -sim.slow reaches those interleavings on purpose.
 //
 //	go test ./internal/coordinator -run TestSimulation                      # a few hundred schedules
 //	go test ./internal/coordinator -run TestSimulation -sim.schedules=20000  # make sim
 //	go test ./internal/coordinator -run TestSimulation -sim.seed=1234 -v     # replay one, with its schedule
+//	go test ./internal/coordinator -run TestSimulation -sim.slow=300ms       # stragglers outlive more steps, as on a loaded machine
 var (
 	simSchedules = flag.Int("sim.schedules", 0, "schedules the simulation runs (default 300, 40 with -short)")
 	simSeed      = flag.Uint64("sim.seed", 0, "replay the one schedule with this seed, printing its steps")
