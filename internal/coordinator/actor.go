@@ -910,6 +910,26 @@ func (a *actor) transition(ctx context.Context, from []store.State, to store.Sta
 	return a.c.putState(ctx, b)
 }
 
+// tailWaiting is what a broadcast whose ranges are all walked waits for,
+// from its pending rows (p) at now: claims to settle, or deferred rows to
+// come due or to be sent. sweepWait and sweepRefused are the leader's last
+// sweep's hold and refusal ("" unknown: a follower's status).
+func tailWaiting(p store.Pending, now time.Time, sweepWait, sweepRefused string) string {
+	switch {
+	case p.Claimed > 0:
+		return fmt.Sprintf("all ranges walked; %d messages in flight or in doubt", p.Claimed)
+	case p.Deferred == 0:
+		return ""
+	case p.NextDue.After(now):
+		return fmt.Sprintf("all ranges walked; %s deferred, next due %s UTC", messages(p.Deferred), p.NextDue.UTC().Format(time.TimeOnly))
+	case sweepWait != "":
+		return fmt.Sprintf("all ranges walked; %s deferred, due now and held: %s", messages(p.Deferred), sweepWait)
+	case sweepRefused != "":
+		return fmt.Sprintf("all ranges walked; %s deferred, due now; the last retry sent nobody: %s", messages(p.Deferred), sweepRefused)
+	}
+	return fmt.Sprintf("all ranges walked; %s deferred, due now", messages(p.Deferred))
+}
+
 // finish completes the broadcast once every range is done and no claim is
 // without an outcome.
 func (a *actor) finish(ctx context.Context) bool {
@@ -936,7 +956,7 @@ func (a *actor) finish(ctx context.Context) bool {
 		return false
 	}
 	if p.Claimed > 0 {
-		a.setWaiting(fmt.Sprintf("all ranges walked; %d messages in flight or in doubt", p.Claimed))
+		a.setWaiting(tailWaiting(p, a.c.cfg.Clock.Now(), a.sweepWait, a.sweepRefused))
 		return false
 	}
 	// This actor's records may be stale (a split brain, a handover): another
@@ -953,16 +973,7 @@ func (a *actor) finish(ctx context.Context) bool {
 		}
 	}
 	if p.Deferred > 0 {
-		switch now := a.c.cfg.Clock.Now(); {
-		case p.NextDue.After(now):
-			a.setWaiting(fmt.Sprintf("all ranges walked; %s deferred, next due %s UTC", messages(p.Deferred), p.NextDue.UTC().Format(time.TimeOnly)))
-		case a.sweepWait != "":
-			a.setWaiting(fmt.Sprintf("all ranges walked; %s deferred, due now and held: %s", messages(p.Deferred), a.sweepWait))
-		case a.sweepRefused != "":
-			a.setWaiting(fmt.Sprintf("all ranges walked; %s deferred, due now; the last retry sent nobody: %s", messages(p.Deferred), a.sweepRefused))
-		default:
-			a.setWaiting(fmt.Sprintf("all ranges walked; %s deferred, due now", messages(p.Deferred)))
-		}
+		a.setWaiting(tailWaiting(p, a.c.cfg.Clock.Now(), a.sweepWait, a.sweepRefused))
 		return false
 	}
 	if err := a.transition(ctx, []store.State{store.StateRunning}, store.StateCompleted, a.completionSummary(ctx, p.Failed)); err != nil {

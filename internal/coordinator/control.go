@@ -355,10 +355,28 @@ func (c *Coordinator) status(ctx context.Context, b store.Broadcast, recs []bus.
 			p.WaitingFor = joinWaiting(p.WaitingFor, c.providerWaiting(b))
 		}
 	} else if b.State == store.StateRunning {
-		// A follower runs no actor; what the governor waits for is in KV.
+		// A follower runs no actor; what the governor waits for is in KV,
+		// and what the tail waits for in the ledger. Behind a load
+		// balancer, every other status of a broadcast in its tail said
+		// nothing of the deferred rows it waited for.
 		p.WaitingFor = c.governorWaiting(ctx, b)
+		if allDone(recs) {
+			if pend, err := c.cfg.Store.Pending(ctx, b.ID); err == nil {
+				p.WaitingFor = joinWaiting(tailWaiting(pend, c.cfg.Clock.Now(), "", ""), p.WaitingFor)
+			}
+		}
 	}
 	return BroadcastStatus{Broadcast: b, Progress: p, Policy: c.PolicyOf(b)}
+}
+
+// allDone says whether every range is walked (false for none known).
+func allDone(recs []bus.RangeRecord) bool {
+	for _, r := range recs {
+		if !r.Done {
+			return false
+		}
+	}
+	return len(recs) > 0
 }
 
 // governorWaiting is what the sending domain's governor waits for, as the

@@ -2,7 +2,9 @@ package coordinator_test
 
 import (
 	"context"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -709,4 +711,45 @@ func TestDraftKickedStartsNoActor(t *testing.T) {
 	s.start(id)
 	s.waitState(id, pb.BroadcastState_BROADCAST_STATE_COMPLETED, time.Minute)
 	s.exactlyOnce(a.eligible(false))
+}
+
+// TestTailWaitingOnEveryReplica: once every range is walked, a broadcast
+// waits for its deferred rows; status says so, with when the next is due,
+// whichever coordinator answers: a follower, behind a load balancer, runs
+// no actor and said nothing of them.
+func TestTailWaitingOnEveryReplica(t *testing.T) {
+	t.Parallel()
+	var greylisted sync.Map // three of the audience, chosen before the start
+	s := newStack(t, stackOptions{workers: 1, concurrency: 8, pageLimit: 20, sinkOpts: []capture.Option{
+		capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if _, ok := greylisted.Load(to); ok {
+				return reply(450, smtp.EnhancedCode{4, 7, 1}, "Greylisted for 3600 seconds")
+			}
+			return nil
+		}),
+	}})
+	for _, e := range slices.Sorted(maps.Keys(s.seed(60).eligible(false)))[:3] {
+		greylisted.Store(e, true)
+	}
+	id := s.create("", 0)
+	s.start(id)
+	want := "all ranges walked; 3 messages deferred, next due "
+	var w string
+	if !testenv.Poll(30*time.Second, func() bool { w = s.status(id).GetProgress().GetWaitingFor(); return strings.HasPrefix(w, want) }) {
+		t.Fatalf("leader's waiting_for = %q; want %q…", w, want)
+	}
+	cfg := s.coordCfg
+	cfg.Name = "follower"
+	f := s.runReplica(cfg)
+	defer f.stop()
+	if f.coord.Leading() {
+		t.Fatal("the second replica leads")
+	}
+	resp, err := f.client.GetBroadcast(context.Background(), &pb.GetBroadcastRequest{Id: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetBroadcast().GetProgress().GetWaitingFor(); got != w {
+		t.Fatalf("a follower's waiting_for = %q; want the leader's %q", got, w)
+	}
 }
