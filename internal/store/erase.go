@@ -111,6 +111,16 @@ func ErasureHash(key []byte, email string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// ErasedReceiptKey is the address key an erased transactional receipt
+// keeps (outbound_receipts.email_key): ErasedToken and the address's
+// ErasureHash, by which the erased addresses are remembered already. A
+// request repeated under the same idempotency key after the erasure finds
+// the receipt by it and is answered as a replay: with a random token
+// there, it made a new receipt and sent the message a second time.
+func ErasedReceiptKey(key []byte, email string) string {
+	return ErasedToken + ErasureHash(key, email)
+}
+
 // NewErasedToken returns a fresh irreversible token for one erased contact:
 // random, so nothing can be derived from it.
 func NewErasedToken() string {

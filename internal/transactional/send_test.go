@@ -541,3 +541,32 @@ func TestOneMailboxsPolicyRefusal(t *testing.T) {
 		t.Errorf("channel errors %v -> %v; refused again with nothing accepted is one", before, after)
 	}
 }
+
+// A request repeated under its key after its recipient was erased is a
+// replay of the message sent before, not a second copy; a new key is a new
+// message. The erased receipt keeps no payload to compare, so the repeat is
+// not refused as other content either.
+func TestReplayAfterErasure(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOptions{})
+	e.consumer(nil)
+	first := e.send(request("reset:1", "ann@example.org"))
+	id := first.GetMessage().GetId()
+	e.waitStatus(id, statusSent, 10*time.Second)
+	if _, err := e.store.Erase(context.Background(), []string{"Ann@Example.org"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	replay := e.send(request("reset:1", "ann@example.org"))
+	if !replay.GetReplayed() || replay.GetMessage().GetId() != id || replay.GetMessage().GetStatus() != statusSent {
+		t.Fatalf("repeat after erasure: replayed=%v id=%s status=%s; want a replay of %s, sent", replay.GetReplayed(), replay.GetMessage().GetId(), replay.GetMessage().GetStatus(), id)
+	}
+	fresh := e.send(request("reset:2", "ann@example.org"))
+	if fresh.GetReplayed() {
+		t.Fatal("a new key after the erasure was taken as a replay")
+	}
+	e.waitStatus(fresh.GetMessage().GetId(), statusSent, 10*time.Second)
+	settle(200 * time.Millisecond)
+	if got := e.sink.CountByRecipient()["ann@example.org"]; got != 2 {
+		t.Fatalf("ann received %d messages; want 2 (reset:1 once, reset:2 once)", got)
+	}
+}

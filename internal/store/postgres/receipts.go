@@ -51,6 +51,15 @@ func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Recei
 	if err := store.CheckFields("kind", r.Kind, "idempotency key", r.Key, "email", r.Email); err != nil {
 		return store.Receipt{}, false, fmt.Errorf("create receipt: %w", err)
 	}
+	// A receipt erased since keeps its idempotency key (eraseReceipts):
+	// the request is a replay of it, not a new message.
+	erased, err := scanReceipt(s.pool.QueryRow(ctx, findReceipt, r.Kind, r.Key, store.ErasedReceiptKey(s.erasureKey, r.Email)))
+	if err == nil {
+		return erased, false, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return store.Receipt{}, false, mapErr("create receipt: read erased", err)
+	}
 	created, err := scanReceipt(s.pool.QueryRow(ctx, insertReceipt, uid(r.ID), r.Kind, r.Key, r.Email, r.PayloadHash, r.Payload,
 		r.MessageID, r.NextAttemptAt, r.CreatedAt, address.Key(r.Email)))
 	if err == nil {

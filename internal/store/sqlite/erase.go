@@ -66,7 +66,7 @@ func (s *Store) eraseOne(ctx context.Context, tx *sql.Tx, e *store.Erased, now t
 			return err
 		}
 	}
-	return eraseReceipts(ctx, tx, e, now)
+	return eraseReceipts(ctx, tx, e, store.ErasedReceiptKey(s.erasureKey, e.Email), now)
 }
 
 // eraseUnmatched clears the detail of events that matched no ledger row
@@ -181,7 +181,7 @@ WHERE broadcast_id = ?1 AND contact_id = ?2`, r.bid, id(e.Contact), token, reply
 	return nil
 }
 
-func eraseReceipts(ctx context.Context, tx *sql.Tx, e *store.Erased, now time.Time) error {
+func eraseReceipts(ctx context.Context, tx *sql.Tx, e *store.Erased, erasedKey string, now time.Time) error {
 	rows, err := tx.QueryContext(ctx, `SELECT id FROM outbound_receipts WHERE email_key = ?`, emailKey(e.Email))
 	if err != nil {
 		return err
@@ -202,10 +202,10 @@ func eraseReceipts(ctx context.Context, tx *sql.Tx, e *store.Erased, now time.Ti
 	for _, rid := range ids {
 		token := store.NewErasedToken()
 		if _, err := tx.ExecContext(ctx, `
-UPDATE outbound_receipts SET email = ?2, email_key = ?2, payload = X'', payload_hash = '',
+UPDATE outbound_receipts SET email = ?2, email_key = ?5, payload = X'', payload_hash = '',
     error = CASE WHEN status = 'queued' THEN ?3 ELSE '' END,
     status = CASE WHEN status = 'queued' THEN 'failed' ELSE status END, updated_at = ?4
-WHERE id = ?1`, rid, token, erasedReceipt, ts(now)); err != nil {
+WHERE id = ?1`, rid, token, erasedReceipt, ts(now), erasedKey); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE outbound_attempts SET reply = '' WHERE receipt_id = ?`, rid); err != nil {

@@ -54,6 +54,16 @@ func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Recei
 	var out store.Receipt
 	var created bool
 	err := s.write(ctx, "create receipt", func(tx *sql.Tx) error {
+		// A receipt erased since keeps its idempotency key (eraseReceipts):
+		// the request is a replay of it, not a new message.
+		erased, err := scanReceipt(tx.QueryRowContext(ctx, findReceipt, r.Kind, r.Key, store.ErasedReceiptKey(s.erasureKey, r.Email)))
+		if err == nil {
+			out, created = erased, false
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, insertReceipt, id(r.ID), r.Kind, r.Key, r.Email, emailKey(r.Email), r.PayloadHash, r.Payload,
 			r.MessageID, ts(r.NextAttemptAt), ts(r.CreatedAt))
 		if err != nil {

@@ -193,6 +193,23 @@ func testEraseNoTrace(f *fixture) {
 	if r, err := f.s.GetReceipt(ctx, sent.ID); err != nil || r.Status != store.ReceiptSent {
 		f.t.Errorf("sent receipt after erasure: %+v, %v; want sent", r, err)
 	}
+	// A request repeated under the key of a message sent before the
+	// erasure, in any spelling of the address, is that message again, not
+	// a second copy; a new key is a new message.
+	for _, to := range []string{erasedEmail, strings.ToUpper(erasedEmail)} {
+		again, created, err := f.s.CreateReceipt(ctx, store.Receipt{ID: f.ids.next(), Kind: "transactional", Key: "welcome-1", Email: to,
+			PayloadHash: "h-welcome-1", Payload: []byte(`{"to":"` + to + `"}`), MessageID: "tx.again@mail.example.org", NextAttemptAt: at(13), CreatedAt: at(13)})
+		f.must(err, "CreateReceipt repeated after erasure")
+		if created || again.ID != sent.ID || again.Status != store.ReceiptSent || !strings.HasPrefix(again.Email, store.ErasedToken) {
+			f.t.Errorf("the key of a message sent before the erasure, repeated to %s: created %v, %+v; want the erased receipt %s, sent", to, created, again, sent.ID)
+		}
+	}
+	fresh, created, err := f.s.CreateReceipt(ctx, store.Receipt{ID: f.ids.next(), Kind: "transactional", Key: "welcome-2", Email: erasedEmail,
+		PayloadHash: "h-welcome-2", Payload: []byte(`{}`), MessageID: "tx.fresh@mail.example.org", NextAttemptAt: at(13), CreatedAt: at(13)})
+	f.must(err, "CreateReceipt under a new key after erasure")
+	if !created || fresh.Status != store.ReceiptQueued {
+		f.t.Errorf("a new key after the erasure: created %v, %+v; want a new queued receipt", created, fresh)
+	}
 	// Everyone else is as they were.
 	if _, err := f.s.GetContact(ctx, ids[0]); err == nil {
 		f.t.Error("the erased contact is still found by id")
