@@ -26,6 +26,7 @@ var flatTemplates = []struct {
 	{html: `<textarea>{{.Name}}</textarea><title>{{.Attributes.a}}</title><img alt={{.Attributes.b}} src="{{.Attributes.a}}">`, subject: "s", flat: true},
 	{html: `<!doctype html><html><head><meta charset="utf-8"></head><body>{{.Name}}<br>{{.Attributes.a}}{{.Attributes.b}}</body></html>`, subject: "{{.Attributes.a}}{{.Attributes.b}}", flat: true},
 	// CSS url() is a URL context, and html/template drops comments.
+	{html: `<!--[if mso | IE]><table width="600"><tr><td title="{{.Name}}"><![endif]--><!--[if !mso]><!--><div>{{.Attributes.a}}</div><!--<![endif]--><!--[if mso | IE]></td></tr></table><![endif]-->`, subject: "s", flat: true},
 	{html: `<style>p { background: url({{.Attributes.a}}) }</style><p style="background: url('{{.Attributes.b}}')">x</p><!-- note -->{{.Name}}`, subject: "s", flat: true},
 	// Not flat: they must render as the template package does.
 	{html: `<script>var n = {{.Name}};</script><p>{{.Attributes.a}}</p>`, subject: "s"},

@@ -179,7 +179,8 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 	if c.subject, err = texttemplate.New(fieldSubject).Funcs(checkedText).Option("missingkey=error").Parse(t.Subject); err != nil {
 		return nil, templateError(fieldSubject, err, nil)
 	}
-	if c.html, err = htmltemplate.New(fieldHTML).Funcs(checkedHTML).Option("missingkey=error").Parse(t.HTML); err != nil {
+	conditionals := markConditionals(t.HTML)
+	if c.html, err = htmltemplate.New(fieldHTML).Funcs(checkedHTML).Option("missingkey=error").Parse(conditionals.src); err != nil {
 		return nil, templateError(fieldHTML, err, nil)
 	}
 	if t.Text != "" {
@@ -204,6 +205,8 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 			return nil, err
 		}
 	}
+
+	conditionals.keep(c.html) // Outlook's conditional comments: conditional.go
 
 	// Render once against a sample contact, so execution-time mistakes
 	// (wrong argument types, fields on strings) surface now. Required

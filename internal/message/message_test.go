@@ -603,3 +603,62 @@ func TestFromAddressAtAPublicDomain(t *testing.T) {
 		}
 	}
 }
+
+// TestOutlookConditionalCommentsKept: Outlook's conditional comments (MJML's
+// ghost tables, VML buttons) reach the message as written, with the fields
+// between their markers escaped as the HTML they are in; other comments
+// are dropped, and the derived plain text leaves out what Outlook alone
+// shows. html/template dropped them all, so Outlook lost its layout.
+func TestOutlookConditionalCommentsKept(t *testing.T) {
+	t.Parallel()
+	tmpl := baseTemplate()
+	tmpl.Text = ""
+	tmpl.HTML = `<html><head><!--[if gte mso 9]><xml><o:OfficeDocumentSettings><o:PixelsPerInch>96</o:PixelsPerInch></o:OfficeDocumentSettings></xml><![endif]--></head><body>
+<!--[if mso | IE]><table role="presentation" width="600"><tr><td><![endif]-->
+<!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}" style="height:40px;width:200px"><center>Outlook only {{.Name}}</center></v:roundrect><![endif]-->
+<!--[if !mso]><!-- --><p>Hi {{.Name}}</p><!--<![endif]-->
+<!-- a note for the designer -->
+<p><a href="{{.UnsubscribeURL}}">Unsubscribe</a></p>
+<!--[if mso | IE]></td></tr></table><![endif]--></body></html>`
+	c := mustCompile(t, tmpl)
+	p := baseParams()
+	p.Contact.Name = `<b>Bobby</b>`
+	_, body := parts(t, mustRender(t, c, p).Bytes)
+	html := body["text/html"]
+	for _, want := range []string{
+		`<!--[if gte mso 9]><xml><o:OfficeDocumentSettings>`, `</xml><![endif]-->`,
+		`<!--[if mso | IE]><table role="presentation" width="600"><tr><td><![endif]-->`,
+		`<center>Outlook only &lt;b&gt;Bobby&lt;/b&gt;</center></v:roundrect><![endif]-->`,
+		`<!--[if !mso]><!-- --><p>Hi &lt;b&gt;Bobby&lt;/b&gt;</p><!--<![endif]-->`,
+		`<!--[if mso | IE]></td></tr></table><![endif]-->`,
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("HTML part lacks %q:\n%s", want, html)
+		}
+	}
+	if strings.Contains(html, "designer") {
+		t.Errorf("a plain comment reached the message: %s", html)
+	}
+	if text := body["text/plain"]; strings.Contains(text, "Outlook only") || !strings.Contains(text, "Hi <b>Bobby</b>") {
+		t.Errorf("derived text = %q; want the other clients' text, not Outlook's", text)
+	}
+}
+
+// TestTransactionalKeepsOutlookConditionalComments: a stored transactional
+// template keeps them too, its data escaped between the markers.
+func TestTransactionalKeepsOutlookConditionalComments(t *testing.T) {
+	t.Parallel()
+	ct, err := CompileTransactional(TransactionalTemplate{Subject: "s",
+		HTML: `<!--[if mso]><v:roundrect href="{{.url}}"><center>{{.name}}</center></v:roundrect><![endif]--><!--[if !mso]><!--><a href="{{.url}}">{{.name}}</a><!--<![endif]--><!-- note -->`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, html, err := ct.Execute(map[string]any{"url": "https://x.example/r?a=1&b=2", "name": "<Ann>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `<!--[if mso]><v:roundrect href="https://x.example/r?a=1&amp;b=2"><center>&lt;Ann&gt;</center></v:roundrect><![endif]--><!--[if !mso]><!--><a href="https://x.example/r?a=1&amp;b=2">&lt;Ann&gt;</a><!--<![endif]-->`
+	if html != want {
+		t.Fatalf("html = %q\nwant %q", html, want)
+	}
+}

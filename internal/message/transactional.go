@@ -265,6 +265,7 @@ func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, erro
 	}
 	c := &CompiledTransactional{}
 	var err error
+	conditionals := markConditionals(t.HTML)
 	if c.subject, err = texttemplate.New(fieldSubject).Funcs(checkedText).Option("missingkey=error").Parse(t.Subject); err != nil {
 		return nil, dataTemplateError(fieldSubject, err)
 	}
@@ -274,7 +275,7 @@ func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, erro
 		}
 	}
 	if t.HTML != "" {
-		if c.html, err = htmltemplate.New(fieldHTML).Funcs(checkedHTML).Option("missingkey=error").Parse(t.HTML); err != nil {
+		if c.html, err = htmltemplate.New(fieldHTML).Funcs(checkedHTML).Option("missingkey=error").Parse(conditionals.src); err != nil {
 			return nil, dataTemplateError(fieldHTML, err)
 		}
 	}
@@ -306,6 +307,9 @@ func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, erro
 	printNoValueAsEmpty(c.subject, false)
 	if c.text != nil {
 		printNoValueAsEmpty(c.text, false)
+	}
+	if c.html != nil {
+		conditionals.keep(c.html) // Outlook's conditional comments: conditional.go
 	}
 	if err := c.sampleRun(); err != nil {
 		return nil, err

@@ -232,6 +232,11 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"hidden in a class and a title", `<p class="footer hidden-xs hidden lg-visible" title="nothing hidden here">` + link + `</p>`, "", ""},
 		{"unclosed hidden p", `<p style="display:none">preview<p>Hi ` + link, "", ""},
 		{"MSO comment in a hidden block", `<div style="display:none"><!--[if mso]><div><![endif]-->x</div><p>` + link + `</p>`, "", ""},
+		// Outlook's conditional comments reach the message (conditional.go):
+		// what only Outlook shows is a comment to every other client.
+		{"a VML button for Outlook only", `<p>Hi</p><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}"><center>Unsubscribe</center></v:roundrect><![endif]-->`, "", "html"},
+		{"a VML button, and a link for the others", `<p>Hi</p><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}"><center>Unsubscribe</center></v:roundrect><![endif]--><!--[if !mso]><!-->` + link + `<!--<![endif]-->`, "", ""},
+		{"a conditional comment left open", `<p>Hi</p><!--[if mso]><table><tr><td>` + link, "", "html"},
 		{"visibility hidden, child visible", `<div style="visibility:hidden"><p style="visibility:visible">` + link + `</p></div>`, "", ""},
 		{"SVG link", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><svg width="10" height="10"></svg></a>`, "", ""},
 		{"hidden td before the link's td", `<table><tr><td style="display:none">x<td>` + link + `</td></tr></table>`, "", ""},
