@@ -107,3 +107,37 @@ func (c conditionalMarkers) unmark(s string) string {
 type refuseWrites struct{}
 
 func (refuseWrites) Write([]byte) (int, error) { return 0, io.ErrShortWrite }
+
+// outlookView is rendered HTML as Outlook for Windows reads it: what its
+// conditional comments show it revealed, and what they hide from it
+// (<!--[if !mso]><!-->…<!--<![endif]-->) gone. The unsubscribe link check
+// reads this as well as what every other client sees: a link only inside
+// a !mso block is one Outlook's readers never see.
+func outlookView(html string) string {
+	if !strings.Contains(html, "[if ") {
+		return html
+	}
+	html = notForOutlook.ReplaceAllString(html, "")
+	return conditionalMarker.ReplaceAllString(html, "")
+}
+
+// notForOutlook is a conditional block whose condition excludes Outlook
+// (!mso, alone or with others: [if !mso | IE]), to its [endif].
+var notForOutlook = regexp.MustCompile(`(?is)<!--\[if [^\]\n]*!\s*mso[^\]\n]*\]>.*?<!\[endif\]-->`)
+
+// linksToUnsubscribe reports a tag whose href is the unsubscribe link (a
+// query or fragment after it allowed): Outlook's VML buttons
+// (<v:roundrect href="…">) are links that are not <a>.
+func linksToUnsubscribe(src string) bool {
+	for i := 0; ; {
+		start, end, ok := nextTag(src, i)
+		if !ok {
+			return false
+		}
+		i = end + 1
+		href := strings.TrimSpace(attrHref(src[start+1 : end]))
+		if rest, ok := strings.CutPrefix(href, SampleUnsubscribeURL); ok && (rest == "" || rest[0] == '?' || rest[0] == '#') {
+			return true
+		}
+	}
+}

@@ -311,6 +311,18 @@ func checkUnsubscribeLink(html, text string, ownText bool) error {
 		}
 		return &ValidationError{Field: fieldHTML, Reason: reason + orFlag}
 	}
+	if outlook := outlookView(html); outlook != html {
+		// Outlook for Windows reads its conditional comments (conditional.go).
+		// Only whether the link is there: how Outlook's Word engine lays out
+		// styles is its own, and the check above has read them.
+		if href, ok := changedLink(outlook); ok {
+			return &ValidationError{Field: fieldHTML, Reason: fmt.Sprintf("links to %q, the unsubscribe link with something added before or after it, which does not unsubscribe anyone; use {{.UnsubscribeURL}} as the whole link target (a query string or #fragment after it is fine)", href)}
+		}
+		if !intactLinkText(htmlToText(outlook)) && !linksToUnsubscribe(outlook) {
+			return &ValidationError{Field: fieldHTML, Reason: "shows its unsubscribe link to every client but Outlook for Windows, which does not show what is inside <!--[if !mso]><!-->…<!--<![endif]-->; " +
+				"put the link outside that block, or in an <!--[if mso]> block for Outlook too" + orFlag}
+		}
+	}
 	if ownText && !intactLinkText(text) {
 		if strings.Contains(text, SampleUnsubscribeURL) {
 			return &ValidationError{Field: fieldText, Reason: "shows its unsubscribe link run on into more text ({{.UnsubscribeURL}}XX), which a reader's client opens as a link that does not work; put white space or punctuation after {{.UnsubscribeURL}}" + orFlag}

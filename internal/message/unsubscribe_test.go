@@ -237,6 +237,11 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"a VML button for Outlook only", `<p>Hi</p><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}"><center>Unsubscribe</center></v:roundrect><![endif]-->`, "", "html"},
 		{"a VML button, and a link for the others", `<p>Hi</p><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}"><center>Unsubscribe</center></v:roundrect><![endif]--><!--[if !mso]><!-->` + link + `<!--<![endif]-->`, "", ""},
 		{"a conditional comment left open", `<p>Hi</p><!--[if mso]><table><tr><td>` + link, "", "html"},
+		{"a link for every client but Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]-->`, "", "html outlook"},
+		{"a link for every client but Outlook and IE", `<p>Hi</p><!--[if !mso | IE]><!-- -->` + link + `<!--<![endif]-->`, "", "html outlook"},
+		{"a link for the others, and one for Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]--><!--[if mso]>` + link + `<![endif]-->`, "", ""},
+		{"MJML's ghost table around the link", `<!--[if mso | IE]><table role="presentation" width="600"><tr><td><![endif]--><div>` + link + `</div><!--[if mso | IE]></td></tr></table><![endif]-->`, "", ""},
+		{"an Outlook-only link changed", `<p>Hi</p>` + link + `<!--[if mso]><a href="{{.UnsubscribeURL}}/x">Unsubscribe</a><![endif]-->`, "", "html changed"},
 		{"visibility hidden, child visible", `<div style="visibility:hidden"><p style="visibility:visible">` + link + `</p></div>`, "", ""},
 		{"SVG link", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><svg width="10" height="10"></svg></a>`, "", ""},
 		{"hidden td before the link's td", `<table><tr><td style="display:none">x<td>` + link + `</td></tr></table>`, "", ""},
@@ -381,6 +386,10 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		case strings.HasSuffix(tc.want, " some"):
 			if ve.Field != "html" || !strings.Contains(err.Error(), "to some contacts only") {
 				t.Errorf("%s: %v does not say only some contacts see the link", tc.name, err)
+			}
+		case strings.HasSuffix(tc.want, " outlook"):
+			if !strings.Contains(err.Error(), "every client but Outlook for Windows") {
+				t.Errorf("%s: %v does not say Outlook does not show the link", tc.name, err)
 			}
 		case strings.HasSuffix(tc.want, " hidden"):
 			if !strings.Contains(err.Error(), "hides its unsubscribe link") {
