@@ -27,7 +27,8 @@ import (
 //
 // The unsubscribe link check and the derived plain text read the markers
 // as comments, as a mail client other than Outlook does: a link only
-// Outlook shows does not count as shown.
+// Outlook shows does not count as shown. The check reads Outlook's view
+// too (outlookView): a link every client but Outlook shows is refused.
 
 // conditionalMarker matches the markers: an opening [if …]> (and the
 // <!--> or <!-- --> that reveals the rest to other clients), and the
@@ -35,7 +36,7 @@ import (
 // so a template's line numbers stay as written.
 var conditionalMarker = regexp.MustCompile(`(?i)<!--\[if [^\]\n{}]{1,64}\]>(?:<!--(?: ?--)?>)?|(?:<!--)?<!\[endif\]-->`)
 
-// placeholder brackets a marker's index; private-use code points, which a
+// placeholderMark brackets a marker's index; private-use code points, which a
 // template written by a person does not hold.
 const placeholderMark = "\uF8FF"
 
@@ -74,8 +75,8 @@ func (c conditionalMarkers) keep(t *htmltemplate.Template) {
 			continue
 		}
 		walk(tt.Tree.Root, func(n parse.Node) {
-			if t, ok := n.(*parse.TextNode); ok && strings.Contains(string(t.Text), placeholderMark) {
-				t.Text = []byte(c.unmark(string(t.Text)))
+			if txt, ok := n.(*parse.TextNode); ok && strings.Contains(string(txt.Text), placeholderMark) {
+				txt.Text = []byte(c.unmark(string(txt.Text)))
 			}
 		})
 	}
