@@ -115,10 +115,22 @@ func ErasureHash(key []byte, email string) string {
 // keeps (outbound_receipts.email_key): ErasedToken and the address's
 // ErasureHash, by which the erased addresses are remembered already. A
 // request repeated under the same idempotency key after the erasure finds
-// the receipt by it and is answered as a replay: with a random token
-// there, it made a new receipt and sent the message a second time.
+// the receipt by it (and ErasedIdempotencyKey) and is answered as a
+// replay: with a random token there, it made a new receipt and sent the
+// message a second time.
 func ErasedReceiptKey(key []byte, email string) string {
 	return ErasedToken + ErasureHash(key, email)
+}
+
+// ErasedIdempotencyKey is the idempotency key an erased transactional
+// receipt keeps: ErasedToken and a keyed hash of the key. Applications key
+// messages by whatever they have, the address too ("signup:ann@…"), so an
+// erasure keeps none of it in clear; a request repeated under the key
+// still finds the receipt (with ErasedReceiptKey).
+func ErasedIdempotencyKey(key []byte, idempotencyKey string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("idempotency key\x00" + idempotencyKey))
+	return ErasedToken + hex.EncodeToString(m.Sum(nil))
 }
 
 // NewErasedToken returns a fresh irreversible token for one erased contact:

@@ -96,7 +96,7 @@ func (s *Store) eraseTx(ctx context.Context, emails []string, now time.Time) ([]
 				return nil, err
 			}
 		}
-		if err := eraseReceipts(ctx, tx, &out[i], store.ErasedReceiptKey(s.erasureKey, out[i].Email), now); err != nil {
+		if err := s.eraseReceipts(ctx, tx, &out[i], now); err != nil {
 			return nil, err
 		}
 	}
@@ -215,29 +215,37 @@ const (
 )
 
 // eraseReceipts anonymises the address's transactional receipts: the row
-// (status, attempts, times) stays, the address, payload and replies go;
-// the address key becomes erasedKey (store.ErasedReceiptKey), so the
-// idempotency key still finds it. A queued receipt fails; a sending one is
-// left to its worker, whose outcome finds the row by id.
-func eraseReceipts(ctx context.Context, tx pgx.Tx, e *store.Erased, erasedKey string, now time.Time) error {
-	rows, err := tx.Query(ctx, `SELECT id FROM outbound_receipts WHERE email_key = $1`, keys([]string{e.Email})[0])
+// (status, attempts, times) stays, the address, payload, replies and the
+// idempotency key in clear go; the keys become keyed hashes
+// (store.ErasedReceiptKey, store.ErasedIdempotencyKey), so a request
+// repeated under the key still finds it. A queued receipt fails; a sending
+// one is left to its worker, whose outcome finds the row by id.
+func (s *Store) eraseReceipts(ctx context.Context, tx pgx.Tx, e *store.Erased, now time.Time) error {
+	rows, err := tx.Query(ctx, `SELECT id, key FROM outbound_receipts WHERE email_key = $1`, keys([]string{e.Email})[0])
 	if err != nil {
 		return err
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	type receipt struct {
+		id  [16]byte
+		key string
+	}
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (receipt, error) {
+		var r receipt
+		return r, row.Scan(&r.id, &r.key)
+	})
 	if err != nil {
 		return err
 	}
-	for _, rid := range ids {
-		token := store.NewErasedToken()
+	emailKey := store.ErasedReceiptKey(s.erasureKey, e.Email)
+	for _, r := range found {
 		if _, err := tx.Exec(ctx, `
-UPDATE outbound_receipts SET email = $2, email_key = $5, payload = ''::bytea, payload_hash = '',
+UPDATE outbound_receipts SET email = $2, email_key = $5, key = $6, payload = ''::bytea, payload_hash = '',
     error = CASE WHEN status = 'queued' THEN $3 ELSE '' END,
     status = CASE WHEN status = 'queued' THEN 'failed' ELSE status END, updated_at = $4
-WHERE id = $1`, rid, token, erasedReceipt, now, erasedKey); err != nil {
+WHERE id = $1`, r.id, store.NewErasedToken(), erasedReceipt, now, emailKey, store.ErasedIdempotencyKey(s.erasureKey, r.key)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE outbound_attempts SET reply = '' WHERE receipt_id = $1`, rid); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE outbound_attempts SET reply = '' WHERE receipt_id = $1`, r.id); err != nil {
 			return err
 		}
 		e.Receipts++

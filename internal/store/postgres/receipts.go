@@ -53,7 +53,7 @@ func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Recei
 	}
 	// A receipt erased since keeps its idempotency key (eraseReceipts):
 	// the request is a replay of it, not a new message.
-	erased, err := scanReceipt(s.pool.QueryRow(ctx, findReceipt, r.Kind, r.Key, store.ErasedReceiptKey(s.erasureKey, r.Email)))
+	erased, err := scanReceipt(s.pool.QueryRow(ctx, findReceipt, r.Kind, store.ErasedIdempotencyKey(s.erasureKey, r.Key), store.ErasedReceiptKey(s.erasureKey, r.Email)))
 	if err == nil {
 		return erased, false, nil
 	}

@@ -66,7 +66,7 @@ func (s *Store) eraseOne(ctx context.Context, tx *sql.Tx, e *store.Erased, now t
 			return err
 		}
 	}
-	return eraseReceipts(ctx, tx, e, store.ErasedReceiptKey(s.erasureKey, e.Email), now)
+	return s.eraseReceipts(ctx, tx, e, now)
 }
 
 // eraseUnmatched clears the detail of events that matched no ledger row
@@ -181,34 +181,41 @@ WHERE broadcast_id = ?1 AND contact_id = ?2`, r.bid, id(e.Contact), token, reply
 	return nil
 }
 
-func eraseReceipts(ctx context.Context, tx *sql.Tx, e *store.Erased, erasedKey string, now time.Time) error {
-	rows, err := tx.QueryContext(ctx, `SELECT id FROM outbound_receipts WHERE email_key = ?`, emailKey(e.Email))
+// eraseReceipts anonymises the address's transactional receipts as the
+// Postgres store's does: the keys become keyed hashes, by which a request
+// repeated under the idempotency key still finds the receipt.
+func (s *Store) eraseReceipts(ctx context.Context, tx *sql.Tx, e *store.Erased, now time.Time) error {
+	rows, err := tx.QueryContext(ctx, `SELECT id, key FROM outbound_receipts WHERE email_key = ?`, emailKey(e.Email))
 	if err != nil {
 		return err
 	}
-	var ids [][]byte
+	type receipt struct {
+		id  []byte
+		key string
+	}
+	var found []receipt
 	for rows.Next() {
-		var rid []byte
-		if err := rows.Scan(&rid); err != nil {
+		var r receipt
+		if err := rows.Scan(&r.id, &r.key); err != nil {
 			rows.Close()
 			return err
 		}
-		ids = append(ids, rid)
+		found = append(found, r)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, rid := range ids {
-		token := store.NewErasedToken()
+	erasedEmailKey := store.ErasedReceiptKey(s.erasureKey, e.Email)
+	for _, r := range found {
 		if _, err := tx.ExecContext(ctx, `
-UPDATE outbound_receipts SET email = ?2, email_key = ?5, payload = X'', payload_hash = '',
+UPDATE outbound_receipts SET email = ?2, email_key = ?5, key = ?6, payload = X'', payload_hash = '',
     error = CASE WHEN status = 'queued' THEN ?3 ELSE '' END,
     status = CASE WHEN status = 'queued' THEN 'failed' ELSE status END, updated_at = ?4
-WHERE id = ?1`, rid, token, erasedReceipt, ts(now), erasedKey); err != nil {
+WHERE id = ?1`, r.id, store.NewErasedToken(), erasedReceipt, ts(now), erasedEmailKey, store.ErasedIdempotencyKey(s.erasureKey, r.key)); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE outbound_attempts SET reply = '' WHERE receipt_id = ?`, rid); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE outbound_attempts SET reply = '' WHERE receipt_id = ?`, r.id); err != nil {
 			return err
 		}
 		e.Receipts++

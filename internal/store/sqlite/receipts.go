@@ -56,7 +56,7 @@ func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Recei
 	err := s.write(ctx, "create receipt", func(tx *sql.Tx) error {
 		// A receipt erased since keeps its idempotency key (eraseReceipts):
 		// the request is a replay of it, not a new message.
-		erased, err := scanReceipt(tx.QueryRowContext(ctx, findReceipt, r.Kind, r.Key, store.ErasedReceiptKey(s.erasureKey, r.Email)))
+		erased, err := scanReceipt(tx.QueryRowContext(ctx, findReceipt, r.Kind, store.ErasedIdempotencyKey(s.erasureKey, r.Key), store.ErasedReceiptKey(s.erasureKey, r.Email)))
 		if err == nil {
 			out, created = erased, false
 			return nil

@@ -117,6 +117,8 @@ func testEraseNoTrace(f *fixture) {
 	queued := f.receiptFor("reminder-1", erasedEmail, `{"to":"`+erasedEmail+`"}`, at(1))
 	annReceipt := f.receiptFor("welcome-1", ann.Email, `{"to":"ann@example.org"}`, at(1))
 	inFlight := f.receiptFor("code-1", erasedEmail, `{"to":"`+erasedEmail+`"}`, at(1))
+	// An application may key a message by its recipient's address.
+	keyedByAddress := f.receiptFor("signup:"+strings.ToUpper(erasedEmail), erasedEmail, `{}`, at(1))
 	_, err = f.s.ClaimReceipt(ctx, sent.ID, at(2))
 	f.must(err, "ClaimReceipt")
 	_, err = f.s.ClaimReceipt(ctx, inFlight.ID, at(2))
@@ -134,8 +136,8 @@ func testEraseNoTrace(f *fixture) {
 
 	res, err := f.s.Erase(ctx, []string{strings.ToUpper(erasedEmail[:3]) + erasedEmail[3:]}, at(10))
 	f.must(err, "Erase")
-	if len(res) != 1 || res[0].Contact != ids[0] || res[0].Sends != 4 || res[0].Receipts != 3 || res[0].Events != 3 {
-		f.t.Fatalf("Erase = %+v; want contact %s, 4 ledger rows, 3 events, 3 receipts", res, ids[0])
+	if len(res) != 1 || res[0].Contact != ids[0] || res[0].Sends != 4 || res[0].Receipts != 4 || res[0].Events != 3 {
+		f.t.Fatalf("Erase = %+v; want contact %s, 4 ledger rows, 3 events, 4 receipts", res, ids[0])
 	}
 	if hits := f.searchAll(); len(hits) > 0 {
 		f.t.Fatalf("after erasure the person is still in the store: %v", hits)
@@ -203,6 +205,14 @@ func testEraseNoTrace(f *fixture) {
 		if created || again.ID != sent.ID || again.Status != store.ReceiptSent || !strings.HasPrefix(again.Email, store.ErasedToken) {
 			f.t.Errorf("the key of a message sent before the erasure, repeated to %s: created %v, %+v; want the erased receipt %s, sent", to, created, again, sent.ID)
 		}
+	}
+	// So is one whose key holds the address: the key is kept only as a
+	// keyed hash, by which the repeat still finds it.
+	again, created, err := f.s.CreateReceipt(ctx, store.Receipt{ID: f.ids.next(), Kind: "transactional", Key: "signup:" + strings.ToUpper(erasedEmail), Email: erasedEmail,
+		PayloadHash: "h-signup", Payload: []byte(`{}`), MessageID: "tx.again2@mail.example.org", NextAttemptAt: at(13), CreatedAt: at(13)})
+	f.must(err, "CreateReceipt repeated after erasure, keyed by the address")
+	if created || again.ID != keyedByAddress.ID || strings.Contains(strings.ToLower(again.Key), strings.ToLower(erasedEmail)) {
+		f.t.Errorf("a key holding the address, repeated after the erasure: created %v, %+v; want the erased receipt %s, its key hashed", created, again, keyedByAddress.ID)
 	}
 	fresh, created, err := f.s.CreateReceipt(ctx, store.Receipt{ID: f.ids.next(), Kind: "transactional", Key: "welcome-2", Email: erasedEmail,
 		PayloadHash: "h-welcome-2", Payload: []byte(`{}`), MessageID: "tx.fresh@mail.example.org", NextAttemptAt: at(13), CreatedAt: at(13)})
