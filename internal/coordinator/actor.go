@@ -1015,7 +1015,9 @@ func (a *actor) failureSummary(ctx context.Context, failed int64) string {
 	if err != nil || len(sample) == 0 {
 		return messages(failed) + " failed"
 	}
-	summary := fmt.Sprintf("%s failed, e.g. %s: %s", messages(failed), sample[0].Email, sample[0].Error)
+	// The contact by id, its address withheld (explainFor's reason): a
+	// reason outlives an erasure in KV and logs.
+	summary := fmt.Sprintf("%s failed, e.g. contact %s: %s", messages(failed), sample[0].ContactID, store.ReplaceAddress(sample[0].Error, sample[0].Email, store.Recipient))
 	if strings.HasPrefix(sample[0].Error, store.NotSentPrefix) {
 		summary += fmt.Sprintf(" (never handed to the relay: rangecast broadcasts retry %s sends such messages again once the relay can take them)", a.id)
 	}

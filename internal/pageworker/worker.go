@@ -1428,12 +1428,12 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 			// on. The page stops only when the window looks unwell (below).
 			refused++
 			if firstRefused < 0 {
-				firstRefused, refusedErr = i, err.Error()
+				firstRefused, refusedErr = i, store.ReplaceAddress(err.Error(), c.Email, store.Recipient)
 			}
 			continue
 		}
 		if res.stopAt < 0 {
-			res.stopAt, res.class, res.err = i, busClass(class), explainFor(err, c.Email)
+			res.stopAt, res.class, res.err = i, busClass(class), explainFor(err, c)
 		}
 	}
 	// Half or more of the window's real attempts refused for a transient
@@ -1505,17 +1505,20 @@ func windowUnwell(refused, attempted, window int) bool {
 	return refused >= min(minStopRefusals, window) && 2*refused >= attempted
 }
 
-// explainFor is transport.Explain(err), naming the recipient when the
-// server answered at RCPT or DATA: a message refused as spam halts the
-// broadcast, and the operator needs to know whose message it was to look
-// at it (and to suppress that contact, or change the content, before a
-// resume, which tries that recipient first). A refusal at connect, AUTH
-// or MAIL FROM is about no one recipient.
-func explainFor(err error, email string) string {
-	msg := transport.Explain(err)
+// explainFor is transport.Explain(err), naming the recipient's contact
+// when the server answered at RCPT or DATA: a message refused as spam
+// halts the broadcast, and the operator needs to know whose message it
+// was to look at it (and to suppress that contact, or change the content,
+// before a resume, which tries that recipient first). A refusal at
+// connect, AUTH or MAIL FROM is about no one recipient. The contact is
+// named by id and its address withheld, in the reply too: a broadcast's
+// reason is kept in the store, KV and logs, which an erasure does not
+// reach (tester: the address stayed after the contact was erased).
+func explainFor(err error, c store.Contact) string {
+	msg := store.ReplaceAddress(transport.Explain(err), c.Email, store.Recipient)
 	var se *transport.SendError
 	if errors.As(err, &se) && (se.Stage == transport.StageRcpt || se.Stage == transport.StageData) {
-		msg += " (sending to " + email + ")"
+		msg += " (sending to contact " + c.ID.String() + ")"
 	}
 	return msg
 }

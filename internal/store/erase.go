@@ -143,7 +143,15 @@ func NewErasedToken() string {
 
 // ScrubAddress replaces every spelling of email in s (as given, canonical,
 // with an ASCII domain; any case) by Withheld.
-func ScrubAddress(s, email string) string {
+func ScrubAddress(s, email string) string { return ReplaceAddress(s, email, Withheld) }
+
+// Recipient stands for a recipient's address in a broadcast's reason,
+// which names the contact by id instead (ReplaceAddress).
+const Recipient = "[recipient]"
+
+// ReplaceAddress replaces every spelling of email in s (as ScrubAddress)
+// by with.
+func ReplaceAddress(s, email, with string) string {
 	if s == "" || email == "" {
 		return s
 	}
@@ -158,7 +166,7 @@ func ScrubAddress(s, email string) string {
 		if f == "" || !strings.Contains(strings.ToLower(s), strings.ToLower(f)) {
 			continue
 		}
-		s = regexp.MustCompile(`(?i)`+regexp.QuoteMeta(f)).ReplaceAllLiteralString(s, Withheld)
+		s = regexp.MustCompile(`(?i)`+regexp.QuoteMeta(f)).ReplaceAllLiteralString(s, with)
 	}
 	return s
 }

@@ -103,7 +103,48 @@ func (s *Store) eraseTx(ctx context.Context, emails []string, now time.Time) ([]
 	if err := eraseUnmatched(ctx, tx, out); err != nil {
 		return nil, err
 	}
+	if err := eraseReasons(ctx, tx, out); err != nil {
+		return nil, err
+	}
 	return out, tx.Commit(ctx)
+}
+
+// eraseReasons withholds the batch's addresses in broadcasts' reasons: one
+// written before reasons named a contact by id quoted the recipient a halt
+// or a failure was about ("1 message failed, e.g. ann@…"; tester). Few
+// broadcasts have a reason with an '@'; a row is locked only to change it.
+func eraseReasons(ctx context.Context, tx pgx.Tx, out []store.Erased) error {
+	rows, err := tx.Query(ctx, `SELECT id, reason FROM broadcasts WHERE reason LIKE '%@%'`)
+	if err != nil {
+		return err
+	}
+	type reason struct {
+		id   [16]byte
+		text string
+	}
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reason, error) {
+		var r reason
+		return r, row.Scan(&r.id, &r.text)
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range found {
+		if scrubbed := scrubReason(r.text, out); scrubbed != r.text {
+			if _, err := tx.Exec(ctx, `UPDATE broadcasts SET reason = $2 WHERE id = $1 AND reason = $3`, r.id, scrubbed, r.text); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scrubReason is reason with every address of out withheld.
+func scrubReason(reason string, out []store.Erased) string {
+	for _, e := range out {
+		reason = store.ScrubAddress(reason, e.Email)
+	}
+	return reason
 }
 
 // eraseUnmatched clears the detail of events that matched no ledger row

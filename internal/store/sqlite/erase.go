@@ -37,7 +37,10 @@ func (s *Store) Erase(ctx context.Context, emails []string, now time.Time) ([]st
 					return err
 				}
 			}
-			return eraseUnmatched(ctx, tx, res)
+			if err := eraseUnmatched(ctx, tx, res); err != nil {
+				return err
+			}
+			return eraseReasons(ctx, tx, res)
 		})
 		if err != nil {
 			return out, err
@@ -219,6 +222,44 @@ WHERE id = ?1`, r.id, store.NewErasedToken(), erasedReceipt, ts(now), erasedEmai
 			return err
 		}
 		e.Receipts++
+	}
+	return nil
+}
+
+// eraseReasons withholds the batch's addresses in broadcasts' reasons, as
+// the Postgres store's does.
+func eraseReasons(ctx context.Context, tx *sql.Tx, out []store.Erased) error {
+	rows, err := tx.QueryContext(ctx, `SELECT id, reason FROM broadcasts WHERE reason LIKE '%@%'`)
+	if err != nil {
+		return err
+	}
+	type reason struct {
+		id   []byte
+		text string
+	}
+	var found []reason
+	for rows.Next() {
+		var r reason
+		if err := rows.Scan(&r.id, &r.text); err != nil {
+			rows.Close()
+			return err
+		}
+		found = append(found, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, r := range found {
+		scrubbed := r.text
+		for _, e := range out {
+			scrubbed = store.ScrubAddress(scrubbed, e.Email)
+		}
+		if scrubbed != r.text {
+			if _, err := tx.ExecContext(ctx, `UPDATE broadcasts SET reason = ?2 WHERE id = ?1`, r.id, scrubbed); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -113,6 +113,11 @@ func testEraseNoTrace(f *fixture) {
 		_, err := f.s.RecordEvent(ctx, ev, at(4+i))
 		f.must(err, "RecordEvent(%s)", ev.EventID)
 	}
+	// A reason written before reasons named contacts by id quoted the
+	// recipient of the reply that halted the broadcast.
+	_, err = f.s.SetState(ctx, bs[1].ID, []store.State{store.StateRunning}, store.StatePaused,
+		"halted: 550 5.7.1 message to "+erasedEmail+" rejected", at(3))
+	f.must(err, "SetState")
 	sent := f.receiptFor("welcome-1", strings.ToLower(erasedEmail), `{"to":"`+erasedEmail+`","name":"`+erasedName+`"}`, at(1))
 	queued := f.receiptFor("reminder-1", erasedEmail, `{"to":"`+erasedEmail+`"}`, at(1))
 	annReceipt := f.receiptFor("welcome-1", ann.Email, `{"to":"ann@example.org"}`, at(1))
