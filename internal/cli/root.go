@@ -56,7 +56,34 @@ func Rangecast() *cobra.Command {
 	root.AddCommand(sendCommand(c))
 	root.AddCommand(segmentsCommand(c))
 	root.AddCommand(domainsCommand())
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every group below root (contacts,
+// broadcasts, …) refuse a word that names none of its commands, as root
+// does: cobra otherwise printed the group's help and exited 0, so a
+// script's `contacts erase ADDR` (the command is delete) or `broadcasts
+// pasue ID` reported success for an erasure or a pause that never
+// happened (tester).
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		refuseUnknownSubcommands(sub)
+		if !sub.HasSubCommands() || sub.Runnable() {
+			continue
+		}
+		sub.Args = cobra.ArbitraryArgs
+		sub.RunE = func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return c.Help()
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+			if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += "; did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return fmt.Errorf("%s (run '%s --help' for its commands)", msg, c.CommandPath())
+		}
+	}
 }
 
 // Main runs cmd with a context cancelled by SIGINT/SIGTERM and exits.
