@@ -1,9 +1,12 @@
 package message
 
 import (
+	"errors"
+	"fmt"
 	htmltemplate "html/template"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template/parse"
@@ -20,88 +23,193 @@ import (
 // html/template drops every comment, these too: Outlook lost its layout
 // and its buttons, and saw what was written for every other client. So
 // their markers are kept. Before the template is parsed each marker
-// becomes an inert placeholder (conditionalMarkers), which the escaper
-// reads as text; once it has escaped the tree, keep puts the markers back
-// in the tree's text. What lies between them is escaped as the HTML it
-// is. Other comments are dropped as before.
+// becomes an action, {{_cc N}}; once the escaper has run, each such action
+// it found in HTML text, between elements, becomes the marker's text again
+// (keep). What lies between markers is escaped as the HTML it is, which is
+// how Outlook reads it.
 //
-// The unsubscribe link check and the derived plain text read the markers
-// as comments, as a mail client other than Outlook does: a link only
-// Outlook shows does not count as shown. The check reads Outlook's view
-// too (outlookView): a link every client but Outlook shows is refused.
+// Every other client reads a block shown to Outlook only as a comment,
+// from its <!--[if …]> to the first -->. For the escaper's reading to hold
+// for them too, a marker must stand in HTML text (not in a tag, an
+// attribute, a script, a style, a title or another comment), and such a
+// block must hold no --> of its own before its <![endif]-->: otherwise
+// the rest of the block is live HTML to them in a context the escaper did
+// not see (<!--[if mso]><a title="--><img onerror={{.Name}}>">, review).
+// Either is refused. A field's value cannot end a comment: every escaper
+// escapes '>'.
+//
+// The unsubscribe link check reads what other clients see (the markers are
+// comments) and what Outlook sees (outlookView).
 
 // conditionalMarker matches the markers: an opening [if …]> (and the
 // <!--> or <!-- --> that reveals the rest to other clients), and the
 // closing [endif]-->, with the <!-- that hides it from them. One line each,
-// so a template's line numbers stay as written.
+// so a template's lines stay as written.
 var conditionalMarker = regexp.MustCompile(`(?i)<!--\[if [^\]\n{}]{1,64}\]>(?:<!--(?: ?--)?>)?|(?:<!--)?<!\[endif\]-->`)
 
-// placeholderMark brackets a marker's index; private-use code points, which a
-// template written by a person does not hold.
-const placeholderMark = "\uF8FF"
+// conditionalFunc is the function a marker's action calls. Executed, it
+// writes nothing: only a copy of a template the escaper made for another
+// context ({{template}} in an attribute) keeps the action, and there the
+// marker would be text, not a comment.
+const conditionalFunc = "_cc"
+
+var conditionalFuncs = htmltemplate.FuncMap{conditionalFunc: func(int) string { return "" }}
 
 // conditionalMarkers is a template's source with its conditional-comment
-// markers replaced by placeholders, and the markers by index. A source
-// holding placeholderMark already is left alone (its comments dropped, as
-// before).
+// markers replaced by actions, and the markers by index.
 type conditionalMarkers struct {
 	src     string
 	markers []string
 }
 
-func markConditionals(src string) conditionalMarkers {
-	if strings.Contains(src, placeholderMark) || !strings.Contains(src, "<!") {
-		return conditionalMarkers{src: src}
+// markConditionals replaces src's markers by actions, each padded to the
+// marker's length so that an error's column is as written; a block shown
+// to Outlook only that holds a --> of its own is refused.
+func markConditionals(src string) (conditionalMarkers, error) {
+	if !strings.Contains(src, "<!") {
+		return conditionalMarkers{src: src}, nil
 	}
-	var markers []string
-	marked := conditionalMarker.ReplaceAllStringFunc(src, func(m string) string {
-		markers = append(markers, m)
-		return placeholderMark + strconv.Itoa(len(markers)-1) + placeholderMark
-	})
-	return conditionalMarkers{src: marked, markers: markers}
+	at := conditionalMarker.FindAllStringIndex(src, -1)
+	if len(at) == 0 {
+		return conditionalMarkers{src: src}, nil
+	}
+	var b strings.Builder
+	c := conditionalMarkers{markers: make([]string, len(at))}
+	last := 0
+	for i, m := range at {
+		marker := src[m[0]:m[1]]
+		c.markers[i] = marker
+		if hidesFromOthers(marker) {
+			if err := endsEarly(src, m[1], at[i+1:]); err != nil {
+				return c, err
+			}
+		}
+		action := "{{" + conditionalFunc + " " + strconv.Itoa(i)
+		b.WriteString(src[last:m[0]])
+		b.WriteString(action + strings.Repeat(" ", max(len(marker)-len(action)-2, 0)) + "}}")
+		last = m[1]
+	}
+	b.WriteString(src[last:])
+	c.src = b.String()
+	return c, nil
 }
 
+// hidesFromOthers: an opening marker whose block other clients read as a
+// comment (<!--[if mso]>, not <!--[if !mso]><!-->).
+func hidesFromOthers(marker string) bool {
+	return strings.HasPrefix(marker, "<!--[") && strings.HasSuffix(marker, "]>")
+}
+
+// closes: a closing marker ([endif]-->, in any case).
+func closes(marker string) bool { return strings.HasSuffix(strings.ToLower(marker), "[endif]-->") }
+
+// endsEarly refuses a block, from from in src to the next closing marker
+// among next, that holds a --> (or --!>) other than its own comments'.
+func endsEarly(src string, from int, next [][]int) error {
+	end := len(src)
+	for _, m := range next {
+		if closes(src[m[0]:m[1]]) {
+			end = m[0]
+			break
+		}
+	}
+	block := plainComment.ReplaceAllString(src[from:end], "")
+	if strings.Contains(block, "-->") || strings.Contains(block, "--!>") {
+		return &ValidationError{Field: fieldHTML, Reason: "has a --> inside an Outlook conditional comment (<!--[if …]> … <![endif]-->): every client but Outlook reads the block as a comment that ends there, and what follows as HTML; remove it, or end the block before it"}
+	}
+	return nil
+}
+
+var plainComment = regexp.MustCompile(`(?s)<!--.*?-->`)
+
 // keep makes t's escaper run (an execution into a writer that takes
-// nothing stops at its first write; t's errors surface at the first real
-// render) and then puts the markers back into the text of every template
-// of t.
-func (c conditionalMarkers) keep(t *htmltemplate.Template) {
+// nothing stops at its first write, which is the empty text instrument
+// puts first; t's errors surface at the first real render) and then turns
+// each marker's action that stands in HTML text back into the marker's
+// text, in every template of t. A marker anywhere else is refused.
+func (c conditionalMarkers) keep(t *htmltemplate.Template) error {
 	if len(c.markers) == 0 {
-		return
+		return nil
 	}
 	t.Execute(refuseWrites{}, nil) //nolint:errcheck // only the escaping is wanted
 	for _, tt := range t.Templates() {
 		if tt.Tree == nil {
 			continue
 		}
-		walk(tt.Tree.Root, func(n parse.Node) {
-			if txt, ok := n.(*parse.TextNode); ok && strings.Contains(string(txt.Text), placeholderMark) {
-				txt.Text = []byte(c.unmark(string(txt.Text)))
-			}
-		})
+		if err := c.restore(tt.Tree.Root); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
-// unmark puts the markers back in s in place of their placeholders.
-func (c conditionalMarkers) unmark(s string) string {
-	var b strings.Builder
-	for {
-		i := strings.Index(s, placeholderMark)
-		if i < 0 {
-			break
-		}
-		rest := s[i+len(placeholderMark):]
-		j := strings.Index(rest, placeholderMark)
-		n, err := strconv.Atoi(rest[:max(j, 0)])
-		if j < 0 || err != nil || n < 0 || n >= len(c.markers) {
-			break // not one of ours: left as it is
-		}
-		b.WriteString(s[:i])
-		b.WriteString(c.markers[n])
-		s = rest[j+len(placeholderMark):]
+// restore replaces, in list and the lists below it, each marker's action
+// that the escaper found in HTML text by the marker's text.
+func (c conditionalMarkers) restore(list *parse.ListNode) error {
+	if list == nil {
+		return nil
 	}
-	b.WriteString(s)
-	return b.String()
+	for i, n := range list.Nodes {
+		switch n := n.(type) {
+		case *parse.ActionNode:
+			marker, ok, err := c.marker(n)
+			if err != nil {
+				return err
+			}
+			if ok {
+				list.Nodes[i] = &parse.TextNode{NodeType: parse.NodeText, Pos: n.Pos, Text: []byte(marker)}
+			}
+		case *parse.IfNode:
+			if err := errors.Join(c.restore(n.List), c.restore(n.ElseList)); err != nil {
+				return err
+			}
+		case *parse.RangeNode:
+			if err := errors.Join(c.restore(n.List), c.restore(n.ElseList)); err != nil {
+				return err
+			}
+		case *parse.WithNode:
+			if err := errors.Join(c.restore(n.List), c.restore(n.ElseList)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// marker is the marker an action stands for (ok false: another action),
+// or an error when it does not stand in HTML text, where the escaper puts
+// the HTML text escaper alone after it.
+func (c conditionalMarkers) marker(a *parse.ActionNode) (string, bool, error) {
+	cmds := a.Pipe.Cmds
+	if len(cmds) == 0 || len(cmds[0].Args) != 2 {
+		return "", false, nil
+	}
+	if id, ok := cmds[0].Args[0].(*parse.IdentifierNode); !ok || id.Ident != conditionalFunc {
+		return "", false, nil
+	}
+	n, ok := cmds[0].Args[1].(*parse.NumberNode)
+	if !ok || !n.IsInt || n.Int64 < 0 || n.Int64 >= int64(len(c.markers)) {
+		return "", false, &ValidationError{Field: fieldHTML, Reason: fmt.Sprintf("calls %s, which is rangecast's own", conditionalFunc)}
+	}
+	marker := c.markers[n.Int64]
+	if len(cmds) == 1 && len(a.Pipe.Decl) == 0 {
+		// Not escaped: a template only ever called in another context
+		// ({{template}} in an attribute), never executed as it is; the
+		// escaper's copy of it keeps the action, which writes nothing.
+		return "", false, nil
+	}
+	if len(a.Pipe.Decl) > 0 || len(cmds) != 2 || len(cmds[1].Args) != 1 {
+		return "", false, misplaced(marker)
+	}
+	if id, ok := cmds[1].Args[0].(*parse.IdentifierNode); !ok || id.Ident != "_html_template_htmlescaper" {
+		return "", false, misplaced(marker)
+	}
+	return marker, true, nil
+}
+
+func misplaced(marker string) error {
+	return &ValidationError{Field: fieldHTML, Reason: fmt.Sprintf("has the Outlook conditional comment %s inside a tag, an attribute, <script>, <style>, <title>, <textarea> or another comment: "+
+		"Outlook reads it there, and every other client differently; put it between elements", marker)}
 }
 
 // refuseWrites stops an execution at its first write.
@@ -109,26 +217,89 @@ type refuseWrites struct{}
 
 func (refuseWrites) Write([]byte) (int, error) { return 0, io.ErrShortWrite }
 
-// outlookView is rendered HTML as Outlook for Windows reads it: what its
-// conditional comments show it revealed, and what they hide from it
-// (<!--[if !mso]><!-->…<!--<![endif]-->) gone. The unsubscribe link check
-// reads this as well as what every other client sees: a link only inside
-// a !mso block is one Outlook's readers never see.
+// outlookView is rendered HTML as Outlook for Windows (2016 and later,
+// which says it is mso 16) reads it: a block whose condition holds for it
+// shown, any other gone (<!--[if !mso]><!-->…, and any condition not
+// known to hold: [if gte mso 99]), the markers themselves gone. The
+// unsubscribe link check reads this as well as what every other client
+// sees: a link only in a block Outlook skips is one its readers never see.
 func outlookView(html string) string {
-	if !strings.Contains(html, "[if ") {
+	at := conditionalMarker.FindAllStringIndex(html, -1)
+	if len(at) == 0 {
 		return html
 	}
-	html = notForOutlook.ReplaceAllString(html, "")
-	return conditionalMarker.ReplaceAllString(html, "")
+	var b strings.Builder
+	var open []bool // the blocks around, innermost last: does Outlook show each
+	shown := func() bool { return !slices.Contains(open, false) }
+	last := 0
+	for _, m := range at {
+		if shown() {
+			b.WriteString(html[last:m[0]])
+		}
+		last = m[1]
+		marker := html[m[0]:m[1]]
+		if closes(marker) {
+			if len(open) > 0 {
+				open = open[:len(open)-1]
+			}
+			continue
+		}
+		cond := marker[len("<!--[if "):strings.Index(marker, "]>")]
+		open = append(open, forOutlook(cond))
+	}
+	if shown() {
+		b.WriteString(html[last:])
+	}
+	return b.String()
 }
 
-// notForOutlook is a conditional block whose condition excludes Outlook
-// (!mso, alone or with others: [if !mso | IE]), to its [endif].
-var notForOutlook = regexp.MustCompile(`(?is)<!--\[if [^\]\n]*!\s*mso[^\]\n]*\]>.*?<!\[endif\]-->`)
+// forOutlook reports a condition that holds for Outlook 2016 and later
+// (mso 16): mso, mso | IE, gte mso 9, (mso)|(IE), lt mso 17…; anything it
+// does not know (a !, IE alone, another product) does not.
+func forOutlook(cond string) bool {
+	const version = 16
+	cond = strings.NewReplacer("(", " ", ")", " ").Replace(strings.ToLower(cond))
+	for _, term := range strings.Split(cond, "|") {
+		f := strings.Fields(term)
+		switch {
+		case len(f) == 1 && f[0] == "mso":
+			return true
+		case len(f) == 2 && f[0] == "mso":
+			if n, err := strconv.Atoi(f[1]); err == nil && n == version {
+				return true
+			}
+		case len(f) == 3 && f[1] == "mso":
+			n, err := strconv.Atoi(f[2])
+			if err != nil {
+				continue
+			}
+			switch f[0] {
+			case "gte":
+				if version >= n {
+					return true
+				}
+			case "gt":
+				if version > n {
+					return true
+				}
+			case "lte":
+				if version <= n {
+					return true
+				}
+			case "lt":
+				if version < n {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
 
-// linksToUnsubscribe reports a tag whose href is the unsubscribe link (a
-// query or fragment after it allowed): Outlook's VML buttons
-// (<v:roundrect href="…">) are links that are not <a>.
+// linksToUnsubscribe reports a link whose href is the unsubscribe link (a
+// query or fragment after it allowed): an <a> or <area>, or one of
+// Outlook's VML shapes (<v:roundrect href="…">, its buttons), which are
+// links that are not <a>.
 func linksToUnsubscribe(src string) bool {
 	for i := 0; ; {
 		start, end, ok := nextTag(src, i)
@@ -136,7 +307,11 @@ func linksToUnsubscribe(src string) bool {
 			return false
 		}
 		i = end + 1
-		href := strings.TrimSpace(attrHref(src[start+1 : end]))
+		tag := src[start+1 : end]
+		if name := strings.ToLower(tagName(tag)); name != "a" && name != "area" && !strings.HasPrefix(strings.ToLower(tag), "v:") {
+			continue
+		}
+		href := strings.TrimSpace(attrHref(tag))
 		if rest, ok := strings.CutPrefix(href, SampleUnsubscribeURL); ok && (rest == "" || rest[0] == '?' || rest[0] == '#') {
 			return true
 		}

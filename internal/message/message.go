@@ -179,8 +179,11 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 	if c.subject, err = texttemplate.New(fieldSubject).Funcs(checkedText).Option("missingkey=error").Parse(t.Subject); err != nil {
 		return nil, templateError(fieldSubject, err, nil)
 	}
-	conditionals := markConditionals(t.HTML)
-	if c.html, err = htmltemplate.New(fieldHTML).Funcs(checkedHTML).Option("missingkey=error").Parse(conditionals.src); err != nil {
+	conditionals, err := markConditionals(t.HTML)
+	if err != nil {
+		return nil, err
+	}
+	if c.html, err = htmltemplate.New(fieldHTML).Funcs(checkedHTML).Funcs(conditionalFuncs).Option("missingkey=error").Parse(conditionals.src); err != nil {
 		return nil, templateError(fieldHTML, err, nil)
 	}
 	if t.Text != "" {
@@ -206,7 +209,9 @@ func CompileBudget(t Template, budget Budget) (*Compiled, error) {
 		}
 	}
 
-	conditionals.keep(c.html) // Outlook's conditional comments: conditional.go
+	if err := conditionals.keep(c.html); err != nil { // Outlook's conditional comments: conditional.go
+		return nil, err
+	}
 
 	// Render once against a sample contact, so execution-time mistakes
 	// (wrong argument types, fields on strings) surface now. Required
@@ -313,14 +318,13 @@ func checkUnsubscribeLink(html, text string, ownText bool) error {
 	}
 	if outlook := outlookView(html); outlook != html {
 		// Outlook for Windows reads its conditional comments (conditional.go).
-		// Only whether the link is there: how Outlook's Word engine lays out
-		// styles is its own, and the check above has read them.
+		outlook = withoutHidden(outlook)
 		if href, ok := changedLink(outlook); ok {
 			return &ValidationError{Field: fieldHTML, Reason: fmt.Sprintf("links to %q, the unsubscribe link with something added before or after it, which does not unsubscribe anyone; use {{.UnsubscribeURL}} as the whole link target (a query string or #fragment after it is fine)", href)}
 		}
 		if !intactLinkText(htmlToText(outlook)) && !linksToUnsubscribe(outlook) {
-			return &ValidationError{Field: fieldHTML, Reason: "shows its unsubscribe link to every client but Outlook for Windows, which does not show what is inside <!--[if !mso]><!-->…<!--<![endif]-->; " +
-				"put the link outside that block, or in an <!--[if mso]> block for Outlook too" + orFlag}
+			return &ValidationError{Field: fieldHTML, Reason: "shows its unsubscribe link to every client but Outlook for Windows, which reads the conditional comments (<!--[if …]>) and skips, or is shown hidden, the part that holds it (<!--[if !mso]><!-->…<!--<![endif]-->); " +
+				"put the link outside such blocks, or in an <!--[if mso]> block for Outlook too" + orFlag}
 		}
 	}
 	if ownText && !intactLinkText(text) {

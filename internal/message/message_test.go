@@ -662,3 +662,57 @@ func TestTransactionalKeepsOutlookConditionalComments(t *testing.T) {
 		t.Fatalf("html = %q\nwant %q", html, want)
 	}
 }
+
+// TestOutlookConditionalCommentsOutOfPlace: a marker that does not stand
+// in HTML text, or a block shown to Outlook only that ends early for every
+// other client, is refused at compile: either lets a field's value reach
+// those clients in a context the escaper did not see (review: a script
+// run from the contact's name).
+func TestOutlookConditionalCommentsOutOfPlace(t *testing.T) {
+	t.Parallel()
+	link := `<p><a href="{{.UnsubscribeURL}}">Unsubscribe</a></p>`
+	for _, tc := range []struct{ name, html, want string }{
+		{"closed inside an attribute", `<!--[if mso]><a title="<![endif]--><script>{{.Name}}</script><!--[if mso]>"></a><![endif]-->`, "inside a tag, an attribute"},
+		{"opened inside a script", "<script><!--[if mso]><script></script>\n{{.Name}}</script><![endif]-->", "inside a tag, an attribute"},
+		{"inside a title", `<title><!--[if mso]>x<![endif]--></title>`, "inside a tag, an attribute"},
+		{"inside a textarea", `<textarea><!--[if mso]>x<![endif]--></textarea>`, "inside a tag, an attribute"},
+		{"inside another comment", `<!-- note <!--[if mso]>x<![endif]--> -->`, "or another comment"},
+		{"a --> of its own", `<!--[if mso]><a title="--><img src=x onerror={{.Name}}>"></a><![endif]-->`, "has a --> inside"},
+		{"a --!> of its own", `<!--[if mso]>x --!><img src=x onerror={{.Name}}><![endif]-->`, "has a --> inside"},
+		{"the function called by hand", `<!--[if mso]>x<![endif]-->{{_cc 7}}`, "rangecast's own"},
+	} {
+		tmpl := baseTemplate()
+		tmpl.Text = ""
+		tmpl.HTML = tc.html + link
+		_, err := Compile(tmpl)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v; want it accepted", tc.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v; want one saying %q", tc.name, err, tc.want)
+		}
+		if _, err := CompileTransactional(TransactionalTemplate{Subject: "s", HTML: tc.html}); err == nil {
+			t.Errorf("%s: a transactional template took it", tc.name)
+		}
+	}
+
+	// A block a plain comment sits in is fine; a template called in an
+	// attribute loses its markers (as html/template dropped them), never
+	// showing the action.
+	for _, html := range []string{
+		`<!--[if mso]><!-- for Outlook --><table><tr><td><![endif]-->` + link + `<!--[if mso]></td></tr></table><![endif]-->`,
+		`{{define "m"}}<!--[if mso]>x<![endif]-->{{end}}<a title="{{template "m"}}">t</a>` + link,
+	} {
+		tmpl := baseTemplate()
+		tmpl.Text = ""
+		tmpl.HTML = html
+		c := mustCompile(t, tmpl)
+		_, body := parts(t, mustRender(t, c, baseParams()).Bytes)
+		if strings.Contains(body["text/html"], "_cc") {
+			t.Errorf("%q rendered the marker's action: %s", html, body["text/html"])
+		}
+	}
+}

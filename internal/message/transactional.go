@@ -264,8 +264,10 @@ func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, erro
 		return nil, &ValidationError{Field: fieldText, Reason: "and html are both empty; a template needs a plain-text body, an HTML body, or both"}
 	}
 	c := &CompiledTransactional{}
-	var err error
-	conditionals := markConditionals(t.HTML)
+	conditionals, err := markConditionals(t.HTML)
+	if err != nil {
+		return nil, err
+	}
 	if c.subject, err = texttemplate.New(fieldSubject).Funcs(checkedText).Option("missingkey=error").Parse(t.Subject); err != nil {
 		return nil, dataTemplateError(fieldSubject, err)
 	}
@@ -275,7 +277,7 @@ func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, erro
 		}
 	}
 	if t.HTML != "" {
-		if c.html, err = htmltemplate.New(fieldHTML).Funcs(checkedHTML).Option("missingkey=error").Parse(conditionals.src); err != nil {
+		if c.html, err = htmltemplate.New(fieldHTML).Funcs(checkedHTML).Funcs(conditionalFuncs).Option("missingkey=error").Parse(conditionals.src); err != nil {
 			return nil, dataTemplateError(fieldHTML, err)
 		}
 	}
@@ -309,7 +311,9 @@ func CompileTransactional(t TransactionalTemplate) (*CompiledTransactional, erro
 		printNoValueAsEmpty(c.text, false)
 	}
 	if c.html != nil {
-		conditionals.keep(c.html) // Outlook's conditional comments: conditional.go
+		if err := conditionals.keep(c.html); err != nil { // Outlook's conditional comments: conditional.go
+			return nil, err
+		}
 	}
 	if err := c.sampleRun(); err != nil {
 		return nil, err

@@ -231,7 +231,11 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"MJML column", `<td style="font-size:0px;padding:10px 25px;word-break:break-word;"><div style="font-family:Arial;font-size:13px;line-height:1;">` + link + `</div></td>`, "", ""},
 		{"hidden in a class and a title", `<p class="footer hidden-xs hidden lg-visible" title="nothing hidden here">` + link + `</p>`, "", ""},
 		{"unclosed hidden p", `<p style="display:none">preview<p>Hi ` + link, "", ""},
-		{"MSO comment in a hidden block", `<div style="display:none"><!--[if mso]><div><![endif]-->x</div><p>` + link + `</p>`, "", ""},
+		// Every client but Outlook closes the hidden block at its </div>;
+		// Outlook, reading the conditional comment, takes that for the
+		// inner div's, and the link is inside the hidden block to it.
+		{"MSO comment in a hidden block", `<div style="display:none"><!--[if mso]><div><![endif]-->x</div><p>` + link + `</p>`, "", "html outlook"},
+		{"MSO comment in a hidden block, balanced", `<div style="display:none"><!--[if mso]><div></div><![endif]-->x</div><p>` + link + `</p>`, "", ""},
 		// Outlook's conditional comments reach the message (conditional.go):
 		// what only Outlook shows is a comment to every other client.
 		{"a VML button for Outlook only", `<p>Hi</p><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}"><center>Unsubscribe</center></v:roundrect><![endif]-->`, "", "html"},
@@ -241,6 +245,11 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"a link for every client but Outlook and IE", `<p>Hi</p><!--[if !mso | IE]><!-- -->` + link + `<!--<![endif]-->`, "", "html outlook"},
 		{"a link for the others, and one for Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]--><!--[if mso]>` + link + `<![endif]-->`, "", ""},
 		{"MJML's ghost table around the link", `<!--[if mso | IE]><table role="presentation" width="600"><tr><td><![endif]--><div>` + link + `</div><!--[if mso | IE]></td></tr></table><![endif]-->`, "", ""},
+		{"a link Outlook skips, by a condition not known to hold", `<p>Hi</p><!--[if gte mso 99]><!-->` + link + `<!--<![endif]-->`, "", "html outlook"},
+		{"a link Outlook skips, by !(mso)", `<p>Hi</p><!--[if !(mso)]><!-->` + link + `<!--<![endif]-->`, "", "html outlook"},
+		{"a link for the others, and a <link> for Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]--><!--[if mso]><link rel="x" href="{{.UnsubscribeURL}}"><![endif]-->`, "", "html outlook"},
+		{"a link for the others, and an empty one for Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]--><!--[if mso]><a href="{{.UnsubscribeURL}}"></a><![endif]-->`, "", "html outlook"},
+		{"a link for the others, and one for Outlook 2007 and later", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]--><!--[if gte mso 12]>` + link + `<![endif]-->`, "", ""},
 		{"an Outlook-only link changed", `<p>Hi</p>` + link + `<!--[if mso]><a href="{{.UnsubscribeURL}}/x">Unsubscribe</a><![endif]-->`, "", "html changed"},
 		{"visibility hidden, child visible", `<div style="visibility:hidden"><p style="visibility:visible">` + link + `</p></div>`, "", ""},
 		{"SVG link", `<p>Hi</p><a href="{{.UnsubscribeURL}}"><svg width="10" height="10"></svg></a>`, "", ""},
