@@ -485,7 +485,8 @@ func transformedAway(v string) bool {
 		fn, args := m[1], strings.FieldsFunc(m[2], func(r rune) bool { return r == ',' || r == ' ' })
 		switch {
 		case fn == "matrix" && len(args) == 6:
-			if flattens(args[0], args[1], args[2], args[3]) {
+			// e and f translate, in px.
+			if flattens(args[0], args[1], args[2], args[3]) || farOff(args[4]+"px") || farOut(args[4]+"px") || farOff(args[5]+"px") || farOut(args[5]+"px") {
 				return true
 			}
 		case fn == "matrix3d" && len(args) == 16:
@@ -510,8 +511,11 @@ func transformedAway(v string) bool {
 	return false
 }
 
-// flattens: a 2-D matrix (a b c d) that leaves (nearly) no area: its
-// determinant is under a hundredth, as a scale under a tenth each way is.
+// flattens: a 2-D matrix (a b c d) that squashes text to (nearly)
+// nothing in some direction: its smaller singular value, the least it
+// scales any direction by, is under a tenth, as scale()'s rule has it
+// (matrix(1,0,0,0.02,0,0) is scaleY(0.02); review). A rotation or a
+// mirror scales every direction by 1.
 func flattens(a, b, c, d string) bool {
 	var n [4]float64
 	for i, x := range []string{a, b, c, d} {
@@ -521,7 +525,10 @@ func flattens(a, b, c, d string) bool {
 		}
 		n[i] = v
 	}
-	return math.Abs(n[0]*n[3]-n[1]*n[2]) < 0.01
+	sum := n[0]*n[0] + n[1]*n[1] + n[2]*n[2] + n[3]*n[3]
+	det := n[0]*n[3] - n[1]*n[2]
+	least := math.Sqrt(max(0, (sum-math.Sqrt(max(0, sum*sum-4*det*det)))/2))
+	return least < 0.1
 }
 
 var cssFunction = regexp.MustCompile(`([a-z0-9]+)\(([^)]*)\)`)
