@@ -128,9 +128,34 @@ func ErasedReceiptKey(key []byte, email string) string {
 // erasure keeps none of it in clear; a request repeated under the key
 // still finds the receipt (with ErasedReceiptKey).
 func ErasedIdempotencyKey(key []byte, idempotencyKey string) string {
+	return erasedHMAC(key, "idempotency key", idempotencyKey)
+}
+
+// ErasedPayloadHash is the payload hash an erased transactional receipt
+// keeps: a request repeated under its key with other content is refused
+// as before the erasure, not answered as a replay while nothing is sent
+// (review).
+func ErasedPayloadHash(key []byte, payloadHash string) string {
+	return erasedHMAC(key, "payload hash", payloadHash)
+}
+
+// erasedHMAC is ErasedToken and the keyed hash of value, labelled so that
+// no two kinds of value share a hash.
+func erasedHMAC(key []byte, label, value string) string {
 	m := hmac.New(sha256.New, key)
-	m.Write([]byte("idempotency key\x00" + idempotencyKey))
+	m.Write([]byte(label + "\x00" + value))
 	return ErasedToken + hex.EncodeToString(m.Sum(nil))
+}
+
+// MatchErased is the receipt erased found by a request with payloadHash:
+// its payload hash is the request's when the request's content is the
+// erased one's (ErasedPayloadHash), so a caller compares them as before the
+// erasure.
+func MatchErased(key []byte, erased Receipt, payloadHash string) Receipt {
+	if erased.PayloadHash == ErasedPayloadHash(key, payloadHash) {
+		erased.PayloadHash = payloadHash
+	}
+	return erased
 }
 
 // NewErasedToken returns a fresh irreversible token for one erased contact:

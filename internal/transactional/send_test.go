@@ -560,6 +560,11 @@ func TestReplayAfterErasure(t *testing.T) {
 	if !replay.GetReplayed() || replay.GetMessage().GetId() != id || replay.GetMessage().GetStatus() != statusSent {
 		t.Fatalf("repeat after erasure: replayed=%v id=%s status=%s; want a replay of %s, sent", replay.GetReplayed(), replay.GetMessage().GetId(), replay.GetMessage().GetStatus(), id)
 	}
+	changed := request("reset:1", "ann@example.org")
+	changed.Subject = "Your new code"
+	if _, err := e.client.Send(context.Background(), changed); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("the key repeated after the erasure with another subject: %v; want FailedPrecondition, as before the erasure", err)
+	}
 	fresh := e.send(request("reset:2", "ann@example.org"))
 	if fresh.GetReplayed() {
 		t.Fatal("a new key after the erasure was taken as a replay")

@@ -144,10 +144,10 @@ func (s *Service) Send(ctx context.Context, req *pb.SendRequest) (*pb.SendRespon
 		return nil, status.Errorf(codes.Unavailable, "store the message: %v", err)
 	}
 	if !created {
-		// An erased recipient's receipt keeps no payload to compare: the
-		// key's message was sent (or not) before the erasure, and is not
-		// sent again.
-		if r.PayloadHash != hash && !strings.HasPrefix(r.Email, store.ErasedToken) {
+		// An erased recipient's receipt compares as before the erasure
+		// (store.MatchErased): the same content is a replay, other
+		// content under the key is refused.
+		if r.PayloadHash != hash {
 			requests.WithLabelValues("conflict").Inc()
 			field := "payload"
 			if old, err := decodePayload(r.Payload); err == nil {
@@ -155,9 +155,13 @@ func (s *Service) Send(ctx context.Context, req *pb.SendRequest) (*pb.SendRespon
 					field = f
 				}
 			}
+			to := r.Email
+			if strings.HasPrefix(to, store.ErasedToken) {
+				to = "a recipient since erased"
+			}
 			return nil, status.Errorf(codes.FailedPrecondition,
 				"idempotency_key %q was already used for message %s to %s with other content (its %s); send a new message under a new key, or repeat the original request to get its status",
-				r.Key, r.ID, r.Email, differs(field))
+				req.GetIdempotencyKey(), r.ID, to, differs(field))
 		}
 		requests.WithLabelValues("replayed").Inc()
 		if r.ID != id && wait > 0 {

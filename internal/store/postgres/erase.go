@@ -262,17 +262,17 @@ const (
 // repeated under the key still finds it. A queued receipt fails; a sending
 // one is left to its worker, whose outcome finds the row by id.
 func (s *Store) eraseReceipts(ctx context.Context, tx pgx.Tx, e *store.Erased, now time.Time) error {
-	rows, err := tx.Query(ctx, `SELECT id, key FROM outbound_receipts WHERE email_key = $1`, keys([]string{e.Email})[0])
+	rows, err := tx.Query(ctx, `SELECT id, key, payload_hash FROM outbound_receipts WHERE email_key = $1`, keys([]string{e.Email})[0])
 	if err != nil {
 		return err
 	}
 	type receipt struct {
-		id  [16]byte
-		key string
+		id               [16]byte
+		key, payloadHash string
 	}
 	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (receipt, error) {
 		var r receipt
-		return r, row.Scan(&r.id, &r.key)
+		return r, row.Scan(&r.id, &r.key, &r.payloadHash)
 	})
 	if err != nil {
 		return err
@@ -280,10 +280,11 @@ func (s *Store) eraseReceipts(ctx context.Context, tx pgx.Tx, e *store.Erased, n
 	emailKey := store.ErasedReceiptKey(s.erasureKey, e.Email)
 	for _, r := range found {
 		if _, err := tx.Exec(ctx, `
-UPDATE outbound_receipts SET email = $2, email_key = $5, key = $6, payload = ''::bytea, payload_hash = '',
+UPDATE outbound_receipts SET email = $2, email_key = $5, key = $6, payload = ''::bytea, payload_hash = $7,
     error = CASE WHEN status = 'queued' THEN $3 ELSE '' END,
     status = CASE WHEN status = 'queued' THEN 'failed' ELSE status END, updated_at = $4
-WHERE id = $1`, r.id, store.NewErasedToken(), erasedReceipt, now, emailKey, store.ErasedIdempotencyKey(s.erasureKey, r.key)); err != nil {
+WHERE id = $1`, r.id, store.NewErasedToken(), erasedReceipt, now, emailKey, store.ErasedIdempotencyKey(s.erasureKey, r.key),
+			store.ErasedPayloadHash(s.erasureKey, r.payloadHash)); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE outbound_attempts SET reply = '' WHERE receipt_id = $1`, r.id); err != nil {

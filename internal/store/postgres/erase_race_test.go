@@ -90,3 +90,70 @@ func TestImportRacingAnErasureIsErasedOrSuppressed(t *testing.T) {
 		t.Errorf("contact imported during the erasure: suppressed %v (%q); want suppressed as erased (%q)", d.Suppressed, d.SuppressedReason, store.ErasedReason)
 	}
 }
+
+// TestReceiptRepeatedDuringAnErasureIsAReplay: a transactional request
+// repeated under its key while the erasure of its recipient is rewriting
+// the receipt must wait for the erasure and then find the erased receipt:
+// a replay, not a new message. Before, the repeat's insert waited on the
+// unique index, found the key free once the erasure committed, and the
+// message was sent a second time (review); the next erasure of the address
+// then failed for good on the twin's hashed keys.
+func TestReceiptRepeatedDuringAnErasureIsAReplay(t *testing.T) {
+	t.Parallel()
+	s, _, _ := windowSetup(t, 0)
+	ctx := t.Context()
+	const email = "reset@example.org"
+	request := func() store.Receipt {
+		return store.Receipt{ID: ulid.Make(), Kind: "transactional", Key: "reset:1", Email: email, PayloadHash: "h", Payload: []byte(`{}`),
+			MessageID: "m@example.org", NextAttemptAt: t0, CreatedAt: t0}
+	}
+	first, created, err := s.CreateReceipt(ctx, request())
+	if err != nil || !created {
+		t.Fatalf("CreateReceipt = %v, created %v", err, created)
+	}
+
+	// The erasure's transaction, held open after it rewrote the receipt.
+	erase, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer erase.Rollback(ctx) //nolint:errcheck
+	var pid int32
+	if err := erase.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := erase.Exec(ctx, `LOCK TABLE erased_addresses IN ROW EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	key := s.ErasureKey()
+	if _, err := erase.Exec(ctx, `UPDATE outbound_receipts SET email = $2, email_key = $3, key = $4, payload = ''::bytea, payload_hash = $5 WHERE id = $1`,
+		first.ID[:], store.NewErasedToken(), store.ErasedReceiptKey(key, email), store.ErasedIdempotencyKey(key, "reset:1"), store.ErasedPayloadHash(key, "h")); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		r       store.Receipt
+		created bool
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, created, err := s.CreateReceipt(ctx, request())
+		done <- result{r, created, err}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !blocking(t, s, pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the repeat did not wait for the erasure in 10 s")
+		}
+	}
+	if err := erase.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if got.err != nil || got.created || got.r.ID != first.ID || got.r.PayloadHash != "h" {
+		t.Fatalf("repeat during the erasure: created %v, id %s (first %s), payload hash %q, err %v; want a replay of the first", got.created, got.r.ID, first.ID, got.r.PayloadHash, got.err)
+	}
+	if _, err := s.Erase(ctx, []string{email}, t0.Add(time.Minute)); err != nil {
+		t.Fatalf("erasing the address again: %v", err)
+	}
+}

@@ -71,6 +71,9 @@ func RecordAndClaimProbed(ctx context.Context, conn *pgxpool.Conn, broadcast uli
 // ErasureHash is store.ErasureHash under the store's own key.
 func (s *Store) ErasureHash(email string) string { return store.ErasureHash(s.erasureKey, email) }
 
+// ErasureKey is the store's key for the erased hashes.
+func (s *Store) ErasureKey() []byte { return s.erasureKey }
+
 // Pool returns the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 

@@ -51,28 +51,42 @@ func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Recei
 	if err := store.CheckFields("kind", r.Kind, "idempotency key", r.Key, "email", r.Email); err != nil {
 		return store.Receipt{}, false, fmt.Errorf("create receipt: %w", err)
 	}
-	// A receipt erased since keeps its idempotency key (eraseReceipts):
-	// the request is a replay of it, not a new message.
-	erased, err := scanReceipt(s.pool.QueryRow(ctx, findReceipt, r.Kind, store.ErasedIdempotencyKey(s.erasureKey, r.Key), store.ErasedReceiptKey(s.erasureKey, r.Email)))
-	if err == nil {
-		return erased, false, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return store.Receipt{}, false, mapErr("create receipt: read erased", err)
-	}
-	created, err := scanReceipt(s.pool.QueryRow(ctx, insertReceipt, uid(r.ID), r.Kind, r.Key, r.Email, r.PayloadHash, r.Payload,
-		r.MessageID, r.NextAttemptAt, r.CreatedAt, address.Key(r.Email)))
-	if err == nil {
-		return created, true, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	var out store.Receipt
+	var created bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// A receipt erased since keeps its keys as keyed hashes
+		// (eraseReceipts): the request is a replay of it, not a new
+		// message. SHARE waits for an erasure in progress (ROW EXCLUSIVE)
+		// and holds off the next: without it a repeat racing the erasure
+		// found neither the receipt in clear nor the erased one, and was
+		// sent again (review).
+		if _, err := tx.Exec(ctx, `LOCK TABLE erased_addresses IN SHARE MODE`); err != nil {
+			return err
+		}
+		erased, err := scanReceipt(tx.QueryRow(ctx, findReceipt, r.Kind, store.ErasedIdempotencyKey(s.erasureKey, r.Key), store.ErasedReceiptKey(s.erasureKey, r.Email)))
+		if err == nil {
+			out = store.MatchErased(s.erasureKey, erased, r.PayloadHash)
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		out, err = scanReceipt(tx.QueryRow(ctx, insertReceipt, uid(r.ID), r.Kind, r.Key, r.Email, r.PayloadHash, r.Payload,
+			r.MessageID, r.NextAttemptAt, r.CreatedAt, address.Key(r.Email)))
+		if err == nil {
+			created = true
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		out, err = scanReceipt(tx.QueryRow(ctx, findReceipt, r.Kind, r.Key, address.Key(r.Email)))
+		return err
+	})
+	if err != nil {
 		return store.Receipt{}, false, mapErr("create receipt", err)
 	}
-	existing, err := scanReceipt(s.pool.QueryRow(ctx, findReceipt, r.Kind, r.Key, address.Key(r.Email)))
-	if err != nil {
-		return store.Receipt{}, false, mapErr("create receipt: read existing", err)
-	}
-	return existing, false, nil
+	return out, created, nil
 }
 
 func (s *Store) FindReceipt(ctx context.Context, kind, key, email string) (store.Receipt, error) {

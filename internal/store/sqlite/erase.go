@@ -188,18 +188,18 @@ WHERE broadcast_id = ?1 AND contact_id = ?2`, r.bid, id(e.Contact), token, reply
 // Postgres store's does: the keys become keyed hashes, by which a request
 // repeated under the idempotency key still finds the receipt.
 func (s *Store) eraseReceipts(ctx context.Context, tx *sql.Tx, e *store.Erased, now time.Time) error {
-	rows, err := tx.QueryContext(ctx, `SELECT id, key FROM outbound_receipts WHERE email_key = ?`, emailKey(e.Email))
+	rows, err := tx.QueryContext(ctx, `SELECT id, key, payload_hash FROM outbound_receipts WHERE email_key = ?`, emailKey(e.Email))
 	if err != nil {
 		return err
 	}
 	type receipt struct {
-		id  []byte
-		key string
+		id               []byte
+		key, payloadHash string
 	}
 	var found []receipt
 	for rows.Next() {
 		var r receipt
-		if err := rows.Scan(&r.id, &r.key); err != nil {
+		if err := rows.Scan(&r.id, &r.key, &r.payloadHash); err != nil {
 			rows.Close()
 			return err
 		}
@@ -212,10 +212,11 @@ func (s *Store) eraseReceipts(ctx context.Context, tx *sql.Tx, e *store.Erased, 
 	erasedEmailKey := store.ErasedReceiptKey(s.erasureKey, e.Email)
 	for _, r := range found {
 		if _, err := tx.ExecContext(ctx, `
-UPDATE outbound_receipts SET email = ?2, email_key = ?5, key = ?6, payload = X'', payload_hash = '',
+UPDATE outbound_receipts SET email = ?2, email_key = ?5, key = ?6, payload = X'', payload_hash = ?7,
     error = CASE WHEN status = 'queued' THEN ?3 ELSE '' END,
     status = CASE WHEN status = 'queued' THEN 'failed' ELSE status END, updated_at = ?4
-WHERE id = ?1`, r.id, store.NewErasedToken(), erasedReceipt, ts(now), erasedEmailKey, store.ErasedIdempotencyKey(s.erasureKey, r.key)); err != nil {
+WHERE id = ?1`, r.id, store.NewErasedToken(), erasedReceipt, ts(now), erasedEmailKey, store.ErasedIdempotencyKey(s.erasureKey, r.key),
+			store.ErasedPayloadHash(s.erasureKey, r.payloadHash)); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE outbound_attempts SET reply = '' WHERE receipt_id = ?`, r.id); err != nil {

@@ -58,7 +58,7 @@ func (s *Store) CreateReceipt(ctx context.Context, r store.Receipt) (store.Recei
 		// the request is a replay of it, not a new message.
 		erased, err := scanReceipt(tx.QueryRowContext(ctx, findReceipt, r.Kind, store.ErasedIdempotencyKey(s.erasureKey, r.Key), store.ErasedReceiptKey(s.erasureKey, r.Email)))
 		if err == nil {
-			out, created = erased, false
+			out, created = store.MatchErased(s.erasureKey, erased, r.PayloadHash), false
 			return nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {

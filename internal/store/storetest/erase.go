@@ -211,6 +211,14 @@ func testEraseNoTrace(f *fixture) {
 			f.t.Errorf("the key of a message sent before the erasure, repeated to %s: created %v, %+v; want the erased receipt %s, sent", to, created, again, sent.ID)
 		}
 	}
+	// With other content under the key it is still the erased message,
+	// whose payload hash differs, so the caller refuses it as before.
+	other, created, err := f.s.CreateReceipt(ctx, store.Receipt{ID: f.ids.next(), Kind: "transactional", Key: "welcome-1", Email: erasedEmail,
+		PayloadHash: "h-other", Payload: []byte(`{}`), MessageID: "tx.other@mail.example.org", NextAttemptAt: at(13), CreatedAt: at(13)})
+	f.must(err, "CreateReceipt repeated after erasure with other content")
+	if created || other.ID != sent.ID || other.PayloadHash == "h-other" {
+		f.t.Errorf("the key repeated after the erasure with other content: created %v, %+v; want the erased receipt %s with another payload hash", created, other, sent.ID)
+	}
 	// So is one whose key holds the address: the key is kept only as a
 	// keyed hash, by which the repeat still finds it.
 	again, created, err := f.s.CreateReceipt(ctx, store.Receipt{ID: f.ids.next(), Kind: "transactional", Key: "signup:" + strings.ToUpper(erasedEmail), Email: erasedEmail,
