@@ -89,6 +89,9 @@ func (t *simTotals) add(s *sim) {
 }
 
 func TestSimulation(t *testing.T) {
+	if *simSlowSend <= simStragglerAfter {
+		t.Fatalf("-sim.slow=%s: a slow send must outlast the workers' StragglerAfter (%s) to straggle", *simSlowSend, simStragglerAfter)
+	}
 	if *simSeed != 0 {
 		s := runSchedule(t, *simSeed, true)
 		for _, v := range s.violations {
