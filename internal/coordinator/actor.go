@@ -1033,6 +1033,11 @@ func (a *actor) dispatch(ctx context.Context) {
 		}
 		return
 	}
+	if strings.HasPrefix(a.waiting(), "paused: ") {
+		// Resumed: a broadcast whose ranges are all walked sets no
+		// waiting below, and status said "paused" while it ran (tester).
+		a.setWaiting("")
+	}
 	now := a.c.cfg.Clock.Now()
 	waiting, unfinished := "", false
 	a.throttleWait, a.pagesHeld = 0, false
