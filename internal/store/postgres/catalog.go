@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/store"
@@ -16,34 +15,23 @@ var _ store.Catalog = (*Store)(nil)
 
 // contactPageColumns are a contact as a list shows it (alias c), with the
 // gate's verdict; segments are left out (one probe per segment per row).
-var contactPageColumns = `c.id, c.email, c.name, c.attributes, c.subscribed, c.do_not_contact, c.suppressed,
-c.suppressed_reason, c.suppressed_at, c.created_at, c.updated_at, (` + gate("") + `)`
-
 func (s *Store) ContactPage(ctx context.Context, segment int64, after ulid.ULID, limit int) ([]store.ContactDetail, error) {
+	// With each contact's segments, as GetContact's: a list in JSON said
+	// "segments": [] of every contact (tester).
 	var rows pgx.Rows
 	var err error
 	if segment == 0 {
-		rows, err = s.pool.Query(ctx, `SELECT `+contactPageColumns+` FROM contacts c WHERE c.id > $1 ORDER BY c.id LIMIT $2`, uid(after), limit)
+		rows, err = s.pool.Query(ctx, `SELECT `+contactDetailColumns+` FROM contacts c WHERE c.id > $1 ORDER BY c.id LIMIT $2`, uid(after), limit)
 	} else {
 		// The members' primary key (segment_id, contact_id) walks the
 		// segment in id order.
-		rows, err = s.pool.Query(ctx, `SELECT `+contactPageColumns+` FROM segment_members m JOIN contacts c ON c.id = m.contact_id
+		rows, err = s.pool.Query(ctx, `SELECT `+contactDetailColumns+` FROM segment_members m JOIN contacts c ON c.id = m.contact_id
 WHERE m.segment_id = $3 AND m.contact_id > $1 ORDER BY m.contact_id LIMIT $2`, uid(after), limit, segment)
 	}
 	if err != nil {
 		return nil, mapErr("contact page", err)
 	}
-	var out []store.ContactDetail
-	var d store.ContactDetail
-	var id [16]byte
-	var suppressedAt pgtype.Timestamptz
-	_, err = pgx.ForEachRow(rows, []any{&id, &d.Email, &d.Name, &d.Attributes, &d.Subscribed, &d.DoNotContact, &d.Suppressed,
-		&d.SuppressedReason, &suppressedAt, &d.CreatedAt, &d.UpdatedAt, &d.Eligible}, func() error {
-		d.ID, d.SuppressedAt = ulid.ULID(id), suppressedAt.Time
-		out = append(out, d)
-		d.Attributes = nil
-		return nil
-	})
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ContactDetail, error) { return scanContactDetail(row) })
 	return out, mapErr("contact page", err)
 }
 

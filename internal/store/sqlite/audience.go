@@ -36,7 +36,7 @@ c.suppressed_reason, c.suppressed_at, c.created_at, c.updated_at, (` + gate(0) +
     WHERE EXISTS (SELECT 1 FROM segment_members m WHERE m.segment_id = s.id AND m.contact_id = c.id)
     ORDER BY s.name))`
 
-func scanContactDetail(row *sql.Row) (store.ContactDetail, error) {
+func scanContactDetail(row interface{ Scan(...any) error }) (store.ContactDetail, error) {
 	var d store.ContactDetail
 	var cid []byte
 	var attrs, segments string

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -16,16 +15,15 @@ var _ store.Catalog = (*Store)(nil)
 
 // contactPageColumns are a contact as a list shows it (alias c), with the
 // gate's verdict and without segments.
-var contactPageColumns = `c.id, c.email, c.name, c.attributes, c.subscribed, c.do_not_contact, c.suppressed,
-c.suppressed_reason, c.suppressed_at, c.created_at, c.updated_at, (` + gate(0) + `)`
-
 func (s *Store) ContactPage(ctx context.Context, segment int64, after ulid.ULID, limit int) ([]store.ContactDetail, error) {
+	// With each contact's segments, as GetContact's: a list in JSON said
+	// "segments": [] of every contact (tester).
 	var rows *sql.Rows
 	var err error
 	if segment == 0 {
-		rows, err = s.r.QueryContext(ctx, `SELECT `+contactPageColumns+` FROM contacts c WHERE c.id > ?1 ORDER BY c.id LIMIT ?2`, id(after), limit)
+		rows, err = s.r.QueryContext(ctx, `SELECT `+contactDetailColumns+` FROM contacts c WHERE c.id > ?1 ORDER BY c.id LIMIT ?2`, id(after), limit)
 	} else {
-		rows, err = s.r.QueryContext(ctx, `SELECT `+contactPageColumns+` FROM segment_members m JOIN contacts c ON c.id = m.contact_id
+		rows, err = s.r.QueryContext(ctx, `SELECT `+contactDetailColumns+` FROM segment_members m JOIN contacts c ON c.id = m.contact_id
 WHERE m.segment_id = ?3 AND m.contact_id > ?1 ORDER BY m.contact_id LIMIT ?2`, id(after), limit, segment)
 	}
 	if err != nil {
@@ -34,22 +32,10 @@ WHERE m.segment_id = ?3 AND m.contact_id > ?1 ORDER BY m.contact_id LIMIT ?2`, i
 	defer rows.Close()
 	var out []store.ContactDetail
 	for rows.Next() {
-		var d store.ContactDetail
-		var cid []byte
-		var attrs string
-		var suppressedAt sql.NullInt64
-		var created, updated int64
-		if err := rows.Scan(&cid, &d.Email, &d.Name, &attrs, &d.Subscribed, &d.DoNotContact, &d.Suppressed,
-			&d.SuppressedReason, &suppressedAt, &created, &updated, &d.Eligible); err != nil {
+		d, err := scanContactDetail(rows)
+		if err != nil {
 			return nil, mapErr("contact page", err)
 		}
-		if d.ID, err = fromBlob(cid); err != nil {
-			return nil, mapErr("contact page", err)
-		}
-		if err := json.Unmarshal([]byte(attrs), &d.Attributes); err != nil {
-			return nil, fmt.Errorf("contact %s: attributes: %w", d.ID, err)
-		}
-		d.SuppressedAt, d.CreatedAt, d.UpdatedAt = nullTS(suppressedAt), fromTS(created), fromTS(updated)
 		out = append(out, d)
 	}
 	return out, mapErr("contact page", rows.Err())

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/oklog/ulid/v2"
 
@@ -47,6 +48,13 @@ func testContactPages(f *fixture) {
 		}
 		if c.Eligible != (i != 3) || c.Suppressed != (i == 3) {
 			f.t.Errorf("contact %d: eligible %v suppressed %v", i, c.Eligible, c.Suppressed)
+		}
+		// Each with its segments, as GetContact has them (tester: a list
+		// in JSON showed none).
+		d, err := f.s.GetContact(f.ctx, c.ID)
+		f.must(err, "GetContact")
+		if !slices.Equal(c.Segments, d.Segments) || slices.Contains(c.Segments, "odd") != (i%2 == 1) {
+			f.t.Errorf("contact %d listed in segments %q; GetContact says %q", i, c.Segments, d.Segments)
 		}
 	}
 	members := walk(seg.ID, 2)
