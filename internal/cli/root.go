@@ -78,6 +78,9 @@ func refuseUnknownSubcommands(cmd *cobra.Command) {
 				return c.Help()
 			}
 			msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+			if c.SuggestionsMinimumDistance <= 0 {
+				c.SuggestionsMinimumDistance = 2 // cobra's own default, set only for the root
+			}
 			if s := c.SuggestionsFor(args[0]); len(s) > 0 {
 				msg += "; did you mean " + strings.Join(s, " or ") + "?"
 			}
