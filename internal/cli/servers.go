@@ -142,7 +142,7 @@ func applyGCPolicy(log *slog.Logger) {
 // dkimKeyFlag is --dkim-key, repeatable; RANGECAST_DKIM_KEYS adds more.
 func dkimKeyFlag(cmd *cobra.Command, keys *[]string) {
 	cmd.Flags().StringArrayVar(keys, "dkim-key", nil,
-		"DOMAIN=SELECTOR:KEYFILE: sign mail from DOMAIN (and its subdomains) with this PEM key, RSA of 2048 bits or Ed25519; repeat it, e.g. for two selectors of one domain while rotating (both sign). "+
+		"DOMAIN=SELECTOR:KEYFILE: sign mail from DOMAIN (and its subdomains) with this PEM key, RSA of 2048 bits or more (1,024 starts with a warning) or Ed25519; repeat it, e.g. for two selectors of one domain while rotating (both sign). "+
 			"'rangecast domains records DOMAIN --dkim-key …' prints the DNS records to publish (env "+server.EnvDKIMKeys+", comma-separated)")
 }
 
