@@ -165,6 +165,19 @@ func Start(addr string, opts ...Option) (*Server, error) {
 		if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
 			return nil, fmt.Errorf("capture: %w", err)
 		}
+		// A message being written when the process was killed was never
+		// answered 250: its sender sends it again. Its file, left under
+		// the temporary name, made a count of the folder's files look
+		// like a second copy (tester).
+		partial, err := filepath.Glob(filepath.Join(cfg.dir, "*.eml.tmp"))
+		if err != nil {
+			return nil, fmt.Errorf("capture: %w", err)
+		}
+		for _, p := range partial {
+			if err := os.Remove(p); err != nil {
+				return nil, fmt.Errorf("capture: %w", err)
+			}
+		}
 	}
 
 	s := &Server{cfg: cfg, done: make(chan struct{}), serve: make(chan error, 1), byID: map[string]int{}}

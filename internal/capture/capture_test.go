@@ -269,6 +269,9 @@ func TestRestartKeepsMessages(t *testing.T) {
 	}
 
 	second := start(t, WithDir(dir))
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(left) != 0 {
+		t.Fatalf("a message never answered 250 is still in the folder: %v", left)
+	}
 	if second.Count() != 1 || !second.Accepted("id1@example.com") || second.Accepted("other@example.com") {
 		t.Fatalf("after restart: count %d, accepted(id1) %v; want the one message kept", second.Count(), second.Accepted("id1@example.com"))
 	}
