@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,7 +34,10 @@ type StackOptions struct {
 	// in-process instead.
 	SMTPURL string
 	// MailFiles also writes each captured message to Dir/mail as .eml.
-	MailFiles            bool
+	MailFiles bool
+	// CaptureAddr is where the capture SMTP server listens ("": a free
+	// port on 127.0.0.1).
+	CaptureAddr          string
 	Workers, Concurrency int
 	// RetryFor is the workers' WorkerOptions.RetryFor; 0 is the default.
 	RetryFor time.Duration
@@ -185,8 +189,8 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		if o.MailFiles {
 			opts = append(opts, capture.WithDir(o.Dir+"/mail"))
 		}
-		if s.Capture, err = capture.Start("127.0.0.1:0", opts...); err != nil {
-			return nil, err
+		if s.Capture, err = capture.Start(cmp.Or(o.CaptureAddr, "127.0.0.1:0"), opts...); err != nil {
+			return nil, fmt.Errorf("capture SMTP server: %w", err)
 		}
 		smtpURL = s.Capture.URL()
 	}
