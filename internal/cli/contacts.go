@@ -653,7 +653,16 @@ func parseHeader(header []string) (*csvColumns, error) {
 		for i, k := range cols.keys {
 			quoted[i] = strconv.Quote(k)
 		}
-		return nil, fmt.Errorf("the CSV header has no email column (its columns: %s): the file needs %s", strings.Join(quoted, ", "), csvFormat)
+		hint := ""
+		for _, k := range cols.keys {
+			if sep := strings.IndexAny(k, ";\t|"); sep >= 0 && strings.Contains(strings.ToLower(k), "email") {
+				// email;name: a spreadsheet's export in a locale whose
+				// lists use semicolons (tester).
+				hint = fmt.Sprintf(" (the columns look separated by %q: rangecast reads commas; export the file with commas as separators)", k[sep:sep+1])
+				break
+			}
+		}
+		return nil, fmt.Errorf("the CSV header has no email column (its columns: %s)%s: the file needs %s", strings.Join(quoted, ", "), hint, csvFormat)
 	}
 	if n := len(cols.attrs); n > maxImportAttributes {
 		return nil, fmt.Errorf("the CSV header has %d attribute columns; a contact may have at most %d attributes", n, maxImportAttributes)

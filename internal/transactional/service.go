@@ -312,7 +312,7 @@ func (s *Service) render(ctx context.Context, p *payload, req *pb.SendRequest) e
 	t, err := s.cfg.Store.GetTemplate(ctx, p.Template)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return status.Errorf(codes.NotFound, "no template named %q; store it first with PutTemplate (rangecast send template put)", p.Template)
+		return status.Errorf(codes.NotFound, "no template named %q; store it first with rangecast send template put (PutTemplate in the API)", p.Template)
 	case err != nil:
 		return status.Errorf(codes.Unavailable, "read template %q: %v", p.Template, err)
 	}
