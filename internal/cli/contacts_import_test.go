@@ -61,7 +61,7 @@ func TestReadCSVRefusesAmbiguousHeader(t *testing.T) {
 	for src, want := range map[string]string{
 		"name,city\nAnn,Oslo\n":                                 "no email column",
 		"e-mail,name\nann@example.org,Ann\n":                    `no email column (its columns: "e-mail", "name")`,
-		"email;name\nann@example.org;Ann\n":                     `looks separated by ";"`,
+		"email;name\nann@example.org;Ann\n":                     `look separated by ";"`,
 		"email,city,city\nann@example.org,Oslo,Rome\n":          `names two columns "city" (columns 2 and 3)`,
 		"email,City,name,CITY\nann@example.org,Oslo,Ann,Rome\n": `names two columns "City" and "CITY" (columns 2 and 4), the same but for case`,
 		"email,Email\nann@example.org,bob@example.org\n":        `names two columns "email" and "Email" (columns 1 and 2), the same but for case`,
