@@ -211,11 +211,11 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 	seen := newEmailSet()
 
 	batches := make(chan batch, 1)
-	var imported, updated int64 // written by the writer; read after it is done
-	var refused []refusedRow    // likewise
+	var imported, updated, erased int64 // written by the writer; read after it is done
+	var refused []refusedRow            // likewise
 	written := make(chan error, 1)
 	go func() {
-		err := api.writeBatches(ctx, batches, &imported, &updated, &refused)
+		err := api.writeBatches(ctx, batches, &imported, &updated, &erased, &refused)
 		if err != nil {
 			cancel() // stops the reader at its next batch
 		}
@@ -315,8 +315,8 @@ func (api *AudienceAPI) ImportContacts(stream pb.AudienceService_ImportContactsS
 	}
 	// The store's refusals come after the rows validation refused.
 	slices.SortFunc(resp.Errors, func(a, b *pb.RowError) int { return cmp.Compare(a.GetRow(), b.GetRow()) })
-	resp.Imported, resp.Updated = imported, updated
-	api.cfg.Log.Info("contacts imported", "rows", row, "imported", imported, "updated", updated, "rejected", resp.Rejected,
+	resp.Imported, resp.Updated, resp.Erased = imported, updated, erased
+	api.cfg.Log.Info("contacts imported", "rows", row, "imported", imported, "updated", updated, "erased_before", erased, "rejected", resp.Rejected,
 		"seconds", api.cfg.Clock.Now().Sub(start).Seconds())
 	return stream.SendAndClose(resp)
 }
@@ -339,7 +339,7 @@ func (api *AudienceAPI) importFailed(err error, row, imported int64) error {
 // Segments are created when missing, before the batch that first names
 // them. It returns at the first error; ImportContacts then cancels the
 // stream.
-func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, imported, updated *int64, refused *[]refusedRow) error {
+func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, imported, updated, erased *int64, refused *[]refusedRow) error {
 	st := api.cfg.Store
 	segments := map[string]int64{}
 	for b := range batches {
@@ -362,16 +362,26 @@ func (api *AudienceAPI) writeBatches(ctx context.Context, batches <-chan batch, 
 			return err
 		}
 		written := len(b.contacts)
+		emails := make([]string, 0, len(ids))
 		for i, id := range ids {
 			switch {
 			case id == (ulid.ULID{}):
 				*refused = append(*refused, refusedRow{row: b.rows[i], email: b.contacts[i].Email})
 				written--
+				continue
 			case id != b.contacts[i].ID:
 				*updated++ // the address's contact keeps its id
 			}
+			emails = append(emails, b.contacts[i].Email)
 		}
 		*imported += int64(written)
+		// Written, and suppressed for good: the import said "imported"
+		// and nothing of them (tester).
+		n, err := st.ErasedAmong(ctx, emails)
+		if err != nil {
+			return err
+		}
+		*erased += n
 	}
 	return nil
 }

@@ -229,6 +229,9 @@ swallow the rows after it. The file is streamed, so millions of rows work.`,
 			}
 			fmt.Fprintf(out, "imported %d %s%s; %d %s rejected\n", resp.GetImported(), plural(resp.GetImported(), "contact", "contacts"),
 				newAndUpdated(resp), rejected, plural(rejected, "row", "rows"))
+			if n := resp.GetErased(); n > 0 {
+				fmt.Fprintf(out, "  %d of them %s erased before (GDPR Art. 17): kept suppressed, never mailed\n", n, plural(n, "was", "were"))
+			}
 			// The reader's and the server's rejections arrive separately; a
 			// person reads them in file order.
 			slices.SortStableFunc(res.rejected, func(a, b string) int { return cmp.Compare(lineOf(a), lineOf(b)) })
@@ -953,9 +956,10 @@ func printImportJSON(w io.Writer, resp *pb.ImportContactsResponse, res *csvResul
 	out := struct {
 		Imported int64 `json:"imported"`
 		Updated  int64 `json:"updated"`
+		Erased   int64 `json:"erasedBefore"`
 		Rejected int64 `json:"rejected"`
 		Rows     []row `json:"rejectedRows"`
-	}{Imported: resp.GetImported(), Updated: resp.GetUpdated(), Rejected: rejected, Rows: []row{}}
+	}{Imported: resp.GetImported(), Updated: resp.GetUpdated(), Erased: resp.GetErased(), Rejected: rejected, Rows: []row{}}
 	for _, r := range res.rejected {
 		out.Rows = append(out.Rows, row{Line: lineOf(r), Error: r})
 	}

@@ -583,3 +583,27 @@ func TestImportStreamCutMidway(t *testing.T) {
 	}
 	t.Logf("printed: %s", b2.String())
 }
+
+// TestImportSaysWhoWasErasedBefore: an address erased before is imported
+// as a suppressed contact, never mailed; the import says how many, where
+// it said only "imported" (tester).
+func TestImportSaysWhoWasErasedBefore(t *testing.T) {
+	t.Parallel()
+	addr, st := testServer(t)
+	if _, err := st.Erase(context.Background(), []string{"zoe@example.org"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, "contacts.csv", "email,name\nZoe@Example.org,Zoe\nann@example.org,Ann\n")
+	out, err := rangecast(t, "", "--addr", addr, "contacts", "import", file)
+	if err != nil {
+		t.Fatalf("import: %v\n%s", err, out)
+	}
+	want := "imported 2 contacts; 0 rows rejected\n  1 of them was erased before (GDPR Art. 17): kept suppressed, never mailed\n"
+	if out != want {
+		t.Errorf("output:\n%s\nwant:\n%s", out, want)
+	}
+	out, err = rangecast(t, "", "--addr", addr, "contacts", "import", "--json", file)
+	if err != nil || !strings.Contains(out, `"erasedBefore":1`) {
+		t.Errorf("import --json: %v\n%s; want erasedBefore 1", err, out)
+	}
+}

@@ -33,6 +33,10 @@ type Erasure interface {
 	Erase(ctx context.Context, emails []string, now time.Time) ([]Erased, error)
 	// Erased reports whether the address's keyed hash is recorded.
 	Erased(ctx context.Context, email string) (bool, error)
+	// ErasedAmong counts the addresses whose keyed hash is recorded (an
+	// import says how many of its contacts were erased before: kept
+	// suppressed, never mailed).
+	ErasedAmong(ctx context.Context, emails []string) (int64, error)
 }
 
 // Erased is what Erase did for one address.

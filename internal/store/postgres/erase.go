@@ -29,6 +29,12 @@ func (s *Store) Erased(ctx context.Context, email string) (bool, error) {
 	return ok, mapErr("erased", err)
 }
 
+func (s *Store) ErasedAmong(ctx context.Context, emails []string) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM erased_addresses WHERE hash = ANY($1)`, s.erasureHashes(emails)).Scan(&n)
+	return n, mapErr("erased among", err)
+}
+
 // eraseBatch bounds the addresses of one erasure transaction: it holds the
 // ledger's lock (below) while it runs.
 const eraseBatch = 100

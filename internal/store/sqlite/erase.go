@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -16,6 +17,20 @@ func (s *Store) Erased(ctx context.Context, email string) (bool, error) {
 	var ok bool
 	err := s.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM erased_addresses WHERE hash = ?)`, store.ErasureHash(s.erasureKey, email)).Scan(&ok)
 	return ok, mapErr("erased", err)
+}
+
+func (s *Store) ErasedAmong(ctx context.Context, emails []string) (int64, error) {
+	hashes := make([]string, len(emails))
+	for i, e := range emails {
+		hashes[i] = store.ErasureHash(s.erasureKey, e)
+	}
+	list, err := json.Marshal(hashes)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.r.QueryRowContext(ctx, `SELECT count(*) FROM erased_addresses WHERE hash IN (SELECT value FROM json_each(?))`, string(list)).Scan(&n)
+	return n, mapErr("erased among", err)
 }
 
 // eraseBatch bounds the addresses of one erasure transaction, which holds

@@ -170,7 +170,10 @@ type ImportContactsResponse struct {
 	Rejected int64       `protobuf:"varint,3,opt,name=rejected,proto3" json:"rejected,omitempty"`
 	// updated counts the imported rows whose address was already a contact
 	// (the rest of imported are new contacts).
-	Updated       int64 `protobuf:"varint,4,opt,name=updated,proto3" json:"updated,omitempty"`
+	Updated int64 `protobuf:"varint,4,opt,name=updated,proto3" json:"updated,omitempty"`
+	// erased counts the imported rows whose address was erased before
+	// (GDPR Art. 17): their contacts are kept suppressed, never mailed.
+	Erased        int64 `protobuf:"varint,5,opt,name=erased,proto3" json:"erased,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -229,6 +232,13 @@ func (x *ImportContactsResponse) GetRejected() int64 {
 func (x *ImportContactsResponse) GetUpdated() int64 {
 	if x != nil {
 		return x.Updated
+	}
+	return 0
+}
+
+func (x *ImportContactsResponse) GetErased() int64 {
+	if x != nil {
+		return x.Erased
 	}
 	return 0
 }
@@ -1510,12 +1520,13 @@ const file_rangecast_v1_audience_proto_rawDesc = "" +
 	"\bsegments\x18\x06 \x03(\tR\bsegments\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9a\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x01\n" +
 	"\x16ImportContactsResponse\x12\x1a\n" +
 	"\bimported\x18\x01 \x01(\x03R\bimported\x12.\n" +
 	"\x06errors\x18\x02 \x03(\v2\x16.rangecast.v1.RowErrorR\x06errors\x12\x1a\n" +
 	"\brejected\x18\x03 \x01(\x03R\brejected\x12\x18\n" +
-	"\aupdated\x18\x04 \x01(\x03R\aupdated\"H\n" +
+	"\aupdated\x18\x04 \x01(\x03R\aupdated\x12\x16\n" +
+	"\x06erased\x18\x05 \x01(\x03R\x06erased\"H\n" +
 	"\bRowError\x12\x10\n" +
 	"\x03row\x18\x01 \x01(\x03R\x03row\x12\x14\n" +
 	"\x05email\x18\x02 \x01(\tR\x05email\x12\x14\n" +
