@@ -270,6 +270,9 @@ func testEraseReimport(f *fixture) {
 	f.upsert([]store.Contact{f.contact("gone@example.org"), f.contact("stay@example.org")}, at(0))
 	_, err := f.s.Erase(ctx, []string{"gone@example.org"}, at(1))
 	f.must(err, "Erase")
+	if n, err := f.s.ErasedAmong(ctx, []string{"GONE@Example.org", "stay@example.org", "nobody@example.org"}); err != nil || n != 1 {
+		f.t.Errorf("ErasedAmong = %d, %v; want 1", n, err)
+	}
 	for i, spelling := range []string{"GONE@Example.org", "gone@EXAMPLE.ORG"} {
 		ids := f.upsert([]store.Contact{f.contact(spelling), f.contact("new" + string(rune('a'+i)) + "@example.org")}, at(2+i))
 		d, err := f.s.GetContact(ctx, ids[0])
