@@ -1376,7 +1376,9 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 			res.failed++
 			continue
 		}
-		reply := transport.Reply(err)
+		// Kept by the governor in KV and shown by status: the address
+		// withheld, as in a reason (explainFor).
+		reply := store.ReplaceAddress(transport.Reply(err), c.Email, store.Recipient)
 		guide, guided := transport.Guide(err)
 		switch {
 		case guided && guide.Hold > 0:
