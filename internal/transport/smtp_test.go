@@ -334,13 +334,49 @@ func TestContextTimeoutIsTransient(t *testing.T) {
 	}
 }
 
+// TestURLTimeoutBoundsSend: timeout bounds an attempt's commands (a server
+// that never answers RCPT), data_timeout the wait for the reply to the
+// message's end, which is then in doubt.
 func TestURLTimeoutBoundsSend(t *testing.T) {
 	t.Parallel()
-	srv := startCapture(t, capture.WithLatency(time.Minute))
-	tr := newSMTP(t, srv.URL()+"&timeout=150ms")
+	stall := make(chan struct{})
+	t.Cleanup(func() { close(stall) })
+	rcpt := startCapture(t, capture.WithRcptHook(func(string) *smtp.SMTPError { <-stall; return nil }))
+	tr := newSMTP(t, rcpt.URL()+"&timeout=150ms&chunking=0") // with BDAT the body goes with RCPT: in doubt
+	began := time.Now()
 	_, err := tr.Send(context.Background(), msg(1, "a@example.org"))
-	if !errors.Is(err, context.DeadlineExceeded) || Classify(err) != Transient {
-		t.Fatalf("err = %v (%v), want a transient deadline error", err, Classify(err))
+	var se *SendError
+	if !errors.Is(err, context.DeadlineExceeded) || Classify(err) != Transient || !errors.As(err, &se) || se.MaybeDelivered || time.Since(began) > 10*time.Second {
+		t.Fatalf("a server silent at RCPT: err = %v (%v) after %s, want a transient deadline error, not in doubt, at the timeout", err, Classify(err), time.Since(began))
+	}
+
+	srv := startCapture(t, capture.WithLatency(time.Minute))
+	tr = newSMTP(t, srv.URL()+"&timeout=150ms&data_timeout=300ms")
+	_, err = tr.Send(context.Background(), msg(1, "a@example.org"))
+	if !errors.Is(err, context.DeadlineExceeded) || Classify(err) != Transient || !errors.As(err, &se) || !se.MaybeDelivered {
+		t.Fatalf("no reply to the end: err = %v (%v), want a transient deadline error, in doubt", err, Classify(err))
+	}
+}
+
+// TestSlowEndOfDataReplyWaited: a reply to the message's end that comes
+// after the commands' timeout, within data_timeout (a tarpit's 20–40 s
+// against 30 s), is waited for: the message is sent, not left in doubt
+// (tester: 95 of 109 "unknown" were delivered). Through DATA and BDAT.
+func TestSlowEndOfDataReplyWaited(t *testing.T) {
+	t.Parallel()
+	for _, chunking := range []string{"&chunking=0", ""} {
+		srv := startCapture(t, capture.WithLatency(600*time.Millisecond))
+		tr := newSMTP(t, srv.URL()+"&timeout=200ms"+chunking)
+		if _, err := tr.Send(context.Background(), msg(1, "a@example.org")); err != nil {
+			t.Fatalf("%q: a reply 600 ms after the end, timeout 200ms: %v; want it sent", chunking, err)
+		}
+		if srv.Count() != 1 {
+			t.Fatalf("%q: captured %d", chunking, srv.Count())
+		}
+		// The connection is still good for the next message.
+		if _, err := tr.Send(context.Background(), msg(2, "b@example.org")); err != nil {
+			t.Fatalf("%q: the next message on the connection: %v", chunking, err)
+		}
 	}
 }
 
