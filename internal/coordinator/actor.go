@@ -921,13 +921,27 @@ func tailWaiting(p store.Pending, now time.Time, sweepWait, sweepRefused string)
 	case p.Deferred == 0:
 		return ""
 	case p.NextDue.After(now):
-		return fmt.Sprintf("all ranges walked; %s deferred, next due %s UTC", messages(p.Deferred), p.NextDue.UTC().Format(time.TimeOnly))
+		return fmt.Sprintf("all ranges walked; %s deferred, next due %s UTC%s", messages(p.Deferred), p.NextDue.UTC().Format(time.TimeOnly), nextWhy(p))
 	case sweepWait != "":
 		return fmt.Sprintf("all ranges walked; %s deferred, due now and held: %s", messages(p.Deferred), sweepWait)
 	case sweepRefused != "":
 		return fmt.Sprintf("all ranges walked; %s deferred, due now; the last retry sent nobody: %s", messages(p.Deferred), sweepRefused)
 	}
 	return fmt.Sprintf("all ranges walked; %s deferred, due now", messages(p.Deferred))
+}
+
+// nextWhy says why the row due next was deferred, and how often it was
+// tried: deferred rows of a mailbox that stays full are retried until the
+// workers' retry-for and then fail, which "next due" alone did not say.
+func nextWhy(p store.Pending) string {
+	if p.NextError == "" {
+		return ""
+	}
+	why := strings.TrimPrefix(p.NextError, store.DeferredAgainPrefix)
+	if len(why) > 160 {
+		why = strings.ToValidUTF8(why[:160], "") + "…"
+	}
+	return fmt.Sprintf(" (the next: %s; %d attempts so far; a recipient refused on every try fails after the workers' --retry-for)", why, p.NextAttempt)
 }
 
 // finish completes the broadcast once every range is done and no claim is

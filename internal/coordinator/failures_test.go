@@ -743,6 +743,11 @@ func TestTailWaitingOnEveryReplica(t *testing.T) {
 	if !testenv.Poll(30*time.Second, func() bool { w = s.status(id).GetProgress().GetWaitingFor(); return strings.HasPrefix(w, want) }) {
 		t.Fatalf("leader's waiting_for = %q; want %q…", w, want)
 	}
+	// With why the next is deferred, and how often it was tried (tester:
+	// a full mailbox's rows said only "next due").
+	if !strings.Contains(w, "450 4.7.1 Greylisted for 3600 seconds; 1 attempts so far") {
+		t.Errorf("waiting_for = %q; want the next row's reply and attempts", w)
+	}
 	cfg := s.coordCfg
 	cfg.Name = "follower"
 	f := s.runReplica(cfg)

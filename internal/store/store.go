@@ -243,9 +243,13 @@ func (c *Counts) Add(status SendStatus, accepted, inDoubt bool, n int64) {
 type Pending struct {
 	// Claimed: claims without an outcome (in flight, or in doubt).
 	Claimed int64
-	// Deferred rows, and when the earliest is due again (zero: none).
-	Deferred int64
-	NextDue  time.Time
+	// Deferred rows, and when the earliest is due again (zero: none),
+	// with that row's last error and attempts: what the tail waits on,
+	// said ("452 4.2.2 mailbox full", attempt 17; tester).
+	Deferred    int64
+	NextDue     time.Time
+	NextError   string
+	NextAttempt int
 	// Failed: rows that failed; what a finished broadcast's reason counts.
 	Failed int64
 }

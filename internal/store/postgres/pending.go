@@ -17,10 +17,12 @@ import (
 // in one state or the other. "NOT accepted" is Counts' rule (an accepted
 // row counts as sent whatever its status).
 const pendingQuery = `
-SELECT c.n, d.n, d.at, f.n FROM
+SELECT c.n, d.n, d.at, f.n, coalesce(nx.error, ''), coalesce(nx.attempt, 0) FROM
   (SELECT count(*) AS n FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'claimed' AND NOT accepted) c,
   (SELECT count(*) AS n, min(retry_at) AS at FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'deferred' AND NOT accepted) d,
-  (SELECT count(*) AS n FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'failed' AND NOT accepted) f`
+  (SELECT count(*) AS n FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'failed' AND NOT accepted) f
+  LEFT JOIN LATERAL (SELECT error, attempt FROM broadcast_sends WHERE broadcast_id = $1 AND status = 'deferred' AND NOT accepted
+    ORDER BY retry_at LIMIT 1) nx ON true`
 
 func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (store.Pending, error) {
 	var p store.Pending
@@ -32,7 +34,7 @@ func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (store.Pending
 		return store.Pending{}, mapErr("pending sends", err)
 	}
 	defer results.Close()
-	if err := results.QueryRow().Scan(&p.Claimed, &p.Deferred, &at, &p.Failed); err != nil {
+	if err := results.QueryRow().Scan(&p.Claimed, &p.Deferred, &at, &p.Failed, &p.NextError, &p.NextAttempt); err != nil {
 		return store.Pending{}, mapErr("pending sends", err)
 	}
 	if at != nil {

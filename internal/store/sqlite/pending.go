@@ -16,12 +16,14 @@ const pendingQuery = `
 SELECT (SELECT count(*) FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'claimed' AND NOT accepted),
        (SELECT count(*) FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'deferred' AND NOT accepted),
        (SELECT min(retry_at) FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'deferred' AND NOT accepted),
-       (SELECT count(*) FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'failed' AND NOT accepted)`
+       (SELECT count(*) FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'failed' AND NOT accepted),
+       coalesce((SELECT error FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'deferred' AND NOT accepted ORDER BY retry_at LIMIT 1), ''),
+       coalesce((SELECT attempt FROM broadcast_sends WHERE broadcast_id = ?1 AND status = 'deferred' AND NOT accepted ORDER BY retry_at LIMIT 1), 0)`
 
 func (s *Store) Pending(ctx context.Context, broadcast ulid.ULID) (store.Pending, error) {
 	var p store.Pending
 	var at sql.NullInt64
-	if err := s.r.QueryRowContext(ctx, pendingQuery, id(broadcast)).Scan(&p.Claimed, &p.Deferred, &at, &p.Failed); err != nil {
+	if err := s.r.QueryRowContext(ctx, pendingQuery, id(broadcast)).Scan(&p.Claimed, &p.Deferred, &at, &p.Failed, &p.NextError, &p.NextAttempt); err != nil {
 		return store.Pending{}, mapErr("pending sends", err)
 	}
 	p.NextDue = nullTS(at)

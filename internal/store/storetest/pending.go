@@ -23,7 +23,8 @@ func testPendingMatchesCounts(f *fixture) {
 		f.t.Helper()
 		got, err := f.s.Pending(f.ctx, b.ID)
 		f.must(err, "Pending (%s)", step)
-		if got.Claimed != want.Claimed || got.Deferred != want.Deferred || got.Failed != want.Failed || !got.NextDue.Equal(want.NextDue) {
+		if got.Claimed != want.Claimed || got.Deferred != want.Deferred || got.Failed != want.Failed || !got.NextDue.Equal(want.NextDue) ||
+			got.NextError != want.NextError || got.NextAttempt != want.NextAttempt {
 			f.t.Errorf("%s: Pending = %+v; want %+v", step, got, want)
 		}
 		c := f.counts(b)
@@ -48,13 +49,13 @@ func testPendingMatchesCounts(f *fixture) {
 		{ContactID: ids[3], Status: store.SendFailed, Error: "550 5.1.1 no such user"},
 		{ContactID: ids[4], Status: store.SendFailed, Error: "550 5.1.1 no such user"},
 		{ContactID: ids[5], Status: store.SendDeferred, Error: "451 later", RetryAt: at(20)},
-		{ContactID: ids[6], Status: store.SendDeferred, Error: "451 later", RetryAt: at(10)},
+		{ContactID: ids[6], Status: store.SendDeferred, Error: "452 4.2.2 mailbox full", RetryAt: at(10)},
 		{ContactID: ids[7], Status: store.SendDeferred, Error: "451 later", RetryAt: at(30)},
 		// Handed to the reconciler: still claimed, by nobody.
 		{ContactID: ids[8], Status: store.SendClaimed, Error: "connection lost after the final dot"},
 	}
 	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outs, at(3)), "RecordOutcomes")
-	check("outcomes written", store.Pending{Claimed: 4, Deferred: 3, NextDue: at(10), Failed: 2})
+	check("outcomes written", store.Pending{Claimed: 4, Deferred: 3, NextDue: at(10), NextError: "452 4.2.2 mailbox full", NextAttempt: 1, Failed: 2})
 
 	// A sweep moves the due row back to claimed.
 	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(10), 100, nil)
@@ -62,11 +63,11 @@ func testPendingMatchesCounts(f *fixture) {
 	if len(due) != 1 || due[0].ID != ids[6] {
 		f.t.Fatalf("ClaimDue = %+v; want the row due at %v", due, at(10))
 	}
-	check("one deferred row swept", store.Pending{Claimed: 5, Deferred: 2, NextDue: at(20), Failed: 2})
+	check("one deferred row swept", store.Pending{Claimed: 5, Deferred: 2, NextDue: at(20), NextError: "451 later", NextAttempt: 1, Failed: 2})
 
 	// An unsubscribe takes a deferred row out of the open states.
 	f.must(f.unsubscribe("open0005@example.org", at(11)), "unsubscribe")
-	check("a deferred contact unsubscribed", store.Pending{Claimed: 5, Deferred: 1, NextDue: at(30), Failed: 2})
+	check("a deferred contact unsubscribed", store.Pending{Claimed: 5, Deferred: 1, NextDue: at(30), NextError: "451 later", NextAttempt: 1, Failed: 2})
 
 	// Every open row settled: nothing claimed or deferred, the failures stay.
 	var rest []store.Outcome
