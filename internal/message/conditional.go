@@ -301,13 +301,7 @@ func forOutlook(cond string) bool {
 // Outlook's VML shapes (<v:roundrect href="…">, its buttons), which are
 // links that are not <a>.
 func linksToUnsubscribe(src string) bool {
-	for i := 0; ; {
-		start, end, ok := nextTag(src, i)
-		if !ok {
-			return false
-		}
-		i = end + 1
-		tag := src[start+1 : end]
+	for tag := range tags(src) {
 		if name := strings.ToLower(tagName(tag)); name != "a" && name != "area" && !strings.HasPrefix(strings.ToLower(tag), "v:") {
 			continue
 		}
@@ -316,4 +310,5 @@ func linksToUnsubscribe(src string) bool {
 			return true
 		}
 	}
+	return false
 }

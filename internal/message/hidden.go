@@ -102,13 +102,7 @@ func visibleLetter(r rune) bool {
 // with a source, not hidden, and bigger than a tracking pixel (no width or
 // height given counts as big), or an <svg> not sized to nothing.
 func showsImage(src string) bool {
-	for i := 0; ; {
-		start, end, ok := nextTag(src, i)
-		if !ok {
-			return false
-		}
-		i = end + 1
-		tag := src[start+1 : end]
+	for tag := range tags(src) {
 		name := strings.ToLower(tagName(tag))
 		if name != "img" && name != "svg" {
 			continue
@@ -136,6 +130,7 @@ func showsImage(src string) bool {
 			return true
 		}
 	}
+	return false
 }
 
 // neverShown are elements whose content no reader sees, or sees only as

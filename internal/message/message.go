@@ -341,13 +341,7 @@ func checkUnsubscribeLink(html, text string, ownText bool) error {
 // a path after it): a link shown to the reader that does not work (tester).
 // A query string or a #fragment after it is kept by the link's handler.
 func changedLink(src string) (string, bool) {
-	for i := 0; ; {
-		start, end, ok := nextTag(src, i)
-		if !ok {
-			return "", false
-		}
-		i = end + 1
-		tag := src[start+1 : end]
+	for tag, after := range tags(src) {
 		if name := strings.ToLower(tagName(tag)); name != "a" && name != "area" { // an end tag's name is ""
 			continue
 		}
@@ -356,7 +350,7 @@ func changedLink(src string) (string, bool) {
 		if i < 0 {
 			// The unsubscribe URL shown as a link's text while the link
 			// goes elsewhere (verifier).
-			inner := src[end+1 : skipNested(src, end+1, "a")]
+			inner := src[after:skipNested(src, after, "a")]
 			if strings.Contains(htmlToText(inner), SampleUnsubscribeURL) {
 				return href, true
 			}
@@ -368,6 +362,7 @@ func changedLink(src string) (string, bool) {
 			return href, true
 		}
 	}
+	return "", false
 }
 
 // intactLinkText reports whether the sample unsubscribe URL appears in

@@ -3,6 +3,7 @@ package message
 import (
 	"bytes"
 	"html"
+	"iter"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -175,6 +176,20 @@ func tagEnd(src string, i int) int {
 		}
 	}
 	return -1
+}
+
+// tags yields each tag of src in order, skipping comments as nextTag does:
+// its text between '<' and '>', and the index just past its '>'.
+func tags(src string) iter.Seq2[string, int] {
+	return func(yield func(string, int) bool) {
+		for i := 0; ; {
+			start, end, ok := nextTag(src, i)
+			if !ok || !yield(src[start+1:end], end+1) {
+				return
+			}
+			i = end + 1
+		}
+	}
 }
 
 func tagName(tag string) string {

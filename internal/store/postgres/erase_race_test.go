@@ -1,12 +1,15 @@
 package postgres_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/rangecast/rangecast/internal/store"
+	"github.com/rangecast/rangecast/internal/store/postgres"
 )
 
 // TestImportRacingAnErasureIsErasedOrSuppressed: an erasure has recorded an
@@ -24,15 +27,7 @@ func TestImportRacingAnErasureIsErasedOrSuppressed(t *testing.T) {
 	const email = "racing@example.org"
 
 	// The erasure's transaction, held open after its delete found nothing.
-	erase, err := s.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer erase.Rollback(ctx) //nolint:errcheck
-	var pid int32
-	if err := erase.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
+	erase, pid := heldTransaction(t, s)
 	if _, err := erase.Exec(ctx, `INSERT INTO erased_addresses (hash, erased_at) VALUES ($1, $2)`, s.ErasureHash(email), t0); err != nil {
 		t.Fatal(err)
 	}
@@ -113,15 +108,7 @@ func TestReceiptRepeatedDuringAnErasureIsAReplay(t *testing.T) {
 	}
 
 	// The erasure's transaction, held open after it rewrote the receipt.
-	erase, err := s.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer erase.Rollback(ctx) //nolint:errcheck
-	var pid int32
-	if err := erase.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
+	erase, pid := heldTransaction(t, s)
 	if _, err := erase.Exec(ctx, `LOCK TABLE erased_addresses IN ROW EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
@@ -156,4 +143,21 @@ func TestReceiptRepeatedDuringAnErasureIsAReplay(t *testing.T) {
 	if _, err := s.Erase(ctx, []string{email}, t0.Add(time.Minute)); err != nil {
 		t.Fatalf("erasing the address again: %v", err)
 	}
+}
+
+// heldTransaction begins a transaction a test holds open (rolled back at
+// its end) and returns it with its backend's pid, for blocking.
+func heldTransaction(t *testing.T, s *postgres.Store) (pgx.Tx, int32) {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) }) //nolint:errcheck
+	var pid int32
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return tx, pid
 }

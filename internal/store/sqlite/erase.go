@@ -211,17 +211,10 @@ func (s *Store) eraseReceipts(ctx context.Context, tx *sql.Tx, e *store.Erased, 
 		id               []byte
 		key, payloadHash string
 	}
-	var found []receipt
-	for rows.Next() {
-		var r receipt
-		if err := rows.Scan(&r.id, &r.key, &r.payloadHash); err != nil {
-			rows.Close()
-			return err
-		}
-		found = append(found, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	found, err := collectRows(rows, func(rows *sql.Rows) (r receipt, err error) {
+		return r, rows.Scan(&r.id, &r.key, &r.payloadHash)
+	})
+	if err != nil {
 		return err
 	}
 	erasedEmailKey := store.ErasedReceiptKey(s.erasureKey, e.Email)
@@ -253,17 +246,10 @@ func eraseReasons(ctx context.Context, tx *sql.Tx, out []store.Erased) error {
 		id   []byte
 		text string
 	}
-	var found []reason
-	for rows.Next() {
-		var r reason
-		if err := rows.Scan(&r.id, &r.text); err != nil {
-			rows.Close()
-			return err
-		}
-		found = append(found, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	found, err := collectRows(rows, func(rows *sql.Rows) (r reason, err error) {
+		return r, rows.Scan(&r.id, &r.text)
+	})
+	if err != nil {
 		return err
 	}
 	for _, r := range found {
@@ -278,4 +264,18 @@ func eraseReasons(ctx context.Context, tx *sql.Tx, out []store.Erased) error {
 		}
 	}
 	return nil
+}
+
+// collectRows reads every row of rows with scan, and closes rows.
+func collectRows[T any](rows *sql.Rows, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }
