@@ -295,20 +295,3 @@ func forOutlook(cond string) bool {
 	}
 	return false
 }
-
-// linksToUnsubscribe reports a link whose href is the unsubscribe link (a
-// query or fragment after it allowed): an <a> or <area>, or one of
-// Outlook's VML shapes (<v:roundrect href="…">, its buttons), which are
-// links that are not <a>.
-func linksToUnsubscribe(src string) bool {
-	for tag := range tags(src) {
-		if name := strings.ToLower(tagName(tag)); name != "a" && name != "area" && !strings.HasPrefix(strings.ToLower(tag), "v:") {
-			continue
-		}
-		href := strings.TrimSpace(attrHref(tag))
-		if rest, ok := strings.CutPrefix(href, SampleUnsubscribeURL); ok && (rest == "" || rest[0] == '?' || rest[0] == '#') {
-			return true
-		}
-	}
-	return false
-}

@@ -239,7 +239,13 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		// Outlook's conditional comments reach the message (conditional.go):
 		// what only Outlook shows is a comment to every other client.
 		{"a VML button for Outlook only", `<p>Hi</p><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}"><center>Unsubscribe</center></v:roundrect><![endif]-->`, "", "html"},
-		{"a VML button, and a link for the others", `<p>Hi</p><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}"><center>Unsubscribe</center></v:roundrect><![endif]--><!--[if !mso]><!-->` + link + `<!--<![endif]-->`, "", ""},
+		// Outlook's own link is an <a> with something to click: a VML
+		// shape or an <area> is not judged for size or text (verifier: a
+		// 0x0 v:roundrect and a 0,0,0,0 area passed).
+		{"a VML button, and a link for the others", `<p>Hi</p><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}"><center>Unsubscribe</center></v:roundrect><![endif]--><!--[if !mso]><!-->` + link + `<!--<![endif]-->`, "", "html outlook"},
+		{"a 0x0 VML shape for Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]--><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}" style="height:0px;width:0px"></v:roundrect><![endif]-->`, "", "html outlook"},
+		{"an empty area for Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]--><!--[if mso]><img src="x.png" usemap="#m" width="200" height="40"><map name="m"><area href="{{.UnsubscribeURL}}" shape="rect" coords="0,0,0,0" alt=""></map><![endif]-->`, "", "html outlook"},
+		{"a VML button and a link for Outlook", `<p>Hi</p><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}"><center>Unsubscribe</center></v:roundrect>` + link + `<![endif]--><!--[if !mso]><!-->` + link + `<!--<![endif]-->`, "", ""},
 		{"a conditional comment left open", `<p>Hi</p><!--[if mso]><table><tr><td>` + link, "", "html"},
 		{"a link for every client but Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]-->`, "", "html outlook"},
 		{"a link for every client but Outlook and IE", `<p>Hi</p><!--[if !mso | IE]><!-- -->` + link + `<!--<![endif]-->`, "", "html outlook"},
