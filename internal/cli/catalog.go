@@ -159,8 +159,11 @@ func deleteContactsCommand(c *client) *cobra.Command {
 	var file string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "delete EMAIL... | --file FILE",
-		Short: "Erase contacts (GDPR Art. 17): their data goes, their suppression stays",
+		Use: "delete EMAIL... | --file FILE",
+		// What the help calls it: a script's `contacts erase ADDR` was a
+		// no-op that succeeded (tester).
+		Aliases: []string{"erase"},
+		Short:   "Erase contacts (GDPR Art. 17): their data goes, their suppression stays",
 		Long: `Erase people. For each address, the contact and its segment memberships are
 deleted; its rows in every broadcast's ledger keep their status, so counts do
 not change, but the address becomes an irreversible token and any reply that

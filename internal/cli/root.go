@@ -109,7 +109,9 @@ func printError(w io.Writer, err error) {
 		if i > 0 {
 			prefix = "      "
 		}
-		fmt.Fprintln(w, prefix, shown(line))
+		// A tab is layout (cobra's "Did you mean this?\n\tsegments"),
+		// not a control character to make visible.
+		fmt.Fprintln(w, prefix, shown(strings.ReplaceAll(line, "\t", "    ")))
 	}
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -15,7 +16,7 @@ func TestUnknownSubcommandFails(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"contacts", "erase", "p10@example.org"}, `unknown command "erase" for "rangecast contacts"`},
+		{[]string{"contacts", "purge", "p10@example.org"}, `unknown command "purge" for "rangecast contacts"`},
 		{[]string{"broadcasts", "pasue", "X"}, `did you mean pause?`},
 		{[]string{"governor", "stauts"}, `did you mean status?`},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
@@ -24,6 +25,15 @@ func TestUnknownSubcommandFails(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("rangecast %s: err = %v (printed %q); want one saying %q", strings.Join(tc.args, " "), err, out, tc.want)
 		}
+	}
+	// erase is delete, as the help calls it.
+	if out, err := rangecast(t, "", "contacts", "erase", "--help"); err != nil || !strings.Contains(out, "Erase people") {
+		t.Errorf("rangecast contacts erase --help: err = %v, printed %q; want delete's help", err, out)
+	}
+	var b strings.Builder
+	printError(&b, errors.New("unknown command \"segmnts\"\n\nDid you mean this?\n\tsegments"))
+	if strings.Contains(b.String(), `\t`) {
+		t.Errorf("printError showed a tab as \\t: %q", b.String())
 	}
 	out, err := rangecast(t, "", "contacts")
 	if err != nil || !strings.Contains(out, "Available Commands") {
