@@ -1378,7 +1378,7 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 		}
 		// Kept by the governor in KV and shown by status: the address
 		// withheld, as in a reason (explainFor).
-		reply := store.ReplaceAddress(transport.Reply(err), c.Email, store.Recipient)
+		reply := store.WithholdRecipient(transport.Reply(err), c.Email, c.Name)
 		guide, guided := transport.Guide(err)
 		switch {
 		case guided && guide.Hold > 0:
@@ -1430,7 +1430,7 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 			// on. The page stops only when the window looks unwell (below).
 			refused++
 			if firstRefused < 0 {
-				firstRefused, refusedErr = i, store.ReplaceAddress(err.Error(), c.Email, store.Recipient)
+				firstRefused, refusedErr = i, store.WithholdRecipient(err.Error(), c.Email, c.Name)
 			}
 			continue
 		}
@@ -1517,7 +1517,7 @@ func windowUnwell(refused, attempted, window int) bool {
 // reason is kept in the store, KV and logs, which an erasure does not
 // reach (tester: the address stayed after the contact was erased).
 func explainFor(err error, c store.Contact) string {
-	msg := store.ReplaceAddress(transport.Explain(err), c.Email, store.Recipient)
+	msg := store.WithholdRecipient(transport.Explain(err), c.Email, c.Name)
 	var se *transport.SendError
 	if errors.As(err, &se) && (se.Stage == transport.StageRcpt || se.Stage == transport.StageData) {
 		msg += " (sending to contact " + c.ID.String() + ")"

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 
@@ -177,6 +178,19 @@ func ScrubAddress(s, email string) string { return ReplaceAddress(s, email, With
 // Recipient stands for a recipient's address in a broadcast's reason,
 // which names the contact by id instead (ReplaceAddress).
 const Recipient = "[recipient]"
+
+// WithholdRecipient is s with the recipient's address, and their name
+// when it is long enough not to be a common word's part (four letters or
+// more), replaced by Recipient: for a broadcast's reason and a provider's
+// reply, which outlive an erasure in KV and logs (verifier: a relay that
+// quoted the name).
+func WithholdRecipient(s, email, name string) string {
+	s = ReplaceAddress(s, email, Recipient)
+	if name = strings.TrimSpace(name); utf8.RuneCountInString(name) >= 4 && strings.Contains(strings.ToLower(s), strings.ToLower(name)) {
+		s = regexp.MustCompile(`(?i)`+regexp.QuoteMeta(name)).ReplaceAllLiteralString(s, Recipient)
+	}
+	return s
+}
 
 // ReplaceAddress replaces every spelling of email in s (as ScrubAddress)
 // by with.
