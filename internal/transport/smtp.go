@@ -87,7 +87,7 @@ type SMTP struct {
 	helo     string
 	timeout  time.Duration
 	// dataTimeout bounds the wait for the reply to the message's end
-	// (awaitEnd); timeout, the rest of an attempt.
+	// (endReply); timeout, the rest of an attempt.
 	dataTimeout time.Duration
 	// maxIdle: a pooled connection unused for longer is closed, not
 	// reused (idle= in the URL).
@@ -415,7 +415,7 @@ func (s *SMTP) String() string { return s.redacted }
 // Send delivers m: MAIL FROM m.From, RCPT TO m.To, DATA m.Bytes. The
 // attempt, connecting included, is bounded by the URL's timeout and by ctx,
 // except the wait for the reply to the message's end, which the URL's
-// data_timeout bounds once the whole message has gone out (awaitEnd).
+// data_timeout bounds once the whole message has gone out (endReply).
 func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 	if m.From == "" || m.To == "" {
 		return "", fmt.Errorf("transport: send %s: envelope sender and recipient are required", m.MessageID)
@@ -490,7 +490,7 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 		// The deadline does not cover a cancellation; closing the socket
 		// makes a blocked read or write return as soon as the attempt's
 		// caller gives up. Not when ctx's time is up: the deadline does
-		// that, and awaitEnd moves it for the end's reply.
+		// that, and endReply moves it for the end's reply.
 		stop := context.AfterFunc(whole, func() { pc.nc.Close() })
 		reply, err := s.use(ctx, pc, m)
 		release()
@@ -842,8 +842,7 @@ func (s *SMTP) transact(ctx context.Context, c *client, m message.Rendered) (str
 		se.MaybeDelivered = n == size
 		return "", se
 	}
-	s.awaitEnd(c)
-	code, err := c.readReply()
+	code, err := s.endReply(ctx, c)
 	if err != nil {
 		// The whole message went out and no answer came back: the server
 		// may have queued it.
@@ -896,10 +895,11 @@ func (s *SMTP) transactChunked(ctx context.Context, c *client, m message.Rendere
 	}
 	var refused *SendError
 	for _, st := range steps {
+		read := c.readReply
 		if st.stage == StageData && refused == nil {
-			s.awaitEnd(c)
+			read = func() (int, error) { return s.endReply(ctx, c) }
 		}
-		code, err := c.readReply()
+		code, err := read()
 		if err != nil {
 			if refused != nil {
 				// Refused before the chunk, then no reply to it: nothing
@@ -938,12 +938,18 @@ func (s *SMTP) transactChunked(ctx context.Context, c *client, m message.Rendere
 	return strings.TrimSpace("250 " + string(c.text)), nil
 }
 
-// awaitEnd gives the reply to the message's end, which a server may take
-// long to write (it is delivering, scanning or tarpitting), the URL's
-// data_timeout from now: the deadline set for the attempt would leave a
-// message the server may well deliver in doubt.
-func (s *SMTP) awaitEnd(c *client) {
+// endReply reads the reply to the message's end, which a server may take
+// long to write (it is delivering, scanning or tarpitting), within the
+// URL's data_timeout from now: the deadline set for the attempt would
+// leave a message the server may well deliver in doubt. The attempt's
+// deadline bounds what follows (an RSET after a refusal) again.
+func (s *SMTP) endReply(ctx context.Context, c *client) (int, error) {
 	_ = c.conn.SetReadDeadline(time.Now().Add(s.dataTimeout))
+	code, err := c.readReply()
+	if d, ok := ctx.Deadline(); ok {
+		_ = c.conn.SetReadDeadline(d)
+	}
+	return code, err
 }
 
 // reusableAfter reports whether a connection is still in a known state after
