@@ -420,11 +420,11 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 	if m.From == "" || m.To == "" {
 		return "", fmt.Errorf("transport: send %s: envelope sender and recipient are required", m.MessageID)
 	}
-	// whole bounds the attempt with the wait for the end's reply; ctx, the
-	// rest of it.
-	whole, cancelWhole := context.WithTimeout(ctx, s.timeout+s.dataTimeout)
-	defer cancelWhole()
-	ctx, cancel := context.WithTimeout(whole, s.timeout)
+	// ctx bounds the attempt but for the wait for the end's reply, which
+	// the socket's deadline bounds (endReply); caller is what the caller
+	// gave, whose end closes the socket.
+	caller := ctx
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 
 	var carried *conn // a pooled connection idleWithin found for this send
@@ -491,7 +491,7 @@ func (s *SMTP) Send(ctx context.Context, m message.Rendered) (string, error) {
 		// makes a blocked read or write return as soon as the attempt's
 		// caller gives up. Not when ctx's time is up: the deadline does
 		// that, and endReply moves it for the end's reply.
-		stop := context.AfterFunc(whole, func() { pc.nc.Close() })
+		stop := context.AfterFunc(caller, func() { pc.nc.Close() })
 		reply, err := s.use(ctx, pc, m)
 		release()
 		var se *SendError
