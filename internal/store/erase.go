@@ -43,6 +43,9 @@ type Erasure interface {
 // Erased is what Erase did for one address.
 type Erased struct {
 	Email string // as given
+	// name is the erased contact's name, withheld with the address in
+	// broadcasts' reasons (a relay's reply may quote it); never returned.
+	name string
 	// Contact is the erased contact's id; zero when the address named none.
 	Contact ulid.ULID
 	// Sends, Events and Receipts count the ledger rows, delivery events and
@@ -179,15 +182,30 @@ func ScrubAddress(s, email string) string { return ReplaceAddress(s, email, With
 // which names the contact by id instead (ReplaceAddress).
 const Recipient = "[recipient]"
 
+// SetName records the erased contact's name for ScrubReason.
+func (e *Erased) SetName(name string) { e.name = name }
+
+// ScrubReason is a broadcast's reason with the erased person's address
+// and name (as WithholdRecipient reads names) withheld.
+func (e Erased) ScrubReason(reason string) string {
+	reason = ScrubAddress(reason, e.Email)
+	return replaceName(reason, e.name, Withheld)
+}
+
 // WithholdRecipient is s with the recipient's address, and their name
 // when it is long enough not to be a common word's part (four letters or
 // more), replaced by Recipient: for a broadcast's reason and a provider's
 // reply, which outlive an erasure in KV and logs (verifier: a relay that
 // quoted the name).
 func WithholdRecipient(s, email, name string) string {
-	s = ReplaceAddress(s, email, Recipient)
+	return replaceName(ReplaceAddress(s, email, Recipient), name, Recipient)
+}
+
+// replaceName replaces name in s, in any case, by with, when it has four
+// letters or more (shorter, it may be part of a word).
+func replaceName(s, name, with string) string {
 	if name = strings.TrimSpace(name); utf8.RuneCountInString(name) >= 4 && strings.Contains(strings.ToLower(s), strings.ToLower(name)) {
-		s = regexp.MustCompile(`(?i)`+regexp.QuoteMeta(name)).ReplaceAllLiteralString(s, Recipient)
+		s = regexp.MustCompile(`(?i)`+regexp.QuoteMeta(name)).ReplaceAllLiteralString(s, with)
 	}
 	return s
 }

@@ -91,7 +91,9 @@ func (s *Store) eraseTx(ctx context.Context, emails []string, now time.Time) ([]
 			return nil, err
 		}
 		var cid [16]byte
-		err := tx.QueryRow(ctx, `DELETE FROM contacts WHERE email_key = $1 RETURNING id`, keys([]string{email})[0]).Scan(&cid)
+		var name string
+		err := tx.QueryRow(ctx, `DELETE FROM contacts WHERE email_key = $1 RETURNING id, name`, keys([]string{email})[0]).Scan(&cid, &name)
+		out[i].SetName(name)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -117,10 +119,11 @@ func (s *Store) eraseTx(ctx context.Context, emails []string, now time.Time) ([]
 
 // eraseReasons withholds the batch's addresses in broadcasts' reasons: one
 // written before reasons named a contact by id quoted the recipient a halt
-// or a failure was about ("1 message failed, e.g. ann@…"; tester). Few
-// broadcasts have a reason with an '@'; a row is locked only to change it.
+// or a failure was about ("1 message failed, e.g. ann@…"; tester), or a
+// relay's reply quoting their name. Broadcasts are few; a row is locked
+// only to change it.
 func eraseReasons(ctx context.Context, tx pgx.Tx, out []store.Erased) error {
-	rows, err := tx.Query(ctx, `SELECT id, reason FROM broadcasts WHERE reason LIKE '%@%'`)
+	rows, err := tx.Query(ctx, `SELECT id, reason FROM broadcasts WHERE reason <> ''`)
 	if err != nil {
 		return err
 	}
@@ -145,10 +148,10 @@ func eraseReasons(ctx context.Context, tx pgx.Tx, out []store.Erased) error {
 	return nil
 }
 
-// scrubReason is reason with every address of out withheld.
+// scrubReason is reason with every address (and name) of out withheld.
 func scrubReason(reason string, out []store.Erased) string {
 	for _, e := range out {
-		reason = store.ScrubAddress(reason, e.Email)
+		reason = e.ScrubReason(reason)
 	}
 	return reason
 }

@@ -71,7 +71,9 @@ func (s *Store) eraseOne(ctx context.Context, tx *sql.Tx, e *store.Erased, now t
 		return err
 	}
 	var cid []byte
-	err := tx.QueryRowContext(ctx, `DELETE FROM contacts WHERE email_key = ? RETURNING id`, emailKey(e.Email)).Scan(&cid)
+	var name string
+	err := tx.QueryRowContext(ctx, `DELETE FROM contacts WHERE email_key = ? RETURNING id, name`, emailKey(e.Email)).Scan(&cid, &name)
+	e.SetName(name)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -238,7 +240,7 @@ WHERE id = ?1`, r.id, store.NewErasedToken(), erasedReceipt, ts(now), erasedEmai
 // eraseReasons withholds the batch's addresses in broadcasts' reasons, as
 // the Postgres store's does.
 func eraseReasons(ctx context.Context, tx *sql.Tx, out []store.Erased) error {
-	rows, err := tx.QueryContext(ctx, `SELECT id, reason FROM broadcasts WHERE reason LIKE '%@%'`)
+	rows, err := tx.QueryContext(ctx, `SELECT id, reason FROM broadcasts WHERE reason <> ''`)
 	if err != nil {
 		return err
 	}
@@ -255,7 +257,7 @@ func eraseReasons(ctx context.Context, tx *sql.Tx, out []store.Erased) error {
 	for _, r := range found {
 		scrubbed := r.text
 		for _, e := range out {
-			scrubbed = store.ScrubAddress(scrubbed, e.Email)
+			scrubbed = e.ScrubReason(scrubbed)
 		}
 		if scrubbed != r.text {
 			if _, err := tx.ExecContext(ctx, `UPDATE broadcasts SET reason = ?2 WHERE id = ?1`, r.id, scrubbed); err != nil {

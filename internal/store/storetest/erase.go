@@ -116,7 +116,7 @@ func testEraseNoTrace(f *fixture) {
 	// A reason written before reasons named contacts by id quoted the
 	// recipient of the reply that halted the broadcast.
 	_, err = f.s.SetState(ctx, bs[1].ID, []store.State{store.StateRunning}, store.StatePaused,
-		"halted: 550 5.7.1 message to "+erasedEmail+" rejected", at(3))
+		"halted: 550 5.7.1 message to "+erasedEmail+" ("+erasedName+") rejected", at(3))
 	f.must(err, "SetState")
 	sent := f.receiptFor("welcome-1", strings.ToLower(erasedEmail), `{"to":"`+erasedEmail+`","name":"`+erasedName+`"}`, at(1))
 	queued := f.receiptFor("reminder-1", erasedEmail, `{"to":"`+erasedEmail+`"}`, at(1))
