@@ -301,7 +301,7 @@ func checkUnsubscribeLink(html, text string, ownText bool) error {
 	const orFlag = OrNoUnsubscribeLink
 	visible := withoutHidden(html)
 	if href, ok := changedLink(visible); ok {
-		return &ValidationError{Field: fieldHTML, Reason: fmt.Sprintf("links to %q, the unsubscribe link with something added before or after it, which does not unsubscribe anyone; use {{.UnsubscribeURL}} as the whole link target (a query string or #fragment after it is fine)", href)}
+		return changedLinkError(href)
 	}
 	if !intactLinkText(htmlToText(visible)) {
 		reason := "has no visible unsubscribe link, which Gmail, Yahoo and Microsoft require of bulk mail; " + how
@@ -320,7 +320,7 @@ func checkUnsubscribeLink(html, text string, ownText bool) error {
 		// Outlook for Windows reads its conditional comments (conditional.go).
 		outlook = withoutHidden(outlook)
 		if href, ok := changedLink(outlook); ok {
-			return &ValidationError{Field: fieldHTML, Reason: fmt.Sprintf("links to %q, the unsubscribe link with something added before or after it, which does not unsubscribe anyone; use {{.UnsubscribeURL}} as the whole link target (a query string or #fragment after it is fine)", href)}
+			return changedLinkError(href)
 		}
 		if !intactLinkText(htmlToText(outlook)) {
 			return &ValidationError{Field: fieldHTML, Reason: "shows its unsubscribe link to every client but Outlook for Windows, which reads the conditional comments (<!--[if …]>) and skips, or is shown hidden, the part that holds it (<!--[if !mso]><!-->…<!--<![endif]-->); " +
@@ -334,6 +334,12 @@ func checkUnsubscribeLink(html, text string, ownText bool) error {
 		return &ValidationError{Field: fieldText, Reason: "has no unsubscribe link, so a plain-text reader cannot unsubscribe; add {{.UnsubscribeURL}} to the text part" + orFlag}
 	}
 	return nil
+}
+
+// changedLinkError refuses a link to href, the unsubscribe link changed
+// (changedLink), in every client's view or in Outlook's.
+func changedLinkError(href string) error {
+	return &ValidationError{Field: fieldHTML, Reason: fmt.Sprintf("links to %q, the unsubscribe link with something added before or after it, which does not unsubscribe anyone; use {{.UnsubscribeURL}} as the whole link target (a query string or #fragment after it is fine)", href)}
 }
 
 // changedLink returns the first link target in the HTML that starts with

@@ -544,8 +544,8 @@ func TestOneMailboxsPolicyRefusal(t *testing.T) {
 
 // A request repeated under its key after its recipient was erased is a
 // replay of the message sent before, not a second copy; a new key is a new
-// message. The erased receipt keeps no payload to compare, so the repeat is
-// not refused as other content either.
+// message. The erased receipt keeps its content's hash keyed, so other
+// content under the key is refused as before the erasure.
 func TestReplayAfterErasure(t *testing.T) {
 	t.Parallel()
 	e := setup(t, envOptions{})
