@@ -826,16 +826,16 @@ func (g *gatedStore) RecordOutcomes(ctx context.Context, b ulid.ULID, owner stri
 	return g.st.RecordOutcomes(ctx, b, owner, outcomes, now)
 }
 
-func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]store.Due, error) {
+func (g *gatedStore) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID, leave []string) ([]store.Due, error) {
 	f := g.gate("claim-due")
 	switch f {
 	case gateErr:
 		return nil, errSimStore
 	case gateAmbiguous:
-		g.st.ClaimDue(ctx, b, owner, now, limit, sending) //nolint:errcheck
+		g.st.ClaimDue(ctx, b, owner, now, limit, sending, leave) //nolint:errcheck
 		return nil, errSimStore
 	}
-	due, err := g.st.ClaimDue(ctx, b, owner, now, limit, sending)
+	due, err := g.st.ClaimDue(ctx, b, owner, now, limit, sending, leave)
 	emails := make([]string, len(due))
 	for i, d := range due {
 		emails[i] = d.Email

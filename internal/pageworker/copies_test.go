@@ -63,11 +63,21 @@ type copiesFixture struct {
 
 func newCopiesFixture(t *testing.T, st store.Store, n int, tr transport.Transport) *copiesFixture {
 	t.Helper()
+	emails := make([]string, n)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("p%02d@example.org", i)
+	}
+	return newCopiesFixtureOf(t, st, emails, tr)
+}
+
+// newCopiesFixtureOf is newCopiesFixture with a contact for each of emails.
+func newCopiesFixtureOf(t *testing.T, st store.Store, emails []string, tr transport.Transport) *copiesFixture {
+	t.Helper()
 	ctx := t.Context()
 	clk := clock.NewFake(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC))
-	cs := make([]store.Contact, n)
-	for i := range cs {
-		cs[i] = store.Contact{ID: ulid.Make(), Email: fmt.Sprintf("p%02d@example.org", i), Name: "P", Subscribed: true}
+	cs := make([]store.Contact, len(emails))
+	for i, e := range emails {
+		cs[i] = store.Contact{ID: ulid.Make(), Email: e, Name: "P", Subscribed: true}
 	}
 	ids, err := st.ImportContacts(ctx, cs, clk.Now())
 	if err != nil {

@@ -35,8 +35,9 @@ func TestFrozenRunSendsNothingTheReconcilerReleased(t *testing.T) {
 		mu.Lock()
 		again := seen[to]
 		seen[to] = true
+		n := len(seen)
 		mu.Unlock()
-		if !again && len(seen) <= 4 { // the first window's sends: in flight when SIGSTOP lands
+		if !again && n <= 4 { // the first window's sends: in flight when SIGSTOP lands
 			inFlight.Done()
 			<-thaw
 		}

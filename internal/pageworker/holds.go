@@ -1,6 +1,8 @@
 package pageworker
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +22,10 @@ type holds struct {
 	// giveUp: providers held so long that their held recipients fail, with
 	// the reason to record (bus.PageJob's GiveUp).
 	giveUp map[string]string
+	// freed is signalled (without blocking) whenever a lane's connection
+	// is given back: a sweep with nothing to claim but rows of busy lanes
+	// waits on it (waitFreed).
+	freed chan struct{}
 }
 
 // lane is one carried ramp step: the provider's recipients in this page are
@@ -39,6 +45,41 @@ type lane struct {
 	attempts, refused int
 	ended             bool
 	until             time.Time // when the provider's recipients are due once it ended
+	// domains are the recipient domains (lower case) of the provider's
+	// recipients the page has met: what ClaimDue leaves due while every
+	// connection of the step is busy (holds.busy). The page loop's alone.
+	domains map[string]bool
+	freed   chan struct{} // holds.freed
+}
+
+// acquire takes one of the step's connections for a send of a window. A
+// recipient waits for one only while the window's other sends run
+// (others, closed once they have all ended): a step's few connections
+// into a slow provider (a tarpit answering in half a minute) would
+// otherwise hold the window, and every other provider's recipient behind
+// it, for as long as the provider's queue takes. false: none came free in
+// time; the recipient is given back (errLaneBusy).
+func (l *lane) acquire(others <-chan struct{}) bool {
+	select {
+	case l.sem <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case l.sem <- struct{}{}:
+		return true
+	case <-others:
+		return false
+	}
+}
+
+// release gives a connection back and says so to a sweep waiting for one.
+func (l *lane) release() {
+	<-l.sem
+	select {
+	case l.freed <- struct{}{}:
+	default:
+	}
 }
 
 // settle counts one of the step's sends at now, refused for a transient
@@ -83,15 +124,50 @@ func (l *lane) over() (bool, time.Time) {
 }
 
 func newHolds(job bus.PageJob) *holds {
-	h := &holds{until: map[string]time.Time{}, lanes: map[string]*lane{}, giveUp: job.GiveUp}
+	h := &holds{until: map[string]time.Time{}, lanes: map[string]*lane{}, giveUp: job.GiveUp, freed: make(chan struct{}, 1)}
 	for p, until := range job.Defer {
 		h.until[p] = until
 	}
 	for _, p := range job.Probe {
 		c := max(job.Conns[p], 1)
-		h.lanes[p] = &lane{conns: c, share: job.StepShare, floor: job.StepFloor, sem: make(chan struct{}, c), until: job.Defer[p]}
+		h.lanes[p] = &lane{conns: c, share: job.StepShare, floor: job.StepFloor, sem: make(chan struct{}, c), until: job.Defer[p],
+			domains: map[string]bool{}, freed: h.freed}
 	}
 	return h
+}
+
+// busy returns the recipient domains of the carried steps whose every
+// connection is taken, for ClaimDue to leave due (sorted), and how many
+// connections the other steps have free. A step that has ended takes no
+// more sends, and leaves nothing: its recipients wait for its hold.
+func (h *holds) busy() (leave []string, free int) {
+	for _, l := range h.lanes {
+		if ended, _ := l.over(); ended {
+			continue
+		}
+		if n := len(l.sem); n < l.conns {
+			free += l.conns - n
+			continue
+		}
+		for d := range l.domains {
+			leave = append(leave, d)
+		}
+	}
+	slices.Sort(leave)
+	return leave, free
+}
+
+// waitFreed waits until a carried step's connection is given back (true),
+// or ctx or pageCtx ends (false).
+func (h *holds) waitFreed(ctx, pageCtx context.Context) bool {
+	select {
+	case <-h.freed:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-pageCtx.Done():
+		return false
+	}
 }
 
 // lane is the carried step of provider, nil when the page carries none.

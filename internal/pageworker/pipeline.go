@@ -202,7 +202,7 @@ func (p *pipeline) closeLaunched() {
 func (p *pipeline) run() {
 	defer close(p.done)
 	for b := range p.batches {
-		var wg sync.WaitGroup
+		var wg, others sync.WaitGroup // every send; those not under a carried step
 		var laned map[*lane][]int
 		for i, c := range b.window {
 			if !b.mine[c.ID] || !b.deferUntil[i].IsZero() {
@@ -217,9 +217,10 @@ func (p *pipeline) run() {
 			}
 			p.w.slots <- struct{}{}
 			wg.Add(1)
+			others.Add(1)
 			p.sends.Add(1)
 			p.w.senders.run(func() {
-				defer func() { <-p.w.slots; b.finished <- i; wg.Done(); p.sends.Done() }()
+				defer func() { <-p.w.slots; b.finished <- i; others.Done(); wg.Done(); p.sends.Done() }()
 				if !p.w.live.sendable(b.owner, p.w.cfg.Clock.Now()) {
 					b.errs[i] = errLapsed
 					return
@@ -229,8 +230,19 @@ func (p *pipeline) run() {
 				b.took[i] = time.Since(began)
 			})
 		}
-		for ln, idx := range laned {
-			p.sendLane(b, ln, idx, &wg)
+		if laned != nil {
+			// A sweep gives back what its steps cannot send beside the
+			// rest of the window (sendLane). A page (one carrying a given-up
+			// provider's step) sends all its recipients through the step,
+			// however long that takes: a nil othersDone never closes.
+			var othersDone chan struct{}
+			if p.job == "sweep" {
+				othersDone = make(chan struct{})
+				go func() { others.Wait(); close(othersDone) }()
+			}
+			for ln, idx := range laned {
+				p.sendLane(b, ln, idx, &wg, othersDone)
+			}
 		}
 		go func() { wg.Wait(); close(b.done) }()
 	}
@@ -241,9 +253,20 @@ func (p *pipeline) run() {
 // and then a slot, and once the step's transient refusals meet the
 // breaker's rule (lane.settle), or the provider answers with more than a
 // deferral (lane.stop), the step ends and the rest get errStepEnded.
-func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
+//
+// In a sweep, the step's recipients are sent only while the window's other
+// sends run (othersDone), beyond those that find a connection free at once: the rest
+// are given back (errLaneBusy), due at once, so a slow provider's few
+// connections never hold its window, nor the other providers' retries
+// claimed after it (a tarpit's ramp step held every retry of its broadcast
+// for hours: tester I). A sweep leaves the step's domains due while its
+// connections are all busy (holds.busy), so it claims others meanwhile.
+func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup, othersDone <-chan struct{}) {
+	// One goroutine per connection, each with a first recipient of its
+	// own; the rest are taken in turn as sends end.
+	senders := min(ln.conns, len(idx))
 	var mu sync.Mutex
-	next := 0
+	next := senders
 	take := func() (int, bool) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -253,15 +276,43 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 		next++
 		return idx[next-1], true
 	}
-	for range min(ln.conns, len(idx)) {
+	if othersDone != nil && len(idx) > senders {
+		// Once the window's other sends have ended, those not taken
+		// yet are given back, whoever is still sending.
 		wg.Add(1)
 		p.sends.Add(1)
 		go func() {
 			defer func() { wg.Done(); p.sends.Done() }()
+			<-othersDone
 			for i, ok := take(); ok; i, ok = take() {
-				ln.sem <- struct{}{}
+				b.errs[i] = errLaneBusy
 				if ended, _ := ln.over(); ended {
-					<-ln.sem
+					b.errs[i] = errStepEnded // as the senders would have said
+				}
+				b.finished <- i
+			}
+		}()
+	}
+	for k := range senders {
+		wg.Add(1)
+		p.sends.Add(1)
+		go func() {
+			defer func() { wg.Done(); p.sends.Done() }()
+			first := true // this goroutine's first recipient: it may take a connection free at once
+			for i, ok := idx[k], true; ok; i, ok = take() {
+				if ended, _ := ln.over(); ended {
+					b.errs[i] = errStepEnded
+					b.finished <- i
+					continue
+				}
+				if (!first && closed(othersDone)) || !ln.acquire(othersDone) {
+					b.errs[i] = errLaneBusy
+					b.finished <- i
+					continue
+				}
+				first = false
+				if ended, _ := ln.over(); ended {
+					ln.release()
 					b.errs[i] = errStepEnded
 					b.finished <- i
 					continue
@@ -269,7 +320,7 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				p.w.slots <- struct{}{}
 				if !p.w.live.sendable(b.owner, p.w.cfg.Clock.Now()) {
 					<-p.w.slots
-					<-ln.sem
+					ln.release()
 					b.errs[i] = errLapsed
 					b.finished <- i
 					continue
@@ -278,7 +329,7 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				err := p.w.send(p.ctx, p.l.Load(), b.window[i], b.now)
 				b.took[i] = time.Since(began)
 				<-p.w.slots
-				<-ln.sem
+				ln.release()
 				switch b.errs[i] = err; {
 				case err == nil:
 					ln.settle(b.now, false)
@@ -293,6 +344,16 @@ func (p *pipeline) sendLane(b *batch, ln *lane, idx []int, wg *sync.WaitGroup) {
 				b.finished <- i
 			}
 		}()
+	}
+}
+
+// closed reports whether ch is closed, without waiting.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -1,7 +1,9 @@
 package pageworker
 
 import (
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -172,5 +174,142 @@ func TestRelayOutageDuringARampStep(t *testing.T) {
 	}
 	if rep.Sent != 0 || rep.Class != bus.ClassTransient {
 		t.Fatalf("report: sent %d, class %q; want nobody sent and the page stopped", rep.Sent, rep.Class)
+	}
+}
+
+// TestSlowRampStepHoldsNoOtherRetry: a sweep carries the ramp step of a
+// provider that answers slowly (a tarpit: here, until the test lets it) on
+// one connection, and half of its due rows are that provider's. The
+// other providers' retries must all go out while the provider's first send
+// is still unanswered: its other recipients are given back unsent, not
+// queued behind its one connection, and while that connection is busy the
+// sweep claims other rows (ClaimDue's leave). Once it answers, the sweep
+// sends the provider's recipients one at a time as the step allows. While
+// it waits, the only claim without an outcome is the send under way. Every
+// recipient gets one copy, and the rows given back are charged no attempt.
+// Before, each window waited for its share of the provider's queue: the
+// tester's tarpit held every retry of the broadcast for hours.
+func TestSlowRampStepHoldsNoOtherRetry(t *testing.T) {
+	t.Parallel()
+	for name, open := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st := open(t)
+			var emails []string
+			for i := range 36 {
+				if i%4 == 1 || i%4 == 2 { // two in each window of 4
+					emails = append(emails, fmt.Sprintf("s%02d@slow.example", i))
+				} else {
+					emails = append(emails, fmt.Sprintf("p%02d@example.org", i))
+				}
+			}
+			answer := make(chan struct{}) // closed: the slow provider answers
+			var mu sync.Mutex
+			slowNow, slowMost, others := 0, 0, 0
+			tr := &scripted{accepted: map[string]int{}}
+			tr.answer = func(to string) error {
+				if !strings.HasSuffix(to, "@slow.example") {
+					mu.Lock()
+					others++
+					mu.Unlock()
+					return nil
+				}
+				mu.Lock()
+				slowNow++
+				slowMost = max(slowMost, slowNow)
+				mu.Unlock()
+				<-answer
+				mu.Lock()
+				slowNow--
+				mu.Unlock()
+				return nil
+			}
+			f := newCopiesFixtureOf(t, st, emails, tr)
+			f.w.cfg.StragglerAfter = 5 * time.Millisecond
+			ctx := t.Context()
+			now := f.clk.Now()
+			claims := make([]store.Claim, len(f.contacts))
+			outcomes := make([]store.Outcome, len(f.contacts))
+			for i, c := range f.contacts {
+				claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: "<" + c.ID.String() + "@example.com>"}
+				outcomes[i] = store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: now, Error: "451 4.3.0 try again later"}
+			}
+			if _, err := st.Claim(ctx, f.b.ID, "w/A", claims, now); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.RecordOutcomes(ctx, f.b.ID, "w/A", outcomes, now); err != nil {
+				t.Fatal(err)
+			}
+			f.clk.Advance(time.Minute)
+			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 200, Sweep: true,
+				Defer: map[string]time.Time{"slow.example": f.clk.Now().Add(30 * time.Second)},
+				Probe: []string{"slow.example"}, Conns: map[string]int{"slow.example": 1}, StepShare: 0.2, StepFloor: 5}
+			type result struct {
+				rep bus.Report
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				rep, err := f.w.RunPage(ctx, sweep, "w/S")
+				done <- result{rep, err}
+			}()
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				mu.Lock()
+				n := others
+				mu.Unlock()
+				if n == 18 {
+					break
+				}
+				if time.Now().After(deadline) {
+					close(answer)
+					t.Fatalf("%d of the 18 other recipients sent after 20 s while the slow provider's first send waited: its ramp step held them", n)
+				}
+			}
+			// What a kill -9 now would leave in doubt: the one send into
+			// the provider, not its recipients queued behind it (each
+			// would be marked unknown though never sent).
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				n, err := st.Counts(ctx, f.b.ID)
+				if err != nil {
+					close(answer)
+					t.Fatal(err)
+				}
+				if n.Claimed <= 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					close(answer)
+					t.Fatalf("%d claims without an outcome while one send is under way; want the provider's recipients that wait for its connection given back", n.Claimed)
+				}
+			}
+			select {
+			case r := <-done:
+				t.Fatalf("the sweep ended (%+v, %v) before the slow provider answered; want it waiting to send the rest of the step", r.rep, r.err)
+			default:
+			}
+			close(answer)
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if slowMost > 1 {
+				t.Fatalf("%d sends at once into a step of one connection", slowMost)
+			}
+			if r.rep.Sent != len(f.contacts) || r.rep.Class != "" {
+				t.Fatalf("report %+v; want all %d sent, no stop", r.rep, len(f.contacts))
+			}
+			for _, c := range f.contacts {
+				if n := tr.accepted[c.Email]; n != 1 {
+					t.Errorf("%s received %d copies, want 1", c.Email, n)
+				}
+				row, err := st.GetSend(ctx, f.b.ID, c.ID)
+				if err != nil || row.Status != store.SendSent || row.Attempt != 2 {
+					t.Errorf("%s: row %s, attempt %d (%v); want sent on its second attempt (a row given back is charged none)", c.Email, row.Status, row.Attempt, err)
+				}
+			}
+			if held := len(f.w.late); held != 0 {
+				t.Errorf("%d straggler tokens still held after the sweep", held)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/oklog/ulid/v2"
 
@@ -52,6 +53,11 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 			w.giveLate(len(late))
 		}
 	}()
+	// onlyLanes: the last claim found nothing but rows of carried steps
+	// with every connection busy; from then on a window claims no more
+	// than the steps' free connections, so the rows a window gives back
+	// (errLaneBusy) stay few.
+	onlyLanes := false
 	for taken := 0; taken < job.Limit && ctx.Err() == nil; {
 		if state, err := w.states.Get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning || w.revision(job.Broadcast) > l.current() || w.live.stale(owner) {
 			break // paused, or edited since the sweep read the content (the next sweep reads it), or the run lapsed
@@ -66,21 +72,36 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		// contact left the audience while deferred.
 		// Retried as it is when it may have committed: ClaimDue returns
 		// the rows this run holds already, but for the stragglers'.
+		// A carried ramp step whose connections are all busy (a slow
+		// provider's) has its domains left due: the window takes other
+		// providers' retries meanwhile, and when nothing else is due the
+		// sweep waits for one of the step's sends to end.
+		leave, free := h.busy()
+		limit := min(w.cfg.Concurrency, job.Limit-taken)
+		if onlyLanes {
+			limit = min(limit, free)
+		}
 		var due []store.Due
-		err := w.persist(ctx, owner, func() error {
-			var err error
-			due, err = w.cfg.Store.ClaimDue(pageCtx, l.b, owner, now, min(w.cfg.Concurrency, job.Limit-taken), sending)
-			return err
-		})
-		if err != nil {
-			if taken == 0 {
-				return rep, nil, err
+		if limit > 0 {
+			err := w.persist(ctx, owner, func() error {
+				var err error
+				due, err = w.cfg.Store.ClaimDue(pageCtx, l.b, owner, now, limit, sending, leave)
+				return err
+			})
+			if err != nil {
+				if taken == 0 {
+					return rep, nil, err
+				}
+				rep.Class, rep.Error = bus.ClassTransient, err.Error()
+				break
 			}
-			rep.Class, rep.Error = bus.ClassTransient, err.Error()
-			break
 		}
 		if len(due) == 0 {
-			break
+			if len(leave) == 0 || !h.waitFreed(ctx, pageCtx) {
+				break
+			}
+			onlyLanes = true
+			continue
 		}
 		taken += len(due)
 		// Between two windows a sweep may hold no claim (none straggles),
@@ -100,7 +121,7 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		var over []straggler
 		over, late = regroup(late, b, pending)
 		res, outcomes := w.conclude(l, view(b, pending, over), len(pending))
-		res.claimed = len(window)
+		res.claimed = len(window) - givenBack(b, pending)
 		w.live.progress(owner, w.cfg.Clock.Now())
 		w.settleDue(&res, outcomes, rows)
 		err = w.persist(ctx, owner, func() error {
@@ -211,4 +232,18 @@ func (w *Worker) settleDue(res *windowResult, outcomes []store.Outcome, rows map
 			res.failed--
 		}
 	}
+}
+
+// givenBack counts a window's recipients given back unsent because their
+// ramp step's connections were busy (errLaneBusy): claimed and at once due
+// again, they are charged to no throttle. The stragglers (pending) are
+// still running.
+func givenBack(b *batch, pending []int) int {
+	n := 0
+	for i, err := range b.errs {
+		if err == errLaneBusy && !slices.Contains(pending, i) {
+			n++
+		}
+	}
+	return n
 }

@@ -41,7 +41,7 @@ type Store interface {
 	Claim(ctx context.Context, broadcast ulid.ULID, owner string, claims []store.Claim, now time.Time) ([]ulid.ULID, error)
 	RecordAndClaim(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, next []store.Claim, now time.Time) ([]ulid.ULID, error)
 	RecordOutcomes(ctx context.Context, broadcast ulid.ULID, owner string, outcomes []store.Outcome, now time.Time) error
-	ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]store.Due, error)
+	ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID, leave []string) ([]store.Due, error)
 }
 
 // Config wires a worker to its parts.
@@ -1249,6 +1249,7 @@ func (w *Worker) prepare(window []store.Contact, mine map[ulid.ULID]bool, h *hol
 						b.lanes = make([]*lane, len(window))
 					}
 					b.lanes[i] = ln
+					ln.domains[strings.ToLower(c.Email[strings.LastIndexByte(c.Email, '@')+1:])] = true
 				}
 			}
 		}
@@ -1286,6 +1287,9 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 			deferUntil[i] = w.cfg.Clock.Now() // never sent: due at once
 			attempted--
 			lapsed++
+		} else if err == errLaneBusy {
+			deferUntil[i] = w.cfg.Clock.Now() // never sent: due at once
+			attempted--
 		} else if b.givenUpStep(i, providers[i]) {
 			stepAttempts++
 		}
@@ -1325,7 +1329,7 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 			}
 		}
 		if !deferUntil[i].IsZero() {
-			if why, ok := b.giveUp[providers[i]]; ok {
+			if why, ok := b.giveUp[providers[i]]; ok && errs[i] != errLaneBusy {
 				// The provider has accepted nothing for so long that the
 				// coordinator gave up on it: failed, not attempted, and
 				// reopenable (store.GaveUpPrefix) once it takes mail again.
@@ -1339,6 +1343,8 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 				why = "deferred: " + providers[i] + " refused while ramping back up"
 			case errLapsed:
 				why = "deferred: " + errLapsed.Error()
+			case errLaneBusy:
+				why = "deferred: " + providers[i] + " ramping back up, " + errLaneBusy.Error()
 			}
 			outcomes = append(outcomes, store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: deferUntil[i],
 				Error: why, NotAttempted: true})
@@ -1528,6 +1534,12 @@ func explainFor(err error, c store.Contact) string {
 // errStepEnded marks a carried provider's recipient not sent because an
 // earlier one of the step was refused: deferred, not attempted.
 var errStepEnded = errors.New("ramp step ended by a refusal")
+
+// errLaneBusy marks a carried provider's recipient not sent because every
+// connection of the step was busy while the rest of its window was sent
+// (lane.acquire): deferred, not attempted, and due at once, for a later
+// window or sweep.
+var errLaneBusy = errors.New("every connection of its ramp step busy")
 
 // errLapsed marks a recipient not sent because the claim's lease ended
 // before its send began (liveness.sendable): the reconciler may have

@@ -39,7 +39,14 @@ type Deferrals interface {
 	// stragglers): they are never returned nor touched, since returning
 	// one would send its contact a second copy while the first is on its
 	// way.
-	ClaimDue(ctx context.Context, b Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]Due, error)
+	//
+	// leave names recipient domains (lower case) whose due rows stay due,
+	// untouched, for a later call: a ramping provider whose few connections
+	// are all busy (a sweep carrying its ramp step), so the window claims
+	// the other providers' retries instead of rows it could only give back.
+	// A row of such a domain returned anyway (its address spelt another
+	// way) is only given back by the caller: leave is a hint.
+	ClaimDue(ctx context.Context, b Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID, leave []string) ([]Due, error)
 	// NextDue counts the broadcast's deferred rows due at now (a retry
 	// time at or before it) and returns the earliest retry time of any
 	// deferred row (zero when there is none). Only due rows are counted: a

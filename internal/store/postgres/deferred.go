@@ -53,13 +53,15 @@ const (
 // runs, read after claimGate's lock as a window's claim is (SetState).
 // $1 broadcast, $2 now, $3 limit, $4 owner, $5 the
 // erased rows' error, $6 the owner's rows still being sent (never
-// returned), $7 segment.
+// returned), $7 the domains whose due rows are left due (store.Deferrals's
+// leave: the ledger's address ends with "@" and one of them), $8 segment.
 func claimDueQuery(segment int64) string {
-	g := gate(segmentParam(segment, "$7"))
+	g := gate(segmentParam(segment, "$8"))
 	return `
 WITH running AS (SELECT 1 FROM broadcasts WHERE id = $1 AND state = 'running'), due AS (
     SELECT s.contact_id FROM broadcast_sends s
-    WHERE s.broadcast_id = $1 AND ((s.status = 'deferred' AND s.retry_at <= $2 AND EXISTS (SELECT 1 FROM running))
+    WHERE s.broadcast_id = $1 AND ((s.status = 'deferred' AND s.retry_at <= $2 AND EXISTS (SELECT 1 FROM running)
+            AND NOT EXISTS (SELECT 1 FROM unnest($7::text[]) d WHERE right(lower(s.email), length(d) + 1) = '@' || d))
         OR (s.status = 'claimed' AND s.owner = $4 AND s.contact_id <> ALL($6::uuid[])))
     -- The owner's own claims first: a repeated call (its answer was lost)
     -- gets them back even when rows of lower ids came due meanwhile.
@@ -95,8 +97,8 @@ WHERE s.broadcast_id = $1 AND s.contact_id = due.contact_id AND c.id = due.conta
 RETURNING c.id, c.email, c.name, c.attributes, s.attempt, s.in_doubt`
 }
 
-func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]store.Due, error) {
-	args := []any{uid(b.ID), now, limit, owner, erasedDeferral, uids(sending)}
+func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID, leave []string) ([]store.Due, error) {
+	args := []any{uid(b.ID), now, limit, owner, erasedDeferral, uids(sending), leaveDomains(leave)}
 	if b.SegmentID != 0 {
 		args = append(args, b.SegmentID)
 	}
@@ -130,6 +132,15 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 	// RETURNING comes in no particular order; callers walk in id order.
 	slices.SortFunc(out, func(a, b store.Due) int { return a.ID.Compare(b.ID) })
 	return out, nil
+}
+
+// leaveDomains is leave as ClaimDue's $7: never nil, so the parameter is a
+// text array whatever the caller passed.
+func leaveDomains(leave []string) []string {
+	if leave == nil {
+		return []string{}
+	}
+	return leave
 }
 
 // nextDue reads both from the deferred rows' index: the count walks only

@@ -137,7 +137,7 @@ func TestClaimDueWaitsForStateChange(t *testing.T) {
 	var due []store.Due
 	var err error
 	changeStateUnderLock(t, s, b.ID, store.StatePaused, func() string {
-		due, err = s.ClaimDue(ctx, b, "w2/1", t0.Add(time.Minute), 10, nil)
+		due, err = s.ClaimDue(ctx, b, "w2/1", t0.Add(time.Minute), 10, nil, nil)
 		return fmt.Sprintf("ClaimDue (%d due, %v)", len(due), err)
 	})
 	if err != nil || len(due) != 0 {

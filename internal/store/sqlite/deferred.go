@@ -36,12 +36,15 @@ func notAttempted(o store.Outcome) int {
 // it reads cannot be moved by another sweep before it writes. The owner's
 // own claims come first, so a repeated call (its answer was lost) gets
 // them back even when rows of lower ids came due meanwhile, but not those
-// still being sent (:sending, a JSON array of upper-case hex ids).
+// still being sent (:sending, a JSON array of upper-case hex ids). Due rows
+// whose address is at one of the domains of :leave (a JSON array) stay due
+// (store.Deferrals's leave).
 func dueQuery(segment int64) string {
 	return `SELECT s.contact_id, c.email, c.name, c.attributes, s.attempt + (s.status = 'deferred'), s.in_doubt, (c.id IS NOT NULL AND ` + gate(segment) + `)
 FROM broadcast_sends s LEFT JOIN contacts c ON c.id = s.contact_id
 WHERE s.broadcast_id = :broadcast AND ((s.status = 'deferred' AND s.retry_at <= :now
-    AND EXISTS (SELECT 1 FROM broadcasts WHERE id = :broadcast AND state = 'running'))
+    AND EXISTS (SELECT 1 FROM broadcasts WHERE id = :broadcast AND state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM json_each(:leave) d WHERE substr(lower(s.email), -length(d.value) - 1) = '@' || d.value))
     OR (s.status = 'claimed' AND s.owner = :owner AND hex(s.contact_id) NOT IN (SELECT value FROM json_each(:sending))))
 ORDER BY s.status = 'claimed' DESC, s.contact_id LIMIT :limit`
 }
@@ -67,7 +70,7 @@ WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status 
 WHERE broadcast_id = ?1 AND contact_id = ?2 AND (status = 'deferred' OR (status = 'claimed' AND owner = ?3))`
 )
 
-func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID) ([]store.Due, error) {
+func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, now time.Time, limit int, sending []ulid.ULID, leave []string) ([]store.Due, error) {
 	if limit < 0 {
 		return nil, fmt.Errorf("claim due deferrals: negative limit %d", limit)
 	}
@@ -79,11 +82,15 @@ func (s *Store) ClaimDue(ctx context.Context, b store.Broadcast, owner string, n
 	if err != nil {
 		return nil, err
 	}
+	leaveJSON, err := json.Marshal(append([]string{}, leave...))
+	if err != nil {
+		return nil, err
+	}
 	var out []store.Due
 	err = s.write(ctx, "claim due deferrals", func(tx *sql.Tx) error {
 		out = out[:0]
 		rows, err := tx.QueryContext(ctx, dueQuery(b.SegmentID),
-			gateArgs(b.SegmentID, sql.Named("broadcast", id(b.ID)), sql.Named("now", ts(now)), sql.Named("limit", limit), sql.Named("owner", owner), sql.Named("sending", string(heldJSON)))...)
+			gateArgs(b.SegmentID, sql.Named("broadcast", id(b.ID)), sql.Named("now", ts(now)), sql.Named("limit", limit), sql.Named("owner", owner), sql.Named("sending", string(heldJSON)), sql.Named("leave", string(leaveJSON)))...)
 		if err != nil {
 			return err
 		}

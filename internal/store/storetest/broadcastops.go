@@ -335,7 +335,7 @@ func testReopen(f *fixture) {
 		f.t.Fatalf("counts after Reopen = %+v; want 1 sent, 2 failed (refused for good, erased), 2 deferred, 1 unknown", c)
 	}
 	b.State = store.StateRunning
-	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(5), 10, nil)
+	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(5), 10, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(due) != 2 || due[0].ID != ids[2] || due[0].Attempt != 1 || due[1].ID != ids[4] {
 		f.t.Fatalf("ClaimDue = %+v; want the reopened rows at attempt 1", due)
@@ -363,7 +363,7 @@ func testReopen(f *fixture) {
 	// The unknown row, sent again, may have reached its contact twice:
 	// the counts say so (a retried give-up does not).
 	b.State = store.StateRunning
-	due, err = f.s.ClaimDue(f.ctx, b, "w3/1", at(10), 10, nil)
+	due, err = f.s.ClaimDue(f.ctx, b, "w3/1", at(10), 10, nil, nil)
 	f.must(err, "ClaimDue (unknown)")
 	if len(due) != 1 || due[0].ID != ids[3] || !due[0].InDoubt {
 		f.t.Fatalf("ClaimDue = %+v; want the reopened unknown row, in doubt", due)

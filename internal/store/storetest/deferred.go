@@ -20,6 +20,7 @@ var deferredCases = []testCase{
 	{"RetrySameOwner", testClaimDueRetrySameOwner},
 	{"RetrySameOwnerNewDueFirst", testClaimDueRetryKeepsOwnersRows},
 	{"OwnersSendingLeftAlone", testClaimDueLeavesSending},
+	{"LeftDomainsStayDue", testClaimDueLeavesDomains},
 	{"HeldIsNoAttempt", testHeldIsNoAttempt},
 	{"OnlyWhileRunning", testClaimDueOnlyWhileRunning},
 	{"SentAgainInDoubtCounted", testSentAgainInDoubtCounted},
@@ -42,7 +43,7 @@ func testSentAgainInDoubtCounted(f *fixture) {
 		{ContactID: ids[2], Status: store.SendDeferred, RetryAt: at(2), Error: "451 4.3.0 try again later"},
 		{ContactID: ids[3], Status: store.SendSent},
 	}, at(1)), "release")
-	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(3), 10, nil)
+	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(3), 10, nil, nil)
 	f.must(err, "ClaimDue")
 	outcomes := make([]store.Outcome, len(due))
 	for i, d := range due {
@@ -81,7 +82,7 @@ func testLateReportSettlesDoubt(f *fixture) {
 		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(2), Error: store.InDoubtResent},
 	}, at(1)), "release")
 	f.event(b, ids[0], store.EventDelivered, "")
-	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(3), 10, nil)
+	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(3), 10, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(due) != 1 || due[0].ID != ids[1] {
 		f.t.Fatalf("ClaimDue = %v; want only the row not reported delivered", dueIDs(due))
@@ -101,7 +102,7 @@ func testLateReportSettlesDoubt(f *fixture) {
 		{ContactID: more[0], Status: store.SendDeferred, RetryAt: at(5), Error: store.InDoubtResent},
 		{ContactID: more[1], Status: store.SendDeferred, RetryAt: at(5), Error: store.InDoubtResent},
 	}, at(4)), "release")
-	due, err = f.s.ClaimDue(f.ctx, b, "w3/1", at(6), 10, nil)
+	due, err = f.s.ClaimDue(f.ctx, b, "w3/1", at(6), 10, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(due) != 2 {
 		f.t.Fatalf("ClaimDue = %v; want both rows released again", dueIDs(due))
@@ -125,21 +126,21 @@ func testClaimDueOnlyWhileRunning(f *fixture) {
 	ids := f.subscribers("paused due", 4)
 	b := f.running("paused deferred", 0)
 	f.deferAll(b, ids, at(1), at(2))
-	first, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2, nil)
+	first, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2, nil, nil)
 	f.must(err, "ClaimDue")
 	_, err = f.s.SetState(f.ctx, b.ID, []store.State{store.StateRunning}, store.StatePaused, "", at(4))
 	f.must(err, "pause")
-	if due, err := f.s.ClaimDue(f.ctx, b, "w6/1", at(5), 10, nil); err != nil || len(due) != 0 {
+	if due, err := f.s.ClaimDue(f.ctx, b, "w6/1", at(5), 10, nil, nil); err != nil || len(due) != 0 {
 		f.t.Fatalf("ClaimDue while paused = %v, %v; want nothing", dueIDs(due), err)
 	}
-	again, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(5), 10, nil)
+	again, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(5), 10, nil, nil)
 	f.must(err, "ClaimDue repeated while paused")
 	if len(again) != 2 || again[0].ID != first[0].ID || again[1].ID != first[1].ID {
 		f.t.Fatalf("ClaimDue repeated while paused = %v, want the owner's rows %v only", dueIDs(again), dueIDs(first))
 	}
 	_, err = f.s.SetState(f.ctx, b.ID, []store.State{store.StatePaused}, store.StateCancelled, "", at(6))
 	f.must(err, "cancel")
-	if due, err := f.s.ClaimDue(f.ctx, b, "w7/1", at(7), 10, nil); err != nil || len(due) != 0 {
+	if due, err := f.s.ClaimDue(f.ctx, b, "w7/1", at(7), 10, nil, nil); err != nil || len(due) != 0 {
 		f.t.Fatalf("ClaimDue after cancel = %v, %v; want nothing", dueIDs(due), err)
 	}
 }
@@ -154,7 +155,7 @@ func testHeldIsNoAttempt(f *fixture) {
 	held := []store.Outcome{{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(2), Error: "held", NotAttempted: true}}
 	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", held, at(1)), "RecordOutcomes held")
 	for round := range 3 {
-		due, err := f.s.ClaimDue(f.ctx, b, fmt.Sprintf("w%d/1", round+2), at(3+round), 10, nil)
+		due, err := f.s.ClaimDue(f.ctx, b, fmt.Sprintf("w%d/1", round+2), at(3+round), 10, nil, nil)
 		f.must(err, "ClaimDue")
 		if len(due) != 1 || due[0].Attempt != 1 {
 			f.t.Fatalf("round %d: ClaimDue = %+v; want the held row at attempt 1 (no attempt made yet)", round, due)
@@ -171,11 +172,11 @@ func testClaimDueRetrySameOwner(f *fixture) {
 	ids := f.subscribers("again", 4)
 	b := f.running("deferred retry", 0)
 	f.deferAll(b, ids, at(1), at(2))
-	first, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2, nil)
+	first, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2, nil, nil)
 	f.must(err, "ClaimDue")
-	other, err := f.s.ClaimDue(f.ctx, b, "w6/1", at(3), 2, nil)
+	other, err := f.s.ClaimDue(f.ctx, b, "w6/1", at(3), 2, nil, nil)
 	f.must(err, "ClaimDue by another owner")
-	again, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2, nil)
+	again, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2, nil, nil)
 	f.must(err, "ClaimDue again")
 	if len(first) != 2 || len(other) != 2 || len(again) != 2 || again[0].ID != first[0].ID || again[1].ID != first[1].ID || again[0].Attempt != first[0].Attempt {
 		f.t.Fatalf("first %v, other owner %v, the first owner again %v; want the first owner's two rows back", dueIDs(first), dueIDs(other), dueIDs(again))
@@ -190,10 +191,10 @@ func testClaimDueRetryKeepsOwnersRows(f *fixture) {
 	ids := f.subscribers("again first", 4)
 	b := f.running("deferred retry, new due rows", 0)
 	f.deferAll(b, ids[1:], at(1), at(2))
-	first, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2, nil)
+	first, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2, nil, nil)
 	f.must(err, "ClaimDue")
 	f.deferAll(b, ids[:1], at(1), at(2)) // due, and before the owner's rows in id order
-	again, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2, nil)
+	again, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 2, nil, nil)
 	f.must(err, "ClaimDue again")
 	if len(first) != 2 || len(again) != 2 || again[0].ID != first[0].ID || again[1].ID != first[1].ID {
 		f.t.Fatalf("first %v, again %v; want the owner's two rows back, not the row that came due meanwhile", dueIDs(first), dueIDs(again))
@@ -209,7 +210,7 @@ func testClaimDueLeavesSending(f *fixture) {
 	ids := f.subscribers("straggling", 4)
 	b := f.running("deferred, a straggler", 0)
 	f.deferAll(b, ids[:3], at(1), at(2))
-	first, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 3, nil)
+	first, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 3, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(first) != 3 {
 		f.t.Fatalf("first ClaimDue = %v; want 3 rows", dueIDs(first))
@@ -221,7 +222,7 @@ func testClaimDueLeavesSending(f *fixture) {
 	f.deferAll(b, ids[3:], at(4), at(5))
 	// Repeated, as after an ambiguous commit: still never the straggler.
 	for range 2 {
-		got, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(6), 10, []ulid.ULID{ids[1]})
+		got, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(6), 10, []ulid.ULID{ids[1]}, nil)
 		f.must(err, "ClaimDue with a row still being sent")
 		if len(got) != 1 || got[0].ID != ids[3] {
 			f.t.Fatalf("ClaimDue = %v; want only %s, the row that came due (not %s, still being sent)", dueIDs(got), ids[3], ids[1])
@@ -236,6 +237,46 @@ func testClaimDueLeavesSending(f *fixture) {
 	if row, err := f.s.GetSend(f.ctx, b.ID, ids[1]); err != nil || row.Status != store.SendSent {
 		f.t.Fatalf("straggler's row = %+v, %v; want sent", row, err)
 	}
+}
+
+// A sweep whose ramping provider has no connection free asks ClaimDue to
+// leave that provider's domains: their due rows stay deferred and due,
+// untouched, and the window takes other providers' retries. Only an
+// address at the domain itself is left (not a subdomain, not a domain
+// ending the same way), whatever its case, by the address the row was
+// claimed for; the owner's own claims come back to a repeated call
+// whatever leave says.
+func testClaimDueLeavesDomains(f *fixture) {
+	emails := []string{"ann@gmail.com", "bob@example.org", "cat@GMail.COM", "dan@mail.gmail.com", "eve@notgmail.com", "fay@googlemail.com"}
+	cs := make([]store.Contact, len(emails))
+	for i, e := range emails {
+		cs[i] = f.contact(e)
+	}
+	ids := f.upsert(cs, t0)
+	for i := range cs {
+		cs[i].ID = ids[i]
+	}
+	b := f.running("deferred, a provider ramping", 0)
+	f.claimPage("w1/1", b, cs, at(1)) // the ledger keeps each row's address
+	outs := make([]store.Outcome, len(ids))
+	for i, id := range ids {
+		outs[i] = store.Outcome{ContactID: id, Status: store.SendDeferred, Error: "451 4.3.0 try again later", RetryAt: at(2)}
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outs, at(1)), "RecordOutcomes deferred")
+	leave := []string{"gmail.com", "googlemail.com"}
+	got, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(3), 10, nil, leave)
+	f.must(err, "ClaimDue leaving gmail.com and googlemail.com")
+	f.sameSet("rows claimed", dueIDs(got), []ulid.ULID{ids[1], ids[3], ids[4]})
+	for _, i := range []int{0, 2, 5} {
+		row, err := f.s.GetSend(f.ctx, b.ID, ids[i])
+		f.must(err, "GetSend of a row left")
+		if row.Status != store.SendDeferred || row.Attempt != 1 || !row.UpdatedAt.Equal(at(1)) {
+			f.t.Fatalf("%s's row is %s, attempt %d, updated %v; want left deferred as it was (attempt 1, updated %v)", emails[i], row.Status, row.Attempt, row.UpdatedAt, at(1))
+		}
+	}
+	again, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(4), 10, nil, []string{"example.org", "mail.gmail.com", "notgmail.com"})
+	f.must(err, "ClaimDue repeated")
+	f.sameSet("a repeated call's rows (its own claims, then the due rows not left)", dueIDs(again), ids)
 }
 
 func dueIDs(ds []store.Due) []ulid.ULID {
@@ -275,12 +316,12 @@ func testClaimDueInOrderOnce(f *fixture) {
 			f.t.Fatalf("NextDue at %v = %d, %v; want %d due, the first at %v", c.now, n, next, c.want, at(10))
 		}
 	}
-	early, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(10).Add(-time.Microsecond), 100, nil)
+	early, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(10).Add(-time.Microsecond), 100, nil, nil)
 	f.must(err, "ClaimDue early")
 	if len(early) != 0 {
 		f.t.Fatalf("ClaimDue before the retry time returned %d rows", len(early))
 	}
-	got, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(10), 2, nil)
+	got, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(10), 2, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(got) != 2 || got[0].ID != ids[0] || got[1].ID != ids[1] || got[0].Email == "" || got[0].Attempt != 2 || got[1].Attempt != 2 {
 		f.t.Fatalf("ClaimDue(limit 2) = %+v; want the first two due contacts with their addresses", got)
@@ -290,7 +331,7 @@ func testClaimDueInOrderOnce(f *fixture) {
 	if row.Status != store.SendClaimed || row.Attempt != 2 || !row.ClaimedAt.Equal(at(10)) {
 		f.t.Errorf("swept row %+v; want claimed again at %v, attempt 2", row, at(10))
 	}
-	rest, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(15), 100, nil)
+	rest, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(15), 100, nil, nil)
 	f.must(err, "ClaimDue rest")
 	if len(rest) != 1 || rest[0].ID != ids[2] {
 		f.t.Fatalf("second sweep = %+v; want only the third due row", rest)
@@ -323,7 +364,7 @@ func testClaimDueConcurrent(f *fixture) {
 		wg.Go(func() {
 			for {
 				owner := fmt.Sprintf("w%d/1", k)
-				got, err := f.s.ClaimDue(f.ctx, b, owner, at(3), 7, nil)
+				got, err := f.s.ClaimDue(f.ctx, b, owner, at(3), 7, nil, nil)
 				if err != nil {
 					errs <- err
 					return
@@ -371,7 +412,7 @@ func testClaimDueDropsIneligible(f *fixture) {
 	b := f.running("deferred gate", 0)
 	f.deferAll(b, ids, at(1), at(2))
 	f.must(f.unsubscribe("gone0001@example.org", at(2)), "Unsubscribe")
-	got, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(3), 100, nil)
+	got, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(3), 100, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(got) != 2 || got[0].ID != ids[0] || got[1].ID != ids[2] {
 		f.t.Fatalf("ClaimDue = %+v; want the two contacts still eligible", got)
@@ -410,7 +451,7 @@ func testClaimDueKeepsAttemptedIneligible(f *fixture) {
 		_, err := f.s.Suppress(f.ctx, id, "operator", at(2))
 		f.must(err, "Suppress")
 	}
-	got, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(3), 100, nil)
+	got, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(3), 100, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(got) != 1 || got[0].ID != ids[2] {
 		f.t.Fatalf("ClaimDue = %v; want the one still eligible", dueIDs(got))
@@ -444,7 +485,7 @@ func testFailHalted(f *fixture) {
 		// refused in a halting window: it must never end "failed".
 		{ContactID: ids[5], Status: store.SendDeferred, RetryAt: at(1), Error: store.InDoubtResent},
 	}, at(1)), "record")
-	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(1), 10, nil)
+	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(1), 10, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(due) != 1 || due[0].ID != ids[5] || !due[0].InDoubt {
 		f.t.Fatalf("ClaimDue = %+v; want the row released in doubt", due)

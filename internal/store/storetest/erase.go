@@ -357,7 +357,7 @@ func testEraseInDoubt(f *fixture) {
 	}, at(4)), "RecordOutcomes")
 	_, err = f.s.Erase(ctx, []string{page[0].Email, page[1].Email}, at(5))
 	f.must(err, "Erase")
-	due, err := f.s.ClaimDue(ctx, b, "w2/1", at(6), 10, nil)
+	due, err := f.s.ClaimDue(ctx, b, "w2/1", at(6), 10, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(due) != 0 {
 		f.t.Fatalf("ClaimDue handed out %d rows of erased contacts", len(due))
@@ -389,7 +389,7 @@ func testEraseInDoubtAfterResend(f *fixture) {
 		{ContactID: ids[3], Status: store.SendDeferred, RetryAt: at(4), Error: store.InDoubtResent},
 	}
 	f.must(f.s.RecordOutcomes(ctx, b.ID, "w1/1", first, at(3)), "RecordOutcomes")
-	due, err := f.s.ClaimDue(ctx, b, "w2/1", at(5), 10, nil)
+	due, err := f.s.ClaimDue(ctx, b, "w2/1", at(5), 10, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(due) != 4 {
 		f.t.Fatalf("ClaimDue: %d rows, want 4", len(due))
@@ -408,7 +408,7 @@ func testEraseInDoubtAfterResend(f *fixture) {
 	_, err = f.s.Erase(ctx, []string{page[0].Email, page[2].Email, page[3].Email}, at(7))
 	f.must(err, "Erase")
 	f.must(f.s.RecordOutcomes(ctx, b.ID, "w2/1", []store.Outcome{again(3, 8)}, at(7)), "RecordOutcomes")
-	due, err = f.s.ClaimDue(ctx, b, "w3/1", at(9), 10, nil)
+	due, err = f.s.ClaimDue(ctx, b, "w3/1", at(9), 10, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(due) != 1 || due[0].ID != ids[1] || !due[0].InDoubt {
 		f.t.Errorf("ClaimDue after the erasure = %+v; want contact 1 alone, in doubt", due)

@@ -560,7 +560,7 @@ func testReputationMatchesLedger(f *fixture) {
 	// dropped, the other claimed again and sent on the second attempt.
 	f.claim(other, ids[15:], at(8))
 	f.event(other, ids[15], store.EventBounced, "")
-	due, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(30), 10, nil)
+	due, err := f.s.ClaimDue(f.ctx, b, "w1/1", at(30), 10, nil, nil)
 	f.must(err, "ClaimDue")
 	check("deferred rows swept")
 	for _, d := range due {

@@ -58,7 +58,7 @@ func testPendingMatchesCounts(f *fixture) {
 	check("outcomes written", store.Pending{Claimed: 4, Deferred: 3, NextDue: at(10), NextError: "452 4.2.2 mailbox full", NextAttempt: 1, Failed: 2})
 
 	// A sweep moves the due row back to claimed.
-	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(10), 100, nil)
+	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(10), 100, nil, nil)
 	f.must(err, "ClaimDue")
 	if len(due) != 1 || due[0].ID != ids[6] {
 		f.t.Fatalf("ClaimDue = %+v; want the row due at %v", due, at(10))
@@ -83,7 +83,7 @@ func testPendingMatchesCounts(f *fixture) {
 // deferredRowsSent sweeps every deferred row of b due by now and records it sent.
 func (f *fixture) deferredRowsSent(b store.Broadcast, owner string, now time.Time) {
 	f.t.Helper()
-	due, err := f.s.ClaimDue(f.ctx, b, owner, now, 1000, nil)
+	due, err := f.s.ClaimDue(f.ctx, b, owner, now, 1000, nil, nil)
 	f.must(err, "ClaimDue")
 	var outs []store.Outcome
 	for _, d := range due {
