@@ -113,7 +113,7 @@ func TestSimulation(t *testing.T) {
 	var wg sync.WaitGroup
 	var failedMu sync.Mutex
 	var failed []string
-	stragglersBefore := stragglersConcluded()
+	stragglersBefore, givenBackBefore := stragglersConcluded(), rampGivenBack()
 	for range workers {
 		wg.Go(func() {
 			for {
@@ -139,10 +139,10 @@ func TestSimulation(t *testing.T) {
 	}
 	slices.Sort(kinds)
 	stragglersAfter := stragglersConcluded()
-	t.Logf("simulation: %d schedules, %d steps, %d messages accepted, %d unknown, %d sends concluded as stragglers (%d of them retries), faults injected: %s; invariant violations: %d",
+	t.Logf("simulation: %d schedules, %d steps, %d messages accepted, %d unknown, %d sends concluded as stragglers (%d of them retries), %d recipients given back by a busy ramp step, faults injected: %s; invariant violations: %d",
 		totals.schedules, totals.steps, totals.sent, totals.unknown,
 		stragglersAfter["page"]+stragglersAfter["sweep"]-stragglersBefore["page"]-stragglersBefore["sweep"], stragglersAfter["sweep"]-stragglersBefore["sweep"],
-		strings.Join(kinds, ", "), totals.violations)
+		rampGivenBack()-givenBackBefore, strings.Join(kinds, ", "), totals.violations)
 	for _, f := range failed {
 		t.Error(f)
 	}
@@ -1940,6 +1940,19 @@ func stragglersConcluded() map[string]int {
 		}
 	}
 	return out
+}
+
+// rampGivenBack is the page workers' rangecast_pageworker_ramp_given_back_total:
+// recipients of a carried ramp step a sweep gave back unsent, its
+// connections busy.
+func rampGivenBack() int {
+	families, _ := pageworker.Metrics.Gather()
+	for _, f := range families {
+		if f.GetName() == "rangecast_pageworker_ramp_given_back_total" {
+			return int(f.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	return 0
 }
 
 // simStragglerAfter is the workers' StragglerAfter when some sends are

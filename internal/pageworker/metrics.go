@@ -32,6 +32,10 @@ var (
 		Name: "rangecast_pageworker_stragglers_total",
 		Help: "Sends a page (job=page) or a sweep of due retries (job=sweep) went on without: still running, once half their window had ended, three times its median send time (at least 20 ms) after the last of the others (a server tarpitting one recipient, a slow reply to the data). Each outcome is recorded with a later window's.",
 	}, []string{"job"})
+	rampGivenBack = auto.NewCounter(prometheus.CounterOpts{
+		Name: "rangecast_pageworker_ramp_given_back_total",
+		Help: "Recipients of a provider ramping back up that a sweep claimed and gave back unsent, due at once and not counted as an attempt, because every connection of the provider's ramp step was busy while the rest of their window was sent.",
+	})
 	pageSeconds = auto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "rangecast_pageworker_page_seconds",
 		Help:    "Time to walk one page, from fetch to report.",

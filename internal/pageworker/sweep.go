@@ -121,7 +121,9 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		var over []straggler
 		over, late = regroup(late, b, pending)
 		res, outcomes := w.conclude(l, view(b, pending, over), len(pending))
-		res.claimed = len(window) - givenBack(b, pending)
+		back := givenBack(b, pending)
+		rampGivenBack.Add(float64(back))
+		res.claimed = len(window) - back
 		w.live.progress(owner, w.cfg.Clock.Now())
 		w.settleDue(&res, outcomes, rows)
 		err = w.persist(ctx, owner, func() error {
