@@ -69,7 +69,24 @@ func Rangecast() *cobra.Command {
 func refuseUnknownSubcommands(cmd *cobra.Command) {
 	for _, sub := range cmd.Commands() {
 		refuseUnknownSubcommands(sub)
-		if !sub.HasSubCommands() || sub.Runnable() {
+		if !sub.HasSubCommands() {
+			continue
+		}
+		if sub.Runnable() {
+			// A command that runs itself and has commands too (send, with
+			// send status and send template) and takes no word of its own
+			// refuses one, but cobra suggests nothing below the root.
+			args := sub.Args
+			if args == nil {
+				args = cobra.NoArgs // what cobra's own check amounts to here
+			}
+			sub.Args = func(c *cobra.Command, words []string) error {
+				err := args(c, words)
+				if err != nil && len(words) > 0 && args(c, nil) == nil {
+					return unknownSubcommand(c, words[0])
+				}
+				return err
+			}
 			continue
 		}
 		sub.Args = cobra.ArbitraryArgs
@@ -77,16 +94,22 @@ func refuseUnknownSubcommands(cmd *cobra.Command) {
 			if len(args) == 0 {
 				return c.Help()
 			}
-			msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
-			if c.SuggestionsMinimumDistance <= 0 {
-				c.SuggestionsMinimumDistance = 2 // cobra's own default, set only for the root
-			}
-			if s := c.SuggestionsFor(args[0]); len(s) > 0 {
-				msg += "; did you mean " + strings.Join(s, " or ") + "?"
-			}
-			return fmt.Errorf("%s (run '%s --help' for its commands)", msg, c.CommandPath())
+			return unknownSubcommand(c, args[0])
 		}
 	}
+}
+
+// unknownSubcommand is the error for a word that is none of c's commands,
+// with the near ones.
+func unknownSubcommand(c *cobra.Command, word string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", word, c.CommandPath())
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2 // cobra's own default, set only for the root
+	}
+	if s := c.SuggestionsFor(word); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return fmt.Errorf("%s (run '%s --help' for its commands)", msg, c.CommandPath())
 }
 
 // Main runs cmd with a context cancelled by SIGINT/SIGTERM and exits.

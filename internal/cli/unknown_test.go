@@ -20,6 +20,7 @@ func TestUnknownSubcommandFails(t *testing.T) {
 		{[]string{"broadcasts", "pasue", "X"}, `did you mean pause?`},
 		{[]string{"governor", "stauts"}, `did you mean status?`},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"send", "templat", "list"}, `did you mean template?`}, // send runs itself too
 	} {
 		out, err := rangecast(t, "", tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
