@@ -75,10 +75,13 @@ func markConditionals(src string) (conditionalMarkers, error) {
 	}
 	var b strings.Builder
 	c := conditionalMarkers{markers: make([]string, len(at))}
-	last := 0
+	last, open := 0, -1 // open: where the block being read began, -1 for none
 	for i, m := range at {
 		marker := src[m[0]:m[1]]
 		c.markers[i] = marker
+		if err := pairs(src, m[0], marker, &open); err != nil {
+			return c, err
+		}
 		if hidesFromOthers(marker) {
 			if err := endsEarly(src, m[1], at[i+1:]); err != nil {
 				return c, err
@@ -89,9 +92,38 @@ func markConditionals(src string) (conditionalMarkers, error) {
 		b.WriteString(action + strings.Repeat(" ", max(len(marker)-len(action)-2, 0)) + "}}")
 		last = m[1]
 	}
+	if open >= 0 {
+		return c, unpaired(src, open, "is never closed by its <![endif]-->: every client but Outlook would hide the rest of the message as a comment")
+	}
 	b.WriteString(src[last:])
 	c.src = b.String()
 	return c, nil
+}
+
+// pairs checks that marker, at src[at:], opens a block when none is open
+// (open < 0) and closes the one open otherwise; open is where the block
+// being read began. A misspelt opening (<!--[ifmso]>, which no client
+// reads as one) leaves its closing marker alone, and html/template's error
+// for that ("ends in a non-text context") says nothing of the cause.
+func pairs(src string, at int, marker string, open *int) error {
+	switch {
+	case closes(marker) && *open < 0:
+		return unpaired(src, at, "closes no <!--[if …]> before it: is the condition misspelt? It must read <!--[if mso]> (a space after if), or <!--[if !mso]><!--> for every client but Outlook")
+	case !closes(marker) && *open >= 0:
+		return unpaired(src, *open, "is not closed by <![endif]--> before the next one opens (conditional comments do not nest)")
+	case closes(marker):
+		*open = -1
+	default:
+		*open = at
+	}
+	return nil
+}
+
+// unpaired is the error for a conditional comment's marker at src[at:].
+func unpaired(src string, at int, why string) error {
+	line := strings.Count(src[:at], "\n") + 1
+	marker := conditionalMarker.FindString(src[at:])
+	return &ValidationError{Field: fieldHTML, Reason: fmt.Sprintf("line %d: the Outlook conditional comment %s %s", line, marker, why)}
 }
 
 // hidesFromOthers: an opening marker whose block other clients read as a

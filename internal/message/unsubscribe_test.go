@@ -246,7 +246,8 @@ func TestUnsubscribeLinkInTemplates(t *testing.T) {
 		{"a 0x0 VML shape for Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]--><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}" style="height:0px;width:0px"></v:roundrect><![endif]-->`, "", "html outlook"},
 		{"an empty area for Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]--><!--[if mso]><img src="x.png" usemap="#m" width="200" height="40"><map name="m"><area href="{{.UnsubscribeURL}}" shape="rect" coords="0,0,0,0" alt=""></map><![endif]-->`, "", "html outlook"},
 		{"a VML button and a link for Outlook", `<p>Hi</p><!--[if mso]><v:roundrect href="{{.UnsubscribeURL}}"><center>Unsubscribe</center></v:roundrect>` + link + `<![endif]--><!--[if !mso]><!-->` + link + `<!--<![endif]-->`, "", ""},
-		{"a conditional comment left open", `<p>Hi</p><!--[if mso]><table><tr><td>` + link, "", "html"},
+		// A conditional comment left open is refused at Compile
+		// (TestOutlookConditionalCommentsOutOfPlace, "never closed").
 		{"a link for every client but Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]-->`, "", "html outlook"},
 		{"a link for every client but Outlook and IE", `<p>Hi</p><!--[if !mso | IE]><!-- -->` + link + `<!--<![endif]-->`, "", "html outlook"},
 		{"a link for the others, and one for Outlook", `<p>Hi</p><!--[if !mso]><!-->` + link + `<!--<![endif]--><!--[if mso]>` + link + `<![endif]-->`, "", ""},
