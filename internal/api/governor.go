@@ -160,3 +160,32 @@ func (api *GovernorAPI) ResetRateLimit(ctx context.Context, req *pb.ResetRateLim
 	}
 	return &pb.ResetRateLimitResponse{ResetAt: timestamppb.New(at), Domains: names}, nil
 }
+
+// providerName is a receiving provider as governor status names it
+// ("google", "microsoft") or a recipient domain ("gmail.com").
+var providerName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$`)
+
+func (api *GovernorAPI) ReleaseProvider(ctx context.Context, req *pb.ReleaseProviderRequest) (*pb.ReleaseProviderResponse, error) {
+	if _, err := api.server(); err != nil {
+		return nil, err
+	}
+	d, err := checkDomain(req.GetDomain())
+	if err != nil {
+		return nil, err
+	}
+	p := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(req.GetProvider())), ".")
+	if p == "" {
+		return nil, invalid("provider is required: the receiving provider as 'rangecast governor status' names it (google, microsoft, example.org)")
+	}
+	if len(p) > maxDomainLen || !providerName.MatchString(p) {
+		if len(p) > 40 {
+			p = p[:40] + "…"
+		}
+		return nil, invalid("provider %q is not a provider name nor a domain (governor status names them: google, microsoft, example.org)", p)
+	}
+	r, err := api.cfg.Engine.ReleaseProvider(ctx, d, p)
+	if err != nil {
+		return nil, Error(err)
+	}
+	return &pb.ReleaseProviderResponse{Domain: domainStatusPB(r.Status), Provider: r.Provider, Was: providerPhase(r.Was), Due: r.Due}, nil
+}

@@ -26,7 +26,7 @@ func (c *client) governor() (pb.GovernorServiceClient, error) {
 
 func governorCommand(c *client) *cobra.Command {
 	cmd := &cobra.Command{Use: "governor", Short: "Show and adjust the per-sending-domain limits (daily ceiling, rate, hourly limit, provider breakers)"}
-	cmd.AddCommand(governorStatusCommand(c), governorSetCommand(c), governorResetCommand(c))
+	cmd.AddCommand(governorStatusCommand(c), governorSetCommand(c), governorResetCommand(c), governorReleaseCommand(c))
 	return cmd
 }
 
@@ -240,5 +240,49 @@ next tick.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the reset time and the domains it applies to as JSON")
+	return cmd
+}
+
+func governorReleaseCommand(c *client) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "release DOMAIN PROVIDER",
+		Short: "Lift a receiving provider's hold or open breaker now (it ramps back from one connection)",
+		Long: `Use it when you fixed what a provider refused (a PTR record, an
+authentication failure), or know its pause is over: the provider held
+(a quota, Gmail's 421 4.7.28) or with its breaker open for the sending
+domain DOMAIN ramps back up now, from one connection, as when a hold runs
+out, and its recipients deferred while it was held in the domain's running
+and paused broadcasts are due at once. A provider ramping back gets its next
+step at once. PROVIDER is as 'rangecast governor status DOMAIN' names it
+(google, microsoft, example.org), or one of its recipient domains
+(gmail.com). If it refuses again, it is held again.`,
+		Example: `  rangecast governor release news.example.com google`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gc, err := c.governor()
+			if err != nil {
+				return err
+			}
+			r, err := gc.ReleaseProvider(cmd.Context(), &pb.ReleaseProviderRequest{Domain: args[0], Provider: args[1]})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return jsonLine(cmd.OutOrStdout(), r)
+			}
+			how := "it was held; it ramps back up from one connection"
+			switch r.GetWas() {
+			case pb.ProviderPhase_PROVIDER_PHASE_OPEN:
+				how = "its breaker was open; it ramps back up from one connection"
+			case pb.ProviderPhase_PROVIDER_PHASE_HALF_OPEN:
+				how = "it was ramping back up; its next step may go at once"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s lifted for %s (%s); %s recipients held for it are due now\n",
+				r.GetProvider(), r.GetDomain().GetDomain(), how, thousands(r.GetDue()))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the domain's governor after the release, the phase the provider had and how many recipients were made due, as JSON")
 	return cmd
 }

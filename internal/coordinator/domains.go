@@ -111,6 +111,57 @@ func (c *Coordinator) SetDomainLimits(ctx context.Context, domain string, ch Lim
 	return s, err
 }
 
+// ProviderRelease is what lifting a provider's hold did.
+type ProviderRelease struct {
+	Status DomainStatus
+	// Provider is the provider lifted, as status names it; Was its phase
+	// before (held, open or half-open).
+	Provider, Was string
+	// Due counts the recipients held for it that were made due now.
+	Due int64
+}
+
+// ReleaseProvider lifts a receiving provider's hold or open breaker for a
+// sending domain (governor.Domain.ReleaseProvider), through the leader,
+// and makes the recipients held for it in the domain's running and paused
+// broadcasts due now. WrongState when the provider is not held.
+func (c *Coordinator) ReleaseProvider(ctx context.Context, domain, provider string) (ProviderRelease, error) {
+	if c.cfg.Governor == nil {
+		return ProviderRelease{}, errNoGovernor
+	}
+	p := governor.Provider(provider)
+	st, err := c.DomainStatus(ctx, domain)
+	if err != nil {
+		return ProviderRelease{}, err
+	}
+	was := governor.PhaseClosed
+	for _, ps := range st.Providers {
+		if ps.Provider == p {
+			was = ps.Phase
+		}
+	}
+	if was == governor.PhaseClosed {
+		return ProviderRelease{}, &Error{Kind: WrongState, Msg: fmt.Sprintf("%s is not held for %s: nothing to lift ('rangecast governor status %s' lists the providers held, open or ramping)", p, domain, domain)}
+	}
+	now := c.cfg.Clock.Now().UTC()
+	change, err := c.govState().PutRelease(ctx, domain, p, now)
+	if err != nil {
+		return ProviderRelease{}, unavailable(err)
+	}
+	if g := c.domainHost(); g != nil {
+		g.follow(change) // the leader's watch sees it too; applied now, the status below shows it
+	}
+	due, err := c.cfg.Store.HastenHeld(ctx, domain, p, now)
+	if err != nil {
+		return ProviderRelease{}, &Error{Kind: Unavailable, Msg: fmt.Sprintf("%s is lifted for %s, but the recipients held for it could not be made due now (they go at their retry times): %v", p, domain, err), Err: err}
+	}
+	s, err := c.DomainStatus(ctx, domain)
+	if err != nil {
+		return ProviderRelease{}, err
+	}
+	return ProviderRelease{Status: s, Provider: p, Was: was, Due: due}, nil
+}
+
 // ResetHourly starts an SMTP server's hourly count over at now (deleting
 // nothing) and returns when, with the sending domains it applies to.
 func (c *Coordinator) ResetHourly(ctx context.Context, server string) (time.Time, []string, error) {

@@ -192,8 +192,16 @@ func (g *domainHost) serverLocked(name string) (*hostedServer, error) {
 	return hs, nil
 }
 
-// follow applies an operator's change seen in KV to the hosted domains.
+// follow applies an operator's change seen in KV to the hosted domains. A
+// release is applied to its domain loaded from KV if no broadcast has used
+// it since this leader began: the hold it lifts is in the stored state.
 func (g *domainHost) follow(ch govstate.Change) {
+	if ch.Release != nil {
+		if _, err := g.domain(ch.Domain); err != nil {
+			g.log.Warn("cannot apply an operator's release of a provider: the domain's governor state is unavailable", "domain", ch.Domain, "provider", ch.Release.Provider, "err", err)
+			return
+		}
+	}
 	now := g.clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -208,6 +216,11 @@ func (g *domainHost) follow(ch govstate.Change) {
 			h.d.SetCeiling(now, ch.Limits.CeilingSetAt, ch.Limits.Ceiling)
 		}
 		h.dirty = true
+	case ch.Release != nil:
+		if h, ok := g.domains[ch.Domain]; ok {
+			h.d.ReleaseProvider(now, ch.Release.Provider)
+			h.dirty = true
+		}
 	case ch.Reset != nil:
 		if hs, ok := g.servers[ch.Server]; ok {
 			hs.s.Reset(ch.Reset.At)

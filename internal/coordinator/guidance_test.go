@@ -10,6 +10,8 @@ import (
 
 	"github.com/emersion/go-smtp"
 	"github.com/oklog/ulid/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rangecast/rangecast/internal/capture"
 	"github.com/rangecast/rangecast/internal/clock"
@@ -184,4 +186,93 @@ func TestDeferredRowsDoNotWaitForATick(t *testing.T) {
 	if refused.Load() < 3 {
 		t.Fatalf("only %d refusals: the test did not defer anyone", refused.Load())
 	}
+}
+
+// TestOperatorLiftsAProvidersHold: Gmail's 421 4.7.28 holds google for 10
+// minutes; an operator who knows it is over lifts it (governor release).
+// Google ramps back from one connection at once, the recipients deferred
+// while it was held are due at once rather than at the hold's end (the
+// clock never jumps here), and every contact is sent exactly once. Lifting
+// a provider not held, or naming none, is refused.
+func TestOperatorLiftsAProvidersHold(t *testing.T) {
+	t.Parallel()
+	clk := &clock.Jumping{}
+	var limited atomic.Bool
+	limited.Store(true)
+	var gmailAccepted atomic.Int64
+	s := newStack(t, stackOptions{workers: 2, concurrency: 8, pageLimit: 40, clock: clk,
+		governor: &coordinator.GovernorConfig{Limits: governor.Limits{RatePerSecond: 1e6, Burst: 1_000_000}},
+		sinkOpts: []capture.Option{capture.WithRcptHook(func(to string) *smtp.SMTPError {
+			if !strings.HasSuffix(to, "@gmail.com") {
+				return nil
+			}
+			if limited.Load() && gmailAccepted.Load() >= 30 {
+				return reply(421, smtp.EnhancedCode{4, 7, 28}, "Our system has detected an unusual rate of unsolicited mail originating from your IP address. - gsmtp")
+			}
+			gmailAccepted.Add(1)
+			return nil
+		})},
+	})
+	s.withFastRetries(50)
+	all, _ := s.seedProviders(600)
+	id := s.create("", 0)
+	s.start(id)
+	gc := s.governorClient()
+	ctx := t.Context()
+	if _, err := gc.ReleaseProvider(ctx, &pb.ReleaseProviderRequest{Domain: "rangecast.test"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("release naming no provider: %v; want InvalidArgument", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("google not held: %v", s.pollDomain("rangecast.test"))
+		}
+		held := false
+		if d := s.pollDomain("rangecast.test"); d != nil {
+			for _, p := range d.GetProviders() {
+				held = held || p.GetProvider() == governor.ProviderGoogle && p.GetPhase() == pb.ProviderPhase_PROVIDER_PHASE_HELD
+			}
+		}
+		if held {
+			break
+		}
+	}
+	if _, err := gc.ReleaseProvider(ctx, &pb.ReleaseProviderRequest{Domain: "rangecast.test", Provider: "yahoo"}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "not held") {
+		t.Fatalf("release of a provider not held: %v; want FailedPrecondition saying so", err)
+	}
+	// Let the pages walk past the gmail recipients while google is held,
+	// so some wait deferred until the hold's end.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got := s.sink.CountByRecipient()
+		if countBy(got, "@yahoo.com")+countBy(got, "@example.org") == 400 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other providers did not finish while google was held")
+		}
+	}
+	limited.Store(false)
+	r, err := gc.ReleaseProvider(ctx, &pb.ReleaseProviderRequest{Domain: "rangecast.test", Provider: "gmail.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GetProvider() != governor.ProviderGoogle || r.GetWas() != pb.ProviderPhase_PROVIDER_PHASE_HELD || r.GetDue() == 0 {
+		t.Fatalf("release: %v; want google, held before, its held recipients made due", r)
+	}
+	for _, p := range r.GetDomain().GetProviders() {
+		if p.GetProvider() == governor.ProviderGoogle && (p.GetPhase() != pb.ProviderPhase_PROVIDER_PHASE_HALF_OPEN || p.GetConnections() != 1) {
+			t.Fatalf("google after the release: %v; want half-open on one connection", p)
+		}
+	}
+	b := s.status(id)
+	for deadline := time.Now().Add(60 * time.Second); b.GetState() != pb.BroadcastState_BROADCAST_STATE_COMPLETED; b = s.status(id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not completed within a minute of the release (the hold had 10 to run): %v", b.GetProgress())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.exactlyOnce(all)
+	if b.GetProgress().GetFailed() != 0 {
+		t.Fatalf("completed with %d failed", b.GetProgress().GetFailed())
+	}
+	t.Logf("released with %d held recipients made due", r.GetDue())
 }

@@ -636,3 +636,64 @@ func summaryOf(s Status, provider string) string {
 	}
 	return ""
 }
+
+// TestReleaseProvider: an operator lifts a provider's pause (Gmail's 421
+// 4.7.28, a quota hold, a tripped breaker) before it runs out: the probe
+// may go at once, on one connection, and the ramp goes on as after a hold
+// that ran out (one more connection a step after a provider's own pause).
+// A provider merely ramping gets its next step at once; a closed one is
+// left alone.
+func TestReleaseProvider(t *testing.T) {
+	t.Parallel()
+	t0 := dayAt(0, "10:00:00")
+	at := t0.Add(time.Minute)
+	for _, tc := range []struct {
+		name  string
+		setup func(d *Domain)
+		was   string
+	}{
+		{"Gmail's own pause", func(d *Domain) { d.HoldProvider(t0, "gmail.com", 10*time.Minute, "421 4.7.28", true) }, PhaseHeld},
+		{"a quota hold", func(d *Domain) { d.RecordQuotaRejection(t0, "gmail.com") }, PhaseHeld},
+		{"a tripped breaker", func(d *Domain) {
+			for range BreakerFailures {
+				d.RecordTransientReply(t0.Add(50*time.Second), "gmail.com", "451 4.3.0")
+			}
+		}, PhaseOpen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := NewDomain("example.com", Limits{}, nil, t0)
+			tc.setup(d)
+			if open, _ := d.ProviderOpen(at, "gmail.com"); !open {
+				t.Fatal("not held before the release")
+			}
+			if was := d.ReleaseProvider(at, "googlemail.com"); was != tc.was {
+				t.Fatalf("ReleaseProvider = %q; want %q", was, tc.was)
+			}
+			ps := d.Status(at).Providers
+			if len(ps) != 1 || ps[0].Phase != PhaseHalfOpen || !strings.Contains(ps[0].Reason, "lifted by an operator") {
+				t.Fatalf("after the release: %+v; want google half-open, lifted by an operator", ps)
+			}
+			if n := d.Connections(at, "gmail.com"); n != 1 {
+				t.Fatalf("ramp step of %d connections; want the probe's one", n)
+			}
+			if open, _ := d.ProviderOpen(at, "gmail.com"); open {
+				t.Fatal("released, the probe may not go")
+			}
+			if open, _ := d.ProviderOpen(at, "gmail.com"); !open {
+				t.Fatal("two probes at once after a release")
+			}
+			// Half-open: a second release lets the next step go at once.
+			if was := d.ReleaseProvider(at, "gmail.com"); was != PhaseHalfOpen {
+				t.Fatalf("second ReleaseProvider = %q; want half-open", was)
+			}
+			if open, _ := d.ProviderOpen(at, "gmail.com"); open {
+				t.Fatal("a half-open provider released: its next step may not go")
+			}
+		})
+	}
+	d := NewDomain("example.com", Limits{}, nil, t0)
+	if was := d.ReleaseProvider(at, "yahoo.com"); was != PhaseClosed || len(d.Status(at).Providers) != 0 {
+		t.Fatalf("a closed provider released: %q, %+v; want closed, nothing kept", was, d.Status(at).Providers)
+	}
+}

@@ -460,6 +460,36 @@ func (d *Domain) HoldProvider(now time.Time, provider string, hold time.Duration
 	d.changeBreaker(now, Provider(provider), func(b *BreakerState) { b.hold(now, hold, reason, linear) })
 }
 
+// ReleaseProvider lifts provider's hold or open breaker at now, for an
+// operator: it ramps back from one connection (doubling, or one more a
+// step after a provider's own pause), as when a hold runs out, and a
+// half-open provider's next step may go at once. It returns the phase the
+// provider had; only held, open and half-open ones are changed. The run of
+// refusals (RefusingSince) stays: only an accepted send ends it.
+func (d *Domain) ReleaseProvider(now time.Time, provider string) (was string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now = now.UTC()
+	d.roll(now)
+	p := Provider(provider)
+	d.tidy(now, p)
+	was = d.providerPhase(now, p).Phase
+	if was == PhaseClosed {
+		return was
+	}
+	delete(d.st.Holds, p)
+	if _, ok := d.st.Breakers[p]; ok {
+		d.changeBreaker(now, p, func(b *BreakerState) {
+			if b.phase(now) == PhaseOpen {
+				b.OpenUntil, b.Conns, b.Hold = now, 0, false
+				b.Reason = "lifted by an operator (was: " + b.Reason + ")"
+			}
+			b.ProbeAt = time.Time{}
+		})
+	}
+	return was
+}
+
 // ReleaseProbe ends a half-open provider's carrier that had none of its
 // recipients to send, so the next carrier need not wait for ProbeLease.
 func (d *Domain) ReleaseProbe(now time.Time, provider string) {

@@ -21,16 +21,18 @@ import (
 )
 
 // The keys, per sending domain or SMTP server.
-func stateKey(domain string) string  { return "state." + domain }
-func limitsKey(domain string) string { return "limits." + domain }
-func resetKey(server string) string  { return "reset." + server }
-func hourlyKey(server string) string { return "hourly." + server }
+func stateKey(domain string) string   { return "state." + domain }
+func limitsKey(domain string) string  { return "limits." + domain }
+func resetKey(server string) string   { return "reset." + server }
+func hourlyKey(server string) string  { return "hourly." + server }
+func releaseKey(domain string) string { return "release." + domain }
 
 // Key patterns for the leader's watch and for listing.
 const (
-	stateKeys  = "state.>"
-	limitsKeys = "limits.>"
-	resetKeys  = "reset.>"
+	stateKeys   = "state.>"
+	limitsKeys  = "limits.>"
+	resetKeys   = "reset.>"
+	releaseKeys = "release.>"
 )
 
 // Limits is what an operator set for a sending domain. A zero field keeps
@@ -61,6 +63,13 @@ func (l *Limits) Over(d governor.Limits) governor.Limits {
 // Reset records a manual reset of an SMTP server's hourly limit.
 type Reset struct {
 	At time.Time `json:"at"`
+}
+
+// Release records an operator lifting a receiving provider's hold for a
+// sending domain (governor.Domain.ReleaseProvider).
+type Release struct {
+	Provider string    `json:"provider"`
+	At       time.Time `json:"at"`
 }
 
 // ErrContended: a compare-and-set lost to someone else's write every time
@@ -266,19 +275,31 @@ func (s *KV) PutReset(ctx context.Context, server string, at time.Time) (Change,
 	return Change{Server: server, Reset: &r}, nil
 }
 
-// Change is an operator's change, as the leader follows it: a domain's
-// Limits, or an SMTP server's Reset.
-type Change struct {
-	Domain string
-	Limits *Limits
-	Server string
-	Reset  *Reset
+// PutRelease records that an operator lifted provider's hold for domain at
+// at, for the leader to apply (a record per domain: the leader follows
+// each write as it comes).
+func (s *KV) PutRelease(ctx context.Context, domain, provider string, at time.Time) (Change, error) {
+	r := Release{Provider: provider, At: at}
+	if _, err := s.kv.Put(ctx, releaseKey(domain), bus.Encode(r)); err != nil {
+		return Change{}, fmt.Errorf("record the release: %w", err)
+	}
+	return Change{Domain: domain, Release: &r}, nil
 }
 
-// Watch follows operators' changes (limits and resets) written from now on,
+// Change is an operator's change, as the leader follows it: a domain's
+// Limits or a provider's Release, or an SMTP server's Reset.
+type Change struct {
+	Domain  string
+	Limits  *Limits
+	Release *Release
+	Server  string
+	Reset   *Reset
+}
+
+// Watch follows operators' changes (limits, releases and resets) written from now on,
 // until ctx ends. A malformed record is passed to bad and skipped.
 func (s *KV) Watch(ctx context.Context, bad func(key string, err error)) (<-chan Change, error) {
-	w, err := s.kv.WatchFiltered(ctx, []string{limitsKeys, resetKeys}, jetstream.UpdatesOnly())
+	w, err := s.kv.WatchFiltered(ctx, []string{limitsKeys, resetKeys, releaseKeys}, jetstream.UpdatesOnly())
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +350,12 @@ func decodeChange(key string, value []byte) (Change, error) {
 			return Change{}, err
 		}
 		return Change{Server: strings.TrimPrefix(key, "reset."), Reset: &r}, nil
+	case strings.HasPrefix(key, "release."):
+		var r Release
+		if err := bus.Decode(value, &r); err != nil {
+			return Change{}, err
+		}
+		return Change{Domain: strings.TrimPrefix(key, "release."), Release: &r}, nil
 	}
 	return Change{}, fmt.Errorf("key %s is no operator's change", key)
 }

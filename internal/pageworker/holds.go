@@ -173,14 +173,34 @@ func (h *holds) waitFreed(ctx, pageCtx context.Context) bool {
 // lane is the carried step of provider, nil when the page carries none.
 func (h *holds) lane(provider string) *lane { return h.lanes[provider] }
 
-// add merges providers held since the page was dispatched (a quota
-// rejection another page met): a page queued before it must not send a
-// window into a provider that has just refused. A probe the page carries
-// stays its to spend.
-func (h *holds) add(held map[string]time.Time) {
+// releasedWait is how long a recipient waits whose provider the page was
+// dispatched holding and the governor holds no more: about when the sweep
+// carrying its ramp step comes (the coordinator's own wait for a page's
+// half-open provider).
+const releasedWait = 5 * time.Second
+
+// refresh follows the governor's holds at now (held: the providers it
+// holds, with until when). Providers held since the page was dispatched (a
+// quota rejection another page met) are added: a page queued before it
+// must not send a window into a provider that has just refused. A
+// provider the page was given held that the governor holds no more (an
+// operator lifted it, or its hold ran out) is still not sent to, but its
+// recipients wait releasedWait, not the hold the page was given: a page
+// dispatched before an operator's release otherwise deferred them to the
+// lifted hold's end. A probe the page carries stays its to spend.
+func (h *holds) refresh(held map[string]time.Time, now time.Time) {
 	for p, until := range held {
 		if _, probe := h.lanes[p]; !probe && until.After(h.until[p]) {
 			h.until[p] = until
+		}
+	}
+	soon := now.Add(releasedWait)
+	for p, until := range h.until {
+		if _, probe := h.lanes[p]; probe {
+			continue
+		}
+		if _, still := held[p]; !still && until.After(soon) {
+			h.until[p] = soon
 		}
 	}
 }

@@ -87,12 +87,12 @@ func TestRampStepOutlastsAnIsolatedRefusal(t *testing.T) {
 		t.Error("a step whose first 5 sends were refused went on")
 	}
 }
-func TestHoldsAddKeepsProbesAndLaterTimes(t *testing.T) {
+func TestHoldsRefreshKeepsProbesAndLaterTimes(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
 	job := bus.PageJob{Defer: map[string]time.Time{"google": at.Add(time.Minute)}, Probe: []string{"yahoo"}}
 	h := newHolds(job)
-	h.add(map[string]time.Time{"google": at, "yahoo": at.Add(time.Hour), "microsoft": at.Add(2 * time.Minute)})
+	h.refresh(map[string]time.Time{"google": at, "yahoo": at.Add(time.Hour), "microsoft": at.Add(2 * time.Minute)}, at)
 	if _, until := h.check("a@gmail.com"); !until.Equal(at.Add(time.Minute)) {
 		t.Errorf("google until %v; the later of the two holds is %v", until, at.Add(time.Minute))
 	}
@@ -104,5 +104,23 @@ func TestHoldsAddKeepsProbesAndLaterTimes(t *testing.T) {
 	}
 	if len(job.Defer) != 1 {
 		t.Errorf("the job's own map was changed: %v", job.Defer)
+	}
+}
+
+// TestHoldsRefreshFollowsARelease: a page dispatched holding google for 10
+// minutes learns that the governor holds it no more (an operator lifted
+// it): google's recipients are still not sent, but wait releasedWait, not
+// the lifted hold's end. A hold the governor still has is kept whole.
+func TestHoldsRefreshFollowsARelease(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
+	job := bus.PageJob{Defer: map[string]time.Time{"google": at.Add(10 * time.Minute), "yahoo": at.Add(10 * time.Minute)}}
+	h := newHolds(job)
+	h.refresh(map[string]time.Time{"yahoo": at.Add(10 * time.Minute)}, at.Add(time.Minute))
+	if _, until := h.check("a@gmail.com"); !until.Equal(at.Add(time.Minute + releasedWait)) {
+		t.Errorf("google, released, deferred until %v; want %v", until, at.Add(time.Minute+releasedWait))
+	}
+	if _, until := h.check("b@yahoo.com"); !until.Equal(at.Add(10 * time.Minute)) {
+		t.Errorf("yahoo, still held, deferred until %v; want %v", until, at.Add(10*time.Minute))
 	}
 }

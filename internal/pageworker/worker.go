@@ -1337,10 +1337,10 @@ func (w *Worker) conclude(l *loaded, b *batch, undecided int) (res windowResult,
 				res.failed++
 				continue
 			}
-			why := "deferred: " + providers[i] + " held by the governor"
+			why := store.HeldReason(providers[i])
 			switch errs[i] {
 			case errStepEnded:
-				why = "deferred: " + providers[i] + " refused while ramping back up"
+				why = store.StepEndedReason(providers[i])
 			case errLapsed:
 				why = "deferred: " + errLapsed.Error()
 			case errLaneBusy:
@@ -1771,10 +1771,11 @@ func (w *Worker) refreshHolds(ctx context.Context, l *loaded, h *holds) {
 	if w.governors == nil {
 		return
 	}
-	held, err := w.governors.Held(ctx, l.compiled.SendingDomain(), w.cfg.Clock.Now())
+	now := w.cfg.Clock.Now()
+	held, err := w.governors.Held(ctx, l.compiled.SendingDomain(), now)
 	if err != nil {
 		w.cfg.Log.Debug("governor holds unreadable; page keeps its own", "err", err)
 		return
 	}
-	h.add(held)
+	h.refresh(held, now)
 }

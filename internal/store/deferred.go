@@ -53,4 +53,20 @@ type Deferrals interface {
 	// backlog mostly not yet due would otherwise ask for sweeps that come
 	// back empty.
 	NextDue(ctx context.Context, broadcast ulid.ULID, now time.Time) (due int64, at time.Time, err error)
+	// HastenHeld makes due at now the rows the governor deferred for
+	// provider (HeldReason, StepEndedReason: not attempts) and not yet
+	// due, in the broadcasts sending from domain (their From address's,
+	// lower case) that run or are paused: an operator lifted the
+	// provider's hold. It returns how many.
+	HastenHeld(ctx context.Context, domain, provider string, now time.Time) (int64, error)
+}
+
+// HeldReason is the error of a row deferred because its provider was held
+// or its breaker open: no attempt was made.
+func HeldReason(provider string) string { return "deferred: " + provider + " held by the governor" }
+
+// StepEndedReason is the error of a row deferred because its provider's
+// ramp step ended at a refusal before it was tried: no attempt was made.
+func StepEndedReason(provider string) string {
+	return "deferred: " + provider + " refused while ramping back up"
 }

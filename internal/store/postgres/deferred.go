@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -160,4 +161,20 @@ func (s *Store) NextDue(ctx context.Context, broadcast ulid.ULID, now time.Time)
 		return n, time.Time{}, nil
 	}
 	return n, at.UTC(), nil
+}
+
+// hastenHeld moves the held rows of the running and paused broadcasts of
+// a sending domain to due now, through the deferred rows' index.
+const hastenHeld = `
+UPDATE broadcast_sends s SET retry_at = $4, updated_at = $4
+FROM broadcasts b
+WHERE b.state IN ('running', 'paused') AND right(lower(b.from_address), length($1) + 1) = '@' || $1
+  AND s.broadcast_id = b.id AND s.status = 'deferred' AND s.retry_at > $4 AND s.error IN ($2, $3)`
+
+func (s *Store) HastenHeld(ctx context.Context, domain, provider string, now time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, hastenHeld, strings.ToLower(domain), store.HeldReason(provider), store.StepEndedReason(provider), now)
+	if err != nil {
+		return 0, mapErr("hasten held deferrals", err)
+	}
+	return tag.RowsAffected(), nil
 }

@@ -175,3 +175,24 @@ func (s *Store) NextDue(ctx context.Context, broadcast ulid.ULID, now time.Time)
 	}
 	return n, nullTS(at), nil
 }
+
+// hastenHeld moves the held rows of the running and paused broadcasts of
+// a sending domain (?1, lower case, matched against the From address's
+// end) to due now.
+const hastenHeld = `UPDATE broadcast_sends SET retry_at = ?4, updated_at = ?4
+WHERE status = 'deferred' AND retry_at > ?4 AND error IN (?2, ?3)
+  AND broadcast_id IN (SELECT id FROM broadcasts WHERE state IN ('running', 'paused')
+      AND substr(lower(from_address), -length(?1) - 1) = '@' || ?1)`
+
+func (s *Store) HastenHeld(ctx context.Context, domain, provider string, now time.Time) (int64, error) {
+	var n int64
+	err := s.write(ctx, "hasten held deferrals", func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, hastenHeld, strings.ToLower(domain), store.HeldReason(provider), store.StepEndedReason(provider), ts(now))
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	return n, err
+}

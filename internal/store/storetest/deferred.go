@@ -21,6 +21,7 @@ var deferredCases = []testCase{
 	{"RetrySameOwnerNewDueFirst", testClaimDueRetryKeepsOwnersRows},
 	{"OwnersSendingLeftAlone", testClaimDueLeavesSending},
 	{"LeftDomainsStayDue", testClaimDueLeavesDomains},
+	{"HeldHastenedWhenLifted", testHastenHeld},
 	{"HeldIsNoAttempt", testHeldIsNoAttempt},
 	{"OnlyWhileRunning", testClaimDueOnlyWhileRunning},
 	{"SentAgainInDoubtCounted", testSentAgainInDoubtCounted},
@@ -277,6 +278,36 @@ func testClaimDueLeavesDomains(f *fixture) {
 	again, err := f.s.ClaimDue(f.ctx, b, "w5/1", at(4), 10, nil, []string{"example.org", "mail.gmail.com", "notgmail.com"})
 	f.must(err, "ClaimDue repeated")
 	f.sameSet("a repeated call's rows (its own claims, then the due rows not left)", dueIDs(again), ids)
+}
+
+// An operator lifts a provider's hold: the rows the governor deferred for
+// that provider (held, or its ramp step ended; no attempt made) in the
+// broadcasts sending from the domain come due at once. Other providers'
+// rows, the provider's own refusals (attempts, with their backoff) and
+// rows due already are left as they are.
+func testHastenHeld(f *fixture) {
+	ids := f.subscribers("lifted", 5)
+	b := f.running("held by google", 0) // from news@example.org
+	f.claim(b, ids, at(1))
+	outs := []store.Outcome{
+		{ContactID: ids[0], Status: store.SendDeferred, RetryAt: at(100), Error: store.HeldReason("google"), NotAttempted: true},
+		{ContactID: ids[1], Status: store.SendDeferred, RetryAt: at(100), Error: store.StepEndedReason("google"), NotAttempted: true},
+		{ContactID: ids[2], Status: store.SendDeferred, RetryAt: at(100), Error: store.HeldReason("yahoo"), NotAttempted: true},
+		{ContactID: ids[3], Status: store.SendDeferred, RetryAt: at(100), Error: "451 4.7.28 try again later"},
+		{ContactID: ids[4], Status: store.SendDeferred, RetryAt: at(5), Error: store.HeldReason("google"), NotAttempted: true},
+	}
+	f.must(f.s.RecordOutcomes(f.ctx, b.ID, "w1/1", outs, at(1)), "RecordOutcomes")
+	if n, err := f.s.HastenHeld(f.ctx, "other.example", "google", at(10)); err != nil || n != 0 {
+		f.t.Fatalf("HastenHeld for another sending domain = %d, %v; want 0", n, err)
+	}
+	n, err := f.s.HastenHeld(f.ctx, "Example.ORG", "google", at(10))
+	f.must(err, "HastenHeld")
+	if n != 2 {
+		f.t.Fatalf("HastenHeld = %d; want the 2 rows held for google and not yet due", n)
+	}
+	due, err := f.s.ClaimDue(f.ctx, b, "w2/1", at(10), 10, nil, nil)
+	f.must(err, "ClaimDue")
+	f.sameSet("rows due after the lift", dueIDs(due), []ulid.ULID{ids[0], ids[1], ids[4]})
 }
 
 func dueIDs(ds []store.Due) []ulid.ULID {

@@ -459,6 +459,135 @@ func (x *ResetRateLimitResponse) GetDomains() []string {
 	return nil
 }
 
+type ReleaseProviderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// domain is the sending domain (the From address's domain).
+	Domain string `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// provider is the receiving provider as governor status names it
+	// ("google", "microsoft", "example.org"), or a recipient domain of it
+	// ("gmail.com").
+	Provider      string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseProviderRequest) Reset() {
+	*x = ReleaseProviderRequest{}
+	mi := &file_rangecast_v1_governor_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseProviderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseProviderRequest) ProtoMessage() {}
+
+func (x *ReleaseProviderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_governor_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseProviderRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseProviderRequest) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_governor_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReleaseProviderRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *ReleaseProviderRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+type ReleaseProviderResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Domain *DomainStatus          `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// provider is the provider lifted, as governor status names it.
+	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// was is the phase it had: HELD or OPEN (HALF_OPEN: its ramp's next
+	// step may go at once).
+	Was ProviderPhase `protobuf:"varint,3,opt,name=was,proto3,enum=rangecast.v1.ProviderPhase" json:"was,omitempty"`
+	// due are the recipients deferred while it was held, in broadcasts
+	// sending from domain that run or are paused, made due now.
+	Due           int64 `protobuf:"varint,4,opt,name=due,proto3" json:"due,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseProviderResponse) Reset() {
+	*x = ReleaseProviderResponse{}
+	mi := &file_rangecast_v1_governor_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseProviderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseProviderResponse) ProtoMessage() {}
+
+func (x *ReleaseProviderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rangecast_v1_governor_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseProviderResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseProviderResponse) Descriptor() ([]byte, []int) {
+	return file_rangecast_v1_governor_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReleaseProviderResponse) GetDomain() *DomainStatus {
+	if x != nil {
+		return x.Domain
+	}
+	return nil
+}
+
+func (x *ReleaseProviderResponse) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ReleaseProviderResponse) GetWas() ProviderPhase {
+	if x != nil {
+		return x.Was
+	}
+	return ProviderPhase_PROVIDER_PHASE_UNSPECIFIED
+}
+
+func (x *ReleaseProviderResponse) GetDue() int64 {
+	if x != nil {
+		return x.Due
+	}
+	return 0
+}
+
 type ProviderStatus struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Provider string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
@@ -486,7 +615,7 @@ type ProviderStatus struct {
 
 func (x *ProviderStatus) Reset() {
 	*x = ProviderStatus{}
-	mi := &file_rangecast_v1_governor_proto_msgTypes[8]
+	mi := &file_rangecast_v1_governor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +627,7 @@ func (x *ProviderStatus) String() string {
 func (*ProviderStatus) ProtoMessage() {}
 
 func (x *ProviderStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_governor_proto_msgTypes[8]
+	mi := &file_rangecast_v1_governor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +640,7 @@ func (x *ProviderStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderStatus.ProtoReflect.Descriptor instead.
 func (*ProviderStatus) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_governor_proto_rawDescGZIP(), []int{8}
+	return file_rangecast_v1_governor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ProviderStatus) GetProvider() string {
@@ -624,7 +753,7 @@ type DomainStatus struct {
 
 func (x *DomainStatus) Reset() {
 	*x = DomainStatus{}
-	mi := &file_rangecast_v1_governor_proto_msgTypes[9]
+	mi := &file_rangecast_v1_governor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +765,7 @@ func (x *DomainStatus) String() string {
 func (*DomainStatus) ProtoMessage() {}
 
 func (x *DomainStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rangecast_v1_governor_proto_msgTypes[9]
+	mi := &file_rangecast_v1_governor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +778,7 @@ func (x *DomainStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatus.ProtoReflect.Descriptor instead.
 func (*DomainStatus) Descriptor() ([]byte, []int) {
-	return file_rangecast_v1_governor_proto_rawDescGZIP(), []int{9}
+	return file_rangecast_v1_governor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DomainStatus) GetDomain() string {
@@ -811,7 +940,15 @@ const file_rangecast_v1_governor_proto_rawDesc = "" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"i\n" +
 	"\x16ResetRateLimitResponse\x125\n" +
 	"\breset_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\aresetAt\x12\x18\n" +
-	"\adomains\x18\x02 \x03(\tR\adomains\"\xe9\x02\n" +
+	"\adomains\x18\x02 \x03(\tR\adomains\"L\n" +
+	"\x16ReleaseProviderRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\"\xaa\x01\n" +
+	"\x17ReleaseProviderResponse\x122\n" +
+	"\x06domain\x18\x01 \x01(\v2\x1a.rangecast.v1.DomainStatusR\x06domain\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12-\n" +
+	"\x03was\x18\x03 \x01(\x0e2\x1b.rangecast.v1.ProviderPhaseR\x03was\x12\x10\n" +
+	"\x03due\x18\x04 \x01(\x03R\x03due\"\xe9\x02\n" +
 	"\x0eProviderStatus\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x121\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x1b.rangecast.v1.ProviderPhaseR\x05phase\x12\x1a\n" +
@@ -853,12 +990,13 @@ const file_rangecast_v1_governor_proto_rawDesc = "" +
 	"\x15PROVIDER_PHASE_CLOSED\x10\x01\x12\x1c\n" +
 	"\x18PROVIDER_PHASE_HALF_OPEN\x10\x02\x12\x17\n" +
 	"\x13PROVIDER_PHASE_OPEN\x10\x03\x12\x17\n" +
-	"\x13PROVIDER_PHASE_HELD\x10\x042\xf0\x02\n" +
+	"\x13PROVIDER_PHASE_HELD\x10\x042\xd0\x03\n" +
 	"\x0fGovernorService\x12L\n" +
 	"\tGetDomain\x12\x1e.rangecast.v1.GetDomainRequest\x1a\x1f.rangecast.v1.GetDomainResponse\x12R\n" +
 	"\vListDomains\x12 .rangecast.v1.ListDomainsRequest\x1a!.rangecast.v1.ListDomainsResponse\x12^\n" +
 	"\x0fSetDomainLimits\x12$.rangecast.v1.SetDomainLimitsRequest\x1a%.rangecast.v1.SetDomainLimitsResponse\x12[\n" +
-	"\x0eResetRateLimit\x12#.rangecast.v1.ResetRateLimitRequest\x1a$.rangecast.v1.ResetRateLimitResponseB?Z=github.com/rangecast/rangecast/proto/rangecast/v1;rangecastv1b\x06proto3"
+	"\x0eResetRateLimit\x12#.rangecast.v1.ResetRateLimitRequest\x1a$.rangecast.v1.ResetRateLimitResponse\x12^\n" +
+	"\x0fReleaseProvider\x12$.rangecast.v1.ReleaseProviderRequest\x1a%.rangecast.v1.ReleaseProviderResponseB?Z=github.com/rangecast/rangecast/proto/rangecast/v1;rangecastv1b\x06proto3"
 
 var (
 	file_rangecast_v1_governor_proto_rawDescOnce sync.Once
@@ -873,7 +1011,7 @@ func file_rangecast_v1_governor_proto_rawDescGZIP() []byte {
 }
 
 var file_rangecast_v1_governor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rangecast_v1_governor_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_rangecast_v1_governor_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_rangecast_v1_governor_proto_goTypes = []any{
 	(ProviderPhase)(0),              // 0: rangecast.v1.ProviderPhase
 	(*GetDomainRequest)(nil),        // 1: rangecast.v1.GetDomainRequest
@@ -884,33 +1022,39 @@ var file_rangecast_v1_governor_proto_goTypes = []any{
 	(*SetDomainLimitsResponse)(nil), // 6: rangecast.v1.SetDomainLimitsResponse
 	(*ResetRateLimitRequest)(nil),   // 7: rangecast.v1.ResetRateLimitRequest
 	(*ResetRateLimitResponse)(nil),  // 8: rangecast.v1.ResetRateLimitResponse
-	(*ProviderStatus)(nil),          // 9: rangecast.v1.ProviderStatus
-	(*DomainStatus)(nil),            // 10: rangecast.v1.DomainStatus
-	(*timestamppb.Timestamp)(nil),   // 11: google.protobuf.Timestamp
+	(*ReleaseProviderRequest)(nil),  // 9: rangecast.v1.ReleaseProviderRequest
+	(*ReleaseProviderResponse)(nil), // 10: rangecast.v1.ReleaseProviderResponse
+	(*ProviderStatus)(nil),          // 11: rangecast.v1.ProviderStatus
+	(*DomainStatus)(nil),            // 12: rangecast.v1.DomainStatus
+	(*timestamppb.Timestamp)(nil),   // 13: google.protobuf.Timestamp
 }
 var file_rangecast_v1_governor_proto_depIdxs = []int32{
-	10, // 0: rangecast.v1.GetDomainResponse.domain:type_name -> rangecast.v1.DomainStatus
-	10, // 1: rangecast.v1.ListDomainsResponse.domains:type_name -> rangecast.v1.DomainStatus
-	10, // 2: rangecast.v1.SetDomainLimitsResponse.domain:type_name -> rangecast.v1.DomainStatus
-	11, // 3: rangecast.v1.ResetRateLimitResponse.reset_at:type_name -> google.protobuf.Timestamp
-	0,  // 4: rangecast.v1.ProviderStatus.phase:type_name -> rangecast.v1.ProviderPhase
-	11, // 5: rangecast.v1.ProviderStatus.until:type_name -> google.protobuf.Timestamp
-	11, // 6: rangecast.v1.DomainStatus.hourly_reset_at:type_name -> google.protobuf.Timestamp
-	9,  // 7: rangecast.v1.DomainStatus.providers:type_name -> rangecast.v1.ProviderStatus
-	11, // 8: rangecast.v1.DomainStatus.resumes_at:type_name -> google.protobuf.Timestamp
-	1,  // 9: rangecast.v1.GovernorService.GetDomain:input_type -> rangecast.v1.GetDomainRequest
-	3,  // 10: rangecast.v1.GovernorService.ListDomains:input_type -> rangecast.v1.ListDomainsRequest
-	5,  // 11: rangecast.v1.GovernorService.SetDomainLimits:input_type -> rangecast.v1.SetDomainLimitsRequest
-	7,  // 12: rangecast.v1.GovernorService.ResetRateLimit:input_type -> rangecast.v1.ResetRateLimitRequest
-	2,  // 13: rangecast.v1.GovernorService.GetDomain:output_type -> rangecast.v1.GetDomainResponse
-	4,  // 14: rangecast.v1.GovernorService.ListDomains:output_type -> rangecast.v1.ListDomainsResponse
-	6,  // 15: rangecast.v1.GovernorService.SetDomainLimits:output_type -> rangecast.v1.SetDomainLimitsResponse
-	8,  // 16: rangecast.v1.GovernorService.ResetRateLimit:output_type -> rangecast.v1.ResetRateLimitResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	12, // 0: rangecast.v1.GetDomainResponse.domain:type_name -> rangecast.v1.DomainStatus
+	12, // 1: rangecast.v1.ListDomainsResponse.domains:type_name -> rangecast.v1.DomainStatus
+	12, // 2: rangecast.v1.SetDomainLimitsResponse.domain:type_name -> rangecast.v1.DomainStatus
+	13, // 3: rangecast.v1.ResetRateLimitResponse.reset_at:type_name -> google.protobuf.Timestamp
+	12, // 4: rangecast.v1.ReleaseProviderResponse.domain:type_name -> rangecast.v1.DomainStatus
+	0,  // 5: rangecast.v1.ReleaseProviderResponse.was:type_name -> rangecast.v1.ProviderPhase
+	0,  // 6: rangecast.v1.ProviderStatus.phase:type_name -> rangecast.v1.ProviderPhase
+	13, // 7: rangecast.v1.ProviderStatus.until:type_name -> google.protobuf.Timestamp
+	13, // 8: rangecast.v1.DomainStatus.hourly_reset_at:type_name -> google.protobuf.Timestamp
+	11, // 9: rangecast.v1.DomainStatus.providers:type_name -> rangecast.v1.ProviderStatus
+	13, // 10: rangecast.v1.DomainStatus.resumes_at:type_name -> google.protobuf.Timestamp
+	1,  // 11: rangecast.v1.GovernorService.GetDomain:input_type -> rangecast.v1.GetDomainRequest
+	3,  // 12: rangecast.v1.GovernorService.ListDomains:input_type -> rangecast.v1.ListDomainsRequest
+	5,  // 13: rangecast.v1.GovernorService.SetDomainLimits:input_type -> rangecast.v1.SetDomainLimitsRequest
+	7,  // 14: rangecast.v1.GovernorService.ResetRateLimit:input_type -> rangecast.v1.ResetRateLimitRequest
+	9,  // 15: rangecast.v1.GovernorService.ReleaseProvider:input_type -> rangecast.v1.ReleaseProviderRequest
+	2,  // 16: rangecast.v1.GovernorService.GetDomain:output_type -> rangecast.v1.GetDomainResponse
+	4,  // 17: rangecast.v1.GovernorService.ListDomains:output_type -> rangecast.v1.ListDomainsResponse
+	6,  // 18: rangecast.v1.GovernorService.SetDomainLimits:output_type -> rangecast.v1.SetDomainLimitsResponse
+	8,  // 19: rangecast.v1.GovernorService.ResetRateLimit:output_type -> rangecast.v1.ResetRateLimitResponse
+	10, // 20: rangecast.v1.GovernorService.ReleaseProvider:output_type -> rangecast.v1.ReleaseProviderResponse
+	16, // [16:21] is the sub-list for method output_type
+	11, // [11:16] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_rangecast_v1_governor_proto_init() }
@@ -925,7 +1069,7 @@ func file_rangecast_v1_governor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rangecast_v1_governor_proto_rawDesc), len(file_rangecast_v1_governor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	GovernorService_ListDomains_FullMethodName     = "/rangecast.v1.GovernorService/ListDomains"
 	GovernorService_SetDomainLimits_FullMethodName = "/rangecast.v1.GovernorService/SetDomainLimits"
 	GovernorService_ResetRateLimit_FullMethodName  = "/rangecast.v1.GovernorService/ResetRateLimit"
+	GovernorService_ReleaseProvider_FullMethodName = "/rangecast.v1.GovernorService/ReleaseProvider"
 )
 
 // GovernorServiceClient is the client API for GovernorService service.
@@ -45,6 +46,12 @@ type GovernorServiceClient interface {
 	// (for an operator who knows the server's own counter was reset). It
 	// deletes nothing: what was sent stays recorded.
 	ResetRateLimit(ctx context.Context, in *ResetRateLimitRequest, opts ...grpc.CallOption) (*ResetRateLimitResponse, error)
+	// ReleaseProvider lifts a receiving provider's hold or open breaker for a
+	// sending domain now (for an operator who fixed what it refused, or knows
+	// the pause is over): it ramps back from one connection, as after a
+	// hold that ran out, and the recipients deferred while it was held are
+	// due at once. FAILED_PRECONDITION when the provider is not held.
+	ReleaseProvider(ctx context.Context, in *ReleaseProviderRequest, opts ...grpc.CallOption) (*ReleaseProviderResponse, error)
 }
 
 type governorServiceClient struct {
@@ -95,6 +102,16 @@ func (c *governorServiceClient) ResetRateLimit(ctx context.Context, in *ResetRat
 	return out, nil
 }
 
+func (c *governorServiceClient) ReleaseProvider(ctx context.Context, in *ReleaseProviderRequest, opts ...grpc.CallOption) (*ReleaseProviderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseProviderResponse)
+	err := c.cc.Invoke(ctx, GovernorService_ReleaseProvider_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GovernorServiceServer is the server API for GovernorService service.
 // All implementations must embed UnimplementedGovernorServiceServer
 // for forward compatibility.
@@ -115,6 +132,12 @@ type GovernorServiceServer interface {
 	// (for an operator who knows the server's own counter was reset). It
 	// deletes nothing: what was sent stays recorded.
 	ResetRateLimit(context.Context, *ResetRateLimitRequest) (*ResetRateLimitResponse, error)
+	// ReleaseProvider lifts a receiving provider's hold or open breaker for a
+	// sending domain now (for an operator who fixed what it refused, or knows
+	// the pause is over): it ramps back from one connection, as after a
+	// hold that ran out, and the recipients deferred while it was held are
+	// due at once. FAILED_PRECONDITION when the provider is not held.
+	ReleaseProvider(context.Context, *ReleaseProviderRequest) (*ReleaseProviderResponse, error)
 	mustEmbedUnimplementedGovernorServiceServer()
 }
 
@@ -136,6 +159,9 @@ func (UnimplementedGovernorServiceServer) SetDomainLimits(context.Context, *SetD
 }
 func (UnimplementedGovernorServiceServer) ResetRateLimit(context.Context, *ResetRateLimitRequest) (*ResetRateLimitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResetRateLimit not implemented")
+}
+func (UnimplementedGovernorServiceServer) ReleaseProvider(context.Context, *ReleaseProviderRequest) (*ReleaseProviderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseProvider not implemented")
 }
 func (UnimplementedGovernorServiceServer) mustEmbedUnimplementedGovernorServiceServer() {}
 func (UnimplementedGovernorServiceServer) testEmbeddedByValue()                         {}
@@ -230,6 +256,24 @@ func _GovernorService_ResetRateLimit_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GovernorService_ReleaseProvider_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseProviderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GovernorServiceServer).ReleaseProvider(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GovernorService_ReleaseProvider_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GovernorServiceServer).ReleaseProvider(ctx, req.(*ReleaseProviderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GovernorService_ServiceDesc is the grpc.ServiceDesc for GovernorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -252,6 +296,10 @@ var GovernorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResetRateLimit",
 			Handler:    _GovernorService_ResetRateLimit_Handler,
+		},
+		{
+			MethodName: "ReleaseProvider",
+			Handler:    _GovernorService_ReleaseProvider_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
