@@ -276,6 +276,11 @@ func TestWriteCommandsJSON(t *testing.T) {
 				t.Errorf("set-limits of a domain nothing sends from: %v\n%s", err, out)
 			}
 			one("resetAt", "governor", "reset-rate-limit", "default", "--json")
+			// Nothing is held here: release says so, and fails.
+			if out, err := rangecast(t, "", "--addr", st.GRPCAddr, "governor", "release", "rangecast.test", "gmail.com"); err == nil ||
+				!strings.Contains(err.Error(), "google is not held for rangecast.test: nothing to lift") {
+				t.Errorf("governor release of a provider not held: %v\n%s", err, out)
+			}
 		})
 	}
 }
