@@ -1212,6 +1212,10 @@ func (s *sim) step(faults bool) {
 			s.fault("kv state write fails")
 		})
 		add(0.05, func() { s.operator(store.StateRunning, store.StateCancelled) })
+		if s.paced {
+			// Only paced schedules draw it: the others replay as recorded.
+			add(1, s.releaseProvider)
+		}
 		add(0.8, s.unsubscribeOne)
 		add(0.4, s.eraseOne)
 		add(0.5, func() {
@@ -1654,6 +1658,33 @@ func (s *sim) operator(from, to store.State) {
 	// calls' KV writes may land in either order: it is a step of its own.
 	s.pendingStates = append(s.pendingStates, b)
 	s.leaders[0].adopt(b)
+}
+
+// releaseProvider is an operator lifting example.org's hold or open breaker
+// (governor release), as Coordinator.ReleaseProvider does on the leader:
+// the governor ramps it back from one connection, and the rows held for it
+// come due at once, while copies given the hold may still be running and
+// the provider may refuse again.
+func (s *sim) releaseProvider() {
+	g, ok := s.c.pacer().(*domainHost)
+	if !ok {
+		return
+	}
+	h, err := g.domain("example.com")
+	if err != nil {
+		return
+	}
+	now := s.clk.Now()
+	if was := h.d.ReleaseProvider(now, "example.org"); was == governor.PhaseClosed {
+		return
+	}
+	n, err := s.st.HastenHeld(s.ctx, "example.com", "example.org", now)
+	if err != nil {
+		s.logf("operator releases example.org: the held rows stay as they were: %v", err)
+		return
+	}
+	s.fault("operator released the provider")
+	s.logf("operator releases example.org: %d held rows due now", n)
 }
 
 // editContent is the operator editing the paused broadcast's subject, as
