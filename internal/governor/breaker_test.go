@@ -671,7 +671,8 @@ func TestReleaseProvider(t *testing.T) {
 				t.Fatalf("ReleaseProvider = %q; want %q", was, tc.was)
 			}
 			ps := d.Status(at).Providers
-			if len(ps) != 1 || ps[0].Phase != PhaseHalfOpen || !strings.Contains(ps[0].Reason, "lifted by an operator") {
+			if len(ps) != 1 || ps[0].Phase != PhaseHalfOpen || !strings.HasPrefix(ps[0].Summary, "google: ramping back up, 1 of 16 connections") ||
+				!strings.Contains(ps[0].Summary, "(lifted by an operator; it was held for ") {
 				t.Fatalf("after the release: %+v; want google half-open, lifted by an operator", ps)
 			}
 			if n := d.Connections(at, "gmail.com"); n != 1 {

@@ -460,6 +460,10 @@ func (d *Domain) HoldProvider(now time.Time, provider string, hold time.Duration
 	d.changeBreaker(now, Provider(provider), func(b *BreakerState) { b.hold(now, hold, reason, linear) })
 }
 
+// liftedReason starts the reason of a breaker an operator lifted, before
+// the reason it had.
+const liftedReason = "lifted by an operator; it was held for "
+
 // ReleaseProvider lifts provider's hold or open breaker at now, for an
 // operator: it ramps back from one connection (doubling, or one more a
 // step after a provider's own pause), as when a hold runs out, and a
@@ -482,7 +486,7 @@ func (d *Domain) ReleaseProvider(now time.Time, provider string) (was string) {
 		d.changeBreaker(now, p, func(b *BreakerState) {
 			if b.phase(now) == PhaseOpen {
 				b.OpenUntil, b.Conns, b.Hold = now, 0, false
-				b.Reason = "lifted by an operator (was: " + b.Reason + ")"
+				b.Reason = liftedReason + b.Reason
 			}
 			b.ProbeAt = time.Time{}
 		})
@@ -961,7 +965,10 @@ func (d *Domain) providerStatus(now time.Time, p string) ProviderStatus {
 		if b.Linear {
 			ps.Summary += ", one more per clean step"
 		}
-		if b.Reason != "" {
+		switch {
+		case strings.HasPrefix(b.Reason, liftedReason):
+			ps.Summary += " (" + b.Reason + ")"
+		case b.Reason != "":
 			ps.Summary += " (opened: " + b.Reason + ")"
 		}
 		if ps.ProbeInFlight {
