@@ -99,6 +99,25 @@ func newCopiesFixtureOf(t *testing.T, st store.Store, emails []string, tr transp
 	return &copiesFixture{st: st, b: b, contacts: cs, w: w, clk: clk}
 }
 
+// deferredDue claims every contact as a run that then deferred them all
+// (451), due now: what a sweep finds.
+func (f *copiesFixture) deferredDue(t *testing.T) {
+	t.Helper()
+	now := f.clk.Now()
+	claims := make([]store.Claim, len(f.contacts))
+	outcomes := make([]store.Outcome, len(f.contacts))
+	for i, c := range f.contacts {
+		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: "<" + c.ID.String() + "@example.com>"}
+		outcomes[i] = store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: now, Error: "451 4.3.0 try again later"}
+	}
+	if _, err := f.st.Claim(t.Context(), f.b.ID, "w/A", claims, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.RecordOutcomes(t.Context(), f.b.ID, "w/A", outcomes, now); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f *copiesFixture) job() bus.PageJob {
 	return bus.PageJob{Broadcast: f.b.ID.String(), Range: 0, From: f.b.MinID.String(), Until: f.b.MaxID.String(), Limit: 200}
 }

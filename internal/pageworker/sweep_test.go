@@ -202,19 +202,7 @@ func TestSweepThatReachedNobodyStops(t *testing.T) {
 				return refused
 			}
 			ctx := t.Context()
-			now := f.clk.Now()
-			claims := make([]store.Claim, len(f.contacts))
-			outcomes := make([]store.Outcome, len(f.contacts))
-			for i, c := range f.contacts {
-				claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: "<" + c.ID.String() + "@example.com>"}
-				outcomes[i] = store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: now, Error: "451 4.3.0 try again later"}
-			}
-			if _, err := st.Claim(ctx, f.b.ID, "w/A", claims, now); err != nil {
-				t.Fatal(err)
-			}
-			if err := st.RecordOutcomes(ctx, f.b.ID, "w/A", outcomes, now); err != nil {
-				t.Fatal(err)
-			}
+			f.deferredDue(t)
 			f.clk.Advance(time.Minute)
 			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true}
 			rep, err := f.w.RunPage(ctx, sweep, "w/S")
