@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rangecast/rangecast/internal/address"
 	"github.com/rangecast/rangecast/internal/coordinator"
 	"github.com/rangecast/rangecast/internal/governor"
 	pb "github.com/rangecast/rangecast/proto/rangecast/v1"
@@ -177,10 +178,18 @@ func (api *GovernorAPI) ReleaseProvider(ctx context.Context, req *pb.ReleaseProv
 	if p == "" {
 		return nil, invalid("provider is required: the receiving provider as 'rangecast governor status' names it (google, microsoft, example.org)")
 	}
-	if len(p) > maxDomainLen || !providerName.MatchString(p) {
-		if len(p) > 40 {
-			p = p[:40] + "…"
+	if len(p) > maxDomainLen {
+		return nil, invalid("provider %q… is %d characters; a domain name has at most %d", p[:40], len(p), maxDomainLen)
+	}
+	if strings.Contains(p, ".") {
+		// A recipient domain, as addresses keep it: Unicode, so an
+		// internationalised one given as xn--… names the same provider.
+		c, err := address.Canonical("postmaster@" + p)
+		if err != nil {
+			return nil, invalid("provider %q is not a provider name nor a domain (governor status names them: google, microsoft, example.org)", p)
 		}
+		p = c[strings.LastIndexByte(c, '@')+1:]
+	} else if !providerName.MatchString(p) {
 		return nil, invalid("provider %q is not a provider name nor a domain (governor status names them: google, microsoft, example.org)", p)
 	}
 	r, err := api.cfg.Engine.ReleaseProvider(ctx, d, p)

@@ -253,8 +253,8 @@ authentication failure), or know its pause is over: the provider held
 (a quota, Gmail's 421 4.7.28) or with its breaker open for the sending
 domain DOMAIN ramps back up now, from one connection, as when a hold runs
 out, and its recipients deferred while it was held in the domain's running
-and paused broadcasts are due at once. A provider ramping back gets its next
-step at once. PROVIDER is as 'rangecast governor status DOMAIN' names it
+and paused broadcasts are due at once. A provider ramping back already is
+left so, its held recipients made due. PROVIDER is as 'rangecast governor status DOMAIN' names it
 (google, microsoft, example.org), or one of its recipient domains
 (gmail.com). If it refuses again, it is held again.`,
 		Example: `  rangecast governor release news.example.com google`,
@@ -276,7 +276,7 @@ step at once. PROVIDER is as 'rangecast governor status DOMAIN' names it
 			case pb.ProviderPhase_PROVIDER_PHASE_OPEN:
 				how = "its breaker was open; it ramps back up from one connection"
 			case pb.ProviderPhase_PROVIDER_PHASE_HALF_OPEN:
-				how = "it was ramping back up; its next step may go at once"
+				how = "it was ramping back up already, and is left so"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s lifted for %s (%s); %s recipients held for it are due now\n",
 				r.GetProvider(), r.GetDomain().GetDomain(), how, thousands(r.GetDue()))

@@ -124,7 +124,9 @@ type ProviderRelease struct {
 // ReleaseProvider lifts a receiving provider's hold or open breaker for a
 // sending domain (governor.Domain.ReleaseProvider), through the leader,
 // and makes the recipients held for it in the domain's running and paused
-// broadcasts due now. WrongState when the provider is not held.
+// broadcasts due now. A provider ramping back already is left as it is,
+// its held recipients made due (a release repeated after an answer lost).
+// WrongState when the provider is neither held nor ramping.
 func (c *Coordinator) ReleaseProvider(ctx context.Context, domain, provider string) (ProviderRelease, error) {
 	if c.cfg.Governor == nil {
 		return ProviderRelease{}, errNoGovernor
@@ -144,12 +146,30 @@ func (c *Coordinator) ReleaseProvider(ctx context.Context, domain, provider stri
 		return ProviderRelease{}, &Error{Kind: WrongState, Msg: fmt.Sprintf("%s is not held for %s: nothing to lift ('rangecast governor status %s' lists the providers held, open or ramping)", p, domain, domain)}
 	}
 	now := c.cfg.Clock.Now().UTC()
-	change, err := c.govState().PutRelease(ctx, domain, p, now)
-	if err != nil {
-		return ProviderRelease{}, unavailable(err)
-	}
-	if g := c.domainHost(); g != nil {
-		g.follow(change) // the leader's watch sees it too; applied now, the status below shows it
+	if was != governor.PhaseHalfOpen {
+		if g := c.domainHost(); g != nil {
+			// The leader applies it now, so the status below shows it;
+			// its watch sees the record too, and finds it ramping.
+			if _, err := g.domain(domain); err != nil {
+				return ProviderRelease{}, unavailable(err)
+			}
+		}
+		change, err := c.govState().PutRelease(ctx, domain, p, now)
+		if err != nil {
+			return ProviderRelease{}, unavailable(err)
+		}
+		if g := c.domainHost(); g != nil {
+			g.follow(change)
+		}
+		// Pages and sweeps given the hold before it follow the state
+		// the leader writes, at most ViewTTL stale: made due before
+		// they see it ramping, a window of theirs deferred the held
+		// rows again to the lifted hold's end (holds.refresh).
+		select {
+		case <-c.cfg.Clock.After(2 * govstate.ViewTTL):
+		case <-ctx.Done():
+			return ProviderRelease{}, &Error{Kind: Unavailable, Msg: fmt.Sprintf("%s is lifted for %s, but the call ended before the recipients held for it were made due (they go at their retry times; release it again to make them due)", p, domain), Err: ctx.Err()}
+		}
 	}
 	due, err := c.cfg.Store.HastenHeld(ctx, domain, p, now)
 	if err != nil {

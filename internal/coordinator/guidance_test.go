@@ -214,7 +214,7 @@ func TestOperatorLiftsAProvidersHold(t *testing.T) {
 		})},
 	})
 	s.withFastRetries(50)
-	all, _ := s.seedProviders(600)
+	all, contacts := s.seedProviders(600)
 	id := s.create("", 0)
 	s.start(id)
 	gc := s.governorClient()
@@ -251,6 +251,7 @@ func TestOperatorLiftsAProvidersHold(t *testing.T) {
 		}
 	}
 	limited.Store(false)
+	releasedAt := clk.Now()
 	r, err := gc.ReleaseProvider(ctx, &pb.ReleaseProviderRequest{Domain: "rangecast.test", Provider: "gmail.com"})
 	if err != nil {
 		t.Fatal(err)
@@ -259,13 +260,20 @@ func TestOperatorLiftsAProvidersHold(t *testing.T) {
 		t.Fatalf("release: %v; want google, held before, its held recipients made due", r)
 	}
 	for _, p := range r.GetDomain().GetProviders() {
-		if p.GetProvider() == governor.ProviderGoogle && (p.GetPhase() != pb.ProviderPhase_PROVIDER_PHASE_HALF_OPEN || p.GetConnections() != 1) {
-			t.Fatalf("google after the release: %v; want half-open on one connection", p)
+		// Ramping back (the release waits for the workers to see it, and
+		// a step or two may have gone meanwhile), not held.
+		if p.GetProvider() == governor.ProviderGoogle && p.GetPhase() != pb.ProviderPhase_PROVIDER_PHASE_HALF_OPEN {
+			t.Fatalf("google after the release: %v; want it ramping back up", p)
 		}
 	}
 	b := s.status(id)
 	for deadline := time.Now().Add(60 * time.Second); b.GetState() != pb.BroadcastState_BROADCAST_STATE_COMPLETED; b = s.status(id) {
 		if time.Now().After(deadline) {
+			for _, c := range contacts {
+				if row, err := s.store.GetSend(context.Background(), ulid.MustParseStrict(id), c.ID); err == nil && row.Status == store.SendDeferred {
+					t.Logf("DEBUG %s %s attempt %d updated %v owner %s (released at %v)", c.Email, row.Error, row.Attempt, row.UpdatedAt, row.Owner, releasedAt)
+				}
+			}
 			t.Fatalf("not completed within a minute of the release (the hold had 10 to run): %v", b.GetProgress())
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/rangecast/rangecast/internal/bus"
 	"github.com/rangecast/rangecast/internal/governor"
+	"github.com/rangecast/rangecast/internal/govstate"
 	"github.com/rangecast/rangecast/internal/message"
 	"github.com/rangecast/rangecast/internal/pageworker"
 	"github.com/rangecast/rangecast/internal/store"
@@ -1662,9 +1663,10 @@ func (s *sim) operator(from, to store.State) {
 
 // releaseProvider is an operator lifting example.org's hold or open breaker
 // (governor release), as Coordinator.ReleaseProvider does on the leader:
-// the governor ramps it back from one connection, and the rows held for it
-// come due at once, while copies given the hold may still be running and
-// the provider may refuse again.
+// the governor ramps it back from one connection (the release followed
+// twice, as the leader applies its own and then sees it in KV), and the
+// rows held for it come due at once, while copies given the hold may
+// still be running and the provider may refuse again.
 func (s *sim) releaseProvider() {
 	g, ok := s.c.pacer().(*domainHost)
 	if !ok {
@@ -1675,9 +1677,15 @@ func (s *sim) releaseProvider() {
 		return
 	}
 	now := s.clk.Now()
-	if was := h.d.ReleaseProvider(now, "example.org"); was == governor.PhaseClosed {
+	held := slices.ContainsFunc(h.d.Holding(now), func(p governor.ProviderStatus) bool {
+		return p.Provider == "example.org" && (p.Phase == governor.PhaseHeld || p.Phase == governor.PhaseOpen)
+	})
+	if !held {
 		return
 	}
+	release := govstate.Change{Domain: "example.com", Release: &govstate.Release{Provider: "example.org", At: now}}
+	g.follow(release)
+	g.follow(release)
 	n, err := s.st.HastenHeld(s.ctx, "example.com", "example.org", now)
 	if err != nil {
 		s.logf("operator releases example.org: the held rows stay as they were: %v", err)

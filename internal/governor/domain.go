@@ -466,9 +466,11 @@ const liftedReason = "lifted by an operator; it was held for "
 
 // ReleaseProvider lifts provider's hold or open breaker at now, for an
 // operator: it ramps back from one connection (doubling, or one more a
-// step after a provider's own pause), as when a hold runs out, and a
-// half-open provider's next step may go at once. It returns the phase the
-// provider had; only held, open and half-open ones are changed. The run of
+// step after a provider's own pause), as when a hold runs out. It returns
+// the phase the provider had; only held and open ones are changed. One
+// ramping back already (half-open) is left as it is: its step in flight
+// keeps its lease, so a release repeated (the leader applies its own and
+// then sees it in KV) never lets two steps go at once. The run of
 // refusals (RefusingSince) stays: only an accepted send ends it.
 func (d *Domain) ReleaseProvider(now time.Time, provider string) (was string) {
 	d.mu.Lock()
@@ -478,17 +480,16 @@ func (d *Domain) ReleaseProvider(now time.Time, provider string) (was string) {
 	p := Provider(provider)
 	d.tidy(now, p)
 	was = d.providerPhase(now, p).Phase
-	if was == PhaseClosed {
+	if was != PhaseHeld && was != PhaseOpen {
 		return was
 	}
 	delete(d.st.Holds, p)
 	if _, ok := d.st.Breakers[p]; ok {
 		d.changeBreaker(now, p, func(b *BreakerState) {
 			if b.phase(now) == PhaseOpen {
-				b.OpenUntil, b.Conns, b.Hold = now, 0, false
+				b.OpenUntil, b.Conns, b.Hold, b.ProbeAt = now, 0, false, time.Time{}
 				b.Reason = liftedReason + b.Reason
 			}
-			b.ProbeAt = time.Time{}
 		})
 	}
 	return was

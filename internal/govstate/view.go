@@ -12,8 +12,9 @@ import (
 	"github.com/rangecast/rangecast/internal/governor"
 )
 
-// viewTTL bounds how stale a View's answer may be.
-const viewTTL = time.Second
+// ViewTTL bounds how stale a View's answer may be, after the leader has
+// written the state.
+const ViewTTL = time.Second
 
 // View reads the governor state the leading coordinator writes, for
 // processes that must follow it without running it (page workers,
@@ -41,7 +42,7 @@ func (v *View) State(ctx context.Context, domain string, now time.Time) (*govern
 	v.mu.Lock()
 	e, ok := v.cache[domain]
 	v.mu.Unlock()
-	if ok && !now.Before(e.read) && now.Sub(e.read) < viewTTL {
+	if ok && !now.Before(e.read) && now.Sub(e.read) < ViewTTL {
 		return e.st, nil
 	}
 	st, _, err := v.kv.State(ctx, domain)
@@ -67,6 +68,32 @@ func (v *View) Held(ctx context.Context, domain string, now time.Time) (map[stri
 		held[p] = r.Until
 	}
 	return held, nil
+}
+
+// Ramping returns, besides Held, the receiving providers a sending
+// domain's governor ramps back up at now (half-open: their hold or open
+// breaker is over, ran out or lifted by an operator), from one reading of
+// the state.
+func (v *View) Ramping(ctx context.Context, domain string, now time.Time) (held map[string]time.Time, ramping map[string]bool, err error) {
+	st, err := v.State(ctx, domain, now)
+	if err != nil || st == nil {
+		return nil, nil, err
+	}
+	for _, p := range governor.NewDomain(domain, governor.Limits{}, st, now).Holding(now) {
+		switch p.Phase {
+		case governor.PhaseHeld, governor.PhaseOpen:
+			if held == nil {
+				held = map[string]time.Time{}
+			}
+			held[p.Provider] = p.Until
+		case governor.PhaseHalfOpen:
+			if ramping == nil {
+				ramping = map[string]bool{}
+			}
+			ramping[p.Provider] = true
+		}
+	}
+	return held, ramping, nil
 }
 
 // Refusals is Held with why each provider is held: governor.LimitHeld after

@@ -100,17 +100,18 @@ func markConditionals(src string) (conditionalMarkers, error) {
 	return c, nil
 }
 
-// pairs checks that marker, at src[at:], opens a block when none is open
-// (open < 0) and closes the one open otherwise; open is where the block
-// being read began. A misspelt opening (<!--[ifmso]>, which no client
-// reads as one) leaves its closing marker alone, and html/template's error
-// for that ("ends in a non-text context") says nothing of the cause.
+// pairs checks that a closing marker, at src[at:], closes a block opened
+// before it; open is where the block being read began (-1 for none). A
+// misspelt opening (<!--[ifmso]>, which no client reads as one) leaves
+// its closing marker alone, and html/template's error for that ("ends in
+// a non-text context") says nothing of the cause. Two openings in a row
+// are let be: each of a template's branches may open the block one way
+// ({{if}}<!--[if mso]><table width="600">{{else}}<!--[if mso]><table
+// width="500">{{end}}), and only one is output.
 func pairs(src string, at int, marker string, open *int) error {
 	switch {
 	case closes(marker) && *open < 0:
-		return unpaired(src, at, "closes no <!--[if …]> before it: is the condition misspelt? It must read <!--[if mso]> (a space after if), or <!--[if !mso]><!--> for every client but Outlook")
-	case !closes(marker) && *open >= 0:
-		return unpaired(src, *open, "is not closed by <![endif]--> before the next one opens (conditional comments do not nest)")
+		return unpaired(src, at, "closes no <!--[if …]> before it: is the condition misspelt (it must read <!--[if mso]>, a space after if, or <!--[if !mso]><!--> for every client but Outlook), or is it a block inside another (conditional comments do not nest)?")
 	case closes(marker):
 		*open = -1
 	default:

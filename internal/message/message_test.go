@@ -680,9 +680,10 @@ func TestOutlookConditionalCommentsOutOfPlace(t *testing.T) {
 		{"a --> of its own", `<!--[if mso]><a title="--><img src=x onerror={{.Name}}>"></a><![endif]-->`, "has a --> inside"},
 		{"a --!> of its own", `<!--[if mso]>x --!><img src=x onerror={{.Name}}><![endif]-->`, "has a --> inside"},
 		{"the function called by hand", `<!--[if mso]>x<![endif]-->{{_cc 7}}`, "rangecast's own"},
-		{"a misspelt condition", "<p>x</p>\n<!--[ifmso]><table><tr><td><![endif]-->", "line 2: the Outlook conditional comment <![endif]--> closes no <!--[if …]> before it: is the condition misspelt?"},
+		{"a misspelt condition", "<p>x</p>\n<!--[ifmso]><table><tr><td><![endif]-->", "line 2: the Outlook conditional comment <![endif]--> closes no <!--[if …]> before it: is the condition misspelt"},
 		{"never closed", "<p>x</p>\n<!--[if mso]><table><tr><td>", "line 2: the Outlook conditional comment <!--[if mso]> is never closed"},
 		{"nested", `<!--[if mso]><table><!--[if gte mso 12]>x<![endif]--><![endif]-->`, "conditional comments do not nest"},
+		{"opened one way in each branch", `{{if .Name}}<!--[if mso]><table width="600">{{else}}<!--[if mso]><table width="500">{{end}}<tr><td><![endif]-->` + link + `<!--[if mso]></td></tr></table><![endif]-->`, ""},
 	} {
 		tmpl := baseTemplate()
 		tmpl.Text = ""

@@ -157,11 +157,13 @@ func (h *holds) busy() (leave []string, free int) {
 	return leave, free
 }
 
-// waitFreed waits until a carried step's connection is given back (true),
-// or ctx or pageCtx ends (false).
-func (h *holds) waitFreed(ctx, pageCtx context.Context) bool {
+// waitFreed waits until a carried step's connection is given back or
+// recheck fires (true), or ctx or pageCtx ends (false).
+func (h *holds) waitFreed(ctx, pageCtx context.Context, recheck <-chan time.Time) bool {
 	select {
 	case <-h.freed:
+		return true
+	case <-recheck:
 		return true
 	case <-ctx.Done():
 		return false
@@ -174,21 +176,24 @@ func (h *holds) waitFreed(ctx, pageCtx context.Context) bool {
 func (h *holds) lane(provider string) *lane { return h.lanes[provider] }
 
 // releasedWait is how long a recipient waits whose provider the page was
-// dispatched holding and the governor holds no more: about when the sweep
-// carrying its ramp step comes (the coordinator's own wait for a page's
-// half-open provider).
+// dispatched holding and the governor now ramps back up: about when the
+// sweep carrying its ramp step comes (the coordinator's own wait for a
+// page's half-open provider).
 const releasedWait = 5 * time.Second
 
 // refresh follows the governor's holds at now (held: the providers it
-// holds, with until when). Providers held since the page was dispatched (a
-// quota rejection another page met) are added: a page queued before it
-// must not send a window into a provider that has just refused. A
-// provider the page was given held that the governor holds no more (an
-// operator lifted it, or its hold ran out) is still not sent to, but its
-// recipients wait releasedWait, not the hold the page was given: a page
-// dispatched before an operator's release otherwise deferred them to the
-// lifted hold's end. A probe the page carries stays its to spend.
-func (h *holds) refresh(held map[string]time.Time, now time.Time) {
+// holds, with until when; ramping: those it ramps back up). Providers held
+// since the page was dispatched (a quota rejection another page met) are
+// added: a page queued before it must not send a window into a provider
+// that has just refused. A provider the page was given held that the
+// governor ramps back up (an operator lifted it, or its hold ran out) is
+// still not sent to, but its recipients wait releasedWait, not the hold
+// the page was given: a page dispatched before an operator's release
+// otherwise deferred them to the lifted hold's end. Only a provider the
+// governor's state says is ramping is shortened: one missing from it (not
+// written yet, or left out of a large state) keeps the page's hold. A probe
+// the page carries stays its to spend.
+func (h *holds) refresh(held map[string]time.Time, ramping map[string]bool, now time.Time) {
 	for p, until := range held {
 		if _, probe := h.lanes[p]; !probe && until.After(h.until[p]) {
 			h.until[p] = until
@@ -196,10 +201,7 @@ func (h *holds) refresh(held map[string]time.Time, now time.Time) {
 	}
 	soon := now.Add(releasedWait)
 	for p, until := range h.until {
-		if _, probe := h.lanes[p]; probe {
-			continue
-		}
-		if _, still := held[p]; !still && until.After(soon) {
+		if _, probe := h.lanes[p]; !probe && ramping[p] && until.After(soon) {
 			h.until[p] = soon
 		}
 	}

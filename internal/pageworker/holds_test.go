@@ -92,7 +92,7 @@ func TestHoldsRefreshKeepsProbesAndLaterTimes(t *testing.T) {
 	at := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
 	job := bus.PageJob{Defer: map[string]time.Time{"google": at.Add(time.Minute)}, Probe: []string{"yahoo"}}
 	h := newHolds(job)
-	h.refresh(map[string]time.Time{"google": at, "yahoo": at.Add(time.Hour), "microsoft": at.Add(2 * time.Minute)}, at)
+	h.refresh(map[string]time.Time{"google": at, "yahoo": at.Add(time.Hour), "microsoft": at.Add(2 * time.Minute)}, nil, at)
 	if _, until := h.check("a@gmail.com"); !until.Equal(at.Add(time.Minute)) {
 		t.Errorf("google until %v; the later of the two holds is %v", until, at.Add(time.Minute))
 	}
@@ -108,15 +108,19 @@ func TestHoldsRefreshKeepsProbesAndLaterTimes(t *testing.T) {
 }
 
 // TestHoldsRefreshFollowsARelease: a page dispatched holding google for 10
-// minutes learns that the governor holds it no more (an operator lifted
+// minutes learns that the governor ramps it back up (an operator lifted
 // it): google's recipients are still not sent, but wait releasedWait, not
-// the lifted hold's end. A hold the governor still has is kept whole.
+// the lifted hold's end. A hold the governor still has is kept whole, and
+// so is one the governor's state does not name at all (not written yet).
 func TestHoldsRefreshFollowsARelease(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC)
-	job := bus.PageJob{Defer: map[string]time.Time{"google": at.Add(10 * time.Minute), "yahoo": at.Add(10 * time.Minute)}}
+	job := bus.PageJob{Defer: map[string]time.Time{"google": at.Add(10 * time.Minute), "yahoo": at.Add(10 * time.Minute), "microsoft": at.Add(10 * time.Minute)}}
 	h := newHolds(job)
-	h.refresh(map[string]time.Time{"yahoo": at.Add(10 * time.Minute)}, at.Add(time.Minute))
+	h.refresh(map[string]time.Time{"yahoo": at.Add(10 * time.Minute)}, map[string]bool{"google": true}, at.Add(time.Minute))
+	if _, until := h.check("c@outlook.com"); !until.Equal(at.Add(10 * time.Minute)) {
+		t.Errorf("microsoft, not in the governor's state, deferred until %v; want the page's hold %v", until, at.Add(10*time.Minute))
+	}
 	if _, until := h.check("a@gmail.com"); !until.Equal(at.Add(time.Minute + releasedWait)) {
 		t.Errorf("google, released, deferred until %v; want %v", until, at.Add(time.Minute+releasedWait))
 	}

@@ -301,3 +301,78 @@ func TestSlowRampStepHoldsNoOtherRetry(t *testing.T) {
 		})
 	}
 }
+
+// TestRampStepAloneGoesThroughItsConnections: a sweep whose due rows are
+// all the ramping provider's (its hold just ran out, or was lifted) sends
+// them all through the step's one connection, fast replies or not, so the
+// step is judged on its whole share: a provider refusing three sends in
+// four ends it (the breaker's rule, 5 refusals that are 20 % of the
+// attempts), one taking everything gets them all. Rows given back while
+// the connection was busy are claimed again in the same sweep, and no row
+// is charged an attempt it did not get. (Counted against the sweep's
+// limit, the given-back rows left 4 of 40 sent and the step judged on 4
+// attempts: a reviewer's.)
+func TestRampStepAloneGoesThroughItsConnections(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		refuse  func(n int) bool // the n-th send (from 0)
+		ends    bool
+		minSent int
+	}{
+		{"accepted", func(int) bool { return false }, false, 40},
+		{"three in four refused", func(n int) bool { return n%4 != 0 }, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := testenv.SQLite(t)
+			var mu sync.Mutex
+			sends := 0
+			tr := &scripted{accepted: map[string]int{}}
+			tr.answer = func(string) error {
+				mu.Lock()
+				n := sends
+				sends++
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+				if tc.refuse(n) {
+					return &transport.SendError{Code: 451, Enhanced: "4.3.0", Text: "try again later", Stage: transport.StageRcpt}
+				}
+				return nil
+			}
+			f := newCopiesFixture(t, st, 40, tr)
+			f.w.cfg.Concurrency = 10
+			f.w.cfg.StragglerAfter = 5 * time.Millisecond
+			f.deferredDue(t)
+			f.clk.Advance(time.Minute)
+			sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 40, Sweep: true,
+				Defer: map[string]time.Time{"example.org": f.clk.Now().Add(30 * time.Second)},
+				Probe: []string{"example.org"}, Conns: map[string]int{"example.org": 1}, StepShare: 0.2, StepFloor: 5}
+			rep, err := f.w.RunPage(t.Context(), sweep, "w/S")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr := rep.Providers["example.org"]
+			if pr.StepEnded != tc.ends || rep.Sent < tc.minSent {
+				t.Fatalf("%d sends, report %+v, provider %+v; want the step ended %v and at least %d sent", sends, rep, pr, tc.ends, tc.minSent)
+			}
+			if tc.ends && pr.Transient < 5 {
+				t.Fatalf("the step ended after %d refusals; want the breaker's 5", pr.Transient)
+			}
+			for _, c := range f.contacts {
+				row, err := st.GetSend(t.Context(), f.b.ID, c.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := 1 // the deferral before, and no attempt since
+				if tr.accepted[c.Email] > 0 || row.Status == store.SendDeferred && strings.HasPrefix(row.Error, store.DeferredAgainPrefix) {
+					want = 2
+				}
+				if row.Attempt != want || tr.accepted[c.Email] > 1 {
+					t.Errorf("%s: %s, attempt %d, %d copies; want attempt %d and at most one copy", c.Email, row.Status, row.Attempt, tr.accepted[c.Email], want)
+				}
+			}
+			t.Logf("%d sends: %d sent, %d refused, step ended %v", sends, rep.Sent, pr.Transient, pr.StepEnded)
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 
@@ -53,10 +54,11 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 			w.giveLate(len(late))
 		}
 	}()
-	// onlyLanes: the last claim found nothing but rows of carried steps
-	// with every connection busy; from then on a window claims no more
-	// than the steps' free connections, so the rows a window gives back
-	// (errLaneBusy) stay few.
+	// onlyLanes: the last window was the carried steps' recipients alone
+	// and gave some back (errLaneBusy); the next claims no more than the
+	// steps' free connections while they have some, so a backlog of the
+	// ramping provider alone (a hold over) goes out through its step
+	// without rows claimed only to be given back.
 	onlyLanes := false
 	for taken := 0; taken < job.Limit && ctx.Err() == nil; {
 		if state, err := w.states.Get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning || w.revision(job.Broadcast) > l.current() || w.live.stale(owner) {
@@ -75,10 +77,11 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		// A carried ramp step whose connections are all busy (a slow
 		// provider's) has its domains left due: the window takes other
 		// providers' retries meanwhile, and when nothing else is due the
-		// sweep waits for one of the step's sends to end.
+		// sweep waits for one of the step's sends to end, or a moment for
+		// other retries to come due.
 		leave, free := h.busy()
 		limit := min(w.cfg.Concurrency, job.Limit-taken)
-		if onlyLanes {
+		if onlyLanes && len(leave) == 0 {
 			limit = min(limit, free)
 		}
 		var due []store.Due
@@ -97,10 +100,9 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 			}
 		}
 		if len(due) == 0 {
-			if len(leave) == 0 || !h.waitFreed(ctx, pageCtx) {
+			if len(leave) == 0 || !h.waitFreed(ctx, pageCtx, w.cfg.Clock.After(laneRecheck)) {
 				break
 			}
-			onlyLanes = true
 			continue
 		}
 		taken += len(due)
@@ -123,7 +125,11 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		res, outcomes := w.conclude(l, view(b, pending, over), len(pending))
 		back := givenBack(b, pending)
 		rampGivenBack.Add(float64(back))
+		// Rows given back are claimed again, by a later window or sweep:
+		// not this sweep's share of its limit, nor of its throttle.
 		res.claimed = len(window) - back
+		taken -= back
+		onlyLanes = back > 0 && stepsAlone(b)
 		w.live.progress(owner, w.cfg.Clock.Now())
 		w.settleDue(&res, outcomes, rows)
 		err = w.persist(ctx, owner, func() error {
@@ -145,6 +151,12 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 		unreached = cmp.Or(res.unreachedErr, unreached)
 		if res.stopAt >= 0 {
 			rep.Class, rep.Error = res.class, res.err
+			break
+		}
+		if back > 0 && back == len(window) && !h.waitFreed(ctx, pageCtx, w.cfg.Clock.After(laneRecheck)) {
+			// Nothing but rows given back (their domain not yet known to
+			// be the step's, or spelt another way): wait as for a claim
+			// that found nothing, not claim them straight back.
 			break
 		}
 	}
@@ -234,6 +246,22 @@ func (w *Worker) settleDue(res *windowResult, outcomes []store.Outcome, rows map
 			res.failed--
 		}
 	}
+}
+
+// laneRecheck is how long a sweep waiting for a busy ramp step's
+// connection goes without looking for other retries come due.
+const laneRecheck = time.Second
+
+// stepsAlone reports whether every recipient of window b sent or given
+// back went under a carried ramp step: none of the window's sends was
+// another provider's.
+func stepsAlone(b *batch) bool {
+	for i, c := range b.window {
+		if b.mine[c.ID] && b.deferUntil[i].IsZero() && b.lane(i) == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // givenBack counts a window's recipients given back unsent because their

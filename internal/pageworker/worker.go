@@ -1772,10 +1772,10 @@ func (w *Worker) refreshHolds(ctx context.Context, l *loaded, h *holds) {
 		return
 	}
 	now := w.cfg.Clock.Now()
-	held, err := w.governors.Held(ctx, l.compiled.SendingDomain(), now)
+	held, ramping, err := w.governors.Ramping(ctx, l.compiled.SendingDomain(), now)
 	if err != nil {
 		w.cfg.Log.Debug("governor holds unreadable; page keeps its own", "err", err)
 		return
 	}
-	h.refresh(held, now)
+	h.refresh(held, ramping, now)
 }

@@ -520,8 +520,8 @@ type ReleaseProviderResponse struct {
 	Domain *DomainStatus          `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
 	// provider is the provider lifted, as governor status names it.
 	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
-	// was is the phase it had: HELD or OPEN (HALF_OPEN: its ramp's next
-	// step may go at once).
+	// was is the phase it had: HELD or OPEN, or HALF_OPEN (ramping back
+	// already, left so).
 	Was ProviderPhase `protobuf:"varint,3,opt,name=was,proto3,enum=rangecast.v1.ProviderPhase" json:"was,omitempty"`
 	// due are the recipients deferred while it was held, in broadcasts
 	// sending from domain that run or are paused, made due now.

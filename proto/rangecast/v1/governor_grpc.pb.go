@@ -50,7 +50,9 @@ type GovernorServiceClient interface {
 	// sending domain now (for an operator who fixed what it refused, or knows
 	// the pause is over): it ramps back from one connection, as after a
 	// hold that ran out, and the recipients deferred while it was held are
-	// due at once. FAILED_PRECONDITION when the provider is not held.
+	// due at once. A provider ramping back already is left so, its held
+	// recipients made due (repeating a release is safe).
+	// FAILED_PRECONDITION when the provider is neither held nor ramping.
 	ReleaseProvider(ctx context.Context, in *ReleaseProviderRequest, opts ...grpc.CallOption) (*ReleaseProviderResponse, error)
 }
 
@@ -136,7 +138,9 @@ type GovernorServiceServer interface {
 	// sending domain now (for an operator who fixed what it refused, or knows
 	// the pause is over): it ramps back from one connection, as after a
 	// hold that ran out, and the recipients deferred while it was held are
-	// due at once. FAILED_PRECONDITION when the provider is not held.
+	// due at once. A provider ramping back already is left so, its held
+	// recipients made due (repeating a release is safe).
+	// FAILED_PRECONDITION when the provider is neither held nor ramping.
 	ReleaseProvider(context.Context, *ReleaseProviderRequest) (*ReleaseProviderResponse, error)
 	mustEmbedUnimplementedGovernorServiceServer()
 }
