@@ -103,12 +103,18 @@ func newCopiesFixtureOf(t *testing.T, st store.Store, emails []string, tr transp
 // (451), due now: what a sweep finds.
 func (f *copiesFixture) deferredDue(t *testing.T) {
 	t.Helper()
+	f.deferredAt(t, func(store.Contact) time.Duration { return 0 })
+}
+
+// deferredAt is deferredDue with each contact due after(c) from now.
+func (f *copiesFixture) deferredAt(t *testing.T, after func(store.Contact) time.Duration) {
+	t.Helper()
 	now := f.clk.Now()
 	claims := make([]store.Claim, len(f.contacts))
 	outcomes := make([]store.Outcome, len(f.contacts))
 	for i, c := range f.contacts {
 		claims[i] = store.Claim{ContactID: c.ID, Email: c.Email, MessageID: "<" + c.ID.String() + "@example.com>"}
-		outcomes[i] = store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: now, Error: "451 4.3.0 try again later"}
+		outcomes[i] = store.Outcome{ContactID: c.ID, Status: store.SendDeferred, RetryAt: now.Add(after(c)), Error: "451 4.3.0 try again later"}
 	}
 	if _, err := f.st.Claim(t.Context(), f.b.ID, "w/A", claims, now); err != nil {
 		t.Fatal(err)

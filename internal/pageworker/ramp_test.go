@@ -376,3 +376,76 @@ func TestRampStepAloneGoesThroughItsConnections(t *testing.T) {
 		})
 	}
 }
+
+// TestRetriesComingDueGoBesideASlowStep: a sweep whose only due rows are
+// a tarpitting provider's, carried on one connection, waits for that
+// connection; retries of other providers that come due meanwhile (here
+// 30 s on) are claimed and sent while the slow send is still unanswered,
+// not after it. (Waiting only for the connection, the sweep starved them
+// for as long as the provider's queue took: a reviewer's.)
+func TestRetriesComingDueGoBesideASlowStep(t *testing.T) {
+	t.Parallel()
+	st := testenv.SQLite(t)
+	var emails []string
+	for i := range 4 {
+		emails = append(emails, fmt.Sprintf("s%02d@slow.example", i))
+	}
+	for i := range 6 {
+		emails = append(emails, fmt.Sprintf("p%02d@example.org", i))
+	}
+	answer := make(chan struct{})
+	var mu sync.Mutex
+	others := 0
+	tr := &scripted{accepted: map[string]int{}}
+	tr.answer = func(to string) error {
+		if strings.HasSuffix(to, "@slow.example") {
+			<-answer
+			return nil
+		}
+		mu.Lock()
+		others++
+		mu.Unlock()
+		return nil
+	}
+	f := newCopiesFixtureOf(t, st, emails, tr)
+	f.w.cfg.StragglerAfter = 5 * time.Millisecond
+	f.deferredAt(t, func(c store.Contact) time.Duration {
+		if strings.HasSuffix(c.Email, "@slow.example") {
+			return 0
+		}
+		return 30 * time.Second // the others come due during the sweep
+	})
+	sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true,
+		Defer: map[string]time.Time{"slow.example": f.clk.Now().Add(time.Minute)},
+		Probe: []string{"slow.example"}, Conns: map[string]int{"slow.example": 1}, StepShare: 0.2, StepFloor: 5}
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.w.RunPage(t.Context(), sweep, "w/S")
+		done <- err
+	}()
+	defer func() {
+		select {
+		case <-answer:
+		default:
+			close(answer)
+		}
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	// The first slow send is out and the sweep waits; then the others
+	// come due.
+	time.Sleep(100 * time.Millisecond)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		f.clk.Advance(time.Second) // the sweep's look for other retries, and their retry time
+		mu.Lock()
+		n := others
+		mu.Unlock()
+		if n == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the 6 retries come due were sent while the slow provider's send waited", n)
+		}
+	}
+}
