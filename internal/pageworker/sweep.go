@@ -270,8 +270,8 @@ func stepsAlone(b *batch) bool {
 // still running.
 func givenBack(b *batch, pending []int) int {
 	n := 0
-	for i, err := range b.errs {
-		if err == errLaneBusy && !slices.Contains(pending, i) {
+	for i := range b.errs {
+		if !slices.Contains(pending, i) && b.errs[i] == errLaneBusy { // a straggler's is still being written
 			n++
 		}
 	}
