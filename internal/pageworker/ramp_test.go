@@ -449,3 +449,67 @@ func TestRetriesComingDueGoBesideASlowStep(t *testing.T) {
 		}
 	}
 }
+
+// TestRampStepHasItsTime: a sweep carrying a tarpitting provider's step
+// claims for StepFor and then ends, its send in flight answered, the rest
+// of the provider's rows left due for the next step (a step into a tarpit
+// ran for an hour, and the coordinator, giving up on it after 3 minutes,
+// sent the next step beside it: verifier).
+func TestRampStepHasItsTime(t *testing.T) {
+	t.Parallel()
+	st := testenv.SQLite(t)
+	emails := make([]string, 10)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("s%02d@slow.example", i)
+	}
+	answered := make(chan struct{}, len(emails))
+	release := make(chan struct{})
+	tr := &scripted{accepted: map[string]int{}}
+	tr.answer = func(string) error {
+		<-release
+		answered <- struct{}{}
+		return nil
+	}
+	f := newCopiesFixtureOf(t, st, emails, tr)
+	f.w.cfg.StragglerAfter = 5 * time.Millisecond
+	f.deferredDue(t)
+	sweep := bus.PageJob{Broadcast: f.b.ID.String(), Range: bus.SweepRange, Limit: 100, Sweep: true,
+		Defer: map[string]time.Time{"slow.example": f.clk.Now().Add(time.Minute)},
+		Probe: []string{"slow.example"}, Conns: map[string]int{"slow.example": 1}, StepShare: 0.2, StepFloor: 5}
+	type result struct {
+		rep bus.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := f.w.RunPage(t.Context(), sweep, "w/S")
+		done <- result{rep, err}
+	}()
+	time.Sleep(100 * time.Millisecond) // the first send is out, the sweep waits for the connection
+	f.clk.Advance(StepFor)
+	close(release)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.rep.Sent == 0 || r.rep.Sent > 2 {
+		t.Fatalf("report %+v; want the step ended after its time with the send in flight (1, or 2 if one began as the time ran out)", r.rep)
+	}
+	due := 0
+	for _, c := range f.contacts {
+		row, err := st.GetSend(t.Context(), f.b.ID, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case row.Status == store.SendSent:
+		case row.Status == store.SendDeferred && row.Attempt == 1:
+			due++
+		default:
+			t.Errorf("%s: %s attempt %d; want sent, or left deferred with no attempt added", c.Email, row.Status, row.Attempt)
+		}
+	}
+	if due+r.rep.Sent != len(emails) {
+		t.Fatalf("%d sent and %d left due of %d", r.rep.Sent, due, len(emails))
+	}
+}

@@ -60,9 +60,21 @@ func (w *Worker) runSweep(ctx, pageCtx context.Context, job bus.PageJob, owner s
 	// ramping provider alone (a hold over) goes out through its step
 	// without rows claimed only to be given back.
 	onlyLanes := false
+	// A sweep carrying a ramp step claims for at most StepFor: a step
+	// into a tarpit (20-40 s a message, 192 rows on one connection) ran
+	// for an hour, long past the coordinator's giving up on the sweep (3
+	// minutes), so another sweep carried the next step beside it, and the
+	// ramp was judged only at its end (verifier).
+	var stepUntil time.Time
+	if len(job.Probe) > 0 {
+		stepUntil = w.cfg.Clock.Now().Add(StepFor)
+	}
 	for taken := 0; taken < job.Limit && ctx.Err() == nil; {
 		if state, err := w.states.Get(pageCtx, job.Broadcast); err != nil || state != store.StateRunning || w.revision(job.Broadcast) > l.current() || w.live.stale(owner) {
 			break // paused, or edited since the sweep read the content (the next sweep reads it), or the run lapsed
+		}
+		if !stepUntil.IsZero() && !w.cfg.Clock.Now().Before(stepUntil) {
+			break // the step has had its time: judged now, the next goes with the next sweep
 		}
 		w.refreshHolds(pageCtx, l, h)
 		now := w.cfg.Clock.Now()
@@ -247,6 +259,12 @@ func (w *Worker) settleDue(res *windowResult, outcomes []store.Outcome, rows map
 		}
 	}
 }
+
+// StepFor bounds how long a sweep carrying a ramp step claims: well
+// within the coordinator's giving up on a sweep (Redispatch, 3 minutes)
+// and a probe's lease (governor.ProbeLease, 5 minutes), so one step is
+// judged before the next goes, whatever the provider's pace.
+const StepFor = time.Minute
 
 // laneRecheck is how long a sweep waiting for a busy ramp step's
 // connection goes without looking for other retries come due.
