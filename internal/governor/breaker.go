@@ -252,8 +252,9 @@ func (b *BreakerState) success(now time.Time, n, rampTo int) {
 // ended it (ended: the rule below met on the sends it had answers for, or
 // more than a deferral), by the rule that opened it, at least
 // l.BreakerFailures refusals that are at least l.BreakerShare of its
-// attempts, or when it had refusals and nothing accepted (a step with
-// fewer recipients than the floor: no sign the provider is back);
+// attempts, or when it had more refusals than acceptances (a step with
+// fewer recipients than the floor, or the time of a few slow sends: no
+// sign the provider is back);
 // otherwise it is a clean step. The first refusal alone
 // is not the provider's answer, since most providers defer a few percent
 // at random. In any other phase the counts are taken one by one, successes
@@ -268,7 +269,10 @@ func (b *BreakerState) step(now time.Time, sent, failed int, ended bool, l Limit
 		}
 		return
 	}
-	if ended || StepEnds(sent+failed, failed, l.BreakerShare, l.BreakerFailures) || (sent == 0 && failed > 0) {
+	// A step with more refused than accepted re-opens it too, however
+	// few its attempts: a step into a slow provider has the time of a few
+	// sends only (pageworker.StepFor), too few for the rule's floor.
+	if ended || StepEnds(sent+failed, failed, l.BreakerShare, l.BreakerFailures) || failed > sent {
 		if sent > 0 {
 			// It took some: this re-open starts a new run of refusals.
 			b.RefusingSince = time.Time{}

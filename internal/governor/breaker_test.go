@@ -700,3 +700,28 @@ func TestReleaseProvider(t *testing.T) {
 		t.Fatalf("a closed provider released: %q, %+v; want closed, nothing kept", was, d.Status(at).Providers)
 	}
 }
+
+// TestShortStepJudgedByMajority: a ramp step with fewer attempts than the
+// breaker's floor (a step into a slow provider has a minute, a few sends)
+// re-opens the breaker when more were refused than accepted, and is a
+// clean step when more were accepted.
+func TestShortStepJudgedByMajority(t *testing.T) {
+	t.Parallel()
+	t0 := dayAt(0, "10:00:00")
+	for _, tc := range []struct {
+		sent, failed int
+		phase        string
+	}{{1, 2, PhaseOpen}, {2, 1, PhaseHalfOpen}, {1, 1, PhaseHalfOpen}} {
+		d := NewDomain("example.com", Limits{}, nil, t0)
+		d.HoldProvider(t0, "slow.example", time.Minute, "421 4.7.0 slow down", false)
+		at := t0.Add(2 * time.Minute)
+		if open, _ := d.ProviderOpen(at, "slow.example"); open {
+			t.Fatal("the probe may not go after the hold")
+		}
+		d.RecordStep(at, "slow.example", tc.sent, tc.failed, false, "451 4.3.0")
+		ps := d.Status(at.Add(time.Second)).Providers
+		if len(ps) != 1 || ps[0].Phase != tc.phase {
+			t.Errorf("a step of %d accepted and %d refused: %+v; want %s", tc.sent, tc.failed, ps, tc.phase)
+		}
+	}
+}
