@@ -181,16 +181,17 @@ func (api *GovernorAPI) ReleaseProvider(ctx context.Context, req *pb.ReleaseProv
 	if len(p) > maxDomainLen {
 		return nil, invalid("provider %q… is %d characters; a domain name has at most %d", p[:40], len(p), maxDomainLen)
 	}
+	notProvider := invalid("provider %q is not a provider name nor a domain (governor status names them: google, microsoft, example.org)", p)
 	if strings.Contains(p, ".") {
 		// A recipient domain, as addresses keep it: Unicode, so an
 		// internationalised one given as xn--… names the same provider.
 		c, err := address.Canonical("postmaster@" + p)
 		if err != nil {
-			return nil, invalid("provider %q is not a provider name nor a domain (governor status names them: google, microsoft, example.org)", p)
+			return nil, notProvider
 		}
 		p = c[strings.LastIndexByte(c, '@')+1:]
 	} else if !providerName.MatchString(p) {
-		return nil, invalid("provider %q is not a provider name nor a domain (governor status names them: google, microsoft, example.org)", p)
+		return nil, notProvider
 	}
 	r, err := api.cfg.Engine.ReleaseProvider(ctx, d, p)
 	if err != nil {

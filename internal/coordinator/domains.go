@@ -147,9 +147,11 @@ func (c *Coordinator) ReleaseProvider(ctx context.Context, domain, provider stri
 	}
 	now := c.cfg.Clock.Now().UTC()
 	if was != governor.PhaseHalfOpen {
-		if g := c.domainHost(); g != nil {
-			// The leader applies it now, so the status below shows it;
-			// its watch sees the record too, and finds it ramping.
+		// The leader applies it now, so the status below shows it; its
+		// watch sees the record too, and finds it ramping. Loaded first,
+		// the domain cannot fail to load in follow, which only logs.
+		g := c.domainHost()
+		if g != nil {
 			if _, err := g.domain(domain); err != nil {
 				return ProviderRelease{}, unavailable(err)
 			}
@@ -158,7 +160,7 @@ func (c *Coordinator) ReleaseProvider(ctx context.Context, domain, provider stri
 		if err != nil {
 			return ProviderRelease{}, unavailable(err)
 		}
-		if g := c.domainHost(); g != nil {
+		if g != nil {
 			g.follow(change)
 		}
 		// Pages and sweeps given the hold before it follow the state

@@ -59,15 +59,8 @@ func (v *View) State(ctx context.Context, domain string, now time.Time) (*govern
 // now (held after a quota rejection, or breaker open), with until when.
 // Half-open providers are not in it: their probe is the leader's to give.
 func (v *View) Held(ctx context.Context, domain string, now time.Time) (map[string]time.Time, error) {
-	refusals, err := v.Refusals(ctx, domain, now)
-	if err != nil || refusals == nil {
-		return nil, err
-	}
-	held := make(map[string]time.Time, len(refusals))
-	for p, r := range refusals {
-		held[p] = r.Until
-	}
-	return held, nil
+	held, _, err := v.Ramping(ctx, domain, now)
+	return held, err
 }
 
 // Ramping returns, besides Held, the receiving providers a sending
